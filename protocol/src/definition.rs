@@ -1,0 +1,403 @@
+//! Agent definitions: what an agent type is allowed to do and how it is supervised.
+//!
+//! These are plain data, loaded from markdown frontmatter or built in code. The runtime
+//! checks a definition once when it enters a catalog; nothing here enforces anything.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+
+/// A set of tool names with the two special forms users write: every tool, or none.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum ToolSet {
+    /// Every tool available (`all`, `*`). The default when a definition lists no tools.
+    #[default]
+    All,
+    /// No tool at all (`none`).
+    None,
+    /// Exactly these tools.
+    Only(Vec<String>),
+}
+
+impl ToolSet {
+    /// Whether the set holds `tool`.
+    pub fn contains(&self, tool: &str) -> bool {
+        match self {
+            ToolSet::All => true,
+            ToolSet::None => false,
+            ToolSet::Only(names) => names.iter().any(|n| n == tool),
+        }
+    }
+
+    /// A set of exactly `names`.
+    pub fn only<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ToolSet::Only(names.into_iter().map(Into::into).collect())
+    }
+}
+
+impl Serialize for ToolSet {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ToolSet::All => serializer.serialize_str("all"),
+            ToolSet::None => serializer.serialize_str("none"),
+            ToolSet::Only(names) => names.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolSet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match ListOrWord::deserialize(deserializer)? {
+            ListOrWord::Word(w) => match w.trim() {
+                "all" | "*" => Ok(ToolSet::All),
+                "none" | "" => Ok(ToolSet::None),
+                other => Ok(ToolSet::Only(split_list(other))),
+            },
+            ListOrWord::List(names) => Ok(ToolSet::Only(names)),
+            ListOrWord::Bool(_) => Err(de::Error::custom("expected a tool list, `all` or `none`")),
+        }
+    }
+}
+
+/// Which agent types an agent may spawn (`allowed_subagents`).
+///
+/// Omitted, empty, `none` and `false` mean no delegation; `all`, `*` and `true` mean every
+/// enabled type; anything else is a list of type names. Never inherited by children.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum SubagentAllowance {
+    /// No delegation (the default).
+    #[default]
+    None,
+    /// Any enabled type in the branch's catalog.
+    All,
+    /// Only these types.
+    Only(Vec<String>),
+}
+
+impl SubagentAllowance {
+    /// Whether this allowance permits any delegation at all.
+    pub fn allows_any(&self) -> bool {
+        match self {
+            SubagentAllowance::None => false,
+            SubagentAllowance::All => true,
+            SubagentAllowance::Only(names) => !names.is_empty(),
+        }
+    }
+
+    /// Whether the (already resolved) type name is permitted.
+    pub fn permits(&self, agent_type: &str) -> bool {
+        match self {
+            SubagentAllowance::None => false,
+            SubagentAllowance::All => true,
+            SubagentAllowance::Only(names) => names.iter().any(|n| n == agent_type),
+        }
+    }
+
+    /// A list allowance of exactly `names` (an empty list means none).
+    pub fn only<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        if names.is_empty() {
+            SubagentAllowance::None
+        } else {
+            SubagentAllowance::Only(names)
+        }
+    }
+}
+
+impl Serialize for SubagentAllowance {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SubagentAllowance::None => serializer.serialize_str("none"),
+            SubagentAllowance::All => serializer.serialize_str("all"),
+            SubagentAllowance::Only(names) => names.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SubagentAllowance {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match ListOrWord::deserialize(deserializer)? {
+            ListOrWord::Bool(true) => SubagentAllowance::All,
+            ListOrWord::Bool(false) => SubagentAllowance::None,
+            ListOrWord::Word(w) => match w.trim() {
+                "all" | "*" | "true" => SubagentAllowance::All,
+                "none" | "false" | "" => SubagentAllowance::None,
+                other => SubagentAllowance::only(split_list(other)),
+            },
+            ListOrWord::List(names) => SubagentAllowance::only(
+                names
+                    .into_iter()
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty()),
+            ),
+        })
+    }
+}
+
+/// The loose shapes users write lists in.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ListOrWord {
+    Bool(bool),
+    Word(String),
+    List(Vec<String>),
+}
+
+/// Splits `a, b ,c` into trimmed, non-empty names.
+pub(crate) fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Erlang's restart types: when a supervisor restarts an agent that ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartPolicy {
+    /// Always restarted, whatever the exit.
+    Permanent,
+    /// Restarted only after an abnormal exit (failure, panic, kill).
+    Transient,
+    /// Never restarted; a failure is reported to the owner (the default).
+    #[default]
+    Temporary,
+}
+
+/// Erlang's restart strategies: which siblings restart with a failed child.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Only the failed child (the default).
+    #[default]
+    OneForOne,
+    /// Every child of the owner.
+    OneForAll,
+    /// The failed child and every child started after it.
+    RestForOne,
+}
+
+/// What happens to live children when an agent's own run ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettlePolicy {
+    /// Abort them (the default, as `pi-subagents`).
+    #[default]
+    AbortChildren,
+    /// Hold the agent in `completing` until they are terminal (as Pi Durable).
+    Drain,
+}
+
+/// One agent type: its prompt, its capabilities and its supervision.
+///
+/// ```
+/// use agent_tree_protocol::{AgentDefinition, SubagentAllowance};
+/// let planner = AgentDefinition::new("planner", "You plan.")
+///     .with_allowed_subagents(SubagentAllowance::only(["analyst", "writer"]));
+/// assert!(planner.allowed_subagents.permits("writer"));
+/// assert!(planner.enabled);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentDefinition {
+    /// The type name agents are spawned by.
+    pub name: String,
+    /// What the type is for (shown to models choosing a type).
+    pub description: String,
+    /// The system prompt.
+    pub prompt: String,
+    /// Tools the agent may use (before the tree adds or removes orchestration tools).
+    pub tools: ToolSet,
+    /// Tools the agent may never use; an explicit deny always wins.
+    pub disallowed_tools: Vec<String>,
+    /// Which types it may spawn.
+    pub allowed_subagents: SubagentAllowance,
+    /// An isolated agent never delegates, whatever else it says.
+    pub isolated: bool,
+    /// The model name to ask for, if not the tree's default.
+    pub model: Option<String>,
+    /// The most model turns one run may take (depth-scaled default when absent).
+    pub max_turns: Option<u32>,
+    /// Whether the child sees its owner's conversation.
+    pub inherit_context: bool,
+    /// Whether spawns of this type run in the background unless the request says otherwise.
+    pub run_in_background: bool,
+    /// A disabled type cannot be spawned.
+    pub enabled: bool,
+    /// The restart type.
+    pub restart: RestartPolicy,
+    /// The strategy this agent applies to its own children.
+    pub strategy: Strategy,
+    /// Restart intensity: at most this many restarts of its children...
+    pub max_restarts: u32,
+    /// ...within this window, in milliseconds.
+    pub restart_period_ms: u64,
+    /// What happens to live children when its run ends.
+    pub settle: SettlePolicy,
+}
+
+/// The default restart intensity (Erlang's default).
+pub const DEFAULT_MAX_RESTARTS: u32 = 1;
+/// The default restart period in milliseconds (Erlang's default, 5 s).
+pub const DEFAULT_RESTART_PERIOD_MS: u64 = 5_000;
+
+impl Default for AgentDefinition {
+    fn default() -> Self {
+        AgentDefinition {
+            name: String::new(),
+            description: String::new(),
+            prompt: String::new(),
+            tools: ToolSet::All,
+            disallowed_tools: Vec::new(),
+            allowed_subagents: SubagentAllowance::None,
+            isolated: false,
+            model: None,
+            max_turns: None,
+            inherit_context: false,
+            run_in_background: false,
+            enabled: true,
+            restart: RestartPolicy::Temporary,
+            strategy: Strategy::OneForOne,
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            restart_period_ms: DEFAULT_RESTART_PERIOD_MS,
+            settle: SettlePolicy::AbortChildren,
+        }
+    }
+}
+
+impl AgentDefinition {
+    /// A definition of type `name` with a system prompt and every other field defaulted.
+    pub fn new(name: impl Into<String>, prompt: impl Into<String>) -> Self {
+        AgentDefinition {
+            name: name.into(),
+            prompt: prompt.into(),
+            ..AgentDefinition::default()
+        }
+    }
+
+    /// Sets the description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Sets the tool allowlist.
+    pub fn with_tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the tool denylist.
+    pub fn with_disallowed_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disallowed_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets which types it may spawn.
+    pub fn with_allowed_subagents(mut self, allowed: SubagentAllowance) -> Self {
+        self.allowed_subagents = allowed;
+        self
+    }
+
+    /// Marks it isolated (never delegates).
+    pub fn isolated(mut self) -> Self {
+        self.isolated = true;
+        self
+    }
+
+    /// Sets `max_turns`.
+    pub fn with_max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = Some(max_turns);
+        self
+    }
+
+    /// Makes spawns of this type run in the background by default.
+    pub fn in_background(mut self) -> Self {
+        self.run_in_background = true;
+        self
+    }
+
+    /// Sets whether the type can be spawned.
+    pub fn with_enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Sets the restart type.
+    pub fn with_restart(mut self, restart: RestartPolicy) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// Sets the strategy applied to its children and the restart intensity.
+    pub fn with_supervision(
+        mut self,
+        strategy: Strategy,
+        max_restarts: u32,
+        restart_period_ms: u64,
+    ) -> Self {
+        self.strategy = strategy;
+        self.max_restarts = max_restarts;
+        self.restart_period_ms = restart_period_ms;
+        self
+    }
+
+    /// Sets the settle policy.
+    pub fn with_settle(mut self, settle: SettlePolicy) -> Self {
+        self.settle = settle;
+        self
+    }
+}
+
+impl fmt::Display for AgentDefinition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowance(json: &str) -> SubagentAllowance {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn allowance_words_and_booleans() {
+        for none in ["false", "\"none\"", "\"false\"", "\"\"", "[]", "[\" \"]"] {
+            assert_eq!(allowance(none), SubagentAllowance::None, "{none}");
+        }
+        for all in ["true", "\"all\"", "\"*\"", "\"true\""] {
+            assert_eq!(allowance(all), SubagentAllowance::All, "{all}");
+        }
+        assert_eq!(
+            allowance("\"writer, reviewer\""),
+            SubagentAllowance::only(["writer", "reviewer"])
+        );
+    }
+
+    #[test]
+    fn tool_set_words() {
+        let t: ToolSet = serde_json::from_str("\"read, write\"").unwrap();
+        assert_eq!(t, ToolSet::only(["read", "write"]));
+        assert_eq!(serde_json::from_str::<ToolSet>("\"*\"").unwrap(), ToolSet::All);
+        assert_eq!(serde_json::from_str::<ToolSet>("\"none\"").unwrap(), ToolSet::None);
+        assert!(serde_json::from_str::<ToolSet>("true").is_err());
+    }
+}

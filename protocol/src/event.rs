@@ -1,0 +1,205 @@
+//! Lifecycle events: what happened to which agent, in one total order per tree.
+//!
+//! # Invariants
+//!
+//! * Every event carries the agent's id, its parent's id (`None` only for the root), its
+//!   depth and a sequence number; sequence numbers of one tree are dense and increasing in
+//!   the order events are delivered to every subscriber.
+//! * A usage event reports one model turn's delta exactly once: summing the deltas of all
+//!   `usage_reported` events gives the tree's total usage.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::definition::AgentDefinition;
+use crate::ids::AgentId;
+use crate::outcome::EndReason;
+use crate::status::AgentStatus;
+use crate::usage::Usage;
+
+/// One lifecycle event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// Position in the tree's event order, from 1.
+    pub seq: u64,
+    /// The agent it is about.
+    pub agent: AgentId,
+    /// That agent's owner (`None` for the root).
+    pub parent: Option<AgentId>,
+    /// That agent's depth (root 0).
+    pub depth: u32,
+    /// Milliseconds since the tree started (tokio time, so virtual under paused tests).
+    pub at_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// Admitted and waiting for a pool slot.
+    Queued {
+        /// The agent's type.
+        agent_type: String,
+    },
+    /// The actor exists and its first model turn may begin.
+    Started {
+        /// The agent's type.
+        agent_type: String,
+        /// Which run of this agent (1 for the first).
+        incarnation: u32,
+    },
+    /// One model turn's usage, recorded once on the agent.
+    UsageReported {
+        /// The turn's delta.
+        delta: Usage,
+    },
+    /// A steer reached the agent's conversation at a turn boundary.
+    Steered,
+    /// A context the definition asked to inherit was dropped (too deep).
+    ContextDropped,
+    /// The agent was restarted by its supervisor.
+    Restarted {
+        /// The new incarnation.
+        incarnation: u32,
+    },
+    /// Terminal: the agent completed.
+    Completed,
+    /// Terminal: the agent failed.
+    Failed {
+        /// Why.
+        reason: EndReason,
+        /// The error text.
+        error: String,
+    },
+    /// Terminal: the agent was aborted.
+    Aborted {
+        /// Why.
+        reason: EndReason,
+    },
+    /// Terminal: the agent's actor was killed.
+    Killed,
+}
+
+impl EventKind {
+    /// The snake_case name of the kind, as in JSON and the tally.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            EventKind::Queued { .. } => "queued",
+            EventKind::Started { .. } => "started",
+            EventKind::UsageReported { .. } => "usage_reported",
+            EventKind::Steered => "steered",
+            EventKind::ContextDropped => "context_dropped",
+            EventKind::Restarted { .. } => "restarted",
+            EventKind::Completed => "completed",
+            EventKind::Failed { .. } => "failed",
+            EventKind::Aborted { .. } => "aborted",
+            EventKind::Killed => "killed",
+        }
+    }
+
+    /// The terminal status this event announces, if any.
+    pub fn terminal_status(&self) -> Option<AgentStatus> {
+        match self {
+            EventKind::Completed => Some(AgentStatus::Completed),
+            EventKind::Failed { .. } => Some(AgentStatus::Failed),
+            EventKind::Aborted { .. } => Some(AgentStatus::Aborted),
+            EventKind::Killed => Some(AgentStatus::Killed),
+            _ => None,
+        }
+    }
+
+    /// A `started` event for a definition's first incarnation.
+    pub fn started(definition: &AgentDefinition) -> Self {
+        EventKind::Started {
+            agent_type: definition.name.clone(),
+            incarnation: 1,
+        }
+    }
+}
+
+/// How many events of each kind a tree has emitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventTally {
+    /// `queued` events.
+    pub queued: u64,
+    /// `started` events.
+    pub started: u64,
+    /// `usage_reported` events.
+    pub usage_reported: u64,
+    /// `steered` events.
+    pub steered: u64,
+    /// `context_dropped` events.
+    pub context_dropped: u64,
+    /// `restarted` events.
+    pub restarted: u64,
+    /// `completed` events.
+    pub completed: u64,
+    /// `failed` events.
+    pub failed: u64,
+    /// `aborted` events.
+    pub aborted: u64,
+    /// `killed` events.
+    pub killed: u64,
+}
+
+impl EventTally {
+    /// Counts one event of `kind`.
+    pub fn count(&mut self, kind: &EventKind) {
+        let slot = match kind {
+            EventKind::Queued { .. } => &mut self.queued,
+            EventKind::Started { .. } => &mut self.started,
+            EventKind::UsageReported { .. } => &mut self.usage_reported,
+            EventKind::Steered => &mut self.steered,
+            EventKind::ContextDropped => &mut self.context_dropped,
+            EventKind::Restarted { .. } => &mut self.restarted,
+            EventKind::Completed => &mut self.completed,
+            EventKind::Failed { .. } => &mut self.failed,
+            EventKind::Aborted { .. } => &mut self.aborted,
+            EventKind::Killed => &mut self.killed,
+        };
+        *slot += 1;
+    }
+
+    /// Events counted in all.
+    pub fn total(&self) -> u64 {
+        self.queued
+            + self.started
+            + self.usage_reported
+            + self.steered
+            + self.context_dropped
+            + self.restarted
+            + self.completed
+            + self.failed
+            + self.aborted
+            + self.killed
+    }
+}
+
+impl fmt::Display for EventTally {
+    /// `started=.. completed=.. failed=.. aborted=.. killed=.. restarted=.. queued=..
+    /// usage_reported=.. steered=.. context_dropped=..`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "started={} completed={} failed={} aborted={} killed={} restarted={} queued={} \
+             usage_reported={} steered={} context_dropped={}",
+            self.started,
+            self.completed,
+            self.failed,
+            self.aborted,
+            self.killed,
+            self.restarted,
+            self.queued,
+            self.usage_reported,
+            self.steered,
+            self.context_dropped
+        )
+    }
+}

@@ -1,0 +1,99 @@
+//! Spawn requests: what an owner (the application or an agent's `Agent` tool) asks for.
+//!
+//! # Invariants
+//!
+//! * A request names *what* to run, never *where*: it has no depth, parent or root field, so
+//!   nothing a caller or a model passes can forge its place in the tree. Unknown fields in a
+//!   request's JSON (a model inventing `"depth": 0`) are ignored.
+
+use serde::{Deserialize, Serialize};
+
+use crate::definition::SettlePolicy;
+use crate::ids::RequestId;
+
+/// A request to start one agent.
+///
+/// ```
+/// use agent_tree_protocol::SpawnRequest;
+/// let r = SpawnRequest::new("planner", "plan the release").background();
+/// assert_eq!(r.background, Some(true));
+/// // A model cannot place the child: extra fields are ignored.
+/// let forged: SpawnRequest = serde_json::from_str(
+///     r#"{"agent_type":"planner","prompt":"p","depth":0,"parent":"a0"}"#).unwrap();
+/// assert_eq!(forged.agent_type, "planner");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    /// The agent type to resolve in the branch's catalog.
+    #[serde(alias = "subagent_type", alias = "type")]
+    pub agent_type: String,
+    /// The task given to the agent.
+    pub prompt: String,
+    /// A short label for renderings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Run in the background (the caller gets an id at once) or the foreground (the caller
+    /// gets the result). `None` follows the definition's `run_in_background`.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "run_in_background")]
+    pub background: Option<bool>,
+    /// The idempotency key; derived from owner and tool call when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<RequestId>,
+    /// A detached child is skipped by an ordinary abort cascade.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detached: bool,
+    /// Overrides the definition's settle policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<SettlePolicy>,
+}
+
+impl SpawnRequest {
+    /// A request for an agent of `agent_type` with task `prompt`.
+    pub fn new(agent_type: impl Into<String>, prompt: impl Into<String>) -> Self {
+        SpawnRequest {
+            agent_type: agent_type.into(),
+            prompt: prompt.into(),
+            description: None,
+            background: None,
+            request_id: None,
+            detached: false,
+            settle: None,
+        }
+    }
+
+    /// Runs the agent in the background.
+    pub fn background(mut self) -> Self {
+        self.background = Some(true);
+        self
+    }
+
+    /// Runs the agent in the foreground.
+    pub fn foreground(mut self) -> Self {
+        self.background = Some(false);
+        self
+    }
+
+    /// Sets the idempotency key.
+    pub fn with_request_id(mut self, id: RequestId) -> Self {
+        self.request_id = Some(id);
+        self
+    }
+
+    /// Detaches the child from ordinary abort cascades.
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
+
+    /// Overrides the settle policy.
+    pub fn with_settle(mut self, settle: SettlePolicy) -> Self {
+        self.settle = Some(settle);
+        self
+    }
+
+    /// Sets the description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+}
