@@ -1,1 +1,40 @@
-//! x
+//! The runtime of `agent-tree`: every agent is a ractor actor linked under the actor that
+//! spawned it, and the supervision links are the ownership tree.
+//!
+//! Most users want the facade crate `agent-tree`, which re-exports this crate and
+//! `agent-tree-protocol` with a prelude. See `docs/semantics.md` for the guarantees.
+#![forbid(unsafe_code)]
+
+mod agent;
+mod capability;
+mod catalog;
+mod config;
+mod error;
+mod events;
+mod model;
+mod msg;
+mod registry;
+mod root;
+mod shared;
+mod spawn;
+mod supervision;
+pub mod testkit;
+mod tool;
+mod tree;
+mod util;
+
+pub use catalog::{Catalog, CatalogError};
+pub use config::{
+    DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE, TreeConfig,
+};
+pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
+pub use events::EventStream;
+pub use model::{Model, ModelRequest, ModelResponse};
+pub use msg::SteerReceipt;
+pub use tool::{
+    AGENT_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL, Tool, ToolContext,
+    ToolNameError, Toolbox,
+};
+pub use tree::{AgentHandle, ShutdownReport, Tree, TreeBuilder};
+pub use util::BoxFuture;

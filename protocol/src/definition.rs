@@ -396,8 +396,14 @@ mod tests {
     fn tool_set_words() {
         let t: ToolSet = serde_json::from_str("\"read, write\"").unwrap();
         assert_eq!(t, ToolSet::only(["read", "write"]));
-        assert_eq!(serde_json::from_str::<ToolSet>("\"*\"").unwrap(), ToolSet::All);
-        assert_eq!(serde_json::from_str::<ToolSet>("\"none\"").unwrap(), ToolSet::None);
+        assert_eq!(
+            serde_json::from_str::<ToolSet>("\"*\"").unwrap(),
+            ToolSet::All
+        );
+        assert_eq!(
+            serde_json::from_str::<ToolSet>("\"none\"").unwrap(),
+            ToolSet::None
+        );
         assert!(serde_json::from_str::<ToolSet>("true").is_err());
     }
 }

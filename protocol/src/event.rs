@@ -19,8 +19,11 @@ use crate::status::AgentStatus;
 use crate::usage::Usage;
 
 /// One lifecycle event.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// In JSON the kind's fields sit beside the envelope's, tagged by `event`:
+/// `{"seq":3,"agent":"a2","parent":"a1","depth":2,"at_ms":40,"event":"completed"}`.
+/// Decoding is strict: unknown fields and non-string kinds are errors.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Event {
     /// Position in the tree's event order, from 1.
     pub seq: u64,
@@ -39,7 +42,7 @@ pub struct Event {
 
 /// What happened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum EventKind {
     /// Admitted and waiting for a pool slot.
@@ -84,6 +87,51 @@ pub enum EventKind {
     },
     /// Terminal: the agent's actor was killed.
     Killed,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    // serde cannot combine `flatten` with `deny_unknown_fields`, so the envelope is taken
+    // off by hand and the rest must be exactly one kind's fields.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        fn take<T: serde::de::DeserializeOwned, E: Error>(
+            fields: &mut serde_json::Map<String, serde_json::Value>,
+            name: &'static str,
+        ) -> Result<T, E> {
+            let value = fields.remove(name).ok_or_else(|| E::missing_field(name))?;
+            serde_json::from_value(value)
+                .map_err(|e| E::custom(format_args!("field `{name}`: {e}")))
+        }
+        let seq = take(&mut fields, "seq")?;
+        let agent = take(&mut fields, "agent")?;
+        let parent = take(&mut fields, "parent")?;
+        let depth = take(&mut fields, "depth")?;
+        let at_ms = take(&mut fields, "at_ms")?;
+        if !fields
+            .get("event")
+            .is_some_and(serde_json::Value::is_string)
+        {
+            return Err(D::Error::custom("field `event` must name the event kind"));
+        }
+        let kind = EventKind::deserialize(serde_json::Value::Object(fields.clone()))
+            .map_err(D::Error::custom)?;
+        // Unit kinds ignore extra fields even with `deny_unknown_fields`: compare with what the
+        // kind itself writes.
+        if let Ok(serde_json::Value::Object(known)) = serde_json::to_value(&kind) {
+            if let Some(extra) = fields.keys().find(|k| !known.contains_key(*k)) {
+                return Err(D::Error::custom(format_args!("unknown field `{extra}`")));
+            }
+        }
+        Ok(Event {
+            seq,
+            agent,
+            parent,
+            depth,
+            at_ms,
+            kind,
+        })
+    }
 }
 
 impl EventKind {
@@ -169,16 +217,20 @@ impl EventTally {
 
     /// Events counted in all.
     pub fn total(&self) -> u64 {
-        self.queued
-            + self.started
-            + self.usage_reported
-            + self.steered
-            + self.context_dropped
-            + self.restarted
-            + self.completed
-            + self.failed
-            + self.aborted
-            + self.killed
+        [
+            self.queued,
+            self.started,
+            self.usage_reported,
+            self.steered,
+            self.context_dropped,
+            self.restarted,
+            self.completed,
+            self.failed,
+            self.aborted,
+            self.killed,
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add)
     }
 }
 

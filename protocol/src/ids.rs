@@ -58,7 +58,12 @@ impl FromStr for AgentId {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.strip_prefix('a')
-            .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            // One spelling per id: no sign, no leading zeros.
+            .filter(|digits| {
+                !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && (digits.len() == 1 || !digits.starts_with('0'))
+            })
             .and_then(|digits| digits.parse::<u64>().ok())
             .map(AgentId)
             .ok_or_else(|| ProtocolError::InvalidId {
@@ -143,13 +148,26 @@ mod tests {
     fn agent_id_parses_only_its_own_form() {
         assert_eq!("a0".parse::<AgentId>().unwrap(), AgentId::ROOT);
         assert_eq!("a42".parse::<AgentId>().unwrap(), AgentId::new(42));
-        for bad in ["", "a", "b1", "a-1", "a1x", "A1", "a99999999999999999999999"] {
+        for bad in [
+            "",
+            "a",
+            "b1",
+            "a-1",
+            "a1x",
+            "A1",
+            "a01",
+            "a00",
+            "a99999999999999999999999",
+        ] {
             assert!(bad.parse::<AgentId>().is_err(), "{bad:?} parsed");
         }
     }
 
     #[test]
     fn derived_request_id_names_owner_and_call() {
-        assert_eq!(RequestId::derived(AgentId::new(3), "call_1").as_str(), "a3/call_1");
+        assert_eq!(
+            RequestId::derived(AgentId::new(3), "call_1").as_str(),
+            "a3/call_1"
+        );
     }
 }

@@ -90,7 +90,11 @@ impl Message {
     }
 
     /// A tool result answering `call_id`.
-    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn tool_result(
+        call_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
         Message {
             tool_call_id: Some(call_id.into()),
             is_error,

@@ -139,7 +139,10 @@ impl Outcome {
             (Some(text), _, _) => text.clone(),
             (None, Some(error), _) => format!("{} ({}): {error}", self.status, self.reason),
             (None, None, Some(partial)) => {
-                format!("{} ({}); partial output: {partial}", self.status, self.reason)
+                format!(
+                    "{} ({}); partial output: {partial}",
+                    self.status, self.reason
+                )
             }
             (None, None, None) => format!("{} ({})", self.status, self.reason),
         }

@@ -34,7 +34,11 @@ pub struct SpawnRequest {
     pub description: Option<String>,
     /// Run in the background (the caller gets an id at once) or the foreground (the caller
     /// gets the result). `None` follows the definition's `run_in_background`.
-    #[serde(default, skip_serializing_if = "Option::is_none", alias = "run_in_background")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "run_in_background"
+    )]
     pub background: Option<bool>,
     /// The idempotency key; derived from owner and tool call when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -149,49 +149,39 @@ impl TreeSnapshot {
     ///
     /// # Errors
     ///
-    /// The first [`UsageMismatch`] found.
-    pub fn check_usage(&self) -> Result<(), UsageMismatch> {
+    /// The first [`UsageMismatch`] found (boxed: it carries three usages).
+    pub fn check_usage(&self) -> Result<(), Box<UsageMismatch>> {
+        let mismatch = |r: &AgentRecord, children: Usage| {
+            Box::new(UsageMismatch {
+                agent: r.id,
+                subtree: r.subtree,
+                own: r.own,
+                children,
+            })
+        };
         for record in &self.records {
             let mut children = Usage::ZERO;
             for &child in &record.children {
                 match self.record(child) {
                     Some(c) if c.parent == Some(record.id) => children += c.subtree,
-                    _ => {
-                        return Err(UsageMismatch {
-                            agent: record.id,
-                            subtree: record.subtree,
-                            own: record.own,
-                            children,
-                        });
-                    }
+                    _ => return Err(mismatch(record, children)),
                 }
             }
             if record.subtree != record.own + children {
-                return Err(UsageMismatch {
-                    agent: record.id,
-                    subtree: record.subtree,
-                    own: record.own,
-                    children,
-                });
+                return Err(mismatch(record, children));
             }
         }
-        if let Some(root) = self.root() {
-            let total = self.total_own();
-            if root.subtree != total {
-                return Err(UsageMismatch {
-                    agent: root.id,
-                    subtree: root.subtree,
-                    own: root.own,
-                    children: total,
-                });
-            }
+        match self.root() {
+            Some(root) if root.subtree != self.total_own() => Err(mismatch(root, self.total_own())),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    /// Records in depth-first start order (the order of the text rendering).
+    /// Records in depth-first start order (the order of the text rendering). Each record
+    /// appears at most once, even in a (malformed) snapshot whose children lists loop.
     pub fn depth_first(&self) -> Vec<&AgentRecord> {
         let mut out = Vec::with_capacity(self.records.len());
+        let mut seen = std::collections::HashSet::with_capacity(self.records.len());
         let mut stack: Vec<AgentId> = self
             .records
             .iter()
@@ -200,6 +190,9 @@ impl TreeSnapshot {
             .rev()
             .collect();
         while let Some(id) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
             if let Some(record) = self.record(id) {
                 out.push(record);
                 stack.extend(record.children.iter().rev().copied());
@@ -250,6 +243,9 @@ impl TreeSnapshot {
     }
 }
 
+/// The deepest indentation the text rendering uses.
+const MAX_INDENT: u32 = 64;
+
 fn tokens(usage: &Usage) -> u64 {
     usage.input_tokens.saturating_add(usage.output_tokens)
 }
@@ -273,14 +269,17 @@ impl fmt::Display for TreeSnapshot {
             self.live()
         )?;
         for r in self.depth_first().into_iter().filter(|r| r.depth > 0) {
-            let indent = "  ".repeat(r.depth.saturating_sub(1) as usize);
+            // Capped so a decoded snapshot with an absurd depth cannot exhaust memory.
+            let indent = "  ".repeat(r.depth.saturating_sub(1).min(MAX_INDENT) as usize);
             write!(
                 f,
                 "{indent}- [d{}] {} #{} parent={} status={} usage={}/{}",
                 r.depth,
                 r.agent_type,
                 r.id,
-                r.parent.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                r.parent
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 r.status,
                 tokens(&r.own),
                 tokens(&r.subtree)

@@ -40,7 +40,10 @@ impl AgentStatus {
     pub const fn is_terminal(self) -> bool {
         matches!(
             self,
-            AgentStatus::Completed | AgentStatus::Failed | AgentStatus::Aborted | AgentStatus::Killed
+            AgentStatus::Completed
+                | AgentStatus::Failed
+                | AgentStatus::Aborted
+                | AgentStatus::Killed
         )
     }
 
@@ -73,7 +76,10 @@ impl AgentStatus {
     #[must_use = "the transition may have been refused"]
     pub fn advance(self, next: AgentStatus) -> Result<AgentStatus, StatusTransitionError> {
         if self.is_terminal() || next.rank() < self.rank() {
-            Err(StatusTransitionError { from: self, to: next })
+            Err(StatusTransitionError {
+                from: self,
+                to: next,
+            })
         } else {
             Ok(next)
         }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 /// let a = Usage::tokens(100, 20);
 /// let b = Usage { cache_read_tokens: 5, ..Usage::tokens(1, 2) };
 /// assert_eq!((a + b).input_tokens, 101);
-/// assert_eq!((a + b).total_tokens(), 123);
+/// assert_eq!((a + b).total_tokens(), 128); // 101 + 22 + 5 cache read
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -84,7 +84,9 @@ impl Add for Usage {
             input_tokens: self.input_tokens.saturating_add(rhs.input_tokens),
             output_tokens: self.output_tokens.saturating_add(rhs.output_tokens),
             cache_read_tokens: self.cache_read_tokens.saturating_add(rhs.cache_read_tokens),
-            cache_write_tokens: self.cache_write_tokens.saturating_add(rhs.cache_write_tokens),
+            cache_write_tokens: self
+                .cache_write_tokens
+                .saturating_add(rhs.cache_write_tokens),
             cost_micros: self.cost_micros.saturating_add(rhs.cost_micros),
         }
     }

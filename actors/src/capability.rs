@@ -1,0 +1,167 @@
+//! Which tools an agent is offered: its definition's user tools and, when delegation is
+//! allowed, the orchestration tools. Pure functions, no runtime.
+//!
+//! # Invariants
+//!
+//! * Orchestration tools are offered only when the definition opts in (`allowed_subagents`),
+//!   the agent is below its branch's depth cap, it is not isolated, and its policy does not
+//!   deny `Agent`. An explicit deny always wins, also over an allowlist.
+//! * With an explicit tool allowlist and delegation allowed, `Agent` is inferred: it need not
+//!   be listed.
+
+use agent_tree_protocol::{AgentDefinition, ToolSet};
+
+use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL};
+
+/// The tools one agent holds.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub(crate) struct Capabilities {
+    /// User tools, in toolbox order.
+    pub(crate) user_tools: Vec<String>,
+    /// Orchestration tools, in [`ORCHESTRATION_TOOLS`] order.
+    pub(crate) orchestration: Vec<&'static str>,
+}
+
+impl Capabilities {
+    /// Whether the agent may spawn children.
+    #[cfg(test)]
+    pub(crate) fn can_delegate(&self) -> bool {
+        self.orchestration.contains(&AGENT_TOOL)
+    }
+
+    /// Whether the agent holds `tool` (user or orchestration).
+    pub(crate) fn holds(&self, tool: &str) -> bool {
+        self.orchestration.contains(&tool) || self.user_tools.iter().any(|t| t == tool)
+    }
+}
+
+/// Whether `definition` at `depth` may delegate in a branch capped at `max_depth`.
+pub(crate) fn may_delegate(definition: &AgentDefinition, depth: u32, max_depth: u32) -> bool {
+    definition.allowed_subagents.allows_any()
+        && depth < max_depth
+        && !definition.isolated
+        && !denies(definition, AGENT_TOOL)
+}
+
+fn denies(definition: &AgentDefinition, tool: &str) -> bool {
+    definition.disallowed_tools.iter().any(|t| t == tool)
+}
+
+/// The capabilities of `definition` at `depth`, given the user tools the tree has.
+///
+/// With `owner` set (attenuation mode), user tools are further limited to those the owner
+/// holds.
+pub(crate) fn capabilities<'a>(
+    definition: &AgentDefinition,
+    depth: u32,
+    max_depth: u32,
+    available: impl IntoIterator<Item = &'a str>,
+    owner: Option<&Capabilities>,
+) -> Capabilities {
+    let user_tools = available
+        .into_iter()
+        .filter(|name| definition.tools.contains(name) && !denies(definition, name))
+        .filter(|name| owner.is_none_or(|o| o.holds(name)))
+        .map(str::to_owned)
+        .collect();
+    let orchestration = if may_delegate(definition, depth, max_depth) {
+        ORCHESTRATION_TOOLS
+            .into_iter()
+            .filter(|tool| {
+                // The allowlist does not have to name orchestration tools (Agent is inferred),
+                // but a list that names only some of the follow-up tools keeps just those.
+                let listed = match &definition.tools {
+                    ToolSet::Only(names) if *tool != AGENT_TOOL => {
+                        names.iter().any(|n| n == tool)
+                            || !names
+                                .iter()
+                                .any(|n| n == GET_RESULT_TOOL || n == STEER_TOOL)
+                    }
+                    _ => true,
+                };
+                listed && !denies(definition, tool)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Capabilities {
+        user_tools,
+        orchestration,
+    }
+}
+
+/// Default `max_turns` at `depth`: `max(6, 30 − 5·(depth − 1))`.
+pub(crate) fn default_max_turns(depth: u32) -> u32 {
+    30u32.saturating_sub(5 * depth.saturating_sub(1)).max(6)
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::SubagentAllowance;
+
+    use super::*;
+
+    const TOOLS: [&str; 3] = ["read", "write", "bash"];
+
+    fn delegator() -> AgentDefinition {
+        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All)
+    }
+
+    #[test]
+    fn opt_in_is_required() {
+        let plain = AgentDefinition::new("worker", "");
+        let caps = capabilities(&plain, 1, 5, TOOLS, None);
+        assert!(caps.orchestration.is_empty());
+        assert_eq!(caps.user_tools, TOOLS);
+        assert_eq!(
+            capabilities(&delegator(), 1, 5, TOOLS, None).orchestration,
+            ORCHESTRATION_TOOLS
+        );
+    }
+
+    #[test]
+    fn none_at_the_cap_isolated_or_denied() {
+        assert!(!capabilities(&delegator(), 5, 5, TOOLS, None).can_delegate());
+        assert!(capabilities(&delegator(), 4, 5, TOOLS, None).can_delegate());
+        for max_depth in [0, 1] {
+            assert!(!capabilities(&delegator(), 1, max_depth, TOOLS, None).can_delegate());
+        }
+        assert!(!capabilities(&delegator().isolated(), 1, 5, TOOLS, None).can_delegate());
+        let denied = delegator().with_disallowed_tools(["Agent"]);
+        assert!(
+            capabilities(&denied, 1, 5, TOOLS, None)
+                .orchestration
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn agent_is_inferred_into_an_allowlist() {
+        let def = delegator().with_tools(ToolSet::only(["read"]));
+        let caps = capabilities(&def, 1, 5, TOOLS, None);
+        assert_eq!(caps.user_tools, ["read"]);
+        assert!(caps.can_delegate());
+        let denied = def.with_disallowed_tools(["Agent"]);
+        assert!(!capabilities(&denied, 1, 5, TOOLS, None).can_delegate());
+    }
+
+    #[test]
+    fn attenuation_intersects_with_the_owner() {
+        let owner = Capabilities {
+            user_tools: vec!["read".into()],
+            orchestration: vec![],
+        };
+        let caps = capabilities(&AgentDefinition::new("w", ""), 2, 5, TOOLS, Some(&owner));
+        assert_eq!(caps.user_tools, ["read"]);
+    }
+
+    #[test]
+    fn max_turns_shrinks_with_depth() {
+        assert_eq!(default_max_turns(1), 30);
+        assert_eq!(default_max_turns(2), 25);
+        assert_eq!(default_max_turns(5), 10);
+        assert_eq!(default_max_turns(6), 6);
+        assert_eq!(default_max_turns(40), 6);
+    }
+}

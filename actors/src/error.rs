@@ -1,0 +1,149 @@
+//! Errors of the runtime, one enum per family.
+
+use agent_tree_protocol::AgentId;
+
+/// A spawn that was refused. Nothing was started and no record was kept.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The type name did not resolve in the branch's catalog (or is not reachable).
+    #[error("unknown agent type {requested:?}; available: {}", available_list(.available))]
+    UnknownType {
+        /// The name that was asked for.
+        requested: String,
+        /// The types the caller may spawn.
+        available: Vec<String>,
+    },
+    /// The name matches several types case-insensitively.
+    #[error("agent type {requested:?} is ambiguous: {}", .candidates.join(", "))]
+    AmbiguousType {
+        /// The name that was asked for.
+        requested: String,
+        /// The types it matches.
+        candidates: Vec<String>,
+    },
+    /// The type exists but is disabled.
+    #[error("agent type {0:?} is disabled")]
+    DisabledType(String),
+    /// The type name was blank.
+    #[error("agent type is blank")]
+    BlankType,
+    /// The caller's definition does not allow this type.
+    #[error("agent type {requested:?} is not allowed here; allowed: {}", available_list(.allowed))]
+    NotAllowed {
+        /// The resolved type.
+        requested: String,
+        /// The types the caller may spawn.
+        allowed: Vec<String>,
+    },
+    /// The caller may not delegate at all (not opted in, isolated, denied or at the depth cap).
+    #[error("delegation is not available to {0}")]
+    NoDelegation(AgentId),
+    /// The child would be deeper than the branch's `max_depth`.
+    #[error("max_depth {max_depth} reached: a child would be at depth {depth}")]
+    DepthLimit {
+        /// The child's depth.
+        depth: u32,
+        /// The branch's cap.
+        max_depth: u32,
+    },
+    /// The owner already has `max_children_per_agent` live children.
+    #[error("max_children_per_agent {limit} reached for {owner}")]
+    ChildLimit {
+        /// The owner.
+        owner: AgentId,
+        /// The limit.
+        limit: usize,
+    },
+    /// The tree already has `max_total_agents` live agents.
+    #[error("max_total_agents {limit} reached")]
+    TotalLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// The owner is completing, terminal or aborting and accepts no new children.
+    #[error("{0} is not accepting new children")]
+    OwnerClosed(AgentId),
+    /// The spawn request's input was malformed.
+    #[error("invalid spawn request: {0}")]
+    InvalidRequest(String),
+    /// The actor could not be started.
+    #[error("agent actor failed to start: {0}")]
+    Startup(String),
+}
+
+fn available_list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// An ownership-scoped control operation that was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The target is not a child of the caller (or does not exist). Both cases give this same
+    /// error, so ids cannot be probed.
+    #[error("no subagent {0} of yours")]
+    NotYours(AgentId),
+    /// The agent is not running any more (or not yet) and cannot take this operation.
+    #[error("{0} cannot take this now: it is {1}")]
+    WrongStatus(AgentId, agent_tree_protocol::AgentStatus),
+    /// The tree is not running.
+    #[error("the tree has stopped")]
+    TreeStopped,
+}
+
+/// A model turn that failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("model error: {message}")]
+pub struct ModelError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ModelError {
+    /// A model error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        ModelError {
+            message: message.into(),
+        }
+    }
+}
+
+/// A tool call that failed; the model sees the message as an error result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+        }
+    }
+}
+
+/// A tree that could not be built or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TreeError {
+    /// The tree was built without a model.
+    #[error("a tree needs a model")]
+    NoModel,
+    /// The root actor could not be started.
+    #[error("root actor failed to start: {0}")]
+    Startup(String),
+    /// A catalog definition is invalid.
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
+    /// A spawn was refused.
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+}

@@ -1,0 +1,99 @@
+//! The `Model` trait: one language-model turn, for any LLM client.
+//!
+//! A turn gets the agent's conversation and the tools it is offered, and returns text and/or
+//! tool calls plus the turn's usage. The runtime runs every turn as its own cancellable task,
+//! so the agent keeps handling steers, child results and aborts while a call is in flight;
+//! an abort drops the turn's future at its next await point.
+
+use agent_tree_protocol::{AgentId, Message, ToolCall, ToolSpec, Usage};
+
+use crate::error::ModelError;
+use crate::util::BoxFuture;
+
+/// What a model turn is given.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ModelRequest {
+    /// The agent taking the turn.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// Its depth.
+    pub depth: u32,
+    /// Which run of the agent (1 for the first).
+    pub incarnation: u32,
+    /// The turn's number within this run, from 1.
+    pub turn: u32,
+    /// The model name the definition asks for, if any.
+    pub model: Option<String>,
+    /// The system prompt.
+    pub system: String,
+    /// The conversation so far (task, assistant turns, tool results, steers).
+    pub messages: Vec<Message>,
+    /// The tools the agent is offered.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// What a model turn returns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelResponse {
+    /// The model's text. With no tool calls, this is the agent's final answer.
+    pub text: String,
+    /// Tool calls to run before the next turn; they run concurrently.
+    pub tool_calls: Vec<ToolCall>,
+    /// What the turn consumed.
+    pub usage: Usage,
+}
+
+impl ModelResponse {
+    /// A final answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        ModelResponse {
+            text: text.into(),
+            ..ModelResponse::default()
+        }
+    }
+
+    /// A turn that calls tools.
+    pub fn calls(tool_calls: Vec<ToolCall>) -> Self {
+        ModelResponse {
+            tool_calls,
+            ..ModelResponse::default()
+        }
+    }
+
+    /// The same response with `usage`.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+}
+
+/// A language model, as the tree sees it.
+///
+/// Implement it for any LLM client. The future may borrow `self`; the runtime keeps the model
+/// alive (in an `Arc`) for as long as the turn runs, and drops the future when the agent is
+/// aborted.
+///
+/// ```
+/// use agent_tree::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse};
+/// use agent_tree::protocol::Usage;
+///
+/// struct Echo;
+/// impl Model for Echo {
+///     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+///         Box::pin(async move {
+///             let last = request.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+///             Ok(ModelResponse::text(last).with_usage(Usage::tokens(1, 1)))
+///         })
+///     }
+/// }
+/// ```
+pub trait Model: Send + Sync + 'static {
+    /// Takes one turn.
+    ///
+    /// # Errors
+    ///
+    /// A [`ModelError`] fails the agent with reason `model_error`.
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>>;
+}

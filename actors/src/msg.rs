@@ -1,0 +1,54 @@
+//! The one message type of the tree's actors (root and agents).
+//!
+//! Kept in one place and small: enabling ractor's `cluster` feature later needs an explicit
+//! `Message` impl for it.
+
+use agent_tree_protocol::AgentId;
+use ractor::RpcReplyPort;
+
+use crate::error::ModelError;
+use crate::model::ModelResponse;
+
+/// How a model turn task ended.
+#[derive(Debug)]
+pub(crate) enum TurnResult {
+    Response(ModelResponse),
+    Failed(ModelError),
+    Panicked(String),
+    Cancelled,
+}
+
+/// Where a steer went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SteerReceipt {
+    /// The agent's session exists; the steer enters its conversation at the next turn
+    /// boundary.
+    Delivered,
+    /// The agent's session does not exist yet; the steer waits, in order, until it starts.
+    Queued,
+}
+
+/// Messages of the tree's actors.
+#[derive(Debug)]
+pub(crate) enum AgentMsg {
+    /// The agent's model turn task ended (sent by the agent's own task).
+    TurnFinished { turn: u32, result: TurnResult },
+    /// One of the agent's tool tasks ended.
+    ToolFinished {
+        turn: u32,
+        call_id: String,
+        result: Result<String, String>,
+    },
+    /// The agent's cancellation token fired (an abort reached it or its subtree).
+    Cancelled,
+    /// Text for the agent's conversation at its next turn boundary.
+    Steer {
+        text: String,
+        reply: Option<RpcReplyPort<SteerReceipt>>,
+    },
+    /// A child has settled; its outcome is in the registry (sent by the child itself, after
+    /// its last usage was recorded).
+    ChildSettled { child: AgentId },
+}

@@ -1,0 +1,38 @@
+//! State shared by every actor of one tree.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::catalog::Catalog;
+use crate::config::TreeConfig;
+use crate::model::Model;
+use crate::registry::Registry;
+use crate::tool::Toolbox;
+
+/// What every actor of a tree reaches: config, model, tools and the registry.
+pub(crate) struct Shared {
+    pub(crate) config: TreeConfig,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) toolbox: Toolbox,
+    pub(crate) registry: Registry,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .field("toolbox", &self.toolbox)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a branch keeps from when it started: its catalog and its depth cap. Children share
+/// their owner's branch, so changing the tree's catalog or config later never changes how an
+/// existing branch resolves names or how deep it may go.
+#[derive(Debug)]
+pub(crate) struct Branch {
+    pub(crate) catalog: Catalog,
+    pub(crate) max_depth: u32,
+}
+
+pub(crate) type SharedRef = Arc<Shared>;

@@ -1,0 +1,474 @@
+//! Test support: a scripted, deterministic model.
+//!
+//! A [`ScriptedModel`] plays a [`Script`] of [`Turn`]s per agent type (or per agent): answer
+//! with text, call tools (spawn a child in the foreground or background, read or steer a
+//! child, call a user tool), report usage, fail, panic, take (virtual) time, or hang until
+//! cancelled. Every call is logged, so tests can count model calls, e.g. after an abort.
+//!
+//! Each agent walks its own cursor through its script, across restarts; a script that runs
+//! out fails the agent with a clear model error instead of inventing an answer.
+//!
+//! ```
+//! use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+//! use agent_tree::protocol::Usage;
+//!
+//! let model = ScriptedModel::new()
+//!     .script("lead", Script::new([
+//!         // three background children at once, then wait for the first one's result
+//!         Turn::calls([
+//!             Call::spawn_background("worker", "a"),
+//!             Call::spawn_background("worker", "b"),
+//!             Call::spawn_background("worker", "c"),
+//!         ]),
+//!         Turn::calls([Call::result(Target::Spawned(0))]),
+//!         Turn::answer("all done").usage(Usage::tokens(50, 10)),
+//!     ]))
+//!     .script("worker", Script::new([Turn::answer("ok")]));
+//! assert_eq!(model.calls(), 0);
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::{AgentId, Message, Role, ToolCall, Usage};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::error::ModelError;
+use crate::model::{Model, ModelRequest, ModelResponse};
+use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL};
+use crate::util::BoxFuture;
+
+/// Which child a scripted call refers to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A known id.
+    Id(AgentId),
+    /// The child returned by the agent's `n`-th `Agent` call (from 0), read from the
+    /// conversation's tool results.
+    Spawned(usize),
+    /// A raw id string, as a model might write it (forged or malformed ids included).
+    Raw(String),
+}
+
+impl From<AgentId> for Target {
+    fn from(id: AgentId) -> Self {
+        Target::Id(id)
+    }
+}
+
+/// One scripted tool call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    /// `Agent`: spawn a child.
+    Spawn {
+        /// The requested type.
+        agent_type: String,
+        /// The child's task.
+        prompt: String,
+        /// Foreground (`Some(false)`), background (`Some(true)`) or the definition's default.
+        background: Option<bool>,
+        /// Extra fields to put in the input (e.g. a forged `depth`).
+        extra: serde_json::Map<String, serde_json::Value>,
+    },
+    /// `get_subagent_result`.
+    Result {
+        /// Which child.
+        target: Target,
+        /// Whether to wait for it to settle.
+        wait: bool,
+    },
+    /// `steer_subagent`.
+    Steer {
+        /// Which child.
+        target: Target,
+        /// The guidance.
+        message: String,
+    },
+    /// Any tool by name with a raw input.
+    Tool {
+        /// The tool's name.
+        name: String,
+        /// Its input.
+        input: serde_json::Value,
+    },
+}
+
+impl Call {
+    /// Spawns a child in the foreground: the result comes back as the tool result.
+    pub fn spawn(agent_type: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Call::Spawn {
+            agent_type: agent_type.into(),
+            prompt: prompt.into(),
+            background: Some(false),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// Spawns a child in the background: its id comes back at once.
+    pub fn spawn_background(agent_type: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Call::Spawn {
+            agent_type: agent_type.into(),
+            prompt: prompt.into(),
+            background: Some(true),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds a raw field to a spawn's input (other calls are unchanged).
+    pub fn with_field(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        if let Call::Spawn { extra, .. } = &mut self {
+            extra.insert(key.into(), value);
+        }
+        self
+    }
+
+    /// Reads a child's result, waiting for it to settle.
+    pub fn result(target: impl Into<Target>) -> Self {
+        Call::Result {
+            target: target.into(),
+            wait: true,
+        }
+    }
+
+    /// Reads a child's result without waiting.
+    pub fn peek(target: impl Into<Target>) -> Self {
+        Call::Result {
+            target: target.into(),
+            wait: false,
+        }
+    }
+
+    /// Steers a child.
+    pub fn steer(target: impl Into<Target>, message: impl Into<String>) -> Self {
+        Call::Steer {
+            target: target.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Calls a tool by name.
+    pub fn tool(name: impl Into<String>, input: serde_json::Value) -> Self {
+        Call::Tool {
+            name: name.into(),
+            input,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Action {
+    Answer(String),
+    Calls(Vec<Call>),
+    Fail(String),
+    Hang,
+    Panic(String),
+}
+
+/// One scripted model turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Turn {
+    action: Action,
+    usage: Usage,
+    delay: Duration,
+}
+
+impl Turn {
+    fn of(action: Action) -> Self {
+        Turn {
+            action,
+            usage: Usage::ZERO,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// A final answer.
+    pub fn answer(text: impl Into<String>) -> Self {
+        Turn::of(Action::Answer(text.into()))
+    }
+
+    /// Tool calls, run concurrently by the agent.
+    pub fn calls(calls: impl IntoIterator<Item = Call>) -> Self {
+        Turn::of(Action::Calls(calls.into_iter().collect()))
+    }
+
+    /// One foreground spawn.
+    pub fn spawn(agent_type: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Turn::calls([Call::spawn(agent_type, prompt)])
+    }
+
+    /// One background spawn.
+    pub fn spawn_background(agent_type: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Turn::calls([Call::spawn_background(agent_type, prompt)])
+    }
+
+    /// A model error.
+    pub fn fail(message: impl Into<String>) -> Self {
+        Turn::of(Action::Fail(message.into()))
+    }
+
+    /// A turn that never returns (until the agent is aborted).
+    pub fn hang() -> Self {
+        Turn::of(Action::Hang)
+    }
+
+    /// A turn whose model code panics.
+    pub fn panic(message: impl Into<String>) -> Self {
+        Turn::of(Action::Panic(message.into()))
+    }
+
+    /// Reports `usage` for the turn.
+    pub fn usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Takes `delay` (tokio time, so virtual under paused tests) before returning.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// The turns one agent (or every agent of a type) takes, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Script {
+    turns: Vec<Turn>,
+}
+
+impl Script {
+    /// A script of `turns`.
+    pub fn new(turns: impl IntoIterator<Item = Turn>) -> Self {
+        Script {
+            turns: turns.into_iter().collect(),
+        }
+    }
+
+    /// The same script with one more turn.
+    pub fn then(mut self, turn: Turn) -> Self {
+        self.turns.push(turn);
+        self
+    }
+
+    /// The number of turns.
+    pub fn len(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Whether the script has no turns.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+}
+
+/// One logged model call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelCall {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// Its depth.
+    pub depth: u32,
+    /// The turn number within its run.
+    pub turn: u32,
+    /// When the call was made (tokio time).
+    pub at: Instant,
+}
+
+/// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
+#[derive(Clone, Default)]
+pub struct ScriptedModel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_type: Mutex<HashMap<String, Script>>,
+    by_agent: Mutex<HashMap<AgentId, Script>>,
+    cursors: Mutex<HashMap<AgentId, usize>>,
+    log: Mutex<Vec<ModelCall>>,
+}
+
+impl fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptedModel")
+            .field(
+                "types",
+                &self.inner.by_type.lock().keys().collect::<Vec<_>>(),
+            )
+            .field("calls", &self.calls())
+            .finish()
+    }
+}
+
+impl ScriptedModel {
+    /// A model with no scripts.
+    pub fn new() -> Self {
+        ScriptedModel::default()
+    }
+
+    /// Sets the script every agent of `agent_type` plays.
+    pub fn script(self, agent_type: impl Into<String>, script: Script) -> Self {
+        self.inner.by_type.lock().insert(agent_type.into(), script);
+        self
+    }
+
+    /// Sets the script one agent plays, overriding its type's.
+    pub fn script_agent(&self, agent: AgentId, script: Script) {
+        self.inner.by_agent.lock().insert(agent, script);
+    }
+
+    /// Model calls made so far.
+    pub fn calls(&self) -> usize {
+        self.inner.log.lock().len()
+    }
+
+    /// Model calls made by `agent`.
+    pub fn calls_by(&self, agent: AgentId) -> usize {
+        self.inner
+            .log
+            .lock()
+            .iter()
+            .filter(|c| c.agent == agent)
+            .count()
+    }
+
+    /// Every call, in the order made.
+    pub fn log(&self) -> Vec<ModelCall> {
+        self.inner.log.lock().clone()
+    }
+
+    fn next_turn(&self, request: &ModelRequest) -> Result<Turn, ModelError> {
+        let index = {
+            let mut cursors = self.inner.cursors.lock();
+            let cursor = cursors.entry(request.agent).or_insert(0);
+            let index = *cursor;
+            *cursor += 1;
+            index
+        };
+        if let Some(script) = self.inner.by_agent.lock().get(&request.agent) {
+            return pick(script, index, &request.agent.to_string());
+        }
+        match self.inner.by_type.lock().get(&request.agent_type) {
+            Some(script) => pick(script, index, &request.agent_type),
+            None => Err(ModelError::new(format!(
+                "no script for agent type {:?}",
+                request.agent_type
+            ))),
+        }
+    }
+}
+
+fn pick(script: &Script, index: usize, whose: &str) -> Result<Turn, ModelError> {
+    script.turns.get(index).cloned().ok_or_else(|| {
+        ModelError::new(format!(
+            "script of {whose} ran out after {} turns",
+            script.turns.len()
+        ))
+    })
+}
+
+impl Model for ScriptedModel {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            self.inner.log.lock().push(ModelCall {
+                agent: request.agent,
+                agent_type: request.agent_type.clone(),
+                depth: request.depth,
+                turn: request.turn,
+                at: Instant::now(),
+            });
+            let turn = self.next_turn(&request)?;
+            if !turn.delay.is_zero() {
+                tokio::time::sleep(turn.delay).await;
+            }
+            match turn.action {
+                Action::Answer(text) => Ok(ModelResponse::text(text).with_usage(turn.usage)),
+                Action::Calls(calls) => {
+                    let tool_calls = calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, call)| to_tool_call(&request, i, call))
+                        .collect();
+                    Ok(ModelResponse::calls(tool_calls).with_usage(turn.usage))
+                }
+                Action::Fail(message) => Err(ModelError::new(message)),
+                Action::Hang => std::future::pending().await,
+                Action::Panic(message) => panic!("{message}"),
+            }
+        })
+    }
+}
+
+fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
+    let id = format!("call_{}_{}", request.turn, index);
+    match call {
+        Call::Spawn {
+            agent_type,
+            prompt,
+            background,
+            extra,
+        } => {
+            let mut input = serde_json::Map::new();
+            input.insert("agent_type".into(), json!(agent_type));
+            input.insert("prompt".into(), json!(prompt));
+            if let Some(background) = background {
+                input.insert("background".into(), json!(background));
+            }
+            input.extend(extra);
+            ToolCall::new(id, AGENT_TOOL, serde_json::Value::Object(input))
+        }
+        Call::Result { target, wait } => ToolCall::new(
+            id,
+            GET_RESULT_TOOL,
+            json!({ "agent_id": resolve(&request.messages, &target), "wait": wait }),
+        ),
+        Call::Steer { target, message } => ToolCall::new(
+            id,
+            STEER_TOOL,
+            json!({ "agent_id": resolve(&request.messages, &target), "message": message }),
+        ),
+        Call::Tool { name, input } => ToolCall::new(id, name, input),
+    }
+}
+
+/// The id text a target stands for, read from the conversation for [`Target::Spawned`].
+fn resolve(messages: &[Message], target: &Target) -> String {
+    match target {
+        Target::Id(id) => id.to_string(),
+        Target::Raw(raw) => raw.clone(),
+        Target::Spawned(n) => spawned_ids(messages)
+            .into_iter()
+            .nth(*n)
+            .flatten()
+            .unwrap_or_else(|| "unresolved".to_owned()),
+    }
+}
+
+/// For each `Agent` call in the conversation, in order, the child id its result named.
+fn spawned_ids(messages: &[Message]) -> Vec<Option<String>> {
+    let calls = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(|m| m.tool_calls.iter())
+        .filter(|c| c.name == AGENT_TOOL);
+    calls
+        .map(|call| {
+            messages
+                .iter()
+                .find(|m| {
+                    m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call.id.as_str())
+                })
+                .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+                .and_then(|v| {
+                    v.get("agent_id")
+                        .and_then(|id| id.as_str())
+                        .map(str::to_owned)
+                })
+        })
+        .collect()
+}

@@ -1,0 +1,166 @@
+//! User tools: what an agent can call besides the orchestration tools the tree injects.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use agent_tree_protocol::{AgentId, ToolSpec};
+
+use crate::error::ToolError;
+use crate::util::BoxFuture;
+
+/// Names of the orchestration tools the tree injects. User tools may not take these names.
+pub const ORCHESTRATION_TOOLS: [&str; 3] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL];
+/// Spawns (or resumes) a child.
+pub const AGENT_TOOL: &str = "Agent";
+/// Reads a child's result, optionally waiting.
+pub const GET_RESULT_TOOL: &str = "get_subagent_result";
+/// Steers a child at its next turn boundary.
+pub const STEER_TOOL: &str = "steer_subagent";
+
+/// Who is calling a tool.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ToolContext {
+    /// The calling agent.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// Its depth.
+    pub depth: u32,
+    /// The model's id for this call.
+    pub call_id: String,
+}
+
+/// A tool an agent may call.
+///
+/// Calls run as tasks, concurrently with the agent's other calls of the same turn, and are
+/// cancelled when the agent is aborted. A panic inside a tool is an error result, not a crash.
+pub trait Tool: Send + Sync + 'static {
+    /// The tool as offered to the model.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool.
+    ///
+    /// # Errors
+    ///
+    /// A [`ToolError`] is returned to the model as an error result.
+    fn call(
+        &self,
+        context: ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'_, Result<String, ToolError>>;
+}
+
+/// A tool made from a closure.
+///
+/// ```
+/// use agent_tree::{FnTool, Tool};
+/// let read = FnTool::new("read", "reads a file", |_ctx, input| async move {
+///     Ok(format!("contents of {input}"))
+/// });
+/// assert_eq!(read.spec().name, "read");
+/// ```
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    f: F,
+}
+
+impl<F> fmt::Debug for FnTool<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F, Fut> FnTool<F>
+where
+    F: Fn(ToolContext, serde_json::Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
+{
+    /// A tool named `name` that runs `f`, taking any JSON input.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
+        FnTool {
+            spec: ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                input_schema: serde_json::json!({ "type": "object" }),
+            },
+            f,
+        }
+    }
+
+    /// The same tool with an input schema.
+    pub fn with_schema(mut self, schema: serde_json::Value) -> Self {
+        self.spec.input_schema = schema;
+        self
+    }
+}
+
+impl<F, Fut> Tool for FnTool<F>
+where
+    F: Fn(ToolContext, serde_json::Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
+{
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn call(
+        &self,
+        context: ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'_, Result<String, ToolError>> {
+        Box::pin((self.f)(context, input))
+    }
+}
+
+/// The user tools of a tree, by name.
+#[derive(Clone, Default)]
+pub struct Toolbox {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.tools.keys()).finish()
+    }
+}
+
+/// A tool whose name is reserved or taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tool name {0:?} is reserved or already taken")]
+pub struct ToolNameError(pub String);
+
+impl Toolbox {
+    /// An empty toolbox.
+    pub fn new() -> Self {
+        Toolbox::default()
+    }
+
+    /// Adds a tool.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolNameError`] if the name is an orchestration tool's or already taken.
+    pub fn insert(&mut self, tool: impl Tool) -> Result<(), ToolNameError> {
+        let name = tool.spec().name;
+        if ORCHESTRATION_TOOLS.contains(&name.as_str()) || self.tools.contains_key(&name) {
+            return Err(ToolNameError(name));
+        }
+        self.tools.insert(name, Arc::new(tool));
+        Ok(())
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Every tool name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+}

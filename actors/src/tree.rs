@@ -1,0 +1,408 @@
+//! The tree: the application's handle, the root of every agent's supervision chain.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::{
+    AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
+};
+use ractor::{Actor, ActorRef};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::Catalog;
+use crate::config::TreeConfig;
+use crate::error::{ControlError, SpawnError, TreeError};
+use crate::events::EventStream;
+use crate::model::Model;
+use crate::msg::{AgentMsg, SteerReceipt};
+use crate::registry::Registry;
+use crate::root::RootActor;
+use crate::shared::{Branch, Shared, SharedRef};
+use crate::spawn::{self, SpawnSpec, Spawned};
+use crate::tool::{Tool, ToolNameError, Toolbox};
+
+/// A tree of agents: holds the config, the catalog, the model, the tools and the registry,
+/// and supervises the top-level agents through its root actor.
+///
+/// The application is the root supervisor: it may inspect every record and stop any subtree.
+///
+/// Dropping a `Tree` without [`Tree::shutdown`] aborts every agent (their tokens are
+/// cancelled, so no further model call starts) and stops the root actor at once, which kills
+/// what is left without running shutdown work. Call [`Tree::shutdown`] for a graceful stop.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use agent_tree::prelude::*;
+/// use agent_tree::testkit::{Script, ScriptedModel, Turn};
+///
+/// let model = ScriptedModel::new()
+///     .script("greeter", Script::new([Turn::answer("hello").usage(Usage::tokens(10, 2))]));
+/// let catalog = Catalog::new([AgentDefinition::new("greeter", "Say hello.")]).unwrap();
+/// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+/// let outcome = tree.run(SpawnRequest::new("greeter", "hi")).await.unwrap();
+/// assert_eq!(outcome.text.as_deref(), Some("hello"));
+/// assert_eq!(tree.snapshot().root().unwrap().subtree.total_tokens(), 12);
+/// tree.shutdown().await;
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Tree {
+    shared: SharedRef,
+    root: ActorRef<AgentMsg>,
+    root_token: CancellationToken,
+    branch: Arc<Branch>,
+    stopped: bool,
+}
+
+/// Builds a [`Tree`].
+#[derive(Default)]
+pub struct TreeBuilder {
+    config: TreeConfig,
+    catalog: Catalog,
+    model: Option<Arc<dyn Model>>,
+    toolbox: Toolbox,
+    session: Option<SessionId>,
+}
+
+impl std::fmt::Debug for TreeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeBuilder")
+            .field("config", &self.config)
+            .field("catalog", &self.catalog)
+            .field("toolbox", &self.toolbox)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TreeBuilder {
+    /// Sets the limits.
+    pub fn config(mut self, config: TreeConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the catalog top-level branches start with.
+    pub fn catalog(mut self, catalog: Catalog) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// Sets the model.
+    pub fn model(mut self, model: impl Model) -> Self {
+        self.model = Some(Arc::new(model));
+        self
+    }
+
+    /// Sets a shared model.
+    pub fn shared_model(mut self, model: Arc<dyn Model>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Adds a user tool.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolNameError`] when the name is reserved or taken.
+    pub fn tool(mut self, tool: impl Tool) -> Result<Self, ToolNameError> {
+        self.toolbox.insert(tool)?;
+        Ok(self)
+    }
+
+    /// Sets the session id (one is generated otherwise).
+    pub fn session(mut self, session: SessionId) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// Starts the tree's root actor.
+    ///
+    /// # Errors
+    ///
+    /// [`TreeError::NoModel`] without a model; [`TreeError::Startup`] if the root actor
+    /// cannot start.
+    pub async fn build(self) -> Result<Tree, TreeError> {
+        let model = self.model.ok_or(TreeError::NoModel)?;
+        let session = self.session.unwrap_or_else(new_session_id);
+        let root_token = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            registry: Registry::new(session, root_token.clone()),
+            config: self.config,
+            model,
+            toolbox: self.toolbox,
+        });
+        let (root, _) = Actor::spawn(None, RootActor, shared.clone())
+            .await
+            .map_err(|e| TreeError::Startup(e.to_string()))?;
+        let branch = Arc::new(Branch {
+            catalog: self.catalog,
+            max_depth: shared.config.max_depth,
+        });
+        Ok(Tree {
+            shared,
+            root,
+            root_token,
+            branch,
+            stopped: false,
+        })
+    }
+}
+
+fn new_session_id() -> SessionId {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    SessionId::new(format!(
+        "s{:x}-{:x}-{}",
+        std::process::id(),
+        nanos,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// A handle on one agent: its id and its eventual outcome. Waiting on it, or dropping it,
+/// never affects the agent.
+#[derive(Debug, Clone)]
+pub struct AgentHandle {
+    id: AgentId,
+    settled: watch::Receiver<Option<Outcome>>,
+}
+
+impl AgentHandle {
+    /// The agent's id.
+    pub fn id(&self) -> AgentId {
+        self.id
+    }
+
+    /// Waits for the agent to settle and returns its outcome. Cancel-safe: dropping the
+    /// future leaves the agent running.
+    pub async fn outcome(&mut self) -> Outcome {
+        match self.settled.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome.clone().unwrap_or_else(killed),
+            // The registry is gone: the tree was dropped, which kills every agent.
+            Err(_) => killed(),
+        }
+    }
+
+    /// The outcome, if the agent has settled.
+    pub fn try_outcome(&self) -> Option<Outcome> {
+        self.settled.borrow().clone()
+    }
+}
+
+fn killed() -> Outcome {
+    Outcome::ended(AgentStatus::Killed, EndReason::Killed)
+}
+
+/// What a shutdown did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Agents that settled on their own before the deadline.
+    pub graceful: Vec<AgentId>,
+    /// Agents still alive at the deadline, killed.
+    pub killed: Vec<AgentId>,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
+}
+
+impl Tree {
+    /// A builder with the default config, an empty catalog and no model.
+    pub fn builder() -> TreeBuilder {
+        TreeBuilder::default()
+    }
+
+    /// The tree's session id.
+    pub fn session(&self) -> &SessionId {
+        self.shared.registry.session()
+    }
+
+    /// The tree's config.
+    pub fn config(&self) -> &TreeConfig {
+        &self.shared.config
+    }
+
+    /// The catalog new top-level branches start with.
+    pub fn catalog(&self) -> &Catalog {
+        &self.branch.catalog
+    }
+
+    /// Starts a top-level agent (depth 1) and returns its handle at once.
+    ///
+    /// # Errors
+    ///
+    /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
+    pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
+        let definition = self.branch.catalog.resolve(&request.agent_type)?.clone();
+        let spawned = spawn::spawn(
+            &self.shared,
+            SpawnSpec {
+                owner: AgentId::ROOT,
+                owner_actor: &self.root,
+                owner_capabilities: None,
+                definition,
+                branch: self.branch.clone(),
+                request,
+            },
+        )
+        .await?;
+        let id = match spawned {
+            Spawned::New { id, .. } | Spawned::Existing(id) => id,
+        };
+        self.handle(id)
+            .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+    }
+
+    /// Starts a top-level agent and waits for its outcome.
+    ///
+    /// # Errors
+    ///
+    /// As [`Tree::spawn`].
+    pub async fn run(&self, request: SpawnRequest) -> Result<Outcome, SpawnError> {
+        let mut handle = self.spawn(request).await?;
+        Ok(handle.outcome().await)
+    }
+
+    /// A handle on any agent of the tree.
+    pub fn handle(&self, id: AgentId) -> Option<AgentHandle> {
+        let settled = self.shared.registry.watch(id)?;
+        Some(AgentHandle { id, settled })
+    }
+
+    /// The authoritative snapshot of every record.
+    pub fn snapshot(&self) -> TreeSnapshot {
+        self.shared.registry.snapshot()
+    }
+
+    /// One agent's record.
+    pub fn record(&self, id: AgentId) -> Option<AgentRecord> {
+        self.shared.registry.record(id)
+    }
+
+    /// One agent's outcome, once settled. Reading never removes it.
+    pub fn outcome(&self, id: AgentId) -> Option<Outcome> {
+        self.shared.registry.outcome(id)
+    }
+
+    /// Subscribes to every lifecycle event from now on.
+    pub fn subscribe(&self) -> EventStream {
+        self.shared.registry.subscribe()
+    }
+
+    /// Live agents (admitted, not yet terminal).
+    pub fn live(&self) -> usize {
+        self.shared.registry.live()
+    }
+
+    /// Waits until no agent is live.
+    pub async fn idle(&self) {
+        self.shared.registry.idle().await;
+    }
+
+    /// Aborts an agent and its whole non-detached subtree at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id.
+    pub fn abort(&self, id: AgentId) -> Result<(), ControlError> {
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
+        self.shared.registry.abort(id, EndReason::Aborted)
+    }
+
+    /// Steers an agent: the text enters its conversation at its next turn boundary.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id, [`ControlError::WrongStatus`] for a
+    /// settled agent.
+    pub async fn steer(
+        &self,
+        id: AgentId,
+        text: impl Into<String>,
+    ) -> Result<SteerReceipt, ControlError> {
+        let record = self
+            .shared
+            .registry
+            .record(id)
+            .ok_or(ControlError::NotYours(id))?;
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
+        if record.status.is_terminal() {
+            return Err(ControlError::WrongStatus(id, record.status));
+        }
+        let actor = self
+            .shared
+            .registry
+            .live_actors()
+            .into_iter()
+            .find(|(agent, _)| *agent == id)
+            .map(|(_, cell)| ActorRef::<AgentMsg>::from(cell))
+            .ok_or(ControlError::WrongStatus(id, record.status))?;
+        let text = text.into();
+        ractor::call!(actor, |reply| AgentMsg::Steer {
+            text,
+            reply: Some(reply)
+        })
+        .map_err(|_| ControlError::WrongStatus(id, record.status))
+    }
+
+    /// Shuts the whole tree down: every agent is aborted at once and given one deadline
+    /// (the config's `shutdown_grace`); whatever is alive at the deadline is killed. Records
+    /// stay readable in the returned report's snapshot and through the registry.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        self.stop_all().await
+    }
+
+    async fn stop_all(&mut self) -> ShutdownReport {
+        let started = Instant::now();
+        let deadline = started + self.shared.config.shutdown_grace;
+        let before: Vec<AgentId> = self
+            .shared
+            .registry
+            .snapshot()
+            .agents()
+            .filter(|r| r.status.is_live())
+            .map(|r| r.id)
+            .collect();
+        let _ = self
+            .shared
+            .registry
+            .abort(AgentId::ROOT, EndReason::Shutdown);
+        self.root_token.cancel();
+        let _ = tokio::time::timeout_at(deadline, self.shared.registry.idle()).await;
+        let mut late = Vec::new();
+        for (id, actor) in self.shared.registry.live_actors() {
+            actor.kill();
+            self.shared.registry.kill_descendants(id);
+            if self.shared.registry.settle(id, killed()) {
+                late.push(id);
+            }
+        }
+        self.root.stop(None);
+        self.shared.registry.settle_root();
+        self.stopped = true;
+        let graceful = before.into_iter().filter(|id| !late.contains(id)).collect();
+        ShutdownReport {
+            graceful,
+            killed: late,
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.root_token.cancel();
+            self.root.stop(None);
+        }
+    }
+}
