@@ -12,9 +12,9 @@
 //!
 //! # Invariants
 //!
-//! * Model turns and user tools run as tasks that select on the agent's cancellation token,
-//!   so an abort cancels them at once, at every depth (children's tokens are children of the
-//!   owner's).
+//! * Model turns, user tools and waits run as tasks that select on the agent's cancellation
+//!   token, so an abort cancels them at once, at every depth (children's tokens are
+//!   children of the owner's).
 //! * The first model call happens only after the actor has checked its token, so an agent
 //!   aborted before or while it was constructed never calls the model and never spawns.
 //! * An agent settles only when every non-detached child is terminal: subtrees settle bottom
@@ -39,6 +39,7 @@ use crate::capability::{self, Capabilities};
 use crate::model::ModelRequest;
 use crate::msg::{AgentMsg, SteerReceipt, TurnResult};
 use crate::shared::{Branch, SharedRef};
+use crate::spawn::PendingStart;
 use crate::supervision;
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
@@ -53,12 +54,8 @@ pub(crate) struct AgentArgs {
     pub(crate) id: AgentId,
     pub(crate) depth: u32,
     pub(crate) owner: ActorRef<AgentMsg>,
-    pub(crate) definition: Arc<AgentDefinition>,
-    pub(crate) branch: Arc<Branch>,
-    pub(crate) prompt: String,
+    pub(crate) start: PendingStart,
     pub(crate) token: CancellationToken,
-    pub(crate) settle: SettlePolicy,
-    pub(crate) owner_capabilities: Option<Capabilities>,
     pub(crate) shared: SharedRef,
 }
 
@@ -86,12 +83,19 @@ pub(crate) struct AgentState {
     phase: Phase,
     /// Owned children, in start order.
     children: Vec<Child>,
-    /// Steers waiting for the next turn boundary.
-    steers: VecDeque<String>,
+    /// Text for the conversation at the next turn boundary, in arrival order: steers (which
+    /// emit `steered`) and notices (questions from children, background completions).
+    inbox: VecDeque<Inbound>,
     /// The last text the model produced, kept as partial output.
     last_text: String,
     /// The task that turns a cancelled token into [`AgentMsg::Cancelled`].
     watcher: Option<AbortHandle>,
+}
+
+#[derive(Debug)]
+enum Inbound {
+    Steer(String),
+    Notice(String),
 }
 
 #[derive(Debug)]
@@ -113,18 +117,36 @@ struct PendingCall {
     call_id: String,
     /// The result text and whether it is an error, once known.
     result: Option<(String, bool)>,
-    /// A child whose settling answers this call (foreground spawn, waiting result read).
-    waits_on: Option<AgentId>,
-    /// A user tool's task.
+    /// The task answering it (a user tool or a wait for an agent to settle).
     task: Option<AbortHandle>,
+    /// A wait on this child, answered early if the child asks a question.
+    waits_on: Option<AgentId>,
+    /// An `ask_owner` call: the next steer from the owner answers it.
+    asks_owner: bool,
+}
+
+impl PendingCall {
+    fn new(call_id: String) -> Self {
+        PendingCall {
+            call_id,
+            result: None,
+            task: None,
+            waits_on: None,
+            asks_owner: false,
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Child {
     id: AgentId,
-    actor: ActorRef<AgentMsg>,
     detached: bool,
+    /// Spawned in the background: its completion is noticed in the conversation unless its
+    /// result was read.
+    background: bool,
     settled: bool,
+    /// Its current outcome was returned by a tool (foreground result or a read).
+    read: bool,
 }
 
 impl Actor for AgentActor {
@@ -141,14 +163,23 @@ impl Actor for AgentActor {
             id,
             depth,
             owner,
+            start,
+            token,
+            shared,
+        } = args;
+        let PendingStart {
             definition,
             branch,
             prompt,
-            token,
-            settle,
+            mut settle,
+            mut context,
+            resumed,
             owner_capabilities,
-            shared,
-        } = args;
+        } = start;
+        if resumed {
+            // Children spawned during a resumed run never outlive it.
+            settle = SettlePolicy::AbortChildren;
+        }
         let capabilities = capability::capabilities(
             &definition,
             depth,
@@ -156,21 +187,18 @@ impl Actor for AgentActor {
             shared.toolbox.names(),
             owner_capabilities.as_ref(),
         );
-        let mut offered: Vec<ToolSpec> = capabilities
+        let offered: Vec<ToolSpec> = capabilities
             .user_tools
             .iter()
             .filter_map(|name| shared.toolbox.get(name).map(|t| t.spec()))
+            .chain(capabilities.orchestration.iter().map(|t| orchestration::spec(t)))
+            .chain(capabilities.ask_owner.then(|| orchestration::spec(crate::tool::ASK_OWNER_TOOL)))
             .collect();
-        offered.extend(
-            capabilities
-                .orchestration
-                .iter()
-                .map(|t| orchestration::spec(t)),
-        );
         let max_turns = definition
             .max_turns
             .unwrap_or_else(|| capability::default_max_turns(depth));
-        shared.registry.started(id, myself.get_cell());
+        // Steers sent before the session existed come first, in order.
+        let early = shared.registry.started(id, myself.get_cell());
         let watcher = {
             let token = token.clone();
             let myself = myself.clone();
@@ -180,6 +208,7 @@ impl Actor for AgentActor {
             })
             .abort_handle()
         };
+        context.push(Message::user(prompt));
         Ok(AgentState {
             id,
             depth,
@@ -192,11 +221,11 @@ impl Actor for AgentActor {
             capabilities,
             offered: offered.into(),
             max_turns,
-            conversation: vec![Message::user(prompt)],
+            conversation: context,
             turns: 0,
             phase: Phase::Idle,
             children: Vec::new(),
-            steers: VecDeque::new(),
+            inbox: early.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
             watcher: Some(watcher),
         })
@@ -218,13 +247,12 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         if matches!(state.phase, Phase::Done) {
-            // Settled: only a steer's reply port still deserves an answer (dropping it tells
-            // the sender the agent is gone).
+            // Settled and stopping: a steer's reply port is dropped, which tells the sender.
             return Ok(());
         }
         match message {
             AgentMsg::TurnFinished { turn, result } => {
-                state.on_turn_finished(&myself, turn, result).await
+                state.on_turn_finished(&myself, turn, result).await;
             }
             AgentMsg::ToolFinished {
                 turn,
@@ -240,12 +268,14 @@ impl Actor for AgentActor {
             }
             AgentMsg::Cancelled => state.abort(&myself),
             AgentMsg::Steer { text, reply } => {
-                state.steers.push_back(text);
+                let receipt = state.on_steer(&myself, text);
                 if let Some(reply) = reply {
-                    let _ = reply.send(SteerReceipt::Delivered);
+                    let _ = reply.send(receipt);
                 }
             }
             AgentMsg::ChildSettled { child } => state.on_child_settled(&myself, child),
+            AgentMsg::Asked { child, question } => state.on_asked(&myself, child, question),
+            AgentMsg::PoolChanged => {}
         }
         Ok(())
     }
@@ -280,6 +310,10 @@ impl Actor for AgentActor {
             let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
                 .with_partial(state.last_text.clone());
             state.shared.registry.kill_descendants(state.id);
+            state
+                .shared
+                .registry
+                .keep_conversation(state.id, state.conversation.clone());
             if state.shared.registry.settle(state.id, outcome) {
                 let _ = state.owner.cast(AgentMsg::ChildSettled { child: state.id });
             }
@@ -305,9 +339,14 @@ impl AgentState {
             self.end_run(myself, outcome);
             return;
         }
-        while let Some(text) = self.steers.pop_front() {
-            self.conversation.push(Message::user(text));
-            self.shared.registry.announce(self.id, EventKind::Steered);
+        while let Some(inbound) = self.inbox.pop_front() {
+            match inbound {
+                Inbound::Steer(text) => {
+                    self.conversation.push(Message::user(text));
+                    self.shared.registry.announce(self.id, EventKind::Steered);
+                }
+                Inbound::Notice(text) => self.conversation.push(Message::user(text)),
+            }
         }
         self.turns += 1;
         let turn = self.turns;
@@ -350,82 +389,68 @@ impl AgentState {
         };
     }
 
-    async fn on_turn_finished(
-        &mut self,
-        myself: &ActorRef<AgentMsg>,
-        turn: u32,
-        result: TurnResult,
-    ) {
+    async fn on_turn_finished(&mut self, myself: &ActorRef<AgentMsg>, turn: u32, result: TurnResult) {
         if !matches!(self.phase, Phase::Thinking { turn: t, .. } if t == turn) {
             return;
         }
-        match result {
-            TurnResult::Cancelled => self.abort(myself),
+        let response = match result {
+            TurnResult::Cancelled => return self.abort(myself),
             TurnResult::Failed(error) => {
                 let outcome = Outcome::failed(EndReason::ModelError, error.message)
                     .with_partial(self.last_text.clone());
-                self.end_run(myself, outcome);
+                return self.end_run(myself, outcome);
             }
             TurnResult::Panicked(panic) => {
-                let outcome =
-                    Outcome::failed(EndReason::Panicked, format!("model panicked: {panic}"))
-                        .with_partial(self.last_text.clone());
-                self.end_run(myself, outcome);
+                let outcome = Outcome::failed(EndReason::Panicked, format!("model panicked: {panic}"))
+                    .with_partial(self.last_text.clone());
+                return self.end_run(myself, outcome);
             }
-            TurnResult::Response(response) => {
-                if self.token.is_cancelled() {
-                    self.abort(myself);
-                    return;
-                }
-                if !response.text.is_empty() {
-                    self.last_text.clone_from(&response.text);
-                }
-                let calls = response.tool_calls;
-                self.conversation
-                    .push(Message::assistant(response.text.clone(), calls.clone()));
-                if calls.is_empty() {
-                    self.end_run(myself, Outcome::completed(response.text));
-                    return;
-                }
-                self.phase = Phase::Acting {
-                    turn,
-                    calls: calls
-                        .iter()
-                        .map(|c| PendingCall {
-                            call_id: c.id.clone(),
-                            result: None,
-                            waits_on: None,
-                            task: None,
-                        })
-                        .collect(),
-                };
-                for call in calls {
-                    self.dispatch(myself, turn, call).await;
-                }
-                self.after_answer(myself);
-            }
+            TurnResult::Response(response) => response,
+        };
+        if self.token.is_cancelled() {
+            return self.abort(myself);
         }
+        if !response.text.is_empty() {
+            self.last_text.clone_from(&response.text);
+        }
+        let calls = response.tool_calls;
+        self.conversation
+            .push(Message::assistant(response.text.clone(), calls.clone()));
+        if calls.is_empty() {
+            return self.end_run(myself, Outcome::completed(response.text));
+        }
+        self.phase = Phase::Acting {
+            turn,
+            calls: calls.iter().map(|c| PendingCall::new(c.id.clone())).collect(),
+        };
+        for call in calls {
+            self.dispatch(myself, turn, call).await;
+        }
+        self.after_answer(myself);
     }
 
-    /// Starts one tool call. Orchestration tools are answered here or when a child settles;
-    /// user tools run as tasks.
+    /// Starts one tool call. Orchestration tools are answered here or by a wait task; user
+    /// tools run as tasks.
     async fn dispatch(&mut self, myself: &ActorRef<AgentMsg>, turn: u32, call: ToolCall) {
-        if orchestration::is_orchestration(&call.name) && self.capabilities.holds(&call.name) {
-            orchestration::dispatch(self, myself, turn, call).await;
+        if orchestration::is_orchestration(&call.name) {
+            if self.capabilities.holds(&call.name) {
+                orchestration::dispatch(self, myself, turn, call).await;
+            } else {
+                let text = format!("tool {:?} is not available to this agent", call.name);
+                self.answer_call(turn, &call.id, text, true);
+            }
             return;
         }
-        if !self.capabilities.user_tools.iter().any(|t| t == &call.name) {
+        let tool = self
+            .capabilities
+            .user_tools
+            .iter()
+            .any(|t| t == &call.name)
+            .then(|| self.shared.toolbox.get(&call.name).cloned())
+            .flatten();
+        let Some(tool) = tool else {
             let text = format!("tool {:?} is not available to this agent", call.name);
             self.answer_call(turn, &call.id, text, true);
-            return;
-        }
-        let Some(tool) = self.shared.toolbox.get(&call.name).cloned() else {
-            self.answer_call(
-                turn,
-                &call.id,
-                format!("tool {:?} is not available", call.name),
-                true,
-            );
             return;
         };
         let context = ToolContext {
@@ -447,11 +472,7 @@ impl AgentState {
                     Err(panic) => Err(format!("tool panicked: {panic}")),
                 },
             };
-            let _ = reply_to.cast(AgentMsg::ToolFinished {
-                turn,
-                call_id,
-                result,
-            });
+            let _ = reply_to.cast(AgentMsg::ToolFinished { turn, call_id, result });
         });
         if let Some(pending) = self.pending_call(turn, &call.id) {
             pending.task = Some(task.abort_handle());
@@ -472,7 +493,10 @@ impl AgentState {
         if let Some(pending) = self.pending_call(turn, call_id) {
             pending.result = Some((text, is_error));
             pending.waits_on = None;
-            pending.task = None;
+            pending.asks_owner = false;
+            if let Some(task) = pending.task.take() {
+                task.abort();
+            }
         }
     }
 
@@ -483,39 +507,73 @@ impl AgentState {
             self.abort(myself);
             return;
         }
-        let Phase::Acting { calls, .. } = &mut self.phase else {
-            return;
-        };
+        let Phase::Acting { calls, .. } = &mut self.phase else { return };
         if calls.iter().any(|c| c.result.is_none()) {
             return;
         }
         for call in calls.drain(..) {
             let (text, is_error) = call.result.unwrap_or_default();
-            self.conversation
-                .push(Message::tool_result(call.call_id, text, is_error));
+            self.conversation.push(Message::tool_result(call.call_id, text, is_error));
         }
         self.next_turn(myself);
     }
 
-    fn on_child_settled(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
-        let Some(entry) = self.children.iter_mut().find(|c| c.id == child) else {
+    /// A steer answers a pending `ask_owner` call if there is one; otherwise it waits for the
+    /// next turn boundary.
+    fn on_steer(&mut self, myself: &ActorRef<AgentMsg>, text: String) -> SteerReceipt {
+        if let Phase::Acting { calls, .. } = &mut self.phase {
+            if let Some(ask) = calls.iter_mut().find(|c| c.asks_owner && c.result.is_none()) {
+                ask.result = Some((text, false));
+                ask.asks_owner = false;
+                self.shared.registry.announce(self.id, EventKind::Steered);
+                self.after_answer(myself);
+                return SteerReceipt::Delivered;
+            }
+        }
+        self.inbox.push_back(Inbound::Steer(text));
+        SteerReceipt::Delivered
+    }
+
+    /// A child asked a question: it enters the conversation at the next turn boundary, and a
+    /// wait on that child is answered now with the question, so the turn can end and the
+    /// model can answer (a foreground wait would otherwise deadlock).
+    fn on_asked(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId, question: String) {
+        if !self.children.iter().any(|c| c.id == child) {
             return;
-        };
+        }
+        self.inbox.push_back(Inbound::Notice(format!(
+            "[question from subagent {child}; answer with steer_subagent] {question}"
+        )));
+        if let Phase::Acting { calls, .. } = &mut self.phase {
+            for call in calls.iter_mut().filter(|c| c.waits_on == Some(child) && c.result.is_none()) {
+                let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
+                call.result = Some((text.to_string(), false));
+                call.waits_on = None;
+                if let Some(task) = call.task.take() {
+                    task.abort();
+                }
+            }
+        }
+        self.after_answer(myself);
+    }
+
+    fn on_child_settled(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
+        let Some(entry) = self.children.iter_mut().find(|c| c.id == child) else { return };
         if entry.settled {
             return;
         }
         entry.settled = true;
-        let outcome = self.shared.registry.outcome(child);
-        if let Phase::Acting { calls, .. } = &mut self.phase {
-            for call in calls.iter_mut().filter(|c| c.waits_on == Some(child)) {
-                call.result = Some(orchestration::result_text(child, outcome.as_ref()));
-                call.waits_on = None;
-            }
+        let waited_on = matches!(&self.phase, Phase::Acting { calls, .. }
+            if calls.iter().any(|c| c.waits_on == Some(child) && c.result.is_none()));
+        if entry.background && !entry.read && !waited_on {
+            let outcome = self.shared.registry.outcome(child);
+            let summary = outcome.as_ref().map(|o| o.summary()).unwrap_or_default();
+            let status = outcome.map(|o| o.status.as_str()).unwrap_or("settled");
+            self.inbox
+                .push_back(Inbound::Notice(format!("[subagent {child} {status}] {summary}")));
         }
-        match self.phase {
-            Phase::Acting { .. } => self.after_answer(myself),
-            Phase::Ending { .. } => self.try_settle(myself),
-            _ => {}
+        if matches!(self.phase, Phase::Ending { .. }) {
+            self.try_settle(myself);
         }
     }
 
@@ -523,8 +581,7 @@ impl AgentState {
     /// policy, then settle once they are terminal.
     fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
-        let aborting =
-            outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
+        let aborting = outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
         if aborting {
             for child in self.children.iter().filter(|c| !c.settled && !c.detached) {
                 let _ = self.shared.registry.abort(child.id, EndReason::OwnerEnded);
@@ -539,17 +596,12 @@ impl AgentState {
     /// Aborted (the token fired): cancel in-flight work and end the run as aborted, keeping
     /// partial output. Children were cancelled with the token.
     fn abort(&mut self, myself: &ActorRef<AgentMsg>) {
-        let reason = self
-            .shared
-            .registry
-            .abort_reason(self.id)
-            .unwrap_or(EndReason::OwnerEnded);
+        let reason = self.shared.registry.abort_reason(self.id).unwrap_or(EndReason::OwnerEnded);
         match &self.phase {
             Phase::Done => {}
             Phase::Ending { outcome } if outcome.status == AgentStatus::Aborted => {}
             _ => {
-                let outcome = Outcome::ended(AgentStatus::Aborted, reason)
-                    .with_partial(self.last_text.clone());
+                let outcome = Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.last_text.clone());
                 self.end_run(myself, outcome);
             }
         }
@@ -580,6 +632,9 @@ impl AgentState {
             watcher.abort();
         }
         tracing::debug!(agent = %self.id, status = %outcome.status, "agent settled");
+        self.shared
+            .registry
+            .keep_conversation(self.id, std::mem::take(&mut self.conversation));
         if self.shared.registry.settle(self.id, outcome) {
             let _ = self.owner.cast(AgentMsg::ChildSettled { child: self.id });
         }

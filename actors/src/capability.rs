@@ -9,9 +9,9 @@
 //! * With an explicit tool allowlist and delegation allowed, `Agent` is inferred: it need not
 //!   be listed.
 
-use agent_tree_protocol::{AgentDefinition, ToolSet};
+use agent_tree_protocol::AgentDefinition;
 
-use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL};
+use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
 
 /// The tools one agent holds.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -20,6 +20,8 @@ pub(crate) struct Capabilities {
     pub(crate) user_tools: Vec<String>,
     /// Orchestration tools, in [`ORCHESTRATION_TOOLS`] order.
     pub(crate) orchestration: Vec<&'static str>,
+    /// Whether it may ask its owner (`ask_owner`).
+    pub(crate) ask_owner: bool,
 }
 
 impl Capabilities {
@@ -31,7 +33,9 @@ impl Capabilities {
 
     /// Whether the agent holds `tool` (user or orchestration).
     pub(crate) fn holds(&self, tool: &str) -> bool {
-        self.orchestration.contains(&tool) || self.user_tools.iter().any(|t| t == tool)
+        self.orchestration.contains(&tool)
+            || (tool == ASK_OWNER_TOOL && self.ask_owner)
+            || self.user_tools.iter().any(|t| t == tool)
     }
 }
 
@@ -64,23 +68,12 @@ pub(crate) fn capabilities<'a>(
         .filter(|name| owner.is_none_or(|o| o.holds(name)))
         .map(str::to_owned)
         .collect();
+    // An allowlist need not name the orchestration tools (they are inferred with
+    // `allowed_subagents`); a deny of any one of them removes it.
     let orchestration = if may_delegate(definition, depth, max_depth) {
         ORCHESTRATION_TOOLS
             .into_iter()
-            .filter(|tool| {
-                // The allowlist does not have to name orchestration tools (Agent is inferred),
-                // but a list that names only some of the follow-up tools keeps just those.
-                let listed = match &definition.tools {
-                    ToolSet::Only(names) if *tool != AGENT_TOOL => {
-                        names.iter().any(|n| n == tool)
-                            || !names
-                                .iter()
-                                .any(|n| n == GET_RESULT_TOOL || n == STEER_TOOL)
-                    }
-                    _ => true,
-                };
-                listed && !denies(definition, tool)
-            })
+            .filter(|tool| !denies(definition, tool))
             .collect()
     } else {
         Vec::new()
@@ -88,6 +81,7 @@ pub(crate) fn capabilities<'a>(
     Capabilities {
         user_tools,
         orchestration,
+        ask_owner: !denies(definition, ASK_OWNER_TOOL),
     }
 }
 
@@ -98,7 +92,7 @@ pub(crate) fn default_max_turns(depth: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use agent_tree_protocol::SubagentAllowance;
+    use agent_tree_protocol::{SubagentAllowance, ToolSet};
 
     use super::*;
 
@@ -151,6 +145,7 @@ mod tests {
         let owner = Capabilities {
             user_tools: vec!["read".into()],
             orchestration: vec![],
+            ask_owner: true,
         };
         let caps = capabilities(&AgentDefinition::new("w", ""), 2, 5, TOOLS, Some(&owner));
         assert_eq!(caps.user_tools, ["read"]);

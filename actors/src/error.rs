@@ -55,6 +55,22 @@ pub enum SpawnError {
         /// The limit.
         limit: usize,
     },
+    /// The owner has spawned `max_spawns_per_agent` children in its life.
+    #[error("max_spawns_per_agent {limit} reached for {owner}")]
+    SpawnBudget {
+        /// The owner.
+        owner: AgentId,
+        /// The limit.
+        limit: u32,
+    },
+    /// The owner's subtree has used `max_subtree_tokens`.
+    #[error("max_subtree_tokens {limit} reached for {owner}")]
+    UsageBudget {
+        /// The owner.
+        owner: AgentId,
+        /// The limit.
+        limit: u64,
+    },
     /// The tree already has `max_total_agents` live agents.
     #[error("max_total_agents {limit} reached")]
     TotalLimit {
@@ -64,6 +80,9 @@ pub enum SpawnError {
     /// The owner is completing, terminal or aborting and accepts no new children.
     #[error("{0} is not accepting new children")]
     OwnerClosed(AgentId),
+    /// A resume was refused by ownership or status.
+    #[error(transparent)]
+    Control(ControlError),
     /// The spawn request's input was malformed.
     #[error("invalid spawn request: {0}")]
     InvalidRequest(String),
@@ -140,6 +159,9 @@ pub enum TreeError {
     /// The root actor could not be started.
     #[error("root actor failed to start: {0}")]
     Startup(String),
+    /// The config is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// A catalog definition is invalid.
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),

@@ -5,10 +5,12 @@
 //! `agent-tree-protocol` with a prelude. See `docs/semantics.md` for the guarantees.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod agent;
 mod capability;
 mod catalog;
 mod config;
+mod control;
 mod error;
 mod events;
 mod model;
@@ -25,16 +27,17 @@ mod util;
 
 pub use catalog::{Catalog, CatalogError};
 pub use config::{
-    DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE, TreeConfig,
+    ConfigError, ControlScope, DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_DEPTH, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE,
+    INHERIT_CONTEXT_MAX_DEPTH, TreeConfig,
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
 pub use model::{Model, ModelRequest, ModelResponse};
 pub use msg::SteerReceipt;
 pub use tool::{
-    AGENT_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL, Tool, ToolContext,
-    ToolNameError, Toolbox,
+    ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS,
+    RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox,
 };
 pub use tree::{AgentHandle, ShutdownReport, Tree, TreeBuilder};
 pub use util::BoxFuture;

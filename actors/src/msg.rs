@@ -51,4 +51,8 @@ pub(crate) enum AgentMsg {
     /// A child has settled; its outcome is in the registry (sent by the child itself, after
     /// its last usage was recorded).
     ChildSettled { child: AgentId },
+    /// A child asks its owner a question (`ask_owner`); a steer to the child answers it.
+    Asked { child: AgentId, question: String },
+    /// The pool may have free slots (root only): start queued agents.
+    PoolChanged,
 }

@@ -17,10 +17,11 @@
 //! * The live counts used by admission (`live`, each record's live children) change only
 //!   here, together with the status that defines them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Outcome, RequestId,
+    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome, RequestId,
     SessionId, TreeSnapshot, Usage,
 };
 use parking_lot::Mutex;
@@ -29,9 +30,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TreeConfig;
+use crate::admission::{self, OwnerView, Slot};
+use crate::config::{ControlScope, TreeConfig};
+use crate::control;
 use crate::error::{ControlError, SpawnError};
 use crate::events::EventStream;
+use crate::spawn::PendingStart;
 
 /// The registry of one tree.
 #[derive(Debug)]
@@ -57,6 +61,12 @@ struct Inner {
     subscribers: Vec<mpsc::UnboundedSender<Event>>,
     /// Mirrors `live` for [`Registry::idle`].
     live_tx: watch::Sender<usize>,
+    /// Top-level background agents holding a pool slot.
+    pool_running: usize,
+    /// Pool size (can be raised while the tree runs).
+    max_concurrent: usize,
+    /// Top-level background agents waiting for a slot, FIFO.
+    pool_queue: VecDeque<AgentId>,
 }
 
 #[derive(Debug)]
@@ -68,8 +78,70 @@ struct Entry {
     abort_reason: Option<EndReason>,
     actor: Option<ActorCell>,
     live_children: usize,
+    /// Children spawned in its life (for `max_spawns_per_agent`).
+    spawned: u32,
+    /// Whether it takes a pool slot (top-level background).
+    pooled: bool,
+    /// How to start it once a pool slot frees (queued agents only).
+    pending_start: Option<PendingStart>,
+    /// Steers sent before its session existed, delivered in order when it starts.
+    pending_steers: Vec<String>,
+    /// Its conversation when it last settled, for resume.
+    conversation: Option<Arc<Vec<Message>>>,
     /// Set once, when the agent settles; handles and waits watch it.
     settled: watch::Sender<Option<Outcome>>,
+}
+
+impl Entry {
+    fn new(record: AgentRecord, token: CancellationToken) -> Self {
+        Entry {
+            record,
+            token,
+            abort_reason: None,
+            actor: None,
+            live_children: 0,
+            spawned: 0,
+            pooled: false,
+            pending_start: None,
+            pending_steers: Vec::new(),
+            conversation: None,
+            settled: watch::channel(None).0,
+        }
+    }
+
+    fn owner_view(&self) -> OwnerView {
+        OwnerView {
+            id: self.record.id,
+            depth: self.record.depth,
+            status: self.record.status,
+            cancelled: self.token.is_cancelled(),
+            live_children: self.live_children,
+            spawned: self.spawned,
+            subtree_tokens: self
+                .record
+                .subtree
+                .input_tokens
+                .saturating_add(self.record.subtree.output_tokens),
+        }
+    }
+}
+
+/// Where a steer goes.
+#[derive(Debug)]
+pub(crate) enum SteerRoute {
+    /// Kept in the registry until the agent's session starts.
+    Queued,
+    /// To the agent's actor.
+    Actor(ActorCell),
+}
+
+/// A settled agent reopened for a resumed run.
+#[derive(Debug)]
+pub(crate) struct Reopened {
+    pub(crate) depth: u32,
+    pub(crate) token: CancellationToken,
+    pub(crate) agent_type: String,
+    pub(crate) conversation: Vec<Message>,
 }
 
 /// What [`Registry::admit`] needs to reserve a slot.
@@ -81,6 +153,9 @@ pub(crate) struct Admission<'a> {
     pub(crate) detached: bool,
     pub(crate) max_depth: u32,
     pub(crate) config: &'a TreeConfig,
+    /// A top-level background agent: it takes a pool slot, and waits for one when the pool
+    /// is full, to be started from `pending`.
+    pub(crate) pooled: Option<PendingStart>,
 }
 
 /// The result of an admission.
@@ -92,16 +167,17 @@ pub(crate) enum Admitted {
         depth: u32,
         token: CancellationToken,
     },
+    /// A new record waiting for a pool slot; the root starts it when one frees.
+    Queued(AgentId),
     /// The owner already spawned this request: the existing child.
     Existing(AgentId),
 }
 
 impl Registry {
     /// A registry holding only the root record.
-    pub(crate) fn new(session: SessionId, root_token: CancellationToken) -> Self {
-        let (settled, _) = watch::channel(None);
-        let root = Entry {
-            record: AgentRecord {
+    pub(crate) fn new(session: SessionId, root_token: CancellationToken, max_concurrent: usize) -> Self {
+        let root = Entry::new(
+            AgentRecord {
                 id: AgentId::ROOT,
                 agent_type: "root".into(),
                 depth: 0,
@@ -118,12 +194,8 @@ impl Registry {
                 ended_ms: None,
                 outcome: None,
             },
-            token: root_token,
-            abort_reason: None,
-            actor: None,
-            live_children: 0,
-            settled,
-        };
+            root_token,
+        );
         Registry {
             session,
             epoch: Instant::now(),
@@ -137,6 +209,9 @@ impl Registry {
                 peak_live: 0,
                 subscribers: Vec::new(),
                 live_tx: watch::channel(0).0,
+                pool_running: 0,
+                max_concurrent,
+                pool_queue: VecDeque::new(),
             }),
         }
     }
@@ -144,6 +219,11 @@ impl Registry {
     /// The tree's session.
     pub(crate) fn session(&self) -> &SessionId {
         &self.session
+    }
+
+    /// The instant every `*_ms` field counts from.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// Milliseconds since the tree started, on tokio's clock.
@@ -165,46 +245,27 @@ impl Registry {
         let owner = inner
             .entry(admission.owner)
             .ok_or(SpawnError::OwnerClosed(admission.owner))?;
-        let accepting =
-            matches!(owner.record.status, AgentStatus::Running) && !owner.token.is_cancelled();
-        if !accepting {
-            return Err(SpawnError::OwnerClosed(admission.owner));
-        }
-        let depth = owner.record.depth + 1;
-        if depth > 1 && depth > admission.max_depth {
-            return Err(SpawnError::DepthLimit {
-                depth,
-                max_depth: admission.max_depth,
-            });
-        }
-        if owner.live_children >= admission.config.max_children_per_agent
-            && !admission.owner.is_root()
-        {
-            return Err(SpawnError::ChildLimit {
-                owner: admission.owner,
-                limit: admission.config.max_children_per_agent,
-            });
-        }
-        if inner.live >= admission.config.max_total_agents {
-            return Err(SpawnError::TotalLimit {
-                limit: admission.config.max_total_agents,
-            });
-        }
+        let depth = admission::admit(admission.config, admission.max_depth, &owner.owner_view(), inner.live)?;
         let token = if admission.detached {
             inner.entries[0].token.child_token()
         } else {
             owner.token.child_token()
         };
+        let pooled = admission.pooled.is_some();
+        let slot = admission::slot(pooled, inner.pool_running, inner.max_concurrent);
         let id = AgentId::new(inner.entries.len() as u64);
-        let (settled, _) = watch::channel(None);
-        inner.entries.push(Entry {
-            record: AgentRecord {
+        let status = match slot {
+            Slot::Run => AgentStatus::Starting,
+            Slot::Queue => AgentStatus::Queued,
+        };
+        let mut entry = Entry::new(
+            AgentRecord {
                 id,
                 agent_type: admission.agent_type.to_owned(),
                 depth,
                 parent: Some(admission.owner),
                 children: Vec::new(),
-                status: AgentStatus::Starting,
+                status,
                 own: Usage::ZERO,
                 subtree: Usage::ZERO,
                 incarnation: 1,
@@ -215,44 +276,175 @@ impl Registry {
                 ended_ms: None,
                 outcome: None,
             },
-            token: token.clone(),
-            abort_reason: None,
-            actor: None,
-            live_children: 0,
-            settled,
-        });
-        let owner = inner
-            .entry_mut(admission.owner)
-            .expect("owner checked above");
+            token.clone(),
+        );
+        entry.pooled = pooled;
+        if slot == Slot::Queue {
+            entry.pending_start = admission.pooled;
+        }
+        inner.entries.push(entry);
+        let owner = inner.entry_mut(admission.owner).expect("owner checked above");
         owner.record.children.push(id);
         owner.live_children += 1;
+        owner.spawned = owner.spawned.saturating_add(1);
         inner.live += 1;
         inner.peak_live = inner.peak_live.max(inner.live);
         inner.live_tx.send_replace(inner.live);
         if let Some(request_id) = admission.request_id {
             inner.by_request.insert((admission.owner, request_id), id);
         }
-        Ok(Admitted::New { id, depth, token })
+        match slot {
+            Slot::Run => {
+                if pooled {
+                    inner.pool_running += 1;
+                }
+                Ok(Admitted::New { id, depth, token })
+            }
+            Slot::Queue => {
+                inner.pool_queue.push_back(id);
+                let kind = EventKind::Queued {
+                    agent_type: admission.agent_type.to_owned(),
+                };
+                inner.emit(id, kind, now);
+                Ok(Admitted::Queued(id))
+            }
+        }
     }
 
-    /// Marks `id` running on `actor` and announces it.
-    pub(crate) fn started(&self, id: AgentId, actor: ActorCell) {
+    /// Takes queued agents off the pool queue while slots are free, in FIFO order, moving
+    /// them to `starting`; the caller starts their actors.
+    pub(crate) fn pool_next(&self) -> Vec<(AgentId, CancellationToken, PendingStart)> {
+        let mut inner = self.inner.lock();
+        let mut out = Vec::new();
+        while inner.pool_running < inner.max_concurrent {
+            let Some(id) = inner.pool_queue.pop_front() else { break };
+            let Some(entry) = inner.entry_mut(id) else { continue };
+            let Some(pending) = entry.pending_start.take() else { continue };
+            if entry.record.status != AgentStatus::Queued {
+                continue;
+            }
+            entry.record.status = AgentStatus::Starting;
+            let token = entry.token.clone();
+            inner.pool_running += 1;
+            out.push((id, token, pending));
+        }
+        out
+    }
+
+    /// Resizes the pool; raising it lets [`Registry::pool_next`] start queued agents.
+    pub(crate) fn set_max_concurrent(&self, max: usize) {
+        self.inner.lock().max_concurrent = max.max(1);
+    }
+
+    /// Routes a steer: queued in the registry while the agent has no session yet, else to its
+    /// actor.
+    pub(crate) fn route_steer(&self, id: AgentId, text: String) -> Result<SteerRoute, ControlError> {
+        let mut inner = self.inner.lock();
+        let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
+        if entry.record.status.is_terminal() {
+            return Err(ControlError::WrongStatus(id, entry.record.status));
+        }
+        match &entry.actor {
+            Some(actor) => Ok(SteerRoute::Actor(actor.clone())),
+            None => {
+                entry.pending_steers.push(text);
+                Ok(SteerRoute::Queued)
+            }
+        }
+    }
+
+    /// Whether `caller` may control `target` under `scope`. A missing target and a foreign
+    /// one give the same error.
+    pub(crate) fn authorize(&self, caller: AgentId, target: AgentId, scope: ControlScope) -> Result<(), ControlError> {
+        let inner = self.inner.lock();
+        let parent_of = |id: AgentId| inner.entry(id).and_then(|e| e.record.parent);
+        if control::reaches(scope, caller, target, parent_of) {
+            Ok(())
+        } else {
+            Err(ControlError::NotYours(target))
+        }
+    }
+
+    /// Keeps `id`'s conversation for a later resume.
+    pub(crate) fn keep_conversation(&self, id: AgentId, conversation: Vec<Message>) {
+        if let Some(entry) = self.inner.lock().entry_mut(id) {
+            entry.conversation = Some(Arc::new(conversation));
+        }
+    }
+
+    /// Reopens settled agent `id` for a resumed run under its owner `owner`: the same
+    /// admission limits apply as for a new child. Its record goes back to `starting` and
+    /// its outcome is cleared; a `resumed` event is emitted.
+    pub(crate) fn reopen(&self, id: AgentId, owner: AgentId, config: &TreeConfig, max_depth: u32) -> Result<Reopened, SpawnError> {
+        let now = self.now_ms();
+        let mut inner = self.inner.lock();
+        let entry = inner.entry(id).ok_or(SpawnError::Control(ControlError::NotYours(id)))?;
+        if entry.record.parent != Some(owner) {
+            return Err(SpawnError::Control(ControlError::NotYours(id)));
+        }
+        if entry.record.status.is_live() {
+            return Err(SpawnError::Control(ControlError::WrongStatus(id, entry.record.status)));
+        }
+        let conversation = entry.conversation.as_deref().cloned().unwrap_or_default();
+        let detached = entry.record.detached;
+        let owner_entry = inner.entry(owner).ok_or(SpawnError::OwnerClosed(owner))?;
+        let mut view = owner_entry.owner_view();
+        // A resume is not a new spawn: it does not count against the lifetime budget.
+        view.spawned = 0;
+        let depth = admission::admit(config, max_depth.max(view.depth + 1), &view, inner.live)?;
+        let token = if detached {
+            inner.entries[0].token.child_token()
+        } else {
+            owner_entry.token.child_token()
+        };
+        let entry = inner.entry_mut(id).expect("checked above");
+        entry.record.status = AgentStatus::Starting;
+        // A resumed run bypasses the pool, like any run its owner waits on.
+        entry.pooled = false;
+        entry.record.outcome = None;
+        entry.record.ended_ms = None;
+        entry.token = token.clone();
+        entry.abort_reason = None;
+        entry.actor = None;
+        entry.settled.send_replace(None);
+        let agent_type = entry.record.agent_type.clone();
+        if let Some(owner) = inner.entry_mut(owner) {
+            owner.live_children += 1;
+        }
+        inner.live += 1;
+        inner.peak_live = inner.peak_live.max(inner.live);
+        inner.live_tx.send_replace(inner.live);
+        inner.emit(id, EventKind::Resumed, now);
+        Ok(Reopened {
+            depth,
+            token,
+            agent_type,
+            conversation,
+        })
+    }
+
+    /// Marks `id` running on `actor`, announces its first start, and hands over the steers
+    /// that arrived before its session existed, in order.
+    pub(crate) fn started(&self, id: AgentId, actor: ActorCell) -> Vec<String> {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         inner.by_actor.insert(actor.get_id(), id);
-        let Some(entry) = inner.entry_mut(id) else {
-            return;
-        };
+        let Some(entry) = inner.entry_mut(id) else { return Vec::new() };
         entry.actor = Some(actor);
+        let first = entry.record.started_ms.is_none();
         entry.record.started_ms.get_or_insert(now);
         if let Ok(status) = entry.record.status.advance(AgentStatus::Running) {
             entry.record.status = status;
         }
-        let kind = EventKind::Started {
-            agent_type: entry.record.agent_type.clone(),
-            incarnation: entry.record.incarnation,
-        };
-        inner.emit(id, kind, now);
+        let steers = std::mem::take(&mut entry.pending_steers);
+        if first {
+            let kind = EventKind::Started {
+                agent_type: entry.record.agent_type.clone(),
+                incarnation: entry.record.incarnation,
+            };
+            inner.emit(id, kind, now);
+        }
+        steers
     }
 
     /// Moves a live agent to `completing` (its run ended, its children drain).
@@ -328,9 +520,14 @@ impl Registry {
     /// whole non-detached subtree at once.
     pub(crate) fn abort(&self, id: AgentId, reason: EndReason) -> Result<(), ControlError> {
         let mut inner = self.inner.lock();
+        let now = self.now_ms();
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
         entry.abort_reason.get_or_insert(reason);
         entry.token.cancel();
+        if entry.record.status == AgentStatus::Queued {
+            // No actor exists to settle it: it never starts.
+            inner.settle(id, Outcome::ended(AgentStatus::Aborted, reason), now);
+        }
         Ok(())
     }
 
@@ -437,10 +634,13 @@ impl Inner {
         let Some(entry) = self.entry_mut(id) else {
             return false;
         };
-        let Ok(status) = entry.record.status.advance(outcome.status) else {
+        let before = entry.record.status;
+        let Ok(status) = before.advance(outcome.status) else {
             return false;
         };
         entry.record.status = status;
+        entry.pending_start = None;
+        let pooled = entry.pooled;
         entry.record.ended_ms = Some(now);
         entry.record.outcome = Some(outcome.clone());
         entry.settled.send_replace(Some(outcome.clone()));
@@ -450,6 +650,13 @@ impl Inner {
         }
         self.live = self.live.saturating_sub(1);
         self.live_tx.send_replace(self.live);
+        if pooled {
+            if before == AgentStatus::Queued {
+                self.pool_queue.retain(|&q| q != id);
+            } else {
+                self.pool_running = self.pool_running.saturating_sub(1);
+            }
+        }
         if let Some(parent) = parent.and_then(|p| self.entry_mut(p)) {
             parent.live_children = parent.live_children.saturating_sub(1);
         }

@@ -1,12 +1,17 @@
-//! Starting an agent: admission, then the actor, linked under its owner's actor.
+//! Starting an agent: admission first (one atomic check in the registry), then the actor,
+//! linked under its owner's actor.
 
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentDefinition, AgentId, EndReason, Outcome, SpawnRequest};
+use agent_tree_protocol::{
+    AgentDefinition, AgentId, EndReason, EventKind, Message, Outcome, SettlePolicy, SpawnRequest,
+};
 use ractor::{Actor, ActorRef};
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentActor, AgentArgs};
 use crate::capability::Capabilities;
+use crate::config::INHERIT_CONTEXT_MAX_DEPTH;
 use crate::error::SpawnError;
 use crate::msg::AgentMsg;
 use crate::registry::{Admission, Admitted};
@@ -17,20 +22,37 @@ use crate::shared::{Branch, SharedRef};
 pub(crate) struct SpawnSpec<'a> {
     pub(crate) owner: AgentId,
     pub(crate) owner_actor: &'a ActorRef<AgentMsg>,
-    pub(crate) owner_capabilities: Option<crate::capability::Capabilities>,
+    /// The owner's tools, in attenuation mode.
+    pub(crate) owner_capabilities: Option<Capabilities>,
+    /// The owner's conversation, offered to definitions that inherit context.
+    pub(crate) owner_conversation: &'a [Message],
     pub(crate) definition: Arc<AgentDefinition>,
     pub(crate) branch: Arc<Branch>,
     pub(crate) request: SpawnRequest,
+    /// A top-level background agent: it takes a pool slot.
+    pub(crate) pooled: bool,
 }
 
-/// A started (or found) child.
+/// How to start an agent's actor, kept while it waits for a pool slot.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingStart {
+    pub(crate) definition: Arc<AgentDefinition>,
+    pub(crate) branch: Arc<Branch>,
+    pub(crate) prompt: String,
+    pub(crate) settle: SettlePolicy,
+    /// Messages before the task: an inherited context or a resumed conversation.
+    pub(crate) context: Vec<Message>,
+    /// A resumed run: its children never outlive it.
+    pub(crate) resumed: bool,
+    pub(crate) owner_capabilities: Option<Capabilities>,
+}
+
+/// A started, queued or found child.
 #[derive(Debug)]
 pub(crate) enum Spawned {
-    New {
-        id: AgentId,
-        actor: ActorRef<AgentMsg>,
-        detached: bool,
-    },
+    New(AgentId),
+    /// Waiting for a pool slot (top-level background agents only).
+    Queued(AgentId),
     /// The owner already spawned this request id.
     Existing(AgentId),
 }
@@ -44,41 +66,65 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         owner,
         owner_actor,
         owner_capabilities,
+        owner_conversation,
         definition,
         branch,
         request,
+        pooled,
     } = spec;
+    let mut pending = PendingStart {
+        settle: request.settle.unwrap_or(definition.settle),
+        definition,
+        branch,
+        prompt: request.prompt,
+        context: Vec::new(),
+        resumed: false,
+        owner_capabilities,
+    };
     let admitted = shared.registry.admit(Admission {
         owner,
-        agent_type: &definition.name,
+        agent_type: &pending.definition.name,
         request_id: request.request_id.clone(),
         detached: request.detached,
-        max_depth: branch.max_depth,
+        max_depth: pending.branch.max_depth,
         config: &shared.config,
+        pooled: pooled.then(|| pending.clone()),
     })?;
     let (id, depth, token) = match admitted {
         Admitted::Existing(id) => return Ok(Spawned::Existing(id)),
+        Admitted::Queued(id) => return Ok(Spawned::Queued(id)),
         Admitted::New { id, depth, token } => (id, depth, token),
     };
-    let settle = request.settle.unwrap_or(definition.settle);
+    if pending.definition.inherit_context {
+        if depth <= INHERIT_CONTEXT_MAX_DEPTH {
+            pending.context = owner_conversation.to_vec();
+        } else {
+            shared.registry.announce(id, EventKind::ContextDropped);
+        }
+    }
+    start(shared, id, depth, token, owner_actor, pending).await?;
+    Ok(Spawned::New(id))
+}
+
+/// Starts the actor of admitted agent `id`, linked under `owner_actor`.
+pub(crate) async fn start(
+    shared: &SharedRef,
+    id: AgentId,
+    depth: u32,
+    token: CancellationToken,
+    owner_actor: &ActorRef<AgentMsg>,
+    pending: PendingStart,
+) -> Result<ActorRef<AgentMsg>, SpawnError> {
     let args = AgentArgs {
         id,
         depth,
         owner: owner_actor.clone(),
-        definition,
-        branch,
-        prompt: request.prompt,
+        start: pending,
         token: token.clone(),
-        settle,
-        owner_capabilities: owner_capabilities.map(|c: Capabilities| c),
         shared: shared.clone(),
     };
     match Actor::spawn_linked(None, AgentActor, args, owner_actor.get_cell()).await {
-        Ok((actor, _)) => Ok(Spawned::New {
-            id,
-            actor,
-            detached: request.detached,
-        }),
+        Ok((actor, _)) => Ok(actor),
         Err(error) => {
             // The actor may have run `pre_start` (and started its token watcher) before the
             // link failed: cancel the token so nothing of it is left running.

@@ -265,7 +265,7 @@ impl Script {
 }
 
 /// One logged model call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelCall {
     /// The agent.
     pub agent: AgentId,
@@ -277,6 +277,11 @@ pub struct ModelCall {
     pub turn: u32,
     /// When the call was made (tokio time).
     pub at: Instant,
+    /// The names of the tools the agent was offered.
+    pub tools: Vec<String>,
+    /// The tool results the call received (the tool messages after the last assistant
+    /// message), with the error flag the runtime set.
+    pub results: Vec<Message>,
 }
 
 /// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
@@ -342,6 +347,17 @@ impl ScriptedModel {
         self.inner.log.lock().clone()
     }
 
+    /// The calls made by `agent`, in order.
+    pub fn log_of(&self, agent: AgentId) -> Vec<ModelCall> {
+        self.inner
+            .log
+            .lock()
+            .iter()
+            .filter(|c| c.agent == agent)
+            .cloned()
+            .collect()
+    }
+
     fn next_turn(&self, request: &ModelRequest) -> Result<Turn, ModelError> {
         let index = {
             let mut cursors = self.inner.cursors.lock();
@@ -381,6 +397,8 @@ impl Model for ScriptedModel {
                 depth: request.depth,
                 turn: request.turn,
                 at: Instant::now(),
+                tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+                results: latest_results(&request.messages),
             });
             let turn = self.next_turn(&request)?;
             if !turn.delay.is_zero() {
@@ -434,6 +452,19 @@ fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
         ),
         Call::Tool { name, input } => ToolCall::new(id, name, input),
     }
+}
+
+/// The tool messages after the last assistant message.
+fn latest_results(messages: &[Message]) -> Vec<Message> {
+    let start = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .map_or(messages.len(), |i| i + 1);
+    messages[start..]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .cloned()
+        .collect()
 }
 
 /// The id text a target stands for, read from the conversation for [`Target::Spawned`].

@@ -10,14 +10,21 @@ use agent_tree_protocol::{AgentId, ToolSpec};
 use crate::error::ToolError;
 use crate::util::BoxFuture;
 
-/// Names of the orchestration tools the tree injects. User tools may not take these names.
-pub const ORCHESTRATION_TOOLS: [&str; 3] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL];
+/// Names of the delegation tools the tree injects into agents that may delegate.
+pub const ORCHESTRATION_TOOLS: [&str; 4] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, ABORT_TOOL];
+/// Names user tools may not take.
+pub const RESERVED_TOOLS: [&str; 5] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, ABORT_TOOL, ASK_OWNER_TOOL];
 /// Spawns (or resumes) a child.
 pub const AGENT_TOOL: &str = "Agent";
 /// Reads a child's result, optionally waiting.
 pub const GET_RESULT_TOOL: &str = "get_subagent_result";
-/// Steers a child at its next turn boundary.
+/// Steers a child at its next turn boundary (or answers its pending question).
 pub const STEER_TOOL: &str = "steer_subagent";
+/// Aborts a child and its subtree.
+pub const ABORT_TOOL: &str = "abort_subagent";
+/// Asks the agent's direct owner a question and waits for the answer. Offered to every
+/// agent unless its definition denies it.
+pub const ASK_OWNER_TOOL: &str = "ask_owner";
 
 /// Who is calling a tool.
 #[derive(Clone, Debug)]
@@ -147,7 +154,7 @@ impl Toolbox {
     /// [`ToolNameError`] if the name is an orchestration tool's or already taken.
     pub fn insert(&mut self, tool: impl Tool) -> Result<(), ToolNameError> {
         let name = tool.spec().name;
-        if ORCHESTRATION_TOOLS.contains(&name.as_str()) || self.tools.contains_key(&name) {
+        if RESERVED_TOOLS.contains(&name.as_str()) || self.tools.contains_key(&name) {
             return Err(ToolNameError(name));
         }
         self.tools.insert(name, Arc::new(tool));

@@ -6,6 +6,7 @@ use std::time::Duration;
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
 };
+use parking_lot::RwLock;
 use ractor::{Actor, ActorRef};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -17,10 +18,10 @@ use crate::error::{ControlError, SpawnError, TreeError};
 use crate::events::EventStream;
 use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
-use crate::registry::Registry;
+use crate::registry::{Registry, SteerRoute};
 use crate::root::RootActor;
 use crate::shared::{Branch, Shared, SharedRef};
-use crate::spawn::{self, SpawnSpec, Spawned};
+use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
 use crate::tool::{Tool, ToolNameError, Toolbox};
 
 /// A tree of agents: holds the config, the catalog, the model, the tools and the registry,
@@ -52,7 +53,8 @@ pub struct Tree {
     shared: SharedRef,
     root: ActorRef<AgentMsg>,
     root_token: CancellationToken,
-    branch: Arc<Branch>,
+    /// What new top-level branches start with; existing branches keep their own.
+    branch: RwLock<Arc<Branch>>,
     stopped: bool,
 }
 
@@ -125,10 +127,11 @@ impl TreeBuilder {
     /// cannot start.
     pub async fn build(self) -> Result<Tree, TreeError> {
         let model = self.model.ok_or(TreeError::NoModel)?;
+        self.config.validate()?;
         let session = self.session.unwrap_or_else(new_session_id);
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
-            registry: Registry::new(session, root_token.clone()),
+            registry: Registry::new(session, root_token.clone(), self.config.max_concurrent),
             config: self.config,
             model,
             toolbox: self.toolbox,
@@ -136,10 +139,10 @@ impl TreeBuilder {
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
             .map_err(|e| TreeError::Startup(e.to_string()))?;
-        let branch = Arc::new(Branch {
+        let branch = RwLock::new(Arc::new(Branch {
             catalog: self.catalog,
             max_depth: shared.config.max_depth,
-        });
+        }));
         Ok(Tree {
             shared,
             root,
@@ -222,40 +225,100 @@ impl Tree {
         self.shared.registry.session()
     }
 
+    /// The instant (tokio time) every `*_ms` field of records and events counts from.
+    pub fn epoch(&self) -> Instant {
+        self.shared.registry.epoch()
+    }
+
     /// The tree's config.
     pub fn config(&self) -> &TreeConfig {
         &self.shared.config
     }
 
     /// The catalog new top-level branches start with.
-    pub fn catalog(&self) -> &Catalog {
-        &self.branch.catalog
+    pub fn catalog(&self) -> Catalog {
+        self.branch.read().catalog.clone()
+    }
+
+    /// Replaces the catalog and depth cap that *new* top-level branches start with. Running
+    /// branches keep the catalog and cap they started with.
+    pub fn set_branch_defaults(&self, catalog: Catalog, max_depth: u32) {
+        *self.branch.write() = Arc::new(Branch { catalog, max_depth });
+    }
+
+    /// Resizes the pool of top-level background agents; raising it starts queued agents.
+    pub fn set_max_concurrent(&self, max: usize) {
+        self.shared.registry.set_max_concurrent(max);
+        let _ = self.root.cast(AgentMsg::PoolChanged);
     }
 
     /// Starts a top-level agent (depth 1) and returns its handle at once.
+    ///
+    /// A background request (the request's `background`, else the definition's
+    /// `run_in_background`) takes a slot of the `max_concurrent` pool; when the pool is full
+    /// it waits, FIFO, with status `queued`.
     ///
     /// # Errors
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
-        let definition = self.branch.catalog.resolve(&request.agent_type)?.clone();
+        let branch = self.branch.read().clone();
+        let definition = branch.catalog.resolve(&request.agent_type)?.clone();
+        let pooled = request.background.unwrap_or(definition.run_in_background);
         let spawned = spawn::spawn(
             &self.shared,
             SpawnSpec {
                 owner: AgentId::ROOT,
                 owner_actor: &self.root,
                 owner_capabilities: None,
+                owner_conversation: &[],
                 definition,
-                branch: self.branch.clone(),
+                branch,
                 request,
+                pooled,
             },
         )
         .await?;
         let id = match spawned {
-            Spawned::New { id, .. } | Spawned::Existing(id) => id,
+            Spawned::New(id) | Spawned::Queued(id) | Spawned::Existing(id) => id,
         };
-        self.handle(id)
-            .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+        self.handle(id).ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+    }
+
+    /// Resumes a settled top-level agent with a new prompt: its conversation continues in a
+    /// new run; children spawned during that run are aborted when it ends.
+    ///
+    /// # Errors
+    ///
+    /// [`SpawnError::Control`] when the agent is not top-level or is still live (running or
+    /// queued), or an admission refusal.
+    pub async fn resume(&self, id: AgentId, prompt: impl Into<String>) -> Result<AgentHandle, SpawnError> {
+        let branch = self.branch.read().clone();
+        let reopened = self
+            .shared
+            .registry
+            .reopen(id, AgentId::ROOT, &self.shared.config, branch.max_depth)?;
+        let Some(definition) = branch.catalog.get(&reopened.agent_type).cloned() else {
+            let error = SpawnError::UnknownType {
+                requested: reopened.agent_type,
+                available: Vec::new(),
+            };
+            self.shared
+                .registry
+                .settle(id, Outcome::failed(EndReason::ActorFailed, error.to_string()));
+            return Err(error);
+        };
+        let pending = PendingStart {
+            settle: definition.settle,
+            definition,
+            branch,
+            prompt: prompt.into(),
+            context: reopened.conversation,
+            resumed: true,
+            owner_capabilities: None,
+        };
+        spawn::start(&self.shared, id, reopened.depth, reopened.token, &self.root, pending).await?;
+        self.handle(id).ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }
 
     /// Starts a top-level agent and waits for its outcome.
@@ -316,42 +379,35 @@ impl Tree {
         self.shared.registry.abort(id, EndReason::Aborted)
     }
 
-    /// Steers an agent: the text enters its conversation at its next turn boundary.
+    /// Steers any agent: the text enters its conversation at its next turn boundary, or
+    /// answers its pending `ask_owner` question if it asked the application. A steer to an
+    /// agent whose session does not exist yet (queued, or starting) waits, in order, and is
+    /// delivered when it starts.
     ///
     /// # Errors
     ///
-    /// [`ControlError::NotYours`] for an unknown id, [`ControlError::WrongStatus`] for a
-    /// settled agent.
-    pub async fn steer(
-        &self,
-        id: AgentId,
-        text: impl Into<String>,
-    ) -> Result<SteerReceipt, ControlError> {
-        let record = self
-            .shared
-            .registry
-            .record(id)
-            .ok_or(ControlError::NotYours(id))?;
+    /// [`ControlError::NotYours`] for an unknown id or the root, [`ControlError::WrongStatus`]
+    /// for a settled agent.
+    pub async fn steer(&self, id: AgentId, text: impl Into<String>) -> Result<SteerReceipt, ControlError> {
         if id.is_root() {
             return Err(ControlError::NotYours(id));
         }
-        if record.status.is_terminal() {
-            return Err(ControlError::WrongStatus(id, record.status));
-        }
-        let actor = self
-            .shared
-            .registry
-            .live_actors()
-            .into_iter()
-            .find(|(agent, _)| *agent == id)
-            .map(|(_, cell)| ActorRef::<AgentMsg>::from(cell))
-            .ok_or(ControlError::WrongStatus(id, record.status))?;
         let text = text.into();
-        ractor::call!(actor, |reply| AgentMsg::Steer {
-            text,
-            reply: Some(reply)
-        })
-        .map_err(|_| ControlError::WrongStatus(id, record.status))
+        match self.shared.registry.route_steer(id, text.clone())? {
+            SteerRoute::Queued => Ok(SteerReceipt::Queued),
+            SteerRoute::Actor(cell) => {
+                let actor = ActorRef::<AgentMsg>::from(cell);
+                let gone = || {
+                    let status = self.shared.registry.status(id).unwrap_or(AgentStatus::Completed);
+                    ControlError::WrongStatus(id, status)
+                };
+                ractor::call!(actor, |reply| AgentMsg::Steer {
+                    text,
+                    reply: Some(reply)
+                })
+                .map_err(|_| gone())
+            }
+        }
     }
 
     /// Shuts the whole tree down: every agent is aborted at once and given one deadline

@@ -64,6 +64,13 @@ pub enum EventKind {
     },
     /// A steer reached the agent's conversation at a turn boundary.
     Steered,
+    /// The agent asked its owner a question (`ask_owner`) and waits for the answer.
+    Asked {
+        /// The question.
+        question: String,
+    },
+    /// A settled agent was resumed by its owner for another run.
+    Resumed,
     /// A context the definition asked to inherit was dropped (too deep).
     ContextDropped,
     /// The agent was restarted by its supervisor.
@@ -142,6 +149,8 @@ impl EventKind {
             EventKind::Started { .. } => "started",
             EventKind::UsageReported { .. } => "usage_reported",
             EventKind::Steered => "steered",
+            EventKind::Asked { .. } => "asked",
+            EventKind::Resumed => "resumed",
             EventKind::ContextDropped => "context_dropped",
             EventKind::Restarted { .. } => "restarted",
             EventKind::Completed => "completed",
@@ -183,6 +192,10 @@ pub struct EventTally {
     pub usage_reported: u64,
     /// `steered` events.
     pub steered: u64,
+    /// `asked` events.
+    pub asked: u64,
+    /// `resumed` events.
+    pub resumed: u64,
     /// `context_dropped` events.
     pub context_dropped: u64,
     /// `restarted` events.
@@ -205,6 +218,8 @@ impl EventTally {
             EventKind::Started { .. } => &mut self.started,
             EventKind::UsageReported { .. } => &mut self.usage_reported,
             EventKind::Steered => &mut self.steered,
+            EventKind::Asked { .. } => &mut self.asked,
+            EventKind::Resumed => &mut self.resumed,
             EventKind::ContextDropped => &mut self.context_dropped,
             EventKind::Restarted { .. } => &mut self.restarted,
             EventKind::Completed => &mut self.completed,
@@ -222,6 +237,8 @@ impl EventTally {
             self.started,
             self.usage_reported,
             self.steered,
+            self.asked,
+            self.resumed,
             self.context_dropped,
             self.restarted,
             self.completed,
@@ -241,7 +258,7 @@ impl fmt::Display for EventTally {
         write!(
             f,
             "started={} completed={} failed={} aborted={} killed={} restarted={} queued={} \
-             usage_reported={} steered={} context_dropped={}",
+             resumed={} usage_reported={} steered={} asked={} context_dropped={}",
             self.started,
             self.completed,
             self.failed,
@@ -249,8 +266,10 @@ impl fmt::Display for EventTally {
             self.killed,
             self.restarted,
             self.queued,
+            self.resumed,
             self.usage_reported,
             self.steered,
+            self.asked,
             self.context_dropped
         )
     }

@@ -1,61 +1,77 @@
-//! The orchestration tools as an agent runs them: `Agent`, `get_subagent_result` and
-//! `steer_subagent`.
+//! The orchestration tools as an agent runs them: `Agent` (spawn or resume),
+//! `get_subagent_result`, `steer_subagent`, `abort_subagent` and `ask_owner`.
 //!
-//! Every operation on a child checks ownership first: only the agent's own children are
-//! reachable, and a foreign id gets the same error as a missing one.
+//! Every operation on another agent checks ownership first, in the registry, under the
+//! tree's control scope; a foreign id gets the same error as a missing one.
 
-use agent_tree_protocol::{AgentId, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec};
+use std::time::Duration;
+
+use agent_tree_protocol::{AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec};
 use ractor::ActorRef;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{AgentState, Child, PendingCall};
+use super::{AgentState, Child};
 use crate::error::{ControlError, SpawnError};
 use crate::msg::AgentMsg;
-use crate::spawn::{self, SpawnSpec, Spawned};
-use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS};
+use crate::registry::SteerRoute;
+use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
+use crate::tool::{ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL};
 
 pub(super) fn is_orchestration(name: &str) -> bool {
-    ORCHESTRATION_TOOLS.contains(&name)
+    ORCHESTRATION_TOOLS.contains(&name) || name == ASK_OWNER_TOOL
 }
 
 /// The spec offered to the model for orchestration tool `name`.
 pub(super) fn spec(name: &str) -> ToolSpec {
+    let target = |extra: serde_json::Value| {
+        let mut schema = json!({
+            "type": "object",
+            "properties": { "agent_id": { "type": "string" } },
+            "required": ["agent_id"]
+        });
+        if let (Some(props), Some(extra)) = (schema["properties"].as_object_mut(), extra.as_object()) {
+            props.extend(extra.clone());
+        }
+        schema
+    };
     let (description, schema) = match name {
         AGENT_TOOL => (
-            "Start a subagent of an allowed type with a task. In the foreground the result \
-             comes back as this tool's result; in the background an agent id comes back at once.",
+            "Start a subagent of an allowed type with a task, or resume one of your settled \
+             subagents (`resume`: its id) with a new prompt. In the foreground the result comes \
+             back as this tool's result; in the background an agent id comes back at once.",
             json!({
                 "type": "object",
                 "properties": {
                     "agent_type": { "type": "string" },
                     "prompt": { "type": "string" },
                     "description": { "type": "string" },
-                    "background": { "type": "boolean" }
+                    "background": { "type": "boolean" },
+                    "resume": { "type": "string" }
                 },
-                "required": ["agent_type", "prompt"]
+                "required": ["prompt"]
             }),
         ),
         GET_RESULT_TOOL => (
-            "Read the result of one of your subagents by id, optionally waiting for it.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "agent_id": { "type": "string" },
-                    "wait": { "type": "boolean" }
-                },
-                "required": ["agent_id"]
-            }),
+            "Read the result of one of your subagents by id; with `wait`, wait for it to settle \
+             (at most `timeout_ms` if given; the subagent keeps running either way).",
+            target(json!({ "wait": { "type": "boolean" }, "timeout_ms": { "type": "integer" } })),
+        ),
+        STEER_TOOL => (
+            "Send guidance to one of your running subagents; it arrives at its next turn, or \
+             answers its pending question.",
+            target(json!({ "message": { "type": "string" } })),
+        ),
+        ABORT_TOOL => (
+            "Abort one of your subagents and everything below it.",
+            target(json!({})),
         ),
         _ => (
-            "Send guidance to one of your running subagents; it arrives at its next turn.",
+            "Ask the agent that started you a question and wait for its answer.",
             json!({
                 "type": "object",
-                "properties": {
-                    "agent_id": { "type": "string" },
-                    "message": { "type": "string" }
-                },
-                "required": ["agent_id", "message"]
+                "properties": { "question": { "type": "string" } },
+                "required": ["question"]
             }),
         ),
     };
@@ -66,11 +82,11 @@ pub(super) fn spec(name: &str) -> ToolSpec {
     }
 }
 
-/// The tool result describing a child: its id, status and outcome.
-pub(super) fn result_text(child: AgentId, outcome: Option<&Outcome>) -> (String, bool) {
+/// The tool result describing an agent: its id, status and outcome.
+pub(super) fn result_text(agent: AgentId, outcome: Option<&Outcome>) -> String {
     match outcome {
         Some(outcome) => {
-            let mut value = json!({ "agent_id": child, "status": outcome.status });
+            let mut value = json!({ "agent_id": agent, "status": outcome.status });
             if let Some(text) = &outcome.text {
                 value["text"] = json!(text);
             }
@@ -83,83 +99,113 @@ pub(super) fn result_text(child: AgentId, outcome: Option<&Outcome>) -> (String,
             if !outcome.is_completed() {
                 value["reason"] = json!(outcome.reason);
             }
-            (value.to_string(), false)
+            value.to_string()
         }
-        None => (
-            json!({ "agent_id": child, "status": "running" }).to_string(),
-            false,
-        ),
+        None => json!({ "agent_id": agent, "status": "running" }).to_string(),
     }
 }
 
-#[derive(Deserialize)]
-struct TargetInput {
-    agent_id: String,
-    #[serde(default)]
-    wait: bool,
-    #[serde(default)]
-    message: String,
-}
-
-pub(super) async fn dispatch(
-    state: &mut AgentState,
-    myself: &ActorRef<AgentMsg>,
-    turn: u32,
-    call: ToolCall,
-) {
-    let answer = match call.name.as_str() {
-        AGENT_TOOL => spawn_child(state, myself, &call).await,
-        GET_RESULT_TOOL => read_result(state, &call),
-        _ => steer(state, &call),
-    };
-    match answer {
-        Answer::Now(text, is_error) => state.answer_call(turn, &call.id, text, is_error),
-        Answer::When(child) => {
-            // The child may have settled already (its notice is queued behind this handler):
-            // then the registry has its outcome.
-            match state.shared.registry.outcome(child) {
-                Some(outcome) if state.children.iter().any(|c| c.id == child && c.settled) => {
-                    let (text, is_error) = result_text(child, Some(&outcome));
-                    state.answer_call(turn, &call.id, text, is_error);
-                }
-                _ => {
-                    if let Some(pending) = state.pending_call(turn, &call.id) {
-                        *pending = PendingCall {
-                            call_id: call.id.clone(),
-                            result: None,
-                            waits_on: Some(child),
-                            task: None,
-                        };
-                    }
-                }
-            }
-        }
-    }
-}
-
+/// How a call is answered.
 enum Answer {
+    /// Now, with this text (and whether it is an error).
     Now(String, bool),
-    When(AgentId),
+    /// When the agent settles (or the timeout passes).
+    Wait(AgentId, Option<Duration>),
+    /// When the owner answers (a steer to this agent).
+    Owner,
 }
 
 fn refused(error: impl ToString) -> Answer {
     Answer::Now(error.to_string(), true)
 }
 
-async fn spawn_child(
-    state: &mut AgentState,
+pub(super) async fn dispatch(state: &mut AgentState, myself: &ActorRef<AgentMsg>, turn: u32, call: ToolCall) {
+    let answer = match call.name.as_str() {
+        AGENT_TOOL => spawn_or_resume(state, myself, &call).await,
+        GET_RESULT_TOOL => read_result(state, &call),
+        STEER_TOOL => steer(state, &call),
+        ABORT_TOOL => abort(state, &call),
+        _ => ask_owner(state, &call),
+    };
+    match answer {
+        Answer::Now(text, is_error) => state.answer_call(turn, &call.id, text, is_error),
+        Answer::Wait(agent, timeout) => {
+            mark_read(state, agent);
+            let task = wait_task(state, myself, turn, call.id.clone(), agent, timeout);
+            if let Some(pending) = state.pending_call(turn, &call.id) {
+                pending.task = Some(task);
+                pending.waits_on = Some(agent);
+            }
+        }
+        Answer::Owner => {
+            if let Some(pending) = state.pending_call(turn, &call.id) {
+                pending.asks_owner = true;
+            }
+        }
+    }
+}
+
+/// A task that answers call `call_id` when `agent` settles, or after `timeout` with its
+/// current status. Cancelling it (abort, early answer) never touches `agent`.
+fn wait_task(
+    state: &AgentState,
     myself: &ActorRef<AgentMsg>,
-    call: &ToolCall,
-) -> Answer {
+    turn: u32,
+    call_id: String,
+    agent: AgentId,
+    timeout: Option<Duration>,
+) -> tokio::task::AbortHandle {
+    let settled = state.shared.registry.watch(agent);
+    let token = state.token.clone();
+    let reply_to = myself.clone();
+    tokio::spawn(async move {
+        let Some(mut settled) = settled else { return };
+        let wait = async {
+            match settled.wait_for(Option::is_some).await {
+                Ok(outcome) => outcome.clone(),
+                Err(_) => None,
+            }
+        };
+        let outcome = tokio::select! {
+            biased;
+            () = token.cancelled() => return,
+            outcome = async {
+                match timeout {
+                    Some(limit) => tokio::time::timeout(limit, wait).await.ok().flatten(),
+                    None => wait.await,
+                }
+            } => outcome,
+        };
+        let result = Ok(result_text(agent, outcome.as_ref()));
+        let _ = reply_to.cast(AgentMsg::ToolFinished { turn, call_id, result });
+    })
+    .abort_handle()
+}
+
+fn mark_read(state: &mut AgentState, agent: AgentId) {
+    if let Some(child) = state.children.iter_mut().find(|c| c.id == agent) {
+        child.read = true;
+    }
+}
+
+#[derive(Deserialize)]
+struct ResumeInput {
+    resume: String,
+    #[serde(default)]
+    prompt: String,
+    #[serde(default)]
+    background: bool,
+}
+
+async fn spawn_or_resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &ToolCall) -> Answer {
+    if call.input.get("resume").is_some() {
+        return resume(state, myself, call).await;
+    }
     let request: SpawnRequest = match serde_json::from_value(call.input.clone()) {
         Ok(request) => request,
         Err(error) => return refused(SpawnError::InvalidRequest(error.to_string())),
     };
-    let definition = match state
-        .branch
-        .catalog
-        .resolve_for(&state.definition, &request.agent_type)
-    {
+    let definition = match state.branch.catalog.resolve_for(&state.definition, &request.agent_type) {
         Ok(definition) => definition.clone(),
         Err(error) => return refused(error),
     };
@@ -168,114 +214,213 @@ async fn spawn_child(
         .request_id
         .clone()
         .unwrap_or_else(|| RequestId::derived(state.id, &call.id));
+    let detached = request.detached;
+    let owner_capabilities = state
+        .shared
+        .config
+        .attenuate_tools
+        .then(|| state.capabilities.clone());
     let spawned = spawn::spawn(
         &state.shared,
         SpawnSpec {
             owner: state.id,
             owner_actor: myself,
-            owner_capabilities: None,
+            owner_capabilities,
+            owner_conversation: &state.conversation,
             definition,
             branch: state.branch.clone(),
             request: request.with_request_id(request_id),
+            pooled: false,
         },
     )
     .await;
     let child = match spawned {
-        Ok(Spawned::New {
-            id,
-            actor,
-            detached,
-        }) => {
+        Ok(Spawned::New(id)) => {
             state.children.push(Child {
                 id,
-                actor,
                 detached,
+                background,
                 settled: false,
+                read: false,
             });
             id
         }
-        Ok(Spawned::Existing(id)) => id,
+        Ok(Spawned::Existing(id) | Spawned::Queued(id)) => id,
         Err(error) => return refused(error),
     };
+    answer_for(state, child, background)
+}
+
+/// A background spawn answers with the child's id (and status) at once; a foreground one
+/// waits for the child.
+fn answer_for(state: &AgentState, child: AgentId, background: bool) -> Answer {
     if background {
-        let settled = state.children.iter().any(|c| c.id == child && c.settled);
-        let outcome = if settled {
-            state.shared.registry.outcome(child)
-        } else {
-            None
-        };
-        let (text, is_error) = result_text(child, outcome.as_ref());
-        Answer::Now(text, is_error)
+        Answer::Now(result_text(child, state.shared.registry.outcome(child).as_ref()), false)
     } else {
-        Answer::When(child)
+        Answer::Wait(child, None)
     }
 }
 
-/// The child `input` names, if it is one of the caller's own.
-fn own_child(state: &AgentState, agent_id: &str) -> Result<AgentId, ControlError> {
-    let id = agent_id.parse::<AgentId>().unwrap_or(AgentId::ROOT);
-    state
-        .children
-        .iter()
-        .find(|c| c.id == id)
-        .map(|c| c.id)
-        .ok_or(ControlError::NotYours(id))
+async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &ToolCall) -> Answer {
+    let input: ResumeInput = match serde_json::from_value(call.input.clone()) {
+        Ok(input) => input,
+        Err(error) => return refused(SpawnError::InvalidRequest(error.to_string())),
+    };
+    // Resume re-creates the agent's actor under its owner, so only the owner may resume it,
+    // whatever the control scope.
+    let target = parse_id(&input.resume);
+    let reopened = match state.shared.registry.reopen(target, state.id, &state.shared.config, state.branch.max_depth) {
+        Ok(reopened) => reopened,
+        Err(error) => return refused(error),
+    };
+    let Some(definition) = state.branch.catalog.get(&reopened.agent_type).cloned() else {
+        let error = SpawnError::UnknownType {
+            requested: reopened.agent_type,
+            available: Vec::new(),
+        };
+        state
+            .shared
+            .registry
+            .settle(target, Outcome::failed(EndReason::ActorFailed, error.to_string()));
+        return refused(error);
+    };
+    let owner_capabilities = state
+        .shared
+        .config
+        .attenuate_tools
+        .then(|| state.capabilities.clone());
+    let pending = PendingStart {
+        settle: definition.settle,
+        definition,
+        branch: state.branch.clone(),
+        prompt: input.prompt,
+        context: reopened.conversation,
+        resumed: true,
+        owner_capabilities,
+    };
+    if let Err(error) = spawn::start(&state.shared, target, reopened.depth, reopened.token, myself, pending).await {
+        return refused(error);
+    }
+    match state.children.iter_mut().find(|c| c.id == target) {
+        Some(child) => {
+            child.settled = false;
+            child.read = false;
+            child.background = input.background;
+        }
+        None => state.children.push(Child {
+            id: target,
+            detached: false,
+            background: input.background,
+            settled: false,
+            read: false,
+        }),
+    }
+    answer_for(state, target, input.background)
 }
 
-fn parse_target(call: &ToolCall) -> Result<TargetInput, Answer> {
-    serde_json::from_value::<TargetInput>(call.input.clone())
-        .map_err(|error| refused(format!("invalid input: {error}")))
+#[derive(Deserialize)]
+struct TargetInput {
+    agent_id: String,
+    #[serde(default)]
+    wait: bool,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    message: String,
+}
+
+/// Parses an id a model wrote; anything malformed becomes an id nobody owns, so it gets the
+/// same error as a foreign or missing one.
+fn parse_id(text: &str) -> AgentId {
+    text.trim().parse().unwrap_or(AgentId::ROOT)
+}
+
+/// The agent `call` names, if the caller may control it.
+fn target(state: &AgentState, call: &ToolCall) -> Result<(AgentId, TargetInput), Answer> {
+    let input = serde_json::from_value::<TargetInput>(call.input.clone())
+        .map_err(|error| refused(format!("invalid input: {error}")))?;
+    let id = parse_id(&input.agent_id);
+    state
+        .shared
+        .registry
+        .authorize(state.id, id, state.shared.config.control_scope)
+        .map_err(refused)?;
+    Ok((id, input))
 }
 
 fn read_result(state: &mut AgentState, call: &ToolCall) -> Answer {
-    let input = match parse_target(call) {
-        Ok(input) => input,
+    let (agent, input) = match target(state, call) {
+        Ok(found) => found,
         Err(answer) => return answer,
     };
-    let child = match own_child(state, &input.agent_id) {
-        Ok(child) => child,
-        Err(error) => return refused(error),
-    };
-    let settled = state.children.iter().any(|c| c.id == child && c.settled);
-    if settled {
-        let (text, is_error) = result_text(child, state.shared.registry.outcome(child).as_ref());
-        Answer::Now(text, is_error)
-    } else if input.wait {
-        Answer::When(child)
-    } else {
-        let (text, is_error) = result_text(child, None);
-        Answer::Now(text, is_error)
+    match state.shared.registry.outcome(agent) {
+        Some(outcome) => {
+            mark_read(state, agent);
+            Answer::Now(result_text(agent, Some(&outcome)), false)
+        }
+        None if input.wait => Answer::Wait(agent, input.timeout_ms.map(Duration::from_millis)),
+        None => Answer::Now(result_text(agent, None), false),
     }
 }
 
 fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
-    let input = match parse_target(call) {
-        Ok(input) => input,
+    let (agent, input) = match target(state, call) {
+        Ok(found) => found,
         Err(answer) => return answer,
     };
-    let child = match own_child(state, &input.agent_id) {
-        Ok(child) => child,
-        Err(error) => return refused(error),
-    };
-    let Some(entry) = state.children.iter().find(|c| c.id == child) else {
-        return refused(ControlError::NotYours(child));
-    };
-    let status = state.shared.registry.status(child);
-    match status {
-        Some(status) if status.is_live() => {
-            let sent = entry.actor.cast(AgentMsg::Steer {
+    let receipt = match state.shared.registry.route_steer(agent, input.message.clone()) {
+        Ok(SteerRoute::Queued) => "queued",
+        Ok(SteerRoute::Actor(actor)) => {
+            let steer = AgentMsg::Steer {
                 text: input.message,
                 reply: None,
-            });
-            match sent {
-                Ok(()) => Answer::Now(
-                    json!({ "agent_id": child, "receipt": "delivered" }).to_string(),
-                    false,
-                ),
-                Err(_) => refused(ControlError::WrongStatus(child, status)),
+            };
+            match actor.send_message(steer) {
+                Ok(()) => "delivered",
+                Err(_) => return refused(ControlError::WrongStatus(agent, agent_tree_protocol::AgentStatus::Completed)),
             }
         }
-        Some(status) => refused(ControlError::WrongStatus(child, status)),
-        None => refused(ControlError::NotYours(child)),
+        Err(error) => return refused(error),
+    };
+    Answer::Now(json!({ "agent_id": agent, "receipt": receipt }).to_string(), false)
+}
+
+fn abort(state: &mut AgentState, call: &ToolCall) -> Answer {
+    let (agent, _) = match target(state, call) {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
+    match state.shared.registry.status(agent) {
+        Some(status) if status.is_terminal() => refused(ControlError::WrongStatus(agent, status)),
+        _ => match state.shared.registry.abort(agent, EndReason::Aborted) {
+            Ok(()) => Answer::Now(json!({ "agent_id": agent, "status": "aborting" }).to_string(), false),
+            Err(error) => refused(error),
+        },
+    }
+}
+
+#[derive(Deserialize)]
+struct AskInput {
+    question: String,
+}
+
+fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
+    let input = match serde_json::from_value::<AskInput>(call.input.clone()) {
+        Ok(input) => input,
+        Err(error) => return refused(format!("invalid input: {error}")),
+    };
+    state.shared.registry.announce(
+        state.id,
+        EventKind::Asked {
+            question: input.question.clone(),
+        },
+    );
+    let asked = AgentMsg::Asked {
+        child: state.id,
+        question: input.question,
+    };
+    match state.owner.cast(asked) {
+        Ok(()) => Answer::Owner,
+        Err(_) => refused("the owner is gone"),
     }
 }
