@@ -116,40 +116,74 @@ mod tests {
         assert_eq!(admit(&c, 3, &owner(2, 2), 0), Ok(3));
         assert_eq!(
             admit(&c, 3, &owner(3, 3), 0),
-            Err(SpawnError::DepthLimit { depth: 4, max_depth: 3 })
+            Err(SpawnError::DepthLimit {
+                depth: 4,
+                max_depth: 3
+            })
         );
         for cap in [0, 1] {
-            assert_eq!(admit(&c, cap, &owner(0, 0), 0), Ok(1), "top level at cap {cap}");
-            assert!(admit(&c, cap, &owner(1, 1), 0).is_err(), "nesting at cap {cap}");
+            assert_eq!(
+                admit(&c, cap, &owner(0, 0), 0),
+                Ok(1),
+                "top level at cap {cap}"
+            );
+            assert!(
+                admit(&c, cap, &owner(1, 1), 0).is_err(),
+                "nesting at cap {cap}"
+            );
         }
     }
 
     #[test]
     fn width_total_and_budgets() {
-        let c = TreeConfig::default().with_max_spawns_per_agent(2).with_max_subtree_tokens(100);
+        let c = TreeConfig::default()
+            .with_max_spawns_per_agent(2)
+            .with_max_subtree_tokens(100);
         let mut o = owner(1, 1);
         o.live_children = 4;
-        assert!(matches!(admit(&c, 5, &o, 0), Err(SpawnError::ChildLimit { limit: 4, .. })));
+        assert!(matches!(
+            admit(&c, 5, &o, 0),
+            Err(SpawnError::ChildLimit { limit: 4, .. })
+        ));
         o.live_children = 0;
-        assert!(matches!(admit(&c, 5, &o, 32), Err(SpawnError::TotalLimit { limit: 32 })));
+        assert!(matches!(
+            admit(&c, 5, &o, 32),
+            Err(SpawnError::TotalLimit { limit: 32 })
+        ));
         o.spawned = 2;
-        assert!(matches!(admit(&c, 5, &o, 0), Err(SpawnError::SpawnBudget { limit: 2, .. })));
+        assert!(matches!(
+            admit(&c, 5, &o, 0),
+            Err(SpawnError::SpawnBudget { limit: 2, .. })
+        ));
         o.spawned = 0;
         o.subtree_tokens = 100;
-        assert!(matches!(admit(&c, 5, &o, 0), Err(SpawnError::UsageBudget { limit: 100, .. })));
+        assert!(matches!(
+            admit(&c, 5, &o, 0),
+            Err(SpawnError::UsageBudget { limit: 100, .. })
+        ));
     }
 
     #[test]
     fn closed_owners_take_no_children() {
         let c = TreeConfig::default();
-        for status in [AgentStatus::Completing, AgentStatus::Completed, AgentStatus::Aborted] {
+        for status in [
+            AgentStatus::Completing,
+            AgentStatus::Completed,
+            AgentStatus::Aborted,
+        ] {
             let mut o = owner(1, 1);
             o.status = status;
-            assert_eq!(admit(&c, 5, &o, 0), Err(SpawnError::OwnerClosed(AgentId::new(1))));
+            assert_eq!(
+                admit(&c, 5, &o, 0),
+                Err(SpawnError::OwnerClosed(AgentId::new(1)))
+            );
         }
         let mut o = owner(1, 1);
         o.cancelled = true;
-        assert_eq!(admit(&c, 5, &o, 0), Err(SpawnError::OwnerClosed(AgentId::new(1))));
+        assert_eq!(
+            admit(&c, 5, &o, 0),
+            Err(SpawnError::OwnerClosed(AgentId::new(1)))
+        );
     }
 
     #[test]

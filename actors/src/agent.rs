@@ -191,8 +191,17 @@ impl Actor for AgentActor {
             .user_tools
             .iter()
             .filter_map(|name| shared.toolbox.get(name).map(|t| t.spec()))
-            .chain(capabilities.orchestration.iter().map(|t| orchestration::spec(t)))
-            .chain(capabilities.ask_owner.then(|| orchestration::spec(crate::tool::ASK_OWNER_TOOL)))
+            .chain(
+                capabilities
+                    .orchestration
+                    .iter()
+                    .map(|t| orchestration::spec(t)),
+            )
+            .chain(
+                capabilities
+                    .ask_owner
+                    .then(|| orchestration::spec(crate::tool::ASK_OWNER_TOOL)),
+            )
             .collect();
         let max_turns = definition
             .max_turns
@@ -389,7 +398,12 @@ impl AgentState {
         };
     }
 
-    async fn on_turn_finished(&mut self, myself: &ActorRef<AgentMsg>, turn: u32, result: TurnResult) {
+    async fn on_turn_finished(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        turn: u32,
+        result: TurnResult,
+    ) {
         if !matches!(self.phase, Phase::Thinking { turn: t, .. } if t == turn) {
             return;
         }
@@ -401,8 +415,9 @@ impl AgentState {
                 return self.end_run(myself, outcome);
             }
             TurnResult::Panicked(panic) => {
-                let outcome = Outcome::failed(EndReason::Panicked, format!("model panicked: {panic}"))
-                    .with_partial(self.last_text.clone());
+                let outcome =
+                    Outcome::failed(EndReason::Panicked, format!("model panicked: {panic}"))
+                        .with_partial(self.last_text.clone());
                 return self.end_run(myself, outcome);
             }
             TurnResult::Response(response) => response,
@@ -421,7 +436,10 @@ impl AgentState {
         }
         self.phase = Phase::Acting {
             turn,
-            calls: calls.iter().map(|c| PendingCall::new(c.id.clone())).collect(),
+            calls: calls
+                .iter()
+                .map(|c| PendingCall::new(c.id.clone()))
+                .collect(),
         };
         for call in calls {
             self.dispatch(myself, turn, call).await;
@@ -472,7 +490,11 @@ impl AgentState {
                     Err(panic) => Err(format!("tool panicked: {panic}")),
                 },
             };
-            let _ = reply_to.cast(AgentMsg::ToolFinished { turn, call_id, result });
+            let _ = reply_to.cast(AgentMsg::ToolFinished {
+                turn,
+                call_id,
+                result,
+            });
         });
         if let Some(pending) = self.pending_call(turn, &call.id) {
             pending.task = Some(task.abort_handle());
@@ -507,13 +529,16 @@ impl AgentState {
             self.abort(myself);
             return;
         }
-        let Phase::Acting { calls, .. } = &mut self.phase else { return };
+        let Phase::Acting { calls, .. } = &mut self.phase else {
+            return;
+        };
         if calls.iter().any(|c| c.result.is_none()) {
             return;
         }
         for call in calls.drain(..) {
             let (text, is_error) = call.result.unwrap_or_default();
-            self.conversation.push(Message::tool_result(call.call_id, text, is_error));
+            self.conversation
+                .push(Message::tool_result(call.call_id, text, is_error));
         }
         self.next_turn(myself);
     }
@@ -522,7 +547,10 @@ impl AgentState {
     /// next turn boundary.
     fn on_steer(&mut self, myself: &ActorRef<AgentMsg>, text: String) -> SteerReceipt {
         if let Phase::Acting { calls, .. } = &mut self.phase {
-            if let Some(ask) = calls.iter_mut().find(|c| c.asks_owner && c.result.is_none()) {
+            if let Some(ask) = calls
+                .iter_mut()
+                .find(|c| c.asks_owner && c.result.is_none())
+            {
                 ask.result = Some((text, false));
                 ask.asks_owner = false;
                 self.shared.registry.announce(self.id, EventKind::Steered);
@@ -545,7 +573,10 @@ impl AgentState {
             "[question from subagent {child}; answer with steer_subagent] {question}"
         )));
         if let Phase::Acting { calls, .. } = &mut self.phase {
-            for call in calls.iter_mut().filter(|c| c.waits_on == Some(child) && c.result.is_none()) {
+            for call in calls
+                .iter_mut()
+                .filter(|c| c.waits_on == Some(child) && c.result.is_none())
+            {
                 let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
                 call.result = Some((text.to_string(), false));
                 call.waits_on = None;
@@ -558,7 +589,9 @@ impl AgentState {
     }
 
     fn on_child_settled(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
-        let Some(entry) = self.children.iter_mut().find(|c| c.id == child) else { return };
+        let Some(entry) = self.children.iter_mut().find(|c| c.id == child) else {
+            return;
+        };
         if entry.settled {
             return;
         }
@@ -569,8 +602,9 @@ impl AgentState {
             let outcome = self.shared.registry.outcome(child);
             let summary = outcome.as_ref().map(|o| o.summary()).unwrap_or_default();
             let status = outcome.map(|o| o.status.as_str()).unwrap_or("settled");
-            self.inbox
-                .push_back(Inbound::Notice(format!("[subagent {child} {status}] {summary}")));
+            self.inbox.push_back(Inbound::Notice(format!(
+                "[subagent {child} {status}] {summary}"
+            )));
         }
         if matches!(self.phase, Phase::Ending { .. }) {
             self.try_settle(myself);
@@ -581,7 +615,8 @@ impl AgentState {
     /// policy, then settle once they are terminal.
     fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
-        let aborting = outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
+        let aborting =
+            outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
         if aborting {
             for child in self.children.iter().filter(|c| !c.settled && !c.detached) {
                 let _ = self.shared.registry.abort(child.id, EndReason::OwnerEnded);
@@ -596,12 +631,17 @@ impl AgentState {
     /// Aborted (the token fired): cancel in-flight work and end the run as aborted, keeping
     /// partial output. Children were cancelled with the token.
     fn abort(&mut self, myself: &ActorRef<AgentMsg>) {
-        let reason = self.shared.registry.abort_reason(self.id).unwrap_or(EndReason::OwnerEnded);
+        let reason = self
+            .shared
+            .registry
+            .abort_reason(self.id)
+            .unwrap_or(EndReason::OwnerEnded);
         match &self.phase {
             Phase::Done => {}
             Phase::Ending { outcome } if outcome.status == AgentStatus::Aborted => {}
             _ => {
-                let outcome = Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.last_text.clone());
+                let outcome = Outcome::ended(AgentStatus::Aborted, reason)
+                    .with_partial(self.last_text.clone());
                 self.end_run(myself, outcome);
             }
         }

@@ -275,9 +275,15 @@ mod tests {
     #[test]
     fn settings_errors_name_the_field() {
         let err = TreeConfig::from_json(r#"{"max_concurrent": 0}"#).unwrap_err();
-        assert_eq!(err.to_string(), "settings: field `max_concurrent`: must be at least 1");
+        assert_eq!(
+            err.to_string(),
+            "settings: field `max_concurrent`: must be at least 1"
+        );
         let err = TreeConfig::from_json(r#"{"max_dept": 2}"#).unwrap_err();
-        assert!(err.to_string().contains("unknown field `max_dept`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `max_dept`"),
+            "{err}"
+        );
         let err = TreeConfig::from_json(r#"{"max_depth": "deep"}"#).unwrap_err();
         assert!(err.to_string().contains("invalid type"), "{err}");
         assert!(TreeConfig::from_json("{").is_err());
@@ -285,7 +291,9 @@ mod tests {
 
     #[test]
     fn settings_keep_defaults_for_absent_fields() {
-        let c = TreeConfig::from_json(r#"{"control_scope": "descendants", "attenuate_tools": true}"#).unwrap();
+        let c =
+            TreeConfig::from_json(r#"{"control_scope": "descendants", "attenuate_tools": true}"#)
+                .unwrap();
         assert_eq!(c.control_scope, ControlScope::Descendants);
         assert!(c.attenuate_tools);
         assert_eq!(c.max_total_agents, DEFAULT_MAX_TOTAL_AGENTS);

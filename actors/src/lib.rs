@@ -28,8 +28,8 @@ mod util;
 pub use catalog::{Catalog, CatalogError};
 pub use config::{
     ConfigError, ControlScope, DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_DEPTH, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE,
-    INHERIT_CONTEXT_MAX_DEPTH, TreeConfig,
+    DEFAULT_MAX_DEPTH, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE, INHERIT_CONTEXT_MAX_DEPTH,
+    TreeConfig,
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;

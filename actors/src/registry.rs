@@ -21,8 +21,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome, RequestId,
-    SessionId, TreeSnapshot, Usage,
+    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome,
+    RequestId, SessionId, TreeSnapshot, Usage,
 };
 use parking_lot::Mutex;
 use ractor::{ActorCell, ActorId};
@@ -175,7 +175,11 @@ pub(crate) enum Admitted {
 
 impl Registry {
     /// A registry holding only the root record.
-    pub(crate) fn new(session: SessionId, root_token: CancellationToken, max_concurrent: usize) -> Self {
+    pub(crate) fn new(
+        session: SessionId,
+        root_token: CancellationToken,
+        max_concurrent: usize,
+    ) -> Self {
         let root = Entry::new(
             AgentRecord {
                 id: AgentId::ROOT,
@@ -245,7 +249,12 @@ impl Registry {
         let owner = inner
             .entry(admission.owner)
             .ok_or(SpawnError::OwnerClosed(admission.owner))?;
-        let depth = admission::admit(admission.config, admission.max_depth, &owner.owner_view(), inner.live)?;
+        let depth = admission::admit(
+            admission.config,
+            admission.max_depth,
+            &owner.owner_view(),
+            inner.live,
+        )?;
         let token = if admission.detached {
             inner.entries[0].token.child_token()
         } else {
@@ -283,7 +292,9 @@ impl Registry {
             entry.pending_start = admission.pooled;
         }
         inner.entries.push(entry);
-        let owner = inner.entry_mut(admission.owner).expect("owner checked above");
+        let owner = inner
+            .entry_mut(admission.owner)
+            .expect("owner checked above");
         owner.record.children.push(id);
         owner.live_children += 1;
         owner.spawned = owner.spawned.saturating_add(1);
@@ -317,9 +328,15 @@ impl Registry {
         let mut inner = self.inner.lock();
         let mut out = Vec::new();
         while inner.pool_running < inner.max_concurrent {
-            let Some(id) = inner.pool_queue.pop_front() else { break };
-            let Some(entry) = inner.entry_mut(id) else { continue };
-            let Some(pending) = entry.pending_start.take() else { continue };
+            let Some(id) = inner.pool_queue.pop_front() else {
+                break;
+            };
+            let Some(entry) = inner.entry_mut(id) else {
+                continue;
+            };
+            let Some(pending) = entry.pending_start.take() else {
+                continue;
+            };
             if entry.record.status != AgentStatus::Queued {
                 continue;
             }
@@ -338,7 +355,11 @@ impl Registry {
 
     /// Routes a steer: queued in the registry while the agent has no session yet, else to its
     /// actor.
-    pub(crate) fn route_steer(&self, id: AgentId, text: String) -> Result<SteerRoute, ControlError> {
+    pub(crate) fn route_steer(
+        &self,
+        id: AgentId,
+        text: String,
+    ) -> Result<SteerRoute, ControlError> {
         let mut inner = self.inner.lock();
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
         if entry.record.status.is_terminal() {
@@ -355,7 +376,12 @@ impl Registry {
 
     /// Whether `caller` may control `target` under `scope`. A missing target and a foreign
     /// one give the same error.
-    pub(crate) fn authorize(&self, caller: AgentId, target: AgentId, scope: ControlScope) -> Result<(), ControlError> {
+    pub(crate) fn authorize(
+        &self,
+        caller: AgentId,
+        target: AgentId,
+        scope: ControlScope,
+    ) -> Result<(), ControlError> {
         let inner = self.inner.lock();
         let parent_of = |id: AgentId| inner.entry(id).and_then(|e| e.record.parent);
         if control::reaches(scope, caller, target, parent_of) {
@@ -375,15 +401,26 @@ impl Registry {
     /// Reopens settled agent `id` for a resumed run under its owner `owner`: the same
     /// admission limits apply as for a new child. Its record goes back to `starting` and
     /// its outcome is cleared; a `resumed` event is emitted.
-    pub(crate) fn reopen(&self, id: AgentId, owner: AgentId, config: &TreeConfig, max_depth: u32) -> Result<Reopened, SpawnError> {
+    pub(crate) fn reopen(
+        &self,
+        id: AgentId,
+        owner: AgentId,
+        config: &TreeConfig,
+        max_depth: u32,
+    ) -> Result<Reopened, SpawnError> {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        let entry = inner.entry(id).ok_or(SpawnError::Control(ControlError::NotYours(id)))?;
+        let entry = inner
+            .entry(id)
+            .ok_or(SpawnError::Control(ControlError::NotYours(id)))?;
         if entry.record.parent != Some(owner) {
             return Err(SpawnError::Control(ControlError::NotYours(id)));
         }
         if entry.record.status.is_live() {
-            return Err(SpawnError::Control(ControlError::WrongStatus(id, entry.record.status)));
+            return Err(SpawnError::Control(ControlError::WrongStatus(
+                id,
+                entry.record.status,
+            )));
         }
         let conversation = entry.conversation.as_deref().cloned().unwrap_or_default();
         let detached = entry.record.detached;
@@ -429,7 +466,9 @@ impl Registry {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         inner.by_actor.insert(actor.get_id(), id);
-        let Some(entry) = inner.entry_mut(id) else { return Vec::new() };
+        let Some(entry) = inner.entry_mut(id) else {
+            return Vec::new();
+        };
         entry.actor = Some(actor);
         let first = entry.record.started_ms.is_none();
         entry.record.started_ms.get_or_insert(now);

@@ -13,7 +13,13 @@ use crate::util::BoxFuture;
 /// Names of the delegation tools the tree injects into agents that may delegate.
 pub const ORCHESTRATION_TOOLS: [&str; 4] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, ABORT_TOOL];
 /// Names user tools may not take.
-pub const RESERVED_TOOLS: [&str; 5] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, ABORT_TOOL, ASK_OWNER_TOOL];
+pub const RESERVED_TOOLS: [&str; 5] = [
+    AGENT_TOOL,
+    GET_RESULT_TOOL,
+    STEER_TOOL,
+    ABORT_TOOL,
+    ASK_OWNER_TOOL,
+];
 /// Spawns (or resumes) a child.
 pub const AGENT_TOOL: &str = "Agent";
 /// Reads a child's result, optionally waiting.

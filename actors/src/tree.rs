@@ -282,7 +282,8 @@ impl Tree {
         let id = match spawned {
             Spawned::New(id) | Spawned::Queued(id) | Spawned::Existing(id) => id,
         };
-        self.handle(id).ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+        self.handle(id)
+            .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }
 
     /// Resumes a settled top-level agent with a new prompt: its conversation continues in a
@@ -292,20 +293,27 @@ impl Tree {
     ///
     /// [`SpawnError::Control`] when the agent is not top-level or is still live (running or
     /// queued), or an admission refusal.
-    pub async fn resume(&self, id: AgentId, prompt: impl Into<String>) -> Result<AgentHandle, SpawnError> {
+    pub async fn resume(
+        &self,
+        id: AgentId,
+        prompt: impl Into<String>,
+    ) -> Result<AgentHandle, SpawnError> {
         let branch = self.branch.read().clone();
-        let reopened = self
-            .shared
-            .registry
-            .reopen(id, AgentId::ROOT, &self.shared.config, branch.max_depth)?;
+        let reopened = self.shared.registry.reopen(
+            id,
+            AgentId::ROOT,
+            &self.shared.config,
+            branch.max_depth,
+        )?;
         let Some(definition) = branch.catalog.get(&reopened.agent_type).cloned() else {
             let error = SpawnError::UnknownType {
                 requested: reopened.agent_type,
                 available: Vec::new(),
             };
-            self.shared
-                .registry
-                .settle(id, Outcome::failed(EndReason::ActorFailed, error.to_string()));
+            self.shared.registry.settle(
+                id,
+                Outcome::failed(EndReason::ActorFailed, error.to_string()),
+            );
             return Err(error);
         };
         let pending = PendingStart {
@@ -317,8 +325,17 @@ impl Tree {
             resumed: true,
             owner_capabilities: None,
         };
-        spawn::start(&self.shared, id, reopened.depth, reopened.token, &self.root, pending).await?;
-        self.handle(id).ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+        spawn::start(
+            &self.shared,
+            id,
+            reopened.depth,
+            reopened.token,
+            &self.root,
+            pending,
+        )
+        .await?;
+        self.handle(id)
+            .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }
 
     /// Starts a top-level agent and waits for its outcome.
@@ -388,7 +405,11 @@ impl Tree {
     ///
     /// [`ControlError::NotYours`] for an unknown id or the root, [`ControlError::WrongStatus`]
     /// for a settled agent.
-    pub async fn steer(&self, id: AgentId, text: impl Into<String>) -> Result<SteerReceipt, ControlError> {
+    pub async fn steer(
+        &self,
+        id: AgentId,
+        text: impl Into<String>,
+    ) -> Result<SteerReceipt, ControlError> {
         if id.is_root() {
             return Err(ControlError::NotYours(id));
         }
@@ -398,7 +419,11 @@ impl Tree {
             SteerRoute::Actor(cell) => {
                 let actor = ActorRef::<AgentMsg>::from(cell);
                 let gone = || {
-                    let status = self.shared.registry.status(id).unwrap_or(AgentStatus::Completed);
+                    let status = self
+                        .shared
+                        .registry
+                        .status(id)
+                        .unwrap_or(AgentStatus::Completed);
                     ControlError::WrongStatus(id, status)
                 };
                 ractor::call!(actor, |reply| AgentMsg::Steer {

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use agent_tree_protocol::{AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec};
+use agent_tree_protocol::{
+    AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec,
+};
 use ractor::ActorRef;
 use serde::Deserialize;
 use serde_json::json;
@@ -16,7 +18,9 @@ use crate::error::{ControlError, SpawnError};
 use crate::msg::AgentMsg;
 use crate::registry::SteerRoute;
 use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
-use crate::tool::{ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL};
+use crate::tool::{
+    ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL,
+};
 
 pub(super) fn is_orchestration(name: &str) -> bool {
     ORCHESTRATION_TOOLS.contains(&name) || name == ASK_OWNER_TOOL
@@ -30,7 +34,9 @@ pub(super) fn spec(name: &str) -> ToolSpec {
             "properties": { "agent_id": { "type": "string" } },
             "required": ["agent_id"]
         });
-        if let (Some(props), Some(extra)) = (schema["properties"].as_object_mut(), extra.as_object()) {
+        if let (Some(props), Some(extra)) =
+            (schema["properties"].as_object_mut(), extra.as_object())
+        {
             props.extend(extra.clone());
         }
         schema
@@ -119,7 +125,12 @@ fn refused(error: impl ToString) -> Answer {
     Answer::Now(error.to_string(), true)
 }
 
-pub(super) async fn dispatch(state: &mut AgentState, myself: &ActorRef<AgentMsg>, turn: u32, call: ToolCall) {
+pub(super) async fn dispatch(
+    state: &mut AgentState,
+    myself: &ActorRef<AgentMsg>,
+    turn: u32,
+    call: ToolCall,
+) {
     let answer = match call.name.as_str() {
         AGENT_TOOL => spawn_or_resume(state, myself, &call).await,
         GET_RESULT_TOOL => read_result(state, &call),
@@ -177,7 +188,11 @@ fn wait_task(
             } => outcome,
         };
         let result = Ok(result_text(agent, outcome.as_ref()));
-        let _ = reply_to.cast(AgentMsg::ToolFinished { turn, call_id, result });
+        let _ = reply_to.cast(AgentMsg::ToolFinished {
+            turn,
+            call_id,
+            result,
+        });
     })
     .abort_handle()
 }
@@ -197,7 +212,11 @@ struct ResumeInput {
     background: bool,
 }
 
-async fn spawn_or_resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &ToolCall) -> Answer {
+async fn spawn_or_resume(
+    state: &mut AgentState,
+    myself: &ActorRef<AgentMsg>,
+    call: &ToolCall,
+) -> Answer {
     if call.input.get("resume").is_some() {
         return resume(state, myself, call).await;
     }
@@ -205,7 +224,11 @@ async fn spawn_or_resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, ca
         Ok(request) => request,
         Err(error) => return refused(SpawnError::InvalidRequest(error.to_string())),
     };
-    let definition = match state.branch.catalog.resolve_for(&state.definition, &request.agent_type) {
+    let definition = match state
+        .branch
+        .catalog
+        .resolve_for(&state.definition, &request.agent_type)
+    {
         Ok(definition) => definition.clone(),
         Err(error) => return refused(error),
     };
@@ -255,7 +278,10 @@ async fn spawn_or_resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, ca
 /// waits for the child.
 fn answer_for(state: &AgentState, child: AgentId, background: bool) -> Answer {
     if background {
-        Answer::Now(result_text(child, state.shared.registry.outcome(child).as_ref()), false)
+        Answer::Now(
+            result_text(child, state.shared.registry.outcome(child).as_ref()),
+            false,
+        )
     } else {
         Answer::Wait(child, None)
     }
@@ -269,7 +295,12 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
     // Resume re-creates the agent's actor under its owner, so only the owner may resume it,
     // whatever the control scope.
     let target = parse_id(&input.resume);
-    let reopened = match state.shared.registry.reopen(target, state.id, &state.shared.config, state.branch.max_depth) {
+    let reopened = match state.shared.registry.reopen(
+        target,
+        state.id,
+        &state.shared.config,
+        state.branch.max_depth,
+    ) {
         Ok(reopened) => reopened,
         Err(error) => return refused(error),
     };
@@ -278,10 +309,10 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
             requested: reopened.agent_type,
             available: Vec::new(),
         };
-        state
-            .shared
-            .registry
-            .settle(target, Outcome::failed(EndReason::ActorFailed, error.to_string()));
+        state.shared.registry.settle(
+            target,
+            Outcome::failed(EndReason::ActorFailed, error.to_string()),
+        );
         return refused(error);
     };
     let owner_capabilities = state
@@ -298,7 +329,16 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
         resumed: true,
         owner_capabilities,
     };
-    if let Err(error) = spawn::start(&state.shared, target, reopened.depth, reopened.token, myself, pending).await {
+    if let Err(error) = spawn::start(
+        &state.shared,
+        target,
+        reopened.depth,
+        reopened.token,
+        myself,
+        pending,
+    )
+    .await
+    {
         return refused(error);
     }
     match state.children.iter_mut().find(|c| c.id == target) {
@@ -368,7 +408,11 @@ fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(found) => found,
         Err(answer) => return answer,
     };
-    let receipt = match state.shared.registry.route_steer(agent, input.message.clone()) {
+    let receipt = match state
+        .shared
+        .registry
+        .route_steer(agent, input.message.clone())
+    {
         Ok(SteerRoute::Queued) => "queued",
         Ok(SteerRoute::Actor(actor)) => {
             let steer = AgentMsg::Steer {
@@ -377,12 +421,20 @@ fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
             };
             match actor.send_message(steer) {
                 Ok(()) => "delivered",
-                Err(_) => return refused(ControlError::WrongStatus(agent, agent_tree_protocol::AgentStatus::Completed)),
+                Err(_) => {
+                    return refused(ControlError::WrongStatus(
+                        agent,
+                        agent_tree_protocol::AgentStatus::Completed,
+                    ));
+                }
             }
         }
         Err(error) => return refused(error),
     };
-    Answer::Now(json!({ "agent_id": agent, "receipt": receipt }).to_string(), false)
+    Answer::Now(
+        json!({ "agent_id": agent, "receipt": receipt }).to_string(),
+        false,
+    )
 }
 
 fn abort(state: &mut AgentState, call: &ToolCall) -> Answer {
@@ -393,7 +445,10 @@ fn abort(state: &mut AgentState, call: &ToolCall) -> Answer {
     match state.shared.registry.status(agent) {
         Some(status) if status.is_terminal() => refused(ControlError::WrongStatus(agent, status)),
         _ => match state.shared.registry.abort(agent, EndReason::Aborted) {
-            Ok(()) => Answer::Now(json!({ "agent_id": agent, "status": "aborting" }).to_string(), false),
+            Ok(()) => Answer::Now(
+                json!({ "agent_id": agent, "status": "aborting" }).to_string(),
+                false,
+            ),
             Err(error) => refused(error),
         },
     }
