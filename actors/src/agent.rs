@@ -36,11 +36,12 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::capability::{self, Capabilities};
+use crate::hooks::{self, HookContext};
 use crate::model::ModelRequest;
 use crate::msg::{AgentMsg, SteerReceipt, TurnResult};
 use crate::shared::{Branch, SharedRef};
 use crate::spawn::PendingStart;
-use crate::supervision;
+use crate::supervision::{self, ChildSupervisor, Verdict};
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
 
@@ -90,6 +91,10 @@ pub(crate) struct AgentState {
     last_text: String,
     /// The task that turns a cancelled token into [`AgentMsg::Cancelled`].
     watcher: Option<AbortHandle>,
+    /// Which run of the agent this is (1 for the first; restarts count up).
+    incarnation: u32,
+    /// Restart decisions for its children.
+    supervisor: ChildSupervisor,
 }
 
 #[derive(Debug)]
@@ -102,6 +107,11 @@ enum Inbound {
 enum Phase {
     /// Constructed; the first turn starts in `post_start`.
     Idle,
+    /// The start hooks run; the first model call waits for them.
+    Starting { task: AbortHandle },
+    /// A shutdown reached the agent: its shutdown hooks run (bounded by the deadline), then
+    /// the run ends as aborted.
+    Stopping { task: AbortHandle },
     /// A model turn task runs.
     Thinking { turn: u32, task: AbortHandle },
     /// The tool calls of turn `turn` are being answered, in call order.
@@ -174,6 +184,7 @@ impl Actor for AgentActor {
             mut settle,
             mut context,
             resumed,
+            detached: _,
             owner_capabilities,
         } = start;
         if resumed {
@@ -218,6 +229,12 @@ impl Actor for AgentActor {
             .abort_handle()
         };
         context.push(Message::user(prompt));
+        let incarnation = shared.registry.record(id).map_or(1, |r| r.incarnation);
+        let supervisor = ChildSupervisor::new(
+            definition.strategy,
+            definition.max_restarts,
+            std::time::Duration::from_millis(definition.restart_period_ms),
+        );
         Ok(AgentState {
             id,
             depth,
@@ -237,6 +254,8 @@ impl Actor for AgentActor {
             inbox: early.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
             watcher: Some(watcher),
+            incarnation,
+            supervisor,
         })
     }
 
@@ -245,7 +264,7 @@ impl Actor for AgentActor {
         myself: ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
-        state.next_turn(&myself);
+        state.start(&myself);
         Ok(())
     }
 
@@ -282,8 +301,32 @@ impl Actor for AgentActor {
                     let _ = reply.send(receipt);
                 }
             }
-            AgentMsg::ChildSettled { child } => state.on_child_settled(&myself, child),
+            AgentMsg::ChildSettled { child } => state.on_child_ended(&myself, child).await,
             AgentMsg::Asked { child, question } => state.on_asked(&myself, child, question),
+            AgentMsg::StartDone { result } => {
+                if !matches!(state.phase, Phase::Starting { .. }) {
+                    return Ok(());
+                }
+                match result {
+                    Ok(()) => state.next_turn(&myself),
+                    Err(error) => {
+                        let outcome = Outcome::failed(
+                            EndReason::HookFailed,
+                            format!("start hook failed: {error}"),
+                        );
+                        state.end_run(&myself, outcome);
+                    }
+                }
+            }
+            AgentMsg::HooksDone { failures } => {
+                if !matches!(state.phase, Phase::Stopping { .. }) {
+                    return Ok(());
+                }
+                state.shared.registry.add_hook_failures(state.id, failures);
+                let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
+                    .with_partial(state.last_text.clone());
+                state.end_run(&myself, outcome);
+            }
             AgentMsg::PoolChanged => {}
         }
         Ok(())
@@ -297,8 +340,8 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         // Never stop because a child ended (ractor's default): settle the child if it died
         // without settling itself, and carry on.
-        if let Some(child) = supervision::settle_lost_child(&state.shared.registry, &event) {
-            state.on_child_settled(&myself, child);
+        if let Some(child) = supervision::lost_actor(&state.shared.registry, &event) {
+            state.on_child_ended(&myself, child).await;
         }
         Ok(())
     }
@@ -332,6 +375,41 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
+    fn hook_context(&self, deadline: Option<tokio::time::Instant>) -> HookContext {
+        HookContext {
+            agent: self.id,
+            agent_type: self.definition.name.clone(),
+            depth: self.depth,
+            deadline,
+        }
+    }
+
+    /// Runs the start hooks (as a task, cancelled by an abort), then the first turn.
+    fn start(&mut self, myself: &ActorRef<AgentMsg>) {
+        let start_hooks = self.shared.hooks.on_start.clone();
+        if start_hooks.is_empty() || self.token.is_cancelled() {
+            return self.next_turn(myself);
+        }
+        let context = self.hook_context(None);
+        let token = self.token.clone();
+        let reply_to = myself.clone();
+        let task = tokio::spawn(async move {
+            let failures = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                failures = hooks::run_all(&start_hooks, &context, true) => failures,
+            };
+            let result = match failures.into_iter().next() {
+                Some(error) => Err(error),
+                None => Ok(()),
+            };
+            let _ = reply_to.cast(AgentMsg::StartDone { result });
+        });
+        self.phase = Phase::Starting {
+            task: task.abort_handle(),
+        };
+    }
+
     /// Starts the next model turn, or ends the run when the token is cancelled or the turns
     /// are used up.
     fn next_turn(&mut self, myself: &ActorRef<AgentMsg>) {
@@ -363,7 +441,7 @@ impl AgentState {
             agent: self.id,
             agent_type: self.definition.name.clone(),
             depth: self.depth,
-            incarnation: 1,
+            incarnation: self.incarnation,
             turn,
             model: self.definition.model.clone(),
             system: self.definition.prompt.clone(),
@@ -376,10 +454,13 @@ impl AgentState {
         let myself = myself.clone();
         let id = self.id;
         let task = tokio::spawn(async move {
+            // The model is called only when this future is first polled, after the token
+            // was checked: a cancelled agent never calls it.
+            let call = async { CatchUnwind::new(model.turn(request)).await };
             let result = tokio::select! {
                 biased;
                 () = token.cancelled() => TurnResult::Cancelled,
-                r = CatchUnwind::new(model.turn(request)) => match r {
+                r = call => match r {
                     Ok(Ok(response)) => TurnResult::Response(response),
                     Ok(Err(error)) => TurnResult::Failed(error),
                     Err(panic) => TurnResult::Panicked(panic),
@@ -588,26 +669,75 @@ impl AgentState {
         self.after_answer(myself);
     }
 
-    fn on_child_settled(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
-        let Some(entry) = self.children.iter_mut().find(|c| c.id == child) else {
-            return;
-        };
-        if entry.settled {
+    /// A child's end was noticed (its own message or a supervision event, whichever comes
+    /// first; the second is ignored). Its owner decides on a restart; then the children's
+    /// settled flags are read back from the registry.
+    async fn on_child_ended(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
+        if !self.children.iter().any(|c| c.id == child) {
             return;
         }
-        entry.settled = true;
-        let waited_on = matches!(&self.phase, Phase::Acting { calls, .. }
-            if calls.iter().any(|c| c.waits_on == Some(child) && c.result.is_none()));
-        if entry.background && !entry.read && !waited_on {
-            let outcome = self.shared.registry.outcome(child);
-            let summary = outcome.as_ref().map(|o| o.summary()).unwrap_or_default();
-            let status = outcome.map(|o| o.status.as_str()).unwrap_or("settled");
-            self.inbox.push_back(Inbound::Notice(format!(
-                "[subagent {child} {status}] {summary}"
-            )));
+        if self
+            .shared
+            .registry
+            .status(child)
+            .is_some_and(AgentStatus::is_live)
+        {
+            // A stale notice from an earlier incarnation: the child runs again.
+            return;
         }
+        let closing = matches!(
+            self.phase,
+            Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
+        ) || self.token.is_cancelled();
+        let mut next = Some(child);
+        while let Some(ended) = next {
+            let verdict = self
+                .supervisor
+                .child_ended(&self.shared, self.id, myself, ended, closing)
+                .await;
+            if let Verdict::Escalate(cause) = verdict {
+                self.refresh_children();
+                let outcome = Outcome::failed(EndReason::Escalated, cause)
+                    .with_partial(self.last_text.clone());
+                return self.end_run(myself, outcome);
+            }
+            next = self.supervisor.next_deferred();
+        }
+        self.refresh_children();
         if matches!(self.phase, Phase::Ending { .. }) {
             self.try_settle(myself);
+        }
+    }
+
+    /// Reads each child's state back from the registry: final ones are settled (a
+    /// background one's completion is noticed in the conversation unless its result was
+    /// read or awaited), restarted ones run again.
+    fn refresh_children(&mut self) {
+        let registry = &self.shared.registry;
+        for index in 0..self.children.len() {
+            let child = self.children[index].id;
+            let final_ = registry.status(child).is_some_and(AgentStatus::is_terminal)
+                && !registry.awaiting_supervisor(child);
+            let entry = &mut self.children[index];
+            if !final_ {
+                entry.settled = false;
+                continue;
+            }
+            if entry.settled {
+                continue;
+            }
+            entry.settled = true;
+            let (background, read) = (entry.background, entry.read);
+            let waited_on = matches!(&self.phase, Phase::Acting { calls, .. }
+                if calls.iter().any(|c| c.waits_on == Some(child) && c.result.is_none()));
+            if background && !read && !waited_on {
+                let outcome = registry.outcome(child);
+                let summary = outcome.as_ref().map(|o| o.summary()).unwrap_or_default();
+                let status = outcome.map(|o| o.status.as_str()).unwrap_or("settled");
+                self.inbox.push_back(Inbound::Notice(format!(
+                    "[subagent {child} {status}] {summary}"
+                )));
+            }
         }
     }
 
@@ -615,6 +745,11 @@ impl AgentState {
     /// policy, then settle once they are terminal.
     fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
+        // Nothing restarts under an owner whose run has ended.
+        for child in &self.children {
+            self.shared.registry.release(child.id);
+        }
+        self.refresh_children();
         let aborting =
             outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
         if aborting {
@@ -636,19 +771,54 @@ impl AgentState {
             .registry
             .abort_reason(self.id)
             .unwrap_or(EndReason::OwnerEnded);
-        match &self.phase {
-            Phase::Done => {}
-            Phase::Ending { outcome } if outcome.status == AgentStatus::Aborted => {}
-            _ => {
-                let outcome = Outcome::ended(AgentStatus::Aborted, reason)
-                    .with_partial(self.last_text.clone());
-                self.end_run(myself, outcome);
-            }
+        let settled_or_stopping = match &self.phase {
+            Phase::Done | Phase::Stopping { .. } => true,
+            Phase::Ending { outcome } => outcome.status == AgentStatus::Aborted,
+            _ => false,
+        };
+        if settled_or_stopping || self.run_shutdown_hooks(myself) {
+            return;
         }
+        let outcome =
+            Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.last_text.clone());
+        self.end_run(myself, outcome);
+    }
+
+    /// When a shutdown reached the agent and shutdown hooks are registered, runs them as a
+    /// task bounded by the shutdown's deadline and returns `true`; the run ends when they
+    /// finish ([`AgentMsg::HooksDone`]).
+    fn run_shutdown_hooks(&mut self, myself: &ActorRef<AgentMsg>) -> bool {
+        let Some(deadline) = self.shared.registry.shutdown_deadline(self.id) else {
+            return false;
+        };
+        let shutdown_hooks = self.shared.hooks.on_shutdown.clone();
+        if shutdown_hooks.is_empty() {
+            return false;
+        }
+        self.cancel_tasks();
+        let context = self.hook_context(Some(deadline));
+        let reply_to = myself.clone();
+        let task = tokio::spawn(async move {
+            let failures = match tokio::time::timeout_at(
+                deadline,
+                hooks::run_all(&shutdown_hooks, &context, false),
+            )
+            .await
+            {
+                Ok(failures) => failures,
+                Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],
+            };
+            let _ = reply_to.cast(AgentMsg::HooksDone { failures });
+        });
+        self.phase = Phase::Stopping {
+            task: task.abort_handle(),
+        };
+        true
     }
 
     fn cancel_tasks(&mut self) {
         match &mut self.phase {
+            Phase::Starting { task } | Phase::Stopping { task } => task.abort(),
             Phase::Thinking { task, .. } => task.abort(),
             Phase::Acting { calls, .. } => {
                 for task in calls.iter_mut().filter_map(|c| c.task.take()) {

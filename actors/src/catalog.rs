@@ -54,7 +54,8 @@ pub enum CatalogError {
 /// An immutable, checked set of agent definitions. Cheap to clone.
 ///
 /// ```
-/// use agent_tree::{AgentDefinition, Catalog};
+/// use agent_tree_actors::Catalog;
+/// use agent_tree_protocol::AgentDefinition;
 /// let catalog = Catalog::new([
 ///     AgentDefinition::new("writer", "You write."),
 ///     AgentDefinition::new("Reviewer", "You review."),

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use agent_tree_protocol::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, Strategy};
 use serde::{Deserialize, Serialize};
 
 /// Default cap on depth: root 0, top-level 1, at most depth 5.
@@ -36,7 +37,7 @@ pub enum ControlScope {
 /// Limits and switches of one tree.
 ///
 /// ```
-/// use agent_tree::TreeConfig;
+/// use agent_tree_actors::TreeConfig;
 /// let config = TreeConfig::default().with_max_depth(3);
 /// assert_eq!(config.max_depth, 3);
 /// assert_eq!(config.max_children_per_agent, 4);
@@ -67,6 +68,12 @@ pub struct TreeConfig {
     pub attenuate_tools: bool,
     /// The one deadline a shutdown gives a whole subtree.
     pub shutdown_grace: Duration,
+    /// The root's strategy for top-level agents.
+    pub root_strategy: Strategy,
+    /// The root's restart intensity: at most this many restarts...
+    pub root_max_restarts: u32,
+    /// ...within this window.
+    pub root_restart_period: Duration,
 }
 
 impl Default for TreeConfig {
@@ -81,6 +88,9 @@ impl Default for TreeConfig {
             control_scope: ControlScope::Children,
             attenuate_tools: false,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            root_strategy: Strategy::OneForOne,
+            root_max_restarts: DEFAULT_MAX_RESTARTS,
+            root_restart_period: Duration::from_millis(DEFAULT_RESTART_PERIOD_MS),
         }
     }
 }
@@ -132,6 +142,9 @@ struct Settings {
     control_scope: Option<ControlScope>,
     attenuate_tools: Option<bool>,
     shutdown_grace_ms: Option<u64>,
+    root_strategy: Option<Strategy>,
+    root_max_restarts: Option<u32>,
+    root_restart_period_ms: Option<u64>,
 }
 
 impl TreeConfig {
@@ -178,6 +191,12 @@ impl TreeConfig {
                 .shutdown_grace_ms
                 .map(Duration::from_millis)
                 .unwrap_or(d.shutdown_grace),
+            root_strategy: s.root_strategy.unwrap_or(d.root_strategy),
+            root_max_restarts: s.root_max_restarts.unwrap_or(d.root_max_restarts),
+            root_restart_period: s
+                .root_restart_period_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.root_restart_period),
         };
         config.check(origin)?;
         Ok(config)
@@ -209,6 +228,9 @@ impl TreeConfig {
         }
         if self.shutdown_grace.is_zero() {
             return Err(invalid("shutdown_grace_ms", "must be more than 0"));
+        }
+        if self.root_restart_period.is_zero() {
+            return Err(invalid("root_restart_period_ms", "must be more than 0"));
         }
         Ok(())
     }
@@ -258,6 +280,19 @@ impl TreeConfig {
     /// Turns tool attenuation on or off.
     pub fn with_attenuated_tools(mut self, on: bool) -> Self {
         self.attenuate_tools = on;
+        self
+    }
+
+    /// Sets the root's strategy and restart intensity for top-level agents.
+    pub fn with_root_supervision(
+        mut self,
+        strategy: Strategy,
+        max_restarts: u32,
+        period: Duration,
+    ) -> Self {
+        self.root_strategy = strategy;
+        self.root_max_restarts = max_restarts;
+        self.root_restart_period = period;
         self
     }
 

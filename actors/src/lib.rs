@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod error;
 mod events;
+mod hooks;
 mod model;
 mod msg;
 mod registry;
@@ -20,10 +21,12 @@ mod root;
 mod shared;
 mod spawn;
 mod supervision;
+mod supervisor;
 pub mod testkit;
 mod tool;
 mod tree;
 mod util;
+mod wait;
 
 pub use catalog::{Catalog, CatalogError};
 pub use config::{
@@ -33,6 +36,7 @@ pub use config::{
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
+pub use hooks::{Hook, HookContext, HookError};
 pub use model::{Model, ModelRequest, ModelResponse};
 pub use msg::SteerReceipt;
 pub use tool::{

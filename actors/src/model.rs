@@ -76,8 +76,8 @@ impl ModelResponse {
 /// aborted.
 ///
 /// ```
-/// use agent_tree::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse};
-/// use agent_tree::protocol::Usage;
+/// use agent_tree_actors::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse};
+/// use agent_tree_protocol::Usage;
 ///
 /// struct Echo;
 /// impl Model for Echo {

@@ -55,4 +55,8 @@ pub(crate) enum AgentMsg {
     Asked { child: AgentId, question: String },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
+    /// The agent's start hooks finished (`Err` with the first failure).
+    StartDone { result: Result<(), String> },
+    /// The agent's shutdown hooks finished or hit the deadline; failures in order.
+    HooksDone { failures: Vec<String> },
 }

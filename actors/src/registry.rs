@@ -36,6 +36,7 @@ use crate::control;
 use crate::error::{ControlError, SpawnError};
 use crate::events::EventStream;
 use crate::spawn::PendingStart;
+use crate::supervisor;
 
 /// The registry of one tree.
 #[derive(Debug)]
@@ -82,8 +83,18 @@ struct Entry {
     spawned: u32,
     /// Whether it takes a pool slot (top-level background).
     pooled: bool,
-    /// How to start it once a pool slot frees (queued agents only).
-    pending_start: Option<PendingStart>,
+    /// How it was started: used to start a queued agent when a pool slot frees, and to
+    /// re-run the original request on a restart.
+    spec: Option<PendingStart>,
+    /// It ended and its owner decides whether to restart it: its outcome is recorded but not
+    /// yet final (watchers are not told, and it keeps its live slot).
+    awaiting_supervisor: bool,
+    /// Stopped by its owner's restart strategy: held for restart whatever its exit.
+    held: bool,
+    /// The deadline of a shutdown that reached it.
+    shutdown: Option<Instant>,
+    /// Shutdown hooks of it that failed.
+    hook_failures: Vec<String>,
     /// Steers sent before its session existed, delivered in order when it starts.
     pending_steers: Vec<String>,
     /// Its conversation when it last settled, for resume.
@@ -102,7 +113,11 @@ impl Entry {
             live_children: 0,
             spawned: 0,
             pooled: false,
-            pending_start: None,
+            spec: None,
+            awaiting_supervisor: false,
+            held: false,
+            shutdown: None,
+            hook_failures: Vec::new(),
             pending_steers: Vec::new(),
             conversation: None,
             settled: watch::channel(None).0,
@@ -142,6 +157,7 @@ pub(crate) struct Reopened {
     pub(crate) token: CancellationToken,
     pub(crate) agent_type: String,
     pub(crate) conversation: Vec<Message>,
+    pub(crate) detached: bool,
 }
 
 /// What [`Registry::admit`] needs to reserve a slot.
@@ -153,9 +169,11 @@ pub(crate) struct Admission<'a> {
     pub(crate) detached: bool,
     pub(crate) max_depth: u32,
     pub(crate) config: &'a TreeConfig,
+    /// How the agent is started (kept for queued starts and restarts).
+    pub(crate) spec: PendingStart,
     /// A top-level background agent: it takes a pool slot, and waits for one when the pool
-    /// is full, to be started from `pending`.
-    pub(crate) pooled: Option<PendingStart>,
+    /// is full.
+    pub(crate) pooled: bool,
 }
 
 /// The result of an admission.
@@ -260,7 +278,7 @@ impl Registry {
         } else {
             owner.token.child_token()
         };
-        let pooled = admission.pooled.is_some();
+        let pooled = admission.pooled;
         let slot = admission::slot(pooled, inner.pool_running, inner.max_concurrent);
         let id = AgentId::new(inner.entries.len() as u64);
         let status = match slot {
@@ -288,9 +306,7 @@ impl Registry {
             token.clone(),
         );
         entry.pooled = pooled;
-        if slot == Slot::Queue {
-            entry.pending_start = admission.pooled;
-        }
+        entry.spec = Some(admission.spec);
         inner.entries.push(entry);
         let owner = inner
             .entry_mut(admission.owner)
@@ -334,12 +350,12 @@ impl Registry {
             let Some(entry) = inner.entry_mut(id) else {
                 continue;
             };
-            let Some(pending) = entry.pending_start.take() else {
-                continue;
-            };
             if entry.record.status != AgentStatus::Queued {
                 continue;
             }
+            let Some(pending) = entry.spec.clone() else {
+                continue;
+            };
             entry.record.status = AgentStatus::Starting;
             let token = entry.token.clone();
             inner.pool_running += 1;
@@ -389,6 +405,180 @@ impl Registry {
         } else {
             Err(ControlError::NotYours(target))
         }
+    }
+
+    /// Whether `id` ended and waits for its owner's restart decision.
+    pub(crate) fn awaiting_supervisor(&self, id: AgentId) -> bool {
+        self.inner
+            .lock()
+            .entry(id)
+            .is_some_and(|e| e.awaiting_supervisor)
+    }
+
+    /// The owner decided not to restart `id`: its outcome becomes final.
+    pub(crate) fn release(&self, id: AgentId) {
+        let mut inner = self.inner.lock();
+        if inner.entry(id).is_some_and(|e| e.awaiting_supervisor) {
+            let before = inner
+                .entry(id)
+                .map(|e| e.record.status)
+                .unwrap_or(AgentStatus::Failed);
+            inner.finalize(id, before);
+        }
+    }
+
+    /// Stops `id` for its owner's restart strategy: it will be held for restart whatever its
+    /// exit.
+    pub(crate) fn hold_and_abort(&self, id: AgentId) {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.entry_mut(id) {
+            if entry.record.status.is_live() {
+                entry.held = true;
+                entry.abort_reason.get_or_insert(EndReason::Aborted);
+                entry.token.cancel();
+            }
+        }
+    }
+
+    /// Restarts `id` (which awaits its owner's decision): a new incarnation of the same
+    /// agent, re-running its original request, with its usage kept. Returns what its actor
+    /// needs.
+    pub(crate) fn restart(&self, id: AgentId) -> Option<(u32, CancellationToken, PendingStart)> {
+        let now = self.now_ms();
+        let mut inner = self.inner.lock();
+        let entry = inner.entry(id)?;
+        if !entry.awaiting_supervisor {
+            return None;
+        }
+        let parent = entry.record.parent?;
+        let token = if entry.record.detached {
+            inner.entries[0].token.child_token()
+        } else {
+            inner.entry(parent)?.token.child_token()
+        };
+        let entry = inner.entry_mut(id)?;
+        let spec = entry.spec.clone()?;
+        entry.awaiting_supervisor = false;
+        entry.held = false;
+        entry.record.status = AgentStatus::Starting;
+        entry.record.incarnation += 1;
+        entry.record.outcome = None;
+        entry.record.ended_ms = None;
+        entry.token = token.clone();
+        entry.abort_reason = None;
+        entry.actor = None;
+        let (depth, incarnation) = (entry.record.depth, entry.record.incarnation);
+        inner.emit(id, EventKind::Restarted { incarnation }, now);
+        Some((depth, token, spec))
+    }
+
+    /// Tells every live agent of the subtree of `top` (detached descendants included) that a
+    /// shutdown with `deadline` reached it, and aborts them all at once. Queued agents settle
+    /// at once; agents awaiting a restart decision become final. With `top` the root, the
+    /// tree stops admitting top-level agents. Returns the agents still to settle, with a
+    /// watch on each.
+    pub(crate) fn begin_shutdown(
+        &self,
+        top: AgentId,
+        deadline: Instant,
+    ) -> Vec<(AgentId, watch::Receiver<Option<Outcome>>)> {
+        let now = self.now_ms();
+        let mut inner = self.inner.lock();
+        if top.is_root() {
+            inner.entries[0].record.status = AgentStatus::Completing;
+        }
+        let mut stack = vec![top];
+        let mut waiting = Vec::new();
+        while let Some(id) = stack.pop() {
+            let Some(entry) = inner.entry_mut(id) else {
+                continue;
+            };
+            stack.extend(entry.record.children.iter().copied());
+            if id.is_root() {
+                continue;
+            }
+            if entry.awaiting_supervisor {
+                let before = entry.record.status;
+                inner.finalize(id, before);
+                continue;
+            }
+            if entry.record.status.is_terminal() {
+                continue;
+            }
+            entry.shutdown = Some(deadline);
+            entry.abort_reason.get_or_insert(EndReason::Shutdown);
+            entry.token.cancel();
+            if entry.record.status == AgentStatus::Queued {
+                inner.settle(
+                    id,
+                    Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown),
+                    now,
+                );
+            } else {
+                waiting.push((id, entry.settled.subscribe()));
+            }
+        }
+        waiting
+    }
+
+    /// The deadline of a shutdown that reached `id`.
+    pub(crate) fn shutdown_deadline(&self, id: AgentId) -> Option<Instant> {
+        self.inner.lock().entry(id).and_then(|e| e.shutdown)
+    }
+
+    /// Records failed shutdown hooks of `id`.
+    pub(crate) fn add_hook_failures(&self, id: AgentId, failures: Vec<String>) {
+        if let Some(entry) = self.inner.lock().entry_mut(id) {
+            entry.hook_failures.extend(failures);
+        }
+    }
+
+    /// Failed shutdown hooks of `ids`.
+    pub(crate) fn hook_failures(&self, ids: &[AgentId]) -> Vec<(AgentId, String)> {
+        let inner = self.inner.lock();
+        ids.iter()
+            .filter_map(|&id| inner.entry(id).map(|e| (id, e)))
+            .flat_map(|(id, e)| e.hook_failures.iter().map(move |f| (id, f.clone())))
+            .collect()
+    }
+
+    /// Forgets the actor behind a terminated ractor actor (its cell is no longer kept).
+    pub(crate) fn actor_exited(&self, actor: ActorId) {
+        let mut inner = self.inner.lock();
+        if let Some(id) = inner.by_actor.remove(&actor) {
+            if let Some(entry) = inner.entry_mut(id) {
+                if entry.actor.as_ref().is_some_and(|a| a.get_id() == actor) {
+                    entry.actor = None;
+                }
+            }
+        }
+    }
+
+    /// Agents whose ractor actor is still alive, asking ractor (not our records).
+    pub(crate) fn alive_actors(&self) -> Vec<AgentId> {
+        let inner = self.inner.lock();
+        inner
+            .entries
+            .iter()
+            .filter(|e| {
+                e.actor
+                    .as_ref()
+                    .is_some_and(|a| a.get_status() != ractor::ActorStatus::Stopped)
+            })
+            .map(|e| e.record.id)
+            .collect()
+    }
+
+    /// The actors of `ids` that are still alive.
+    pub(crate) fn actors_of(&self, ids: &[AgentId]) -> Vec<(AgentId, ActorCell)> {
+        let inner = self.inner.lock();
+        ids.iter()
+            .filter_map(|&id| {
+                inner
+                    .entry(id)
+                    .and_then(|e| e.actor.clone().map(|a| (id, a)))
+            })
+            .collect()
     }
 
     /// Keeps `id`'s conversation for a later resume.
@@ -457,6 +647,7 @@ impl Registry {
             token,
             agent_type,
             conversation,
+            detached,
         })
     }
 
@@ -542,17 +733,24 @@ impl Registry {
             let Some(entry) = inner.entry(child) else {
                 continue;
             };
-            stack.extend(entry.record.children.iter().copied());
+            // A detached subtree is linked under the root actor, so it was not killed.
             if entry.record.detached {
                 continue;
             }
+            stack.extend(entry.record.children.iter().copied());
             entry.token.cancel();
-            inner.settle(
+            inner.settle_final(
                 child,
                 Outcome::ended(AgentStatus::Killed, EndReason::Killed),
                 now,
             );
         }
+    }
+
+    /// Settles `id` for good: no owner is left to restart it.
+    pub(crate) fn settle_final(&self, id: AgentId, outcome: Outcome) -> bool {
+        let now = self.now_ms();
+        self.inner.lock().settle_final(id, outcome, now)
     }
 
     /// Aborts `id`: records why (first reason wins) and cancels its token, which reaches its
@@ -575,9 +773,75 @@ impl Registry {
         self.inner.lock().entry(id).and_then(|e| e.abort_reason)
     }
 
-    /// The agent running on ractor actor `actor`.
-    pub(crate) fn agent_for_actor(&self, actor: ActorId) -> Option<AgentId> {
-        self.inner.lock().by_actor.get(&actor).copied()
+    /// A ractor actor ended (`failure` set when it failed). If it is the current actor of a
+    /// live agent, that agent died without settling: it is settled as failed or killed, and
+    /// its live descendants, which ractor killed with it, as killed. The actor is forgotten.
+    /// Returns the agent when the actor was its current one (a stale incarnation's actor
+    /// returns `None`).
+    pub(crate) fn lost_actor(&self, actor: ActorId, failure: Option<String>) -> Option<AgentId> {
+        let id = {
+            let mut inner = self.inner.lock();
+            let id = inner.by_actor.remove(&actor)?;
+            let entry = inner.entry_mut(id)?;
+            if entry.actor.as_ref().is_none_or(|a| a.get_id() != actor) {
+                return None;
+            }
+            entry.actor = None;
+            id
+        };
+        if self.status(id).is_some_and(AgentStatus::is_live) {
+            let outcome = match failure {
+                Some(error) => {
+                    tracing::warn!(agent = %id, %error, "agent actor failed");
+                    Outcome::failed(EndReason::ActorFailed, error)
+                }
+                None => Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+            };
+            self.kill_descendants(id);
+            self.settle(id, outcome);
+        }
+        Some(id)
+    }
+
+    /// The children of `owner` in start order, with whether each is live.
+    pub(crate) fn children_of(&self, owner: AgentId) -> Vec<(AgentId, bool)> {
+        let inner = self.inner.lock();
+        inner
+            .entry(owner)
+            .map(|e| {
+                e.record
+                    .children
+                    .iter()
+                    .filter_map(|&c| inner.entry(c))
+                    .filter(|c| !c.record.detached)
+                    .map(|c| (c.record.id, c.record.status.is_live()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The restart type `id` was started with.
+    pub(crate) fn restart_policy(&self, id: AgentId) -> agent_tree_protocol::RestartPolicy {
+        self.inner
+            .lock()
+            .entry(id)
+            .and_then(|e| e.spec.as_ref().map(|s| s.definition.restart))
+            .unwrap_or_default()
+    }
+
+    /// The tree's top supervisor exceeded its restart intensity: the root fails with `cause`
+    /// and every agent is aborted.
+    pub(crate) fn fail_root(&self, cause: String) {
+        let now = self.now_ms();
+        let mut inner = self.inner.lock();
+        let root = &mut inner.entries[0];
+        root.abort_reason.get_or_insert(EndReason::Escalated);
+        root.token.cancel();
+        inner.settle(
+            AgentId::ROOT,
+            Outcome::failed(EndReason::Escalated, cause),
+            now,
+        );
     }
 
     /// A copy of `id`'s record.
@@ -601,17 +865,6 @@ impl Registry {
     /// A receiver that sees `id`'s outcome once it settles.
     pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
         self.inner.lock().entry(id).map(|e| e.settled.subscribe())
-    }
-
-    /// Actors of agents not yet terminal, with their ids.
-    pub(crate) fn live_actors(&self) -> Vec<(AgentId, ActorCell)> {
-        self.inner
-            .lock()
-            .entries
-            .iter()
-            .filter(|e| e.record.depth > 0 && e.record.status.is_live())
-            .filter_map(|e| e.actor.clone().map(|a| (e.record.id, a)))
-            .collect()
     }
 
     /// Live agents (depth ≥ 1).
@@ -678,26 +931,24 @@ impl Inner {
             return false;
         };
         entry.record.status = status;
-        entry.pending_start = None;
-        let pooled = entry.pooled;
         entry.record.ended_ms = Some(now);
         entry.record.outcome = Some(outcome.clone());
-        entry.settled.send_replace(Some(outcome.clone()));
-        let parent = entry.record.parent;
         if id.is_root() {
+            entry.settled.send_replace(Some(outcome));
             return true;
         }
-        self.live = self.live.saturating_sub(1);
-        self.live_tx.send_replace(self.live);
-        if pooled {
-            if before == AgentStatus::Queued {
-                self.pool_queue.retain(|&q| q != id);
-            } else {
-                self.pool_running = self.pool_running.saturating_sub(1);
-            }
-        }
-        if let Some(parent) = parent.and_then(|p| self.entry_mut(p)) {
-            parent.live_children = parent.live_children.saturating_sub(1);
+        // An exit its owner may restart stays open until the owner decides; a shutdown
+        // decides for everyone: nothing restarts.
+        let policy = entry
+            .spec
+            .as_ref()
+            .map(|s| s.definition.restart)
+            .unwrap_or_default();
+        let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
+        let defer = restartable && entry.shutdown.is_none();
+        entry.awaiting_supervisor = defer;
+        if !defer {
+            self.finalize(id, before);
         }
         let kind = match outcome.status {
             AgentStatus::Completed => EventKind::Completed,
@@ -712,6 +963,44 @@ impl Inner {
         };
         self.emit(id, kind, now);
         true
+    }
+
+    fn settle_final(&mut self, id: AgentId, outcome: Outcome, now: u64) -> bool {
+        let settled = self.settle(id, outcome, now);
+        if self.entry(id).is_some_and(|e| e.awaiting_supervisor) {
+            let status = self
+                .entry(id)
+                .map(|e| e.record.status)
+                .unwrap_or(AgentStatus::Killed);
+            self.finalize(id, status);
+        }
+        settled
+    }
+
+    /// Makes `id`'s recorded outcome final: watchers are told, and its live slot (and pool
+    /// slot) is released.
+    fn finalize(&mut self, id: AgentId, before: AgentStatus) {
+        let Some(entry) = self.entry_mut(id) else {
+            return;
+        };
+        entry.awaiting_supervisor = false;
+        entry.held = false;
+        let outcome = entry.record.outcome.clone();
+        entry.settled.send_replace(outcome);
+        let pooled = entry.pooled;
+        let parent = entry.record.parent;
+        self.live = self.live.saturating_sub(1);
+        self.live_tx.send_replace(self.live);
+        if pooled {
+            if before == AgentStatus::Queued {
+                self.pool_queue.retain(|&q| q != id);
+            } else {
+                self.pool_running = self.pool_running.saturating_sub(1);
+            }
+        }
+        if let Some(parent) = parent.and_then(|p| self.entry_mut(p)) {
+            parent.live_children = parent.live_children.saturating_sub(1);
+        }
     }
 
     fn emit(&mut self, agent: AgentId, kind: EventKind, now: u64) {

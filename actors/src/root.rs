@@ -1,60 +1,107 @@
 //! The root actor (depth 0): the supervisor of the top-level agents, and the starter of
 //! queued top-level background agents when pool slots free.
 
+use agent_tree_protocol::AgentStatus;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use agent_tree_protocol::AgentId;
 
 use crate::msg::AgentMsg;
 use crate::shared::SharedRef;
 use crate::spawn;
-use crate::supervision;
+use crate::supervision::{self, ChildSupervisor, Verdict};
 
 /// The tree's own actor.
 #[derive(Debug)]
 pub(crate) struct RootActor;
 
-impl RootActor {
+/// The root's state.
+#[derive(Debug)]
+pub(crate) struct RootState {
+    shared: SharedRef,
+    /// Restart decisions for top-level agents (the config's root strategy and intensity).
+    supervisor: ChildSupervisor,
+}
+
+impl RootState {
     /// Starts queued agents while pool slots are free, in FIFO order.
-    async fn start_queued(myself: &ActorRef<AgentMsg>, shared: &SharedRef) {
+    async fn start_queued(&self, myself: &ActorRef<AgentMsg>) {
         // A failed start settles its record and frees its slot, so look again until the
         // queue or the pool is exhausted.
         loop {
-            let batch = shared.registry.pool_next();
+            let batch = self.shared.registry.pool_next();
             if batch.is_empty() {
                 break;
             }
             for (id, token, pending) in batch {
-                if let Err(error) = spawn::start(shared, id, 1, token, myself, pending).await {
+                if let Err(error) = spawn::start(&self.shared, id, 1, token, myself, pending).await
+                {
                     tracing::warn!(agent = %id, %error, "queued agent failed to start");
                 }
             }
         }
     }
+
+    /// A top-level agent ended: restart it if its type and the root's intensity say so; past
+    /// the intensity the root fails and every agent is aborted (as an OTP application stops
+    /// when its top supervisor gives up).
+    async fn child_ended(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
+        let closing = self.shared.registry.status(AgentId::ROOT) != Some(AgentStatus::Running);
+        let mut next = Some(child);
+        while let Some(ended) = next {
+            let verdict = self
+                .supervisor
+                .child_ended(&self.shared, AgentId::ROOT, myself, ended, closing)
+                .await;
+            if let Verdict::Escalate(cause) = verdict {
+                tracing::error!(%cause, "root restart intensity exceeded; aborting the tree");
+                self.shared.registry.fail_root(cause);
+                return;
+            }
+            next = self.supervisor.next_deferred();
+        }
+        self.start_queued(myself).await;
+    }
 }
 
 impl Actor for RootActor {
     type Msg = AgentMsg;
-    type State = SharedRef;
+    type State = RootState;
     type Arguments = SharedRef;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<AgentMsg>,
         shared: SharedRef,
-    ) -> Result<SharedRef, ActorProcessingErr> {
-        Ok(shared)
+    ) -> Result<RootState, ActorProcessingErr> {
+        let config = &shared.config;
+        let supervisor = ChildSupervisor::new(
+            config.root_strategy,
+            config.root_max_restarts,
+            config.root_restart_period,
+        );
+        Ok(RootState { shared, supervisor })
     }
 
     async fn handle(
         &self,
         myself: ActorRef<AgentMsg>,
         message: AgentMsg,
-        shared: &mut SharedRef,
+        state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            // A top-level agent settled or the pool grew: a slot may be free.
-            AgentMsg::ChildSettled { .. } | AgentMsg::PoolChanged => {
-                Self::start_queued(&myself, shared).await;
+            // A notice from an earlier incarnation of a restarted agent is stale.
+            AgentMsg::ChildSettled { child }
+                if !state
+                    .shared
+                    .registry
+                    .status(child)
+                    .is_some_and(AgentStatus::is_live) =>
+            {
+                state.child_ended(&myself, child).await;
             }
+            // The pool grew: slots may be free.
+            AgentMsg::PoolChanged => state.start_queued(&myself).await,
             // Questions to the application are announced as `asked` events; the application
             // answers with `Tree::steer`.
             _ => {}
@@ -66,10 +113,19 @@ impl Actor for RootActor {
         &self,
         myself: ActorRef<AgentMsg>,
         event: SupervisionEvent,
-        shared: &mut SharedRef,
+        state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        if supervision::settle_lost_child(&shared.registry, &event).is_some() {
-            Self::start_queued(&myself, shared).await;
+        if let Some(child) = supervision::lost_actor(&state.shared.registry, &event) {
+            // Detached agents anywhere in the tree are linked here; only top-level agents
+            // are the root's to restart.
+            let top_level = state
+                .shared
+                .registry
+                .record(child)
+                .is_some_and(|r| r.parent == Some(AgentId::ROOT));
+            if top_level {
+                state.child_ended(&myself, child).await;
+            }
         }
         Ok(())
     }

@@ -3,9 +3,15 @@
 use std::fmt;
 use std::sync::Arc;
 
+use std::sync::OnceLock;
+
+use ractor::ActorRef;
+
 use crate::catalog::Catalog;
 use crate::config::TreeConfig;
+use crate::hooks::Hooks;
 use crate::model::Model;
+use crate::msg::AgentMsg;
 use crate::registry::Registry;
 use crate::tool::Toolbox;
 
@@ -15,6 +21,10 @@ pub(crate) struct Shared {
     pub(crate) model: Arc<dyn Model>,
     pub(crate) toolbox: Toolbox,
     pub(crate) registry: Registry,
+    pub(crate) hooks: Hooks,
+    /// The root actor, set once it runs: detached agents are linked under it, so they
+    /// survive their owner.
+    pub(crate) root: OnceLock<ActorRef<AgentMsg>>,
 }
 
 impl fmt::Debug for Shared {

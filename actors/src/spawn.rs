@@ -44,6 +44,8 @@ pub(crate) struct PendingStart {
     pub(crate) context: Vec<Message>,
     /// A resumed run: its children never outlive it.
     pub(crate) resumed: bool,
+    /// Linked under the root actor instead of its owner's, so it can outlive its owner.
+    pub(crate) detached: bool,
     pub(crate) owner_capabilities: Option<Capabilities>,
 }
 
@@ -79,6 +81,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         prompt: request.prompt,
         context: Vec::new(),
         resumed: false,
+        detached: request.detached,
         owner_capabilities,
     };
     let admitted = shared.registry.admit(Admission {
@@ -88,7 +91,8 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         detached: request.detached,
         max_depth: pending.branch.max_depth,
         config: &shared.config,
-        pooled: pooled.then(|| pending.clone()),
+        spec: pending.clone(),
+        pooled,
     })?;
     let (id, depth, token) = match admitted {
         Admitted::Existing(id) => return Ok(Spawned::Existing(id)),
@@ -115,6 +119,12 @@ pub(crate) async fn start(
     owner_actor: &ActorRef<AgentMsg>,
     pending: PendingStart,
 ) -> Result<ActorRef<AgentMsg>, SpawnError> {
+    // A detached agent is supervised by the root actor, so its owner's end (which makes
+    // ractor kill every linked child) does not take it along.
+    let supervisor = match (pending.detached, shared.root.get()) {
+        (true, Some(root)) => root.get_cell(),
+        _ => owner_actor.get_cell(),
+    };
     let args = AgentArgs {
         id,
         depth,
@@ -123,7 +133,7 @@ pub(crate) async fn start(
         token: token.clone(),
         shared: shared.clone(),
     };
-    match Actor::spawn_linked(None, AgentActor, args, owner_actor.get_cell()).await {
+    match Actor::spawn_linked(None, AgentActor, args, supervisor).await {
         Ok((actor, _)) => Ok(actor),
         Err(error) => {
             // The actor may have run `pre_start` (and started its token watcher) before the
@@ -132,7 +142,7 @@ pub(crate) async fn start(
             let message = error.to_string();
             shared
                 .registry
-                .settle(id, Outcome::failed(EndReason::ActorFailed, message.clone()));
+                .settle_final(id, Outcome::failed(EndReason::ActorFailed, message.clone()));
             Err(SpawnError::Startup(message))
         }
     }

@@ -9,8 +9,8 @@
 //! out fails the agent with a clear model error instead of inventing an answer.
 //!
 //! ```
-//! use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
-//! use agent_tree::protocol::Usage;
+//! use agent_tree_actors::testkit::{Call, Script, ScriptedModel, Target, Turn};
+//! use agent_tree_protocol::Usage;
 //!
 //! let model = ScriptedModel::new()
 //!     .script("lead", Script::new([

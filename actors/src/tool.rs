@@ -69,7 +69,7 @@ pub trait Tool: Send + Sync + 'static {
 /// A tool made from a closure.
 ///
 /// ```
-/// use agent_tree::{FnTool, Tool};
+/// use agent_tree_actors::{FnTool, Tool};
 /// let read = FnTool::new("read", "reads a file", |_ctx, input| async move {
 ///     Ok(format!("contents of {input}"))
 /// });

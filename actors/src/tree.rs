@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
+    WaitPolicy,
 };
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef};
@@ -16,6 +17,7 @@ use crate::catalog::Catalog;
 use crate::config::TreeConfig;
 use crate::error::{ControlError, SpawnError, TreeError};
 use crate::events::EventStream;
+use crate::hooks::{Hook, Hooks};
 use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::{Registry, SteerRoute};
@@ -23,6 +25,7 @@ use crate::root::RootActor;
 use crate::shared::{Branch, Shared, SharedRef};
 use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
 use crate::tool::{Tool, ToolNameError, Toolbox};
+use crate::wait;
 
 /// A tree of agents: holds the config, the catalog, the model, the tools and the registry,
 /// and supervises the top-level agents through its root actor.
@@ -35,8 +38,9 @@ use crate::tool::{Tool, ToolNameError, Toolbox};
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use agent_tree::prelude::*;
-/// use agent_tree::testkit::{Script, ScriptedModel, Turn};
+/// use agent_tree_actors::{Catalog, Tree};
+/// use agent_tree_protocol::{AgentDefinition, SpawnRequest, Usage};
+/// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
 ///
 /// let model = ScriptedModel::new()
 ///     .script("greeter", Script::new([Turn::answer("hello").usage(Usage::tokens(10, 2))]));
@@ -55,7 +59,8 @@ pub struct Tree {
     root_token: CancellationToken,
     /// What new top-level branches start with; existing branches keep their own.
     branch: RwLock<Arc<Branch>>,
-    stopped: bool,
+    /// Set once a shutdown has run; dropping the tree then has nothing left to do.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// Builds a [`Tree`].
@@ -66,6 +71,7 @@ pub struct TreeBuilder {
     model: Option<Arc<dyn Model>>,
     toolbox: Toolbox,
     session: Option<SessionId>,
+    hooks: Hooks,
 }
 
 impl std::fmt::Debug for TreeBuilder {
@@ -113,6 +119,22 @@ impl TreeBuilder {
         Ok(self)
     }
 
+    /// Adds a start hook: async work every agent runs before its first model call (set up a
+    /// workspace, open a connection). An abort during it cancels it; a failure fails the
+    /// agent with reason `hook_failed`. Hooks run in the order added.
+    pub fn on_start(mut self, hook: impl Hook) -> Self {
+        self.hooks.on_start.push(Arc::new(hook));
+        self
+    }
+
+    /// Adds a shutdown hook: async work every agent a shutdown reaches runs before it settles
+    /// (close a socket, flush a file), all under the shutdown's one deadline. Failures,
+    /// panics and hooks cut off by the deadline are reported in the [`ShutdownReport`].
+    pub fn on_shutdown(mut self, hook: impl Hook) -> Self {
+        self.hooks.on_shutdown.push(Arc::new(hook));
+        self
+    }
+
     /// Sets the session id (one is generated otherwise).
     pub fn session(mut self, session: SessionId) -> Self {
         self.session = Some(session);
@@ -135,10 +157,13 @@ impl TreeBuilder {
             config: self.config,
             model,
             toolbox: self.toolbox,
+            hooks: self.hooks,
+            root: std::sync::OnceLock::new(),
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
             .map_err(|e| TreeError::Startup(e.to_string()))?;
+        let _ = shared.root.set(root.clone());
         let branch = RwLock::new(Arc::new(Branch {
             catalog: self.catalog,
             max_depth: shared.config.max_depth,
@@ -148,7 +173,7 @@ impl TreeBuilder {
             root,
             root_token,
             branch,
-            stopped: false,
+            stopped: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -186,9 +211,9 @@ impl AgentHandle {
     /// future leaves the agent running.
     pub async fn outcome(&mut self) -> Outcome {
         match self.settled.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone().unwrap_or_else(killed),
+            Ok(outcome) => outcome.clone().unwrap_or_else(killed_outcome),
             // The registry is gone: the tree was dropped, which kills every agent.
-            Err(_) => killed(),
+            Err(_) => killed_outcome(),
         }
     }
 
@@ -198,7 +223,7 @@ impl AgentHandle {
     }
 }
 
-fn killed() -> Outcome {
+fn killed_outcome() -> Outcome {
     Outcome::ended(AgentStatus::Killed, EndReason::Killed)
 }
 
@@ -206,13 +231,18 @@ fn killed() -> Outcome {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
-    /// Agents that settled on their own before the deadline.
+    /// Agents that settled before the deadline.
     pub graceful: Vec<AgentId>,
     /// Agents still alive at the deadline, killed.
     pub killed: Vec<AgentId>,
+    /// Shutdown hooks that failed, panicked or were cut off by the deadline, per agent.
+    pub hook_failures: Vec<(AgentId, String)>,
     /// How long the shutdown took.
     pub elapsed: Duration,
 }
+
+/// How long a shutdown waits, after its deadline, for killed actors to exit.
+const KILL_WAIT: Duration = Duration::from_millis(100);
 
 impl Tree {
     /// A builder with the default config, an empty catalog and no model.
@@ -323,6 +353,7 @@ impl Tree {
             prompt: prompt.into(),
             context: reopened.conversation,
             resumed: true,
+            detached: reopened.detached,
             owner_capabilities: None,
         };
         spawn::start(
@@ -435,45 +466,95 @@ impl Tree {
         }
     }
 
-    /// Shuts the whole tree down: every agent is aborted at once and given one deadline
-    /// (the config's `shutdown_grace`); whatever is alive at the deadline is killed. Records
-    /// stay readable in the returned report's snapshot and through the registry.
-    pub async fn shutdown(mut self) -> ShutdownReport {
-        self.stop_all().await
+    /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:
+    /// `all_settled` waits for all; `fail_fast` aborts the rest of the set at the first
+    /// outcome that is not `completed`. Cancelling the wait leaves the agents running.
+    pub async fn wait(&self, ids: &[AgentId], policy: WaitPolicy) -> Vec<Outcome> {
+        wait::wait_set(&self.shared.registry, ids, policy).await
     }
 
-    async fn stop_all(&mut self) -> ShutdownReport {
-        let started = Instant::now();
-        let deadline = started + self.shared.config.shutdown_grace;
-        let before: Vec<AgentId> = self
-            .shared
-            .registry
-            .snapshot()
-            .agents()
-            .filter(|r| r.status.is_live())
-            .map(|r| r.id)
-            .collect();
-        let _ = self
-            .shared
-            .registry
-            .abort(AgentId::ROOT, EndReason::Shutdown);
-        self.root_token.cancel();
-        let _ = tokio::time::timeout_at(deadline, self.shared.registry.idle()).await;
-        let mut late = Vec::new();
-        for (id, actor) in self.shared.registry.live_actors() {
-            actor.kill();
-            self.shared.registry.kill_descendants(id);
-            if self.shared.registry.settle(id, killed()) {
-                late.push(id);
-            }
-        }
+    /// Agents whose ractor actor is still alive, asked of ractor rather than read from the
+    /// records.
+    pub fn alive_actors(&self) -> Vec<AgentId> {
+        self.shared.registry.alive_actors()
+    }
+
+    /// Shuts the whole tree down: every agent is told at once, runs its shutdown hooks, and
+    /// settles (children before owners) under one deadline, the config's `shutdown_grace`,
+    /// whatever the tree's depth and width; whatever is alive at the deadline is killed. It
+    /// returns after at most the grace plus a small constant. Records stay readable; the tree
+    /// admits no new agent afterwards.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        let report = self.shutdown_subtree(AgentId::ROOT).await;
         self.root.stop(None);
         self.shared.registry.settle_root();
-        self.stopped = true;
-        let graceful = before.into_iter().filter(|id| !late.contains(id)).collect();
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        report
+    }
+
+    /// Shuts down the subtree of `id` (detached descendants included) the same way, under
+    /// its own deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id or the root (use [`Tree::shutdown`]).
+    pub async fn shutdown_agent(&self, id: AgentId) -> Result<ShutdownReport, ControlError> {
+        if id.is_root() || self.shared.registry.status(id).is_none() {
+            return Err(ControlError::NotYours(id));
+        }
+        Ok(self.shutdown_subtree(id).await)
+    }
+
+    async fn shutdown_subtree(&self, top: AgentId) -> ShutdownReport {
+        let started = Instant::now();
+        let deadline = started + self.shared.config.shutdown_grace;
+        let registry = &self.shared.registry;
+        let waiting = registry.begin_shutdown(top, deadline);
+        let ids: Vec<AgentId> = waiting.iter().map(|(id, _)| *id).collect();
+        let all_settled = async {
+            for (_, mut settled) in waiting {
+                let _ = settled.wait_for(Option::is_some).await;
+            }
+        };
+        let _ = tokio::time::timeout_at(deadline, all_settled).await;
+        // The deadline: whatever is alive is killed, owners included even when ractor would
+        // skip them because they are already stopping.
+        let mut killed = Vec::new();
+        let mut cells = Vec::new();
+        for (id, cell) in registry.actors_of(&ids) {
+            if registry.settle_final(id, killed_outcome()) {
+                killed.push(id);
+            }
+            cell.kill();
+            cells.push(cell);
+        }
+        for &id in &ids {
+            // Agents without an actor (still starting) are settled too.
+            if registry.settle_final(id, killed_outcome()) {
+                killed.push(id);
+            }
+        }
+        let exits = async {
+            for cell in &cells {
+                let _ = cell.wait(None).await;
+            }
+        };
+        let _ = tokio::time::timeout(KILL_WAIT, exits).await;
+        for cell in &cells {
+            if cell.get_status() == ractor::ActorStatus::Stopped {
+                registry.actor_exited(cell.get_id());
+            }
+        }
+        let graceful = ids
+            .iter()
+            .copied()
+            .filter(|id| !killed.contains(id))
+            .collect();
         ShutdownReport {
             graceful,
-            killed: late,
+            killed,
+            hook_failures: registry.hook_failures(&ids),
             elapsed: started.elapsed(),
         }
     }
@@ -481,7 +562,7 @@ impl Tree {
 
 impl Drop for Tree {
     fn drop(&mut self) {
-        if !self.stopped {
+        if !self.stopped.load(std::sync::atomic::Ordering::Acquire) {
             self.root_token.cancel();
             self.root.stop(None);
         }

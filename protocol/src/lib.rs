@@ -33,7 +33,7 @@ pub use event::{Event, EventKind, EventTally};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};
-pub use request::SpawnRequest;
+pub use request::{SpawnRequest, WaitPolicy};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;

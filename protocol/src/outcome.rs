@@ -31,6 +31,8 @@ pub enum EndReason {
     Killed,
     /// A child failed and the supervisor's restart intensity was exceeded.
     Escalated,
+    /// A start hook failed.
+    HookFailed,
 }
 
 impl EndReason {
@@ -47,6 +49,7 @@ impl EndReason {
             EndReason::Shutdown => "shutdown",
             EndReason::Killed => "killed",
             EndReason::Escalated => "escalated",
+            EndReason::HookFailed => "hook_failed",
         }
     }
 }

@@ -101,3 +101,15 @@ impl SpawnRequest {
         self
     }
 }
+
+/// How a wait over a set of agents ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitPolicy {
+    /// Resume when every agent of the set is terminal; every outcome is returned, in order.
+    #[default]
+    AllSettled,
+    /// The first outcome that is not `completed` aborts the rest of the set (only the set:
+    /// not the waiter, not other agents); then as `all_settled`.
+    FailFast,
+}

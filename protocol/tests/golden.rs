@@ -541,6 +541,8 @@ fn event_tally_golden() {
             started: 1,
             usage_reported: 1,
             steered: 0,
+            asked: 0,
+            resumed: 0,
             context_dropped: 1,
             restarted: 1,
             completed: 1,
@@ -720,7 +722,7 @@ fn render_text_of_golden_snapshot() {
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
         "depth histogram: d1=2 d2=1",
         "event tally: started=4 completed=2 failed=0 aborted=1 killed=0 restarted=1 queued=0 \
-         usage_reported=3 steered=0 context_dropped=0",
+         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0",
         "max concurrent agents: 2",
     ];
     for line in expected {

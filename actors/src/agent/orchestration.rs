@@ -327,6 +327,7 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
         prompt: input.prompt,
         context: reopened.conversation,
         resumed: true,
+        detached: reopened.detached,
         owner_capabilities,
     };
     if let Err(error) = spawn::start(

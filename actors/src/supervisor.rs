@@ -1,0 +1,177 @@
+//! Erlang's supervision, as pure decisions: which exits restart, the restart intensity
+//! window, and which siblings a strategy stops and restarts.
+//!
+//! # Invariants
+//!
+//! * The intensity is checked before each restart: at most `max_restarts` restarts within any
+//!   window of `period`; the one past it escalates instead (Erlang's `add_restart`).
+//! * A strategy stops siblings in reverse start order and restarts in start order.
+//! * An abort is the owner's (or the application's) intent, like `terminate_child`: it is
+//!   never restarted, whatever the restart type.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use agent_tree_protocol::{AgentStatus, Outcome, RestartPolicy, Strategy};
+use tokio::time::Instant;
+
+/// Whether a child of restart type `policy` that ended with `outcome` is restarted.
+///
+/// | exit | permanent | transient | temporary |
+/// | --- | --- | --- | --- |
+/// | completed | restart | — | — |
+/// | failed (error, panic, max turns) | restart | restart | — |
+/// | killed | restart | restart | — |
+/// | aborted | — | — | — |
+pub(crate) fn restart_wanted(policy: RestartPolicy, outcome: &Outcome) -> bool {
+    match (policy, outcome.status) {
+        (RestartPolicy::Temporary, _) => false,
+        (_, AgentStatus::Aborted) => false,
+        (RestartPolicy::Permanent, _) => true,
+        (RestartPolicy::Transient, status) => {
+            matches!(status, AgentStatus::Failed | AgentStatus::Killed)
+        }
+    }
+}
+
+/// A sliding window of restart times.
+#[derive(Clone, Debug)]
+pub(crate) struct RestartBudget {
+    max_restarts: u32,
+    period: Duration,
+    restarts: VecDeque<Instant>,
+}
+
+impl RestartBudget {
+    pub(crate) fn new(max_restarts: u32, period: Duration) -> Self {
+        RestartBudget {
+            max_restarts,
+            period,
+            restarts: VecDeque::new(),
+        }
+    }
+
+    /// Records a restart at `now` if the intensity allows it; `false` means escalate.
+    #[must_use = "false means the intensity is exceeded"]
+    pub(crate) fn try_add(&mut self, now: Instant) -> bool {
+        while let Some(&oldest) = self.restarts.front() {
+            if now.saturating_duration_since(oldest) >= self.period {
+                self.restarts.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.restarts.len() as u64 >= u64::from(self.max_restarts) {
+            return false;
+        }
+        self.restarts.push_back(now);
+        true
+    }
+}
+
+/// What a strategy does after child `failed` (an index into the owner's children in start
+/// order) ended: the siblings to stop, in the order to stop them (reverse start order), and
+/// every child to restart, in start order. `live[i]` says whether child `i` is still running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) stop: Vec<usize>,
+    pub(crate) restart: Vec<usize>,
+}
+
+pub(crate) fn plan(strategy: Strategy, failed: usize, live: &[bool]) -> Plan {
+    let siblings: Vec<usize> = match strategy {
+        Strategy::OneForOne => Vec::new(),
+        Strategy::OneForAll => (0..live.len())
+            .filter(|&i| i != failed && live[i])
+            .collect(),
+        Strategy::RestForOne => (failed + 1..live.len()).filter(|&i| live[i]).collect(),
+    };
+    let mut restart = siblings.clone();
+    restart.push(failed);
+    restart.sort_unstable();
+    let mut stop = siblings;
+    stop.reverse();
+    Plan { stop, restart }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::EndReason;
+
+    use super::*;
+
+    fn ended(status: AgentStatus) -> Outcome {
+        Outcome::ended(status, EndReason::Killed)
+    }
+
+    #[test]
+    fn restart_types_by_exit_kind() {
+        use AgentStatus::*;
+        use RestartPolicy::*;
+        let table = [
+            (Permanent, [true, true, true, false]),
+            (Transient, [false, true, true, false]),
+            (Temporary, [false, false, false, false]),
+        ];
+        for (policy, expected) in table {
+            for (status, want) in [Completed, Failed, Killed, Aborted]
+                .into_iter()
+                .zip(expected)
+            {
+                assert_eq!(
+                    restart_wanted(policy, &ended(status)),
+                    want,
+                    "{policy:?} {status:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn intensity_window_slides() {
+        let t0 = Instant::now();
+        let mut budget = RestartBudget::new(3, Duration::from_secs(5));
+        for s in [0, 1, 2] {
+            assert!(budget.try_add(t0 + Duration::from_secs(s)));
+        }
+        assert!(
+            !budget.try_add(t0 + Duration::from_secs(3)),
+            "fourth within 5 s"
+        );
+        // At 5 s the first restart leaves the window.
+        assert!(budget.try_add(t0 + Duration::from_secs(5)));
+        assert!(!budget.try_add(t0 + Duration::from_millis(5_999)));
+        assert!(budget.try_add(t0 + Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn zero_intensity_never_restarts() {
+        assert!(!RestartBudget::new(0, Duration::from_secs(5)).try_add(Instant::now()));
+    }
+
+    #[test]
+    fn strategies_choose_siblings() {
+        let live = [true, true, false, true, true];
+        assert_eq!(
+            plan(Strategy::OneForOne, 1, &live),
+            Plan {
+                stop: vec![],
+                restart: vec![1]
+            }
+        );
+        assert_eq!(
+            plan(Strategy::OneForAll, 1, &live),
+            Plan {
+                stop: vec![4, 3, 0],
+                restart: vec![0, 1, 3, 4]
+            }
+        );
+        assert_eq!(
+            plan(Strategy::RestForOne, 1, &live),
+            Plan {
+                stop: vec![4, 3],
+                restart: vec![1, 3, 4]
+            }
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! Waits over a set of agents: `all_settled` and `fail_fast`.
+//!
+//! # Invariants
+//!
+//! * A wait never touches agents outside its set, nor the waiter; `fail_fast` aborts only
+//!   the set's agents still live when the first non-completed outcome arrives.
+//! * Outcomes are returned in the order the set was given, whatever order they arrive in.
+//! * Cancelling a wait (dropping its future) leaves every agent of the set running.
+
+use agent_tree_protocol::{AgentId, EndReason, Outcome, WaitPolicy};
+use tokio::task::JoinSet;
+
+use crate::registry::Registry;
+
+/// The indices of the set to abort now, given the outcomes known so far.
+pub(crate) fn to_abort(policy: WaitPolicy, outcomes: &[Option<Outcome>]) -> Vec<usize> {
+    match policy {
+        WaitPolicy::AllSettled => Vec::new(),
+        WaitPolicy::FailFast => {
+            let failed = outcomes.iter().flatten().any(|o| !o.is_completed());
+            if failed {
+                (0..outcomes.len())
+                    .filter(|&i| outcomes[i].is_none())
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Waits for every agent of `ids` to settle under `policy`; returns their outcomes in order.
+/// An id the registry does not know yields a `killed` outcome.
+pub(crate) async fn wait_set(
+    registry: &Registry,
+    ids: &[AgentId],
+    policy: WaitPolicy,
+) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; ids.len()];
+    let mut waits = JoinSet::new();
+    for (index, &id) in ids.iter().enumerate() {
+        let Some(mut settled) = registry.watch(id) else {
+            outcomes[index] = Some(Outcome::ended(
+                agent_tree_protocol::AgentStatus::Killed,
+                EndReason::Killed,
+            ));
+            continue;
+        };
+        waits.spawn(async move {
+            let outcome = match settled.wait_for(Option::is_some).await {
+                Ok(outcome) => outcome.clone(),
+                Err(_) => None,
+            };
+            (index, outcome)
+        });
+    }
+    let mut aborted = vec![false; ids.len()];
+    loop {
+        for index in to_abort(policy, &outcomes) {
+            if !std::mem::replace(&mut aborted[index], true) {
+                let _ = registry.abort(ids[index], EndReason::Aborted);
+            }
+        }
+        let Some(joined) = waits.join_next().await else {
+            break;
+        };
+        if let Ok((index, outcome)) = joined {
+            outcomes[index] = Some(outcome.unwrap_or_else(|| {
+                Outcome::ended(agent_tree_protocol::AgentStatus::Killed, EndReason::Killed)
+            }));
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|o| {
+            o.unwrap_or_else(|| {
+                Outcome::ended(agent_tree_protocol::AgentStatus::Killed, EndReason::Killed)
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::AgentStatus;
+
+    use super::*;
+
+    #[test]
+    fn fail_fast_aborts_only_the_live_rest_of_the_set() {
+        let done = Some(Outcome::completed("ok"));
+        let failed = Some(Outcome::failed(EndReason::ModelError, "boom"));
+        assert!(to_abort(WaitPolicy::FailFast, &[done.clone(), None, None]).is_empty());
+        assert_eq!(
+            to_abort(
+                WaitPolicy::FailFast,
+                &[None, failed.clone(), done.clone(), None]
+            ),
+            vec![0, 3]
+        );
+        let aborted = Some(Outcome::ended(AgentStatus::Aborted, EndReason::Aborted));
+        assert_eq!(to_abort(WaitPolicy::FailFast, &[aborted, None]), vec![1]);
+        assert!(to_abort(WaitPolicy::AllSettled, &[failed, None]).is_empty());
+    }
+}
