@@ -41,7 +41,7 @@ pub use model::{Model, ModelRequest, ModelResponse};
 pub use msg::SteerReceipt;
 pub use tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS,
-    RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox,
+    RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox, WAIT_TOOL,
 };
 pub use tree::{AgentHandle, ShutdownReport, Tree, TreeBuilder};
 pub use util::BoxFuture;

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};
-use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL};
+use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};
 use crate::util::BoxFuture;
 
 /// Which child a scripted call refers to.
@@ -87,6 +87,13 @@ pub enum Call {
         target: Target,
         /// The guidance.
         message: String,
+    },
+    /// `wait_subagents` over several children under a policy.
+    Wait {
+        /// The children.
+        targets: Vec<Target>,
+        /// The policy.
+        policy: agent_tree_protocol::WaitPolicy,
     },
     /// Any tool by name with a raw input.
     Tool {
@@ -147,6 +154,17 @@ impl Call {
         Call::Steer {
             target: target.into(),
             message: message.into(),
+        }
+    }
+
+    /// Waits for several children under `policy`.
+    pub fn wait(
+        targets: impl IntoIterator<Item = Target>,
+        policy: agent_tree_protocol::WaitPolicy,
+    ) -> Self {
+        Call::Wait {
+            targets: targets.into_iter().collect(),
+            policy,
         }
     }
 
@@ -450,6 +468,13 @@ fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
             STEER_TOOL,
             json!({ "agent_id": resolve(&request.messages, &target), "message": message }),
         ),
+        Call::Wait { targets, policy } => {
+            let ids: Vec<String> = targets
+                .iter()
+                .map(|t| resolve(&request.messages, t))
+                .collect();
+            ToolCall::new(id, WAIT_TOOL, json!({ "agent_ids": ids, "policy": policy }))
+        }
         Call::Tool { name, input } => ToolCall::new(id, name, input),
     }
 }

@@ -11,13 +11,20 @@ use crate::error::ToolError;
 use crate::util::BoxFuture;
 
 /// Names of the delegation tools the tree injects into agents that may delegate.
-pub const ORCHESTRATION_TOOLS: [&str; 4] = [AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, ABORT_TOOL];
-/// Names user tools may not take.
-pub const RESERVED_TOOLS: [&str; 5] = [
+pub const ORCHESTRATION_TOOLS: [&str; 5] = [
     AGENT_TOOL,
     GET_RESULT_TOOL,
     STEER_TOOL,
     ABORT_TOOL,
+    WAIT_TOOL,
+];
+/// Names user tools may not take.
+pub const RESERVED_TOOLS: [&str; 6] = [
+    AGENT_TOOL,
+    GET_RESULT_TOOL,
+    STEER_TOOL,
+    ABORT_TOOL,
+    WAIT_TOOL,
     ASK_OWNER_TOOL,
 ];
 /// Spawns (or resumes) a child.
@@ -26,6 +33,8 @@ pub const AGENT_TOOL: &str = "Agent";
 pub const GET_RESULT_TOOL: &str = "get_subagent_result";
 /// Steers a child at its next turn boundary (or answers its pending question).
 pub const STEER_TOOL: &str = "steer_subagent";
+/// Waits for a set of children under a wait policy (`all_settled` or `fail_fast`).
+pub const WAIT_TOOL: &str = "wait_subagents";
 /// Aborts a child and its subtree.
 pub const ABORT_TOOL: &str = "abort_subagent";
 /// Asks the agent's direct owner a question and waits for the answer. Offered to every

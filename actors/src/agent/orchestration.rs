@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agent_tree_protocol::{
-    AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec,
+    AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec, WaitPolicy,
 };
 use ractor::ActorRef;
 use serde::Deserialize;
@@ -20,7 +20,9 @@ use crate::registry::SteerRoute;
 use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
 use crate::tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL,
+    WAIT_TOOL,
 };
+use crate::wait;
 
 pub(super) fn is_orchestration(name: &str) -> bool {
     ORCHESTRATION_TOOLS.contains(&name) || name == ASK_OWNER_TOOL
@@ -72,6 +74,19 @@ pub(super) fn spec(name: &str) -> ToolSpec {
             "Abort one of your subagents and everything below it.",
             target(json!({})),
         ),
+        WAIT_TOOL => (
+            "Wait for several of your subagents. `all_settled` returns every outcome when all \
+             have ended; `fail_fast` aborts the rest of the set at the first outcome that is \
+             not completed. Outcomes come back in the order of `agent_ids`.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "agent_ids": { "type": "array", "items": { "type": "string" } },
+                    "policy": { "type": "string", "enum": ["all_settled", "fail_fast"] }
+                },
+                "required": ["agent_ids"]
+            }),
+        ),
         _ => (
             "Ask the agent that started you a question and wait for its answer.",
             json!({
@@ -119,6 +134,8 @@ enum Answer {
     Wait(AgentId, Option<Duration>),
     /// When the owner answers (a steer to this agent).
     Owner,
+    /// When every agent of the set has settled, under the policy.
+    Set(Vec<AgentId>, WaitPolicy),
 }
 
 fn refused(error: impl ToString) -> Answer {
@@ -136,6 +153,7 @@ pub(super) async fn dispatch(
         GET_RESULT_TOOL => read_result(state, &call),
         STEER_TOOL => steer(state, &call),
         ABORT_TOOL => abort(state, &call),
+        WAIT_TOOL => wait_set(state, &call),
         _ => ask_owner(state, &call),
     };
     match answer {
@@ -153,7 +171,52 @@ pub(super) async fn dispatch(
                 pending.asks_owner = true;
             }
         }
+        Answer::Set(agents, policy) => {
+            for &agent in &agents {
+                mark_read(state, agent);
+            }
+            let task = set_task(state, myself, turn, call.id.clone(), agents, policy);
+            if let Some(pending) = state.pending_call(turn, &call.id) {
+                pending.task = Some(task);
+            }
+        }
     }
+}
+
+/// A task that answers call `call_id` with every outcome of `agents` once the wait over
+/// them ends under `policy`.
+fn set_task(
+    state: &AgentState,
+    myself: &ActorRef<AgentMsg>,
+    turn: u32,
+    call_id: String,
+    agents: Vec<AgentId>,
+    policy: WaitPolicy,
+) -> tokio::task::AbortHandle {
+    let shared = state.shared.clone();
+    let token = state.token.clone();
+    let reply_to = myself.clone();
+    tokio::spawn(async move {
+        let outcomes = tokio::select! {
+            biased;
+            () = token.cancelled() => return,
+            outcomes = wait::wait_set(&shared.registry, &agents, policy) => outcomes,
+        };
+        let list: Vec<serde_json::Value> = agents
+            .iter()
+            .zip(&outcomes)
+            .map(|(&agent, outcome)| {
+                serde_json::from_str(&result_text(agent, Some(outcome))).unwrap_or_default()
+            })
+            .collect();
+        let result = Ok(json!({ "policy": policy, "outcomes": list }).to_string());
+        let _ = reply_to.cast(AgentMsg::ToolFinished {
+            turn,
+            call_id,
+            result,
+        });
+    })
+    .abort_handle()
 }
 
 /// A task that answers call `call_id` when `agent` settles, or after `timeout` with its
@@ -453,6 +516,34 @@ fn abort(state: &mut AgentState, call: &ToolCall) -> Answer {
             Err(error) => refused(error),
         },
     }
+}
+
+#[derive(Deserialize)]
+struct SetInput {
+    agent_ids: Vec<String>,
+    #[serde(default)]
+    policy: WaitPolicy,
+}
+
+fn wait_set(state: &mut AgentState, call: &ToolCall) -> Answer {
+    let input = match serde_json::from_value::<SetInput>(call.input.clone()) {
+        Ok(input) => input,
+        Err(error) => return refused(format!("invalid input: {error}")),
+    };
+    let mut agents = Vec::with_capacity(input.agent_ids.len());
+    for text in &input.agent_ids {
+        let agent = parse_id(text);
+        if let Err(error) =
+            state
+                .shared
+                .registry
+                .authorize(state.id, agent, state.shared.config.control_scope)
+        {
+            return refused(error);
+        }
+        agents.push(agent);
+    }
+    Answer::Set(agents, input.policy)
 }
 
 #[derive(Deserialize)]
