@@ -16,7 +16,11 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 /// `policy`, then answers.
 fn parent_script(child_type: &str, labels: &[&str], policy: WaitPolicy) -> Script {
     Script::new([
-        Turn::calls(labels.iter().map(|l| Call::spawn_background(child_type, *l))),
+        Turn::calls(
+            labels
+                .iter()
+                .map(|l| Call::spawn_background(child_type, *l)),
+        ),
         Turn::calls([Call::wait((0..labels.len()).map(Target::Spawned), policy)]),
         Turn::answer("done"),
     ])
@@ -68,11 +72,21 @@ async fn run(
     let outcomes = value["outcomes"].as_array().unwrap_or(&empty);
     let mut pairs = Vec::new();
     for (i, label) in labels.iter().enumerate() {
-        let status = outcomes.get(i).and_then(|o| o["status"].as_str()).unwrap_or("missing");
+        let status = outcomes
+            .get(i)
+            .and_then(|o| o["status"].as_str())
+            .unwrap_or("missing");
         let id = AgentId::new(i as u64 + 2);
-        let recorded = tree.record(id).map(|r| r.status.to_string()).unwrap_or_default();
-        if recorded != status || outcomes.get(i).and_then(|o| o["agent_id"].as_str()) != Some(&id.to_string()) {
-            failures.push(format!("{label}: wait said {status}, record says {recorded}"));
+        let recorded = tree
+            .record(id)
+            .map(|r| r.status.to_string())
+            .unwrap_or_default();
+        if recorded != status
+            || outcomes.get(i).and_then(|o| o["agent_id"].as_str()) != Some(&id.to_string())
+        {
+            failures.push(format!(
+                "{label}: wait said {status}, record says {recorded}"
+            ));
         }
         pairs.push(format!("{label}={status}"));
     }
@@ -91,7 +105,14 @@ async fn main() -> ExitCode {
         ("p3", Turn::answer("charged wallet").after(ms(300))),
         ("p4", Turn::hang()),
     ];
-    let (checkout, outcomes) = run("checkout", "payment", payments, WaitPolicy::FailFast, &mut failures).await;
+    let (checkout, outcomes) = run(
+        "checkout",
+        "payment",
+        payments,
+        WaitPolicy::FailFast,
+        &mut failures,
+    )
+    .await;
     println!("outcomes: {outcomes}");
     println!("checkout: {}", checkout.status);
 
@@ -101,7 +122,14 @@ async fn main() -> ExitCode {
         ("q3", Turn::answer("memory ok").after(ms(200))),
         ("q4", Turn::answer("cpu ok").after(ms(10))),
     ];
-    let (diagnosis, outcomes) = run("diagnosis", "probe", probes, WaitPolicy::AllSettled, &mut failures).await;
+    let (diagnosis, outcomes) = run(
+        "diagnosis",
+        "probe",
+        probes,
+        WaitPolicy::AllSettled,
+        &mut failures,
+    )
+    .await;
     println!("probes: {outcomes}");
     if !diagnosis.is_completed() {
         failures.push(format!("diagnosis: {}", diagnosis.summary()));
