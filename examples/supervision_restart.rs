@@ -112,7 +112,10 @@ async fn run(strategy: Strategy, children: &[&str], flaky: usize, failures: &mut
             Strategy::RestForOne => children[flaky..].to_vec(),
         };
         if restarted != expected {
-            failures.push(format!("restart {} restarted {restarted:?}, expected {expected:?}", n + 1));
+            failures.push(format!(
+                "restart {} restarted {restarted:?}, expected {expected:?}",
+                n + 1
+            ));
         }
         if children.len() == 1 {
             println!("restart {} incarnation={incarnation}", n + 1);

@@ -18,6 +18,9 @@ use agent_tree_protocol::AgentDefinition;
 
 use crate::error::SpawnError;
 
+mod load;
+pub use load::parse_agent_file;
+
 /// A definition that could not enter a catalog.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -47,7 +50,7 @@ pub enum CatalogError {
         message: String,
     },
     /// Several files were malformed; every error is kept.
-    #[error("{} agent files are malformed:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    #[error("{} problems in agent files:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many(Vec<CatalogError>),
 }
 

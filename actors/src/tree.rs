@@ -486,7 +486,7 @@ impl Tree {
     /// admits no new agent afterwards.
     pub async fn shutdown(&self) -> ShutdownReport {
         let report = self.shutdown_subtree(AgentId::ROOT).await;
-        self.root.stop(None);
+        let _ = self.root.stop_and_wait(None, Some(KILL_WAIT)).await;
         self.shared.registry.settle_root();
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
@@ -518,30 +518,33 @@ impl Tree {
             }
         };
         let _ = tokio::time::timeout_at(deadline, all_settled).await;
-        // The deadline: whatever is alive is killed, owners included even when ractor would
-        // skip them because they are already stopping.
+        // The deadline: whatever is alive is killed, owners included, and so is any actor
+        // still running (ractor would skip one that is already stopping).
+        let cells = registry.actors_of(&ids);
         let mut killed = Vec::new();
-        let mut cells = Vec::new();
-        for (id, cell) in registry.actors_of(&ids) {
-            if registry.settle_final(id, killed_outcome()) {
-                killed.push(id);
+        for (id, cell) in &cells {
+            if registry.settle_final(*id, killed_outcome()) {
+                killed.push(*id);
             }
-            cell.kill();
-            cells.push(cell);
+            if cell.get_status() != ractor::ActorStatus::Stopped {
+                cell.kill();
+            }
         }
         for &id in &ids {
-            // Agents without an actor (still starting) are settled too.
+            // Agents without an actor yet (still starting) are settled too.
             if registry.settle_final(id, killed_outcome()) {
                 killed.push(id);
             }
         }
+        // Every actor of the subtree exits within a small bound: killed ones at their next
+        // await point, the others are already stopping.
         let exits = async {
-            for cell in &cells {
+            for (_, cell) in &cells {
                 let _ = cell.wait(None).await;
             }
         };
         let _ = tokio::time::timeout(KILL_WAIT, exits).await;
-        for cell in &cells {
+        for (_, cell) in &cells {
             if cell.get_status() == ractor::ActorStatus::Stopped {
                 registry.actor_exited(cell.get_id());
             }

@@ -1,0 +1,368 @@
+//! Catalogs loaded from agent files: `.pi/agents`- and `.claude/agents`-style directories,
+//! overrides across directories, and every problem of a malformed directory reported.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use agent_tree_actors::{Catalog, CatalogError, SpawnError, parse_agent_file};
+use agent_tree_protocol::{
+    AgentDefinition, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance, ToolSet,
+};
+
+fn fixture(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/agents")
+        .join(dir)
+}
+
+fn names(catalog: &Catalog) -> Vec<&str> {
+    catalog.definitions().map(|d| d.name.as_str()).collect()
+}
+
+/// A scratch directory removed on drop, unique per process and test.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "agent-tree-catalog-files-{}-{test}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+
+    fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One problem: its file name and, for a field error, the field as spelled in the file.
+#[derive(Debug, PartialEq)]
+struct Problem {
+    file: String,
+    field: Option<String>,
+    message: String,
+}
+
+fn problems(error: CatalogError) -> Vec<Problem> {
+    let leaves = match error {
+        CatalogError::Many(errors) => errors,
+        single => vec![single],
+    };
+    leaves
+        .into_iter()
+        .map(|leaf| {
+            let file_name = |file: &Path| file.file_name().unwrap().to_string_lossy().into_owned();
+            match leaf {
+                CatalogError::Field {
+                    file,
+                    field,
+                    message,
+                } => Problem {
+                    file: file_name(&file),
+                    field: Some(field),
+                    message,
+                },
+                CatalogError::File { file, message } => Problem {
+                    file: file_name(&file),
+                    field: None,
+                    message,
+                },
+                other => panic!("not a file or field error: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn pi_style_directory_loads_its_md_files_in_name_order() {
+    let catalog = Catalog::load_dir(fixture("pi")).unwrap();
+    // notes.txt and drafts/unfinished.md are not read.
+    assert_eq!(names(&catalog), ["planner", "reviewer", "scout", "worker"]);
+
+    let planner = catalog.get("planner").unwrap();
+    assert_eq!(
+        **planner,
+        AgentDefinition {
+            name: "planner".into(),
+            description: "Breaks a task into steps and delegates each step.".into(),
+            prompt: "You are a planner. Split the task into independent steps, give each step \
+                     to a\n`scout` or a `worker`, and merge their results."
+                .into(),
+            tools: ToolSet::only(["read", "grep", "find"]),
+            allowed_subagents: SubagentAllowance::only(["scout", "worker"]),
+            max_turns: Some(20),
+            restart: RestartPolicy::Transient,
+            strategy: Strategy::OneForAll,
+            max_restarts: 3,
+            restart_period_ms: 10_000,
+            settle: SettlePolicy::Drain,
+            ..AgentDefinition::default()
+        }
+    );
+
+    let scout = catalog.get("scout").unwrap();
+    assert_eq!(scout.model.as_deref(), Some("small"));
+    assert!(scout.isolated && scout.run_in_background);
+    assert_eq!(scout.allowed_subagents, SubagentAllowance::None);
+
+    // worker.md has no `name`: the file stem names it.
+    let worker = catalog.get("worker").unwrap();
+    assert_eq!(worker.tools, ToolSet::All);
+    assert_eq!(worker.disallowed_tools, ["bash"]);
+    assert!(worker.inherit_context);
+    assert!(!worker.allowed_subagents.allows_any());
+}
+
+#[test]
+fn a_loaded_catalog_enforces_the_files_allowlists() {
+    let catalog = Catalog::load_dir(fixture("pi")).unwrap();
+    let planner = catalog.get("planner").unwrap();
+    assert_eq!(catalog.resolve_for(planner, "Scout").unwrap().name, "scout");
+    assert!(matches!(
+        catalog.resolve_for(planner, "reviewer"),
+        Err(SpawnError::NotAllowed { .. })
+    ));
+}
+
+#[test]
+fn claude_style_directory_accepts_camel_case_lists_and_extra_keys() {
+    let catalog = Catalog::load_dir(fixture("claude")).unwrap();
+    assert_eq!(
+        names(&catalog),
+        ["code-reviewer", "legacy", "orchestrator", "reviewer"]
+    );
+
+    let code_reviewer = catalog.get("code-reviewer").unwrap();
+    assert_eq!(
+        code_reviewer.tools,
+        ToolSet::only(["Read", "Grep", "Glob", "Bash"])
+    );
+    assert_eq!(code_reviewer.model.as_deref(), Some("sonnet"));
+    assert!(
+        code_reviewer
+            .prompt
+            .starts_with("You are a senior code reviewer")
+    );
+    assert!(
+        code_reviewer
+            .prompt
+            .ends_with("3. Begin review immediately")
+    );
+
+    let reviewer = catalog.get("reviewer").unwrap();
+    assert_eq!(reviewer.tools, ToolSet::only(["Read", "Grep"]));
+    assert_eq!(reviewer.disallowed_tools, ["Write", "Edit"]);
+    assert_eq!(reviewer.max_turns, Some(5));
+
+    let orchestrator = catalog.get("orchestrator").unwrap();
+    assert_eq!(
+        orchestrator.description,
+        "Coordinates the other agents for large tasks."
+    );
+    assert_eq!(orchestrator.allowed_subagents, SubagentAllowance::All);
+    assert!(orchestrator.run_in_background && !orchestrator.inherit_context);
+
+    assert!(!catalog.get("legacy").unwrap().enabled);
+    assert_eq!(
+        catalog.resolve("legacy").unwrap_err(),
+        SpawnError::DisabledType("legacy".into())
+    );
+}
+
+#[test]
+fn later_directories_override_earlier_ones_by_name() {
+    let catalog = Catalog::load_dirs([fixture("pi"), fixture("claude")]).unwrap();
+    assert_eq!(
+        names(&catalog),
+        [
+            "planner",
+            "scout",
+            "worker",
+            "code-reviewer",
+            "legacy",
+            "orchestrator",
+            "reviewer"
+        ]
+    );
+    assert_eq!(
+        catalog.get("reviewer").unwrap().model.as_deref(),
+        Some("opus")
+    );
+
+    let reversed = Catalog::load_dirs([fixture("claude"), fixture("pi")]).unwrap();
+    assert_eq!(reversed.len(), 7);
+    assert_eq!(
+        reversed.get("reviewer").unwrap().model.as_deref(),
+        Some("small")
+    );
+}
+
+#[test]
+fn a_missing_directory_fails_load_dir_but_is_skipped_by_load_dirs() {
+    let missing = fixture("no-such-directory");
+    let err = Catalog::load_dir(&missing).unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::File { file, message }
+            if file == &missing && message.starts_with("cannot read agent directory: ")),
+        "{err:?}"
+    );
+    let catalog = Catalog::load_dirs([&missing, &fixture("pi"), &missing]).unwrap();
+    assert_eq!(catalog.len(), 4);
+    assert!(
+        Catalog::load_dirs(Vec::<PathBuf>::new())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn every_problem_of_a_malformed_directory_is_reported_with_file_and_field() {
+    let err = Catalog::load_dir(fixture("malformed")).unwrap_err();
+    let text = err.to_string();
+    let found = problems(err);
+    let summary: Vec<(&str, Option<&str>)> = found
+        .iter()
+        .map(|p| (p.file.as_str(), p.field.as_deref()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("bad-turns.md", Some("max_turns")),
+            ("bad-yaml.md", None),
+            ("blank-name.md", Some("name")),
+            ("dup-b.md", Some("name")),
+            ("list-frontmatter.md", None),
+            ("many-fields.md", Some("isolated")),
+            ("many-fields.md", Some("restart")),
+            ("many-fields.md", Some("allowedSubagents")),
+            ("many-fields.md", Some("tools")),
+            ("no-frontmatter.md", None),
+            ("unterminated.md", None),
+            ("wrong-tools.md", Some("disallowed-tools")),
+        ]
+    );
+
+    let message = |file: &str, field: Option<&str>| {
+        &found
+            .iter()
+            .find(|p| p.file == file && p.field.as_deref() == field)
+            .unwrap()
+            .message
+    };
+    assert_eq!(
+        message("bad-turns.md", Some("max_turns")),
+        "expected a positive integer, found \"ten\""
+    );
+    let yaml = message("bad-yaml.md", None);
+    assert!(yaml.starts_with("invalid YAML in frontmatter: "), "{yaml}");
+    assert!(yaml.contains("line 4"), "the line of the file: {yaml}");
+    assert!(
+        message("dup-b.md", Some("name")).contains("\"writer\" is already defined in")
+            && message("dup-b.md", Some("name")).contains("dup-a.md"),
+        "a duplicate names both files"
+    );
+    assert_eq!(
+        message("many-fields.md", Some("isolated")),
+        "expected true or false, found \"yes\""
+    );
+    assert_eq!(
+        message("many-fields.md", Some("restart")),
+        "expected one of `permanent`, `transient`, `temporary`, found \"always\""
+    );
+    assert!(message("list-frontmatter.md", None).contains("must be a mapping"));
+    assert!(message("no-frontmatter.md", None).starts_with("missing frontmatter"));
+    assert!(message("unterminated.md", None).starts_with("unterminated frontmatter"));
+
+    // The rendered error carries every file and field too.
+    assert!(
+        text.contains("bad-turns.md: field `max_turns`: expected a positive integer"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wrong-tools.md: field `disallowed-tools`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn load_dirs_reports_the_problems_of_every_directory_in_order() {
+    let scratch = ScratchDir::new("every-directory");
+    scratch.write("late.md", "---\nsettle: wait\n---\n");
+    let err =
+        Catalog::load_dirs([fixture("malformed"), fixture("pi"), scratch.0.clone()]).unwrap_err();
+    let found = problems(err);
+    assert_eq!(found.len(), 13);
+    assert_eq!(found[0].file, "bad-turns.md");
+    let last = found.last().unwrap();
+    assert_eq!(
+        (last.file.as_str(), last.field.as_deref()),
+        ("late.md", Some("settle"))
+    );
+}
+
+#[test]
+fn one_problem_is_returned_as_itself() {
+    let scratch = ScratchDir::new("one-problem");
+    scratch.write("good.md", "---\n---\nYou are good.");
+    let bad = scratch.write("bad.md", "---\nmaxTurns: -2\n---\n");
+    assert_eq!(
+        Catalog::load_dir(&scratch.0).unwrap_err(),
+        CatalogError::Field {
+            file: bad,
+            field: "maxTurns".into(),
+            message: "expected a positive integer, found -2".into(),
+        }
+    );
+}
+
+#[test]
+fn unreadable_hidden_and_odd_entries() {
+    let scratch = ScratchDir::new("odd-entries");
+    scratch.write("valid.md", "---\n---\nYou are valid.");
+    scratch.write(".hidden.md", "not an agent file, and hidden");
+    scratch.write("backup.md~", "not an agent file");
+    fs::create_dir(scratch.0.join("folder.md")).unwrap();
+    let binary = scratch.write("binary.md", b"---\nname: \xff\xfe\n---\n");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(scratch.0.join("gone"), scratch.0.join("dangling.md")).unwrap();
+
+    let found = problems(Catalog::load_dir(&scratch.0).unwrap_err());
+    assert_eq!(found[0].file, "binary.md");
+    assert!(
+        found[0].message.starts_with("not valid UTF-8"),
+        "{:?}",
+        found[0]
+    );
+    #[cfg(unix)]
+    {
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].file, "dangling.md");
+        assert!(found[1].message.starts_with("cannot read file: "));
+    }
+
+    fs::remove_file(binary).unwrap();
+    #[cfg(unix)]
+    fs::remove_file(scratch.0.join("dangling.md")).unwrap();
+    assert_eq!(names(&Catalog::load_dir(&scratch.0).unwrap()), ["valid"]);
+}
+
+#[test]
+fn parse_agent_file_needs_no_file_system() {
+    let path = Path::new("/nowhere/.claude/agents/ghost.md");
+    let ghost = parse_agent_file(path, "---\ndescription: Not on disk.\n---\nBoo.").unwrap();
+    assert_eq!(ghost.name, "ghost");
+    assert_eq!(ghost.prompt, "Boo.");
+    let err = parse_agent_file(path, "no frontmatter").unwrap_err();
+    assert!(matches!(err, CatalogError::File { ref file, .. } if file == path));
+}
