@@ -36,6 +36,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::capability::{self, Capabilities};
+use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::hooks::{self, HookContext};
 use crate::model::ModelRequest;
 use crate::msg::{AgentMsg, SteerReceipt, TurnResult};
@@ -796,15 +797,15 @@ impl AgentState {
             return false;
         }
         self.cancel_tasks();
+        self.shared.registry.hooks_started(self.id);
         let context = self.hook_context(Some(deadline));
         let reply_to = myself.clone();
+        // At the deadline the shutdown kills this agent if its hooks are still running; the
+        // task itself ends a little later, so it never outlives the shutdown.
+        let cut_off = deadline + SHUTDOWN_KILL_WAIT;
         let task = tokio::spawn(async move {
-            let failures = match tokio::time::timeout_at(
-                deadline,
-                hooks::run_all(&shutdown_hooks, &context, false),
-            )
-            .await
-            {
+            let run = hooks::run_all(&shutdown_hooks, &context, false);
+            let failures = match tokio::time::timeout_at(cut_off, run).await {
                 Ok(failures) => failures,
                 Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],
             };

@@ -20,6 +20,9 @@ pub const DEFAULT_MAX_TOTAL_AGENTS: usize = 32;
 pub const DEFAULT_MAX_CONCURRENT: usize = 10;
 /// Default grace period of a shutdown: one deadline for the whole subtree.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// How long a shutdown waits, after its deadline, for killed actors to exit; a shutdown
+/// hook still running then is cut off too.
+pub const SHUTDOWN_KILL_WAIT: Duration = Duration::from_millis(100);
 /// Deepest depth at which a definition's `inherit_context` is honoured.
 pub const INHERIT_CONTEXT_MAX_DEPTH: u32 = 2;
 

@@ -95,6 +95,8 @@ struct Entry {
     shutdown: Option<Instant>,
     /// Shutdown hooks of it that failed.
     hook_failures: Vec<String>,
+    /// Its shutdown hooks are running.
+    hooks_running: bool,
     /// Steers sent before its session existed, delivered in order when it starts.
     pending_steers: Vec<String>,
     /// Its conversation when it last settled, for resume.
@@ -118,6 +120,7 @@ impl Entry {
             held: false,
             shutdown: None,
             hook_failures: Vec::new(),
+            hooks_running: false,
             pending_steers: Vec::new(),
             conversation: None,
             settled: watch::channel(None).0,
@@ -526,10 +529,33 @@ impl Registry {
         self.inner.lock().entry(id).and_then(|e| e.shutdown)
     }
 
-    /// Records failed shutdown hooks of `id`.
+    /// Notes that `id`'s shutdown hooks started.
+    pub(crate) fn hooks_started(&self, id: AgentId) {
+        if let Some(entry) = self.inner.lock().entry_mut(id) {
+            entry.hooks_running = true;
+        }
+    }
+
+    /// Records that `id`'s shutdown hooks finished, with their failures.
     pub(crate) fn add_hook_failures(&self, id: AgentId, failures: Vec<String>) {
         if let Some(entry) = self.inner.lock().entry_mut(id) {
+            entry.hooks_running = false;
             entry.hook_failures.extend(failures);
+        }
+    }
+
+    /// Of agents killed at a shutdown deadline, records a failure for each whose hooks were
+    /// still running.
+    pub(crate) fn hooks_cut_off(&self, killed: &[AgentId]) {
+        let mut inner = self.inner.lock();
+        for &id in killed {
+            if let Some(entry) = inner.entry_mut(id) {
+                if std::mem::take(&mut entry.hooks_running) {
+                    entry
+                        .hook_failures
+                        .push("shutdown hook still running at the deadline; killed".to_owned());
+                }
+            }
         }
     }
 

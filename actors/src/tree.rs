@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
-use crate::config::TreeConfig;
+use crate::config::{SHUTDOWN_KILL_WAIT as KILL_WAIT, TreeConfig};
 use crate::error::{ControlError, SpawnError, TreeError};
 use crate::events::EventStream;
 use crate::hooks::{Hook, Hooks};
@@ -241,8 +241,7 @@ pub struct ShutdownReport {
     pub elapsed: Duration,
 }
 
-/// How long a shutdown waits, after its deadline, for killed actors to exit.
-const KILL_WAIT: Duration = Duration::from_millis(100);
+
 
 impl Tree {
     /// A builder with the default config, an empty catalog and no model.
@@ -536,6 +535,7 @@ impl Tree {
                 killed.push(id);
             }
         }
+        registry.hooks_cut_off(&killed);
         // Every actor of the subtree exits within a small bound: killed ones at their next
         // await point, the others are already stopping.
         let exits = async {
