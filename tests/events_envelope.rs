@@ -224,10 +224,6 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
 /// Agents stopped by a tree shutdown end with reason `shutdown` (not `owner_ended`, which
 /// is for an ancestor's abort or end), in their outcome and in their terminal event.
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: Tree::shutdown sets the reason on the root only (actors/src/tree.rs:376-378, \
-            registry.abort(AgentId::ROOT, EndReason::Shutdown)); each agent reads only its \
-            own abort_reason (actors/src/agent.rs:541-546) and falls back to OwnerEnded, so \
-            every agent stopped by a shutdown reports reason owner_ended"]
 async fn shutdown_ends_agents_with_reason_shutdown() {
     let tree = Tree::builder()
         .catalog(catalog([delegator("holder", &["hanger"]), leaf("hanger")]))

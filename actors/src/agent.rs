@@ -94,6 +94,8 @@ pub(crate) struct AgentState {
     watcher: Option<AbortHandle>,
     /// Which run of the agent this is (1 for the first; restarts count up).
     incarnation: u32,
+    /// The model turn whose task has not reported back yet, with its cancellation token.
+    turn_in_flight: Option<(u32, CancellationToken)>,
     /// Restart decisions for its children.
     supervisor: ChildSupervisor,
 }
@@ -114,7 +116,7 @@ enum Phase {
     /// the run ends as aborted.
     Stopping { task: AbortHandle },
     /// A model turn task runs.
-    Thinking { turn: u32, task: AbortHandle },
+    Thinking { turn: u32 },
     /// The tool calls of turn `turn` are being answered, in call order.
     Acting { turn: u32, calls: Vec<PendingCall> },
     /// The run ended with `outcome`; waiting for live children before settling.
@@ -256,6 +258,7 @@ impl Actor for AgentActor {
             last_text: String::new(),
             watcher: Some(watcher),
             incarnation,
+            turn_in_flight: None,
             supervisor,
         })
     }
@@ -281,7 +284,14 @@ impl Actor for AgentActor {
         }
         match message {
             AgentMsg::TurnFinished { turn, result } => {
-                state.on_turn_finished(&myself, turn, result).await;
+                if state.turn_in_flight.as_ref().is_some_and(|(t, _)| *t == turn) {
+                    state.turn_in_flight = None;
+                }
+                if matches!(state.phase, Phase::Ending { .. }) {
+                    state.try_settle(&myself);
+                } else {
+                    state.on_turn_finished(&myself, turn, result).await;
+                }
             }
             AgentMsg::ToolFinished {
                 turn,
@@ -451,10 +461,14 @@ impl AgentState {
         };
         let model = self.shared.model.clone();
         let shared = self.shared.clone();
-        let token = self.token.clone();
+        // The turn's own token: cancelled with the agent's, or alone when the run ends for
+        // another reason (an escalation). The task always reports back, so the agent never
+        // settles while a turn could still record usage.
+        let token = self.token.child_token();
+        self.turn_in_flight = Some((turn, token.clone()));
         let myself = myself.clone();
         let id = self.id;
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
             let call = async { CatchUnwind::new(model.turn(request)).await };
@@ -474,10 +488,7 @@ impl AgentState {
             }
             let _ = myself.cast(AgentMsg::TurnFinished { turn, result });
         });
-        self.phase = Phase::Thinking {
-            turn,
-            task: task.abort_handle(),
-        };
+        self.phase = Phase::Thinking { turn };
     }
 
     async fn on_turn_finished(
@@ -820,7 +831,11 @@ impl AgentState {
     fn cancel_tasks(&mut self) {
         match &mut self.phase {
             Phase::Starting { task } | Phase::Stopping { task } => task.abort(),
-            Phase::Thinking { task, .. } => task.abort(),
+            Phase::Thinking { .. } => {
+                if let Some((_, token)) = &self.turn_in_flight {
+                    token.cancel();
+                }
+            }
             Phase::Acting { calls, .. } => {
                 for task in calls.iter_mut().filter_map(|c| c.task.take()) {
                     task.abort();
@@ -833,7 +848,9 @@ impl AgentState {
     /// Settles once every non-detached child is terminal: registry first, then the owner,
     /// then the actor stops.
     fn try_settle(&mut self, myself: &ActorRef<AgentMsg>) {
-        if self.children.iter().any(|c| !c.settled && !c.detached) {
+        // A cancelled turn still reports back (promptly: it was cancelled); until it has,
+        // it might record usage, which must precede the settle.
+        if self.turn_in_flight.is_some() || self.children.iter().any(|c| !c.settled && !c.detached) {
             return;
         }
         let Phase::Ending { outcome } = std::mem::replace(&mut self.phase, Phase::Done) else {
