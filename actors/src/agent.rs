@@ -284,7 +284,11 @@ impl Actor for AgentActor {
         }
         match message {
             AgentMsg::TurnFinished { turn, result } => {
-                if state.turn_in_flight.as_ref().is_some_and(|(t, _)| *t == turn) {
+                if state
+                    .turn_in_flight
+                    .as_ref()
+                    .is_some_and(|(t, _)| *t == turn)
+                {
                     state.turn_in_flight = None;
                 }
                 if matches!(state.phase, Phase::Ending { .. }) {
@@ -850,7 +854,8 @@ impl AgentState {
     fn try_settle(&mut self, myself: &ActorRef<AgentMsg>) {
         // A cancelled turn still reports back (promptly: it was cancelled); until it has,
         // it might record usage, which must precede the settle.
-        if self.turn_in_flight.is_some() || self.children.iter().any(|c| !c.settled && !c.detached) {
+        if self.turn_in_flight.is_some() || self.children.iter().any(|c| !c.settled && !c.detached)
+        {
             return;
         }
         let Phase::Ending { outcome } = std::mem::replace(&mut self.phase, Phase::Done) else {

@@ -241,8 +241,6 @@ pub struct ShutdownReport {
     pub elapsed: Duration,
 }
 
-
-
 impl Tree {
     /// A builder with the default config, an empty catalog and no model.
     pub fn builder() -> TreeBuilder {

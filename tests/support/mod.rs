@@ -269,3 +269,7 @@ pub(crate) fn all_of_type(snapshot: &TreeSnapshot, agent_type: &str) -> Vec<Agen
         .map(|r| r.id)
         .collect()
 }
+
+/// The control-test helpers: a recording model keeping whole requests, tree builders,
+/// guarded event waits and a seeded PRNG.
+pub mod harness;

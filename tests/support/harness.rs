@@ -1,0 +1,299 @@
+//! Shared helpers of the capability, resolution, depth, admission, pool, limits, control,
+//! ownership and attenuation integration tests: a recording model around the scripted one,
+//! tree builders, event waits with timeout guards, and a small seeded PRNG.
+//!
+//! Every helper here is deterministic under a paused tokio clock; nothing sleeps for real
+//! and nothing polls: waits observe the event stream or handles, guarded by a timeout.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::EventStream;
+use agent_tree::prelude::*;
+use agent_tree::protocol::{Event, EventKind, Message, Role, ToolCall};
+use agent_tree::testkit::ScriptedModel;
+use agent_tree::{BoxFuture, FnTool, ToolContext, ToolError};
+use parking_lot::Mutex;
+
+/// The guard every wait in these tests runs under. Under a paused clock it fires only once
+/// the runtime has nothing else to do, so it is an upper bound, never a race.
+pub const GUARD: Duration = Duration::from_secs(24 * 3600);
+
+/// `a<n>`.
+pub fn a(n: u64) -> AgentId {
+    AgentId::new(n)
+}
+
+/// One model request as the tree sent it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// Its depth.
+    pub depth: u32,
+    /// The turn within the run.
+    pub turn: u32,
+    /// The system prompt.
+    pub system: String,
+    /// The whole conversation sent.
+    pub messages: Vec<Message>,
+    /// The names of the tools offered.
+    pub tools: Vec<String>,
+}
+
+/// A model that records every full request (system prompt and whole conversation) and
+/// delegates the answer to a [`ScriptedModel`].
+#[derive(Clone, Default)]
+pub struct Recorder {
+    /// The scripted model that answers.
+    pub scripted: ScriptedModel,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("requests", &self.requests.lock().len())
+            .finish()
+    }
+}
+
+impl Recorder {
+    /// Records around `scripted` (clones share scripts, cursors and logs).
+    pub fn new(scripted: ScriptedModel) -> Self {
+        Recorder {
+            scripted,
+            requests: Arc::default(),
+        }
+    }
+
+    /// Every request, in the order made.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().clone()
+    }
+
+    /// The requests of `agent`, in order.
+    pub fn of(&self, agent: AgentId) -> Vec<Recorded> {
+        self.requests
+            .lock()
+            .iter()
+            .filter(|r| r.agent == agent)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Model for Recorder {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        self.requests.lock().push(Recorded {
+            agent: request.agent,
+            agent_type: request.agent_type.clone(),
+            depth: request.depth,
+            turn: request.turn,
+            system: request.system.clone(),
+            messages: request.messages.clone(),
+            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+        });
+        self.scripted.turn(request)
+    }
+}
+
+/// Builds a tree with `model`, `catalog` and `config`, and no user tools.
+pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
+    Tree::builder()
+        .config(config)
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
+/// A user tool that answers `<name>: ok`.
+pub fn ok_tool(
+    name: &'static str,
+) -> FnTool<
+    impl Fn(ToolContext, serde_json::Value) -> std::future::Ready<Result<String, ToolError>>
+    + Send
+    + Sync
+    + 'static,
+> {
+    FnTool::new(name, format!("the {name} tool"), move |_, _| {
+        std::future::ready(Ok(format!("{name}: ok")))
+    })
+}
+
+/// Builds a tree with the user tools `read`, `write` and `bash`.
+pub async fn tree_with_tools(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
+    Tree::builder()
+        .config(config)
+        .catalog(catalog)
+        .model(model)
+        .tool(ok_tool("read"))
+        .and_then(|b| b.tool(ok_tool("write")))
+        .and_then(|b| b.tool(ok_tool("bash")))
+        .expect("tool names are free")
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
+/// The tool results `agent`'s `n`-th model call (from 0) received.
+pub fn results(model: &ScriptedModel, agent: AgentId, n: usize) -> Vec<Message> {
+    let log = model.log_of(agent);
+    match log.get(n) {
+        Some(call) => call.results.clone(),
+        None => panic!("{agent} made {} model calls, wanted call #{n}", log.len()),
+    }
+}
+
+/// The tools `agent`'s `n`-th model call (from 0) was offered.
+pub fn tools(model: &ScriptedModel, agent: AgentId, n: usize) -> Vec<String> {
+    let log = model.log_of(agent);
+    match log.get(n) {
+        Some(call) => call.tools.clone(),
+        None => panic!("{agent} made {} model calls, wanted call #{n}", log.len()),
+    }
+}
+
+/// The id a successful `Agent` tool result names.
+pub fn spawned_id(result: &Message) -> AgentId {
+    assert!(!result.is_error, "spawn refused: {}", result.content);
+    let value: serde_json::Value =
+        serde_json::from_str(&result.content).expect("a spawn result is JSON");
+    value["agent_id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no agent_id in {}", result.content))
+}
+
+/// The `status` field of a JSON tool result.
+pub fn status_of(result: &Message) -> String {
+    let value: serde_json::Value = serde_json::from_str(&result.content)
+        .unwrap_or_else(|_| panic!("not JSON: {}", result.content));
+    value["status"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits (under [`GUARD`]) for the next event matching `pred`, skipping the others.
+pub async fn wait_event(events: &mut EventStream, mut pred: impl FnMut(&Event) -> bool) -> Event {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            match events.next().await {
+                Some(event) if pred(&event) => return event,
+                Some(_) => {}
+                None => panic!("the event stream closed"),
+            }
+        }
+    })
+    .await
+    .expect("timed out waiting for an event")
+}
+
+/// Waits (under [`GUARD`]) until `n` events match `pred`; returns them.
+pub async fn wait_events(
+    events: &mut EventStream,
+    n: usize,
+    mut pred: impl FnMut(&Event) -> bool,
+) -> Vec<Event> {
+    let mut seen = Vec::with_capacity(n);
+    while seen.len() < n {
+        seen.push(wait_event(events, &mut pred).await);
+    }
+    seen
+}
+
+/// Waits (under [`GUARD`]) until no agent is live.
+pub async fn idle(tree: &Tree) {
+    tokio::time::timeout(GUARD, tree.idle())
+        .await
+        .expect("the tree never went idle");
+}
+
+/// Waits (under [`GUARD`]) for `id`'s outcome.
+pub async fn outcome_of(tree: &Tree, id: AgentId) -> Outcome {
+    let mut handle = tree.handle(id).expect("the agent exists");
+    tokio::time::timeout(GUARD, handle.outcome())
+        .await
+        .expect("the agent never settled")
+}
+
+/// Whether `event` is a `started` event of `id`.
+pub fn started(id: AgentId) -> impl FnMut(&Event) -> bool {
+    move |e| e.agent == id && matches!(e.kind, EventKind::Started { .. })
+}
+
+/// The id of the only agent of `agent_type`.
+pub fn id_of(tree: &Tree, agent_type: &str) -> AgentId {
+    let snapshot = tree.snapshot();
+    let mut found = snapshot.agents().filter(|r| r.agent_type == agent_type);
+    let first = found
+        .next()
+        .unwrap_or_else(|| panic!("no agent of type {agent_type}"));
+    assert!(
+        found.next().is_none(),
+        "several agents of type {agent_type}"
+    );
+    first.id
+}
+
+/// For each model request, the `(call, result)` pairs of the tool calls its conversation's
+/// last assistant message made, in call order.
+pub fn answered_calls(request: &Recorded) -> Vec<(ToolCall, Message)> {
+    let Some(last) = request
+        .messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+    else {
+        return Vec::new();
+    };
+    let tail = &request.messages[last + 1..];
+    request.messages[last]
+        .tool_calls
+        .iter()
+        .filter_map(|call| {
+            tail.iter()
+                .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&call.id))
+                .map(|m| (call.clone(), m.clone()))
+        })
+        .collect()
+}
+
+/// A small deterministic PRNG (xorshift64*), so randomized tests replay from their seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (any value).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
