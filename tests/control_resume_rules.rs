@@ -212,10 +212,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: Tree::resume reopens the record before looking the type up in the tree's \
-            current catalog, then settles it as failed: the settled result is lost \
-            (actors/src/tree.rs Tree::resume)"]
-async fn a_refused_application_resume_keeps_the_settled_result() {
+async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
     let model = ScriptedModel::new().script(
         "sleeper",
         Script::new([Turn::answer("first"), Turn::answer("second")]),
@@ -226,17 +223,36 @@ async fn a_refused_application_resume_keeps_the_settled_result() {
         .await
         .unwrap();
     assert!(first.is_completed());
-    // New top-level branches use a catalog without `sleeper`.
+    // New top-level branches use a catalog without `sleeper`; the settled branch keeps its own.
     tree.set_branch_defaults(
         Catalog::new([AgentDefinition::new("other", "")]).unwrap(),
         5,
     );
-    let refused = tree.resume(a(1), "more").await;
-    let kept = outcome_of(&tree, a(1)).await;
-    assert_eq!(
-        kept, first,
-        "resume returned {refused:?} and replaced the settled result"
-    );
+    let mut resumed = tree
+        .resume(a(1), "more")
+        .await
+        .expect("the branch's catalog has it");
+    assert_eq!(resumed.outcome().await.text.as_deref(), Some("second"));
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_application_resume_keeps_the_settled_result() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([Turn::spawn("sleeper", "nap"), Turn::answer("boss done")]),
+        )
+        .script("sleeper", Script::new([Turn::answer("first")]));
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    let first = outcome_of(&tree, a(2)).await;
+    assert!(first.is_completed());
+    // a2 is not a top-level agent: the application is not its owner.
+    let refused = tree.resume(a(2), "more").await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(outcome_of(&tree, a(2)).await, first);
+    assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Completed);
     tree.shutdown().await;
 }
 

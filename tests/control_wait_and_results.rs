@@ -144,9 +144,6 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: a get_subagent_result wait that times out marks the child as read \
-            (actors/src/agent/orchestration.rs dispatch: Answer::Wait calls mark_read before \
-            any result), so its later completion notice is never delivered"]
 async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
     let scripted = ScriptedModel::new()
         .script(

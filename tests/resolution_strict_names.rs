@@ -162,8 +162,6 @@ async fn unknown_and_unreachable_disabled_names_list_only_reachable_types() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: an ambiguous-name refusal lists candidates outside the caller's allowlist \
-            (actors/src/catalog.rs resolve_among builds AmbiguousType from every definition)"]
 async fn an_ambiguous_refusal_lists_only_reachable_types() {
     // lead may reach `writer` but not `Writer`; "WRITER" must be refused without naming the
     // unreachable `Writer`.

@@ -132,8 +132,9 @@ struct PendingCall {
     result: Option<(String, bool)>,
     /// The task answering it (a user tool or a wait for an agent to settle).
     task: Option<AbortHandle>,
-    /// A wait on this child, answered early if the child asks a question.
-    waits_on: Option<AgentId>,
+    /// The agents a wait is on (one child, or a set): their outcomes count as read once the
+    /// wait returns them; a wait on one child is answered early if it asks a question.
+    waits_on: Vec<AgentId>,
     /// An `ask_owner` call: the next steer from the owner answers it.
     asks_owner: bool,
 }
@@ -144,7 +145,7 @@ impl PendingCall {
             call_id,
             result: None,
             task: None,
-            waits_on: None,
+            waits_on: Vec::new(),
             asks_owner: false,
         }
     }
@@ -607,14 +608,25 @@ impl AgentState {
         }
     }
 
-    /// Records the result of one call of turn `turn`.
+    /// Records the result of one call of turn `turn`. A wait's agents whose outcome is final
+    /// now count as read (a wait cut short by its timeout reads nothing).
     fn answer_call(&mut self, turn: u32, call_id: &str, text: String, is_error: bool) {
-        if let Some(pending) = self.pending_call(turn, call_id) {
-            pending.result = Some((text, is_error));
-            pending.waits_on = None;
-            pending.asks_owner = false;
-            if let Some(task) = pending.task.take() {
-                task.abort();
+        let Some(pending) = self.pending_call(turn, call_id) else {
+            return;
+        };
+        pending.result = Some((text, is_error));
+        pending.asks_owner = false;
+        if let Some(task) = pending.task.take() {
+            task.abort();
+        }
+        let waited = std::mem::take(&mut pending.waits_on);
+        for agent in waited {
+            let final_ = self.shared.registry.outcome(agent).is_some()
+                && !self.shared.registry.awaiting_supervisor(agent);
+            if final_ {
+                if let Some(child) = self.children.iter_mut().find(|c| c.id == agent) {
+                    child.read = true;
+                }
             }
         }
     }
@@ -672,11 +684,11 @@ impl AgentState {
         if let Phase::Acting { calls, .. } = &mut self.phase {
             for call in calls
                 .iter_mut()
-                .filter(|c| c.waits_on == Some(child) && c.result.is_none())
+                .filter(|c| c.waits_on == [child] && c.result.is_none())
             {
                 let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
                 call.result = Some((text.to_string(), false));
-                call.waits_on = None;
+                call.waits_on.clear();
                 if let Some(task) = call.task.take() {
                     task.abort();
                 }
@@ -745,7 +757,7 @@ impl AgentState {
             entry.settled = true;
             let (background, read) = (entry.background, entry.read);
             let waited_on = matches!(&self.phase, Phase::Acting { calls, .. }
-                if calls.iter().any(|c| c.waits_on == Some(child) && c.result.is_none()));
+                if calls.iter().any(|c| c.waits_on.contains(&child) && c.result.is_none()));
             if background && !read && !waited_on {
                 let outcome = registry.outcome(child);
                 let summary = outcome.as_ref().map(|o| o.summary()).unwrap_or_default();

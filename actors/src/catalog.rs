@@ -198,8 +198,19 @@ impl Catalog {
                 match (matches.next(), matches.next()) {
                     (Some(one), None) => one,
                     (Some(first), Some(second)) => {
-                        let mut candidates = vec![first.name.clone(), second.name.clone()];
-                        candidates.extend(matches.map(|d| d.name.clone()));
+                        // Name only the candidates the caller may reach.
+                        let candidates: Vec<String> = [first, second]
+                            .into_iter()
+                            .chain(matches)
+                            .filter(|d| reachable(d))
+                            .map(|d| d.name.clone())
+                            .collect();
+                        if candidates.is_empty() {
+                            return Err(SpawnError::UnknownType {
+                                requested: requested.to_owned(),
+                                available: self.reachable(&reachable),
+                            });
+                        }
                         return Err(SpawnError::AmbiguousType {
                             requested: requested.to_owned(),
                             candidates,

@@ -107,6 +107,10 @@ pub enum ControlError {
     /// error, so ids cannot be probed.
     #[error("no subagent {0} of yours")]
     NotYours(AgentId),
+    /// As [`ControlError::NotYours`], for an id that is not even well-formed (kept as
+    /// written, cut to 64 characters).
+    #[error("no subagent {0} of yours")]
+    NotYoursText(String),
     /// The agent is not running any more (or not yet) and cannot take this operation.
     #[error("{0} cannot take this now: it is {1}")]
     WrongStatus(AgentId, agent_tree_protocol::AgentStatus),

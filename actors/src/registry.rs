@@ -158,9 +158,7 @@ pub(crate) enum SteerRoute {
 pub(crate) struct Reopened {
     pub(crate) depth: u32,
     pub(crate) token: CancellationToken,
-    pub(crate) agent_type: String,
-    pub(crate) conversation: Vec<Message>,
-    pub(crate) detached: bool,
+    pub(crate) start: PendingStart,
 }
 
 /// What [`Registry::admit`] needs to reserve a slot.
@@ -614,37 +612,41 @@ impl Registry {
         }
     }
 
-    /// Reopens settled agent `id` for a resumed run under its owner `owner`: the same
-    /// admission limits apply as for a new child. Its record goes back to `starting` and
-    /// its outcome is cleared; a `resumed` event is emitted.
+    /// Reopens settled agent `id` for a resumed run under its owner `owner`, with a new
+    /// `prompt` after its kept conversation. It runs with the definition and branch (catalog,
+    /// depth cap) it was started with, and the same admission limits apply as for a new
+    /// child. Nothing changes when it is refused; otherwise its record goes back to
+    /// `starting`, its outcome is cleared and a `resumed` event is emitted.
     pub(crate) fn reopen(
         &self,
         id: AgentId,
         owner: AgentId,
         config: &TreeConfig,
-        max_depth: u32,
+        prompt: String,
     ) -> Result<Reopened, SpawnError> {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        let entry = inner
-            .entry(id)
-            .ok_or(SpawnError::Control(ControlError::NotYours(id)))?;
+        let not_yours = || SpawnError::Control(ControlError::NotYours(id));
+        let entry = inner.entry(id).ok_or_else(not_yours)?;
         if entry.record.parent != Some(owner) {
-            return Err(SpawnError::Control(ControlError::NotYours(id)));
+            return Err(not_yours());
         }
-        if entry.record.status.is_live() {
+        if entry.record.status.is_live() || entry.awaiting_supervisor {
             return Err(SpawnError::Control(ControlError::WrongStatus(
                 id,
                 entry.record.status,
             )));
         }
+        let Some(spec) = entry.spec.clone() else {
+            return Err(not_yours());
+        };
         let conversation = entry.conversation.as_deref().cloned().unwrap_or_default();
         let detached = entry.record.detached;
         let owner_entry = inner.entry(owner).ok_or(SpawnError::OwnerClosed(owner))?;
         let mut view = owner_entry.owner_view();
         // A resume is not a new spawn: it does not count against the lifetime budget.
         view.spawned = 0;
-        let depth = admission::admit(config, max_depth.max(view.depth + 1), &view, inner.live)?;
+        let depth = admission::admit(config, spec.branch.max_depth, &view, inner.live)?;
         let token = if detached {
             inner.entries[0].token.child_token()
         } else {
@@ -660,7 +662,6 @@ impl Registry {
         entry.abort_reason = None;
         entry.actor = None;
         entry.settled.send_replace(None);
-        let agent_type = entry.record.agent_type.clone();
         if let Some(owner) = inner.entry_mut(owner) {
             owner.live_children += 1;
         }
@@ -668,12 +669,16 @@ impl Registry {
         inner.peak_live = inner.peak_live.max(inner.live);
         inner.live_tx.send_replace(inner.live);
         inner.emit(id, EventKind::Resumed, now);
+        let start = PendingStart {
+            prompt,
+            context: conversation,
+            resumed: true,
+            ..spec
+        };
         Ok(Reopened {
             depth,
             token,
-            agent_type,
-            conversation,
-            detached,
+            start,
         })
     }
 

@@ -23,7 +23,7 @@ use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::{Registry, SteerRoute};
 use crate::root::RootActor;
 use crate::shared::{Branch, Shared, SharedRef};
-use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
+use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{Tool, ToolNameError, Toolbox};
 use crate::wait;
 
@@ -314,7 +314,8 @@ impl Tree {
     }
 
     /// Resumes a settled top-level agent with a new prompt: its conversation continues in a
-    /// new run; children spawned during that run are aborted when it ends.
+    /// new run, with the definition, catalog and depth cap its branch started with; children
+    /// spawned during that run are aborted when it ends. A refused resume changes nothing.
     ///
     /// # Errors
     ///
@@ -325,41 +326,17 @@ impl Tree {
         id: AgentId,
         prompt: impl Into<String>,
     ) -> Result<AgentHandle, SpawnError> {
-        let branch = self.branch.read().clone();
-        let reopened = self.shared.registry.reopen(
-            id,
-            AgentId::ROOT,
-            &self.shared.config,
-            branch.max_depth,
-        )?;
-        let Some(definition) = branch.catalog.get(&reopened.agent_type).cloned() else {
-            let error = SpawnError::UnknownType {
-                requested: reopened.agent_type,
-                available: Vec::new(),
-            };
-            self.shared.registry.settle(
-                id,
-                Outcome::failed(EndReason::ActorFailed, error.to_string()),
-            );
-            return Err(error);
-        };
-        let pending = PendingStart {
-            settle: definition.settle,
-            definition,
-            branch,
-            prompt: prompt.into(),
-            context: reopened.conversation,
-            resumed: true,
-            detached: reopened.detached,
-            owner_capabilities: None,
-        };
+        let reopened =
+            self.shared
+                .registry
+                .reopen(id, AgentId::ROOT, &self.shared.config, prompt.into())?;
         spawn::start(
             &self.shared,
             id,
             reopened.depth,
             reopened.token,
             &self.root,
-            pending,
+            reopened.start,
         )
         .await?;
         self.handle(id)

@@ -17,7 +17,7 @@ use super::{AgentState, Child};
 use crate::error::{ControlError, SpawnError};
 use crate::msg::AgentMsg;
 use crate::registry::SteerRoute;
-use crate::spawn::{self, PendingStart, SpawnSpec, Spawned};
+use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL,
     WAIT_TOOL,
@@ -159,11 +159,10 @@ pub(super) async fn dispatch(
     match answer {
         Answer::Now(text, is_error) => state.answer_call(turn, &call.id, text, is_error),
         Answer::Wait(agent, timeout) => {
-            mark_read(state, agent);
             let task = wait_task(state, myself, turn, call.id.clone(), agent, timeout);
             if let Some(pending) = state.pending_call(turn, &call.id) {
                 pending.task = Some(task);
-                pending.waits_on = Some(agent);
+                pending.waits_on = vec![agent];
             }
         }
         Answer::Owner => {
@@ -172,12 +171,10 @@ pub(super) async fn dispatch(
             }
         }
         Answer::Set(agents, policy) => {
-            for &agent in &agents {
-                mark_read(state, agent);
-            }
-            let task = set_task(state, myself, turn, call.id.clone(), agents, policy);
+            let task = set_task(state, myself, turn, call.id.clone(), agents.clone(), policy);
             if let Some(pending) = state.pending_call(turn, &call.id) {
                 pending.task = Some(task);
+                pending.waits_on = agents;
             }
         }
     }
@@ -357,52 +354,29 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
     };
     // Resume re-creates the agent's actor under its owner, so only the owner may resume it,
     // whatever the control scope.
-    let target = parse_id(&input.resume);
-    let reopened = match state.shared.registry.reopen(
-        target,
-        state.id,
-        &state.shared.config,
-        state.branch.max_depth,
-    ) {
-        Ok(reopened) => reopened,
+    let target = match parse_id(&input.resume) {
+        Ok(target) => target,
         Err(error) => return refused(error),
     };
-    let Some(definition) = state.branch.catalog.get(&reopened.agent_type).cloned() else {
-        let error = SpawnError::UnknownType {
-            requested: reopened.agent_type,
-            available: Vec::new(),
+    let reopened =
+        match state
+            .shared
+            .registry
+            .reopen(target, state.id, &state.shared.config, input.prompt)
+        {
+            Ok(reopened) => reopened,
+            Err(error) => return refused(error),
         };
-        state.shared.registry.settle(
-            target,
-            Outcome::failed(EndReason::ActorFailed, error.to_string()),
-        );
-        return refused(error);
-    };
-    let owner_capabilities = state
-        .shared
-        .config
-        .attenuate_tools
-        .then(|| state.capabilities.clone());
-    let pending = PendingStart {
-        settle: definition.settle,
-        definition,
-        branch: state.branch.clone(),
-        prompt: input.prompt,
-        context: reopened.conversation,
-        resumed: true,
-        detached: reopened.detached,
-        owner_capabilities,
-    };
-    if let Err(error) = spawn::start(
+    let started = spawn::start(
         &state.shared,
         target,
         reopened.depth,
         reopened.token,
         myself,
-        pending,
+        reopened.start,
     )
-    .await
-    {
+    .await;
+    if let Err(error) = started {
         return refused(error);
     }
     match state.children.iter_mut().find(|c| c.id == target) {
@@ -433,17 +407,19 @@ struct TargetInput {
     message: String,
 }
 
-/// Parses an id a model wrote; anything malformed becomes an id nobody owns, so it gets the
-/// same error as a foreign or missing one.
-fn parse_id(text: &str) -> AgentId {
-    text.trim().parse().unwrap_or(AgentId::ROOT)
+/// Parses an id a model wrote. A malformed one gets the same error as a foreign or missing
+/// one, naming what the model wrote.
+fn parse_id(text: &str) -> Result<AgentId, ControlError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ControlError::NotYoursText(text.chars().take(64).collect()))
 }
 
 /// The agent `call` names, if the caller may control it.
 fn target(state: &AgentState, call: &ToolCall) -> Result<(AgentId, TargetInput), Answer> {
     let input = serde_json::from_value::<TargetInput>(call.input.clone())
         .map_err(|error| refused(format!("invalid input: {error}")))?;
-    let id = parse_id(&input.agent_id);
+    let id = parse_id(&input.agent_id).map_err(refused)?;
     state
         .shared
         .registry
@@ -532,7 +508,10 @@ fn wait_set(state: &mut AgentState, call: &ToolCall) -> Answer {
     };
     let mut agents = Vec::with_capacity(input.agent_ids.len());
     for text in &input.agent_ids {
-        let agent = parse_id(text);
+        let agent = match parse_id(text) {
+            Ok(agent) => agent,
+            Err(error) => return refused(error),
+        };
         if let Err(error) =
             state
                 .shared
