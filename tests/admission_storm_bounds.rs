@@ -223,7 +223,7 @@ async fn storm(seed: u64) -> Tally {
     let seen_ids: HashSet<AgentId> = model
         .requests()
         .iter()
-        .flat_map(|r| answered_calls(r))
+        .flat_map(answered_calls)
         .filter(|(call, result)| call.name == "Agent" && !result.is_error)
         .map(|(_, result)| support::harness::spawned_id(&result))
         .collect();
