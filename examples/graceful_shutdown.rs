@@ -45,6 +45,18 @@ async fn flush(ctx: HookContext) -> Result<(), HookError> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The panicking hooks are part of the scenario: keep their panics off the terminal (the
+    // runtime reports them in the shutdown report), and let any other panic print as usual.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let expected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.starts_with("flush of"));
+        if !expected {
+            default_hook(info);
+        }
+    }));
     let catalog = Catalog::new([
         AgentDefinition::new("hub", "You run a region.")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
