@@ -717,19 +717,15 @@ impl AgentState {
             self.phase,
             Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
         ) || self.token.is_cancelled();
-        let mut next = Some(child);
-        while let Some(ended) = next {
-            let verdict = self
-                .supervisor
-                .child_ended(&self.shared, self.id, myself, ended, closing)
-                .await;
-            if let Verdict::Escalate(cause) = verdict {
-                self.refresh_children();
-                let outcome = Outcome::failed(EndReason::Escalated, cause)
-                    .with_partial(self.last_text.clone());
-                return self.end_run(myself, outcome);
-            }
-            next = self.supervisor.next_deferred();
+        let verdict = self
+            .supervisor
+            .child_ended(&self.shared, self.id, myself, child, closing)
+            .await;
+        if let Verdict::Escalate(cause) = verdict {
+            self.refresh_children();
+            let outcome =
+                Outcome::failed(EndReason::Escalated, cause).with_partial(self.last_text.clone());
+            return self.end_run(myself, outcome);
         }
         self.refresh_children();
         if matches!(self.phase, Phase::Ending { .. }) {

@@ -418,14 +418,7 @@ impl Registry {
 
     /// The owner decided not to restart `id`: its outcome becomes final.
     pub(crate) fn release(&self, id: AgentId) {
-        let mut inner = self.inner.lock();
-        if inner.entry(id).is_some_and(|e| e.awaiting_supervisor) {
-            let before = inner
-                .entry(id)
-                .map(|e| e.record.status)
-                .unwrap_or(AgentStatus::Failed);
-            inner.finalize(id, before);
-        }
+        self.inner.lock().release(id);
     }
 
     /// Stops `id` for its owner's restart strategy: it will be held for restart whatever its
@@ -998,14 +991,19 @@ impl Inner {
 
     fn settle_final(&mut self, id: AgentId, outcome: Outcome, now: u64) -> bool {
         let settled = self.settle(id, outcome, now);
-        if self.entry(id).is_some_and(|e| e.awaiting_supervisor) {
-            let status = self
-                .entry(id)
-                .map(|e| e.record.status)
-                .unwrap_or(AgentStatus::Killed);
+        self.release(id);
+        settled
+    }
+
+    /// Makes an outcome that awaits its owner's restart decision final.
+    fn release(&mut self, id: AgentId) {
+        if let Some(status) = self
+            .entry(id)
+            .filter(|e| e.awaiting_supervisor)
+            .map(|e| e.record.status)
+        {
             self.finalize(id, status);
         }
-        settled
     }
 
     /// Makes `id`'s recorded outcome final: watchers are told, and its live slot (and pool

@@ -47,18 +47,14 @@ impl RootState {
     /// when its top supervisor gives up).
     async fn child_ended(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
         let closing = self.shared.registry.status(AgentId::ROOT) != Some(AgentStatus::Running);
-        let mut next = Some(child);
-        while let Some(ended) = next {
-            let verdict = self
-                .supervisor
-                .child_ended(&self.shared, AgentId::ROOT, myself, ended, closing)
-                .await;
-            if let Verdict::Escalate(cause) = verdict {
-                tracing::error!(%cause, "root restart intensity exceeded; aborting the tree");
-                self.shared.registry.fail_root(cause);
-                return;
-            }
-            next = self.supervisor.next_deferred();
+        let verdict = self
+            .supervisor
+            .child_ended(&self.shared, AgentId::ROOT, myself, child, closing)
+            .await;
+        if let Verdict::Escalate(cause) = verdict {
+            tracing::error!(%cause, "root restart intensity exceeded; aborting the tree");
+            self.shared.registry.fail_root(cause);
+            return;
         }
         self.start_queued(myself).await;
     }

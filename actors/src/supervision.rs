@@ -65,8 +65,30 @@ impl ChildSupervisor {
     }
 
     /// A child of `owner` ended (or its notice arrived). `closing` is true when the owner
-    /// itself is ending: nothing is restarted then.
+    /// itself is ending: nothing is restarted then. Failures that arrive while a restart is
+    /// under way are taken up, in order, once it is done.
     pub(crate) async fn child_ended(
+        &mut self,
+        shared: &SharedRef,
+        owner: AgentId,
+        owner_actor: &ActorRef<AgentMsg>,
+        child: AgentId,
+        closing: bool,
+    ) -> Verdict {
+        let mut next = Some(child);
+        while let Some(ended) = next {
+            let verdict = self
+                .one_ended(shared, owner, owner_actor, ended, closing)
+                .await;
+            if verdict != Verdict::Continue {
+                return verdict;
+            }
+            next = self.next_deferred();
+        }
+        Verdict::Continue
+    }
+
+    async fn one_ended(
         &mut self,
         shared: &SharedRef,
         owner: AgentId,
@@ -167,7 +189,7 @@ impl ChildSupervisor {
     }
 
     /// A failure deferred while a restart was under way, to be handled now.
-    pub(crate) fn next_deferred(&mut self) -> Option<AgentId> {
+    fn next_deferred(&mut self) -> Option<AgentId> {
         if self.active.is_some() {
             return None;
         }
