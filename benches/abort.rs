@@ -126,7 +126,7 @@ fn bench(c: &mut Criterion) {
     let rt = runtime();
     let mut group = c.benchmark_group("abort_chain");
     group.sample_size(20);
-    for depth in [10u32, 50] {
+    for depth in [10u32, 50, 200] {
         group.bench_with_input(BenchmarkId::new("agent", depth), &depth, |b, &d| {
             b.iter_custom(|iters| (0..iters).map(|_| rt.block_on(agents(d))).sum())
         });
