@@ -273,3 +273,7 @@ pub(crate) fn all_of_type(snapshot: &TreeSnapshot, agent_type: &str) -> Vec<Agen
 /// The control-test helpers: a recording model keeping whole requests, tree builders,
 /// guarded event waits and a seeded PRNG.
 pub mod harness;
+
+/// The lifetime-test helpers: a model wrapper recording whole requests and when each call
+/// ended, a weak tree cell for hooks, and script and event helpers.
+pub mod lifetimes;

@@ -1,0 +1,416 @@
+//! The restart matrix, after OTP's own supervisor suite: restart type (`permanent`,
+//! `transient`, `temporary`) × exit kind (normal completion, model error, model panic,
+//! abort) → restarted or not, as the table in `actors/src/supervisor.rs` says, both under an
+//! agent supervisor and under the tree's root. An abort is never restarted.
+//!
+//! A restart keeps the `AgentId`, bumps the incarnation, emits `restarted`, keeps the usage
+//! already spent (the agent's own usage accumulates across incarnations), and re-runs the
+//! original request: the new incarnation's first model call sees the original prompt only.
+//!
+//! The `killed` row cannot be reached for one agent through the public API: the only way an
+//! agent's actor is killed while its supervisor lives is a shutdown deadline, and a shutdown
+//! never restarts anything. That is what the last test checks, for every restart type; the
+//! table's `killed` row itself is covered by the crate's unit test
+//! `supervisor::tests::restart_types_by_exit_kind` (the pure function is crate-private).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EndReason, Event, EventKind, Message, RestartPolicy, Role, Strategy};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::{HookContext, HookError};
+use serde_json::json;
+
+use support::harness::{GUARD, a, tree, wait_event};
+use support::lifetimes::{Watched, collect_until, hanging, restarted, restarts};
+use support::{catalog, delegator, leaf, within};
+
+const TASK: &str = "the original task";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    Completed,
+    Failed,
+    Panicked,
+    Aborted,
+}
+
+const EXITS: [Exit; 4] = [Exit::Completed, Exit::Failed, Exit::Panicked, Exit::Aborted];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A supervisor agent spawns the child in the background and waits for its result.
+    Agent,
+    /// The application spawns the child at top level: the root supervises it.
+    Root,
+}
+
+/// The table of `actors/src/supervisor.rs`, as this test expects it.
+fn restart_expected(policy: RestartPolicy, exit: Exit) -> bool {
+    match (policy, exit) {
+        (_, Exit::Aborted) | (RestartPolicy::Temporary, _) => false,
+        (RestartPolicy::Permanent, _) => true,
+        (RestartPolicy::Transient, exit) => exit != Exit::Completed,
+    }
+}
+
+/// The child's script: a first turn that spends usage, the exit, then (a second
+/// incarnation's run) a turn spending more usage and a hang.
+fn child_script(exit: Exit) -> Script {
+    let exit_turn = match exit {
+        Exit::Completed => Turn::answer("first run done").usage(Usage::tokens(1, 1)),
+        Exit::Failed => Turn::fail("gateway down"),
+        Exit::Panicked => Turn::panic("kaboom"),
+        Exit::Aborted => Turn::hang(),
+    };
+    Script::new([
+        Turn::calls([Call::tool("noop", json!({}))]).usage(Usage::tokens(7, 3)),
+        exit_turn,
+        Turn::calls([Call::tool("noop", json!({}))]).usage(Usage::tokens(20, 5)),
+        Turn::hang(),
+    ])
+}
+
+struct Cell {
+    owner: Owner,
+    policy: RestartPolicy,
+    exit: Exit,
+}
+
+impl Cell {
+    fn name(&self) -> String {
+        format!("{:?} {:?} {:?}", self.owner, self.policy, self.exit)
+    }
+}
+
+async fn run_cell(cell: Cell) {
+    let name = cell.name();
+    let scripted = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([
+                Turn::spawn_background("child", TASK),
+                Turn::calls([Call::result(Target::Spawned(0))]),
+                Turn::answer("sup done"),
+            ]),
+        )
+        .script("child", child_script(cell.exit));
+    let model = Watched::new(scripted);
+    let config = TreeConfig::default().with_root_supervision(
+        Strategy::OneForOne,
+        10,
+        Duration::from_secs(60),
+    );
+    let tree = tree(
+        model.clone(),
+        catalog([
+            delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 10, 60_000),
+            leaf("child").with_restart(cell.policy),
+        ]),
+        config,
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let (sup, child) = match cell.owner {
+        Owner::Agent => {
+            tree.spawn(SpawnRequest::new("sup", "supervise"))
+                .await
+                .expect("admitted");
+            (Some(a(1)), a(2))
+        }
+        Owner::Root => {
+            tree.spawn(SpawnRequest::new("child", TASK))
+                .await
+                .expect("admitted");
+            (None, a(1))
+        }
+    };
+    // The child exists once it made its first model call.
+    model.until_calls(child, 1).await;
+    if cell.exit == Exit::Aborted {
+        // The child hangs in its second model call: abort it there.
+        model.until_calls(child, 2).await;
+        tree.abort(child).expect("the child exists");
+    }
+    let mut handle = tree.handle(child).expect("the child exists");
+    let restarted_now = tokio::select! {
+        outcome = handle.outcome() => Err(outcome),
+        _ = wait_event(&mut events, restarted(child, 2)) => Ok(()),
+        () = tokio::time::sleep(GUARD) => panic!("{name}: neither restarted nor settled"),
+    };
+    let expected = restart_expected(cell.policy, cell.exit);
+    match restarted_now {
+        Ok(()) => {
+            assert!(expected, "{name}: restarted, but the table says no");
+            // The new incarnation re-runs the original request from scratch.
+            model.until_calls(child, 4).await;
+            let calls = model.calls_of(child);
+            let first = &calls[2];
+            assert_eq!(first.incarnation, 2, "{name}");
+            assert_eq!(first.turn, 1, "{name}: the turn count restarts");
+            assert_eq!(
+                first.messages,
+                vec![Message::user(TASK)],
+                "{name}: the new incarnation sees the original prompt only"
+            );
+            let record = tree.record(child).expect("record");
+            assert_eq!(record.id, child, "{name}");
+            assert_eq!(record.incarnation, 2, "{name}");
+            assert_eq!(record.status, AgentStatus::Running, "{name}");
+            assert!(record.outcome.is_none(), "{name}");
+            let first_run = if cell.exit == Exit::Completed {
+                Usage::tokens(8, 4)
+            } else {
+                Usage::tokens(7, 3)
+            };
+            assert_eq!(
+                record.own,
+                first_run + Usage::tokens(20, 5),
+                "{name}: own usage accumulates across incarnations"
+            );
+            assert!(tree.snapshot().check_usage().is_ok(), "{name}");
+            if let Some(sup) = sup {
+                assert_eq!(
+                    tree.record(sup).expect("sup").status,
+                    AgentStatus::Running,
+                    "{name}: the supervisor is still waiting"
+                );
+            }
+            // A shutdown ends it for good: nothing restarts under a shutdown.
+            let report = within("shutdown", tree.shutdown()).await;
+            assert!(report.killed.is_empty(), "{name}: {report:?}");
+            let record = tree.record(child).expect("record");
+            assert_eq!(
+                record.incarnation, 2,
+                "{name}: not restarted by the shutdown"
+            );
+            assert_eq!(record.status, AgentStatus::Aborted, "{name}");
+            let events = events.drain();
+            assert!(restarts(&events).is_empty(), "{name}: {events:?}");
+        }
+        Err(outcome) => {
+            assert!(!expected, "{name}: not restarted, but the table says so");
+            let want = match cell.exit {
+                Exit::Completed => (AgentStatus::Completed, EndReason::FinalAnswer),
+                Exit::Failed => (AgentStatus::Failed, EndReason::ModelError),
+                Exit::Panicked => (AgentStatus::Failed, EndReason::Panicked),
+                Exit::Aborted => (AgentStatus::Aborted, EndReason::Aborted),
+            };
+            assert_eq!(
+                (outcome.status, outcome.reason),
+                want,
+                "{name}: {outcome:?}"
+            );
+            let record = tree.record(child).expect("record");
+            assert_eq!(record.incarnation, 1, "{name}");
+            assert_eq!(model.count_of(child), 2, "{name}: no second run");
+            if let Some(sup) = sup {
+                // The supervisor's wait saw the final outcome, and it carried on.
+                let sup_outcome = within("the supervisor", async {
+                    tree.handle(sup).expect("sup").outcome().await
+                })
+                .await;
+                assert_eq!(sup_outcome.text.as_deref(), Some("sup done"), "{name}");
+                let waited = &model.calls_of(sup)[2].messages;
+                let result = waited
+                    .iter()
+                    .rfind(|m| m.role == Role::Tool)
+                    .expect("a wait result");
+                let value: serde_json::Value = serde_json::from_str(&result.content).expect("JSON");
+                assert_eq!(value["status"], json!(outcome.status.as_str()), "{name}");
+            }
+            within("idle", tree.idle()).await;
+            let events = events.drain();
+            assert!(restarts(&events).is_empty(), "{name}: {events:?}");
+            tree.shutdown().await;
+        }
+    }
+    assert!(tree.alive_actors().is_empty(), "{name}");
+}
+
+async fn run_row(owner: Owner, policy: RestartPolicy) {
+    for exit in EXITS {
+        run_cell(Cell {
+            owner,
+            policy,
+            exit,
+        })
+        .await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_restarts_every_exit_but_abort() {
+    run_row(Owner::Agent, RestartPolicy::Permanent).await;
+    run_row(Owner::Root, RestartPolicy::Permanent).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_restarts_abnormal_exits_only() {
+    run_row(Owner::Agent, RestartPolicy::Transient).await;
+    run_row(Owner::Root, RestartPolicy::Transient).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn temporary_never_restarts() {
+    run_row(Owner::Agent, RestartPolicy::Temporary).await;
+    run_row(Owner::Root, RestartPolicy::Temporary).await;
+}
+
+/// A restart emits exactly one `restarted` event, after the exit's terminal event and before
+/// anything of the new incarnation, and every event of the new run carries the same id.
+#[tokio::test(start_paused = true)]
+async fn restart_event_sits_between_the_incarnations() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([
+                Turn::spawn_background("child", TASK),
+                Turn::calls([Call::result(Target::Spawned(0))]),
+                Turn::answer("sup done"),
+            ]),
+        )
+        .script(
+            "child",
+            Script::new([
+                Turn::fail("first run fails").after(Duration::from_millis(300)),
+                Turn::answer("second run done").usage(Usage::tokens(2, 2)),
+            ]),
+        );
+    let model = Watched::new(scripted);
+    let tree = tree(
+        model.clone(),
+        catalog([
+            delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 3, 5_000),
+            leaf("child").with_restart(RestartPolicy::Transient),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let outcome = within("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
+        .await
+        .expect("admitted");
+    assert_eq!(outcome.text.as_deref(), Some("sup done"));
+    within("idle", tree.idle()).await;
+    let events: Vec<Event> = events
+        .drain()
+        .into_iter()
+        .filter(|e| e.agent == a(2))
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "started",
+            "failed",
+            "restarted",
+            "usage_reported",
+            "completed"
+        ],
+        "{events:?}"
+    );
+    assert_eq!(events[1].at_ms, 300);
+    assert_eq!(events[2].at_ms, 300, "restarted at once");
+    assert_eq!(events[2].kind, EventKind::Restarted { incarnation: 2 });
+    let record = tree.record(a(2)).expect("record");
+    assert_eq!(
+        (record.incarnation, record.status),
+        (2, AgentStatus::Completed)
+    );
+    assert_eq!(model.calls_of(a(2))[1].messages, vec![Message::user(TASK)]);
+    // The supervisor's wait got the second run's answer, not the first run's failure.
+    let waited = &model.calls_of(a(1))[2].messages;
+    let last = waited.last().expect("a wait result");
+    let value: serde_json::Value = serde_json::from_str(&last.content).expect("JSON");
+    assert_eq!(value["status"], json!("completed"), "{value}");
+    assert_eq!(value["text"], json!("second run done"), "{value}");
+    tree.shutdown().await;
+}
+
+/// The `killed` row as far as the public API reaches: a child killed at a shutdown deadline
+/// (its shutdown hook never returns) is never restarted, whatever its restart type, under an
+/// agent supervisor and under the root.
+#[tokio::test(start_paused = true)]
+async fn killed_at_a_shutdown_deadline_is_never_restarted() {
+    for policy in [
+        RestartPolicy::Permanent,
+        RestartPolicy::Transient,
+        RestartPolicy::Temporary,
+    ] {
+        for owner in [Owner::Agent, Owner::Root] {
+            let name = format!("{owner:?} {policy:?}");
+            let scripted = ScriptedModel::new()
+                .script(
+                    "sup",
+                    Script::new([
+                        Turn::spawn_background("child", TASK),
+                        Turn::calls([Call::result(Target::Spawned(0))]),
+                    ]),
+                )
+                .script("child", hanging(4));
+            let model = Watched::new(scripted);
+            let stuck = match owner {
+                Owner::Agent => a(2),
+                Owner::Root => a(1),
+            };
+            let tree = Arc::new(
+                Tree::builder()
+                    .config(
+                        TreeConfig::default()
+                            .with_shutdown_grace(Duration::from_secs(1))
+                            .with_root_supervision(
+                                Strategy::OneForOne,
+                                10,
+                                Duration::from_secs(60),
+                            ),
+                    )
+                    .catalog(catalog([
+                        delegator("sup", &["child"]).with_supervision(
+                            Strategy::OneForOne,
+                            10,
+                            60_000,
+                        ),
+                        leaf("child").with_restart(policy),
+                    ]))
+                    .model(model.clone())
+                    .on_shutdown(move |ctx: HookContext| async move {
+                        if ctx.agent == stuck {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<(), HookError>(())
+                    })
+                    .build()
+                    .await
+                    .expect("the tree builds"),
+            );
+            let mut events = tree.subscribe();
+            let top = if owner == Owner::Agent {
+                "sup"
+            } else {
+                "child"
+            };
+            tree.spawn(SpawnRequest::new(top, TASK))
+                .await
+                .expect("admitted");
+            model.until_calls(stuck, 1).await;
+            let report = within("shutdown", tree.shutdown()).await;
+            assert!(report.killed.contains(&stuck), "{name}: {report:?}");
+            let record = tree.record(stuck).expect("record");
+            assert_eq!(record.status, AgentStatus::Killed, "{name}");
+            assert_eq!(record.incarnation, 1, "{name}: never restarted");
+            let mut log = Vec::new();
+            collect_until(&mut events, &mut log, |e| {
+                e.agent == stuck && e.kind == EventKind::Killed
+            })
+            .await;
+            log.extend(events.drain());
+            assert!(restarts(&log).is_empty(), "{name}: {log:?}");
+            assert_eq!(model.count_of(stuck), 1, "{name}: no second run");
+            assert!(tree.alive_actors().is_empty(), "{name}");
+        }
+    }
+}
