@@ -307,9 +307,6 @@ async fn an_aborted_owner_aborts_its_children_even_under_drain() {
 /// A draining owner takes no more turns, so a child asking it a question must not wait
 /// forever (which would hold the owner in `completing` forever too).
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: a child's ask_owner to a draining (completing) owner is queued in the owner's \
-            inbox and never answered: the child and its owner hang forever \
-            (actors/src/agent.rs:677-684 on_asked queues it; Phase::Ending takes no turn)"]
 async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
     let scripted = ScriptedModel::new()
         .script(

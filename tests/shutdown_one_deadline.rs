@@ -269,9 +269,6 @@ async fn a_hook_that_never_returns_is_killed_at_the_deadline_with_its_owners() {
 /// hooks' invariant says it ends at the deadline (`actors/src/hooks.rs`), and the agent's
 /// comment says its task "never outlives the shutdown".
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: a shutdown hook cut off at the deadline keeps running until deadline + \
-            SHUTDOWN_KILL_WAIT, after Tree::shutdown has returned at the deadline \
-            (actors/src/agent.rs:832-835; tree.rs:505-521 kills the actor but not its hook task)"]
 async fn a_stuck_hook_does_not_outlive_the_shutdown() {
     struct Alive(Arc<Mutex<Option<tokio::time::Instant>>>);
     impl Drop for Alive {

@@ -478,9 +478,6 @@ async fn a_permanent_supervisor_that_escalates_is_restarted_by_its_owner() {
 /// deterministic model does): its spawns must start new children, not hand back the
 /// previous incarnation's settled ones.
 #[tokio::test(start_paused = true)]
-#[ignore = "bug: a restarted agent's re-run spawns get its previous incarnation's children \
-            back (request id <owner>/<tool call id> ignores the incarnation: \
-            actors/src/agent/orchestration.rs:299, registry.rs:264)"]
 async fn a_restarted_supervisor_rerunning_identical_calls_gets_new_children() {
     restarted_by_boss(Rerun::Same).await;
 }

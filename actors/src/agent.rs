@@ -94,6 +94,8 @@ pub(crate) struct AgentState {
     watcher: Option<AbortHandle>,
     /// Which run of the agent this is (1 for the first; restarts count up).
     incarnation: u32,
+    /// Which run of the agent this is: 1 for the first, +1 for each restart or resume.
+    run: u32,
     /// The model turn whose task has not reported back yet, with its cancellation token.
     turn_in_flight: Option<(u32, CancellationToken)>,
     /// Restart decisions for its children.
@@ -234,6 +236,7 @@ impl Actor for AgentActor {
         };
         context.push(Message::user(prompt));
         let incarnation = shared.registry.record(id).map_or(1, |r| r.incarnation);
+        let run = shared.registry.run_of(id);
         let supervisor = ChildSupervisor::new(
             definition.strategy,
             definition.max_restarts,
@@ -259,6 +262,7 @@ impl Actor for AgentActor {
             last_text: String::new(),
             watcher: Some(watcher),
             incarnation,
+            run,
             turn_in_flight: None,
             supervisor,
         })
@@ -319,6 +323,7 @@ impl Actor for AgentActor {
             }
             AgentMsg::ChildSettled { child } => state.on_child_ended(&myself, child).await,
             AgentMsg::Asked { child, question } => state.on_asked(&myself, child, question),
+            AgentMsg::AskRefused { reason } => state.on_ask_refused(&myself, reason),
             AgentMsg::StartDone { result } => {
                 if !matches!(state.phase, Phase::Starting { .. }) {
                     return Ok(());
@@ -652,6 +657,20 @@ impl AgentState {
         self.next_turn(myself);
     }
 
+    /// The owner cannot answer the pending `ask_owner` call: it gets an error result.
+    fn on_ask_refused(&mut self, myself: &ActorRef<AgentMsg>, reason: String) {
+        if let Phase::Acting { calls, .. } = &mut self.phase {
+            if let Some(ask) = calls
+                .iter_mut()
+                .find(|c| c.asks_owner && c.result.is_none())
+            {
+                ask.result = Some((reason, true));
+                ask.asks_owner = false;
+                self.after_answer(myself);
+            }
+        }
+    }
+
     /// A steer answers a pending `ask_owner` call if there is one; otherwise it waits for the
     /// next turn boundary.
     fn on_steer(&mut self, myself: &ActorRef<AgentMsg>, text: String) -> SteerReceipt {
@@ -676,6 +695,21 @@ impl AgentState {
     /// model can answer (a foreground wait would otherwise deadlock).
     fn on_asked(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId, question: String) {
         if !self.children.iter().any(|c| c.id == child) {
+            return;
+        }
+        if matches!(
+            self.phase,
+            Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
+        ) {
+            // The run is over: no model turn will ever read the question. Say so rather than
+            // leave the child (and a draining owner) waiting forever.
+            let refusal = AgentMsg::AskRefused {
+                reason: format!("{} has finished its run and cannot answer", self.id),
+            };
+            for (_, actor) in self.shared.registry.actors_of(&[child]) {
+                let _ = actor.send_message(refusal);
+                break;
+            }
             return;
         }
         self.inbox.push_back(Inbound::Notice(format!(
@@ -820,11 +854,10 @@ impl AgentState {
             return false;
         }
         self.cancel_tasks();
-        self.shared.registry.hooks_started(self.id);
         let context = self.hook_context(Some(deadline));
         let reply_to = myself.clone();
-        // At the deadline the shutdown kills this agent if its hooks are still running; the
-        // task itself ends a little later, so it never outlives the shutdown.
+        // At the deadline the shutdown kills this agent if its hooks are still running and
+        // aborts this task; its own cut-off a little later is only a backstop.
         let cut_off = deadline + SHUTDOWN_KILL_WAIT;
         let task = tokio::spawn(async move {
             let run = hooks::run_all(&shutdown_hooks, &context, false);
@@ -834,6 +867,9 @@ impl AgentState {
             };
             let _ = reply_to.cast(AgentMsg::HooksDone { failures });
         });
+        self.shared
+            .registry
+            .hooks_started(self.id, task.abort_handle());
         self.phase = Phase::Stopping {
             task: task.abort_handle(),
         };

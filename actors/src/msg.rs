@@ -53,6 +53,8 @@ pub(crate) enum AgentMsg {
     ChildSettled { child: AgentId },
     /// A child asks its owner a question (`ask_owner`); a steer to the child answers it.
     Asked { child: AgentId, question: String },
+    /// The owner cannot answer the agent's pending `ask_owner` question.
+    AskRefused { reason: String },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
     /// The agent's start hooks finished (`Err` with the first failure).

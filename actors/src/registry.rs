@@ -97,6 +97,11 @@ struct Entry {
     hook_failures: Vec<String>,
     /// Its shutdown hooks are running.
     hooks_running: bool,
+    /// The task running its shutdown hooks, aborted if the deadline kills the agent.
+    hook_task: Option<tokio::task::AbortHandle>,
+    /// Which run this is: 1 for the first, +1 for each restart and each resume. Spawn
+    /// request ids derive from it, so a new run never finds an earlier run's children.
+    runs: u32,
     /// Steers sent before its session existed, delivered in order when it starts.
     pending_steers: Vec<String>,
     /// Its conversation when it last settled, for resume.
@@ -121,6 +126,8 @@ impl Entry {
             shutdown: None,
             hook_failures: Vec::new(),
             hooks_running: false,
+            hook_task: None,
+            runs: 1,
             pending_steers: Vec::new(),
             conversation: None,
             settled: watch::channel(None).0,
@@ -456,6 +463,7 @@ impl Registry {
         entry.held = false;
         entry.record.status = AgentStatus::Starting;
         entry.record.incarnation += 1;
+        entry.runs += 1;
         entry.record.outcome = None;
         entry.record.ended_ms = None;
         entry.token = token.clone();
@@ -520,17 +528,24 @@ impl Registry {
         self.inner.lock().entry(id).and_then(|e| e.shutdown)
     }
 
-    /// Notes that `id`'s shutdown hooks started.
-    pub(crate) fn hooks_started(&self, id: AgentId) {
+    /// Notes that `id`'s shutdown hooks started, in the task `task`.
+    pub(crate) fn hooks_started(&self, id: AgentId, task: tokio::task::AbortHandle) {
         if let Some(entry) = self.inner.lock().entry_mut(id) {
             entry.hooks_running = true;
+            entry.hook_task = Some(task);
         }
+    }
+
+    /// Which run of `id` this is (1 for its first).
+    pub(crate) fn run_of(&self, id: AgentId) -> u32 {
+        self.inner.lock().entry(id).map_or(1, |e| e.runs)
     }
 
     /// Records that `id`'s shutdown hooks finished, with their failures.
     pub(crate) fn add_hook_failures(&self, id: AgentId, failures: Vec<String>) {
         if let Some(entry) = self.inner.lock().entry_mut(id) {
             entry.hooks_running = false;
+            entry.hook_task = None;
             entry.hook_failures.extend(failures);
         }
     }
@@ -541,6 +556,10 @@ impl Registry {
         let mut inner = self.inner.lock();
         for &id in killed {
             if let Some(entry) = inner.entry_mut(id) {
+                // The hooks die with their agent: nothing of it outlives the shutdown.
+                if let Some(task) = entry.hook_task.take() {
+                    task.abort();
+                }
                 if std::mem::take(&mut entry.hooks_running) {
                     entry
                         .hook_failures
@@ -647,6 +666,7 @@ impl Registry {
         };
         let entry = inner.entry_mut(id).expect("checked above");
         entry.record.status = AgentStatus::Starting;
+        entry.runs += 1;
         // A resumed run bypasses the pool, like any run its owner waits on.
         entry.pooled = false;
         entry.record.outcome = None;

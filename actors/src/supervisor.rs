@@ -54,8 +54,9 @@ impl RestartBudget {
     /// Records a restart at `now` if the intensity allows it; `false` means escalate.
     #[must_use = "false means the intensity is exceeded"]
     pub(crate) fn try_add(&mut self, now: Instant) -> bool {
+        // As OTP's `add_restart`: a restart exactly one period old still counts.
         while let Some(&oldest) = self.restarts.front() {
-            if now.saturating_duration_since(oldest) >= self.period {
+            if now.saturating_duration_since(oldest) > self.period {
                 self.restarts.pop_front();
             } else {
                 break;
@@ -138,10 +139,12 @@ mod tests {
             !budget.try_add(t0 + Duration::from_secs(3)),
             "fourth within 5 s"
         );
-        // At 5 s the first restart leaves the window.
-        assert!(budget.try_add(t0 + Duration::from_secs(5)));
-        assert!(!budget.try_add(t0 + Duration::from_millis(5_999)));
-        assert!(budget.try_add(t0 + Duration::from_secs(7)));
+        // Exactly one period later the first restart still counts (OTP's `Now =< Then +
+        // Period`); just after, it has left the window.
+        assert!(!budget.try_add(t0 + Duration::from_secs(5)));
+        assert!(budget.try_add(t0 + Duration::from_millis(5_001)));
+        assert!(!budget.try_add(t0 + Duration::from_millis(6_000)));
+        assert!(budget.try_add(t0 + Duration::from_millis(6_001)));
     }
 
     #[test]

@@ -100,9 +100,12 @@ impl RequestId {
         RequestId(id.into())
     }
 
-    /// The id derived from an owner and the tool call that asked for the spawn.
-    pub fn derived(owner: AgentId, tool_call_id: &str) -> Self {
-        RequestId(format!("{owner}/{tool_call_id}"))
+    /// The id derived from an owner, which run of the owner (1 for its first; restarts and
+    /// resumes count up) and the tool call that asked for the spawn: `a3/1/call_1`. A
+    /// replayed call of the same run finds its child; a new run's calls never do, even when
+    /// a model reuses its call ids.
+    pub fn derived(owner: AgentId, run: u32, tool_call_id: &str) -> Self {
+        RequestId(format!("{owner}/{run}/{tool_call_id}"))
     }
 
     /// The text of the id.
@@ -166,8 +169,8 @@ mod tests {
     #[test]
     fn derived_request_id_names_owner_and_call() {
         assert_eq!(
-            RequestId::derived(AgentId::new(3), "call_1").as_str(),
-            "a3/call_1"
+            RequestId::derived(AgentId::new(3), 1, "call_1").as_str(),
+            "a3/1/call_1"
         );
     }
 }

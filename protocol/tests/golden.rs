@@ -144,7 +144,7 @@ fn full_spawn_request() -> SpawnRequest {
     SpawnRequest::new("analyst", "Summarise the error logs of the last deploy.")
         .with_description("log summary")
         .background()
-        .with_request_id(RequestId::derived(AgentId::new(1), "call_7"))
+        .with_request_id(RequestId::derived(AgentId::new(1), 1, "call_7"))
         .detached()
         .with_settle(SettlePolicy::Drain)
 }
@@ -284,7 +284,7 @@ fn writer_record() -> AgentRecord {
         own: usage,
         subtree: usage,
         incarnation: 2,
-        request_id: Some(RequestId::derived(AgentId::ROOT, "call_3")),
+        request_id: Some(RequestId::derived(AgentId::ROOT, 1, "call_3")),
         detached: true,
         created_ms: 2,
         started_ms: Some(10),
@@ -329,7 +329,7 @@ fn golden_snapshot() -> TreeSnapshot {
             cache_write_tokens: 10,
             cost_micros: 1_600,
         },
-        request_id: Some(RequestId::derived(AgentId::ROOT, "call_1")),
+        request_id: Some(RequestId::derived(AgentId::ROOT, 1, "call_1")),
         created_ms: 1,
         started_ms: Some(2),
         ended_ms: Some(90),
@@ -346,7 +346,7 @@ fn golden_snapshot() -> TreeSnapshot {
     let analyst = AgentRecord {
         own: analyst_usage,
         subtree: analyst_usage,
-        request_id: Some(RequestId::derived(AgentId::new(1), "call_1")),
+        request_id: Some(RequestId::derived(AgentId::new(1), 1, "call_1")),
         created_ms: 20,
         started_ms: Some(21),
         ended_ms: Some(60),

@@ -296,7 +296,7 @@ async fn spawn_or_resume(
     let request_id = request
         .request_id
         .clone()
-        .unwrap_or_else(|| RequestId::derived(state.id, &call.id));
+        .unwrap_or_else(|| RequestId::derived(state.id, state.run, &call.id));
     let detached = request.detached;
     let owner_capabilities = state
         .shared
