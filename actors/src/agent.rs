@@ -706,9 +706,8 @@ impl AgentState {
             let refusal = AgentMsg::AskRefused {
                 reason: format!("{} has finished its run and cannot answer", self.id),
             };
-            for (_, actor) in self.shared.registry.actors_of(&[child]) {
+            if let Some((_, actor)) = self.shared.registry.actors_of(&[child]).first() {
                 let _ = actor.send_message(refusal);
-                break;
             }
             return;
         }
