@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capability::{self, Capabilities};
 use crate::config::SHUTDOWN_KILL_WAIT;
+use crate::error::ControlError;
 use crate::hooks::{self, HookContext};
 use crate::model::ModelRequest;
 use crate::msg::{AgentMsg, SteerReceipt, TurnResult};
@@ -100,6 +101,8 @@ pub(crate) struct AgentState {
     turn_in_flight: Option<(u32, CancellationToken)>,
     /// Restart decisions for its children.
     supervisor: ChildSupervisor,
+    /// Children whose `ask_owner` question has not been answered by a steer yet.
+    open_questions: std::collections::BTreeSet<AgentId>,
 }
 
 #[derive(Debug)]
@@ -265,6 +268,7 @@ impl Actor for AgentActor {
             run,
             turn_in_flight: None,
             supervisor,
+            open_questions: std::collections::BTreeSet::new(),
         })
     }
 
@@ -316,7 +320,17 @@ impl Actor for AgentActor {
             }
             AgentMsg::Cancelled => state.abort(&myself),
             AgentMsg::Steer { text, reply } => {
-                let receipt = state.on_steer(&myself, text);
+                let receipt = if state.run_over() {
+                    // A steer that crossed the end of the run: no turn will read it.
+                    let status = state
+                        .shared
+                        .registry
+                        .status(state.id)
+                        .unwrap_or(AgentStatus::Completing);
+                    Err(ControlError::WrongStatus(state.id, status))
+                } else {
+                    Ok(state.on_steer(&myself, text))
+                };
                 if let Some(reply) = reply {
                     let _ = reply.send(receipt);
                 }
@@ -697,27 +711,22 @@ impl AgentState {
         if !self.children.iter().any(|c| c.id == child) {
             return;
         }
-        if matches!(
-            self.phase,
-            Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
-        ) {
-            // The run is over: no model turn will ever read the question. Say so rather than
-            // leave the child (and a draining owner) waiting forever.
-            let refusal = AgentMsg::AskRefused {
-                reason: format!("{} has finished its run and cannot answer", self.id),
-            };
-            if let Some((_, actor)) = self.shared.registry.actors_of(&[child]).first() {
-                let _ = actor.send_message(refusal);
-            }
+        if self.run_over() {
+            // No model turn will ever read the question: say so rather than leave the child
+            // (and a draining owner) waiting forever.
+            self.refuse_question(child);
             return;
         }
+        self.open_questions.insert(child);
         self.inbox.push_back(Inbound::Notice(format!(
             "[question from subagent {child}; answer with steer_subagent] {question}"
         )));
+        // Any wait that includes the asker (one child or a set) is answered now, so the turn
+        // can end and the model can answer.
         if let Phase::Acting { calls, .. } = &mut self.phase {
             for call in calls
                 .iter_mut()
-                .filter(|c| c.waits_on == [child] && c.result.is_none())
+                .filter(|c| c.waits_on.contains(&child) && c.result.is_none())
             {
                 let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
                 call.result = Some((text.to_string(), false));
@@ -728,6 +737,24 @@ impl AgentState {
             }
         }
         self.after_answer(myself);
+    }
+
+    /// Whether this agent's run is over (it takes no more model turns).
+    fn run_over(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
+        )
+    }
+
+    /// Tells `child` its question will not be answered.
+    fn refuse_question(&self, child: AgentId) {
+        let refusal = AgentMsg::AskRefused {
+            reason: format!("{} has finished its run and cannot answer", self.id),
+        };
+        if let Some((_, actor)) = self.shared.registry.actors_of(&[child]).first() {
+            let _ = actor.send_message(refusal);
+        }
     }
 
     /// A child's end was noticed (its own message or a supervision event, whichever comes
@@ -777,7 +804,9 @@ impl AgentState {
                 && !registry.awaiting_supervisor(child);
             let entry = &mut self.children[index];
             if !final_ {
+                // Live, or live again after a restart: its next outcome is unread.
                 entry.settled = false;
+                entry.read = false;
                 continue;
             }
             if entry.settled {
@@ -802,6 +831,11 @@ impl AgentState {
     /// policy, then settle once they are terminal.
     fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
+        // Steers can no longer reach a turn, and open questions no longer an answer.
+        self.shared.registry.run_ended(self.id);
+        for child in std::mem::take(&mut self.open_questions) {
+            self.refuse_question(child);
+        }
         // Nothing restarts under an owner whose run has ended.
         for child in &self.children {
             self.shared.registry.release(child.id);

@@ -6,7 +6,7 @@
 use agent_tree_protocol::AgentId;
 use ractor::RpcReplyPort;
 
-use crate::error::ModelError;
+use crate::error::{ControlError, ModelError};
 use crate::model::ModelResponse;
 
 /// How a model turn task ended.
@@ -46,7 +46,7 @@ pub(crate) enum AgentMsg {
     /// Text for the agent's conversation at its next turn boundary.
     Steer {
         text: String,
-        reply: Option<RpcReplyPort<SteerReceipt>>,
+        reply: Option<RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     },
     /// A child has settled; its outcome is in the registry (sent by the child itself, after
     /// its last usage was recorded).

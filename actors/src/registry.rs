@@ -99,6 +99,8 @@ struct Entry {
     hooks_running: bool,
     /// The task running its shutdown hooks, aborted if the deadline kills the agent.
     hook_task: Option<tokio::task::AbortHandle>,
+    /// Its run ended (it takes no more model turns): steers are refused.
+    run_over: bool,
     /// Which run this is: 1 for the first, +1 for each restart and each resume. Spawn
     /// request ids derive from it, so a new run never finds an earlier run's children.
     runs: u32,
@@ -127,11 +129,23 @@ impl Entry {
             hook_failures: Vec::new(),
             hooks_running: false,
             hook_task: None,
+            run_over: false,
             runs: 1,
             pending_steers: Vec::new(),
             conversation: None,
             settled: watch::channel(None).0,
         }
+    }
+
+    /// Forgets what belonged to the run that ended: a new run (restart or resume) is not
+    /// under an old shutdown, holds no old hooks and takes steers again.
+    fn clear_run_marks(&mut self) {
+        self.shutdown = None;
+        self.held = false;
+        self.hooks_running = false;
+        self.hook_task = None;
+        self.hook_failures.clear();
+        self.run_over = false;
     }
 
     fn owner_view(&self) -> OwnerView {
@@ -386,7 +400,7 @@ impl Registry {
     ) -> Result<SteerRoute, ControlError> {
         let mut inner = self.inner.lock();
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
-        if entry.record.status.is_terminal() {
+        if entry.record.status.is_terminal() || entry.run_over {
             return Err(ControlError::WrongStatus(id, entry.record.status));
         }
         match &entry.actor {
@@ -464,6 +478,7 @@ impl Registry {
         entry.record.status = AgentStatus::Starting;
         entry.record.incarnation += 1;
         entry.runs += 1;
+        entry.clear_run_marks();
         entry.record.outcome = None;
         entry.record.ended_ms = None;
         entry.token = token.clone();
@@ -533,6 +548,13 @@ impl Registry {
         if let Some(entry) = self.inner.lock().entry_mut(id) {
             entry.hooks_running = true;
             entry.hook_task = Some(task);
+        }
+    }
+
+    /// `id`'s run ended: it takes no more turns, so steers to it are refused from now on.
+    pub(crate) fn run_ended(&self, id: AgentId) {
+        if let Some(entry) = self.inner.lock().entry_mut(id) {
+            entry.run_over = true;
         }
     }
 
@@ -667,6 +689,7 @@ impl Registry {
         let entry = inner.entry_mut(id).expect("checked above");
         entry.record.status = AgentStatus::Starting;
         entry.runs += 1;
+        entry.clear_run_marks();
         // A resumed run bypasses the pool, like any run its owner waits on.
         entry.pooled = false;
         entry.record.outcome = None;
@@ -808,6 +831,9 @@ impl Registry {
         if entry.record.status == AgentStatus::Queued {
             // No actor exists to settle it: it never starts.
             inner.settle(id, Outcome::ended(AgentStatus::Aborted, reason), now);
+        } else if entry.awaiting_supervisor && !entry.held {
+            // An abort is never restarted: an exit awaiting a restart decision becomes final.
+            inner.release(id);
         }
         Ok(())
     }
@@ -831,6 +857,8 @@ impl Registry {
                 return None;
             }
             entry.actor = None;
+            // Its tasks (model turn, tools, watcher) outlive a failed actor unless told.
+            entry.token.cancel();
             id
         };
         if self.status(id).is_some_and(AgentStatus::is_live) {
@@ -900,9 +928,11 @@ impl Registry {
 
     /// `id`'s outcome, once settled.
     pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
+        // An exit awaiting its owner's restart decision is not an outcome yet.
         self.inner
             .lock()
             .entry(id)
+            .filter(|e| !e.awaiting_supervisor)
             .and_then(|e| e.record.outcome.clone())
     }
 
@@ -989,8 +1019,17 @@ impl Inner {
             .map(|s| s.definition.restart)
             .unwrap_or_default();
         let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
-        let defer = restartable && entry.shutdown.is_none();
-        entry.awaiting_supervisor = defer;
+        // Only a live owner decides, and only for its supervised (non-detached) children:
+        // a detached agent, or one whose owner is gone, has no one to restart it.
+        let supervised = !entry.record.detached && entry.shutdown.is_none();
+        let parent = entry.record.parent;
+        let owner_live = parent
+            .and_then(|p| self.entry(p))
+            .is_some_and(|o| o.record.status.is_live() && !o.token.is_cancelled());
+        let defer = restartable && supervised && owner_live;
+        if let Some(entry) = self.entry_mut(id) {
+            entry.awaiting_supervisor = defer;
+        }
         if !defer {
             self.finalize(id, before);
         }
@@ -1070,5 +1109,93 @@ impl Inner {
         tracing::debug!(seq = event.seq, agent = %agent, event = event.kind.name(), "agent event");
         // Sending on an unbounded channel never blocks; closed subscribers are dropped here.
         self.subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agent_tree_protocol::{AgentDefinition, RestartPolicy, SettlePolicy};
+
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::shared::Branch;
+
+    fn spec(restart: RestartPolicy) -> PendingStart {
+        PendingStart {
+            definition: Arc::new(AgentDefinition::new("w", "").with_restart(restart)),
+            branch: Arc::new(Branch {
+                catalog: Catalog::default(),
+                max_depth: 5,
+            }),
+            prompt: String::new(),
+            settle: SettlePolicy::AbortChildren,
+            context: Vec::new(),
+            resumed: false,
+            detached: false,
+            owner_capabilities: None,
+        }
+    }
+
+    fn admit(registry: &Registry, restart: RestartPolicy) -> AgentId {
+        let config = TreeConfig::default();
+        match registry.admit(Admission {
+            owner: AgentId::ROOT,
+            agent_type: "w",
+            request_id: None,
+            detached: false,
+            max_depth: 5,
+            config: &config,
+            spec: spec(restart),
+            pooled: false,
+        }) {
+            Ok(Admitted::New { id, .. }) => id,
+            other => panic!("not admitted: {other:?}"),
+        }
+    }
+
+    fn failed() -> Outcome {
+        Outcome::failed(EndReason::ModelError, "boom")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restartable_exit_awaits_its_owner_and_is_no_outcome_yet() {
+        let registry = Registry::new(SessionId::new("s"), CancellationToken::new(), 10);
+        let id = admit(&registry, RestartPolicy::Transient);
+        assert!(registry.settle(id, failed()));
+        assert!(registry.awaiting_supervisor(id));
+        assert_eq!(registry.outcome(id), None, "not final while awaiting");
+        assert_eq!(registry.live(), 1, "keeps its slot");
+        let (_, _, _) = registry.restart(id).expect("restartable");
+        assert_eq!(registry.record(id).unwrap().incarnation, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_makes_an_awaiting_exit_final() {
+        let registry = Registry::new(SessionId::new("s"), CancellationToken::new(), 10);
+        let id = admit(&registry, RestartPolicy::Permanent);
+        registry.settle(id, failed());
+        registry.abort(id, EndReason::Aborted).unwrap();
+        assert!(!registry.awaiting_supervisor(id));
+        assert_eq!(registry.outcome(id), Some(failed()));
+        assert_eq!(registry.live(), 0);
+        assert!(
+            registry.restart(id).is_none(),
+            "an abort is never restarted"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn temporary_exits_are_final_at_once() {
+        let registry = Registry::new(SessionId::new("s"), CancellationToken::new(), 10);
+        let id = admit(&registry, RestartPolicy::Temporary);
+        registry.settle(id, failed());
+        assert!(!registry.awaiting_supervisor(id));
+        assert_eq!(registry.outcome(id), Some(failed()));
+        assert!(
+            !registry.settle(id, Outcome::completed("late")),
+            "terminal is sticky"
+        );
     }
 }

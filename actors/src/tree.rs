@@ -435,7 +435,7 @@ impl Tree {
                     text,
                     reply: Some(reply)
                 })
-                .map_err(|_| gone())
+                .map_err(|_| gone())?
             }
         }
     }

@@ -293,10 +293,9 @@ async fn spawn_or_resume(
         Err(error) => return refused(error),
     };
     let background = request.background.unwrap_or(definition.run_in_background);
-    let request_id = request
-        .request_id
-        .clone()
-        .unwrap_or_else(|| RequestId::derived(state.id, state.run, &call.id));
+    // Idempotency keys are the runtime's: a model cannot name another run's request (or
+    // another owner's) to get that child back.
+    let request_id = RequestId::derived(state.id, state.run, &call.id);
     let detached = request.detached;
     let owner_capabilities = state
         .shared
@@ -448,6 +447,8 @@ fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(found) => found,
         Err(answer) => return answer,
     };
+    // A steer to a child with an open question is its answer.
+    state.open_questions.remove(&agent);
     let receipt = match state
         .shared
         .registry
