@@ -40,7 +40,9 @@ pub struct SpawnRequest {
         alias = "run_in_background"
     )]
     pub background: Option<bool>,
-    /// The idempotency key; derived from owner and tool call when absent.
+    /// The idempotency key, for the application's spawns. An agent's spawns always get one
+    /// derived by the runtime from the owner, its run and the tool call; a value a model puts
+    /// in its `Agent` tool input is ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<RequestId>,
     /// A detached child is skipped by an ordinary abort cascade.
