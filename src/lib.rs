@@ -13,7 +13,7 @@ pub mod prelude {
         Tree, TreeConfig,
     };
     pub use agent_tree_protocol::{
-        AgentDefinition, AgentId, AgentStatus, Outcome, SpawnRequest, SubagentAllowance, ToolSet,
-        Usage,
+        AgentDefinition, AgentId, AgentStatus, Outcome, RestartPolicy, SettlePolicy, SpawnRequest,
+        SubagentAllowance, ToolSet, Usage, WaitPolicy,
     };
 }
