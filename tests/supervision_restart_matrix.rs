@@ -1,17 +1,15 @@
 //! The restart matrix, after OTP's own supervisor suite: restart type (`permanent`,
 //! `transient`, `temporary`) × exit kind (normal completion, model error, model panic,
-//! abort) → restarted or not, as the table in `actors/src/supervisor.rs` says, both under an
+//! killed actor, abort) → restarted or not, as the table in `actors/src/supervisor.rs` says, both under an
 //! agent supervisor and under the tree's root. An abort is never restarted.
 //!
 //! A restart keeps the `AgentId`, bumps the incarnation, emits `restarted`, keeps the usage
 //! already spent (the agent's own usage accumulates across incarnations), and re-runs the
 //! original request: the new incarnation's first model call sees the original prompt only.
 //!
-//! The `killed` row cannot be reached for one agent through the public API: the only way an
-//! agent's actor is killed while its supervisor lives is a shutdown deadline, and a shutdown
-//! never restarts anything. That is what the last test checks, for every restart type; the
-//! table's `killed` row itself is covered by the crate's unit test
-//! `supervisor::tests::restart_types_by_exit_kind` (the pure function is crate-private).
+//! The `killed` exit is `Tree::kill` (Erlang's `exit(Pid, kill)`) of the child's actor while
+//! it hangs in a model call. A child killed at a shutdown deadline is never restarted: the
+//! last test checks that for every restart type.
 
 mod support;
 
@@ -35,10 +33,17 @@ enum Exit {
     Completed,
     Failed,
     Panicked,
+    Killed,
     Aborted,
 }
 
-const EXITS: [Exit; 4] = [Exit::Completed, Exit::Failed, Exit::Panicked, Exit::Aborted];
+const EXITS: [Exit; 5] = [
+    Exit::Completed,
+    Exit::Failed,
+    Exit::Panicked,
+    Exit::Killed,
+    Exit::Aborted,
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Owner {
@@ -64,7 +69,7 @@ fn child_script(exit: Exit) -> Script {
         Exit::Completed => Turn::answer("first run done").usage(Usage::tokens(1, 1)),
         Exit::Failed => Turn::fail("gateway down"),
         Exit::Panicked => Turn::panic("kaboom"),
-        Exit::Aborted => Turn::hang(),
+        Exit::Killed | Exit::Aborted => Turn::hang(),
     };
     Script::new([
         Turn::calls([Call::tool("noop", json!({}))]).usage(Usage::tokens(7, 3)),
@@ -130,10 +135,14 @@ async fn run_cell(cell: Cell) {
     };
     // The child exists once it made its first model call.
     model.until_calls(child, 1).await;
-    if cell.exit == Exit::Aborted {
-        // The child hangs in its second model call: abort it there.
+    if matches!(cell.exit, Exit::Killed | Exit::Aborted) {
+        // The child hangs in its second model call: kill or abort it there.
         model.until_calls(child, 2).await;
-        tree.abort(child).expect("the child exists");
+        if cell.exit == Exit::Killed {
+            tree.kill(child).expect("the child's actor runs");
+        } else {
+            tree.abort(child).expect("the child exists");
+        }
     }
     let mut handle = tree.handle(child).expect("the child exists");
     let restarted_now = tokio::select! {
@@ -197,6 +206,7 @@ async fn run_cell(cell: Cell) {
                 Exit::Completed => (AgentStatus::Completed, EndReason::FinalAnswer),
                 Exit::Failed => (AgentStatus::Failed, EndReason::ModelError),
                 Exit::Panicked => (AgentStatus::Failed, EndReason::Panicked),
+                Exit::Killed => (AgentStatus::Killed, EndReason::Killed),
                 Exit::Aborted => (AgentStatus::Aborted, EndReason::Aborted),
             };
             assert_eq!(

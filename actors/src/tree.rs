@@ -401,6 +401,31 @@ impl Tree {
         self.shared.registry.abort(id, EndReason::Aborted)
     }
 
+    /// Kills an agent's actor at once, as Erlang's `exit(Pid, kill)`: no shutdown hooks, no
+    /// graceful settle. Its live descendants die with it (ractor kills linked actors) and are
+    /// recorded `killed`; the agent itself is recorded `killed` and its owner decides on a
+    /// restart as for any crash (permanent and transient agents restart).
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id or the root; [`ControlError::WrongStatus`]
+    /// for an agent without a running actor (settled, queued or still starting).
+    pub fn kill(&self, id: AgentId) -> Result<(), ControlError> {
+        let status = self
+            .shared
+            .registry
+            .status(id)
+            .filter(|_| !id.is_root())
+            .ok_or(ControlError::NotYours(id))?;
+        match self.shared.registry.actors_of(&[id]).first() {
+            Some((_, actor)) if status.is_live() => {
+                actor.kill();
+                Ok(())
+            }
+            _ => Err(ControlError::WrongStatus(id, status)),
+        }
+    }
+
     /// Steers any agent: the text enters its conversation at its next turn boundary, or
     /// answers its pending `ask_owner` question if it asked the application. A steer to an
     /// agent whose session does not exist yet (queued, or starting) waits, in order, and is
