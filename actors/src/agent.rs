@@ -671,36 +671,40 @@ impl AgentState {
         self.next_turn(myself);
     }
 
+    /// Answers the pending `ask_owner` call with `text`, or hands `text` back when there is
+    /// none.
+    fn answer_question(&mut self, text: String, is_error: bool) -> Result<(), String> {
+        let Phase::Acting { calls, .. } = &mut self.phase else {
+            return Err(text);
+        };
+        let Some(ask) = calls
+            .iter_mut()
+            .find(|c| c.asks_owner && c.result.is_none())
+        else {
+            return Err(text);
+        };
+        ask.result = Some((text, is_error));
+        ask.asks_owner = false;
+        Ok(())
+    }
+
     /// The owner cannot answer the pending `ask_owner` call: it gets an error result.
     fn on_ask_refused(&mut self, myself: &ActorRef<AgentMsg>, reason: String) {
-        if let Phase::Acting { calls, .. } = &mut self.phase {
-            if let Some(ask) = calls
-                .iter_mut()
-                .find(|c| c.asks_owner && c.result.is_none())
-            {
-                ask.result = Some((reason, true));
-                ask.asks_owner = false;
-                self.after_answer(myself);
-            }
+        if self.answer_question(reason, true).is_ok() {
+            self.after_answer(myself);
         }
     }
 
     /// A steer answers a pending `ask_owner` call if there is one; otherwise it waits for the
     /// next turn boundary.
     fn on_steer(&mut self, myself: &ActorRef<AgentMsg>, text: String) -> SteerReceipt {
-        if let Phase::Acting { calls, .. } = &mut self.phase {
-            if let Some(ask) = calls
-                .iter_mut()
-                .find(|c| c.asks_owner && c.result.is_none())
-            {
-                ask.result = Some((text, false));
-                ask.asks_owner = false;
+        match self.answer_question(text, false) {
+            Ok(()) => {
                 self.shared.registry.announce(self.id, EventKind::Steered);
                 self.after_answer(myself);
-                return SteerReceipt::Delivered;
             }
+            Err(text) => self.inbox.push_back(Inbound::Steer(text)),
         }
-        self.inbox.push_back(Inbound::Steer(text));
         SteerReceipt::Delivered
     }
 
