@@ -515,8 +515,7 @@ impl Registry {
                 continue;
             }
             if entry.awaiting_supervisor {
-                let before = entry.record.status;
-                inner.finalize(id, before);
+                inner.release(id);
                 continue;
             }
             if entry.record.status.is_terminal() {
