@@ -67,6 +67,7 @@ pub(crate) struct AgentArgs {
 pub(crate) struct AgentState {
     /// Identity and place: fixed for the agent's life.
     id: AgentId,
+    owner_id: AgentId,
     depth: u32,
     owner: ActorRef<AgentMsg>,
     definition: Arc<AgentDefinition>,
@@ -238,7 +239,9 @@ impl Actor for AgentActor {
             .abort_handle()
         };
         context.push(Message::user(prompt));
-        let incarnation = shared.registry.record(id).map_or(1, |r| r.incarnation);
+        let record = shared.registry.record(id);
+        let incarnation = record.as_ref().map_or(1, |r| r.incarnation);
+        let owner_id = record.and_then(|r| r.parent).unwrap_or(AgentId::ROOT);
         let run = shared.registry.run_of(id);
         let supervisor = ChildSupervisor::new(
             definition.strategy,
@@ -247,6 +250,7 @@ impl Actor for AgentActor {
         );
         Ok(AgentState {
             id,
+            owner_id,
             depth,
             owner,
             definition,
@@ -288,7 +292,11 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         if matches!(state.phase, Phase::Done) {
-            // Settled and stopping: a steer's reply port is dropped, which tells the sender.
+            // Settled and stopping: a steer's reply port is dropped, which tells the sender;
+            // a question gets its refusal.
+            if let AgentMsg::Asked { child, .. } = message {
+                state.refuse_question(child);
+            }
             return Ok(());
         }
         match message {
@@ -549,6 +557,12 @@ impl AgentState {
         self.conversation
             .push(Message::assistant(response.text.clone(), calls.clone()));
         if calls.is_empty() {
+            // A steer accepted during this turn must still be read: the model answers it in
+            // one more turn (while turns remain) instead of the run ending over it.
+            let steered = self.inbox.iter().any(|i| matches!(i, Inbound::Steer(_)));
+            if steered && self.turns < self.max_turns {
+                return self.next_turn(myself);
+            }
             return self.end_run(myself, Outcome::completed(response.text));
         }
         self.phase = Phase::Acting {
@@ -685,6 +699,9 @@ impl AgentState {
         };
         ask.result = Some((text, is_error));
         ask.asks_owner = false;
+        if let Some(task) = ask.task.take() {
+            task.abort();
+        }
         Ok(())
     }
 
@@ -726,7 +743,11 @@ impl AgentState {
             "[question from subagent {child}; answer with steer_subagent] {question}"
         )));
         // Any wait that includes the asker (one child or a set) is answered now, so the turn
-        // can end and the model can answer.
+        // can end and the model can answer; the child's completion will then be noticed like
+        // a background child's.
+        if let Some(entry) = self.children.iter_mut().find(|c| c.id == child) {
+            entry.background = true;
+        }
         if let Phase::Acting { calls, .. } = &mut self.phase {
             for call in calls
                 .iter_mut()

@@ -448,7 +448,9 @@ impl Registry {
         let mut inner = self.inner.lock();
         if let Some(entry) = inner.entry_mut(id) {
             if entry.record.status.is_live() {
-                entry.held = true;
+                // One its owner or the application already aborted is not held: an abort is
+                // never restarted.
+                entry.held = entry.abort_reason.is_none();
                 entry.abort_reason.get_or_insert(EndReason::Aborted);
                 entry.token.cancel();
             }
@@ -885,7 +887,14 @@ impl Registry {
                     .iter()
                     .filter_map(|&c| inner.entry(c))
                     .filter(|c| !c.record.detached)
-                    .map(|c| (c.record.id, c.record.status.is_live()))
+                    // A queued sibling has nothing to stop or restart: it stays queued.
+                    .map(|c| {
+                        let status = c.record.status;
+                        (
+                            c.record.id,
+                            status.is_live() && status != AgentStatus::Queued,
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -913,6 +922,11 @@ impl Registry {
             Outcome::failed(EndReason::Escalated, cause),
             now,
         );
+        // Nobody is left to restart anything.
+        let top_level = inner.entries[0].record.children.clone();
+        for id in top_level {
+            inner.release(id);
+        }
     }
 
     /// A copy of `id`'s record.
@@ -1020,8 +1034,10 @@ impl Inner {
         let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
         // Only a live owner decides, and only for its supervised (non-detached) children:
         // a detached agent, or one whose owner is gone, has no one to restart it.
-        let supervised = !entry.record.detached && entry.shutdown.is_none();
         let parent = entry.record.parent;
+        // A detached top-level agent is the root's anyway (it is linked under the root).
+        let supervised =
+            (!entry.record.detached || parent == Some(AgentId::ROOT)) && entry.shutdown.is_none();
         let owner_live = parent
             .and_then(|p| self.entry(p))
             .is_some_and(|o| o.record.status.is_live() && !o.token.is_cancelled());

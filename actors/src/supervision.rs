@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use agent_tree_protocol::{AgentId, RestartPolicy, Strategy};
+use agent_tree_protocol::{AgentId, AgentStatus, RestartPolicy, Strategy};
 use ractor::{ActorRef, SupervisionEvent};
 use tokio::time::Instant;
 
@@ -97,18 +97,25 @@ impl ChildSupervisor {
         closing: bool,
     ) -> Verdict {
         let registry = &shared.registry;
-        if !registry.awaiting_supervisor(child) {
-            return Verdict::Continue;
-        }
         if closing {
+            // The owner is ending: no plan goes on, nothing restarts.
+            self.active = None;
             registry.release(child);
             return Verdict::Continue;
         }
         if let Some((stopping, _)) = &mut self.active {
-            if stopping.front() == Some(&child) {
+            // The sibling being stopped has ended, held for the restart or final because
+            // something else ended it for good (a shutdown): the plan moves on either way.
+            let ended = !registry.status(child).is_some_and(AgentStatus::is_live);
+            if ended && stopping.front() == Some(&child) {
                 stopping.pop_front();
                 return self.advance(shared, owner_actor).await;
             }
+        }
+        if !registry.awaiting_supervisor(child) {
+            return Verdict::Continue;
+        }
+        if let Some((stopping, _)) = &mut self.active {
             // Another child ended while a restart is under way: decide after it.
             stopping.retain(|&c| c != child);
             if !self.deferred.contains(&child) {
@@ -136,6 +143,10 @@ impl ChildSupervisor {
                     format!("{} {} {}", r.agent_type, r.id, outcome)
                 })
                 .unwrap_or_else(|| child.to_string());
+            // The owner fails: failures still waiting for a decision are final too.
+            for deferred in self.deferred.drain(..) {
+                registry.release(deferred);
+            }
             return Verdict::Escalate(cause);
         }
         let children = registry.children_of(owner);

@@ -166,8 +166,10 @@ pub(super) async fn dispatch(
             }
         }
         Answer::Owner => {
+            let task = owner_gone_task(state, myself);
             if let Some(pending) = state.pending_call(turn, &call.id) {
                 pending.asks_owner = true;
+                pending.task = task;
             }
         }
         Answer::Set(agents, policy) => {
@@ -178,6 +180,30 @@ pub(super) async fn dispatch(
             }
         }
     }
+}
+
+/// A task that refuses the agent's pending question if its owner settles first (a detached
+/// agent outlives its owner, and a question queued behind the owner's stop is dropped by
+/// ractor).
+fn owner_gone_task(
+    state: &AgentState,
+    myself: &ActorRef<AgentMsg>,
+) -> Option<tokio::task::AbortHandle> {
+    let owner = state.owner_id;
+    let mut settled = state.shared.registry.watch(owner)?;
+    let token = state.token.clone();
+    let reply_to = myself.clone();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            biased;
+            () = token.cancelled() => {}
+            _ = settled.wait_for(Option::is_some) => {
+                let reason = format!("{owner} has finished its run and cannot answer");
+                let _ = reply_to.cast(AgentMsg::AskRefused { reason });
+            }
+        }
+    });
+    Some(task.abort_handle())
 }
 
 /// A task that answers call `call_id` with every outcome of `agents` once the wait over
@@ -536,6 +562,12 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(input) => input,
         Err(error) => return refused(format!("invalid input: {error}")),
     };
+    let asking = matches!(&state.phase, super::Phase::Acting { calls, .. }
+        if calls.iter().any(|c| c.asks_owner && c.result.is_none()));
+    if asking {
+        // The owner answers a child's question with its next steer: one question at a time.
+        return refused("one question at a time: the previous ask_owner is not answered yet");
+    }
     state.shared.registry.announce(
         state.id,
         EventKind::Asked {
