@@ -85,9 +85,16 @@ pub(crate) fn admit(
     Ok(depth)
 }
 
-/// Where a new agent goes: only top-level background agents are pooled.
-pub(crate) fn slot(top_level_background: bool, pool_running: usize, max_concurrent: usize) -> Slot {
-    if top_level_background && pool_running >= max_concurrent {
+/// Where a new agent goes: only top-level background agents are pooled, and one queues
+/// behind anyone already queued even when a slot is free (FIFO: a freed slot belongs to the
+/// queue's head, not to a newcomer).
+pub(crate) fn slot(
+    top_level_background: bool,
+    pool_running: usize,
+    max_concurrent: usize,
+    queued: usize,
+) -> Slot {
+    if top_level_background && (pool_running >= max_concurrent || queued > 0) {
         Slot::Queue
     } else {
         Slot::Run
@@ -188,8 +195,13 @@ mod tests {
 
     #[test]
     fn only_top_level_background_agents_queue() {
-        assert_eq!(slot(true, 10, 10), Slot::Queue);
-        assert_eq!(slot(true, 9, 10), Slot::Run);
-        assert_eq!(slot(false, 10, 10), Slot::Run);
+        assert_eq!(slot(true, 10, 10, 0), Slot::Queue);
+        assert_eq!(slot(true, 9, 10, 0), Slot::Run);
+        assert_eq!(slot(false, 10, 10, 5), Slot::Run);
+    }
+
+    #[test]
+    fn a_newcomer_queues_behind_the_queue_even_with_a_free_slot() {
+        assert_eq!(slot(true, 9, 10, 1), Slot::Queue);
     }
 }

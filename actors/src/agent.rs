@@ -228,7 +228,10 @@ impl Actor for AgentActor {
             .max_turns
             .unwrap_or_else(|| capability::default_max_turns(depth));
         // Steers sent before the session existed come first, in order.
-        let early = shared.registry.started(id, myself.get_cell());
+        let early = shared
+            .registry
+            .started(id, myself.get_cell())
+            .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
         let watcher = {
             let token = token.clone();
             let myself = myself.clone();

@@ -174,6 +174,15 @@ pub(crate) enum SteerRoute {
     Actor(ActorCell),
 }
 
+/// What [`Registry::begin_shutdown`] found.
+#[derive(Debug, Default)]
+pub(crate) struct ShutdownStart {
+    /// Agents to wait for, with their run and a watch on their outcome.
+    pub(crate) waiting: Vec<(AgentId, u32, watch::Receiver<Option<Outcome>>)>,
+    /// Agents the shutdown settled at once (queued, or awaiting a restart decision).
+    pub(crate) settled_now: Vec<AgentId>,
+}
+
 /// A settled agent reopened for a resumed run.
 #[derive(Debug)]
 pub(crate) struct Reopened {
@@ -301,7 +310,12 @@ impl Registry {
             owner.token.child_token()
         };
         let pooled = admission.pooled;
-        let slot = admission::slot(pooled, inner.pool_running, inner.max_concurrent);
+        let slot = admission::slot(
+            pooled,
+            inner.pool_running,
+            inner.max_concurrent,
+            inner.pool_queue.len(),
+        );
         let id = AgentId::new(inner.entries.len() as u64);
         let status = match slot {
             Slot::Run => AgentStatus::Starting,
@@ -494,20 +508,15 @@ impl Registry {
     /// Tells every live agent of the subtree of `top` (detached descendants included) that a
     /// shutdown with `deadline` reached it, and aborts them all at once. Queued agents settle
     /// at once; agents awaiting a restart decision become final. With `top` the root, the
-    /// tree stops admitting top-level agents. Returns the agents still to settle, with a
-    /// watch on each.
-    pub(crate) fn begin_shutdown(
-        &self,
-        top: AgentId,
-        deadline: Instant,
-    ) -> Vec<(AgentId, watch::Receiver<Option<Outcome>>)> {
+    /// tree stops admitting top-level agents.
+    pub(crate) fn begin_shutdown(&self, top: AgentId, deadline: Instant) -> ShutdownStart {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         if top.is_root() {
             inner.entries[0].record.status = AgentStatus::Completing;
         }
         let mut stack = vec![top];
-        let mut waiting = Vec::new();
+        let mut start = ShutdownStart::default();
         while let Some(id) = stack.pop() {
             let Some(entry) = inner.entry_mut(id) else {
                 continue;
@@ -518,6 +527,7 @@ impl Registry {
             }
             if entry.awaiting_supervisor {
                 inner.release(id);
+                start.settled_now.push(id);
                 continue;
             }
             if entry.record.status.is_terminal() {
@@ -532,11 +542,50 @@ impl Registry {
                     Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown),
                     now,
                 );
+                start.settled_now.push(id);
             } else {
-                waiting.push((id, entry.settled.subscribe()));
+                start
+                    .waiting
+                    .push((id, entry.runs, entry.settled.subscribe()));
             }
         }
-        waiting
+        start
+    }
+
+    /// At a shutdown's deadline: if `id` is still in run `run` and live, settles it killed
+    /// (for good) and returns its actor to kill. A run started after the shutdown began (a
+    /// resume) is not the shutdown's to kill.
+    pub(crate) fn kill_run(&self, id: AgentId, run: u32) -> Option<Option<ActorCell>> {
+        let now = self.now_ms();
+        let mut inner = self.inner.lock();
+        let entry = inner.entry(id)?;
+        if entry.runs != run || entry.record.status.is_terminal() {
+            return None;
+        }
+        let actor = entry.actor.clone();
+        inner.settle_final(
+            id,
+            Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+            now,
+        );
+        Some(actor)
+    }
+
+    /// The actor of `id` while it is still in run `run`.
+    pub(crate) fn run_actor(&self, id: AgentId, run: u32) -> Option<ActorCell> {
+        let inner = self.inner.lock();
+        inner
+            .entry(id)
+            .filter(|e| e.runs == run)
+            .and_then(|e| e.actor.clone())
+    }
+
+    /// Whether `id` is still in run `run` and ended killed.
+    pub(crate) fn killed_in_run(&self, id: AgentId, run: u32) -> bool {
+        self.inner
+            .lock()
+            .entry(id)
+            .is_some_and(|e| e.runs == run && e.record.status == AgentStatus::Killed)
     }
 
     /// The deadline of a shutdown that reached `id`.
@@ -721,13 +770,18 @@ impl Registry {
 
     /// Marks `id` running on `actor`, announces its first start, and hands over the steers
     /// that arrived before its session existed, in order.
-    pub(crate) fn started(&self, id: AgentId, actor: ActorCell) -> Vec<String> {
+    ///
+    /// `None` when the record settled before its actor got here (a shutdown deadline or an
+    /// abort of a starting agent): the actor must not start.
+    pub(crate) fn started(&self, id: AgentId, actor: ActorCell) -> Option<Vec<String>> {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
+        let entry = inner.entry_mut(id)?;
+        if entry.record.status.is_terminal() {
+            return None;
+        }
         inner.by_actor.insert(actor.get_id(), id);
-        let Some(entry) = inner.entry_mut(id) else {
-            return Vec::new();
-        };
+        let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let first = entry.record.started_ms.is_none();
         entry.record.started_ms.get_or_insert(now);
@@ -742,7 +796,7 @@ impl Registry {
             };
             inner.emit(id, kind, now);
         }
-        steers
+        Some(steers)
     }
 
     /// Moves a live agent to `completing` (its run ended, its children drain).
@@ -862,6 +916,9 @@ impl Registry {
             entry.token.cancel();
             id
         };
+        // Its linked descendants died with it (ractor kills them), whatever its own record
+        // says: a run's actor can be killed after its record settled.
+        self.kill_descendants(id);
         if self.status(id).is_some_and(AgentStatus::is_live) {
             let outcome = match failure {
                 Some(error) => {
@@ -870,7 +927,6 @@ impl Registry {
                 }
                 None => Outcome::ended(AgentStatus::Killed, EndReason::Killed),
             };
-            self.kill_descendants(id);
             self.settle(id, outcome);
         }
         Some(id)
@@ -991,8 +1047,13 @@ impl Registry {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         let root = &mut inner.entries[0];
-        root.record.status = AgentStatus::Completed;
-        root.record.ended_ms = Some(now);
+        if root.record.status.is_live() {
+            let outcome = Outcome::ended(AgentStatus::Completed, EndReason::Shutdown);
+            root.record.status = AgentStatus::Completed;
+            root.record.ended_ms = Some(now);
+            root.record.outcome = Some(outcome.clone());
+            root.settled.send_replace(Some(outcome));
+        }
     }
 }
 

@@ -305,7 +305,13 @@ impl Tree {
                 pooled,
             },
         )
-        .await?;
+        .await;
+        if pooled && !matches!(spawned, Ok(Spawned::New(_))) {
+            // Queued while a slot may be free (behind the queue), or a failed start freed
+            // its slot: the root starts whoever is at the head.
+            let _ = self.root.cast(AgentMsg::PoolChanged);
+        }
+        let spawned = spawned?;
         let id = match spawned {
             Spawned::New(id) | Spawned::Queued(id) | Spawned::Existing(id) => id,
         };
@@ -484,8 +490,11 @@ impl Tree {
     /// returns after at most the grace plus a small constant. Records stay readable; the tree
     /// admits no new agent afterwards.
     pub async fn shutdown(&self) -> ShutdownReport {
-        let report = self.shutdown_subtree(AgentId::ROOT).await;
-        let _ = self.root.stop_and_wait(None, Some(KILL_WAIT)).await;
+        let deadline = Instant::now() + self.shared.config.shutdown_grace;
+        let report = self.shutdown_subtree(AgentId::ROOT, deadline).await;
+        // The root's stop shares the one small bound after the deadline.
+        let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
+            .await;
         self.shared.registry.settle_root();
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
@@ -502,64 +511,74 @@ impl Tree {
         if id.is_root() || self.shared.registry.status(id).is_none() {
             return Err(ControlError::NotYours(id));
         }
-        Ok(self.shutdown_subtree(id).await)
+        let deadline = Instant::now() + self.shared.config.shutdown_grace;
+        Ok(self.shutdown_subtree(id, deadline).await)
     }
 
-    async fn shutdown_subtree(&self, top: AgentId) -> ShutdownReport {
+    async fn shutdown_subtree(&self, top: AgentId, deadline: Instant) -> ShutdownReport {
         let started = Instant::now();
-        let deadline = started + self.shared.config.shutdown_grace;
         let registry = &self.shared.registry;
-        let waiting = registry.begin_shutdown(top, deadline);
-        let ids: Vec<AgentId> = waiting.iter().map(|(id, _)| *id).collect();
+        let start = registry.begin_shutdown(top, deadline);
+        let runs: Vec<(AgentId, u32)> = start
+            .waiting
+            .iter()
+            .map(|&(id, run, _)| (id, run))
+            .collect();
         let all_settled = async {
-            for (_, mut settled) in waiting {
+            for (_, _, mut settled) in start.waiting {
                 let _ = settled.wait_for(Option::is_some).await;
             }
         };
         let _ = tokio::time::timeout_at(deadline, all_settled).await;
         // The deadline: whatever is alive is killed, owners included, and so is any actor
-        // still running (ractor would skip one that is already stopping).
-        let cells = registry.actors_of(&ids);
+        // still running (ractor would skip one that is already stopping). A run started after
+        // the shutdown began (a resume) is not the shutdown's.
         let mut killed = Vec::new();
-        for (id, cell) in &cells {
-            if registry.settle_final(*id, killed_outcome()) {
-                killed.push(*id);
-            }
-            if cell.get_status() != ractor::ActorStatus::Stopped {
-                cell.kill();
+        let mut cells = Vec::new();
+        for &(id, run) in &runs {
+            match registry.kill_run(id, run) {
+                Some(actor) => {
+                    killed.push(id);
+                    cells.extend(actor);
+                }
+                None => cells.extend(registry.run_actor(id, run)),
             }
         }
-        for &id in &ids {
-            // Agents without an actor yet (still starting) are settled too.
-            if registry.settle_final(id, killed_outcome()) {
-                killed.push(id);
+        for cell in &cells {
+            if cell.get_status() != ractor::ActorStatus::Stopped {
+                cell.kill();
             }
         }
         registry.hooks_cut_off(&killed);
         // Every actor of the subtree exits within a small bound: killed ones at their next
         // await point, the others are already stopping.
         let exits = async {
-            for (_, cell) in &cells {
+            for cell in &cells {
                 let _ = cell.wait(None).await;
             }
         };
-        let _ = tokio::time::timeout(KILL_WAIT, exits).await;
-        for (_, cell) in &cells {
+        let _ = tokio::time::timeout_at(deadline + KILL_WAIT, exits).await;
+        for cell in &cells {
             if cell.get_status() == ractor::ActorStatus::Stopped {
                 registry.actor_exited(cell.get_id());
             }
         }
-        let graceful = ids
-            .iter()
-            .copied()
-            .filter(|id| !killed.contains(id))
-            .collect();
-        ShutdownReport {
-            graceful,
-            killed,
-            hook_failures: registry.hook_failures(&ids),
-            elapsed: started.elapsed(),
+        let ids: Vec<AgentId> = runs.iter().map(|&(id, _)| id).collect();
+        let mut report = ShutdownReport::default();
+        for &(id, run) in &runs {
+            // By how the run ended: one killed by this deadline, an overlapping shutdown or
+            // `Tree::kill` is killed.
+            if registry.killed_in_run(id, run) {
+                report.killed.push(id);
+            } else {
+                report.graceful.push(id);
+            }
         }
+        // Queued agents and exits awaiting a restart decision were settled at once.
+        report.graceful.extend(&start.settled_now);
+        report.hook_failures = registry.hook_failures(&ids);
+        report.elapsed = started.elapsed();
+        report
     }
 }
 

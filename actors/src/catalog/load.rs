@@ -156,7 +156,7 @@ impl Catalog {
 /// | `disallowed_tools` | `disallowedTools`, `disallowed-tools` | tool names | no tool |
 /// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents` | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
 /// | `isolated` | | `true` or `false` | `false` |
-/// | `model` | | a string; blank means the tree's default | the tree's default |
+/// | `model` | | a string; blank or `inherit` means the tree's default | the tree's default |
 /// | `max_turns` | `maxTurns`, `max-turns` | a positive integer | the depth-scaled default |
 /// | `inherit_context` | `inheritContext`, `inherit-context` | `true` or `false` | `false` |
 /// | `run_in_background` | `runInBackground`, `run-in-background` | `true` or `false` | `false` |
@@ -652,7 +652,9 @@ fn apply(definition: &mut AgentDefinition, field: Field, value: &Value) -> Resul
         Field::Isolated => definition.isolated = boolean(value)?,
         Field::Model => {
             let model = string(value)?.trim();
-            definition.model = (!model.is_empty()).then(|| model.to_owned());
+            // Claude Code's `inherit` means "the main conversation's model": the default.
+            let default = model.is_empty() || model.eq_ignore_ascii_case("inherit");
+            definition.model = (!default).then(|| model.to_owned());
         }
         Field::MaxTurns => definition.max_turns = Some(integer(value, 1, "a positive integer")?),
         Field::InheritContext => definition.inherit_context = boolean(value)?,
@@ -865,6 +867,21 @@ mod tests {
             }
             other => panic!("{text:?}: expected a file error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn model_inherit_means_the_default() {
+        for text in [
+            "---\nmodel: inherit\n---\n",
+            "---\nmodel: Inherit\n---\n",
+            "---\nmodel: ''\n---\n",
+        ] {
+            assert_eq!(parse_ok(text).model, None, "{text:?}");
+        }
+        assert_eq!(
+            parse_ok("---\nmodel: opus\n---\n").model.as_deref(),
+            Some("opus")
+        );
     }
 
     #[test]
