@@ -413,7 +413,7 @@ impl Actor for AgentActor {
                 .registry
                 .keep_conversation(state.id, state.conversation.clone());
             if state.shared.registry.settle(state.id, outcome) {
-                let _ = state.owner.cast(AgentMsg::ChildSettled { child: state.id });
+                state.notify_owner();
             }
         }
         Ok(())
@@ -472,6 +472,11 @@ impl AgentState {
             self.end_run(myself, outcome);
             return;
         }
+        // Kept at every turn boundary, so a resume after a kill (which keeps nothing) still
+        // continues this run's conversation.
+        self.shared
+            .registry
+            .keep_conversation(self.id, self.conversation.clone());
         while let Some(inbound) = self.inbox.pop_front() {
             match inbound {
                 Inbound::Steer(text) => {
@@ -767,6 +772,20 @@ impl AgentState {
         self.after_answer(myself);
     }
 
+    /// Tells the owner this agent settled: its owner's current actor (an owner restarted or
+    /// resumed since the spawn has a new one), else the one it was spawned under.
+    fn notify_owner(&self) {
+        let settled = AgentMsg::ChildSettled { child: self.id };
+        match self.shared.registry.actors_of(&[self.owner_id]).first() {
+            Some((_, actor)) => {
+                let _ = actor.send_message(settled);
+            }
+            None => {
+                let _ = self.owner.cast(settled);
+            }
+        }
+    }
+
     /// Whether this agent's run is over (it takes no more model turns).
     fn run_over(&self) -> bool {
         matches!(
@@ -974,7 +993,7 @@ impl AgentState {
             .registry
             .keep_conversation(self.id, std::mem::take(&mut self.conversation));
         if self.shared.registry.settle(self.id, outcome) {
-            let _ = self.owner.cast(AgentMsg::ChildSettled { child: self.id });
+            self.notify_owner();
         }
         myself.stop(None);
     }

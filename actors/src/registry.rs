@@ -101,6 +101,9 @@ struct Entry {
     hook_task: Option<tokio::task::AbortHandle>,
     /// Its run ended (it takes no more model turns): steers are refused.
     run_over: bool,
+    /// The last run that ended (0 before any): bumped by every settle, final or awaiting a
+    /// restart decision, so an agent waiting on this one's run hears when it ends.
+    ended_run: watch::Sender<u32>,
     /// Which run this is: 1 for the first, +1 for each restart and each resume. Spawn
     /// request ids derive from it, so a new run never finds an earlier run's children.
     runs: u32,
@@ -130,6 +133,7 @@ impl Entry {
             hooks_running: false,
             hook_task: None,
             run_over: false,
+            ended_run: watch::channel(0).0,
             runs: 1,
             pending_steers: Vec::new(),
             conversation: None,
@@ -512,7 +516,9 @@ impl Registry {
     pub(crate) fn begin_shutdown(&self, top: AgentId, deadline: Instant) -> ShutdownStart {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        if top.is_root() {
+        // The whole tree's shutdown closes the root to new agents; a root that already failed
+        // (escalation) stays failed: terminal is sticky.
+        if top.is_root() && inner.entries[0].record.status == AgentStatus::Running {
             inner.entries[0].record.status = AgentStatus::Completing;
         }
         let mut stack = vec![top];
@@ -608,6 +614,12 @@ impl Registry {
         }
     }
 
+    /// `id`'s current run and a receiver of the last run of it that ended.
+    pub(crate) fn watch_runs(&self, id: AgentId) -> Option<(u32, watch::Receiver<u32>)> {
+        let inner = self.inner.lock();
+        inner.entry(id).map(|e| (e.runs, e.ended_run.subscribe()))
+    }
+
     /// Which run of `id` this is (1 for its first).
     pub(crate) fn run_of(&self, id: AgentId) -> u32 {
         self.inner.lock().entry(id).map_or(1, |e| e.runs)
@@ -687,6 +699,18 @@ impl Registry {
                     .and_then(|e| e.actor.clone().map(|a| (id, a)))
             })
             .collect()
+    }
+
+    /// Records the context an agent inherited in its start spec, so a restart re-runs it.
+    pub(crate) fn set_inherited_context(&self, id: AgentId, context: &[Message]) {
+        if let Some(spec) = self
+            .inner
+            .lock()
+            .entry_mut(id)
+            .and_then(|e| e.spec.as_mut())
+        {
+            spec.context = context.to_vec();
+        }
     }
 
     /// Keeps `id`'s conversation for a later resume.
@@ -912,8 +936,12 @@ impl Registry {
                 return None;
             }
             entry.actor = None;
-            // Its tasks (model turn, tools, watcher) outlive a failed actor unless told.
+            // Its tasks (model turn, tools, watcher, shutdown hooks) outlive a dead actor
+            // unless told.
             entry.token.cancel();
+            if let Some(task) = entry.hook_task.take() {
+                task.abort();
+            }
             id
         };
         // Its linked descendants died with it (ractor kills them), whatever its own record
@@ -1081,6 +1109,7 @@ impl Inner {
         entry.record.status = status;
         entry.record.ended_ms = Some(now);
         entry.record.outcome = Some(outcome.clone());
+        entry.ended_run.send_replace(entry.runs);
         if id.is_root() {
             entry.settled.send_replace(Some(outcome));
             return true;

@@ -114,13 +114,15 @@ impl Actor for RootActor {
         if let Some(child) = supervision::lost_actor(&state.shared.registry, &event) {
             // Detached agents anywhere in the tree are linked here; only top-level agents
             // are the root's to restart.
-            let top_level = state
-                .shared
-                .registry
-                .record(child)
-                .is_some_and(|r| r.parent == Some(AgentId::ROOT));
-            if top_level {
+            let parent = state.shared.registry.record(child).and_then(|r| r.parent);
+            if parent == Some(AgentId::ROOT) {
                 state.child_ended(&myself, child).await;
+            } else if let Some(owner) = parent {
+                // A detached agent deeper down died without settling itself: its owner (not
+                // this actor) must hear of it.
+                if let Some((_, actor)) = state.shared.registry.actors_of(&[owner]).first() {
+                    let _ = actor.send_message(AgentMsg::ChildSettled { child });
+                }
             }
         }
         Ok(())

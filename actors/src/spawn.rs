@@ -102,6 +102,9 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     if pending.definition.inherit_context {
         if depth <= INHERIT_CONTEXT_MAX_DEPTH {
             pending.context = owner_conversation.to_vec();
+            shared
+                .registry
+                .set_inherited_context(id, owner_conversation);
         } else {
             shared.registry.announce(id, EventKind::ContextDropped);
         }

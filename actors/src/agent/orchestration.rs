@@ -190,14 +190,16 @@ fn owner_gone_task(
     myself: &ActorRef<AgentMsg>,
 ) -> Option<tokio::task::AbortHandle> {
     let owner = state.owner_id;
-    let mut settled = state.shared.registry.watch(owner)?;
+    // The run being asked: its end (final, or a crash its supervisor may restart) means the
+    // question died with it.
+    let (asked_run, mut ended) = state.shared.registry.watch_runs(owner)?;
     let token = state.token.clone();
     let reply_to = myself.clone();
     let task = tokio::spawn(async move {
         tokio::select! {
             biased;
             () = token.cancelled() => {}
-            _ = settled.wait_for(Option::is_some) => {
+            _ = ended.wait_for(|&run| run >= asked_run) => {
                 let reason = format!("{owner} has finished its run and cannot answer");
                 let _ = reply_to.cast(AgentMsg::AskRefused { reason });
             }
@@ -412,7 +414,11 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
         }
         None => state.children.push(Child {
             id: target,
-            detached: false,
+            detached: state
+                .shared
+                .registry
+                .record(target)
+                .is_some_and(|r| r.detached),
             background: input.background,
             settled: false,
             read: false,
