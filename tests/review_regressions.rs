@@ -12,16 +12,7 @@ use agent_tree::protocol::{EventKind, RestartPolicy, SettlePolicy, WaitPolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use support::harness::{a, tree};
-
-const GUARD: Duration = Duration::from_secs(600);
-
-fn ask(q: &str) -> Call {
-    Call::tool("ask_owner", json!({ "question": q }))
-}
-
-fn delegator(name: &str) -> AgentDefinition {
-    AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All)
-}
+use support::{WAIT_LIMIT as GUARD, ask, delegator_of_all as delegator};
 
 /// A `wait_subagents` over a child that asks its owner is answered at once with the
 /// question, as a single-child wait is, instead of deadlocking.

@@ -12,16 +12,7 @@ use agent_tree::protocol::{AgentStatus, EventKind, RestartPolicy, SettlePolicy, 
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 use support::harness::{a, tree};
-
-const GUARD: Duration = Duration::from_secs(600);
-
-fn ask(q: &str) -> Call {
-    Call::tool("ask_owner", json!({ "question": q }))
-}
-
-fn delegator(name: &str) -> AgentDefinition {
-    AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All)
-}
+use support::{WAIT_LIMIT as GUARD, ask, delegator_of_all as delegator};
 
 /// A model that asks two questions in one turn gets the second refused (one question at a
 /// time), and the owner's end refuses the open one: neither the child nor a draining owner

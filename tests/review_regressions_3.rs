@@ -12,12 +12,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 use serde_json::json;
 use support::harness::{a, tree};
-
-const GUARD: Duration = Duration::from_secs(600);
-
-fn delegator(name: &str) -> AgentDefinition {
-    AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All)
-}
+use support::{WAIT_LIMIT as GUARD, delegator_of_all as delegator};
 
 /// A slot freed by a finishing pooled agent goes to the agent at the head of the queue, not
 /// to a spawn made in the meantime (FIFO; a stream of spawns cannot starve the queue).

@@ -11,12 +11,7 @@ use agent_tree::protocol::{AgentStatus, EventKind, RestartPolicy, Role, Strategy
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 use support::harness::{Recorder, a, tree};
-
-const GUARD: Duration = Duration::from_secs(600);
-
-fn delegator(name: &str) -> AgentDefinition {
-    AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All)
-}
+use support::{WAIT_LIMIT as GUARD, delegator_of_all as delegator};
 
 fn user_texts(messages: &[agent_tree::protocol::Message]) -> Vec<String> {
     messages

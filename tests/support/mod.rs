@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Message, Role, TreeSnapshot};
-use agent_tree::testkit::ScriptedModel;
+use agent_tree::testkit::{Call, ScriptedModel};
 use agent_tree::{BoxFuture, EventStream};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -35,6 +35,16 @@ pub(crate) fn leaf(name: &str) -> AgentDefinition {
 pub(crate) fn delegator(name: &str, allowed: &[&str]) -> AgentDefinition {
     AgentDefinition::new(name, format!("You are {name}."))
         .with_allowed_subagents(SubagentAllowance::only(allowed.iter().copied()))
+}
+
+/// A definition that may spawn any enabled type.
+pub(crate) fn delegator_of_all(name: &str) -> AgentDefinition {
+    AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All)
+}
+
+/// A scripted `ask_owner` call.
+pub(crate) fn ask(question: &str) -> Call {
+    Call::tool("ask_owner", serde_json::json!({ "question": question }))
 }
 
 /// Builds a catalog, panicking on invalid definitions.
