@@ -119,8 +119,11 @@ enum Phase {
     /// The start hooks run; the first model call waits for them.
     Starting { task: AbortHandle },
     /// A shutdown reached the agent: its shutdown hooks run (bounded by the deadline), then
-    /// the run ends as aborted.
-    Stopping { task: AbortHandle },
+    /// the run ends as aborted, or with `held`, the outcome its run had already ended with.
+    Stopping {
+        task: AbortHandle,
+        held: Option<Outcome>,
+    },
     /// A model turn task runs.
     Thinking { turn: u32 },
     /// The tool calls of turn `turn` are being answered, in call order.
@@ -319,14 +322,14 @@ impl Actor for AgentActor {
             }
             AgentMsg::ToolFinished {
                 turn,
-                call_id,
+                index,
                 result,
             } => {
                 let (text, is_error) = match result {
                     Ok(text) => (text, false),
                     Err(error) => (error, true),
                 };
-                state.answer_call(turn, &call_id, text, is_error);
+                state.answer_call(turn, index, text, is_error);
                 state.after_answer(&myself);
             }
             AgentMsg::Cancelled => state.abort(&myself),
@@ -365,13 +368,24 @@ impl Actor for AgentActor {
                 }
             }
             AgentMsg::HooksDone { failures } => {
-                if !matches!(state.phase, Phase::Stopping { .. }) {
+                let Phase::Stopping { held, .. } = &mut state.phase else {
                     return Ok(());
-                }
+                };
+                let held = held.take();
                 state.shared.registry.add_hook_failures(state.id, failures);
-                let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
-                    .with_partial(state.last_text.clone());
-                state.end_run(&myself, outcome);
+                match held {
+                    // The run had ended before the shutdown: its children were dealt with
+                    // then; settle with its outcome once they are terminal.
+                    Some(outcome) => {
+                        state.phase = Phase::Ending { outcome };
+                        state.try_settle(&myself);
+                    }
+                    None => {
+                        let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
+                            .with_partial(state.last_text.clone());
+                        state.end_run(&myself, outcome);
+                    }
+                }
             }
             AgentMsg::PoolChanged => {}
         }
@@ -507,7 +521,7 @@ impl AgentState {
         let token = self.token.child_token();
         self.turn_in_flight = Some((turn, token.clone()));
         let myself = myself.clone();
-        let id = self.id;
+        let (id, run) = (self.id, self.run);
         tokio::spawn(async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
@@ -524,7 +538,7 @@ impl AgentState {
             // Usage is recorded here, once, before the agent hears of the turn: nothing the
             // agent does afterwards (abort, settle) can lose it or count it twice.
             if let TurnResult::Response(response) = &result {
-                shared.registry.add_usage(id, response.usage);
+                shared.registry.add_usage(id, run, response.usage);
             }
             let _ = myself.cast(AgentMsg::TurnFinished { turn, result });
         });
@@ -580,21 +594,27 @@ impl AgentState {
                 .map(|c| PendingCall::new(c.id.clone()))
                 .collect(),
         };
-        for call in calls {
-            self.dispatch(myself, turn, call).await;
+        for (index, call) in calls.into_iter().enumerate() {
+            self.dispatch(myself, turn, index, call).await;
         }
         self.after_answer(myself);
     }
 
     /// Starts one tool call. Orchestration tools are answered here or by a wait task; user
     /// tools run as tasks.
-    async fn dispatch(&mut self, myself: &ActorRef<AgentMsg>, turn: u32, call: ToolCall) {
+    async fn dispatch(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        turn: u32,
+        index: usize,
+        call: ToolCall,
+    ) {
         if orchestration::is_orchestration(&call.name) {
             if self.capabilities.holds(&call.name) {
-                orchestration::dispatch(self, myself, turn, call).await;
+                orchestration::dispatch(self, myself, turn, index, call).await;
             } else {
                 let text = format!("tool {:?} is not available to this agent", call.name);
-                self.answer_call(turn, &call.id, text, true);
+                self.answer_call(turn, index, text, true);
             }
             return;
         }
@@ -607,7 +627,7 @@ impl AgentState {
             .flatten();
         let Some(tool) = tool else {
             let text = format!("tool {:?} is not available to this agent", call.name);
-            self.answer_call(turn, &call.id, text, true);
+            self.answer_call(turn, index, text, true);
             return;
         };
         let context = ToolContext {
@@ -618,7 +638,6 @@ impl AgentState {
         };
         let token = self.token.clone();
         let reply_to = myself.clone();
-        let call_id = call.id.clone();
         let task = tokio::spawn(async move {
             let result = tokio::select! {
                 biased;
@@ -631,28 +650,29 @@ impl AgentState {
             };
             let _ = reply_to.cast(AgentMsg::ToolFinished {
                 turn,
-                call_id,
+                index,
                 result,
             });
         });
-        if let Some(pending) = self.pending_call(turn, &call.id) {
+        if let Some(pending) = self.pending_call(turn, index) {
             pending.task = Some(task.abort_handle());
         }
     }
 
-    fn pending_call(&mut self, turn: u32, call_id: &str) -> Option<&mut PendingCall> {
+    /// The unanswered call at `index` of turn `turn`.
+    fn pending_call(&mut self, turn: u32, index: usize) -> Option<&mut PendingCall> {
         match &mut self.phase {
-            Phase::Acting { turn: t, calls } if *t == turn => calls
-                .iter_mut()
-                .find(|c| c.call_id == call_id && c.result.is_none()),
+            Phase::Acting { turn: t, calls } if *t == turn => {
+                calls.get_mut(index).filter(|c| c.result.is_none())
+            }
             _ => None,
         }
     }
 
     /// Records the result of one call of turn `turn`. A wait's agents whose outcome is final
     /// now count as read (a wait cut short by its timeout reads nothing).
-    fn answer_call(&mut self, turn: u32, call_id: &str, text: String, is_error: bool) {
-        let Some(pending) = self.pending_call(turn, call_id) else {
+    fn answer_call(&mut self, turn: u32, index: usize, text: String, is_error: bool) {
+        let Some(pending) = self.pending_call(turn, index) else {
             return;
         };
         pending.result = Some((text, is_error));
@@ -878,6 +898,13 @@ impl AgentState {
     /// policy, then settle once they are terminal.
     fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
+        // Steers receipted `delivered` that no turn will read stay in the conversation kept
+        // for a resume: a delivered steer is never lost.
+        for inbound in std::mem::take(&mut self.inbox) {
+            if let Inbound::Steer(text) = inbound {
+                self.conversation.push(Message::user(text));
+            }
+        }
         // Steers can no longer reach a turn, and open questions no longer an answer.
         self.shared.registry.run_ended(self.id);
         for child in std::mem::take(&mut self.open_questions) {
@@ -903,18 +930,27 @@ impl AgentState {
 
     /// Aborted (the token fired): cancel in-flight work and end the run as aborted, keeping
     /// partial output. Children were cancelled with the token.
+    ///
+    /// An outcome already decided (the run ended and the agent holds it while its children
+    /// drain or settle) stays: an abort only cuts what is still running, so the children
+    /// (cancelled with the token) settle and the agent settles with the outcome it held. A
+    /// shutdown's hooks still run first.
     fn abort(&mut self, myself: &ActorRef<AgentMsg>) {
         let reason = self
             .shared
             .registry
             .abort_reason(self.id)
             .unwrap_or(EndReason::OwnerEnded);
-        let settled_or_stopping = match &self.phase {
-            Phase::Done | Phase::Stopping { .. } => true,
-            Phase::Ending { outcome } => outcome.status == AgentStatus::Aborted,
-            _ => false,
-        };
-        if settled_or_stopping || self.run_shutdown_hooks(myself) {
+        match &self.phase {
+            Phase::Done | Phase::Stopping { .. } => return,
+            Phase::Ending { outcome } => {
+                let held = outcome.clone();
+                self.run_shutdown_hooks(myself, Some(held));
+                return;
+            }
+            _ => {}
+        }
+        if self.run_shutdown_hooks(myself, None) {
             return;
         }
         let outcome =
@@ -924,8 +960,8 @@ impl AgentState {
 
     /// When a shutdown reached the agent and shutdown hooks are registered, runs them as a
     /// task bounded by the shutdown's deadline and returns `true`; the run ends when they
-    /// finish ([`AgentMsg::HooksDone`]).
-    fn run_shutdown_hooks(&mut self, myself: &ActorRef<AgentMsg>) -> bool {
+    /// finish ([`AgentMsg::HooksDone`]), with `held` if the run had already ended with it.
+    fn run_shutdown_hooks(&mut self, myself: &ActorRef<AgentMsg>, held: Option<Outcome>) -> bool {
         let Some(deadline) = self.shared.registry.shutdown_deadline(self.id) else {
             return false;
         };
@@ -952,13 +988,14 @@ impl AgentState {
             .hooks_started(self.id, task.abort_handle());
         self.phase = Phase::Stopping {
             task: task.abort_handle(),
+            held,
         };
         true
     }
 
     fn cancel_tasks(&mut self) {
         match &mut self.phase {
-            Phase::Starting { task } | Phase::Stopping { task } => task.abort(),
+            Phase::Starting { task } | Phase::Stopping { task, .. } => task.abort(),
             Phase::Thinking { .. } => {
                 if let Some((_, token)) = &self.turn_in_flight {
                     token.cancel();

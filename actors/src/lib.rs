@@ -19,6 +19,7 @@ mod msg;
 mod registry;
 mod root;
 mod shared;
+mod shutdown;
 mod spawn;
 mod supervision;
 mod supervisor;
@@ -43,5 +44,6 @@ pub use tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS,
     RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox, WAIT_TOOL,
 };
-pub use tree::{AgentHandle, ShutdownReport, Tree, TreeBuilder};
+pub use shutdown::ShutdownReport;
+pub use tree::{AgentHandle, Tree, TreeBuilder};
 pub use util::BoxFuture;

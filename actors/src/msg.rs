@@ -38,7 +38,9 @@ pub(crate) enum AgentMsg {
     /// One of the agent's tool tasks ended.
     ToolFinished {
         turn: u32,
-        call_id: String,
+        /// The call's place in its turn: calls are keyed by position, never by the model's
+        /// call id, which need not be unique (some servers send `""` for every call).
+        index: usize,
         result: Result<String, String>,
     },
     /// The agent's cancellation token fired (an abort reached it or its subtree).

@@ -48,7 +48,11 @@ pub(crate) struct Registry {
 
 #[derive(Debug)]
 struct Inner {
-    /// Indexed by agent id: ids are dense from the root's `a0`.
+    /// The records, indexed by agent id (dense from the root's `a0`). Written only by
+    /// [`Inner::emit`], which applies each event with the protocol's fold
+    /// ([`agent_tree_protocol::apply`]): the event stream describes every record change.
+    records: Vec<AgentRecord>,
+    /// The runtime's side of each agent, indexed like `records`.
     entries: Vec<Entry>,
     /// ractor actor → agent, for supervision events.
     by_actor: HashMap<ActorId, AgentId>,
@@ -72,7 +76,6 @@ struct Inner {
 
 #[derive(Debug)]
 struct Entry {
-    record: AgentRecord,
     /// Cancelled to abort the agent; children's tokens are children of it (unless detached).
     token: CancellationToken,
     /// Why the agent was aborted, set by whoever cancelled `token` first.
@@ -116,9 +119,8 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(record: AgentRecord, token: CancellationToken) -> Self {
+    fn new(token: CancellationToken) -> Self {
         Entry {
-            record,
             token,
             abort_reason: None,
             actor: None,
@@ -152,19 +154,18 @@ impl Entry {
         self.run_over = false;
     }
 
-    fn owner_view(&self) -> OwnerView {
+    fn owner_view(&self, record: &AgentRecord) -> OwnerView {
         OwnerView {
-            id: self.record.id,
-            depth: self.record.depth,
-            status: self.record.status,
+            id: record.id,
+            depth: record.depth,
+            status: record.status,
             cancelled: self.token.is_cancelled(),
             live_children: self.live_children,
             spawned: self.spawned,
-            subtree_tokens: self
-                .record
+            subtree_tokens: record
                 .subtree
                 .input_tokens
-                .saturating_add(self.record.subtree.output_tokens),
+                .saturating_add(record.subtree.output_tokens),
         }
     }
 }
@@ -233,30 +234,12 @@ impl Registry {
         root_token: CancellationToken,
         max_concurrent: usize,
     ) -> Self {
-        let root = Entry::new(
-            AgentRecord {
-                id: AgentId::ROOT,
-                agent_type: "root".into(),
-                depth: 0,
-                parent: None,
-                children: Vec::new(),
-                status: AgentStatus::Running,
-                own: Usage::ZERO,
-                subtree: Usage::ZERO,
-                incarnation: 1,
-                request_id: None,
-                detached: false,
-                created_ms: 0,
-                started_ms: Some(0),
-                ended_ms: None,
-                outcome: None,
-            },
-            root_token,
-        );
+        let root = Entry::new(root_token);
         Registry {
             session,
             epoch: Instant::now(),
             inner: Mutex::new(Inner {
+                records: vec![AgentRecord::root()],
                 entries: vec![root],
                 by_actor: HashMap::new(),
                 by_request: HashMap::new(),
@@ -299,13 +282,15 @@ impl Registry {
                 return Ok(Admitted::Existing(existing));
             }
         }
-        let owner = inner
-            .entry(admission.owner)
-            .ok_or(SpawnError::OwnerClosed(admission.owner))?;
+        let (Some(owner), Some(owner_record)) =
+            (inner.entry(admission.owner), inner.rec(admission.owner))
+        else {
+            return Err(SpawnError::OwnerClosed(admission.owner));
+        };
         let depth = admission::admit(
             admission.config,
             admission.max_depth,
-            &owner.owner_view(),
+            &owner.owner_view(owner_record),
             inner.live,
         )?;
         let token = if admission.detached {
@@ -321,83 +306,76 @@ impl Registry {
             inner.pool_queue.len(),
         );
         let id = AgentId::new(inner.entries.len() as u64);
-        let status = match slot {
-            Slot::Run => AgentStatus::Starting,
-            Slot::Queue => AgentStatus::Queued,
-        };
-        let mut entry = Entry::new(
-            AgentRecord {
-                id,
-                agent_type: admission.agent_type.to_owned(),
-                depth,
-                parent: Some(admission.owner),
-                children: Vec::new(),
-                status,
-                own: Usage::ZERO,
-                subtree: Usage::ZERO,
-                incarnation: 1,
-                request_id: admission.request_id.clone(),
-                detached: admission.detached,
-                created_ms: now,
-                started_ms: None,
-                ended_ms: None,
-                outcome: None,
-            },
-            token.clone(),
-        );
+        let mut entry = Entry::new(token.clone());
         entry.pooled = pooled;
         entry.spec = Some(admission.spec);
         inner.entries.push(entry);
         let owner = inner
             .entry_mut(admission.owner)
             .expect("owner checked above");
-        owner.record.children.push(id);
         owner.live_children += 1;
         owner.spawned = owner.spawned.saturating_add(1);
         inner.live += 1;
         inner.peak_live = inner.peak_live.max(inner.live);
         inner.live_tx.send_replace(inner.live);
-        if let Some(request_id) = admission.request_id {
-            inner.by_request.insert((admission.owner, request_id), id);
+        if let Some(request_id) = &admission.request_id {
+            inner
+                .by_request
+                .insert((admission.owner, request_id.clone()), id);
         }
-        match slot {
+        let (agent_type, request_id, detached) = (
+            admission.agent_type.to_owned(),
+            admission.request_id,
+            admission.detached,
+        );
+        // The admission event creates the record (and its place in its owner's children).
+        let (kind, admitted) = match slot {
             Slot::Run => {
                 if pooled {
                     inner.pool_running += 1;
                 }
-                Ok(Admitted::New { id, depth, token })
+                let kind = EventKind::Spawned {
+                    agent_type,
+                    request_id,
+                    detached,
+                };
+                (kind, Admitted::New { id, depth, token })
             }
             Slot::Queue => {
                 inner.pool_queue.push_back(id);
                 let kind = EventKind::Queued {
-                    agent_type: admission.agent_type.to_owned(),
+                    agent_type,
+                    request_id,
+                    detached,
                 };
-                inner.emit(id, kind, now);
-                Ok(Admitted::Queued(id))
+                (kind, Admitted::Queued(id))
             }
-        }
+        };
+        inner.emit_as(id, Some(admission.owner), depth, kind, now);
+        Ok(admitted)
     }
 
     /// Takes queued agents off the pool queue while slots are free, in FIFO order, moving
     /// them to `starting`; the caller starts their actors.
     pub(crate) fn pool_next(&self) -> Vec<(AgentId, CancellationToken, PendingStart)> {
+        let now = self.now_ms();
         let mut inner = self.inner.lock();
         let mut out = Vec::new();
         while inner.pool_running < inner.max_concurrent {
             let Some(id) = inner.pool_queue.pop_front() else {
                 break;
             };
-            let Some(entry) = inner.entry_mut(id) else {
-                continue;
-            };
-            if entry.record.status != AgentStatus::Queued {
+            if inner.status_of(id) != Some(AgentStatus::Queued) {
                 continue;
             }
+            let Some(entry) = inner.entry(id) else {
+                continue;
+            };
             let Some(pending) = entry.spec.clone() else {
                 continue;
             };
-            entry.record.status = AgentStatus::Starting;
             let token = entry.token.clone();
+            inner.emit(id, EventKind::Dequeued, now);
             inner.pool_running += 1;
             out.push((id, token, pending));
         }
@@ -417,9 +395,10 @@ impl Registry {
         text: String,
     ) -> Result<SteerRoute, ControlError> {
         let mut inner = self.inner.lock();
+        let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
-        if entry.record.status.is_terminal() || entry.run_over {
-            return Err(ControlError::WrongStatus(id, entry.record.status));
+        if status.is_terminal() || entry.run_over {
+            return Err(ControlError::WrongStatus(id, status));
         }
         match &entry.actor {
             Some(actor) => Ok(SteerRoute::Actor(actor.clone())),
@@ -439,7 +418,7 @@ impl Registry {
         scope: ControlScope,
     ) -> Result<(), ControlError> {
         let inner = self.inner.lock();
-        let parent_of = |id: AgentId| inner.entry(id).and_then(|e| e.record.parent);
+        let parent_of = |id: AgentId| inner.rec(id).and_then(|r| r.parent);
         if control::reaches(scope, caller, target, parent_of) {
             Ok(())
         } else {
@@ -464,8 +443,9 @@ impl Registry {
     /// exit.
     pub(crate) fn hold_and_abort(&self, id: AgentId) {
         let mut inner = self.inner.lock();
+        let live = inner.status_of(id).is_some_and(AgentStatus::is_live);
         if let Some(entry) = inner.entry_mut(id) {
-            if entry.record.status.is_live() {
+            if live {
                 // One its owner or the application already aborted is not held: an abort is
                 // never restarted.
                 entry.held = entry.abort_reason.is_none();
@@ -485,8 +465,9 @@ impl Registry {
         if !entry.awaiting_supervisor {
             return None;
         }
-        let parent = entry.record.parent?;
-        let token = if entry.record.detached {
+        let record = inner.rec(id)?;
+        let (parent, depth, incarnation) = (record.parent?, record.depth, record.incarnation + 1);
+        let token = if record.detached {
             inner.entries[0].token.child_token()
         } else {
             inner.entry(parent)?.token.child_token()
@@ -495,16 +476,11 @@ impl Registry {
         let spec = entry.spec.clone()?;
         entry.awaiting_supervisor = false;
         entry.held = false;
-        entry.record.status = AgentStatus::Starting;
-        entry.record.incarnation += 1;
         entry.runs += 1;
         entry.clear_run_marks();
-        entry.record.outcome = None;
-        entry.record.ended_ms = None;
         entry.token = token.clone();
         entry.abort_reason = None;
         entry.actor = None;
-        let (depth, incarnation) = (entry.record.depth, entry.record.incarnation);
         inner.emit(id, EventKind::Restarted { incarnation }, now);
         Some((depth, token, spec))
     }
@@ -518,31 +494,35 @@ impl Registry {
         let mut inner = self.inner.lock();
         // The whole tree's shutdown closes the root to new agents; a root that already failed
         // (escalation) stays failed: terminal is sticky.
-        if top.is_root() && inner.entries[0].record.status == AgentStatus::Running {
-            inner.entries[0].record.status = AgentStatus::Completing;
+        if top.is_root() && inner.status_of(AgentId::ROOT) == Some(AgentStatus::Running) {
+            inner.emit(AgentId::ROOT, EventKind::Completing, now);
         }
         let mut stack = vec![top];
         let mut start = ShutdownStart::default();
         while let Some(id) = stack.pop() {
-            let Some(entry) = inner.entry_mut(id) else {
+            let Some(record) = inner.rec(id) else {
                 continue;
             };
-            stack.extend(entry.record.children.iter().copied());
+            stack.extend(record.children.iter().copied());
+            let status = record.status;
             if id.is_root() {
                 continue;
             }
+            let Some(entry) = inner.entry_mut(id) else {
+                continue;
+            };
             if entry.awaiting_supervisor {
                 inner.release(id);
                 start.settled_now.push(id);
                 continue;
             }
-            if entry.record.status.is_terminal() {
+            if status.is_terminal() {
                 continue;
             }
             entry.shutdown = Some(deadline);
             entry.abort_reason.get_or_insert(EndReason::Shutdown);
             entry.token.cancel();
-            if entry.record.status == AgentStatus::Queued {
+            if status == AgentStatus::Queued {
                 inner.settle(
                     id,
                     Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown),
@@ -565,7 +545,7 @@ impl Registry {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         let entry = inner.entry(id)?;
-        if entry.runs != run || entry.record.status.is_terminal() {
+        if entry.runs != run || inner.status_of(id)?.is_terminal() {
             return None;
         }
         let actor = entry.actor.clone();
@@ -588,10 +568,9 @@ impl Registry {
 
     /// Whether `id` is still in run `run` and ended killed.
     pub(crate) fn killed_in_run(&self, id: AgentId, run: u32) -> bool {
-        self.inner
-            .lock()
-            .entry(id)
-            .is_some_and(|e| e.runs == run && e.record.status == AgentStatus::Killed)
+        let inner = self.inner.lock();
+        inner.status_of(id) == Some(AgentStatus::Killed)
+            && inner.entry(id).is_some_and(|e| e.runs == run)
     }
 
     /// The deadline of a shutdown that reached `id`.
@@ -680,13 +659,34 @@ impl Registry {
         inner
             .entries
             .iter()
-            .filter(|e| {
+            .zip(&inner.records)
+            .filter(|(e, _)| {
                 e.actor
                     .as_ref()
                     .is_some_and(|a| a.get_status() != ractor::ActorStatus::Stopped)
             })
-            .map(|e| e.record.id)
+            .map(|(_, r)| r.id)
             .collect()
+    }
+
+    /// The actors of the subtree of `top` (`top` itself excluded unless it is an agent, detached
+    /// descendants included) that have not exited yet.
+    pub(crate) fn alive_cells(&self, top: AgentId) -> Vec<ActorCell> {
+        let inner = self.inner.lock();
+        let mut out = Vec::new();
+        let mut stack = vec![top];
+        while let Some(id) = stack.pop() {
+            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+                continue;
+            };
+            stack.extend(record.children.iter().copied());
+            if let Some(actor) = &entry.actor {
+                if actor.get_status() != ractor::ActorStatus::Stopped {
+                    out.push(actor.clone());
+                }
+            }
+        }
+        out
     }
 
     /// The actors of `ids` that are still alive.
@@ -736,22 +736,25 @@ impl Registry {
         let mut inner = self.inner.lock();
         let not_yours = || SpawnError::Control(ControlError::NotYours(id));
         let entry = inner.entry(id).ok_or_else(not_yours)?;
-        if entry.record.parent != Some(owner) {
+        let record = inner.rec(id).ok_or_else(not_yours)?;
+        if record.parent != Some(owner) {
             return Err(not_yours());
         }
-        if entry.record.status.is_live() || entry.awaiting_supervisor {
+        if record.status.is_live() || entry.awaiting_supervisor {
             return Err(SpawnError::Control(ControlError::WrongStatus(
                 id,
-                entry.record.status,
+                record.status,
             )));
         }
         let Some(spec) = entry.spec.clone() else {
             return Err(not_yours());
         };
         let conversation = entry.conversation.as_deref().cloned().unwrap_or_default();
-        let detached = entry.record.detached;
-        let owner_entry = inner.entry(owner).ok_or(SpawnError::OwnerClosed(owner))?;
-        let mut view = owner_entry.owner_view();
+        let detached = record.detached;
+        let (Some(owner_entry), Some(owner_record)) = (inner.entry(owner), inner.rec(owner)) else {
+            return Err(SpawnError::OwnerClosed(owner));
+        };
+        let mut view = owner_entry.owner_view(owner_record);
         // A resume is not a new spawn: it does not count against the lifetime budget.
         view.spawned = 0;
         let depth = admission::admit(config, spec.branch.max_depth, &view, inner.live)?;
@@ -761,13 +764,10 @@ impl Registry {
             owner_entry.token.child_token()
         };
         let entry = inner.entry_mut(id).expect("checked above");
-        entry.record.status = AgentStatus::Starting;
         entry.runs += 1;
         entry.clear_run_marks();
         // A resumed run bypasses the pool, like any run its owner waits on.
         entry.pooled = false;
-        entry.record.outcome = None;
-        entry.record.ended_ms = None;
         entry.token = token.clone();
         entry.abort_reason = None;
         entry.actor = None;
@@ -800,55 +800,50 @@ impl Registry {
     pub(crate) fn started(&self, id: AgentId, actor: ActorCell) -> Option<Vec<String>> {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        let entry = inner.entry_mut(id)?;
-        if entry.record.status.is_terminal() {
+        let record = inner.rec(id)?;
+        if record.status.is_terminal() {
             return None;
         }
+        let kind = EventKind::Started {
+            agent_type: record.agent_type.clone(),
+            incarnation: record.incarnation,
+        };
         inner.by_actor.insert(actor.get_id(), id);
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
-        let first = entry.record.started_ms.is_none();
-        entry.record.started_ms.get_or_insert(now);
-        if let Ok(status) = entry.record.status.advance(AgentStatus::Running) {
-            entry.record.status = status;
-        }
         let steers = std::mem::take(&mut entry.pending_steers);
-        if first {
-            let kind = EventKind::Started {
-                agent_type: entry.record.agent_type.clone(),
-                incarnation: entry.record.incarnation,
-            };
-            inner.emit(id, kind, now);
-        }
+        inner.emit(id, kind, now);
         Some(steers)
     }
 
     /// Moves a live agent to `completing` (its run ended, its children drain).
     pub(crate) fn completing(&self, id: AgentId) {
+        let now = self.now_ms();
         let mut inner = self.inner.lock();
-        if let Some(entry) = inner.entry_mut(id) {
-            if let Ok(status) = entry.record.status.advance(AgentStatus::Completing) {
-                entry.record.status = status;
-            }
+        if inner
+            .status_of(id)
+            .is_some_and(|s| s.advance(AgentStatus::Completing).is_ok())
+        {
+            inner.emit(id, EventKind::Completing, now);
         }
     }
 
-    /// Records one model turn's usage on `id` and every ancestor, and announces it.
-    pub(crate) fn add_usage(&self, id: AgentId, delta: Usage) {
+    /// Records one model turn's usage of run `run` on `id` and every ancestor, and announces
+    /// it. Nothing of an agent is recorded after its terminal event: a turn that returns after
+    /// its run settled (its actor was killed meanwhile, or it was restarted) is dropped, with
+    /// a warning, so the records and the event stream always agree.
+    pub(crate) fn add_usage(&self, id: AgentId, run: u32, delta: Usage) {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        let Some(entry) = inner.entry_mut(id) else {
+        let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
             return;
         };
-        entry.record.own += delta;
-        let mut cursor = Some(id);
-        while let Some(at) = cursor {
-            let Some(entry) = inner.entry_mut(at) else {
-                break;
-            };
-            entry.record.subtree += delta;
-            cursor = entry.record.parent;
+        if entry.runs != run || status.is_terminal() {
+            drop(inner);
+            tracing::warn!(agent = %id, run, ?delta, "usage of a turn that returned after its run settled is dropped");
+            return;
         }
+        // The fold adds the delta to the agent's own and every ancestor's subtree.
         inner.emit(id, EventKind::UsageReported { delta }, now);
     }
 
@@ -872,18 +867,18 @@ impl Registry {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
         let mut stack: Vec<AgentId> = inner
-            .entry(id)
-            .map(|e| e.record.children.clone())
+            .rec(id)
+            .map(|r| r.children.clone())
             .unwrap_or_default();
         while let Some(child) = stack.pop() {
-            let Some(entry) = inner.entry(child) else {
+            let (Some(entry), Some(record)) = (inner.entry(child), inner.rec(child)) else {
                 continue;
             };
             // A detached subtree is linked under the root actor, so it was not killed.
-            if entry.record.detached {
+            if record.detached {
                 continue;
             }
-            stack.extend(entry.record.children.iter().copied());
+            stack.extend(record.children.iter().copied());
             entry.token.cancel();
             inner.settle_final(
                 child,
@@ -904,13 +899,15 @@ impl Registry {
     pub(crate) fn abort(&self, id: AgentId, reason: EndReason) -> Result<(), ControlError> {
         let mut inner = self.inner.lock();
         let now = self.now_ms();
+        let queued = inner.status_of(id) == Some(AgentStatus::Queued);
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
         entry.abort_reason.get_or_insert(reason);
         entry.token.cancel();
-        if entry.record.status == AgentStatus::Queued {
+        let release = entry.awaiting_supervisor && !entry.held;
+        if queued {
             // No actor exists to settle it: it never starts.
             inner.settle(id, Outcome::ended(AgentStatus::Aborted, reason), now);
-        } else if entry.awaiting_supervisor && !entry.held {
+        } else if release {
             // An abort is never restarted: an exit awaiting a restart decision becomes final.
             inner.release(id);
         }
@@ -964,21 +961,14 @@ impl Registry {
     pub(crate) fn children_of(&self, owner: AgentId) -> Vec<(AgentId, bool)> {
         let inner = self.inner.lock();
         inner
-            .entry(owner)
-            .map(|e| {
-                e.record
-                    .children
+            .rec(owner)
+            .map(|r| {
+                r.children
                     .iter()
-                    .filter_map(|&c| inner.entry(c))
-                    .filter(|c| !c.record.detached)
+                    .filter_map(|&c| inner.rec(c))
+                    .filter(|c| !c.detached)
                     // A queued sibling has nothing to stop or restart: it stays queued.
-                    .map(|c| {
-                        let status = c.record.status;
-                        (
-                            c.record.id,
-                            status.is_live() && status != AgentStatus::Queued,
-                        )
-                    })
+                    .map(|c| (c.id, c.status.is_live() && c.status != AgentStatus::Queued))
                     .collect()
             })
             .unwrap_or_default()
@@ -1007,7 +997,7 @@ impl Registry {
             now,
         );
         // Nobody is left to restart anything.
-        let top_level = inner.entries[0].record.children.clone();
+        let top_level = inner.records[0].children.clone();
         for id in top_level {
             inner.release(id);
         }
@@ -1015,22 +1005,22 @@ impl Registry {
 
     /// A copy of `id`'s record.
     pub(crate) fn record(&self, id: AgentId) -> Option<AgentRecord> {
-        self.inner.lock().entry(id).map(|e| e.record.clone())
+        self.inner.lock().rec(id).cloned()
     }
 
     /// `id`'s status.
     pub(crate) fn status(&self, id: AgentId) -> Option<AgentStatus> {
-        self.inner.lock().entry(id).map(|e| e.record.status)
+        self.inner.lock().status_of(id)
     }
 
     /// `id`'s outcome, once settled.
     pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
         // An exit awaiting its owner's restart decision is not an outcome yet.
-        self.inner
-            .lock()
+        let inner = self.inner.lock();
+        inner
             .entry(id)
             .filter(|e| !e.awaiting_supervisor)
-            .and_then(|e| e.record.outcome.clone())
+            .and_then(|_| inner.rec(id)?.outcome.clone())
     }
 
     /// A receiver that sees `id`'s outcome once it settles.
@@ -1064,7 +1054,7 @@ impl Registry {
         TreeSnapshot {
             session: self.session.clone(),
             taken_ms: now,
-            records: inner.entries.iter().map(|e| e.record.clone()).collect(),
+            records: inner.records.clone(),
             tally: inner.tally.clone(),
             peak_live: inner.peak_live,
         }
@@ -1074,13 +1064,10 @@ impl Registry {
     pub(crate) fn settle_root(&self) {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        let root = &mut inner.entries[0];
-        if root.record.status.is_live() {
+        if inner.status_of(AgentId::ROOT).is_some_and(AgentStatus::is_live) {
             let outcome = Outcome::ended(AgentStatus::Completed, EndReason::Shutdown);
-            root.record.status = AgentStatus::Completed;
-            root.record.ended_ms = Some(now);
-            root.record.outcome = Some(outcome.clone());
-            root.settled.send_replace(Some(outcome));
+            inner.emit(AgentId::ROOT, EventKind::settled(outcome.clone()), now);
+            inner.entries[0].settled.send_replace(Some(outcome));
         }
     }
 }
@@ -1098,22 +1085,28 @@ impl Inner {
             .and_then(|i| self.entries.get_mut(i))
     }
 
+    /// `id`'s record (read only: records change only through [`Inner::emit`]).
+    fn rec(&self, id: AgentId) -> Option<&AgentRecord> {
+        usize::try_from(id.get())
+            .ok()
+            .and_then(|i| self.records.get(i))
+    }
+
+    fn status_of(&self, id: AgentId) -> Option<AgentStatus> {
+        self.rec(id).map(|r| r.status)
+    }
+
     fn settle(&mut self, id: AgentId, outcome: Outcome, now: u64) -> bool {
-        let Some(entry) = self.entry_mut(id) else {
+        let Some(before) = self.status_of(id) else {
             return false;
         };
-        let before = entry.record.status;
-        let Ok(status) = before.advance(outcome.status) else {
+        if before.advance(outcome.status).is_err() {
             return false;
-        };
-        entry.record.status = status;
-        entry.record.ended_ms = Some(now);
-        entry.record.outcome = Some(outcome.clone());
-        entry.ended_run.send_replace(entry.runs);
-        if id.is_root() {
-            entry.settled.send_replace(Some(outcome));
-            return true;
         }
+        let Some(entry) = self.entry(id) else {
+            return false;
+        };
+        let runs = entry.runs;
         // An exit its owner may restart stays open until the owner decides; a shutdown
         // decides for everyone: nothing restarts.
         let policy = entry
@@ -1122,15 +1115,29 @@ impl Inner {
             .map(|s| s.definition.restart)
             .unwrap_or_default();
         let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
+        let under_shutdown = entry.shutdown.is_some();
+        let (parent, detached) = self
+            .rec(id)
+            .map(|r| (r.parent, r.detached))
+            .unwrap_or_default();
+        // The terminal event writes status, end time and outcome.
+        self.emit(id, EventKind::settled(outcome.clone()), now);
+        let Some(entry) = self.entry_mut(id) else {
+            return false;
+        };
+        entry.ended_run.send_replace(runs);
+        if id.is_root() {
+            entry.settled.send_replace(Some(outcome));
+            return true;
+        }
         // Only a live owner decides, and only for its supervised (non-detached) children:
         // a detached agent, or one whose owner is gone, has no one to restart it.
-        let parent = entry.record.parent;
         // A detached top-level agent is the root's anyway (it is linked under the root).
-        let supervised =
-            (!entry.record.detached || parent == Some(AgentId::ROOT)) && entry.shutdown.is_none();
-        let owner_live = parent
-            .and_then(|p| self.entry(p))
-            .is_some_and(|o| o.record.status.is_live() && !o.token.is_cancelled());
+        let supervised = (!detached || parent == Some(AgentId::ROOT)) && !under_shutdown;
+        let owner_live = parent.is_some_and(|p| {
+            self.status_of(p).is_some_and(AgentStatus::is_live)
+                && self.entry(p).is_some_and(|o| !o.token.is_cancelled())
+        });
         let defer = restartable && supervised && owner_live;
         if let Some(entry) = self.entry_mut(id) {
             entry.awaiting_supervisor = defer;
@@ -1138,18 +1145,6 @@ impl Inner {
         if !defer {
             self.finalize(id, before);
         }
-        let kind = match outcome.status {
-            AgentStatus::Completed => EventKind::Completed,
-            AgentStatus::Failed => EventKind::Failed {
-                reason: outcome.reason,
-                error: outcome.error.unwrap_or_default(),
-            },
-            AgentStatus::Killed => EventKind::Killed,
-            _ => EventKind::Aborted {
-                reason: outcome.reason,
-            },
-        };
-        self.emit(id, kind, now);
         true
     }
 
@@ -1161,27 +1156,27 @@ impl Inner {
 
     /// Makes an outcome that awaits its owner's restart decision final.
     fn release(&mut self, id: AgentId) {
-        if let Some(status) = self
-            .entry(id)
-            .filter(|e| e.awaiting_supervisor)
-            .map(|e| e.record.status)
-        {
-            self.finalize(id, status);
+        if self.entry(id).is_some_and(|e| e.awaiting_supervisor) {
+            if let Some(status) = self.status_of(id) {
+                self.finalize(id, status);
+            }
         }
     }
 
     /// Makes `id`'s recorded outcome final: watchers are told, and its live slot (and pool
     /// slot) is released.
     fn finalize(&mut self, id: AgentId, before: AgentStatus) {
+        let (outcome, parent) = match self.rec(id) {
+            Some(r) => (r.outcome.clone(), r.parent),
+            None => return,
+        };
         let Some(entry) = self.entry_mut(id) else {
             return;
         };
         entry.awaiting_supervisor = false;
         entry.held = false;
-        let outcome = entry.record.outcome.clone();
         entry.settled.send_replace(outcome);
         let pooled = entry.pooled;
-        let parent = entry.record.parent;
         self.live = self.live.saturating_sub(1);
         self.live_tx.send_replace(self.live);
         if pooled {
@@ -1196,20 +1191,40 @@ impl Inner {
         }
     }
 
+    /// Emits an event about an agent that has a record.
     fn emit(&mut self, agent: AgentId, kind: EventKind, now: u64) {
-        let Some((parent, depth)) = self.entry(agent).map(|e| (e.record.parent, e.record.depth))
-        else {
+        let Some((parent, depth)) = self.rec(agent).map(|r| (r.parent, r.depth)) else {
             return;
         };
-        self.seq += 1;
+        self.emit_as(agent, parent, depth, kind, now);
+    }
+
+    /// Emits an event: the next sequence number, the record change it describes (the
+    /// protocol's fold, the only writer of records), the tally, then every subscriber.
+    fn emit_as(
+        &mut self,
+        agent: AgentId,
+        parent: Option<AgentId>,
+        depth: u32,
+        kind: EventKind,
+        now: u64,
+    ) {
         let event = Event {
-            seq: self.seq,
+            seq: self.seq + 1,
             agent,
             parent,
             depth,
             at_ms: now,
             kind,
         };
+        if let Err(error) = agent_tree_protocol::apply(&mut self.records, &event) {
+            // The registry checks every change before it emits it; an event the fold refuses
+            // is a bug here, and is not emitted (the records and the stream stay in step).
+            tracing::error!(%error, "registry event refused by the fold");
+            debug_assert!(false, "registry event refused by the fold: {error}");
+            return;
+        }
+        self.seq = event.seq;
         self.tally.count(&event.kind);
         tracing::debug!(seq = event.seq, agent = %agent, event = event.kind.name(), "agent event");
         // Sending on an unbounded channel never blocks; closed subscribers are dropped here.

@@ -1,7 +1,6 @@
 //! The tree: the application's handle, the root of every agent's supervision chain.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
@@ -22,6 +21,7 @@ use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::{Registry, SteerRoute};
 use crate::root::RootActor;
+use crate::shutdown::{self, ShutdownReport};
 use crate::shared::{Branch, Shared, SharedRef};
 use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{Tool, ToolNameError, Toolbox};
@@ -225,20 +225,6 @@ impl AgentHandle {
 
 fn killed_outcome() -> Outcome {
     Outcome::ended(AgentStatus::Killed, EndReason::Killed)
-}
-
-/// What a shutdown did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShutdownReport {
-    /// Agents that settled before the deadline.
-    pub graceful: Vec<AgentId>,
-    /// Agents still alive at the deadline, killed.
-    pub killed: Vec<AgentId>,
-    /// Shutdown hooks that failed, panicked or were cut off by the deadline, per agent.
-    pub hook_failures: Vec<(AgentId, String)>,
-    /// How long the shutdown took.
-    pub elapsed: Duration,
 }
 
 impl Tree {
@@ -491,7 +477,7 @@ impl Tree {
     /// admits no new agent afterwards.
     pub async fn shutdown(&self) -> ShutdownReport {
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
-        let report = self.shutdown_subtree(AgentId::ROOT, deadline).await;
+        let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
         // The root's stop shares the one small bound after the deadline.
         let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
             .await;
@@ -512,74 +498,9 @@ impl Tree {
             return Err(ControlError::NotYours(id));
         }
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
-        Ok(self.shutdown_subtree(id, deadline).await)
+        Ok(shutdown::run(&self.shared.registry, id, deadline).await)
     }
 
-    async fn shutdown_subtree(&self, top: AgentId, deadline: Instant) -> ShutdownReport {
-        let started = Instant::now();
-        let registry = &self.shared.registry;
-        let start = registry.begin_shutdown(top, deadline);
-        let runs: Vec<(AgentId, u32)> = start
-            .waiting
-            .iter()
-            .map(|&(id, run, _)| (id, run))
-            .collect();
-        let all_settled = async {
-            for (_, _, mut settled) in start.waiting {
-                let _ = settled.wait_for(Option::is_some).await;
-            }
-        };
-        let _ = tokio::time::timeout_at(deadline, all_settled).await;
-        // The deadline: whatever is alive is killed, owners included, and so is any actor
-        // still running (ractor would skip one that is already stopping). A run started after
-        // the shutdown began (a resume) is not the shutdown's.
-        let mut killed = Vec::new();
-        let mut cells = Vec::new();
-        for &(id, run) in &runs {
-            match registry.kill_run(id, run) {
-                Some(actor) => {
-                    killed.push(id);
-                    cells.extend(actor);
-                }
-                None => cells.extend(registry.run_actor(id, run)),
-            }
-        }
-        for cell in &cells {
-            if cell.get_status() != ractor::ActorStatus::Stopped {
-                cell.kill();
-            }
-        }
-        registry.hooks_cut_off(&killed);
-        // Every actor of the subtree exits within a small bound: killed ones at their next
-        // await point, the others are already stopping.
-        let exits = async {
-            for cell in &cells {
-                let _ = cell.wait(None).await;
-            }
-        };
-        let _ = tokio::time::timeout_at(deadline + KILL_WAIT, exits).await;
-        for cell in &cells {
-            if cell.get_status() == ractor::ActorStatus::Stopped {
-                registry.actor_exited(cell.get_id());
-            }
-        }
-        let ids: Vec<AgentId> = runs.iter().map(|&(id, _)| id).collect();
-        let mut report = ShutdownReport::default();
-        for &(id, run) in &runs {
-            // By how the run ended: one killed by this deadline, an overlapping shutdown or
-            // `Tree::kill` is killed.
-            if registry.killed_in_run(id, run) {
-                report.killed.push(id);
-            } else {
-                report.graceful.push(id);
-            }
-        }
-        // Queued agents and exits awaiting a restart decision were settled at once.
-        report.graceful.extend(&start.settled_now);
-        report.hook_failures = registry.hook_failures(&ids);
-        report.elapsed = started.elapsed();
-        report
-    }
 }
 
 impl Drop for Tree {

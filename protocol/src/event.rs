@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::definition::AgentDefinition;
 use crate::ids::AgentId;
-use crate::outcome::EndReason;
+use crate::ids::RequestId;
+use crate::outcome::{EndReason, Outcome};
 use crate::status::AgentStatus;
 use crate::usage::Usage;
 
@@ -45,16 +46,36 @@ pub struct Event {
 #[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum EventKind {
-    /// Admitted and waiting for a pool slot.
+    /// Admitted: the record exists, status `starting`; its actor is being started.
+    Spawned {
+        /// The agent's type.
+        agent_type: String,
+        /// The spawn's idempotency key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<RequestId>,
+        /// Whether it is detached from ordinary abort cascades.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        detached: bool,
+    },
+    /// Admitted and waiting for a pool slot: the record exists, status `queued`.
     Queued {
         /// The agent's type.
         agent_type: String,
+        /// The spawn's idempotency key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<RequestId>,
+        /// Whether it is detached from ordinary abort cascades.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        detached: bool,
     },
-    /// The actor exists and its first model turn may begin.
+    /// A queued agent took a pool slot: status `starting`.
+    Dequeued,
+    /// The actor of a run exists and its first model turn may begin: status `running`.
+    /// Emitted for every run (first start, restart, resume).
     Started {
         /// The agent's type.
         agent_type: String,
-        /// Which run of this agent (1 for the first).
+        /// Which incarnation of this agent (1 for the first; restarts count up).
         incarnation: u32,
     },
     /// One model turn's usage, recorded once on the agent.
@@ -69,31 +90,38 @@ pub enum EventKind {
         /// The question.
         question: String,
     },
-    /// A settled agent was resumed by its owner for another run.
+    /// The agent's own run ended and it holds its outcome while its children drain (status
+    /// `completing`); for the root, the tree stopped admitting agents (a shutdown began).
+    Completing,
+    /// A settled agent was resumed by its owner for another run: status `starting`.
     Resumed,
     /// A context the definition asked to inherit was dropped (too deep).
     ContextDropped,
-    /// The agent was restarted by its supervisor.
+    /// The agent was restarted by its supervisor: status `starting`.
     Restarted {
         /// The new incarnation.
         incarnation: u32,
     },
     /// Terminal: the agent completed.
-    Completed,
+    Completed {
+        /// Its outcome (status `completed`).
+        outcome: Outcome,
+    },
     /// Terminal: the agent failed.
     Failed {
-        /// Why.
-        reason: EndReason,
-        /// The error text.
-        error: String,
+        /// Its outcome (status `failed`): reason and error.
+        outcome: Outcome,
     },
     /// Terminal: the agent was aborted.
     Aborted {
-        /// Why.
-        reason: EndReason,
+        /// Its outcome (status `aborted`): reason and any partial output.
+        outcome: Outcome,
     },
     /// Terminal: the agent's actor was killed.
-    Killed,
+    Killed {
+        /// Its outcome (status `killed`).
+        outcome: Outcome,
+    },
 }
 
 impl<'de> Deserialize<'de> for Event {
@@ -130,6 +158,15 @@ impl<'de> Deserialize<'de> for Event {
                 return Err(D::Error::custom(format_args!("unknown field `{extra}`")));
             }
         }
+        if let (Some(outcome), Some(status)) = (kind.outcome(), kind.terminal_status()) {
+            if outcome.status != status {
+                return Err(D::Error::custom(format_args!(
+                    "outcome status `{}` does not match event `{}`",
+                    outcome.status,
+                    kind.name()
+                )));
+            }
+        }
         Ok(Event {
             seq,
             agent,
@@ -145,30 +182,67 @@ impl EventKind {
     /// The snake_case name of the kind, as in JSON and the tally.
     pub const fn name(&self) -> &'static str {
         match self {
+            EventKind::Spawned { .. } => "spawned",
             EventKind::Queued { .. } => "queued",
+            EventKind::Dequeued => "dequeued",
             EventKind::Started { .. } => "started",
             EventKind::UsageReported { .. } => "usage_reported",
             EventKind::Steered => "steered",
             EventKind::Asked { .. } => "asked",
+            EventKind::Completing => "completing",
             EventKind::Resumed => "resumed",
             EventKind::ContextDropped => "context_dropped",
             EventKind::Restarted { .. } => "restarted",
-            EventKind::Completed => "completed",
+            EventKind::Completed { .. } => "completed",
             EventKind::Failed { .. } => "failed",
             EventKind::Aborted { .. } => "aborted",
-            EventKind::Killed => "killed",
+            EventKind::Killed { .. } => "killed",
+        }
+    }
+
+    /// The terminal event announcing `outcome`: its kind follows the outcome's status.
+    /// A non-terminal status (which no outcome should carry) is announced as `aborted`.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{EventKind, Outcome};
+    /// let kind = EventKind::settled(Outcome::completed("42"));
+    /// assert_eq!(kind.name(), "completed");
+    /// assert_eq!(kind.outcome().and_then(|o| o.text.as_deref()), Some("42"));
+    /// ```
+    pub fn settled(outcome: Outcome) -> Self {
+        match outcome.status {
+            AgentStatus::Completed => EventKind::Completed { outcome },
+            AgentStatus::Failed => EventKind::Failed { outcome },
+            AgentStatus::Killed => EventKind::Killed { outcome },
+            _ => EventKind::Aborted { outcome },
+        }
+    }
+
+    /// The outcome a terminal event announces.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            EventKind::Completed { outcome }
+            | EventKind::Failed { outcome }
+            | EventKind::Aborted { outcome }
+            | EventKind::Killed { outcome } => Some(outcome),
+            _ => None,
         }
     }
 
     /// The terminal status this event announces, if any.
     pub fn terminal_status(&self) -> Option<AgentStatus> {
         match self {
-            EventKind::Completed => Some(AgentStatus::Completed),
+            EventKind::Completed { .. } => Some(AgentStatus::Completed),
             EventKind::Failed { .. } => Some(AgentStatus::Failed),
             EventKind::Aborted { .. } => Some(AgentStatus::Aborted),
-            EventKind::Killed => Some(AgentStatus::Killed),
+            EventKind::Killed { .. } => Some(AgentStatus::Killed),
             _ => None,
         }
+    }
+
+    /// The reason of a terminal event's outcome.
+    pub fn reason(&self) -> Option<EndReason> {
+        self.outcome().map(|o| o.reason)
     }
 
     /// A `started` event for a definition's first incarnation.
@@ -184,8 +258,12 @@ impl EventKind {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventTally {
+    /// `spawned` events.
+    pub spawned: u64,
     /// `queued` events.
     pub queued: u64,
+    /// `dequeued` events.
+    pub dequeued: u64,
     /// `started` events.
     pub started: u64,
     /// `usage_reported` events.
@@ -194,6 +272,8 @@ pub struct EventTally {
     pub steered: u64,
     /// `asked` events.
     pub asked: u64,
+    /// `completing` events.
+    pub completing: u64,
     /// `resumed` events.
     pub resumed: u64,
     /// `context_dropped` events.
@@ -214,18 +294,21 @@ impl EventTally {
     /// Counts one event of `kind`.
     pub fn count(&mut self, kind: &EventKind) {
         let slot = match kind {
+            EventKind::Spawned { .. } => &mut self.spawned,
             EventKind::Queued { .. } => &mut self.queued,
+            EventKind::Dequeued => &mut self.dequeued,
             EventKind::Started { .. } => &mut self.started,
             EventKind::UsageReported { .. } => &mut self.usage_reported,
             EventKind::Steered => &mut self.steered,
             EventKind::Asked { .. } => &mut self.asked,
+            EventKind::Completing => &mut self.completing,
             EventKind::Resumed => &mut self.resumed,
             EventKind::ContextDropped => &mut self.context_dropped,
             EventKind::Restarted { .. } => &mut self.restarted,
-            EventKind::Completed => &mut self.completed,
+            EventKind::Completed { .. } => &mut self.completed,
             EventKind::Failed { .. } => &mut self.failed,
             EventKind::Aborted { .. } => &mut self.aborted,
-            EventKind::Killed => &mut self.killed,
+            EventKind::Killed { .. } => &mut self.killed,
         };
         *slot += 1;
     }
@@ -233,11 +316,14 @@ impl EventTally {
     /// Events counted in all.
     pub fn total(&self) -> u64 {
         [
+            self.spawned,
             self.queued,
+            self.dequeued,
             self.started,
             self.usage_reported,
             self.steered,
             self.asked,
+            self.completing,
             self.resumed,
             self.context_dropped,
             self.restarted,
@@ -253,12 +339,15 @@ impl EventTally {
 
 impl fmt::Display for EventTally {
     /// `started=.. completed=.. failed=.. aborted=.. killed=.. restarted=.. queued=..
-    /// usage_reported=.. steered=.. context_dropped=..`
+    /// resumed=.. usage_reported=.. steered=.. asked=.. context_dropped=.. spawned=..
+    /// dequeued=.. completing=..` (the kinds added later come last, so older readers of the
+    /// line keep their fields in place).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "started={} completed={} failed={} aborted={} killed={} restarted={} queued={} \
-             resumed={} usage_reported={} steered={} asked={} context_dropped={}",
+             resumed={} usage_reported={} steered={} asked={} context_dropped={} spawned={} \
+             dequeued={} completing={}",
             self.started,
             self.completed,
             self.failed,
@@ -270,7 +359,10 @@ impl fmt::Display for EventTally {
             self.usage_reported,
             self.steered,
             self.asked,
-            self.context_dropped
+            self.context_dropped,
+            self.spawned,
+            self.dequeued,
+            self.completing
         )
     }
 }

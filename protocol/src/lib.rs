@@ -16,6 +16,7 @@
 mod definition;
 mod error;
 mod event;
+mod fold;
 mod ids;
 mod message;
 mod outcome;
@@ -30,6 +31,7 @@ pub use definition::{
 };
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
+pub use fold::{Fold, FoldError, apply};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};

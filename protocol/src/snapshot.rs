@@ -61,6 +61,35 @@ pub struct AgentRecord {
     pub outcome: Option<Outcome>,
 }
 
+impl AgentRecord {
+    /// The root's record as every tree (and every [`Fold`](crate::Fold)) starts: `a0`, type
+    /// `root`, depth 0, running since 0 ms.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentId, AgentRecord};
+    /// assert_eq!(AgentRecord::root().id, AgentId::ROOT);
+    /// ```
+    pub fn root() -> Self {
+        AgentRecord {
+            id: AgentId::ROOT,
+            agent_type: "root".into(),
+            depth: 0,
+            parent: None,
+            children: Vec::new(),
+            status: AgentStatus::Running,
+            own: Usage::ZERO,
+            subtree: Usage::ZERO,
+            incarnation: 1,
+            request_id: None,
+            detached: false,
+            created_ms: 0,
+            started_ms: Some(0),
+            ended_ms: None,
+            outcome: None,
+        }
+    }
+}
+
 /// Every record of a tree at one moment, plus its event tally.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

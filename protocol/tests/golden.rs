@@ -36,7 +36,11 @@ const FIXTURES: &[&str] = &[
     "outcome_failed.json",
     "outcome_aborted.json",
     "event_started_root.json",
+    "event_spawned.json",
     "event_queued.json",
+    "event_dequeued.json",
+    "event_completing.json",
+    "event_killed.json",
     "event_usage_reported.json",
     "event_restarted.json",
     "event_context_dropped.json",
@@ -195,7 +199,38 @@ fn golden_events() -> Vec<(&'static str, Event)> {
                 1,
                 EventKind::Queued {
                     agent_type: "writer".to_owned(),
+                    request_id: Some(RequestId::derived(AgentId::ROOT, 1, "t1c0")),
+                    detached: true,
                 },
+            ),
+        ),
+        (
+            "event_spawned.json",
+            event(
+                2,
+                2,
+                Some(1),
+                2,
+                EventKind::Spawned {
+                    agent_type: "analyst".to_owned(),
+                    request_id: None,
+                    detached: false,
+                },
+            ),
+        ),
+        ("event_dequeued.json", event(2, 3, Some(0), 1, EventKind::Dequeued)),
+        (
+            "event_completing.json",
+            event(5, 1, Some(0), 1, EventKind::Completing),
+        ),
+        (
+            "event_killed.json",
+            event(
+                9,
+                2,
+                Some(1),
+                2,
+                EventKind::settled(Outcome::ended(AgentStatus::Killed, EndReason::Killed)),
             ),
         ),
         (
@@ -220,7 +255,13 @@ fn golden_events() -> Vec<(&'static str, Event)> {
         ),
         (
             "event_completed.json",
-            event(6, 2, Some(1), 2, EventKind::Completed),
+            event(
+                6,
+                2,
+                Some(1),
+                2,
+                EventKind::settled(Outcome::completed("three risks found")),
+            ),
         ),
         (
             "event_failed.json",
@@ -229,10 +270,10 @@ fn golden_events() -> Vec<(&'static str, Event)> {
                 3,
                 Some(0),
                 1,
-                EventKind::Failed {
-                    reason: EndReason::Panicked,
-                    error: "tool `grep` panicked: index out of bounds".to_owned(),
-                },
+                EventKind::settled(Outcome::failed(
+                    EndReason::Panicked,
+                    "tool `grep` panicked: index out of bounds",
+                )),
             ),
         ),
         (
@@ -242,9 +283,10 @@ fn golden_events() -> Vec<(&'static str, Event)> {
                 1,
                 Some(0),
                 1,
-                EventKind::Aborted {
-                    reason: EndReason::OwnerEnded,
-                },
+                EventKind::settled(
+                    Outcome::ended(AgentStatus::Aborted, EndReason::OwnerEnded)
+                        .with_partial("half a plan"),
+                ),
             ),
         ),
     ]
@@ -537,7 +579,10 @@ fn event_tally_golden() {
     assert_eq!(
         tally,
         EventTally {
+            spawned: 1,
             queued: 1,
+            dequeued: 1,
+            completing: 1,
             started: 1,
             usage_reported: 1,
             steered: 0,
@@ -548,7 +593,7 @@ fn event_tally_golden() {
             completed: 1,
             failed: 1,
             aborted: 1,
-            killed: 0,
+            killed: 1,
         }
     );
     assert_golden("event_tally.json", &tally);
@@ -722,7 +767,7 @@ fn render_text_of_golden_snapshot() {
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
         "depth histogram: d1=2 d2=1",
         "event tally: started=4 completed=2 failed=0 aborted=1 killed=0 restarted=1 queued=0 \
-         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0",
+         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=0 dequeued=0 completing=0",
         "max concurrent agents: 2",
     ];
     for line in expected {

@@ -478,9 +478,11 @@ fn unknown_or_broken_event_kinds_are_rejected() {
             v.as_object_mut().expect("object").remove("event");
         }),
         edited("event_failed.json", |v| {
-            v.as_object_mut().expect("object").remove("error");
+            v.as_object_mut().expect("object").remove("outcome");
         }),
-        edited("event_failed.json", |v| v["reason"] = json!("tired")),
+        edited("event_failed.json", |v| v["outcome"]["reason"] = json!("tired")),
+        edited("event_failed.json", |v| v["reason"] = json!("panicked")),
+        edited("event_completed.json", |v| v["outcome"] = json!("done")),
         edited("event_started_root.json", |v| v["incarnation"] = json!("1")),
         edited("event_usage_reported.json", |v| {
             v["delta"]["surprise"] = json!(1)
@@ -501,9 +503,13 @@ fn event_errors_name_their_cause() {
     );
     assert_rejects_because::<Event>(
         &edited("event_failed.json", |v| {
-            v.as_object_mut().expect("object").remove("error");
+            v.as_object_mut().expect("object").remove("outcome");
         }),
-        "missing field `error`",
+        "missing field `outcome`",
+    );
+    assert_rejects_because::<Event>(
+        &edited("event_failed.json", |v| v["outcome"]["status"] = json!("completed")),
+        "outcome status `completed` does not match event `failed`",
     );
     assert_rejects_because::<Event>(
         &edited("event_completed.json", |v| v["depth_override"] = json!(0)),

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{AgentState, Child};
 use crate::error::{ControlError, SpawnError};
-use crate::msg::AgentMsg;
+use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::SteerRoute;
 use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{
@@ -146,35 +146,36 @@ pub(super) async fn dispatch(
     state: &mut AgentState,
     myself: &ActorRef<AgentMsg>,
     turn: u32,
+    index: usize,
     call: ToolCall,
 ) {
     let answer = match call.name.as_str() {
-        AGENT_TOOL => spawn_or_resume(state, myself, &call).await,
+        AGENT_TOOL => spawn_or_resume(state, myself, turn, index, &call).await,
         GET_RESULT_TOOL => read_result(state, &call),
-        STEER_TOOL => steer(state, &call),
+        STEER_TOOL => steer(state, &call).await,
         ABORT_TOOL => abort(state, &call),
         WAIT_TOOL => wait_set(state, &call),
         _ => ask_owner(state, &call),
     };
     match answer {
-        Answer::Now(text, is_error) => state.answer_call(turn, &call.id, text, is_error),
+        Answer::Now(text, is_error) => state.answer_call(turn, index, text, is_error),
         Answer::Wait(agent, timeout) => {
-            let task = wait_task(state, myself, turn, call.id.clone(), agent, timeout);
-            if let Some(pending) = state.pending_call(turn, &call.id) {
+            let task = wait_task(state, myself, turn, index, agent, timeout);
+            if let Some(pending) = state.pending_call(turn, index) {
                 pending.task = Some(task);
                 pending.waits_on = vec![agent];
             }
         }
         Answer::Owner => {
             let task = owner_gone_task(state, myself);
-            if let Some(pending) = state.pending_call(turn, &call.id) {
+            if let Some(pending) = state.pending_call(turn, index) {
                 pending.asks_owner = true;
                 pending.task = task;
             }
         }
         Answer::Set(agents, policy) => {
-            let task = set_task(state, myself, turn, call.id.clone(), agents.clone(), policy);
-            if let Some(pending) = state.pending_call(turn, &call.id) {
+            let task = set_task(state, myself, turn, index, agents.clone(), policy);
+            if let Some(pending) = state.pending_call(turn, index) {
                 pending.task = Some(task);
                 pending.waits_on = agents;
             }
@@ -208,13 +209,13 @@ fn owner_gone_task(
     Some(task.abort_handle())
 }
 
-/// A task that answers call `call_id` with every outcome of `agents` once the wait over
+/// A task that answers call `index` of `turn` with every outcome of `agents` once the wait over
 /// them ends under `policy`.
 fn set_task(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
     turn: u32,
-    call_id: String,
+    index: usize,
     agents: Vec<AgentId>,
     policy: WaitPolicy,
 ) -> tokio::task::AbortHandle {
@@ -237,20 +238,20 @@ fn set_task(
         let result = Ok(json!({ "policy": policy, "outcomes": list }).to_string());
         let _ = reply_to.cast(AgentMsg::ToolFinished {
             turn,
-            call_id,
+            index,
             result,
         });
     })
     .abort_handle()
 }
 
-/// A task that answers call `call_id` when `agent` settles, or after `timeout` with its
+/// A task that answers call `index` of `turn` when `agent` settles, or after `timeout` with its
 /// current status. Cancelling it (abort, early answer) never touches `agent`.
 fn wait_task(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
     turn: u32,
-    call_id: String,
+    index: usize,
     agent: AgentId,
     timeout: Option<Duration>,
 ) -> tokio::task::AbortHandle {
@@ -278,7 +279,7 @@ fn wait_task(
         let result = Ok(result_text(agent, outcome.as_ref()));
         let _ = reply_to.cast(AgentMsg::ToolFinished {
             turn,
-            call_id,
+            index,
             result,
         });
     })
@@ -303,6 +304,8 @@ struct ResumeInput {
 async fn spawn_or_resume(
     state: &mut AgentState,
     myself: &ActorRef<AgentMsg>,
+    turn: u32,
+    index: usize,
     call: &ToolCall,
 ) -> Answer {
     if call.input.get("resume").is_some() {
@@ -322,8 +325,9 @@ async fn spawn_or_resume(
     };
     let background = request.background.unwrap_or(definition.run_in_background);
     // Idempotency keys are the runtime's: a model cannot name another run's request (or
-    // another owner's) to get that child back.
-    let request_id = RequestId::derived(state.id, state.run, &call.id);
+    // another owner's) to get that child back. They name the call by its place (turn and
+    // position), never by the model's call id, which need not be unique.
+    let request_id = RequestId::derived(state.id, state.run, &format!("t{turn}c{index}"));
     let detached = request.detached;
     let owner_capabilities = state
         .shared
@@ -474,7 +478,7 @@ fn read_result(state: &mut AgentState, call: &ToolCall) -> Answer {
     }
 }
 
-fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
+async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
     let (agent, input) = match target(state, call) {
         Ok(found) => found,
         Err(answer) => return answer,
@@ -486,19 +490,27 @@ fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
         .registry
         .route_steer(agent, input.message.clone())
     {
-        Ok(SteerRoute::Queued) => "queued",
+        Ok(SteerRoute::Queued) => SteerReceipt::Queued,
         Ok(SteerRoute::Actor(actor)) => {
-            let steer = AgentMsg::Steer {
-                text: input.message,
-                reply: None,
-            };
-            match actor.send_message(steer) {
-                Ok(()) => "delivered",
+            // The receipt is the target's own answer: it says `delivered` only once the steer
+            // is in its inbox for a coming turn (or answered its question), and refuses a
+            // steer that crossed the end of its run. Steers only go down the tree, so this
+            // call never waits on an actor that waits on this one.
+            let actor = ActorRef::<AgentMsg>::from(actor);
+            let text = input.message;
+            match ractor::call!(actor, |reply| AgentMsg::Steer {
+                text,
+                reply: Some(reply)
+            }) {
+                Ok(Ok(receipt)) => receipt,
+                Ok(Err(error)) => return refused(error),
                 Err(_) => {
-                    return refused(ControlError::WrongStatus(
-                        agent,
-                        agent_tree_protocol::AgentStatus::Completed,
-                    ));
+                    let status = state
+                        .shared
+                        .registry
+                        .status(agent)
+                        .unwrap_or(agent_tree_protocol::AgentStatus::Completed);
+                    return refused(ControlError::WrongStatus(agent, status));
                 }
             }
         }

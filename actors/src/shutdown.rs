@@ -1,0 +1,221 @@
+//! Shutdown of a subtree under one deadline, run by the runtime (the application's
+//! [`Tree`](crate::Tree) only asks for it).
+//!
+//! The phases are OTP's per-child `shutdown` (ask → wait → kill), applied to a whole subtree
+//! at once rather than child by child, so the deadline does not grow with depth:
+//!
+//! 1. **Tell** ([`Registry::begin_shutdown`]): every live agent of the subtree is marked with
+//!    the deadline and its cancellation token fires, all in one registry transaction, so every
+//!    in-flight model call stops at once. Queued agents settle on the spot.
+//! 2. **Hooks under the deadline**: each agent runs its shutdown hooks (bounded by the
+//!    deadline) and settles once its children have: subtrees settle bottom-up by themselves.
+//!    This module only waits for the settled records.
+//! 3. **Kill** at the deadline: whatever is still live is settled `killed` and its actor is
+//!    killed; owners of killed agents are told (a killed actor sends nothing itself).
+//! 4. **Wait** a small bound ([`SHUTDOWN_KILL_WAIT`]) for every actor of the subtree to exit,
+//!    those started during the shutdown included, so nothing of it outlives the call.
+//! 5. **Report** ([`classify`], a pure function): who settled gracefully, who was killed, whose
+//!    hooks failed, and how long it took.
+//!
+//! # What the deadline bounds
+//!
+//! The deadline bounds everything that yields to the runtime: model calls, tools, waits and
+//! async hooks are cancelled or killed at their next await point. A hook that *blocks its
+//! thread* (a synchronous sleep, a blocking read) holds that worker thread until it returns:
+//! no runtime can preempt it. On a multi-thread runtime the shutdown's own timer and kill
+//! path run on the other workers, so the call still returns near the deadline while a worker
+//! is free; on a current-thread runtime, or when every worker is blocked, nothing can run
+//! until the blocking call returns. Run blocking work in a hook through
+//! `tokio::task::spawn_blocking`.
+
+use std::time::Duration;
+
+use agent_tree_protocol::AgentId;
+use ractor::{ActorCell, ActorStatus};
+use tokio::time::Instant;
+
+use crate::config::SHUTDOWN_KILL_WAIT;
+use crate::msg::AgentMsg;
+use crate::registry::Registry;
+
+/// What a shutdown did.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+/// use agent_tree_actors::{Catalog, Tree};
+/// use agent_tree_protocol::{AgentDefinition, SpawnRequest};
+///
+/// let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+/// let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+/// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+/// let handle = tree.spawn(SpawnRequest::new("w", "wait")).await.unwrap();
+/// let report = tree.shutdown().await;
+/// assert_eq!(report.graceful, vec![handle.id()]);
+/// assert!(report.killed.is_empty());
+/// # }
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Agents that settled before the deadline.
+    pub graceful: Vec<AgentId>,
+    /// Agents still alive at the deadline, killed.
+    pub killed: Vec<AgentId>,
+    /// Shutdown hooks that failed, panicked or were cut off by the deadline, per agent.
+    pub hook_failures: Vec<(AgentId, String)>,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
+}
+
+/// How one agent's run under the shutdown ended, for [`classify`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// It settled by itself (hooks done, children settled) before the deadline.
+    Settled,
+    /// Its run ended killed: by this deadline, an overlapping shutdown or `Tree::kill`.
+    Killed,
+}
+
+/// Sorts the agents a shutdown reached into the report's lists, in the order given. Agents
+/// that settled at once (queued, or awaiting a restart decision) are graceful.
+pub(crate) fn classify(
+    runs: impl IntoIterator<Item = (AgentId, RunEnd)>,
+    settled_at_once: &[AgentId],
+) -> (Vec<AgentId>, Vec<AgentId>) {
+    let (mut graceful, mut killed) = (Vec::new(), Vec::new());
+    for (id, end) in runs {
+        match end {
+            RunEnd::Settled => graceful.push(id),
+            RunEnd::Killed => killed.push(id),
+        }
+    }
+    graceful.extend_from_slice(settled_at_once);
+    (graceful, killed)
+}
+
+/// Shuts down the subtree of `top` (the whole tree for the root) under `deadline`.
+pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) -> ShutdownReport {
+    let started = Instant::now();
+
+    // 1. Tell: one transaction marks and cancels the whole subtree.
+    let start = registry.begin_shutdown(top, deadline);
+    let runs: Vec<(AgentId, u32)> = start
+        .waiting
+        .iter()
+        .map(|&(id, run, _)| (id, run))
+        .collect();
+
+    // 2. Hooks under the deadline: the agents run them and settle bottom-up.
+    let all_settled = async {
+        for (_, _, mut settled) in start.waiting {
+            let _ = settled.wait_for(Option::is_some).await;
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, all_settled).await;
+
+    // 3. Kill: whatever is alive is killed, owners included, and so is any actor still
+    // running (ractor would skip one that is already stopping). A run started after the
+    // shutdown began (a resume) is not the shutdown's.
+    let mut killed = Vec::new();
+    let mut cells = Vec::new();
+    for &(id, run) in &runs {
+        match registry.kill_run(id, run) {
+            Some(actor) => {
+                killed.push(id);
+                cells.extend(actor);
+            }
+            None => cells.extend(registry.run_actor(id, run)),
+        }
+    }
+    kill_all(&cells);
+    registry.hooks_cut_off(&killed);
+    // A killed actor sends nothing: its owner hears of its end from here, once, by the same
+    // message a settling child sends.
+    for &id in &killed {
+        notify_owner(registry, id);
+    }
+
+    // 4. Wait: every actor of the subtree exits within the small bound, those the shutdown
+    // did not know of when it began (started by a hook, a restart or the pool) included.
+    let cut_off = deadline + SHUTDOWN_KILL_WAIT;
+    wait_exits(&cells, cut_off).await;
+    loop {
+        let left = registry.alive_cells(top);
+        if left.is_empty() || Instant::now() >= cut_off {
+            break;
+        }
+        kill_all(&left);
+        wait_exits(&left, cut_off).await;
+    }
+    for cell in &cells {
+        if cell.get_status() == ActorStatus::Stopped {
+            registry.actor_exited(cell.get_id());
+        }
+    }
+
+    // 5. Report.
+    let ids: Vec<AgentId> = runs.iter().map(|&(id, _)| id).collect();
+    let ends = runs.iter().map(|&(id, run)| {
+        let end = if registry.killed_in_run(id, run) {
+            RunEnd::Killed
+        } else {
+            RunEnd::Settled
+        };
+        (id, end)
+    });
+    let (graceful, killed) = classify(ends, &start.settled_now);
+    ShutdownReport {
+        graceful,
+        killed,
+        hook_failures: registry.hook_failures(&ids),
+        elapsed: started.elapsed(),
+    }
+}
+
+fn kill_all(cells: &[ActorCell]) {
+    for cell in cells {
+        if cell.get_status() != ActorStatus::Stopped {
+            cell.kill();
+        }
+    }
+}
+
+async fn wait_exits(cells: &[ActorCell], cut_off: Instant) {
+    let exits = async {
+        for cell in cells {
+            let _ = cell.wait(None).await;
+        }
+    };
+    let _ = tokio::time::timeout_at(cut_off, exits).await;
+}
+
+/// Tells `id`'s owner (its current actor) that `id` settled.
+pub(crate) fn notify_owner(registry: &Registry, id: AgentId) {
+    let Some(owner) = registry.record(id).and_then(|r| r.parent) else {
+        return;
+    };
+    if let Some((_, actor)) = registry.actors_of(&[owner]).first() {
+        let _ = actor.send_message(AgentMsg::ChildSettled { child: id });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_keeps_order_and_counts_immediate_settles_as_graceful() {
+        let a = |n| AgentId::new(n);
+        let (graceful, killed) = classify(
+            [
+                (a(1), RunEnd::Settled),
+                (a(2), RunEnd::Killed),
+                (a(3), RunEnd::Settled),
+            ],
+            &[a(4)],
+        );
+        assert_eq!(graceful, vec![a(1), a(3), a(4)]);
+        assert_eq!(killed, vec![a(2)]);
+    }
+}

@@ -1,0 +1,265 @@
+//! Records as the fold of events: the one function that changes an [`AgentRecord`].
+//!
+//! The runtime's registry writes its records only by [`apply`]ing the lifecycle event it
+//! emits, in sequence order, so the event stream alone rebuilds every record: a subscriber,
+//! a journal replay or a remote mirror folds the same events with the same function and gets
+//! the same records as [`TreeSnapshot::records`](crate::TreeSnapshot::records).
+//!
+//! # Invariants
+//!
+//! * Records are dense by id from the root `a0`, which every fold starts with
+//!   ([`AgentRecord::root`]); an admission event (`spawned` or `queued`) appends the next id
+//!   and adds it to its parent's children, in start order.
+//! * A terminal status is sticky: a second terminal event, or any lifecycle move away from
+//!   a terminal status other than `restarted` and `resumed`, is refused
+//!   ([`FoldError::Transition`]) and changes nothing.
+//! * `usage_reported` adds its delta to the agent's `own` and to the `subtree` of the agent
+//!   and every ancestor, so `subtree == own + Σ children.subtree` after every event.
+//! * Events that change no record (`steered`, `asked`, `context_dropped`) are accepted as
+//!   they are.
+
+use crate::event::{Event, EventKind, EventTally};
+use crate::ids::AgentId;
+use crate::snapshot::AgentRecord;
+use crate::status::{AgentStatus, StatusTransitionError};
+use crate::usage::Usage;
+
+/// An event the records cannot take.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FoldError {
+    /// The event names an agent with no record.
+    #[error("event {seq}: no record of {agent}")]
+    UnknownAgent {
+        /// The event's sequence number.
+        seq: u64,
+        /// The agent it names.
+        agent: AgentId,
+    },
+    /// An admission event whose id is not the next one, or whose parent has no record.
+    #[error("event {seq}: admission of {agent} out of order (next id is a{next})")]
+    OutOfOrder {
+        /// The event's sequence number.
+        seq: u64,
+        /// The agent it names.
+        agent: AgentId,
+        /// The id the next admission must have.
+        next: u64,
+    },
+    /// Usage reported for an agent whose record is terminal: nothing of an agent is
+    /// recorded after its terminal event.
+    #[error("event {seq}: usage of {agent} after its terminal event")]
+    AfterTerminal {
+        /// The event's sequence number.
+        seq: u64,
+        /// The agent it names.
+        agent: AgentId,
+    },
+    /// A status change the agent's status does not allow (terminal is sticky).
+    #[error("event {seq} on {agent}: {source}")]
+    Transition {
+        /// The event's sequence number.
+        seq: u64,
+        /// The agent it names.
+        agent: AgentId,
+        /// The refused move.
+        #[source]
+        source: StatusTransitionError,
+    },
+}
+
+/// Applies one event to `records` (indexed by agent id).
+///
+/// ```
+/// use agent_tree_protocol::{apply, AgentId, AgentRecord, AgentStatus, Event, EventKind, Outcome};
+///
+/// let mut records = vec![AgentRecord::root()];
+/// let event = |seq, kind| Event { seq, agent: AgentId::new(1), parent: Some(AgentId::ROOT), depth: 1, at_ms: seq, kind };
+/// apply(&mut records, &event(1, EventKind::Spawned { agent_type: "w".into(), request_id: None, detached: false })).unwrap();
+/// apply(&mut records, &event(2, EventKind::Started { agent_type: "w".into(), incarnation: 1 })).unwrap();
+/// apply(&mut records, &event(3, EventKind::settled(Outcome::completed("done")))).unwrap();
+/// assert_eq!(records[1].status, AgentStatus::Completed);
+/// assert_eq!(records[0].children, vec![AgentId::new(1)]);
+/// // Terminal is sticky.
+/// assert!(apply(&mut records, &event(4, EventKind::settled(Outcome::completed("again")))).is_err());
+/// ```
+///
+/// # Errors
+///
+/// A [`FoldError`] when the event does not fit the records; the records are unchanged then.
+pub fn apply(records: &mut Vec<AgentRecord>, event: &Event) -> Result<(), FoldError> {
+    let (seq, agent) = (event.seq, event.agent);
+    let index = |id: AgentId| usize::try_from(id.get()).ok();
+    match &event.kind {
+        EventKind::Spawned {
+            agent_type,
+            request_id,
+            detached,
+        }
+        | EventKind::Queued {
+            agent_type,
+            request_id,
+            detached,
+        } => {
+            let next = records.len() as u64;
+            let parent = event.parent.and_then(index).filter(|&p| p < records.len());
+            let (Some(parent), true) = (parent, agent.get() == next) else {
+                return Err(FoldError::OutOfOrder { seq, agent, next });
+            };
+            let status = if matches!(event.kind, EventKind::Queued { .. }) {
+                AgentStatus::Queued
+            } else {
+                AgentStatus::Starting
+            };
+            records[parent].children.push(agent);
+            records.push(AgentRecord {
+                id: agent,
+                agent_type: agent_type.clone(),
+                depth: event.depth,
+                parent: event.parent,
+                children: Vec::new(),
+                status,
+                own: Usage::ZERO,
+                subtree: Usage::ZERO,
+                incarnation: 1,
+                request_id: request_id.clone(),
+                detached: *detached,
+                created_ms: event.at_ms,
+                started_ms: None,
+                ended_ms: None,
+                outcome: None,
+            });
+            Ok(())
+        }
+        EventKind::UsageReported { delta } => {
+            let record = record_mut(records, seq, agent)?;
+            if record.status.is_terminal() {
+                return Err(FoldError::AfterTerminal { seq, agent });
+            }
+            record.own += *delta;
+            let mut cursor = Some(agent);
+            while let Some(at) = cursor {
+                let Some(record) = index(at).and_then(|i| records.get_mut(i)) else {
+                    break;
+                };
+                record.subtree += *delta;
+                cursor = record.parent;
+            }
+            Ok(())
+        }
+        EventKind::Dequeued => advance(records, event, AgentStatus::Starting),
+        EventKind::Completing => advance(records, event, AgentStatus::Completing),
+        EventKind::Started { incarnation, .. } => {
+            advance(records, event, AgentStatus::Running)?;
+            let record = record_mut(records, seq, agent)?;
+            record.incarnation = *incarnation;
+            record.started_ms.get_or_insert(event.at_ms);
+            Ok(())
+        }
+        EventKind::Restarted { incarnation } => {
+            let record = record_mut(records, seq, agent)?;
+            reopen(record);
+            record.incarnation = *incarnation;
+            Ok(())
+        }
+        EventKind::Resumed => {
+            reopen(record_mut(records, seq, agent)?);
+            Ok(())
+        }
+        EventKind::Completed { outcome }
+        | EventKind::Failed { outcome }
+        | EventKind::Aborted { outcome }
+        | EventKind::Killed { outcome } => {
+            let status = event.kind.terminal_status().unwrap_or(outcome.status);
+            advance(records, event, status)?;
+            let record = record_mut(records, seq, agent)?;
+            record.ended_ms = Some(event.at_ms);
+            record.outcome = Some(outcome.clone());
+            Ok(())
+        }
+        EventKind::Steered | EventKind::Asked { .. } | EventKind::ContextDropped => {
+            record_mut(records, seq, agent).map(|_| ())
+        }
+    }
+}
+
+/// A new run of a settled (or restarting) agent: back to `starting`, its outcome cleared.
+fn reopen(record: &mut AgentRecord) {
+    record.status = AgentStatus::Starting;
+    record.outcome = None;
+    record.ended_ms = None;
+}
+
+fn record_mut(
+    records: &mut [AgentRecord],
+    seq: u64,
+    agent: AgentId,
+) -> Result<&mut AgentRecord, FoldError> {
+    usize::try_from(agent.get())
+        .ok()
+        .and_then(|i| records.get_mut(i))
+        .ok_or(FoldError::UnknownAgent { seq, agent })
+}
+
+fn advance(records: &mut [AgentRecord], event: &Event, to: AgentStatus) -> Result<(), FoldError> {
+    let record = record_mut(records, event.seq, event.agent)?;
+    record.status = record
+        .status
+        .advance(to)
+        .map_err(|source| FoldError::Transition {
+            seq: event.seq,
+            agent: event.agent,
+            source,
+        })?;
+    Ok(())
+}
+
+/// Records and tally rebuilt from an event stream.
+///
+/// ```
+/// use agent_tree_protocol::Fold;
+/// let fold = Fold::new();
+/// assert_eq!(fold.records().len(), 1); // the root
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fold {
+    records: Vec<AgentRecord>,
+    tally: EventTally,
+}
+
+impl Default for Fold {
+    fn default() -> Self {
+        Fold::new()
+    }
+}
+
+impl Fold {
+    /// A fold holding only the root record.
+    pub fn new() -> Self {
+        Fold {
+            records: vec![AgentRecord::root()],
+            tally: EventTally::default(),
+        }
+    }
+
+    /// Applies one event and counts it.
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`]; the event is not counted then.
+    pub fn apply(&mut self, event: &Event) -> Result<(), FoldError> {
+        apply(&mut self.records, event)?;
+        self.tally.count(&event.kind);
+        Ok(())
+    }
+
+    /// The records, in id order.
+    pub fn records(&self) -> &[AgentRecord] {
+        &self.records
+    }
+
+    /// The events counted so far, by kind.
+    pub fn tally(&self) -> &EventTally {
+        &self.tally
+    }
+}
