@@ -4,8 +4,6 @@
 //! all of them, every record once seen stays, with the same place in the tree, and a
 //! terminal record keeps its status, outcome and usage.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +15,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use support::{TreeProbe, catalog, delegator, leaf, record, within};
+use crate::support::{TreeProbe, catalog, delegator, leaf, record, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
 
@@ -272,7 +270,7 @@ async fn records_survive_other_branches_starting_and_finishing() {
     assert!(last.check_usage().is_ok(), "{text}");
 
     drop(events);
-    support::shutdown(tree).await;
+    crate::support::shutdown(tree).await;
 }
 
 /// Whether `ancestor` is `id` or above it.

@@ -4,15 +4,13 @@
 //! complete, a failure two levels down is contained by its own owner, and the tree keeps
 //! running new agents, a failing top-level agent included.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-use support::{
+use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, within,
 };
 
@@ -81,7 +79,7 @@ async fn a_failing_agent_fails_alone() {
     let outcome = within("the lead", lead.outcome()).await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(outcome.text.as_deref(), Some("lead survived"));
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
 

@@ -3,8 +3,6 @@
 //! first one to finish), a later peek returns the same kept result, and the owner's final
 //! answer is built from what it read.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -12,7 +10,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use support::{RecordingModel, catalog, delegator, leaf, only_of_type, within};
+use crate::support::{RecordingModel, catalog, delegator, leaf, only_of_type, within};
 
 const FAST: Duration = Duration::from_secs(1);
 const SLOW: Duration = Duration::from_secs(5);
@@ -62,7 +60,7 @@ fn answer_from_results(request: &ModelRequest) -> Option<Result<ModelResponse, M
     if request.agent_type != "lead" || request.turn != 5 {
         return None;
     }
-    let results = support::tool_results(&request.messages);
+    let results = crate::support::tool_results(&request.messages);
     let text_of = |call_id: &str| {
         let result = results
             .iter()

@@ -3,14 +3,12 @@
 //! that panics) gives an error tool result, never a crash: the other calls of the same turn
 //! still run, the agent takes its next turn and completes, and nothing is spawned.
 
-mod support;
-
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
-use support::{RecordingModel, catalog, leaf, within};
+use crate::support::{RecordingModel, catalog, leaf, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -94,7 +92,7 @@ async fn calls_the_agent_cannot_make_are_error_results() {
     let explode = result("call_1_4");
     assert!(explode.is_error, "{explode:?}");
     assert!(explode.content.contains("tool blew up"), "{explode:?}");
-    assert_eq!(support::tool_results(&turn2.messages).len(), 5);
+    assert_eq!(crate::support::tool_results(&turn2.messages).len(), 5);
 
     // An agent without delegation calling orchestration tools by name.
     let plain = within("plain", tree.run(SpawnRequest::new("plain", "try")))
@@ -102,7 +100,7 @@ async fn calls_the_agent_cannot_make_are_error_results() {
         .expect("admitted");
     assert_eq!(plain.text.as_deref(), Some("plain done"), "{plain:?}");
     let snapshot = tree.snapshot();
-    let plain_id = support::only_of_type(&snapshot, "plain");
+    let plain_id = crate::support::only_of_type(&snapshot, "plain");
     let turn2 = model.request(plain_id, 2);
     for call in ["call_1_0", "call_1_1", "call_1_2"] {
         let r = turn2.tool_result(call).expect("answered");

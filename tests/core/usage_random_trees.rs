@@ -4,8 +4,6 @@
 //! `snapshot.check_usage()` holds, and the root's subtree equals the sum of every
 //! `usage_reported` event's delta.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -157,7 +155,9 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
         model.script(f.name.clone(), f.script.clone())
     });
     let tree = Tree::builder()
-        .catalog(support::catalog(flat.iter().map(|f| f.definition.clone())))
+        .catalog(crate::support::catalog(
+            flat.iter().map(|f| f.definition.clone()),
+        ))
         .model(model)
         .config(TreeConfig::default().with_max_total_agents(64))
         .build()
@@ -165,14 +165,14 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let outcome = support::within(
+    let outcome = crate::support::within(
         "the generated tree",
         tree.run(SpawnRequest::new("n0", "go")),
     )
     .await
     .expect("the top-level agent is admitted");
     prop_assert_eq!(outcome.status, flat[0].expected_status);
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot: TreeSnapshot = tree.snapshot();
     let text = snapshot.render_text();
 
@@ -200,7 +200,12 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
     let root = snapshot.root().expect("root record");
     let expected_total: Usage = flat.iter().map(|f| f.expected_own).sum();
     prop_assert_eq!(root.subtree, expected_total, "{}", text);
-    prop_assert_eq!(root.subtree, support::reported_usage(&events), "{}", text);
+    prop_assert_eq!(
+        root.subtree,
+        crate::support::reported_usage(&events),
+        "{}",
+        text
+    );
     prop_assert_eq!(
         snapshot.tally.usage_reported,
         events
@@ -208,7 +213,7 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
             .filter(|e| e.kind.name() == "usage_reported")
             .count() as u64
     );
-    support::within("shutdown", tree.shutdown()).await;
+    crate::support::within("shutdown", tree.shutdown()).await;
     Ok(())
 }
 

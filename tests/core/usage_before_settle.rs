@@ -4,8 +4,6 @@
 //! terminal event was already emitted and the owner's subtree already holds the child's
 //! whole usage (its own and its descendants').
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +15,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use support::{
+use crate::support::{
     RecordingModel, TreeProbe, catalog, delegator, leaf, record, terminal_event, within,
 };
 
@@ -116,7 +114,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
         .await
         .expect("admitted");
     assert!(within("the lead", lead.outcome()).await.is_completed());
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
     assert!(snapshot.check_usage().is_ok(), "{text}");
@@ -213,7 +211,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
     );
     assert_eq!(record(&snapshot, gc).own, Usage::tokens(500, 50));
 
-    support::shutdown(tree).await;
+    crate::support::shutdown(tree).await;
 }
 
 /// A model whose `victim` turn blocks its worker thread inside `poll` until released, and

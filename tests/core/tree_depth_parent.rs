@@ -2,8 +2,6 @@
 //! records, in the lifecycle events, in the model requests and in the tool contexts, for two
 //! independent top-level branches mixing foreground and background spawns.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,7 +12,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use support::{RecordingModel, catalog, delegator, leaf, record, within};
+use crate::support::{RecordingModel, catalog, delegator, leaf, record, within};
 
 fn model() -> ScriptedModel {
     ScriptedModel::new()
@@ -103,7 +101,7 @@ async fn depth_parent_and_root_are_right_at_every_level() {
     let branch_roots = [first.id(), second.id()];
     assert!(within("branch one", first.outcome()).await.is_completed());
     assert!(within("branch two", second.outcome()).await.is_completed());
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
 

@@ -5,8 +5,6 @@
 //! first, and one terminal event, last, matching its final status; the snapshot's tally
 //! counts exactly the events emitted; events survive a JSON round trip.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -16,7 +14,7 @@ use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-use support::{catalog, delegator, leaf, record, within};
+use crate::support::{catalog, delegator, leaf, record, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -172,7 +170,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
 
     // The kinds this run must have produced, with the agent each is about.
     let kind_of = |agent_type: &str| -> Vec<&EventKind> {
-        let ids = support::all_of_type(&snapshot, agent_type);
+        let ids = crate::support::all_of_type(&snapshot, agent_type);
         events
             .iter()
             .filter(|e| ids.contains(&e.agent))

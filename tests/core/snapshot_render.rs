@@ -2,15 +2,13 @@
 //! peak of live agents) and its Graphviz DOT export, checked line for line on a small
 //! finished tree, plus the rendering of a tree with a live agent and DOT escaping of quotes.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::SessionId;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-use support::{catalog, delegator, leaf, within};
+use crate::support::{catalog, delegator, leaf, within};
 
 async fn small_tree() -> Tree {
     let model = ScriptedModel::new()

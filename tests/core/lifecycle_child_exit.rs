@@ -4,8 +4,6 @@
 //! settles only with its own final answer. The same holds one level up: top-level agents
 //! ending never stop the tree's root.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use support::{
+use crate::support::{
     RecordingModel, TreeProbe, catalog, delegator, leaf, record, terminal_event, within,
 };
 
@@ -80,7 +78,7 @@ async fn owner_keeps_running_after_children_exit() {
         .expect("admitted");
     let outcome = within("the lead", lead.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
     let lead = lead.id();
@@ -153,5 +151,5 @@ async fn owner_keeps_running_after_children_exit() {
     assert_eq!(again.text.as_deref(), Some("worked"));
     assert!(tree.snapshot().check_usage().is_ok());
 
-    support::shutdown(tree).await;
+    crate::support::shutdown(tree).await;
 }
