@@ -3,14 +3,12 @@
 //! agent never starts; nested children bypass the pool, so a pooled agent can delegate while
 //! the pool is full.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event, wait_events};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
-use support::harness::{a, idle, outcome_of, started, tree, wait_event, wait_events};
 
 fn workers() -> Catalog {
     Catalog::new([
@@ -214,7 +212,7 @@ async fn nested_children_bypass_a_full_pool() {
         tree.record(waiting.id()).unwrap().status,
         AgentStatus::Queued
     );
-    let outcome = tokio::time::timeout(support::harness::GUARD, boss.outcome())
+    let outcome = tokio::time::timeout(crate::support::harness::GUARD, boss.outcome())
         .await
         .expect("the pooled boss deadlocked on its children");
     assert!(outcome.is_completed(), "{}", outcome.summary());

@@ -8,15 +8,13 @@
 //! Randomized from fixed seeds (a seeded PRNG builds the scripts and the application's
 //! schedule), on a paused clock, so each seed replays identically.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::support::harness::{GUARD, Recorder, Rng, answered_calls};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use support::harness::{GUARD, Recorder, Rng, answered_calls};
 
 const MAX_DEPTH: u32 = 3;
 const MAX_CHILDREN: usize = 3;
@@ -97,7 +95,7 @@ async fn storm(seed: u64) -> Tally {
         .with_max_children_per_agent(MAX_CHILDREN)
         .with_max_total_agents(MAX_TOTAL)
         .with_max_concurrent(MAX_CONCURRENT);
-    let tree = support::harness::tree(model.clone(), catalog(), config).await;
+    let tree = crate::support::harness::tree(model.clone(), catalog(), config).await;
     let mut events = tree.subscribe();
     let mut tally = Tally::default();
 
@@ -198,7 +196,7 @@ async fn storm(seed: u64) -> Tally {
             if !result.is_error {
                 tally.attempts += 1;
                 tally.admitted += 1;
-                let child = support::harness::spawned_id(&result);
+                let child = crate::support::harness::spawned_id(&result);
                 let record = snapshot.record(child).expect("the admitted child exists");
                 assert_eq!(record.parent, Some(request.agent), "seed {seed}");
                 assert_eq!(record.depth, request.depth + 1);
@@ -225,7 +223,7 @@ async fn storm(seed: u64) -> Tally {
         .iter()
         .flat_map(answered_calls)
         .filter(|(call, result)| call.name == "Agent" && !result.is_error)
-        .map(|(_, result)| support::harness::spawned_id(&result))
+        .map(|(_, result)| crate::support::harness::spawned_id(&result))
         .collect();
     for record in snapshot.agents() {
         let owner = record.parent.expect("agents have owners");

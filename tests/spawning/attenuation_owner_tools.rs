@@ -2,12 +2,10 @@
 //! `TreeConfig::with_attenuated_tools(true)` it gets only the user tools its owner also
 //! holds, transitively down the tree, and a tool it lacks is refused when called.
 
-mod support;
-
+use crate::support::harness::{a, idle, results, tools, tree_with_tools};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
-use support::harness::{a, idle, results, tools, tree_with_tools};
 
 const USER_TOOLS: [&str; 3] = ["read", "write", "bash"];
 

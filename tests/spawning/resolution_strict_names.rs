@@ -4,12 +4,10 @@
 //! type `general-purpose` is never substituted; the caller's allowlist is checked again after
 //! resolution; and error messages list only the types the caller may reach.
 
-mod support;
-
+use crate::support::harness::{a, idle, results, spawned_id, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Message;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use support::harness::{a, idle, results, spawned_id, tree};
 
 /// writer / Writer differ only in case; `old` is disabled; `general-purpose` is the
 /// project's fallback type; `secret` exists but is outside `lead`'s allowlist.

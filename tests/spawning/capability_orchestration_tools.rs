@@ -7,12 +7,10 @@
 //! Every verdict is read from what the agent was offered (the scripted model's log) and from
 //! the tool results it received when it tried to spawn anyway.
 
-mod support;
-
+use crate::support::harness::{a, results, tools, tree, tree_with_tools};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
-use support::harness::{a, results, tools, tree, tree_with_tools};
 
 fn has_orchestration(offered: &[String]) -> Vec<&'static str> {
     ORCHESTRATION_TOOLS

@@ -4,15 +4,15 @@
 //! defaults change under it; and depth, parent or root fields forged into an `Agent` tool
 //! input are ignored.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{
+    Recorder, a, idle, outcome_of, results, started, tools, tree, wait_event,
+};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
-use support::harness::{Recorder, a, idle, outcome_of, results, started, tools, tree, wait_event};
 
 const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 
@@ -103,7 +103,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     tree.set_branch_defaults(new, 2);
     assert_eq!(tree.catalog().get("link").unwrap().prompt, "v2");
 
-    let outcome = tokio::time::timeout(support::harness::GUARD, first.outcome())
+    let outcome = tokio::time::timeout(crate::support::harness::GUARD, first.outcome())
         .await
         .unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -188,7 +188,7 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
     )
     .await;
     let mut top = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
-    let outcome = tokio::time::timeout(support::harness::GUARD, top.outcome())
+    let outcome = tokio::time::timeout(crate::support::harness::GUARD, top.outcome())
         .await
         .unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());

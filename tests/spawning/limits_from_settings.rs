@@ -5,18 +5,16 @@
 //! with reason `max_turns`; and `inherit_context` is honoured at depth 2 and dropped (with a
 //! `context_dropped` event) at depth 3.
 
-mod support;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::support::harness::{Recorder, a, idle, outcome_of, results, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ControlScope, TreeError};
 use serde_json::json;
-use support::harness::{Recorder, a, idle, outcome_of, results, tree};
 
 /// A settings file in the temp dir with a name no other test (or process) uses; removed on
 /// drop.
