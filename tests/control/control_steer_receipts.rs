@@ -3,16 +3,14 @@
 //! delivered in order at its first turn; a steer enters the conversation at the next turn
 //! boundary with one `steered` event each; a settled agent refuses steers, naming its status.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{Recorder, a, idle, outcome_of, started, tree, wait_event};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
-use support::harness::{Recorder, a, idle, outcome_of, started, tree, wait_event};
 
 fn catalog() -> Catalog {
     Catalog::new([

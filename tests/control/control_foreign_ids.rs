@@ -4,8 +4,6 @@
 //! the same error text (up to the echoed id), so ids cannot be probed; a refused steer reaches
 //! nobody, while the caller's own child is read and steered normally.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::FnTool;
@@ -15,7 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use support::{RecordingModel, ToolResult, catalog, delegator, leaf, record, within};
+use crate::support::{RecordingModel, ToolResult, catalog, delegator, leaf, record, within};
 
 const INNER_WORK: Duration = Duration::from_secs(20);
 
@@ -131,7 +129,7 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
         .await
         .expect("admitted");
     assert!(within("the lead", lead.outcome()).await.is_completed());
-    let events = support::events_at_idle(&tree, &mut events).await;
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
 

@@ -4,18 +4,16 @@
 //! a background child's completion notice enters its owner's conversation only, never an
 //! ancestor's, another branch's or the root's.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{
+    Recorder, a, id_of, idle, outcome_of, results, status_of, tree, wait_event,
+};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
-use support::harness::{
-    Recorder, a, id_of, idle, outcome_of, results, status_of, tree, wait_event,
-};
 
 fn ask(question: &str) -> Call {
     Call::tool("ask_owner", json!({ "question": question }))

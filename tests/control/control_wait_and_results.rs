@@ -3,15 +3,13 @@
 //! results are kept until read and reading never removes them; and a background child's
 //! completion notice still reaches its owner after a wait on it was cut short.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{Recorder, a, idle, results, status_of, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
-use support::harness::{Recorder, a, idle, results, status_of, tree};
 
 fn catalog() -> Catalog {
     Catalog::new([

@@ -3,17 +3,15 @@
 //! messages and the new prompt); children spawned during a resumed run never outlive it,
 //! whatever the definition's settle policy; and only the owner may resume.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::harness::{
+    Recorder, a, idle, outcome_of, results, started, status_of, tree, wait_event,
+};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
-use support::harness::{
-    Recorder, a, idle, outcome_of, results, started, status_of, tree, wait_event,
-};
 
 fn resume(id: &str, prompt: &str) -> Call {
     Call::tool("Agent", json!({ "resume": id, "prompt": prompt }))
@@ -197,7 +195,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
         .unwrap();
     assert_eq!(first.text.as_deref(), Some("first"));
     let mut handle = tree.resume(a(1), "more").await.unwrap();
-    let second = tokio::time::timeout(support::harness::GUARD, handle.outcome())
+    let second = tokio::time::timeout(crate::support::harness::GUARD, handle.outcome())
         .await
         .unwrap();
     assert_eq!(second.text.as_deref(), Some("second"));

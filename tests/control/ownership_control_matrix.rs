@@ -13,17 +13,15 @@
 //! turn, which deeper agents take first (their turns end earlier), so no owner aborts a
 //! subtree before its agents have made their calls.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::harness::{GUARD, Rng, a, idle, status_of, wait_events};
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Message};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
-use support::harness::{GUARD, Rng, a, idle, status_of, wait_events};
 
 const NODES: usize = 112;
 const TOP_LEVEL: usize = 4;
@@ -105,7 +103,8 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
         .with_max_total_agents(NODES + 16)
         .with_control_scope(scope);
     let tree =
-        support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config).await;
+        crate::support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config)
+            .await;
     let mut events = tree.subscribe();
     for i in 0..TOP_LEVEL {
         tree.spawn(SpawnRequest::new(type_name(i), "build").background())
