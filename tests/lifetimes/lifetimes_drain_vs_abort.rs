@@ -12,8 +12,6 @@
 //!   agent in `completing` takes no turns, so nothing in the public API can even attempt a
 //!   spawn under it; its children list stays as it was.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -22,9 +20,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, HookContext, HookError};
 use serde_json::json;
 
-use support::harness::{a, tree, wait_event};
-use support::lifetimes::{CallEnd, Watched, hanging, ms, terminal};
-use support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::harness::{a, tree, wait_event};
+use crate::support::lifetimes::{CallEnd, Watched, hanging, ms, terminal};
+use crate::support::{catalog, delegator, leaf, terminal_event, within};
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
 /// background, then `lead_then`.
@@ -354,7 +352,7 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
 #[tokio::test(start_paused = true)]
 async fn the_completing_root_refuses_new_top_level_spawns() {
     // A shutdown puts the root in `completing`; a hook of a draining agent tries to spawn.
-    let cell = support::lifetimes::TreeCell::new();
+    let cell = crate::support::lifetimes::TreeCell::new();
     let tried: std::sync::Arc<parking_lot::Mutex<Vec<Result<AgentId, SpawnError>>>> =
         std::sync::Arc::default();
     let (hook_cell, log) = (cell.clone(), tried.clone());

@@ -5,8 +5,6 @@
 //! its owner's `abort_subagent` tool), a shutdown of its owner's subtree and a tree shutdown
 //! all reach it. Its usage still bills up to its owner and every ancestor.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -15,9 +13,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ABORT_TOOL, EventStream};
 use serde_json::json;
 
-use support::harness::{a, tree};
-use support::lifetimes::{CallEnd, Watched, hanging};
-use support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{CallEnd, Watched, hanging};
+use crate::support::{catalog, delegator, leaf, terminal_event, within};
 
 const LATER: Duration = Duration::from_secs(10);
 

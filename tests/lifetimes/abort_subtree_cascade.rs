@@ -8,8 +8,6 @@
 //! agent — by the application or by its owner's `abort_subagent` tool — reaches exactly its
 //! subtree.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -19,9 +17,9 @@ use agent_tree::protocol::{EndReason, Event, EventKind, TreeSnapshot};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-use support::harness::{a, tree};
-use support::lifetimes::{CallEnd, Watched};
-use support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{CallEnd, Watched};
+use crate::support::{catalog, delegator, leaf, terminal_event, within};
 
 const AGENTS: usize = 11;
 

@@ -8,16 +8,14 @@
 //!   outcome in the order given, whatever order they ended in; nothing is aborted.
 //! * Cancelling a wait (dropping it) aborts nothing, even when a member fails afterwards.
 
-mod support;
-
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, WaitPolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::{Value, json};
 
-use support::harness::{a, tree};
-use support::lifetimes::{CallEnd, Watched, ms};
-use support::{catalog, delegator, leaf, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{CallEnd, Watched, ms};
+use crate::support::{catalog, delegator, leaf, within};
 
 fn answer_after(text: &str, delay: u64) -> Script {
     Script::new([Turn::answer(text).after(ms(delay))])

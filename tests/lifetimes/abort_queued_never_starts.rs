@@ -3,15 +3,13 @@
 //! `aborted` at once, and the queue moves on to the next agent in FIFO order. A shutdown
 //! settles queued agents the same way.
 
-mod support;
-
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
-use support::harness::{a, tree};
-use support::lifetimes::{Watched, hanging, ms};
-use support::{catalog, leaf, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{Watched, hanging, ms};
+use crate::support::{catalog, leaf, within};
 
 /// A pool of one: a1 runs (hanging), a2 and a3 wait in the queue.
 async fn full_pool() -> (Tree, Watched, agent_tree::EventStream) {

@@ -12,8 +12,6 @@
 //! * After a shutdown, records and outcomes stay readable and no agent actor is alive.
 //! * `shutdown_agent(id)` stops only that subtree; siblings keep running and finish.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,9 +22,9 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{ControlError, HookContext, HookError, SHUTDOWN_KILL_WAIT};
 use parking_lot::Mutex;
 
-use support::harness::a;
-use support::lifetimes::{CallEnd, TreeCell, Watched, hanging, ms};
-use support::{catalog, delegator, leaf, within};
+use crate::support::harness::a;
+use crate::support::lifetimes::{CallEnd, TreeCell, Watched, hanging, ms};
+use crate::support::{catalog, delegator, leaf, within};
 
 /// Each agent's terminal event settles after every one of its children's.
 fn assert_bottom_up(tree: &Tree, events: &[Event]) {

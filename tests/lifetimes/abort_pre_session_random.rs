@@ -20,8 +20,6 @@
 //! at all), that the target has no children and no child record was ever admitted, and that
 //! it settled `aborted`.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,9 +30,9 @@ use agent_tree::{AGENT_TOOL, BoxFuture, HookContext, HookError, ToolContext, Too
 use parking_lot::Mutex;
 use serde_json::json;
 
-use support::harness::{GUARD, Rng, started, wait_event};
-use support::lifetimes::TreeCell;
-use support::{catalog, delegator, leaf};
+use crate::support::harness::{GUARD, Rng, started, wait_event};
+use crate::support::lifetimes::TreeCell;
+use crate::support::{catalog, delegator, leaf};
 
 /// A tiny model: an owner spawns a target, a target spawns a child; every later turn
 /// hangs. It counts calls per agent.
