@@ -11,8 +11,6 @@
 //! agent supervisor and the tree's root alike. Past the root's intensity the root fails and
 //! every agent is aborted.
 
-mod support;
-
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -20,9 +18,9 @@ use agent_tree::protocol::{EndReason, Event, EventKind, Message, RestartPolicy, 
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 
-use support::harness::{a, tree};
-use support::lifetimes::{CallEnd, Watched, collect_until, hanging, restarted, terminal};
-use support::{catalog, delegator, leaf, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{CallEnd, Watched, collect_until, hanging, restarted, terminal};
+use crate::support::{catalog, delegator, leaf, within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -420,7 +418,7 @@ async fn restarted_by_boss(rerun: Rerun) {
     assert_eq!(first_again.messages, vec![Message::user("supervise flaky")]);
     // The new run spawns new children (a5, a6) and waits on the new flaky one, which hangs.
     let (flaky2, idle2) = (a(5), a(6));
-    let spawn_results = |calls: &[support::lifetimes::CallRecord]| -> Option<Vec<String>> {
+    let spawn_results = |calls: &[crate::support::lifetimes::CallRecord]| -> Option<Vec<String>> {
         calls
             .iter()
             .filter(|c| c.agent == sup && c.incarnation == 2)

@@ -4,15 +4,13 @@
 //! there are, because the oldest restart has left the window by the time of each new one;
 //! and bursts separated by a quiet second each get the full budget again.
 
-mod support;
-
 use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, EndReason, Event, EventKind, RestartPolicy, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-use support::harness::{a, tree};
-use support::lifetimes::{Watched, ms};
-use support::{catalog, delegator, leaf, within};
+use crate::support::harness::{a, tree};
+use crate::support::lifetimes::{Watched, ms};
+use crate::support::{catalog, delegator, leaf, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
 /// after the given delays (ms, each from the start of its incarnation) and whose next

@@ -11,8 +11,6 @@
 //! it hangs in a model call. A child killed at a shutdown deadline is never restarted: the
 //! last test checks that for every restart type.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +20,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use agent_tree::{HookContext, HookError};
 use serde_json::json;
 
-use support::harness::{GUARD, a, tree, wait_event};
-use support::lifetimes::{Watched, collect_until, hanging, restarted, restarts};
-use support::{catalog, delegator, leaf, within};
+use crate::support::harness::{GUARD, a, tree, wait_event};
+use crate::support::lifetimes::{Watched, collect_until, hanging, restarted, restarts};
+use crate::support::{catalog, delegator, leaf, within};
 
 const TASK: &str = "the original task";
 
