@@ -1,13 +1,15 @@
 //! Resume: refused while the agent is running or queued (the error names the status);
 //! resuming a settled child continues its conversation (the next model call sees the old
 //! messages and the new prompt); children spawned during a resumed run never outlive it,
-//! whatever the definition's settle policy; and only the owner may resume.
+//! whatever the definition's settle policy; and only the owner may resume. Resuming a run
+//! that was killed continues that run's conversation, not an older one.
 
 use std::time::Duration;
 
 use crate::support::harness::{
     Recorder, a, idle, outcome_of, results, started, status_of, tree, wait_event,
 };
+use crate::support::{WAIT_LIMIT, user_texts};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -284,4 +286,38 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
     assert_eq!(status_of(read), "completed");
     assert!(read.content.contains("two done"));
     tree.shutdown().await;
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// Resume continues the agent's conversation: a run that was killed (`Tree::kill`) is not
+/// silently replaced by an older run's conversation.
+#[tokio::test(start_paused = true)]
+async fn resuming_a_killed_run_keeps_that_runs_conversation() {
+    let scripted = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::answer("first done"),
+            Turn::hang(),
+            Turn::answer("third"),
+        ]),
+    );
+    let recorder = Recorder::new(scripted);
+    let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
+    let out = tree.run(SpawnRequest::new("w", "task one")).await.unwrap();
+    assert_eq!(out.status, AgentStatus::Completed);
+    let _h = tree.resume(a(1), "task two").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tree.kill(a(1)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(tree.record(a(1)).unwrap().status, AgentStatus::Killed);
+    let mut h = tree.resume(a(1), "task three").await.unwrap();
+    let _ = tokio::time::timeout(WAIT_LIMIT, h.outcome()).await.unwrap();
+    let last = recorder.of(a(1)).last().cloned().unwrap();
+    let texts = user_texts(&last.messages);
+    assert!(
+        texts.contains(&"task two".to_owned()),
+        "the killed run's prompt vanished from the resumed conversation: {texts:?}"
+    );
 }

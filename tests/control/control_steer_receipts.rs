@@ -2,9 +2,12 @@
 //! `Queued` while it waits for a pool slot); steers sent before the session exists are
 //! delivered in order at its first turn; a steer enters the conversation at the next turn
 //! boundary with one `steered` event each; a settled agent refuses steers, naming its status.
+//! A steer to a completing agent is refused, and one delivered during what turns out to be
+//! the last turn is read in one more turn (or refused).
 
 use std::time::Duration;
 
+use crate::support::delegator_of_all;
 use crate::support::harness::{Recorder, a, idle, outcome_of, started, tree, wait_event};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
@@ -136,4 +139,71 @@ async fn steering_the_root_or_an_unknown_id_is_refused_alike() {
         assert_eq!(err.to_string(), format!("no subagent {id} of yours"));
     }
     tree.shutdown().await;
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// A steer to a draining (completing) agent is refused: no turn would ever read it.
+#[tokio::test(start_paused = true)]
+async fn a_steer_to_a_completing_agent_is_refused() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([Call::spawn_background("slow", "x")]),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "slow",
+            Script::new([Turn::answer("slow").after(Duration::from_secs(1))]),
+        );
+    let catalog = Catalog::new([
+        delegator_of_all("boss").with_settle(SettlePolicy::Drain),
+        AgentDefinition::new("slow", ""),
+    ])
+    .unwrap();
+    let tree = tree(model, catalog, TreeConfig::default()).await;
+    let h = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        tree.record(h.id()).unwrap().status,
+        agent_tree::protocol::AgentStatus::Completing
+    );
+    let receipt = tree.steer(h.id(), "please also do X").await;
+    assert!(
+        receipt.is_err(),
+        "receipt {receipt:?} but no turn will ever read it"
+    );
+}
+
+/// A steer that arrives during the turn that turns out to be the last is read: the model
+/// gets one more turn with it (a `steered` event), or the steer is refused.
+#[tokio::test(start_paused = true)]
+async fn a_delivered_steer_is_read_or_refused() {
+    let model = ScriptedModel::new().script(
+        "worker",
+        Script::new([
+            Turn::answer("done").after(Duration::from_millis(100)),
+            Turn::answer("done, with X"),
+        ]),
+    );
+    let catalog = Catalog::new([AgentDefinition::new("worker", "")]).unwrap();
+    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let mut events = tree.subscribe();
+    let mut h = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let receipt = tree.steer(h.id(), "also do X").await;
+    let _ = h.outcome().await;
+    let mut steered = 0;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.next()).await {
+        if matches!(e.kind, EventKind::Steered) {
+            steered += 1;
+        }
+    }
+    assert!(
+        receipt.is_err() || (model.calls_by(h.id()) == 2 && steered == 1),
+        "receipt {receipt:?}, but model calls {} and steered events {steered}",
+        model.calls_by(h.id())
+    );
 }

@@ -3,7 +3,8 @@
 //! its status stays `running` and its in-flight model call is not cancelled, and it later
 //! completes on its own. An explicit abort of the detached child (by the application or by
 //! its owner's `abort_subagent` tool), a shutdown of its owner's subtree and a tree shutdown
-//! all reach it. Its usage still bills up to its owner and every ancestor.
+//! all reach it. Its usage still bills up to its owner and every ancestor. A detached child
+//! resumed by a later run of its owner stays detached.
 
 use std::time::Duration;
 
@@ -15,7 +16,9 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{CallEnd, Watched, hanging};
-use crate::support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::{
+    WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, terminal_event, within,
+};
 
 const LATER: Duration = Duration::from_secs(10);
 
@@ -271,4 +274,48 @@ async fn a_subtree_shutdown_of_its_owner_reaches_a_detached_child() {
     );
     assert_eq!(tree.alive_actors(), [a(1)]);
     tree.shutdown().await;
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// A detached child from an earlier incarnation, resumed by the restarted owner, is still
+/// detached: the owner's end does not abort it.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([
+                    Call::spawn_background("kid", "x").with_field("detached", json!(true))
+                ]),
+                Turn::fail("crash").after(Duration::from_millis(50)),
+                // restarted incarnation: resume the detached child, then finish
+                Turn::calls([Call::tool(
+                    "Agent",
+                    json!({ "resume": "a2", "prompt": "more", "background": true }),
+                )]),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script("kid", Script::new([Turn::answer("kid 1"), Turn::hang()]));
+    let catalog = Catalog::new([
+        delegator_of_all("boss").with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("kid", ""),
+    ])
+    .unwrap();
+    let tree = tree(model, catalog, TreeConfig::default()).await;
+    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+    let out = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
+        .await
+        .unwrap();
+    assert_eq!(out.status, AgentStatus::Completed, "{out:?}");
+    assert_eq!(tree.record(a(1)).unwrap().incarnation, 2);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let kid = tree.record(a(2)).unwrap();
+    assert!(
+        kid.status.is_live(),
+        "the detached child was aborted with its owner: {:?}",
+        kid.outcome
+    );
 }

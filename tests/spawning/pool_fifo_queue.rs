@@ -1,10 +1,12 @@
 //! The `max_concurrent` pool: top-level background agents beyond the pool are `queued` and
 //! start in FIFO order as slots free; raising the limit drains the queue; an aborted queued
 //! agent never starts; nested children bypass the pool, so a pooled agent can delegate while
-//! the pool is full.
+//! the pool is full. A freed slot goes to the head of the queue, never to a newcomer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::WAIT_LIMIT;
 use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event, wait_events};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
@@ -233,4 +235,60 @@ async fn nested_children_bypass_a_full_pool() {
     assert_eq!(waited.status, AgentStatus::Completed);
     assert!(waited.started_ms.unwrap() >= boss_end);
     tree.shutdown().await;
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// A slot freed by a finishing pooled agent goes to the agent at the head of the queue, not
+/// to a spawn made in the meantime (FIFO; a stream of spawns cannot starve the queue).
+#[tokio::test(start_paused = true)]
+async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
+    let model = ScriptedModel::new()
+        .script(
+            "first",
+            Script::new([Turn::answer("a").after(Duration::from_millis(10))]),
+        )
+        .script("w", Script::new([Turn::answer("w")]));
+    let catalog = Catalog::new([
+        AgentDefinition::new("first", ""),
+        AgentDefinition::new("w", ""),
+    ])
+    .unwrap();
+    let tree = Arc::new(tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await);
+    let mut events = tree.subscribe();
+    let mut first = tree
+        .spawn(SpawnRequest::new("first", "go").background())
+        .await
+        .unwrap();
+    let queued = tree
+        .spawn(SpawnRequest::new("w", "queued").background())
+        .await
+        .unwrap();
+    assert_eq!(
+        tree.record(queued.id()).unwrap().status,
+        AgentStatus::Queued
+    );
+    // An application task that starts more work as soon as earlier work finishes.
+    let t = tree.clone();
+    let late = tokio::spawn(async move {
+        let _ = first.outcome().await;
+        // The slot is free now; the queued agent is first in line.
+        t.spawn(SpawnRequest::new("w", "late").background())
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let _ = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
+    let mut order = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.next()).await {
+        if matches!(e.kind, EventKind::Started { .. }) {
+            order.push(e.agent);
+        }
+    }
+    assert_eq!(
+        order,
+        vec![a(1), queued.id(), late.id()],
+        "FIFO: the queued agent must start before the newcomer"
+    );
 }

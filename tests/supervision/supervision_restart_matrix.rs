@@ -5,11 +5,14 @@
 //!
 //! A restart keeps the `AgentId`, bumps the incarnation, emits `restarted`, keeps the usage
 //! already spent (the agent's own usage accumulates across incarnations), and re-runs the
-//! original request: the new incarnation's first model call sees the original prompt only.
+//! original request: the new incarnation's first model call sees the original prompt only
+//! (and an inherited context again, when the spawn inherited one).
 //!
 //! The `killed` exit is `Tree::kill` (Erlang's `exit(Pid, kill)`) of the child's actor while
-//! it hangs in a model call. A child killed at a shutdown deadline is never restarted: the
-//! last test checks that for every restart type.
+//! it hangs in a model call. A child killed at a shutdown deadline is never restarted:
+//! `killed_at_a_shutdown_deadline_is_never_restarted` checks that for every restart type. No
+//! restart follows an abort, wherever the restart decision stood when it landed, and a
+//! restartable detached child whose owner already ended settles for good.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +23,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use agent_tree::{HookContext, HookError};
 use serde_json::json;
 
-use crate::support::harness::{GUARD, a, tree, wait_event};
+use crate::support::harness::{GUARD, Recorder, a, tree, wait_event};
 use crate::support::lifetimes::{Watched, collect_until, hanging, restarted, restarts};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within};
 
 const TASK: &str = "the original task";
 
@@ -421,4 +424,115 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             assert!(tree.alive_actors().is_empty(), "{name}");
         }
     }
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// A restartable detached child whose owner already settled has no one to decide a restart:
+/// its exit is final at once, its slot freed and its watchers told.
+#[tokio::test(start_paused = true)]
+async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([
+                    Call::spawn_background("flaky", "x").with_field("detached", json!(true))
+                ]),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "flaky",
+            Script::new([Turn::fail("connection reset").after(Duration::from_millis(100))]),
+        );
+    let catalog = Catalog::new([
+        delegator_of_all("boss"),
+        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+    ])
+    .unwrap();
+    let tree = tree(model, catalog, TreeConfig::default()).await;
+    let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(boss.is_completed());
+    let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "stuck: live={} flaky={:?} (outcome recorded, never final)",
+        tree.live(),
+        tree.record(a(2)).map(|r| r.status)
+    );
+}
+
+/// "An abort is the owner's or the application's intent and never restarts": whether the
+/// abort lands while the failed agent awaits the root's restart decision or after the root
+/// restarted it, no model call and no restart follows the abort.
+#[tokio::test(start_paused = true)]
+async fn an_abort_is_never_followed_by_a_restart() {
+    let model = ScriptedModel::new().script(
+        "flaky",
+        Script::new([Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")]),
+    );
+    let catalog =
+        Catalog::new([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)])
+            .unwrap();
+    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let mut events = tree.subscribe();
+    let h = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
+    loop {
+        let e = events.next().await.unwrap();
+        if e.agent == h.id() && matches!(e.kind, EventKind::Failed { .. }) {
+            break;
+        }
+    }
+    tree.abort(h.id()).unwrap();
+    let calls_at_abort = model.calls_by(h.id());
+    let restarts_at_abort = tree.record(h.id()).unwrap().incarnation;
+    tokio::time::timeout(WAIT_LIMIT, tree.idle()).await.unwrap();
+    let rec = tree.record(h.id()).unwrap();
+    assert!(rec.status.is_terminal());
+    assert_eq!(
+        (rec.incarnation, model.calls_by(h.id())),
+        (restarts_at_abort, calls_at_abort),
+        "restarted after the abort: {:?}",
+        rec.outcome
+    );
+}
+
+/// A restart "re-runs the original spawn request": a child spawned with
+/// `inherit_context` gets its owner's conversation again in its restarted incarnation.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_child_keeps_its_inherited_context() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([Call::spawn("heir", "child task")]),
+                Turn::answer("ok"),
+            ]),
+        )
+        .script(
+            "heir",
+            Script::new([Turn::fail("transient"), Turn::answer("done")]),
+        );
+    let recorder = Recorder::new(scripted);
+    let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
+    heir.inherit_context = true;
+    let catalog = Catalog::new([delegator_of_all("boss"), heir]).unwrap();
+    let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
+    let out = tree
+        .run(SpawnRequest::new("boss", "SECRET owner context"))
+        .await
+        .unwrap();
+    assert_eq!(out.status, AgentStatus::Completed);
+    let runs = recorder.of(a(2));
+    assert_eq!(runs.len(), 2, "one failed turn, one restarted turn");
+    assert!(
+        user_texts(&runs[0].messages).contains(&"SECRET owner context".to_owned()),
+        "first incarnation inherits"
+    );
+    assert!(
+        user_texts(&runs[1].messages).contains(&"SECRET owner context".to_owned()),
+        "restarted incarnation lost the inherited context: {:?}",
+        user_texts(&runs[1].messages)
+    );
 }

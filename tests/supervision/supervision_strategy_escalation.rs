@@ -9,10 +9,12 @@
 //! the original cause; its live children are aborted first (bottom-up); its own owner sees
 //! that failure (a foreground spawn's result), and restarts it when it is permanent — an
 //! agent supervisor and the tree's root alike. Past the root's intensity the root fails and
-//! every agent is aborted.
+//! every agent is aborted, stranding no queued agent. A queued sibling, or one a shutdown
+//! reaches meanwhile, does not hold up a restart plan.
 
 use std::time::Duration;
 
+use agent_tree::HookContext;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, Message, RestartPolicy, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
@@ -20,7 +22,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{CallEnd, Watched, collect_until, hanging, restarted, terminal};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{WAIT_LIMIT, catalog, delegator, leaf, within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -679,4 +681,123 @@ async fn every_strategy_escalates_past_the_intensity() {
         }
         tree.shutdown().await;
     }
+}
+
+// Review regressions: each test below holds a defect a review of the runtime found.
+
+/// Root escalation with the pool full leaves no queued top-level agent behind.
+#[tokio::test(start_paused = true)]
+async fn root_escalation_strands_no_queued_agent() {
+    let model = ScriptedModel::new()
+        .script(
+            "flaky",
+            Script::new([Turn::fail("a"), Turn::fail("b"), Turn::fail("c")]),
+        )
+        .script("leaf", Script::new([Turn::answer("leaf")]));
+    let catalog = Catalog::new([
+        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("leaf", ""),
+    ])
+    .unwrap();
+    let config = TreeConfig::default().with_max_concurrent(1);
+    let tree = tree(model, catalog, config).await;
+    let _a = tree
+        .spawn(SpawnRequest::new("flaky", "go").background())
+        .await
+        .unwrap();
+    let b = tree
+        .spawn(SpawnRequest::new("leaf", "go").background())
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "stuck: live={} queued leaf={:?} root={:?}",
+        tree.live(),
+        tree.record(b.id()).map(|r| r.status),
+        tree.record(a(0)).map(|r| r.status)
+    );
+}
+
+/// Root `one_for_all` with a full pool: a queued sibling is neither stopped nor restarted by
+/// the plan (it has nothing to stop), so the failed agent restarts and everything settles.
+#[tokio::test(start_paused = true)]
+async fn one_for_all_with_a_queued_sibling_does_not_hang() {
+    let model = ScriptedModel::new()
+        .script(
+            "flaky",
+            Script::new([Turn::fail("boom"), Turn::answer("ok")]),
+        )
+        .script("leaf", Script::new([Turn::answer("leaf")]));
+    let catalog = Catalog::new([
+        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("leaf", ""),
+    ])
+    .unwrap();
+    let config = TreeConfig::default()
+        .with_max_concurrent(1)
+        .with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
+    let tree = tree(model, catalog, config).await;
+    let f = tree
+        .spawn(SpawnRequest::new("flaky", "go").background())
+        .await
+        .unwrap();
+    let l = tree
+        .spawn(SpawnRequest::new("leaf", "go").background())
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "stuck: live={} flaky={:?} (awaiting) leaf={:?}",
+        tree.live(),
+        tree.record(f.id()).map(|r| (r.status, r.incarnation)),
+        tree.record(l.id()).map(|r| r.status),
+    );
+}
+
+/// A sibling the plan is stopping that a shutdown also reached settles final, not held: the
+/// plan moves on past it and the failed agent is restarted.
+#[tokio::test(start_paused = true)]
+async fn a_restart_plan_survives_a_sibling_shut_down_meanwhile() {
+    let model = ScriptedModel::new()
+        .script(
+            "flaky",
+            Script::new([
+                Turn::fail("boom").after(Duration::from_millis(100)),
+                Turn::answer("ok"),
+            ]),
+        )
+        .script("idler", Script::new([Turn::hang()]));
+    let catalog = Catalog::new([
+        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("idler", ""),
+    ])
+    .unwrap();
+    let config =
+        TreeConfig::default().with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
+    let tree = Tree::builder()
+        .config(config)
+        .catalog(catalog)
+        .model(model)
+        .on_shutdown(|_ctx: HookContext| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(())
+        })
+        .build()
+        .await
+        .unwrap();
+    let f = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
+    let i = tree.spawn(SpawnRequest::new("idler", "go")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let report = tree.shutdown_agent(i.id()).await.unwrap();
+    assert_eq!(report.graceful, vec![i.id()]);
+    let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "stuck: live={} flaky={:?} outcome={:?}",
+        tree.live(),
+        tree.record(f.id()).map(|r| (r.status, r.incarnation)),
+        tree.outcome(f.id()),
+    );
 }

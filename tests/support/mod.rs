@@ -80,6 +80,15 @@ impl Seen {
     }
 }
 
+/// The contents of a conversation's user messages, in order.
+pub(crate) fn user_texts(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .collect()
+}
+
 /// A tool result message, unpacked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ToolResult {
