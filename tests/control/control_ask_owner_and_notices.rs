@@ -12,10 +12,8 @@
 
 use std::time::Duration;
 
-use crate::support::harness::{
-    Recorder, a, id_of, idle, outcome_of, results, status_of, tree, wait_event,
-};
-use crate::support::{WAIT_LIMIT, ask, delegator_of_all, user_texts};
+use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree, wait_event};
+use crate::support::{RecordingModel, WAIT_LIMIT, ask, delegator_of_all, user_texts};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -58,7 +56,7 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
                 Turn::answer("I chose blue"),
             ]),
         );
-    let model = Recorder::new(scripted.clone());
+    let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -71,7 +69,7 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
     assert!(asked.content.contains("which colour?"));
     // ...which also entered its conversation.
     assert!(
-        model.of(a(1))[1]
+        model.calls_of(a(1))[1]
             .messages
             .iter()
             .any(|m| m.role == Role::User
@@ -177,7 +175,7 @@ async fn completion_notices_go_to_the_direct_owner_only() {
                 Turn::answer("observed"),
             ]),
         );
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let boss = tree
         .spawn(SpawnRequest::new("boss", "go").background())
@@ -196,7 +194,7 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     assert!(boss.try_outcome().unwrap().is_completed());
 
     let notices = |id: AgentId| -> Vec<String> {
-        let requests = model.of(id);
+        let requests = model.calls_of(id);
         requests
             .last()
             .unwrap()
@@ -217,7 +215,7 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     assert!(notices(observer.id()).is_empty());
     assert!(notices(leaf).is_empty());
     // No conversation anywhere mentions a top-level agent's completion.
-    for request in model.requests() {
+    for request in model.calls() {
         for m in &request.messages {
             for top in [boss.id(), observer.id()] {
                 assert!(
@@ -451,7 +449,7 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
                 Turn::answer("the answer is blue"),
             ]),
         );
-    let model = crate::support::harness::Recorder::new(scripted);
+    let model = crate::support::RecordingModel::new(scripted);
     let catalog =
         Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap();
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
@@ -461,7 +459,7 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
         .unwrap();
     assert!(out.is_completed());
     assert!(tree.outcome(a(2)).unwrap().is_completed());
-    let last = model.of(a(1)).last().cloned().unwrap();
+    let last = model.calls_of(a(1)).last().cloned().unwrap();
     let seen = format!("{:?}", last.messages).contains("the answer is blue");
     assert!(
         seen,
@@ -532,7 +530,7 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
             ]),
         )
         .script("kid", Script::new([Turn::hang()]));
-    let recorder = Recorder::new(scripted);
+    let recorder = RecordingModel::new(scripted);
     let catalog =
         Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
@@ -546,7 +544,7 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
     let _ = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
         .await
         .unwrap();
-    let last = recorder.of(a(1)).last().cloned().unwrap();
+    let last = recorder.calls_of(a(1)).last().cloned().unwrap();
     let texts = user_texts(&last.messages);
     assert!(
         texts.iter().any(|t| t.starts_with("[subagent a2 killed]")),
@@ -568,7 +566,7 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
             ]),
         )
         .script("kid", Script::new([Turn::hang()]));
-    let recorder = Recorder::new(scripted);
+    let recorder = RecordingModel::new(scripted);
     let catalog =
         Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
@@ -582,7 +580,7 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
     let _ = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
         .await
         .unwrap();
-    let last = recorder.of(a(1)).last().cloned().unwrap();
+    let last = recorder.calls_of(a(1)).last().cloned().unwrap();
     let texts = user_texts(&last.messages);
     assert!(
         texts.iter().any(|t| t.starts_with("[subagent a2 killed]")),

@@ -226,7 +226,7 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
     assert_eq!(steered, [a7], "steered agents");
     assert!(model.request(a7, 2).has_user_message("own steer"));
     for foreign in [a1, a2, a3, a4, a5] {
-        for seen in model.seen_by(foreign) {
+        for seen in model.calls_of(foreign) {
             assert!(
                 !seen.has_user_message("foreign steer"),
                 "{foreign} received a foreign steer"

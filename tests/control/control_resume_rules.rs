@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use crate::support::harness::{
-    Recorder, a, idle, outcome_of, results, started, status_of, tree, wait_event,
-};
-use crate::support::{WAIT_LIMIT, user_texts};
+use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree, wait_event};
+use crate::support::{RecordingModel, WAIT_LIMIT, user_texts};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -51,7 +49,7 @@ async fn resuming_a_settled_child_continues_its_conversation_and_reaps_its_new_c
             ]),
         )
         .script("sleeper", Script::new([Turn::hang()]));
-    let model = Recorder::new(scripted.clone());
+    let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -67,7 +65,7 @@ async fn resuming_a_settled_child_continues_its_conversation_and_reaps_its_new_c
     assert!(second.content.contains("second answer"));
 
     // The resumed run's first model call sees the whole first run, then the new prompt.
-    let worker = model.of(a(2));
+    let worker = model.calls_of(a(2));
     assert_eq!(worker.len(), 3);
     let texts: Vec<(Role, &str)> = worker[1]
         .messages
@@ -189,7 +187,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
         "sleeper",
         Script::new([Turn::answer("first"), Turn::answer("second")]),
     );
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let first = tree
         .run(SpawnRequest::new("sleeper", "task"))
@@ -201,7 +199,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
         .await
         .unwrap();
     assert_eq!(second.text.as_deref(), Some("second"));
-    let requests = model.of(a(1));
+    let requests = model.calls_of(a(1));
     let texts: Vec<&str> = requests[1]
         .messages
         .iter()
@@ -302,7 +300,7 @@ async fn resuming_a_killed_run_keeps_that_runs_conversation() {
             Turn::answer("third"),
         ]),
     );
-    let recorder = Recorder::new(scripted);
+    let recorder = RecordingModel::new(scripted);
     let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let out = tree.run(SpawnRequest::new("w", "task one")).await.unwrap();
@@ -314,7 +312,7 @@ async fn resuming_a_killed_run_keeps_that_runs_conversation() {
     assert_eq!(tree.record(a(1)).unwrap().status, AgentStatus::Killed);
     let mut h = tree.resume(a(1), "task three").await.unwrap();
     let _ = tokio::time::timeout(WAIT_LIMIT, h.outcome()).await.unwrap();
-    let last = recorder.of(a(1)).last().cloned().unwrap();
+    let last = recorder.calls_of(a(1)).last().cloned().unwrap();
     let texts = user_texts(&last.messages);
     assert!(
         texts.contains(&"task two".to_owned()),

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use crate::support::delegator_of_all;
-use crate::support::harness::{Recorder, a, idle, outcome_of, started, tree, wait_event};
+use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event};
+use crate::support::{RecordingModel, delegator_of_all};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -32,7 +32,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
             Turn::answer("steered and done"),
         ]),
     );
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let worker = tree
@@ -47,7 +47,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
     let outcome = outcome_of(&tree, worker.id()).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
 
-    let requests = model.of(worker.id());
+    let requests = model.calls_of(worker.id());
     assert_eq!(requests.len(), 2);
     assert!(
         !requests[0]
@@ -84,7 +84,7 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
             Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
         )
         .script("worker", Script::new([Turn::answer("worked")]));
-    let model = Recorder::new(scripted.clone());
+    let model = RecordingModel::new(scripted.clone());
     let tree = tree(
         model.clone(),
         catalog(),
@@ -114,9 +114,9 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let outcome = outcome_of(&tree, queued.id()).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
-    assert_eq!(model.of(blocker.id()).len(), 1);
+    assert_eq!(model.calls_of(blocker.id()).len(), 1);
 
-    let first = &model.of(queued.id())[0].messages;
+    let first = &model.calls_of(queued.id())[0].messages;
     let texts: Vec<&str> = first.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["the task", "first", "second", "third"]);
     assert!(first.iter().all(|m| m.role == Role::User));

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::support::harness::{Recorder, a, idle, results, status_of, tree};
+use crate::support::RecordingModel;
+use crate::support::harness::{a, idle, results, status_of, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -131,10 +132,10 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
             ]),
         )
         .script("quick", Script::new([Turn::answer("quick done")]));
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    let third = &model.of(a(1))[2].messages;
+    let third = &model.calls_of(a(1))[2].messages;
     let notice = third.last().unwrap();
     assert_eq!(notice.role, Role::User);
     assert_eq!(notice.content, "[subagent a2 completed] quick done");
@@ -157,14 +158,14 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
             "slow",
             Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
         );
-    let model = Recorder::new(scripted.clone());
+    let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     assert_eq!(status_of(&results(&scripted, a(1), 2)[0]), "running");
     assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Completed);
     // The owner got "running" from its wait, never the result: the completion must reach it.
-    let last = &model.of(a(1))[3].messages;
+    let last = &model.calls_of(a(1))[3].messages;
     assert!(
         last.iter()
             .any(|m| m.role == Role::User && m.content.starts_with("[subagent a2 completed]")),

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::{
-    RecordingModel, TreeProbe, catalog, delegator, leaf, record, terminal_event, within,
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
 };
 
 fn scripted() -> ScriptedModel {
@@ -48,7 +48,7 @@ fn scripted() -> ScriptedModel {
 
 #[tokio::test(start_paused = true)]
 async fn owner_keeps_running_after_children_exit() {
-    let probe = TreeProbe::new();
+    let probe = TreeCell::new();
     let at_turn: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
     let (hook_probe, hook_log) = (probe.clone(), at_turn.clone());
     let model = RecordingModel::new(scripted()).with_hook(move |request| {
@@ -98,7 +98,7 @@ async fn owner_keeps_running_after_children_exit() {
         );
     }
     assert_eq!(
-        model.seen_by(lead).len(),
+        model.calls_of(lead).len(),
         5,
         "the lead took all of its turns"
     );

@@ -15,7 +15,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{TreeProbe, catalog, delegator, leaf, record, within};
+use crate::support::{TreeCell, catalog, delegator, leaf, record, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
 
@@ -153,7 +153,7 @@ fn assert_kept(before: &(String, TreeSnapshot), after: &(String, TreeSnapshot)) 
 
 #[tokio::test(start_paused = true)]
 async fn records_survive_other_branches_starting_and_finishing() {
-    let probe = TreeProbe::new();
+    let probe = TreeCell::new();
     let log: Log = Arc::default();
     let (tool_probe, tool_log) = (probe.clone(), log.clone());
     let snap = FnTool::new("snap", "snapshots the tree", move |ctx, _| {

@@ -164,6 +164,6 @@ async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
         tree.outcome(fast).and_then(|o| o.text).as_deref(),
         Some("fast result")
     );
-    assert_eq!(model.seen_by(lead).len(), 5);
+    assert_eq!(model.calls_of(lead).len(), 5);
     within("shutdown", tree.shutdown()).await;
 }

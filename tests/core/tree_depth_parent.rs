@@ -189,7 +189,7 @@ async fn depth_parent_and_root_are_right_at_every_level() {
     }
 
     // What the agents themselves were told about their place.
-    let seen = model.seen();
+    let seen = model.calls();
     assert_eq!(seen.len(), 2 * (3 + 2 * 2 + 2 * 3 + 4 * 2), "model calls");
     for s in &seen {
         let r = record(&snapshot, s.agent);

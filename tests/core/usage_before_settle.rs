@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::{
-    RecordingModel, TreeProbe, catalog, delegator, leaf, record, terminal_event, within,
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -78,7 +78,7 @@ fn scripted() -> ScriptedModel {
 
 #[tokio::test(start_paused = true)]
 async fn usage_is_in_before_the_owner_hears_of_the_end() {
-    let probe = TreeProbe::new();
+    let probe = TreeCell::new();
     // (turn, snapshot at the lead's model call)
     let lead_turns: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
     let (hook_probe, hook_log) = (probe.clone(), lead_turns.clone());
@@ -247,7 +247,7 @@ impl Model for BlockingVictim {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     let limit = Duration::from_secs(10);
-    let probe = TreeProbe::new();
+    let probe = TreeCell::new();
     let (told_tx, told_rx) = tokio::sync::oneshot::channel::<TreeSnapshot>();
     let told_tx = Mutex::new(Some(told_tx));
     let hook_probe = probe.clone();

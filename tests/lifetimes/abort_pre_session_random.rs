@@ -30,8 +30,8 @@ use agent_tree::{AGENT_TOOL, BoxFuture, HookContext, HookError, ToolContext, Too
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::TreeCell;
 use crate::support::harness::{GUARD, Rng, started, wait_event};
-use crate::support::lifetimes::TreeCell;
 use crate::support::{catalog, delegator, leaf};
 
 /// A tiny model: an owner spawns a target, a target spawns a child; every later turn

@@ -8,17 +8,17 @@ use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{Watched, hanging, ms};
-use crate::support::{catalog, leaf, within};
+use crate::support::lifetimes::{hanging, ms};
+use crate::support::{RecordingModel, catalog, leaf, within};
 
 /// A pool of one: a1 runs (hanging), a2 and a3 wait in the queue.
-async fn full_pool() -> (Tree, Watched, agent_tree::EventStream) {
+async fn full_pool() -> (Tree, RecordingModel, agent_tree::EventStream) {
     let scripted = ScriptedModel::new().script("worker", hanging(1));
     scripted.script_agent(
         a(3),
         Script::new([Turn::answer("third done").after(ms(10))]),
     );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([leaf("worker")]),

@@ -18,8 +18,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{CallEnd, Watched};
-use crate::support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
 
 const AGENTS: usize = 11;
 
@@ -29,8 +28,8 @@ fn fan(child: &str, n: usize) -> Turn {
 
 /// Builds the four-level tree with every agent hanging in its second model call (its first
 /// call spawned or called a tool, with narrated text). `lead_then` replaces the lead's hang.
-async fn four_levels(lead_then: Vec<Turn>) -> (Tree, Watched) {
-    let model = Watched::new(
+async fn four_levels(lead_then: Vec<Turn>) -> (Tree, RecordingModel) {
+    let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "lead",
@@ -102,7 +101,7 @@ fn subtree_of(snapshot: &TreeSnapshot, top: AgentId) -> Vec<AgentId> {
 /// partial output, and that every agent outside it still runs untouched.
 fn assert_aborted_at_once(
     tree: &Tree,
-    model: &Watched,
+    model: &RecordingModel,
     events: &[Event],
     top: AgentId,
     at: tokio::time::Instant,
@@ -134,7 +133,7 @@ fn assert_aborted_at_once(
         assert!(earlier.iter().all(|c| c.end == CallEnd::Returned), "{id}");
         // Partial output: the last text the model produced.
         let outcome = tree.outcome(id).expect("outcome");
-        let last_text = Watched::narration(id, earlier.last().expect("a text turn").turn);
+        let last_text = RecordingModel::narration(id, earlier.last().expect("a text turn").turn);
         assert_eq!(outcome.partial.as_deref(), Some(last_text.as_str()), "{id}");
     }
     for record in snapshot.agents().filter(|r| !inside.contains(&r.id)) {

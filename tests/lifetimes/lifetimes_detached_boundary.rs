@@ -15,9 +15,10 @@ use agent_tree::{ABORT_TOOL, EventStream};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{CallEnd, Watched, hanging};
+use crate::support::lifetimes::hanging;
 use crate::support::{
-    WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, terminal_event, within,
+    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
+    terminal_event, within,
 };
 
 const LATER: Duration = Duration::from_secs(10);
@@ -32,7 +33,7 @@ fn spawns() -> Turn {
 
 /// boss (a1) → lead (a2) → attached worker (a3) and detached worker (a4). The lead's
 /// second turn is `lead_then`; the detached worker spends usage, then answers after 10 s.
-async fn setup(lead_then: Vec<Turn>) -> (Tree, Watched, EventStream) {
+async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
@@ -55,7 +56,7 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, Watched, EventStream) {
                 .after(LATER),
         ]),
     );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([
@@ -82,7 +83,7 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, Watched, EventStream) {
 
 /// The detached worker is still running with its model call in flight, then completes on
 /// its own, and its usage reached the lead, the boss and the root.
-async fn assert_detached_survives(tree: &Tree, model: &Watched) {
+async fn assert_detached_survives(tree: &Tree, model: &RecordingModel) {
     let detached = a(4);
     let record = tree.record(detached).expect("record");
     assert_eq!(record.status, AgentStatus::Running);

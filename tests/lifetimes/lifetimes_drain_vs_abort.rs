@@ -21,12 +21,12 @@ use agent_tree::{ASK_OWNER_TOOL, HookContext, HookError};
 use serde_json::json;
 
 use crate::support::harness::{a, tree, wait_event};
-use crate::support::lifetimes::{CallEnd, Watched, hanging, ms, terminal};
-use crate::support::{catalog, delegator, leaf, terminal_event, within};
+use crate::support::lifetimes::{hanging, ms, terminal};
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
 /// background, then `lead_then`.
-fn model(lead_then: Turn) -> Watched {
+fn model(lead_then: Turn) -> RecordingModel {
     let scripted = ScriptedModel::new().script(
         "lead",
         Script::new([
@@ -49,7 +49,7 @@ fn model(lead_then: Turn) -> Watched {
             .usage(Usage::tokens(3, 1))
             .after(Duration::from_secs(3))]),
     );
-    Watched::new(scripted)
+    RecordingModel::new(scripted)
 }
 
 fn lead(settle: SettlePolicy) -> AgentDefinition {
@@ -205,7 +205,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
             "worker",
             Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
         );
-    let nested = Watched::new(scripted);
+    let nested = RecordingModel::new(scripted);
     let tree = tree(
         nested.clone(),
         catalog([
@@ -325,7 +325,7 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
                 Turn::answer("worked it out"),
             ]),
         );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([lead(SettlePolicy::Drain), leaf("worker")]),
@@ -352,11 +352,11 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
 #[tokio::test(start_paused = true)]
 async fn the_completing_root_refuses_new_top_level_spawns() {
     // A shutdown puts the root in `completing`; a hook of a draining agent tries to spawn.
-    let cell = crate::support::lifetimes::TreeCell::new();
+    let cell = crate::support::TreeCell::new();
     let tried: std::sync::Arc<parking_lot::Mutex<Vec<Result<AgentId, SpawnError>>>> =
         std::sync::Arc::default();
     let (hook_cell, log) = (cell.clone(), tried.clone());
-    let model = Watched::new(
+    let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "lead",

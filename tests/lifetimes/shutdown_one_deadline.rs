@@ -28,8 +28,11 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{CallEnd, TreeCell, Watched, hanging, ms};
-use crate::support::{WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, within};
+use crate::support::lifetimes::{hanging, ms};
+use crate::support::{
+    CallEnd, RecordingModel, TreeCell, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
+    within,
+};
 
 /// Each agent's terminal event settles after every one of its children's.
 fn assert_bottom_up(tree: &Tree, events: &[Event]) {
@@ -62,7 +65,11 @@ fn fan_out(child: &str, n: usize) -> Script {
 }
 
 /// Two teams: lead (a1) with workers a2..a4, and lead (a5) with workers a6..a8.
-async fn two_teams(model: &Watched, grace: Duration, hook: impl agent_tree::Hook) -> Arc<Tree> {
+async fn two_teams(
+    model: &RecordingModel,
+    grace: Duration,
+    hook: impl agent_tree::Hook,
+) -> Arc<Tree> {
     let tree = Tree::builder()
         .config(TreeConfig::default().with_shutdown_grace(grace))
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -85,8 +92,8 @@ async fn two_teams(model: &Watched, grace: Duration, hook: impl agent_tree::Hook
     Arc::new(tree)
 }
 
-fn team_model() -> Watched {
-    Watched::new(
+fn team_model() -> RecordingModel {
+    RecordingModel::new(
         ScriptedModel::new()
             .script("lead", fan_out("worker", 3))
             .script("worker", hanging(2)),
@@ -152,7 +159,11 @@ async fn graceful_shutdown_stops_everyone_in_the_time_of_the_slowest_hook() {
         assert_eq!(outcome.reason, EndReason::Shutdown, "{id}");
         // The leads kept their narrated text as partial output, with the reason.
         if record.agent_type == "lead" {
-            assert_eq!(outcome.partial, Some(Watched::narration(*id, 1)), "{id}");
+            assert_eq!(
+                outcome.partial,
+                Some(RecordingModel::narration(*id, 1)),
+                "{id}"
+            );
         }
         let mut handle = tree.handle(*id).expect("handle");
         assert_eq!(within("outcome", handle.outcome()).await, outcome);
@@ -192,7 +203,7 @@ async fn a_hook_that_never_returns_is_killed_at_the_deadline_with_its_owners() {
         .script("lead", fan_out("worker", 1))
         .script("worker", hanging(1));
     scripted.script_agent(a(4), hanging(1));
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = Tree::builder()
         .config(
             TreeConfig::default()
@@ -282,7 +293,7 @@ async fn a_stuck_hook_does_not_outlive_the_shutdown() {
     let dropped: Arc<Mutex<Option<tokio::time::Instant>>> = Arc::default();
     let flag = dropped.clone();
     let grace = Duration::from_secs(1);
-    let model = Watched::new(ScriptedModel::new().script("worker", hanging(1)));
+    let model = RecordingModel::new(ScriptedModel::new().script("worker", hanging(1)));
     let tree = Tree::builder()
         .config(TreeConfig::default().with_shutdown_grace(grace))
         .catalog(catalog([leaf("worker")]))
@@ -315,8 +326,8 @@ async fn a_stuck_hook_does_not_outlive_the_shutdown() {
     );
 }
 
-async fn chain(depth: u32, hook_takes: Duration, grace: Duration) -> (Arc<Tree>, Watched) {
-    let model = Watched::new(ScriptedModel::new().script("link", fan_out("link", 1)));
+async fn chain(depth: u32, hook_takes: Duration, grace: Duration) -> (Arc<Tree>, RecordingModel) {
+    let model = RecordingModel::new(ScriptedModel::new().script("link", fan_out("link", 1)));
     let tree = Tree::builder()
         .config(
             TreeConfig::default()
@@ -384,7 +395,7 @@ async fn a_chain_40_deep_whose_hooks_all_overrun_is_killed_at_one_deadline() {
 async fn a_tree_200_wide_stops_gracefully_and_reports_failing_hooks() {
     const HUBS: usize = 10;
     const WORKERS: usize = 19;
-    let model = Watched::new(
+    let model = RecordingModel::new(
         ScriptedModel::new()
             .script("hub", fan_out("worker", WORKERS))
             .script("worker", hanging(1)),
@@ -506,7 +517,7 @@ async fn shutdown_agent_stops_only_that_subtree() {
             "helper",
             Script::new([Turn::answer("helped").after(Duration::from_secs(3))]),
         );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let hooked: Arc<Mutex<BTreeSet<AgentId>>> = Arc::default();
     let seen = hooked.clone();
     let tree = Tree::builder()

@@ -14,8 +14,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::{Value, json};
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{CallEnd, Watched, ms};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::lifetimes::ms;
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, within};
 
 fn answer_after(text: &str, delay: u64) -> Script {
     Script::new([Turn::answer(text).after(ms(delay))])
@@ -68,7 +68,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
     scripted.script_agent(a(4), answer_after("p3 done", 300));
     scripted.script_agent(a(5), Script::new([Turn::hang()]));
     scripted.script_agent(a(6), answer_after("outside done", 1000));
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([delegator("lead", &["worker"]), leaf("worker")]),
@@ -143,7 +143,7 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
     scripted.script_agent(a(3), fail_after("dns timeout", 300));
     scripted.script_agent(a(4), answer_after("memory ok", 200));
     scripted.script_agent(a(5), answer_after("cpu ok", 100));
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([delegator("lead", &["worker"]), leaf("worker")]),
@@ -179,12 +179,12 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
 }
 
 /// Five top-level workers (a1..a5); the first four are the set, a5 is outside it.
-async fn top_level(scripts: [Script; 5]) -> (Tree, Watched, Vec<AgentId>) {
+async fn top_level(scripts: [Script; 5]) -> (Tree, RecordingModel, Vec<AgentId>) {
     let scripted = ScriptedModel::new();
     for (i, script) in scripts.into_iter().enumerate() {
         scripted.script_agent(a(i as u64 + 1), script);
     }
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([leaf("worker")]),

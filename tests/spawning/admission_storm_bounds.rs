@@ -11,7 +11,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::support::harness::{GUARD, Recorder, Rng, answered_calls};
+use crate::support::RecordingModel;
+use crate::support::harness::{GUARD, Rng, answered_calls};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -89,7 +90,7 @@ async fn storm(seed: u64) -> Tally {
         let think = Duration::from_millis(3 + 7 * k);
         scripted = scripted.script(leaf(k), Script::new([Turn::answer("leaf").after(think)]));
     }
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let config = TreeConfig::default()
         .with_max_depth(MAX_DEPTH)
         .with_max_children_per_agent(MAX_CHILDREN)
@@ -187,7 +188,7 @@ async fn storm(seed: u64) -> Tally {
     let child_limit =
         |owner: AgentId| format!("max_children_per_agent {MAX_CHILDREN} reached for {owner}");
     let total_limit = format!("max_total_agents {MAX_TOTAL} reached");
-    for request in model.requests() {
+    for request in model.calls() {
         for (call, result) in answered_calls(&request) {
             assert_eq!(result.role, Role::Tool);
             if call.name != "Agent" {
@@ -219,7 +220,7 @@ async fn storm(seed: u64) -> Tally {
     // ended) after its spawn calls were answered and before its next turn.
     let seen = tally.admitted;
     let seen_ids: HashSet<AgentId> = model
-        .requests()
+        .calls()
         .iter()
         .flat_map(answered_calls)
         .filter(|(call, result)| call.name == "Agent" && !result.is_error)

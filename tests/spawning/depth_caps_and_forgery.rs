@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use crate::support::harness::{
-    Recorder, a, idle, outcome_of, results, started, tools, tree, wait_event,
-};
+use crate::support::RecordingModel;
+use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree, wait_event};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -89,7 +88,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
             Turn::answer("done"),
         ]),
     );
-    let model = Recorder::new(scripted.clone());
+    let model = RecordingModel::new(scripted.clone());
     let old = Catalog::new([link("v1")]).unwrap();
     let tree = tree(model.clone(), old, TreeConfig::default()).await;
     let mut events = tree.subscribe();
@@ -111,7 +110,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     let snapshot = tree.snapshot();
     assert_eq!(snapshot.depth_histogram_line(), "d1=1 d2=1 d3=1 d4=1 d5=1");
     for n in 1..=5u64 {
-        let requests = model.of(a(n));
+        let requests = model.calls_of(a(n));
         assert_eq!(requests[0].system, "v1", "a{n} resolved in the new catalog");
         assert_eq!(
             requests[0].tools.iter().any(|t| t == "Agent"),
@@ -136,10 +135,10 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
         7,
         "branch 2 stops at depth 2"
     );
-    assert_eq!(model.of(top)[0].system, "v2");
-    assert_eq!(model.of(child)[0].system, "v2");
-    assert!(model.of(top)[0].tools.iter().any(|t| t == "Agent"));
-    assert!(!model.of(child)[0].tools.iter().any(|t| t == "Agent"));
+    assert_eq!(model.calls_of(top)[0].system, "v2");
+    assert_eq!(model.calls_of(child)[0].system, "v2");
+    assert!(model.calls_of(top)[0].tools.iter().any(|t| t == "Agent"));
+    assert!(!model.calls_of(child)[0].tools.iter().any(|t| t == "Agent"));
     assert_eq!(results(&scripted, child, 1)[0].content, NOT_AVAILABLE);
     tree.shutdown().await;
 }

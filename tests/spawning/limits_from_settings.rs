@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::support::harness::{Recorder, a, idle, outcome_of, results, tree};
+use crate::support::RecordingModel;
+use crate::support::harness::{a, idle, outcome_of, results, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -232,7 +233,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
             "heir",
             Script::new([Turn::spawn("heir", "deeper"), Turn::answer("heir done")]),
         );
-    let model = Recorder::new(scripted);
+    let model = RecordingModel::new(scripted);
     let catalog = Catalog::new([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition {
@@ -263,7 +264,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     );
 
     // Depth 2: the owner's conversation (its task and its Agent call), then its own task.
-    let heir = &model.of(a(2))[0].messages;
+    let heir = &model.calls_of(a(2))[0].messages;
     assert_eq!(heir.len(), 3, "{heir:?}");
     assert_eq!(
         (heir[0].role, heir[0].content.as_str()),
@@ -274,7 +275,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     assert_eq!(heir[2].content, "inherit me");
 
     // Depth 3: only its own task.
-    let deep = &model.of(a(3))[0].messages;
+    let deep = &model.calls_of(a(3))[0].messages;
     assert_eq!(deep.len(), 1, "{deep:?}");
     assert_eq!(deep[0].content, "deeper");
 

@@ -9,8 +9,8 @@ use agent_tree::protocol::{AgentRecord, EndReason, Event, EventKind, RestartPoli
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{Watched, ms};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::lifetimes::ms;
+use crate::support::{RecordingModel, catalog, delegator, leaf, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
 /// after the given delays (ms, each from the start of its incarnation) and whose next
@@ -35,7 +35,7 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
         ),
     );
     let tree = tree(
-        Watched::new(scripted),
+        RecordingModel::new(scripted),
         catalog([
             delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 2, 1_000),
             leaf("child").with_restart(RestartPolicy::Transient),

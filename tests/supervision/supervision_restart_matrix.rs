@@ -23,9 +23,11 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use agent_tree::{HookContext, HookError};
 use serde_json::json;
 
-use crate::support::harness::{GUARD, Recorder, a, tree, wait_event};
-use crate::support::lifetimes::{Watched, collect_until, hanging, restarted, restarts};
-use crate::support::{WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within};
+use crate::support::harness::{GUARD, a, tree, wait_event};
+use crate::support::lifetimes::{collect_until, hanging, restarted, restarts};
+use crate::support::{
+    RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within,
+};
 
 const TASK: &str = "the original task";
 
@@ -104,7 +106,7 @@ async fn run_cell(cell: Cell) {
             ]),
         )
         .script("child", child_script(cell.exit));
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let config = TreeConfig::default().with_root_supervision(
         Strategy::OneForOne,
         10,
@@ -291,7 +293,7 @@ async fn restart_event_sits_between_the_incarnations() {
                 Turn::answer("second run done").usage(Usage::tokens(2, 2)),
             ]),
         );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([
@@ -363,7 +365,7 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
                     ]),
                 )
                 .script("child", hanging(4));
-            let model = Watched::new(scripted);
+            let model = RecordingModel::new(scripted);
             let stuck = match owner {
                 Owner::Agent => a(2),
                 Owner::Root => a(1),
@@ -514,7 +516,7 @@ async fn a_restarted_child_keeps_its_inherited_context() {
             "heir",
             Script::new([Turn::fail("transient"), Turn::answer("done")]),
         );
-    let recorder = Recorder::new(scripted);
+    let recorder = RecordingModel::new(scripted);
     let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
     heir.inherit_context = true;
     let catalog = Catalog::new([delegator_of_all("boss"), heir]).unwrap();
@@ -524,7 +526,7 @@ async fn a_restarted_child_keeps_its_inherited_context() {
         .await
         .unwrap();
     assert_eq!(out.status, AgentStatus::Completed);
-    let runs = recorder.of(a(2));
+    let runs = recorder.calls_of(a(2));
     assert_eq!(runs.len(), 2, "one failed turn, one restarted turn");
     assert!(
         user_texts(&runs[0].messages).contains(&"SECRET owner context".to_owned()),

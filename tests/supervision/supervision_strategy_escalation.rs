@@ -21,8 +21,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{CallEnd, Watched, collect_until, hanging, restarted, terminal};
-use crate::support::{WAIT_LIMIT, catalog, delegator, leaf, within};
+use crate::support::lifetimes::{collect_until, hanging, restarted, terminal};
+use crate::support::{CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -73,7 +73,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
             Turn::hang(),
         ]),
     );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([
@@ -269,7 +269,7 @@ enum Rerun {
 
 /// sup spawns flaky and idle, and waits on flaky; the first flaky (`flaky`) fails every
 /// 100 ms. sup's script is set per agent (`sup`).
-fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> Watched {
+fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> RecordingModel {
     let boss = if boss_waits {
         Script::new([
             Turn::spawn("sup", "supervise flaky"),
@@ -304,7 +304,7 @@ fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> 
                 .map(|_| Turn::fail("connection reset by peer").after(Duration::from_millis(100))),
         ),
     );
-    Watched::new(scripted)
+    RecordingModel::new(scripted)
 }
 
 #[tokio::test(start_paused = true)]
@@ -420,7 +420,7 @@ async fn restarted_by_boss(rerun: Rerun) {
     assert_eq!(first_again.messages, vec![Message::user("supervise flaky")]);
     // The new run spawns new children (a5, a6) and waits on the new flaky one, which hangs.
     let (flaky2, idle2) = (a(5), a(6));
-    let spawn_results = |calls: &[crate::support::lifetimes::CallRecord]| -> Option<Vec<String>> {
+    let spawn_results = |calls: &[crate::support::ModelCall]| -> Option<Vec<String>> {
         calls
             .iter()
             .filter(|c| c.agent == sup && c.incarnation == 2)
@@ -532,7 +532,7 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
             "lead",
             Script::new([Turn::spawn_background("bystander", "x"), Turn::hang()]),
         );
-    let model = Watched::new(scripted);
+    let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
         catalog([
@@ -625,7 +625,7 @@ async fn every_strategy_escalates_past_the_intensity() {
                 (0..3).map(|_| Turn::fail("checksum mismatch").after(Duration::from_millis(100))),
             ),
         );
-        let model = Watched::new(scripted);
+        let model = RecordingModel::new(scripted);
         let tree = tree(
             model.clone(),
             catalog([
