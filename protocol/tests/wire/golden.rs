@@ -11,7 +11,7 @@
 //! copies, and its text and DOT renderings hold the expected lines.
 //!
 //! Regenerate the fixtures with `UPDATE_GOLDEN=1 cargo test -p agent-tree-protocol --test
-//! golden`; review the diff before committing it.
+//! wire golden::`; review the diff before committing it.
 
 use std::fmt::Debug;
 use std::fs;

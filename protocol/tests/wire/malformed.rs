@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 macro_rules! fixture {
     ($name:literal) => {
-        ($name, include_str!(concat!("fixtures/", $name)))
+        ($name, include_str!(concat!("../fixtures/", $name)))
     };
 }
 
