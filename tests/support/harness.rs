@@ -1,21 +1,21 @@
 //! Shared helpers of the capability, resolution, depth, admission, pool, limits, control,
-//! ownership and attenuation integration tests: a recording model around the scripted one,
-//! tree builders, event waits with timeout guards, and a small seeded PRNG.
+//! ownership and attenuation integration tests: tree builders, event waits with timeout
+//! guards, and a small seeded PRNG.
 //!
 //! Every helper here is deterministic under a paused tokio clock; nothing sleeps for real
 //! and nothing polls: waits observe the event stream or handles, guarded by a timeout.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::EventStream;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Message, Role, ToolCall};
 use agent_tree::testkit::ScriptedModel;
-use agent_tree::{BoxFuture, FnTool, ToolContext, ToolError};
-use parking_lot::Mutex;
+use agent_tree::{FnTool, ToolContext, ToolError};
+
+use super::ModelCall;
 
 /// The guard every wait in these tests runs under. Under a paused clock it fires only once
 /// the runtime has nothing else to do, so it is an upper bound, never a race.
@@ -24,82 +24,6 @@ pub const GUARD: Duration = Duration::from_secs(24 * 3600);
 /// `a<n>`.
 pub fn a(n: u64) -> AgentId {
     AgentId::new(n)
-}
-
-/// One model request as the tree sent it.
-#[derive(Clone, Debug)]
-pub struct Recorded {
-    /// The agent.
-    pub agent: AgentId,
-    /// Its type.
-    pub agent_type: String,
-    /// Its depth.
-    pub depth: u32,
-    /// The turn within the run.
-    pub turn: u32,
-    /// The system prompt.
-    pub system: String,
-    /// The whole conversation sent.
-    pub messages: Vec<Message>,
-    /// The names of the tools offered.
-    pub tools: Vec<String>,
-}
-
-/// A model that records every full request (system prompt and whole conversation) and
-/// delegates the answer to a [`ScriptedModel`].
-#[derive(Clone, Default)]
-pub struct Recorder {
-    /// The scripted model that answers.
-    pub scripted: ScriptedModel,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-}
-
-impl std::fmt::Debug for Recorder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder")
-            .field("requests", &self.requests.lock().len())
-            .finish()
-    }
-}
-
-impl Recorder {
-    /// Records around `scripted` (clones share scripts, cursors and logs).
-    pub fn new(scripted: ScriptedModel) -> Self {
-        Recorder {
-            scripted,
-            requests: Arc::default(),
-        }
-    }
-
-    /// Every request, in the order made.
-    pub fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().clone()
-    }
-
-    /// The requests of `agent`, in order.
-    pub fn of(&self, agent: AgentId) -> Vec<Recorded> {
-        self.requests
-            .lock()
-            .iter()
-            .filter(|r| r.agent == agent)
-            .cloned()
-            .collect()
-    }
-}
-
-impl Model for Recorder {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.requests.lock().push(Recorded {
-            agent: request.agent,
-            agent_type: request.agent_type.clone(),
-            depth: request.depth,
-            turn: request.turn,
-            system: request.system.clone(),
-            messages: request.messages.clone(),
-            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
-        });
-        self.scripted.turn(request)
-    }
 }
 
 /// Builds a tree with `model`, `catalog` and `config`, and no user tools.
@@ -242,7 +166,7 @@ pub fn id_of(tree: &Tree, agent_type: &str) -> AgentId {
 
 /// For each model request, the `(call, result)` pairs of the tool calls its conversation's
 /// last assistant message made, in call order.
-pub fn answered_calls(request: &Recorded) -> Vec<(ToolCall, Message)> {
+pub fn answered_calls(request: &ModelCall) -> Vec<(ToolCall, Message)> {
     let Some(last) = request
         .messages
         .iter()

@@ -1,18 +1,16 @@
-//! Shared helpers of the integration tests: definitions, a recording model that wraps the
-//! scripted one, a way for tools and models to look at the tree they run in, and bounded
-//! waits that fail instead of hanging.
+//! Shared helpers of the integration tests: definitions, the recording model that wraps the
+//! scripted one and the weak tree cell (both in `recording`), tool-result and event helpers,
+//! and bounded waits that fail instead of hanging.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
+use agent_tree::EventStream;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Message, Role, TreeSnapshot};
-use agent_tree::testkit::{Call, ScriptedModel};
-use agent_tree::{BoxFuture, EventStream};
-use parking_lot::Mutex;
-use tokio::time::Instant;
+use agent_tree::testkit::Call;
 
 /// How long (tokio time, virtual under paused tests) any single wait of a test may take
 /// before the test fails instead of hanging.
@@ -52,32 +50,13 @@ pub(crate) fn catalog(definitions: impl IntoIterator<Item = AgentDefinition>) ->
     Catalog::new(definitions).expect("test definitions are valid")
 }
 
-/// One model request as an agent made it.
-#[derive(Clone, Debug)]
-pub(crate) struct Seen {
-    pub(crate) agent: AgentId,
-    pub(crate) agent_type: String,
-    pub(crate) depth: u32,
-    pub(crate) turn: u32,
-    pub(crate) messages: Vec<Message>,
-    pub(crate) tools: Vec<String>,
-    pub(crate) at: Instant,
-}
-
-impl Seen {
-    /// The tool result answering `call_id` in this request's conversation.
-    pub(crate) fn tool_result(&self, call_id: &str) -> Option<ToolResult> {
-        tool_results(&self.messages)
-            .into_iter()
-            .find(|r| r.call_id == call_id)
-    }
-
-    /// Whether the conversation holds a user message with exactly `text`.
-    pub(crate) fn has_user_message(&self, text: &str) -> bool {
-        self.messages
-            .iter()
-            .any(|m| m.role == Role::User && m.content == text)
-    }
+/// The contents of a conversation's user messages, in order.
+pub(crate) fn user_texts(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .collect()
 }
 
 /// A tool result message, unpacked.
@@ -107,115 +86,6 @@ pub(crate) fn tool_results(messages: &[Message]) -> Vec<ToolResult> {
             is_error: m.is_error,
         })
         .collect()
-}
-
-type Hook = dyn Fn(&ModelRequest) -> Option<Result<ModelResponse, ModelError>> + Send + Sync;
-
-/// A model that records every request and delegates to a [`ScriptedModel`]; a hook may look
-/// at each request first (e.g. take a snapshot) and may answer it itself.
-#[derive(Clone)]
-pub(crate) struct RecordingModel {
-    scripted: ScriptedModel,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    hook: Option<Arc<Hook>>,
-}
-
-impl RecordingModel {
-    pub(crate) fn new(scripted: ScriptedModel) -> Self {
-        RecordingModel {
-            scripted,
-            seen: Arc::default(),
-            hook: None,
-        }
-    }
-
-    /// Runs `hook` on every request before the scripted model; when it returns `Some`, that
-    /// is the turn's response and the script is not consulted.
-    pub(crate) fn with_hook(
-        mut self,
-        hook: impl Fn(&ModelRequest) -> Option<Result<ModelResponse, ModelError>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
-        self.hook = Some(Arc::new(hook));
-        self
-    }
-
-    /// Every request so far, in the order made.
-    pub(crate) fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().clone()
-    }
-
-    /// The requests `agent` made, in order.
-    pub(crate) fn seen_by(&self, agent: AgentId) -> Vec<Seen> {
-        self.seen
-            .lock()
-            .iter()
-            .filter(|s| s.agent == agent)
-            .cloned()
-            .collect()
-    }
-
-    /// `agent`'s request for turn `turn`.
-    pub(crate) fn request(&self, agent: AgentId, turn: u32) -> Seen {
-        self.seen_by(agent)
-            .into_iter()
-            .find(|s| s.turn == turn)
-            .unwrap_or_else(|| panic!("{agent} made no request for turn {turn}"))
-    }
-
-    /// The scripted model behind this one.
-    pub(crate) fn scripted(&self) -> &ScriptedModel {
-        &self.scripted
-    }
-}
-
-impl Model for RecordingModel {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.seen.lock().push(Seen {
-            agent: request.agent,
-            agent_type: request.agent_type.clone(),
-            depth: request.depth,
-            turn: request.turn,
-            messages: request.messages.clone(),
-            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
-            at: Instant::now(),
-        });
-        if let Some(answer) = self.hook.as_ref().and_then(|hook| hook(&request)) {
-            return Box::pin(async move { answer });
-        }
-        self.scripted.turn(request)
-    }
-}
-
-/// Lets code running inside the tree (a tool, a model hook) look at the tree: set it once the
-/// tree is built. Holds the tree weakly, so it never keeps it alive.
-#[derive(Clone, Default)]
-pub(crate) struct TreeProbe {
-    tree: Arc<OnceLock<Weak<Tree>>>,
-}
-
-impl TreeProbe {
-    pub(crate) fn new() -> Self {
-        TreeProbe::default()
-    }
-
-    /// Points the probe at `tree`.
-    pub(crate) fn set(&self, tree: &Arc<Tree>) {
-        self.tree
-            .set(Arc::downgrade(tree))
-            .expect("the probe is set once");
-    }
-
-    /// The tree's snapshot now.
-    pub(crate) fn snapshot(&self) -> TreeSnapshot {
-        self.tree
-            .get()
-            .and_then(Weak::upgrade)
-            .expect("the probe is set and the tree is alive")
-            .snapshot()
-    }
 }
 
 /// Shuts down a tree shared through an `Arc` (every other holder must be gone).
@@ -280,10 +150,13 @@ pub(crate) fn all_of_type(snapshot: &TreeSnapshot, agent_type: &str) -> Vec<Agen
         .collect()
 }
 
-/// The control-test helpers: a recording model keeping whole requests, tree builders,
-/// guarded event waits and a seeded PRNG.
+/// The control-test helpers: tree builders, guarded event waits and a seeded PRNG.
 pub mod harness;
 
-/// The lifetime-test helpers: a model wrapper recording whole requests and when each call
-/// ended, a weak tree cell for hooks, and script and event helpers.
+/// The recording model around the scripted one, and the weak tree cell.
+mod recording;
+#[allow(unused_imports)] // not every test binary uses all of them
+pub(crate) use recording::{CallEnd, ModelCall, RecordingModel, TreeCell};
+
+/// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;

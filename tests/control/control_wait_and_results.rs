@@ -1,0 +1,175 @@
+//! Waiting and results: a wait that times out (`get_subagent_result` with `wait` and
+//! `timeout_ms`) answers `running` and never cancels the child, which completes later;
+//! results are kept until read and reading never removes them; and a background child's
+//! completion notice still reaches its owner after a wait on it was cut short.
+
+use std::time::Duration;
+
+use crate::support::RecordingModel;
+use crate::support::harness::{a, idle, results, status_of, tree};
+use agent_tree::prelude::*;
+use agent_tree::protocol::Role;
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use serde_json::json;
+
+fn catalog() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
+        AgentDefinition::new("slow", ""),
+        AgentDefinition::new("quick", ""),
+    ])
+    .unwrap()
+}
+
+fn timed_wait(id: &str, ms: u64) -> Call {
+    Call::tool(
+        "get_subagent_result",
+        json!({ "agent_id": id, "wait": true, "timeout_ms": ms }),
+    )
+}
+
+fn noop() -> Call {
+    Call::tool("noop", json!({}))
+}
+
+fn ms_since_epoch(tree: &Tree, at: tokio::time::Instant) -> u128 {
+    (at - tree.epoch()).as_millis()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_wait_answers_running_and_the_child_completes_later() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("slow", "take your time"),
+                Turn::calls([timed_wait("a2", 100)]),
+                Turn::calls([Call::result(a(2))]),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "slow",
+            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+        );
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{}", outcome.summary());
+    idle(&tree).await;
+
+    let log = model.log_of(a(1));
+    let cut = &log[2].results[0];
+    assert!(!cut.is_error, "{}", cut.content);
+    assert_eq!(status_of(cut), "running");
+    assert_eq!(
+        ms_since_epoch(&tree, log[2].at),
+        100,
+        "the wait gave up at 100 ms"
+    );
+
+    let waited = &log[3].results[0];
+    assert_eq!(status_of(waited), "completed");
+    assert!(waited.content.contains("slow done"));
+    assert_eq!(ms_since_epoch(&tree, log[3].at), 500);
+
+    let child = tree.record(a(2)).unwrap();
+    assert_eq!(child.status, AgentStatus::Completed);
+    assert_eq!(child.ended_ms, Some(500));
+    assert_eq!(model.calls_by(a(2)), 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn unread_results_are_kept_and_reading_never_removes_them() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("quick", "go"),
+                Turn::calls([noop()]).after(Duration::from_millis(50)),
+                Turn::calls([Call::peek(a(2))]),
+                Turn::calls([Call::peek(a(2))]),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script("quick", Script::new([Turn::answer("quick done")]));
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree
+        .run(SpawnRequest::new("boss", "first branch"))
+        .await
+        .unwrap();
+    assert!(outcome.is_completed());
+    let kept = tree.outcome(a(2)).expect("the result is kept");
+    assert_eq!(kept.text.as_deref(), Some("quick done"));
+    for n in [3, 4] {
+        let read = &results(&model, a(1), n)[0];
+        assert_eq!(status_of(read), "completed");
+        assert!(read.content.contains("quick done"));
+    }
+
+    // Another branch runs, spawns and settles: the first branch's records stay.
+    let other = tree
+        .run(SpawnRequest::new("boss", "second branch"))
+        .await
+        .unwrap();
+    assert!(other.is_completed());
+    idle(&tree).await;
+    assert_eq!(tree.outcome(a(2)), Some(kept.clone()));
+    assert_eq!(tree.outcome(a(2)), Some(kept));
+    assert_eq!(tree.snapshot().agents().count(), 4);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unread_background_result_is_noticed_by_its_owner() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("quick", "go"),
+                Turn::calls([noop()]).after(Duration::from_millis(50)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script("quick", Script::new([Turn::answer("quick done")]));
+    let model = RecordingModel::new(scripted);
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    let third = &model.calls_of(a(1))[2].messages;
+    let notice = third.last().unwrap();
+    assert_eq!(notice.role, Role::User);
+    assert_eq!(notice.content, "[subagent a2 completed] quick done");
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("slow", "take your time"),
+                Turn::calls([timed_wait("a2", 100)]),
+                Turn::calls([noop()]).after(Duration::from_millis(1000)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "slow",
+            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+        );
+    let model = RecordingModel::new(scripted.clone());
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed());
+    assert_eq!(status_of(&results(&scripted, a(1), 2)[0]), "running");
+    assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Completed);
+    // The owner got "running" from its wait, never the result: the completion must reach it.
+    let last = &model.calls_of(a(1))[3].messages;
+    assert!(
+        last.iter()
+            .any(|m| m.role == Role::User && m.content.starts_with("[subagent a2 completed]")),
+        "the owner never learned that a2 completed"
+    );
+    tree.shutdown().await;
+}

@@ -1,0 +1,287 @@
+//! Every lifecycle event carries its agent's parent and depth, as the agent's record has
+//! them, and a sequence number; sequence numbers are dense from 1 and increasing, across
+//! every kind of event (started, usage, steered, completed, failed, aborted by the owner's
+//! end, by the application and by shutdown). Each agent has exactly one `started` event,
+//! first, and one terminal event, last, matching its final status; the snapshot's tally
+//! counts exactly the events emitted; events survive a JSON round trip.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agent_tree::FnTool;
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use serde_json::json;
+
+use crate::support::{catalog, delegator, leaf, record, within};
+
+fn scripted() -> ScriptedModel {
+    ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::calls([
+                    Call::spawn_background("sleeper", "outlive me"),
+                    Call::spawn("mid", "delegate further"),
+                    Call::spawn("failer", "fail"),
+                ])
+                .usage(Usage::tokens(10, 2)),
+                // Ends with the sleeper still live: it is aborted (owner ended).
+                Turn::answer("lead done").usage(Usage::tokens(10, 2)),
+            ]),
+        )
+        .script(
+            "mid",
+            Script::new([
+                Turn::spawn("worker", "work").usage(Usage::tokens(5, 1)),
+                Turn::answer("mid done").usage(Usage::tokens(5, 1)),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("worked")
+                .usage(Usage::tokens(1, 1))
+                .after(Duration::from_millis(5))]),
+        )
+        .script("failer", Script::new([Turn::fail("no luck")]))
+        .script("sleeper", Script::new([Turn::hang()]))
+        .script(
+            "steerable",
+            Script::new([
+                Turn::calls([Call::tool("noop", json!({}))])
+                    .usage(Usage::tokens(3, 3))
+                    .after(Duration::from_secs(1)),
+                Turn::answer("steered").usage(Usage::tokens(3, 3)),
+            ]),
+        )
+        .script("hanger", Script::new([Turn::hang()]))
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
+    let tree = Tree::builder()
+        .catalog(catalog([
+            delegator("lead", &["sleeper", "mid", "failer"]),
+            delegator("mid", &["worker"]),
+            leaf("worker"),
+            leaf("failer"),
+            leaf("sleeper"),
+            leaf("steerable"),
+            leaf("hanger"),
+        ]))
+        .model(scripted())
+        .tool(FnTool::new("noop", "does nothing", |_, _| async {
+            Ok("ok".to_owned())
+        }))
+        .expect("tool name is free")
+        .build()
+        .await
+        .expect("tree builds");
+    let mut events = tree.subscribe();
+
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted");
+    assert!(within("lead", lead.outcome()).await.is_completed());
+
+    let mut steerable = tree
+        .spawn(SpawnRequest::new("steerable", "listen"))
+        .await
+        .expect("admitted");
+    tree.steer(steerable.id(), "a hint")
+        .await
+        .expect("a live agent can be steered");
+    assert!(
+        within("steerable", steerable.outcome())
+            .await
+            .is_completed()
+    );
+
+    let mut hanger = tree
+        .spawn(SpawnRequest::new("hanger", "hang"))
+        .await
+        .expect("admitted");
+    tree.abort(hanger.id()).expect("abortable");
+    let aborted = within("hanger", hanger.outcome()).await;
+    assert_eq!(
+        (aborted.status, aborted.reason),
+        (AgentStatus::Aborted, EndReason::Aborted)
+    );
+
+    let late = tree
+        .spawn(SpawnRequest::new("hanger", "hang until shutdown"))
+        .await
+        .expect("admitted");
+    let snapshot = tree.snapshot();
+    let emitted_so_far = snapshot.tally.total();
+    within("shutdown", tree.shutdown()).await;
+    let events: Vec<Event> = events.drain();
+    let text = snapshot.render_text();
+
+    // Dense from 1, increasing, and time never runs backwards.
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(events.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+
+    // Parent and depth as in the agent's record. (Every agent was admitted before the
+    // snapshot; records never move.)
+    for e in &events {
+        let r = record(&snapshot, e.agent);
+        assert!(r.depth >= 1, "an event about the root: {e:?}");
+        assert_eq!((e.parent, e.depth), (r.parent, r.depth), "{e:?} vs\n{text}");
+        let back = Event::from_json(&e.to_json()).expect("events decode");
+        assert_eq!(&back, e);
+        let value: serde_json::Value = serde_json::from_str(&e.to_json()).expect("JSON");
+        assert_eq!(value["depth"], json!(r.depth));
+        assert_eq!(value["parent"], json!(r.parent.map(|p| p.to_string())));
+    }
+
+    // The tally counts exactly what was emitted.
+    let mut tally = EventTally::default();
+    for e in events.iter().filter(|e| e.seq <= emitted_so_far) {
+        tally.count(&e.kind);
+    }
+    assert_eq!(tally, snapshot.tally);
+
+    // One `started` first and one terminal event last, per agent.
+    let mut per_agent: BTreeMap<AgentId, Vec<&Event>> = BTreeMap::new();
+    for e in &events {
+        per_agent.entry(e.agent).or_default().push(e);
+    }
+    assert_eq!(per_agent.len(), snapshot.agents().count(), "{text}");
+    for (id, list) in &per_agent {
+        assert!(
+            matches!(list[0].kind, EventKind::Started { .. }),
+            "{id}: {list:?}"
+        );
+        let terminal: Vec<_> = list
+            .iter()
+            .filter(|e| e.kind.terminal_status().is_some())
+            .collect();
+        assert_eq!(terminal.len(), 1, "{id}: {list:?}");
+        assert_eq!(
+            list.last().map(|e| e.seq),
+            Some(terminal[0].seq),
+            "{id}: {list:?}"
+        );
+    }
+
+    // The kinds this run must have produced, with the agent each is about.
+    let kind_of = |agent_type: &str| -> Vec<&EventKind> {
+        let ids = crate::support::all_of_type(&snapshot, agent_type);
+        events
+            .iter()
+            .filter(|e| ids.contains(&e.agent))
+            .filter(|e| e.kind.terminal_status().is_some() || e.kind == EventKind::Steered)
+            .map(|e| &e.kind)
+            .collect()
+    };
+    assert_eq!(kind_of("worker"), [&EventKind::Completed]);
+    assert!(matches!(
+        kind_of("failer")[..],
+        [EventKind::Failed {
+            reason: EndReason::ModelError,
+            ..
+        }]
+    ));
+    assert_eq!(
+        kind_of("sleeper"),
+        [&EventKind::Aborted {
+            reason: EndReason::OwnerEnded
+        }]
+    );
+    assert_eq!(
+        kind_of("steerable"),
+        [&EventKind::Steered, &EventKind::Completed]
+    );
+    let hangers: Vec<&EventKind> = events
+        .iter()
+        .filter(|e| e.agent == hanger.id() || e.agent == late.id())
+        .filter(|e| e.kind.terminal_status().is_some())
+        .map(|e| &e.kind)
+        .collect();
+    // (Which reason the shutdown gives is checked on its own below.)
+    assert!(
+        matches!(
+            hangers[..],
+            [
+                EventKind::Aborted {
+                    reason: EndReason::Aborted
+                },
+                EventKind::Aborted { .. }
+            ]
+        ),
+        "{hangers:?}"
+    );
+    let depths: Vec<u32> = events.iter().map(|e| e.depth).collect();
+    assert!(depths.contains(&3), "the run reached depth 3");
+}
+
+/// Agents stopped by a tree shutdown end with reason `shutdown` (not `owner_ended`, which
+/// is for an ancestor's abort or end), in their outcome and in their terminal event.
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_agents_with_reason_shutdown() {
+    let tree = Tree::builder()
+        .catalog(catalog([delegator("holder", &["hanger"]), leaf("hanger")]))
+        .model(
+            ScriptedModel::new()
+                .script(
+                    "holder",
+                    Script::new([Turn::spawn_background("hanger", "hang"), Turn::hang()]),
+                )
+                .script("hanger", Script::new([Turn::hang()])),
+        )
+        .build()
+        .await
+        .expect("tree builds");
+    let mut events = tree.subscribe();
+    let mut holder = tree
+        .spawn(SpawnRequest::new("holder", "hold"))
+        .await
+        .expect("admitted");
+    // Wait until the child runs too.
+    within("the child to start", async {
+        loop {
+            let e = events.next().await.expect("tree alive");
+            if e.depth == 2 && matches!(e.kind, EventKind::Started { .. }) {
+                break;
+            }
+        }
+    })
+    .await;
+    let child = tree
+        .record(holder.id())
+        .and_then(|r| r.children.first().copied())
+        .expect("the child exists");
+    let mut child = tree.handle(child).expect("a handle on the child");
+    let report = within("shutdown", tree.shutdown()).await;
+    assert!(report.killed.is_empty(), "{report:?}");
+
+    let holder_outcome = within("holder", holder.outcome()).await;
+    let child_outcome = within("child", child.outcome()).await;
+    let terminal: Vec<(AgentId, EventKind)> = events
+        .drain()
+        .into_iter()
+        .filter(|e| e.kind.terminal_status().is_some())
+        .map(|e| (e.agent, e.kind))
+        .collect();
+    assert_eq!(
+        (holder_outcome.status, holder_outcome.reason),
+        (AgentStatus::Aborted, EndReason::Shutdown)
+    );
+    assert_eq!(
+        (child_outcome.status, child_outcome.reason),
+        (AgentStatus::Aborted, EndReason::Shutdown)
+    );
+    for (agent, kind) in terminal {
+        assert_eq!(
+            kind,
+            EventKind::Aborted {
+                reason: EndReason::Shutdown
+            },
+            "{agent}"
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! The core integration tests, one binary: identity and places, records, usage, events,
+//! snapshots, an agent's run with the scripted model, failures and child exits. Each module
+//! is one behaviour (formerly its own test binary; one binary links once).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod events_envelope;
+mod failure_isolation;
+mod lifecycle_child_exit;
+mod records_persist;
+mod results_read_by_id;
+mod scripted_model_turns;
+mod snapshot_render;
+mod tools_unknown_name;
+mod tree_depth_parent;
+mod usage_before_settle;
+mod usage_random_trees;

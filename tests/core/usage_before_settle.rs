@@ -1,0 +1,369 @@
+//! A child's usage arrives before its settle notice. For every agent, all of its
+//! `usage_reported` events come before its terminal event; and whenever an owner is told of a
+//! child's end (a waiting read, a foreground spawn's result, a later peek), the child's
+//! terminal event was already emitted and the owner's subtree already holds the child's
+//! whole usage (its own and its descendants').
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::FnTool;
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EventKind, TreeSnapshot};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::support::{
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
+};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn scripted() -> ScriptedModel {
+    ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                // 1: a background child
+                Turn::spawn_background("bg", "work in the background").usage(Usage::tokens(1, 1)),
+                // 2: wait for it by id
+                Turn::calls([Call::result(Target::Spawned(0))]).usage(Usage::tokens(2, 1)),
+                // 3: a foreground child that has a child of its own
+                Turn::spawn("fg", "work in the foreground").usage(Usage::tokens(3, 1)),
+                // 4: a background child that settles during turn 5's model call
+                Turn::spawn_background("quick", "be quick").usage(Usage::tokens(4, 1)),
+                // 5: a long turn, then peek at it
+                Turn::calls([Call::peek(Target::Spawned(2))])
+                    .usage(Usage::tokens(5, 1))
+                    .after(Duration::from_secs(5)),
+                // 6
+                Turn::answer("lead done").usage(Usage::tokens(6, 1)),
+            ]),
+        )
+        .script(
+            "bg",
+            Script::new([
+                Turn::calls([Call::tool("noop", json!({}))])
+                    .usage(Usage::tokens(100, 10))
+                    .after(SECOND),
+                Turn::answer("bg done")
+                    .usage(Usage::tokens(200, 20))
+                    .after(SECOND),
+            ]),
+        )
+        .script(
+            "fg",
+            Script::new([
+                Turn::spawn("gc", "go deeper").usage(Usage::tokens(300, 30)),
+                Turn::answer("fg done")
+                    .usage(Usage::tokens(400, 40))
+                    .after(SECOND),
+            ]),
+        )
+        .script(
+            "gc",
+            Script::new([Turn::answer("gc done")
+                .usage(Usage::tokens(500, 50))
+                .after(SECOND)]),
+        )
+        .script(
+            "quick",
+            Script::new([Turn::answer("quick done")
+                .usage(Usage::tokens(600, 60))
+                .after(SECOND)]),
+        )
+}
+
+#[tokio::test(start_paused = true)]
+async fn usage_is_in_before_the_owner_hears_of_the_end() {
+    let probe = TreeCell::new();
+    // (turn, snapshot at the lead's model call)
+    let lead_turns: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
+    let (hook_probe, hook_log) = (probe.clone(), lead_turns.clone());
+    let model = RecordingModel::new(scripted()).with_hook(move |request| {
+        if request.agent_type == "lead" {
+            hook_log.lock().push((request.turn, hook_probe.snapshot()));
+        }
+        None
+    });
+    let tree = Arc::new(
+        Tree::builder()
+            .catalog(catalog([
+                delegator("lead", &["bg", "fg", "quick"]),
+                delegator("fg", &["gc"]),
+                leaf("bg"),
+                leaf("gc"),
+                leaf("quick"),
+            ]))
+            .model(model.clone())
+            .tool(FnTool::new("noop", "does nothing", |_, _| async {
+                Ok("ok".to_owned())
+            }))
+            .expect("tool name is free")
+            .build()
+            .await
+            .expect("tree builds"),
+    );
+    probe.set(&tree);
+    let mut events = tree.subscribe();
+
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "delegate"))
+        .await
+        .expect("admitted");
+    assert!(within("the lead", lead.outcome()).await.is_completed());
+    let events = crate::support::events_at_idle(&tree, &mut events).await;
+    let snapshot = tree.snapshot();
+    let text = snapshot.render_text();
+    assert!(snapshot.check_usage().is_ok(), "{text}");
+
+    // For every agent, its usage events precede its terminal event.
+    let mut usage_events: BTreeMap<AgentId, Vec<u64>> = BTreeMap::new();
+    for e in &events {
+        if let EventKind::UsageReported { .. } = e.kind {
+            usage_events.entry(e.agent).or_default().push(e.seq);
+        }
+    }
+    for r in snapshot.agents() {
+        let end = terminal_event(&events, r.id)
+            .unwrap_or_else(|| panic!("{} has no terminal event", r.id))
+            .seq;
+        let seqs = usage_events.get(&r.id).cloned().unwrap_or_default();
+        assert!(!seqs.is_empty(), "{} reported no usage", r.id);
+        assert!(
+            seqs.iter().all(|&s| s < end),
+            "{}: usage events {seqs:?} not all before its terminal event {end}",
+            r.id
+        );
+    }
+
+    let lead = lead.id();
+    let children = record(&snapshot, lead).children.clone();
+    assert_eq!(children.len(), 3, "{text}");
+    let (bg, fg, quick) = (children[0], children[1], children[2]);
+    let lead_turns = lead_turns.lock().clone();
+    assert_eq!(
+        lead_turns.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+
+    // The turn at which the lead learns each child's end, and the call that tells it.
+    for (child, turn, call) in [
+        (bg, 3, "call_2_0"),
+        (fg, 4, "call_3_0"),
+        (quick, 6, "call_5_0"),
+    ] {
+        let told = model
+            .request(lead, turn)
+            .tool_result(call)
+            .unwrap_or_else(|| panic!("no result for {call}"))
+            .json();
+        assert_eq!(told["agent_id"], child.to_string());
+        assert_eq!(told["status"], "completed", "turn {turn}: {told}");
+
+        let (_, at) = &lead_turns[turn as usize - 1];
+        let child_end = terminal_event(&events, child).expect("settled").seq;
+        assert!(
+            child_end <= at.tally.total(),
+            "turn {turn}: the lead was told of {child} before its terminal event {child_end} \
+             (only {} events so far)",
+            at.tally.total()
+        );
+        // The ledger at that moment already had the child's whole usage, below and above it.
+        let final_child = record(&snapshot, child);
+        let then_child = record(at, child);
+        assert!(
+            then_child.status.is_terminal(),
+            "turn {turn}: {child} still live"
+        );
+        assert_eq!(
+            then_child.own, final_child.own,
+            "turn {turn}: own of {child}"
+        );
+        assert_eq!(
+            then_child.subtree, final_child.subtree,
+            "turn {turn}: subtree of {child}"
+        );
+        let then_lead = record(at, lead);
+        let children_then: Usage = then_lead
+            .children
+            .iter()
+            .map(|&c| record(at, c).subtree)
+            .sum();
+        assert_eq!(
+            then_lead.subtree,
+            then_lead.own + children_then,
+            "turn {turn}: the lead's subtree does not add up"
+        );
+        assert!(
+            at.check_usage().is_ok(),
+            "turn {turn}: the ledger does not add up:\n{}",
+            at.render_text()
+        );
+    }
+    // The foreground child's subtree holds its own child's usage too.
+    let gc = record(&snapshot, fg).children[0];
+    assert_eq!(
+        record(&snapshot, fg).subtree,
+        Usage::tokens(700, 70) + record(&snapshot, gc).subtree
+    );
+    assert_eq!(record(&snapshot, gc).own, Usage::tokens(500, 50));
+
+    crate::support::shutdown(tree).await;
+}
+
+/// A model whose `victim` turn blocks its worker thread inside `poll` until released, and
+/// then returns a response with usage; every other agent plays its script.
+struct BlockingVictim {
+    inner: RecordingModel,
+    started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Model for BlockingVictim {
+    fn turn(
+        &self,
+        request: ModelRequest,
+    ) -> agent_tree::BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        if request.agent_type != "victim" {
+            return self.inner.turn(request);
+        }
+        Box::pin(async move {
+            if let Some(started) = self.started.lock().take() {
+                let _ = started.send(());
+            }
+            // Blocks this worker thread (bounded, so a broken run cannot hang the suite).
+            let _ = self.release.lock().recv_timeout(Duration::from_secs(10));
+            Ok(ModelResponse::text("late answer").with_usage(Usage::tokens(7, 7)))
+        })
+    }
+}
+
+/// The same rule when a child is aborted while its model call is returning, on a
+/// multi-threaded runtime: the turn's usage must still be in the ledger before the child's
+/// terminal event and before its owner is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
+    let limit = Duration::from_secs(10);
+    let probe = TreeCell::new();
+    let (told_tx, told_rx) = tokio::sync::oneshot::channel::<TreeSnapshot>();
+    let told_tx = Mutex::new(Some(told_tx));
+    let hook_probe = probe.clone();
+    let recording = RecordingModel::new(ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("victim", "take a while"),
+            Turn::answer("lead done"),
+        ]),
+    ))
+    .with_hook(move |request| {
+        if request.agent_type == "lead" && request.turn == 2 {
+            if let Some(tx) = told_tx.lock().take() {
+                let _ = tx.send(hook_probe.snapshot());
+            }
+        }
+        None
+    });
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let model = BlockingVictim {
+        inner: recording,
+        started: Mutex::new(Some(started_tx)),
+        release: Mutex::new(release_rx),
+    };
+    let tree = Arc::new(
+        Tree::builder()
+            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
+            .model(model)
+            .build()
+            .await
+            .expect("tree builds"),
+    );
+    probe.set(&tree);
+    let mut events = tree.subscribe();
+
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "delegate"))
+        .await
+        .expect("admitted");
+    tokio::time::timeout(limit, started_rx)
+        .await
+        .expect("the victim's model call started")
+        .expect("started signal");
+    let victim = *tree
+        .record(lead.id())
+        .expect("lead record")
+        .children
+        .first()
+        .expect("the victim exists");
+    tree.abort(victim)
+        .expect("the application may abort any agent");
+    // Let the abort run its course while the victim's model call is still inside `poll`.
+    // A runtime that settled without waiting for the in-flight turn would do so within
+    // microseconds; a correct one cannot settle until the call returns, so this bounded
+    // window (a race on worker threads: paused time cannot stand in for it) runs out.
+    let mut seen = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_millis(250), async {
+        while let Some(event) = events.next().await {
+            let end = event.agent == victim && event.kind.terminal_status().is_some();
+            seen.push(event);
+            if end {
+                break;
+            }
+        }
+    })
+    .await;
+    release_tx.send(()).expect("the victim's model waits");
+    // The call returns with usage: wait until that usage is in the ledger.
+    tokio::time::timeout(limit, async {
+        while let Some(event) = events.next().await {
+            let usage =
+                event.agent == victim && matches!(event.kind, EventKind::UsageReported { .. });
+            seen.push(event);
+            if usage {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the usage of the victim's finished model call is recorded");
+    let told = tokio::time::timeout(limit, told_rx)
+        .await
+        .expect("the lead was told of the abort")
+        .expect("snapshot");
+    assert!(
+        tokio::time::timeout(limit, lead.outcome())
+            .await
+            .expect("lead settles")
+            .is_completed()
+    );
+    tokio::time::timeout(limit, tree.idle())
+        .await
+        .expect("tree idles");
+    seen.extend(events.drain());
+    let events = seen;
+    let snapshot = tree.snapshot();
+
+    let end = terminal_event(&events, victim).expect("victim settled");
+    assert_eq!(end.kind.terminal_status(), Some(AgentStatus::Aborted));
+    for e in events.iter().filter(|e| e.agent == victim) {
+        if let EventKind::UsageReported { .. } = e.kind {
+            assert!(
+                e.seq < end.seq,
+                "usage of {victim} reported at seq {} after its terminal event at seq {}",
+                e.seq,
+                end.seq
+            );
+        }
+    }
+    assert_eq!(
+        record(&told, victim).subtree,
+        record(&snapshot, victim).subtree,
+        "the lead was told of {victim}'s end before its usage was in the ledger"
+    );
+    drop(events);
+    let tree = Arc::try_unwrap(tree).expect("sole owner");
+    let _ = tokio::time::timeout(limit, tree.shutdown()).await;
+}

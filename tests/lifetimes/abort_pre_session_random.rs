@@ -1,0 +1,538 @@
+//! Randomized: an agent aborted before or while it is being constructed never makes a model
+//! call and never has children — 10,400 trials under paused time, split over four test
+//! functions (each ≥ 2,500 trials) so they run in parallel and each stays well under a
+//! few seconds in a debug build.
+//!
+//! Each trial builds one agent ("target", whose first model turn would spawn a child) and
+//! aborts it at a random point of its construction:
+//!
+//! * inside its `pre_start`, before `Tree::spawn` returns (a user tool's `spec()`, which the
+//!   runtime calls while constructing the agent, trips the abort);
+//! * right after `Tree::spawn` returns, before the actor's first message;
+//! * during its slow async start hook (`on_start`, a random virtual delay of 1–40 ms), at a
+//!   random virtual instant and after a random number of yields;
+//! * during its owner's spawn of it (the tripwire again, under an owner agent);
+//! * through its owner's abort, during that spawn or during its start hook;
+//! * through a shutdown of its own subtree or of its owner's, during its start hook;
+//! * through a whole-tree shutdown during its start hook (one tree per trial).
+//!
+//! and asserts that the aborted agents made no model call after the abort (the target none
+//! at all), that the target has no children and no child record was ever admitted, and that
+//! it settled `aborted`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EventKind, ToolCall, ToolSpec};
+use agent_tree::{AGENT_TOOL, BoxFuture, HookContext, HookError, ToolContext, ToolError};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::support::TreeCell;
+use crate::support::harness::{GUARD, Rng, started, wait_event};
+use crate::support::{catalog, delegator, leaf};
+
+/// A tiny model: an owner spawns a target, a target spawns a child; every later turn
+/// hangs. It counts calls per agent.
+#[derive(Clone, Default)]
+struct Tiny {
+    calls: Arc<Mutex<HashMap<AgentId, u32>>>,
+}
+
+impl Tiny {
+    fn count(&self, agent: AgentId) -> u32 {
+        self.calls.lock().get(&agent).copied().unwrap_or_default()
+    }
+}
+
+impl Model for Tiny {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            *self.calls.lock().entry(request.agent).or_default() += 1;
+            let spawn = |agent_type: &str| {
+                Ok(ModelResponse::calls(vec![ToolCall::new(
+                    "c1",
+                    AGENT_TOOL,
+                    json!({ "agent_type": agent_type, "prompt": "go", "background": true }),
+                )]))
+            };
+            match (request.agent_type.as_str(), request.turn) {
+                ("owner", 1) => spawn("target"),
+                ("target", 1) => spawn("child"),
+                _ => std::future::pending().await,
+            }
+        })
+    }
+}
+
+/// What the tripwire does when the armed target's construction calls its `spec()`.
+#[derive(Clone, Copy, Debug)]
+struct Armed {
+    /// The agent under construction that trips it.
+    target: AgentId,
+    /// The agent to abort then.
+    victim: AgentId,
+}
+
+/// A user tool whose `spec()` — called by the runtime while it constructs an agent, inside
+/// the spawn — aborts the armed victim when the armed target is the one being constructed.
+#[derive(Clone, Default)]
+struct Tripwire {
+    tree: TreeCell,
+    armed: Arc<Mutex<Option<Armed>>>,
+    /// The victim's status when the wire tripped, and its model calls then.
+    tripped: Arc<Mutex<Option<AgentStatus>>>,
+}
+
+impl Tool for Tripwire {
+    fn spec(&self) -> ToolSpec {
+        let armed = *self.armed.lock();
+        if let (Some(armed), Some(tree)) = (armed, self.tree.get()) {
+            let under_construction = tree
+                .record(armed.target)
+                .is_some_and(|r| r.status == AgentStatus::Starting);
+            if under_construction {
+                self.armed.lock().take();
+                let status = tree.record(armed.target).map(|r| r.status);
+                tree.abort(armed.victim).expect("the victim exists");
+                *self.tripped.lock() = status;
+            }
+        }
+        ToolSpec {
+            name: "tripwire".into(),
+            description: "a tool that is never called".into(),
+            input_schema: json!({ "type": "object" }),
+        }
+    }
+
+    fn call(
+        &self,
+        _context: ToolContext,
+        _input: serde_json::Value,
+    ) -> BoxFuture<'_, Result<String, ToolError>> {
+        Box::pin(async { Ok(String::new()) })
+    }
+}
+
+/// One tree and everything a trial needs to drive it.
+struct Bench {
+    tree: Arc<Tree>,
+    model: Tiny,
+    wire: Tripwire,
+    /// Start-hook delay per agent (none: the hook returns at once).
+    delays: Arc<Mutex<HashMap<AgentId, Duration>>>,
+    /// The next id the tree will admit.
+    next: u64,
+    hooked: bool,
+}
+
+impl Bench {
+    async fn new(hooked: bool) -> Self {
+        let model = Tiny::default();
+        let wire = Tripwire::default();
+        let delays: Arc<Mutex<HashMap<AgentId, Duration>>> = Arc::default();
+        let mut builder = Tree::builder()
+            .config(TreeConfig::default().with_max_total_agents(64))
+            .catalog(catalog([
+                delegator("owner", &["target"]),
+                delegator("target", &["child"]),
+                leaf("child"),
+            ]))
+            .model(model.clone())
+            .tool(wire.clone())
+            .expect("the tool name is free");
+        if hooked {
+            let delays = delays.clone();
+            builder = builder
+                .on_start(move |ctx: HookContext| {
+                    let delay = delays.lock().get(&ctx.agent).copied();
+                    async move {
+                        if let Some(delay) = delay {
+                            tokio::time::sleep(delay).await;
+                        }
+                        Ok::<(), HookError>(())
+                    }
+                })
+                .on_shutdown(|_ctx: HookContext| async move {
+                    tokio::task::yield_now().await;
+                    Ok::<(), HookError>(())
+                });
+        }
+        let tree = Arc::new(builder.build().await.expect("the tree builds"));
+        wire.tree.set(&tree);
+        Bench {
+            tree,
+            model,
+            wire,
+            delays,
+            next: 1,
+            hooked,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Mode {
+    /// Top level: aborted inside its `pre_start`, before `Tree::spawn` returns.
+    InPreStart,
+    /// Top level: aborted right after `Tree::spawn` returns.
+    RightAfterSpawn,
+    /// Top level: aborted during its start hook.
+    DuringStartHook,
+    /// Under an owner: aborted inside its `pre_start`, during the owner's spawn of it.
+    DuringOwnersSpawn,
+    /// Under an owner: the owner is aborted during its spawn of the target.
+    OwnerAbortedDuringSpawn,
+    /// Under an owner: the owner is aborted during the target's start hook.
+    OwnerAbortedDuringStartHook,
+    /// Top level: its subtree is shut down during its start hook.
+    ShutdownOfItself,
+    /// Under an owner: the owner's subtree is shut down during the target's start hook.
+    ShutdownOfItsOwner,
+    /// Top level: the whole tree is shut down during its start hook.
+    TreeShutdown,
+}
+
+impl Mode {
+    fn nested(self) -> bool {
+        matches!(
+            self,
+            Mode::DuringOwnersSpawn
+                | Mode::OwnerAbortedDuringSpawn
+                | Mode::OwnerAbortedDuringStartHook
+                | Mode::ShutdownOfItsOwner
+        )
+    }
+
+    fn needs_hook(self) -> bool {
+        matches!(
+            self,
+            Mode::DuringStartHook
+                | Mode::OwnerAbortedDuringStartHook
+                | Mode::ShutdownOfItself
+                | Mode::ShutdownOfItsOwner
+                | Mode::TreeShutdown
+        )
+    }
+}
+
+async fn guarded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(GUARD, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out: {what}"),
+    }
+}
+
+/// Sleeps a random virtual time shorter than `delay`, then yields a random number of times.
+async fn somewhere_within(rng: &mut Rng, delay: Duration) {
+    let ms = u64::try_from(delay.as_millis()).expect("small");
+    let at = rng.below(ms);
+    if at > 0 {
+        tokio::time::sleep(Duration::from_millis(at)).await;
+    }
+    for _ in 0..rng.below(4) {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Runs one trial; returns the target's status at the moment of the abort.
+async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> AgentStatus {
+    let ctx = format!("trial {seed} {mode:?}");
+    let tree = bench.tree.clone();
+    let (owner, target) = if mode.nested() {
+        (Some(AgentId::new(bench.next)), AgentId::new(bench.next + 1))
+    } else {
+        (None, AgentId::new(bench.next))
+    };
+    let delay = if mode.needs_hook() {
+        assert!(bench.hooked);
+        Duration::from_millis(rng.range(1, 40))
+    } else if bench.hooked {
+        Duration::from_millis(rng.range(1, 40))
+    } else {
+        Duration::ZERO
+    };
+    bench.delays.lock().insert(target, delay);
+    // Model calls of each aborted agent at the moment of its abort.
+    let mut at_abort: Vec<(AgentId, u32)> = Vec::new();
+    let status_at_abort: AgentStatus;
+    let mut events = mode.nested().then(|| tree.subscribe());
+
+    match mode {
+        Mode::InPreStart | Mode::DuringOwnersSpawn | Mode::OwnerAbortedDuringSpawn => {
+            let victim = match mode {
+                Mode::OwnerAbortedDuringSpawn => owner.expect("nested"),
+                _ => target,
+            };
+            *bench.wire.armed.lock() = Some(Armed { target, victim });
+            let top = if mode.nested() { "owner" } else { "target" };
+            let handle = tree
+                .spawn(SpawnRequest::new(top, "go"))
+                .await
+                .expect("admitted");
+            if !mode.nested() {
+                // The abort happened inside the spawn call, before it returned.
+                assert!(
+                    bench.wire.armed.lock().is_none(),
+                    "{ctx}: tripped inside the spawn"
+                );
+                assert!(handle.try_outcome().is_none(), "{ctx}: not settled yet");
+            }
+            if let Some(events) = events.as_mut() {
+                // The owner spawns the target in its own actor; the target's `started` event
+                // comes from the same construction step, right after the wire.
+                wait_event(events, started(target)).await;
+            }
+            assert!(bench.wire.armed.lock().is_none(), "{ctx}: the wire tripped");
+            status_at_abort = bench.wire.tripped.lock().take().expect("tripped");
+            at_abort.push((victim, 0));
+            if let Some(owner) = owner.filter(|&o| o == victim) {
+                // The owner had made exactly the call that spawned the target.
+                at_abort[0] = (owner, 1);
+                at_abort.push((target, 0));
+            }
+        }
+        Mode::RightAfterSpawn => {
+            tree.spawn(SpawnRequest::new("target", "go"))
+                .await
+                .expect("admitted");
+            status_at_abort = tree.record(target).expect("rec").status;
+            at_abort.push((target, bench.model.count(target)));
+            tree.abort(target).expect("exists");
+        }
+        Mode::DuringStartHook | Mode::ShutdownOfItself => {
+            tree.spawn(SpawnRequest::new("target", "go"))
+                .await
+                .expect("admitted");
+            somewhere_within(rng, delay).await;
+            status_at_abort = tree.record(target).expect("rec").status;
+            at_abort.push((target, bench.model.count(target)));
+            if mode == Mode::ShutdownOfItself {
+                let report = guarded(&ctx, tree.shutdown_agent(target))
+                    .await
+                    .expect("exists");
+                assert_eq!(report.graceful, [target], "{ctx}: {report:?}");
+            } else {
+                tree.abort(target).expect("exists");
+            }
+        }
+        Mode::OwnerAbortedDuringStartHook | Mode::ShutdownOfItsOwner => {
+            let owner = owner.expect("nested");
+            tree.spawn(SpawnRequest::new("owner", "go"))
+                .await
+                .expect("admitted");
+            let events = events.as_mut().expect("subscribed");
+            wait_event(events, started(target)).await;
+            somewhere_within(rng, delay).await;
+            status_at_abort = tree.record(target).expect("rec").status;
+            at_abort.push((owner, bench.model.count(owner)));
+            at_abort.push((target, bench.model.count(target)));
+            if mode == Mode::ShutdownOfItsOwner {
+                let report = guarded(&ctx, tree.shutdown_agent(owner))
+                    .await
+                    .expect("exists");
+                assert_eq!(report.graceful.len(), 2, "{ctx}: {report:?}");
+                assert!(report.killed.is_empty(), "{ctx}: {report:?}");
+            } else {
+                tree.abort(owner).expect("exists");
+            }
+        }
+        Mode::TreeShutdown => {
+            tree.spawn(SpawnRequest::new("target", "go"))
+                .await
+                .expect("admitted");
+            somewhere_within(rng, delay).await;
+            status_at_abort = tree.record(target).expect("rec").status;
+            at_abort.push((target, bench.model.count(target)));
+            let report = guarded(&ctx, tree.shutdown()).await;
+            assert_eq!(report.graceful, [target], "{ctx}: {report:?}");
+            assert!(tree.alive_actors().is_empty(), "{ctx}");
+        }
+    }
+
+    // In the modes where only the target was aborted, its owner keeps running: end it.
+    if mode == Mode::DuringOwnersSpawn {
+        let owner = owner.expect("nested");
+        guarded(&ctx, async {
+            tree.handle(target).expect("target").outcome().await
+        })
+        .await;
+        at_abort.push((owner, bench.model.count(owner)));
+        tree.abort(owner).expect("exists");
+    }
+    guarded(&ctx, tree.idle()).await;
+
+    for &(agent, calls) in &at_abort {
+        assert_eq!(
+            bench.model.count(agent),
+            calls,
+            "{ctx}: {agent} called the model after its abort"
+        );
+    }
+    assert_eq!(
+        bench.model.count(target),
+        0,
+        "{ctx}: the target called the model"
+    );
+    let record = tree.record(target).expect("record");
+    assert!(record.children.is_empty(), "{ctx}: the target has children");
+    assert_eq!(record.status, AgentStatus::Aborted, "{ctx}: {record:?}");
+    // No child record was ever admitted for it: the trial added exactly its own agents.
+    let added = if mode.nested() { 2 } else { 1 };
+    assert!(
+        tree.record(AgentId::new(bench.next + added)).is_none(),
+        "{ctx}: an extra agent was admitted"
+    );
+    assert!(
+        tree.record(AgentId::new(bench.next + added - 1)).is_some(),
+        "{ctx}: the trial's agents exist"
+    );
+    if let Some(mut events) = events {
+        assert!(
+            !events
+                .drain()
+                .iter()
+                .any(|e| e.agent == target && matches!(e.kind, EventKind::UsageReported { .. })),
+            "{ctx}"
+        );
+    }
+    bench.next += added;
+    bench.delays.lock().remove(&target);
+    status_at_abort
+}
+
+/// Runs `n` trials of the given modes (chosen at random per trial) on one tree per `batch`
+/// trials; returns how many trials aborted the target in each status.
+async fn run(seed: u64, n: usize, modes: &[Mode], hooked: bool) -> HashMap<AgentStatus, usize> {
+    const BATCH: usize = 500;
+    let mut rng = Rng::new(seed);
+    let mut seen: HashMap<AgentStatus, usize> = HashMap::new();
+    let mut bench = Bench::new(hooked).await;
+    for i in 0..n {
+        if i % BATCH == 0 && i > 0 {
+            let old = std::mem::replace(&mut bench, Bench::new(hooked).await);
+            guarded("batch shutdown", old.tree.shutdown()).await;
+        }
+        let mode = modes[rng.below(modes.len() as u64) as usize];
+        let status = trial(&mut bench, mode, &mut rng, seed ^ i as u64).await;
+        *seen.entry(status).or_default() += 1;
+    }
+    guarded("final shutdown", bench.tree.shutdown()).await;
+    assert!(bench.tree.alive_actors().is_empty());
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_aborts_while_a_top_level_agent_is_constructed() {
+    let started = std::time::Instant::now();
+    // Without start hooks: the points around `Tree::spawn`.
+    let bare = run(
+        0xA11CE,
+        1_300,
+        &[Mode::InPreStart, Mode::RightAfterSpawn],
+        false,
+    )
+    .await;
+    // With slow start hooks: those points again, and the hook's whole window.
+    let hooked = run(
+        0xB0B,
+        1_300,
+        &[
+            Mode::InPreStart,
+            Mode::RightAfterSpawn,
+            Mode::DuringStartHook,
+        ],
+        true,
+    )
+    .await;
+    assert!(
+        bare.get(&AgentStatus::Starting)
+            .copied()
+            .unwrap_or_default()
+            > 300,
+        "{bare:?}"
+    );
+    assert!(
+        hooked
+            .get(&AgentStatus::Running)
+            .copied()
+            .unwrap_or_default()
+            > 300,
+        "{hooked:?}"
+    );
+    eprintln!(
+        "top level: bare {bare:?} hooked {hooked:?} in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_aborts_while_an_owner_spawns_the_agent() {
+    let started = std::time::Instant::now();
+    let bare = run(
+        0xC0FFEE,
+        1_000,
+        &[Mode::DuringOwnersSpawn, Mode::OwnerAbortedDuringSpawn],
+        false,
+    )
+    .await;
+    let hooked = run(
+        0xD00D,
+        1_600,
+        &[
+            Mode::DuringOwnersSpawn,
+            Mode::OwnerAbortedDuringSpawn,
+            Mode::OwnerAbortedDuringStartHook,
+        ],
+        true,
+    )
+    .await;
+    assert!(
+        bare.get(&AgentStatus::Starting)
+            .copied()
+            .unwrap_or_default()
+            == 1_000,
+        "{bare:?}"
+    );
+    assert!(
+        hooked
+            .get(&AgentStatus::Running)
+            .copied()
+            .unwrap_or_default()
+            > 300,
+        "{hooked:?}"
+    );
+    eprintln!(
+        "nested: bare {bare:?} hooked {hooked:?} in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_subtree_shutdowns_while_the_agent_is_constructed() {
+    let started = std::time::Instant::now();
+    let seen = run(
+        0x5EED,
+        2_600,
+        &[Mode::ShutdownOfItself, Mode::ShutdownOfItsOwner],
+        true,
+    )
+    .await;
+    eprintln!("subtree shutdowns: {seen:?} in {:?}", started.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_tree_shutdowns_while_the_agent_is_constructed() {
+    let started = std::time::Instant::now();
+    let mut rng = Rng::new(0x7EE);
+    let mut seen: HashMap<AgentStatus, usize> = HashMap::new();
+    for i in 0..2_600u64 {
+        // One tree per trial: a shutdown ends a tree.
+        let mut bench = Bench::new(true).await;
+        let status = trial(&mut bench, Mode::TreeShutdown, &mut rng, i).await;
+        *seen.entry(status).or_default() += 1;
+    }
+    eprintln!("tree shutdowns: {seen:?} in {:?}", started.elapsed());
+}

@@ -1,0 +1,411 @@
+//! What happens to live children when their owner's own run ends, per settle policy.
+//!
+//! * `abort_children` (the default): the owner answers, its live children are aborted at
+//!   that instant with reason `owner_ended` (their model calls cancelled), and it settles
+//!   after them.
+//! * `drain` (definition or request): the owner answers and holds in `completing`, its
+//!   outcome not yet visible, until its children settle on their own; then it completes
+//!   with its own answer. A child that asks its draining owner a question gets an answer
+//!   (an error) instead of waiting forever.
+//! * A failed or aborted owner aborts its children even under `drain`.
+//! * New top-level spawns are refused while the root is completing (a tree shutdown). An
+//!   agent in `completing` takes no turns, so nothing in the public API can even attempt a
+//!   spawn under it; its children list stays as it was.
+
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EndReason, Event, EventKind, SettlePolicy};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::{ASK_OWNER_TOOL, HookContext, HookError};
+use serde_json::json;
+
+use crate::support::harness::{a, tree, wait_event};
+use crate::support::lifetimes::{hanging, ms, terminal};
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
+
+/// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
+/// background, then `lead_then`.
+fn model(lead_then: Turn) -> RecordingModel {
+    let scripted = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::calls([
+                Call::spawn_background("worker", "w1"),
+                Call::spawn_background("worker", "w2"),
+            ]),
+            lead_then,
+        ]),
+    );
+    scripted.script_agent(
+        a(2),
+        Script::new([Turn::answer("w1 done")
+            .usage(Usage::tokens(2, 1))
+            .after(Duration::from_secs(2))]),
+    );
+    scripted.script_agent(
+        a(3),
+        Script::new([Turn::answer("w2 done")
+            .usage(Usage::tokens(3, 1))
+            .after(Duration::from_secs(3))]),
+    );
+    RecordingModel::new(scripted)
+}
+
+fn lead(settle: SettlePolicy) -> AgentDefinition {
+    delegator("lead", &["worker"]).with_settle(settle)
+}
+
+fn end_of(events: &[Event], id: AgentId) -> &Event {
+    terminal_event(events, id).unwrap_or_else(|| panic!("{id} never settled: {events:?}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_children_aborts_live_children_when_the_owner_answers() {
+    let model = model(Turn::answer("lead done").after(Duration::from_secs(1)));
+    let tree = tree(
+        model.clone(),
+        catalog([lead(SettlePolicy::AbortChildren), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
+        .await
+        .expect("admitted");
+    assert_eq!(outcome.text.as_deref(), Some("lead done"));
+    let events = events.drain();
+    for child in [a(2), a(3)] {
+        let end = end_of(&events, child);
+        assert_eq!(
+            end.kind,
+            EventKind::Aborted {
+                reason: EndReason::OwnerEnded
+            },
+            "{child}"
+        );
+        assert_eq!(end.at_ms, 1000, "{child}: aborted when the owner answered");
+        let call = &model.calls_of(child)[0];
+        assert_eq!(call.end, CallEnd::Dropped, "{child}");
+        assert!(end.seq < end_of(&events, a(1)).seq, "{child} settles first");
+    }
+    let lead_end = end_of(&events, a(1));
+    assert_eq!(
+        (lead_end.kind.clone(), lead_end.at_ms),
+        (EventKind::Completed, 1000)
+    );
+    tree.shutdown().await;
+}
+
+async fn assert_drains(tree: &Tree, events: &mut agent_tree::EventStream, lead: AgentId) {
+    let mut log = Vec::new();
+    // The lead's run ended at 1 s; at 2 s, when w1 completes, it still holds.
+    let w1_end = wait_event(events, terminal(a(2))).await;
+    log.push(w1_end.clone());
+    assert_eq!((w1_end.kind, w1_end.at_ms), (EventKind::Completed, 2000));
+    let record = tree.record(lead).expect("lead");
+    assert_eq!(record.status, AgentStatus::Completing);
+    assert!(record.outcome.is_none());
+    assert!(tree.handle(lead).expect("handle").try_outcome().is_none());
+    assert_eq!(tree.live(), 2, "the lead and w2");
+    assert_eq!(record.children, [a(2), a(3)]);
+
+    let outcome = within("the lead", async {
+        tree.handle(lead).expect("lead").outcome().await
+    })
+    .await;
+    assert_eq!(outcome.text.as_deref(), Some("lead done"));
+    log.extend(events.drain());
+    let w2_end = end_of(&log, a(3));
+    assert_eq!(
+        (w2_end.kind.clone(), w2_end.at_ms),
+        (EventKind::Completed, 3000)
+    );
+    let lead_end = end_of(&log, lead);
+    assert_eq!(
+        (lead_end.kind.clone(), lead_end.at_ms),
+        (EventKind::Completed, 3000)
+    );
+    assert!(w2_end.seq < lead_end.seq);
+    let snapshot = tree.snapshot();
+    assert_eq!(
+        snapshot.record(lead).expect("lead").subtree,
+        Usage::tokens(5, 2),
+        "both children's usage is in before the owner settles"
+    );
+    assert_eq!(
+        tree.outcome(a(2)).expect("w1").text.as_deref(),
+        Some("w1 done")
+    );
+    assert_eq!(
+        tree.outcome(a(3)).expect("w2").text.as_deref(),
+        Some("w2 done")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_holds_the_owner_completing_until_its_children_settle() {
+    let model = model(Turn::answer("lead done").after(Duration::from_secs(1)));
+    let tree = tree(
+        model.clone(),
+        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    tree.spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted");
+    assert_drains(&tree, &mut events, a(1)).await;
+    assert!(model.calls().iter().all(|c| c.end == CallEnd::Returned));
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
+    // Top level: the request overrides the definition's default.
+    let model_top = model(Turn::answer("lead done").after(Duration::from_secs(1)));
+    let tree_top = tree(
+        model_top.clone(),
+        catalog([lead(SettlePolicy::AbortChildren), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree_top.subscribe();
+    tree_top
+        .spawn(SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain))
+        .await
+        .expect("admitted");
+    assert_drains(&tree_top, &mut events, a(1)).await;
+    tree_top.shutdown().await;
+
+    // Nested: boss (a1) spawns the lead (a2) with `"settle": "drain"`; the lead's workers
+    // are a3 and a4.
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([
+                    Call::spawn_background("lead", "go").with_field("settle", json!("drain"))
+                ]),
+                Turn::hang(),
+            ]),
+        )
+        .script(
+            "lead",
+            Script::new([
+                Turn::calls([
+                    Call::spawn_background("worker", "w1"),
+                    Call::spawn_background("worker", "w2"),
+                ]),
+                Turn::answer("lead done").after(Duration::from_secs(1)),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
+        );
+    let nested = RecordingModel::new(scripted);
+    let tree = tree(
+        nested.clone(),
+        catalog([
+            delegator("boss", &["lead"]),
+            lead(SettlePolicy::AbortChildren),
+            leaf("worker"),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    tree.spawn(SpawnRequest::new("boss", "oversee"))
+        .await
+        .expect("admitted");
+    let outcome = within("the lead", async {
+        nested.until_calls(a(2), 1).await;
+        tree.handle(a(2)).expect("lead").outcome().await
+    })
+    .await;
+    assert_eq!(outcome.text.as_deref(), Some("lead done"));
+    assert_eq!(tree.record(a(2)).expect("lead").ended_ms, Some(2000));
+    for worker in [a(3), a(4)] {
+        assert_eq!(
+            tree.outcome(worker).expect("worker").text.as_deref(),
+            Some("worked")
+        );
+    }
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_owner_aborts_its_children_even_under_drain() {
+    let model = model(Turn::fail("lead broke").after(Duration::from_secs(1)));
+    let tree = tree(
+        model.clone(),
+        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (AgentStatus::Failed, EndReason::ModelError)
+    );
+    let events = events.drain();
+    for child in [a(2), a(3)] {
+        let end = end_of(&events, child);
+        assert_eq!(
+            (end.kind.clone(), end.at_ms),
+            (
+                EventKind::Aborted {
+                    reason: EndReason::OwnerEnded
+                },
+                1000
+            ),
+            "{child}"
+        );
+        assert_eq!(model.calls_of(child)[0].end, CallEnd::Dropped);
+    }
+    assert_eq!(end_of(&events, a(1)).at_ms, 1000);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_owner_aborts_its_children_even_under_drain() {
+    let model = model(Turn::hang());
+    let tree = tree(
+        model.clone(),
+        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted");
+    model.until_all_calls(&[a(1), a(2), a(3)], 1).await;
+    model.until_calls(a(1), 2).await;
+    tree.abort(lead.id()).expect("exists");
+    let outcome = within("the lead", lead.outcome()).await;
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (AgentStatus::Aborted, EndReason::Aborted)
+    );
+    for child in [a(2), a(3)] {
+        let outcome = tree.outcome(child).expect("settled");
+        assert_eq!(
+            (outcome.status, outcome.reason),
+            (AgentStatus::Aborted, EndReason::OwnerEnded)
+        );
+    }
+    tree.shutdown().await;
+}
+
+/// A draining owner takes no more turns, so a child asking it a question must not wait
+/// forever (which would hold the owner in `completing` forever too).
+#[tokio::test(start_paused = true)]
+async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::spawn_background("worker", "ask later"),
+                Turn::answer("lead done").after(Duration::from_secs(1)),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([
+                Turn::calls([Call::tool(
+                    ASK_OWNER_TOOL,
+                    json!({ "question": "which branch?" }),
+                )])
+                .after(Duration::from_secs(2)),
+                Turn::answer("worked it out"),
+            ]),
+        );
+    let model = RecordingModel::new(scripted);
+    let tree = tree(
+        model.clone(),
+        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted");
+    // Far longer than anything in the scripts; virtual time, so it costs nothing.
+    let settled = tokio::time::timeout(Duration::from_secs(3600), lead.outcome()).await;
+    let worker = tree.record(a(2)).expect("worker");
+    assert!(
+        settled.is_ok(),
+        "after an hour the lead is {} and the worker is {} with {} model calls",
+        tree.record(a(1)).expect("lead").status,
+        worker.status,
+        model.count_of(a(2))
+    );
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_completing_root_refuses_new_top_level_spawns() {
+    // A shutdown puts the root in `completing`; a hook of a draining agent tries to spawn.
+    let cell = crate::support::TreeCell::new();
+    let tried: std::sync::Arc<parking_lot::Mutex<Vec<Result<AgentId, SpawnError>>>> =
+        std::sync::Arc::default();
+    let (hook_cell, log) = (cell.clone(), tried.clone());
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([Turn::spawn_background("worker", "w"), Turn::answer("done")]),
+            )
+            .script("worker", hanging(1)),
+    );
+    let tree = std::sync::Arc::new(
+        Tree::builder()
+            .catalog(catalog([lead(SettlePolicy::Drain), leaf("worker")]))
+            .model(model.clone())
+            .on_shutdown(move |_ctx: HookContext| {
+                let (cell, log) = (hook_cell.clone(), log.clone());
+                async move {
+                    if let Some(tree) = cell.get() {
+                        let spawned = tree.spawn(SpawnRequest::new("worker", "late")).await;
+                        log.lock().push(spawned.map(|h| h.id()));
+                    }
+                    tokio::time::sleep(ms(5)).await;
+                    Ok::<(), HookError>(())
+                }
+            })
+            .build()
+            .await
+            .expect("the tree builds"),
+    );
+    cell.set(&tree);
+    tree.spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted");
+    model.until_calls(a(2), 1).await;
+    // The lead answered and drains its hanging worker.
+    model.until_calls(a(1), 2).await;
+    assert_eq!(
+        tree.record(a(1)).expect("lead").status,
+        AgentStatus::Completing
+    );
+    let report = within("shutdown", tree.shutdown()).await;
+    assert!(report.killed.is_empty(), "{report:?}");
+    let tried = tried.lock().clone();
+    assert_eq!(
+        tried.len(),
+        2,
+        "the completing lead and its worker: {tried:?}"
+    );
+    for attempt in &tried {
+        assert_eq!(attempt, &Err(SpawnError::OwnerClosed(AgentId::ROOT)));
+    }
+    assert_eq!(tree.snapshot().records.len(), 3, "no record was added");
+    assert_eq!(tree.record(a(1)).expect("lead").children, [a(2)]);
+    assert!(tree.alive_actors().is_empty());
+}

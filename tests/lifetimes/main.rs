@@ -1,0 +1,15 @@
+//! The lifetime integration tests, one binary: aborts (cascades, queued agents, random aborts
+//! and shutdowns around construction), detached children, drain against abort, wait policies
+//! and shutdown with its one deadline. Each module is one behaviour (formerly its own test
+//! binary; one binary links once).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod abort_pre_session_random;
+mod abort_queued_never_starts;
+mod abort_subtree_cascade;
+mod lifetimes_detached_boundary;
+mod lifetimes_drain_vs_abort;
+mod shutdown_one_deadline;
+mod wait_policies_outcomes;
