@@ -40,10 +40,10 @@ pub use events::EventStream;
 pub use hooks::{Hook, HookContext, HookError};
 pub use model::{Model, ModelRequest, ModelResponse};
 pub use msg::SteerReceipt;
+pub use shutdown::ShutdownReport;
 pub use tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS,
     RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox, WAIT_TOOL,
 };
-pub use shutdown::ShutdownReport;
 pub use tree::{AgentHandle, Tree, TreeBuilder};
 pub use util::BoxFuture;

@@ -669,26 +669,6 @@ impl Registry {
             .collect()
     }
 
-    /// The actors of the subtree of `top` (`top` itself excluded unless it is an agent, detached
-    /// descendants included) that have not exited yet.
-    pub(crate) fn alive_cells(&self, top: AgentId) -> Vec<ActorCell> {
-        let inner = self.inner.lock();
-        let mut out = Vec::new();
-        let mut stack = vec![top];
-        while let Some(id) = stack.pop() {
-            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
-                continue;
-            };
-            stack.extend(record.children.iter().copied());
-            if let Some(actor) = &entry.actor {
-                if actor.get_status() != ractor::ActorStatus::Stopped {
-                    out.push(actor.clone());
-                }
-            }
-        }
-        out
-    }
-
     /// The actors of `ids` that are still alive.
     pub(crate) fn actors_of(&self, ids: &[AgentId]) -> Vec<(AgentId, ActorCell)> {
         let inner = self.inner.lock();
@@ -1064,7 +1044,10 @@ impl Registry {
     pub(crate) fn settle_root(&self) {
         let now = self.now_ms();
         let mut inner = self.inner.lock();
-        if inner.status_of(AgentId::ROOT).is_some_and(AgentStatus::is_live) {
+        if inner
+            .status_of(AgentId::ROOT)
+            .is_some_and(AgentStatus::is_live)
+        {
             let outcome = Outcome::ended(AgentStatus::Completed, EndReason::Shutdown);
             inner.emit(AgentId::ROOT, EventKind::settled(outcome.clone()), now);
             inner.entries[0].settled.send_replace(Some(outcome));

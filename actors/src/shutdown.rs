@@ -136,12 +136,17 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         notify_owner(registry, id);
     }
 
-    // 4. Wait: every actor of the subtree exits within the small bound, those the shutdown
-    // did not know of when it began (started by a hook, a restart or the pool) included.
+    // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
+    // that registered after the kill above (a run that was still starting). A run that began
+    // after the shutdown (a resume) is not the shutdown's to kill or wait for.
     let cut_off = deadline + SHUTDOWN_KILL_WAIT;
     wait_exits(&cells, cut_off).await;
     loop {
-        let left = registry.alive_cells(top);
+        let left: Vec<ActorCell> = runs
+            .iter()
+            .filter_map(|&(id, run)| registry.run_actor(id, run))
+            .filter(|cell| cell.get_status() != ActorStatus::Stopped)
+            .collect();
         if left.is_empty() || Instant::now() >= cut_off {
             break;
         }

@@ -21,8 +21,8 @@ use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::{Registry, SteerRoute};
 use crate::root::RootActor;
-use crate::shutdown::{self, ShutdownReport};
 use crate::shared::{Branch, Shared, SharedRef};
+use crate::shutdown::{self, ShutdownReport};
 use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{Tool, ToolNameError, Toolbox};
 use crate::wait;
@@ -500,7 +500,6 @@ impl Tree {
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
         Ok(shutdown::run(&self.shared.registry, id, deadline).await)
     }
-
 }
 
 impl Drop for Tree {

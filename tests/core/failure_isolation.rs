@@ -132,7 +132,7 @@ async fn a_failing_agent_fails_alone() {
     let failures: Vec<(AgentId, EndReason)> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Failed { reason, .. } => Some((e.agent, *reason)),
+            EventKind::Failed { outcome } => Some((e.agent, outcome.reason)),
             _ => None,
         })
         .collect();

@@ -7,6 +7,7 @@ mod support;
 
 mod events_envelope;
 mod failure_isolation;
+mod fold_rebuilds_snapshot;
 mod lifecycle_child_exit;
 mod records_persist;
 mod results_read_by_id;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, EventKind};
+use agent_tree::protocol::EndReason;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ABORT_TOOL, EventStream};
 use serde_json::json;
@@ -139,7 +139,7 @@ async fn a_detached_child_outlives_its_owners_normal_end() {
         lead_end < detached_end.seq,
         "the detached child outlived its owner"
     );
-    assert_eq!(detached_end.kind, EventKind::Completed);
+    assert_eq!(detached_end.kind.name(), "completed");
     tree.shutdown().await;
 }
 

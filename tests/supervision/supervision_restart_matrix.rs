@@ -318,17 +318,27 @@ async fn restart_event_sits_between_the_incarnations() {
     assert_eq!(
         kinds,
         [
+            "spawned",
             "started",
             "failed",
             "restarted",
+            "started",
             "usage_reported",
             "completed"
         ],
         "{events:?}"
     );
-    assert_eq!(events[1].at_ms, 300);
-    assert_eq!(events[2].at_ms, 300, "restarted at once");
-    assert_eq!(events[2].kind, EventKind::Restarted { incarnation: 2 });
+    assert_eq!(events[2].at_ms, 300);
+    assert_eq!(events[3].at_ms, 300, "restarted at once");
+    assert_eq!(events[3].kind, EventKind::Restarted { incarnation: 2 });
+    assert_eq!(
+        events[4].kind,
+        EventKind::Started {
+            agent_type: "child".into(),
+            incarnation: 2
+        },
+        "every run announces its start"
+    );
     let record = tree.record(a(2)).expect("record");
     assert_eq!(
         (record.incarnation, record.status),
@@ -417,7 +427,7 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             assert_eq!(record.incarnation, 1, "{name}: never restarted");
             let mut log = Vec::new();
             collect_until(&mut events, &mut log, |e| {
-                e.agent == stuck && e.kind == EventKind::Killed
+                e.agent == stuck && matches!(e.kind, EventKind::Killed { .. })
             })
             .await;
             log.extend(events.drain());

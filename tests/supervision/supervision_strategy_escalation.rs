@@ -334,9 +334,11 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
     assert_eq!(
         flaky_steps,
         [
+            ("spawned", 0),
             ("started", 0),
             ("failed", 100),
             ("restarted", 100),
+            ("started", 100),
             ("failed", 200)
         ]
     );
@@ -357,7 +359,7 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
         .expect("sup's end");
     assert_eq!(sup_end.at_ms, 200);
     assert!(
-        matches!(&sup_end.kind, EventKind::Failed { reason: EndReason::Escalated, error } if error.contains("connection reset")),
+        matches!(&sup_end.kind, EventKind::Failed { outcome } if outcome.reason == EndReason::Escalated && outcome.error.as_deref().is_some_and(|error| error.contains("connection reset"))),
         "{sup_end:?}"
     );
 
@@ -411,7 +413,7 @@ async fn restarted_by_boss(rerun: Rerun) {
         .expect("sup failed first");
     assert_eq!(escalation.at_ms, 200);
     assert!(
-        matches!(&escalation.kind, EventKind::Failed { reason: EndReason::Escalated, error } if error.contains("connection reset by peer")),
+        matches!(&escalation.kind, EventKind::Failed { outcome } if outcome.reason == EndReason::Escalated && outcome.error.as_deref().is_some_and(|error| error.contains("connection reset by peer"))),
         "{escalation:?}"
     );
     model.until_calls(sup, 3).await;
@@ -502,7 +504,7 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
     let escalation = log.iter().find(|e| terminal(sup)(e)).expect("sup failed");
     assert_eq!(escalation.at_ms, 200);
     assert!(
-        matches!(&escalation.kind, EventKind::Failed { reason: EndReason::Escalated, error } if error.contains("connection reset by peer")),
+        matches!(&escalation.kind, EventKind::Failed { outcome } if outcome.reason == EndReason::Escalated && outcome.error.as_deref().is_some_and(|error| error.contains("connection reset by peer"))),
         "{escalation:?}"
     );
     model.until_all_calls(&[a(4), a(5)], 1).await;

@@ -218,7 +218,10 @@ fn golden_events() -> Vec<(&'static str, Event)> {
                 },
             ),
         ),
-        ("event_dequeued.json", event(2, 3, Some(0), 1, EventKind::Dequeued)),
+        (
+            "event_dequeued.json",
+            event(2, 3, Some(0), 1, EventKind::Dequeued),
+        ),
         (
             "event_completing.json",
             event(5, 1, Some(0), 1, EventKind::Completing),

@@ -480,7 +480,9 @@ fn unknown_or_broken_event_kinds_are_rejected() {
         edited("event_failed.json", |v| {
             v.as_object_mut().expect("object").remove("outcome");
         }),
-        edited("event_failed.json", |v| v["outcome"]["reason"] = json!("tired")),
+        edited("event_failed.json", |v| {
+            v["outcome"]["reason"] = json!("tired")
+        }),
         edited("event_failed.json", |v| v["reason"] = json!("panicked")),
         edited("event_completed.json", |v| v["outcome"] = json!("done")),
         edited("event_started_root.json", |v| v["incarnation"] = json!("1")),
@@ -508,7 +510,9 @@ fn event_errors_name_their_cause() {
         "missing field `outcome`",
     );
     assert_rejects_because::<Event>(
-        &edited("event_failed.json", |v| v["outcome"]["status"] = json!("completed")),
+        &edited("event_failed.json", |v| {
+            v["outcome"]["status"] = json!("completed")
+        }),
         "outcome status `completed` does not match event `failed`",
     );
     assert_rejects_because::<Event>(

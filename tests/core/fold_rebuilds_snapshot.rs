@@ -7,16 +7,14 @@
 //! Run on a paused current-thread runtime (one message order per seed, exact) and on a
 //! multi-thread runtime (message orders vary between runs).
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::harness::Rng;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use proptest::prelude::*;
-use support::harness::Rng;
 
 const TYPES: [&str; 5] = ["mid", "leaf", "flaky", "sleepy", "leaf"];
 
@@ -30,7 +28,11 @@ fn delay(rng: &mut Rng) -> Duration {
 
 /// A random catalog and the scripts its types play.
 fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
-    let strategies = [Strategy::OneForOne, Strategy::OneForAll, Strategy::RestForOne];
+    let strategies = [
+        Strategy::OneForOne,
+        Strategy::OneForAll,
+        Strategy::RestForOne,
+    ];
     let settle = |rng: &mut Rng| {
         if rng.chance(50) {
             SettlePolicy::Drain
@@ -87,7 +89,9 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
             "boss",
             Script::new([
                 Turn::calls(boss_calls).usage(usage(rng)).after(delay(rng)),
-                Turn::answer("boss done").usage(usage(rng)).after(delay(rng)),
+                Turn::answer("boss done")
+                    .usage(usage(rng))
+                    .after(delay(rng)),
                 Turn::answer("boss resumed").usage(usage(rng)),
                 Turn::answer("boss resumed again").usage(usage(rng)),
             ]),
@@ -109,9 +113,13 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
         .script(
             "flaky",
             Script::new([
-                Turn::fail("flaky failed").usage(usage(rng)).after(delay(rng)),
+                Turn::fail("flaky failed")
+                    .usage(usage(rng))
+                    .after(delay(rng)),
                 Turn::panic("flaky panicked").after(delay(rng)),
-                Turn::answer("flaky done").usage(usage(rng)).after(delay(rng)),
+                Turn::answer("flaky done")
+                    .usage(usage(rng))
+                    .after(delay(rng)),
             ]),
         )
         .script("sleepy", Script::new([Turn::hang()]));
