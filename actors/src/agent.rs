@@ -45,7 +45,7 @@ use crate::shared::{Branch, SharedRef};
 use crate::spawn::PendingStart;
 use crate::supervision::{self, ChildSupervisor, Verdict};
 use crate::tool::ToolContext;
-use crate::util::CatchUnwind;
+use crate::util::{CatchUnwind, OffWorker};
 
 /// The ractor actor behind every agent.
 #[derive(Debug)]
@@ -343,7 +343,7 @@ impl Actor for AgentActor {
                         .unwrap_or(AgentStatus::Completing);
                     Err(ControlError::WrongStatus(state.id, status))
                 } else {
-                    Ok(state.on_steer(&myself, text))
+                    state.on_steer(&myself, text)
                 };
                 if let Some(reply) = reply {
                     let _ = reply.send(receipt);
@@ -742,15 +742,25 @@ impl AgentState {
 
     /// A steer answers a pending `ask_owner` call if there is one; otherwise it waits for the
     /// next turn boundary.
-    fn on_steer(&mut self, myself: &ActorRef<AgentMsg>, text: String) -> SteerReceipt {
+    ///
+    /// A steer is receipted `delivered` only if a turn will read it: during the last turn
+    /// `max_turns` allows (no later turn can read it) it is refused instead.
+    fn on_steer(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        text: String,
+    ) -> Result<SteerReceipt, ControlError> {
         match self.answer_question(text, false) {
             Ok(()) => {
                 self.shared.registry.announce(self.id, EventKind::Steered);
                 self.after_answer(myself);
             }
+            Err(_) if self.turns >= self.max_turns => {
+                return Err(ControlError::NoTurnsLeft(self.id));
+            }
             Err(text) => self.inbox.push_back(Inbound::Steer(text)),
         }
-        SteerReceipt::Delivered
+        Ok(SteerReceipt::Delivered)
     }
 
     /// A child asked a question: it enters the conversation at the next turn boundary, and a
@@ -976,7 +986,8 @@ impl AgentState {
         // aborts this task; its own cut-off a little later is only a backstop.
         let cut_off = deadline + SHUTDOWN_KILL_WAIT;
         let task = tokio::spawn(async move {
-            let run = hooks::run_all(&shutdown_hooks, &context, false);
+            // Off the worker: a hook that blocks its thread cannot hold up the deadline.
+            let run = OffWorker::new(hooks::run_all(&shutdown_hooks, &context, false));
             let failures = match tokio::time::timeout_at(cut_off, run).await {
                 Ok(failures) => failures,
                 Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],

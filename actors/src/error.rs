@@ -114,6 +114,10 @@ pub enum ControlError {
     /// The agent is not running any more (or not yet) and cannot take this operation.
     #[error("{0} cannot take this now: it is {1}")]
     WrongStatus(AgentId, agent_tree_protocol::AgentStatus),
+    /// The agent is in the last model turn its `max_turns` allows: no turn is left to read
+    /// a steer, so it is refused rather than receipted and never read.
+    #[error("{0} is in its last turn and cannot read a steer")]
+    NoTurnsLeft(AgentId),
     /// The tree is not running.
     #[error("the tree has stopped")]
     TreeStopped,

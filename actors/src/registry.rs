@@ -669,6 +669,26 @@ impl Registry {
             .collect()
     }
 
+    /// Actors of the subtree of `top` (detached descendants included) whose agent is terminal
+    /// but whose actor has not exited yet: settled and stopping, or killed with its owner.
+    pub(crate) fn settled_but_alive(&self, top: AgentId) -> Vec<ActorCell> {
+        let inner = self.inner.lock();
+        let mut out = Vec::new();
+        let mut stack = vec![top];
+        while let Some(id) = stack.pop() {
+            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+                continue;
+            };
+            stack.extend(record.children.iter().copied());
+            if let Some(actor) = entry.actor.as_ref().filter(|_| record.status.is_terminal()) {
+                if actor.get_status() != ractor::ActorStatus::Stopped {
+                    out.push(actor.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The actors of `ids` that are still alive.
     pub(crate) fn actors_of(&self, ids: &[AgentId]) -> Vec<(AgentId, ActorCell)> {
         let inner = self.inner.lock();

@@ -137,16 +137,19 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     }
 
     // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
-    // that registered after the kill above (a run that was still starting). A run that began
-    // after the shutdown (a resume) is not the shutdown's to kill or wait for.
+    // that registered after the kill above (a run that was still starting), and so does any
+    // actor of the subtree whose agent had settled but had not exited yet (a subtree killed
+    // just before, whose actors ractor is still killing). A run that began after the shutdown
+    // (a resume) is live, so it is neither killed nor waited for.
     let cut_off = deadline + SHUTDOWN_KILL_WAIT;
     wait_exits(&cells, cut_off).await;
     loop {
-        let left: Vec<ActorCell> = runs
+        let mut left: Vec<ActorCell> = runs
             .iter()
             .filter_map(|&(id, run)| registry.run_actor(id, run))
             .filter(|cell| cell.get_status() != ActorStatus::Stopped)
             .collect();
+        left.extend(registry.settled_but_alive(top));
         if left.is_empty() || Instant::now() >= cut_off {
             break;
         }
