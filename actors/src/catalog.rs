@@ -11,7 +11,8 @@
 //!   built in code refuses exactly what a file would, and names are unique.
 //! * Resolution is strict ([`Catalog::resolve`]): an exact name wins, else exactly one
 //!   case-insensitive match; blank, unknown, disabled and ambiguous names are refused, and no
-//!   fallback type is ever substituted.
+//!   fallback type is ever substituted. The entries of an allowlist (`allowed_subagents`)
+//!   name types by the same rule ([`Catalog::resolve_for`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -328,6 +329,25 @@ impl Catalog {
     /// errors list only the types the caller may reach, and the allowlist is checked again
     /// on the resolved name.
     ///
+    /// Each allowlist entry names a type by the rule requested names follow: the exact name,
+    /// else the one case-insensitive match in this catalog. So `[Reviewer]` permits a type
+    /// `reviewer`; an entry matching several types case-insensitively, and none exactly,
+    /// permits none of them.
+    ///
+    /// ```
+    /// use agent_tree_actors::Catalog;
+    /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance};
+    /// let catalog = Catalog::new([
+    ///     AgentDefinition::new("reviewer", "You review."),
+    ///     AgentDefinition::new("writer", "You write."),
+    /// ])?;
+    /// let lead = AgentDefinition::new("lead", "You lead.")
+    ///     .with_allowed_subagents(SubagentAllowance::only(["Reviewer"]));
+    /// assert_eq!(catalog.resolve_for(&lead, "reviewer")?.name, "reviewer");
+    /// assert!(catalog.resolve_for(&lead, "writer").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Catalog::resolve`], plus [`SpawnError::NotAllowed`] when the caller's allowlist
@@ -348,12 +368,14 @@ impl Catalog {
         Ok(definition)
     }
 
-    /// Whether `allowance` names `definition`.
+    /// Whether `allowance` names `definition`, each entry resolved in this catalog.
     fn permits(&self, allowance: &SubagentAllowance, definition: &AgentDefinition) -> bool {
         match allowance {
             SubagentAllowance::None => false,
             SubagentAllowance::All => true,
-            SubagentAllowance::Only(_) => allowance.permits(&definition.name),
+            SubagentAllowance::Only(entries) => entries.iter().any(|entry| {
+                matches!(self.lookup(entry.trim()), Lookup::Found(d) if d.name == definition.name)
+            }),
         }
     }
 
@@ -499,6 +521,56 @@ mod tests {
             c.resolve_for(&caller, "old"),
             Err(SpawnError::UnknownType { .. })
         ));
+    }
+
+    #[test]
+    fn allowlist_entries_resolve_like_type_names() {
+        // The defect: `[Reviewer]` with a type `reviewer` refused every spawn ("allowed: none").
+        let c = Catalog::new([
+            AgentDefinition::new("reviewer", ""),
+            AgentDefinition::new("writer", ""),
+            AgentDefinition::new("Writer", ""),
+            AgentDefinition::new("old", "").with_enabled(false),
+        ])
+        .unwrap();
+        let lead = |entries: &[&str]| {
+            AgentDefinition::new("lead", "")
+                .with_allowed_subagents(SubagentAllowance::only(entries.iter().copied()))
+        };
+        let caller = lead(&["Reviewer"]);
+        for requested in ["reviewer", "Reviewer", "REVIEWER"] {
+            assert_eq!(
+                c.resolve_for(&caller, requested).map(|d| d.name.as_str()),
+                Ok("reviewer"),
+                "{requested}"
+            );
+        }
+        assert_eq!(
+            c.resolve_for(&caller, "writer").unwrap_err(),
+            SpawnError::NotAllowed {
+                requested: "writer".into(),
+                allowed: vec!["reviewer".into()],
+            }
+        );
+        // Exact wins in the allowlist too: `[Writer]` permits `Writer`, not `writer`.
+        let caller = lead(&["Writer"]);
+        assert_eq!(c.resolve_for(&caller, "Writer").unwrap().name, "Writer");
+        assert!(matches!(
+            c.resolve_for(&caller, "writer"),
+            Err(SpawnError::NotAllowed { ref allowed, .. }) if allowed == &["Writer"]
+        ));
+        // An entry that is ambiguous in the catalog names nothing.
+        let caller = lead(&["WRITER"]);
+        assert!(matches!(
+            c.resolve_for(&caller, "writer"),
+            Err(SpawnError::NotAllowed { ref allowed, .. }) if allowed.is_empty()
+        ));
+        // Entries resolve whatever their case, but a disabled type stays disabled.
+        let caller = lead(&["OLD"]);
+        assert_eq!(
+            c.resolve_for(&caller, "old"),
+            Err(SpawnError::DisabledType("old".into()))
+        );
     }
 
     fn definition_errors(err: CatalogError) -> Vec<(String, &'static str, String)> {

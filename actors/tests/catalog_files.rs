@@ -514,3 +514,26 @@ fn catalog_new_refuses_what_a_file_refuses_with_the_same_message() {
         }
     }
 }
+
+#[test]
+fn allowlist_entries_from_files_resolve_case_insensitively() {
+    let scratch = ScratchDir::new("allowlist-case");
+    scratch.write(
+        "lead.md",
+        "---\nallowed_subagents: [Reviewer]\n---\nYou lead.",
+    );
+    scratch.write("reviewer.md", "---\n---\nYou review.");
+    scratch.write("writer.md", "---\n---\nYou write.");
+    let catalog = Catalog::load_dir(&scratch.0).unwrap();
+    let lead = catalog.get("lead").unwrap();
+    // Before the fix: "agent type \"reviewer\" is not allowed here; allowed: none".
+    assert_eq!(
+        catalog.resolve_for(lead, "reviewer").unwrap().name,
+        "reviewer"
+    );
+    let err = catalog.resolve_for(lead, "writer").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agent type \"writer\" is not allowed here; allowed: reviewer"
+    );
+}
