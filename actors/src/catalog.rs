@@ -134,8 +134,8 @@ pub(crate) struct Refusal {
 /// * `name`: non-blank, with no white space around it;
 /// * `tools`, `disallowed_tools`, `allowed_subagents`: every listed name trimmed, non-blank
 ///   and not a keyword ([`ListField::check_names`]);
-/// * `model`: when set, non-blank with no white space around it (leave it out for the tree's
-///   default);
+/// * `model`: when set, non-blank with no white space around it, and not `inherit` (a file's
+///   word for the tree's default: leave the model out);
 /// * `max_turns`: when set, at least 1;
 /// * `restart_period_ms`: at least 1.
 pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
@@ -181,6 +181,16 @@ pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
                 format!(
                     "expected a model name without white space around it, found {model:?} \
                      (leave the model out for the tree's default)"
+                ),
+            );
+        } else if model.eq_ignore_ascii_case("inherit") {
+            // A file's `model: inherit` is the tree's default; the same word from JSON or code
+            // must not reach a provider as a model name.
+            refuse(
+                "model",
+                format!(
+                    "expected a model name, found {model:?}, which means the tree's default \
+                     (leave the model out)"
                 ),
             );
         }
@@ -237,7 +247,7 @@ impl Catalog {
     /// Every definition passes the same check an agent file's does: a non-blank name without
     /// white space around it, unique in the catalog; `max_turns` and `restart_period_ms` at
     /// least 1; listed tool and type names trimmed, non-blank and never a keyword (`all`,
-    /// `*`, `none`, `true`, `false`, in any case); a set `model` non-blank.
+    /// `*`, `none`, `true`, `false`, in any case); a set `model` non-blank and not `inherit`.
     ///
     /// ```
     /// use agent_tree_actors::{Catalog, CatalogError};
@@ -660,6 +670,15 @@ mod tests {
                 "model",
                 "expected a model name without white space around it, found \"  \" (leave the \
                  model out for the tree's default)",
+            ),
+            (
+                AgentDefinition {
+                    model: Some("Inherit".into()),
+                    ..AgentDefinition::new("x", "")
+                },
+                "model",
+                "expected a model name, found \"Inherit\", which means the tree's default \
+                 (leave the model out)",
             ),
         ] {
             let name = definition.name.clone();
