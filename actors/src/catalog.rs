@@ -5,43 +5,67 @@
 //! * A catalog never changes after it is built; a branch keeps the catalog (an `Arc`) it
 //!   started with, so a child resolves types where its owner did, never in a process-global
 //!   table.
-//! * Every definition in it was checked once ([`Catalog::new`]): non-blank, unique names.
+//! * Every definition in it passed the one definition check (`check`), whatever its origin:
+//!   built in code or decoded from JSON ([`Catalog::new`]) or loaded from an agent file (the
+//!   loader runs the same check, then builds the catalog with [`Catalog::new`]). So a catalog
+//!   built in code refuses exactly what a file would, and names are unique.
 //! * Resolution is strict ([`Catalog::resolve`]): an exact name wins, else exactly one
 //!   case-insensitive match; blank, unknown, disabled and ambiguous names are refused, and no
-//!   fallback type is ever substituted.
+//!   fallback type is ever substituted. The entries of an allowlist (`allowed_subagents`)
+//!   name types by the same rule ([`Catalog::resolve_for`]).
 
 use std::collections::HashMap;
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_tree_protocol::AgentDefinition;
+use agent_tree_protocol::{AgentDefinition, ListField, SubagentAllowance, ToolSet};
 
 use crate::error::SpawnError;
 
 mod load;
 pub use load::parse_agent_file;
 
-/// A definition that could not enter a catalog.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// A definition or agent file that could not enter a catalog.
+///
+/// ```
+/// use agent_tree_actors::{Catalog, CatalogError};
+/// use agent_tree_protocol::AgentDefinition;
+/// let err = Catalog::new([AgentDefinition::new("writer", "").with_max_turns(0)]).unwrap_err();
+/// assert!(matches!(err, CatalogError::Definition { field: "max_turns", .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "agent definition \"writer\": field `max_turns`: expected a positive integer, found 0"
+/// );
+/// ```
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CatalogError {
-    /// A definition has a blank name.
-    #[error("agent definition has a blank name")]
-    BlankName,
-    /// Two definitions have the same name.
+    /// A definition given to [`Catalog::new`] has a field the definition check refuses.
+    #[error("agent definition {name:?}: field `{field}`: {message}")]
+    Definition {
+        /// The definition's name, as given (perhaps blank).
+        name: String,
+        /// The field, by its snake_case name.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Two definitions given to [`Catalog::new`] have the same name.
     #[error("agent type {0:?} is defined twice")]
     Duplicate(String),
-    /// A field of an agent file is malformed.
+    /// A field of an agent file is malformed, or refused by the definition check.
     #[error("{}: field `{field}`: {message}", .file.display())]
     Field {
         /// The file.
         file: PathBuf,
-        /// The frontmatter field.
+        /// The frontmatter field, as spelled in the file.
         field: String,
         /// What is wrong with it.
         message: String,
     },
-    /// An agent file could not be read or has no frontmatter.
+    /// An agent file's frontmatter is missing, unterminated, too deeply nested or not a
+    /// mapping.
     #[error("{}: {message}", .file.display())]
     File {
         /// The file.
@@ -49,9 +73,147 @@ pub enum CatalogError {
         /// What is wrong with it.
         message: String,
     },
-    /// Several files were malformed; every error is kept.
-    #[error("{} problems in agent files:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    /// An agent directory could not be read (a missing one included).
+    #[error("{}: cannot read agent directory: {source}", .dir.display())]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// An agent file could not be read.
+    #[error("{}: cannot read file: {source}", .file.display())]
+    ReadFile {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// An agent file is not UTF-8.
+    #[error("{}: not valid UTF-8: {source}", .file.display())]
+    Utf8 {
+        /// The file.
+        file: PathBuf,
+        /// Where the first invalid byte is.
+        #[source]
+        source: std::str::Utf8Error,
+    },
+    /// An agent file's frontmatter is not valid YAML.
+    #[error("{}: invalid YAML in frontmatter: {source}", .file.display())]
+    Yaml {
+        /// The file.
+        file: PathBuf,
+        /// The YAML parser's error, with the line and column in the file.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Several problems; every one is kept, flat (never nested).
+    #[error("{} problems in agent definitions:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many(Vec<CatalogError>),
+}
+
+/// One refusal of the definition check: the field (by its snake_case name) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The field.
+    pub(crate) field: &'static str,
+    /// `expected ..., found ...`.
+    pub(crate) message: String,
+}
+
+/// The definition check: every refusal of `definition`, in field order.
+///
+/// This is the one place a definition's values are judged; the agent-file loader only reads
+/// a file's values into a definition (types, trimming, the words rule) and then calls this,
+/// so a file and code can never disagree about what is valid. It refuses what no file can
+/// express, too: an untrimmed or blank name, a keyword or an untrimmed name in a list, a blank
+/// model. The checks:
+///
+/// * `name`: non-blank, with no white space around it;
+/// * `tools`, `disallowed_tools`, `allowed_subagents`: every listed name trimmed, non-blank
+///   and not a keyword ([`ListField::check_names`]);
+/// * `model`: when set, non-blank with no white space around it, and not `inherit` (a file's
+///   word for the tree's default: leave the model out);
+/// * `max_turns`: when set, at least 1;
+/// * `restart_period_ms`: at least 1.
+pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
+    let mut refuse = |field: &'static str, message: String| {
+        refusals.push(Refusal { field, message });
+    };
+    let name = &definition.name;
+    if name.trim().is_empty() {
+        refuse("name", format!("expected a non-blank name, found {name:?}"));
+    } else if name.trim() != name {
+        refuse(
+            "name",
+            format!("expected a name without white space around it, found {name:?}"),
+        );
+    }
+    let lists: [(ListField, &[String]); 3] = [
+        (
+            ListField::Tools,
+            match &definition.tools {
+                ToolSet::Only(names) => names,
+                ToolSet::All | ToolSet::None => &[],
+            },
+        ),
+        (ListField::DisallowedTools, &definition.disallowed_tools),
+        (
+            ListField::AllowedSubagents,
+            match &definition.allowed_subagents {
+                SubagentAllowance::Only(names) => names,
+                SubagentAllowance::All | SubagentAllowance::None => &[],
+            },
+        ),
+    ];
+    for (field, names) in lists {
+        if let Err(e) = field.check_names(names) {
+            refuse(field.name(), e.to_string());
+        }
+    }
+    if let Some(model) = &definition.model {
+        if model.trim().is_empty() || model.trim() != model {
+            refuse(
+                "model",
+                format!(
+                    "expected a model name without white space around it, found {model:?} \
+                     (leave the model out for the tree's default)"
+                ),
+            );
+        } else if model.eq_ignore_ascii_case("inherit") {
+            // A file's `model: inherit` is the tree's default; the same word from JSON or code
+            // must not reach a provider as a model name.
+            refuse(
+                "model",
+                format!(
+                    "expected a model name, found {model:?}, which means the tree's default \
+                     (leave the model out)"
+                ),
+            );
+        }
+    }
+    if definition.max_turns == Some(0) {
+        refuse("max_turns", "expected a positive integer, found 0".into());
+    }
+    if definition.restart_period_ms == 0 {
+        refuse(
+            "restart_period_ms",
+            "expected a positive integer, found 0".into(),
+        );
+    }
+    refusals
+}
+
+/// One problem as itself, several as one [`CatalogError::Many`], none as `None`.
+fn combine(mut errors: Vec<CatalogError>) -> Option<CatalogError> {
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        _ => Some(CatalogError::Many(errors)),
+    }
 }
 
 /// An immutable, checked set of agent definitions. Cheap to clone.
@@ -82,36 +244,63 @@ struct CatalogInner {
 impl Catalog {
     /// Checks and collects `definitions`.
     ///
+    /// Every definition passes the same check an agent file's does: a non-blank name without
+    /// white space around it, unique in the catalog; `max_turns` and `restart_period_ms` at
+    /// least 1; listed tool and type names trimmed, non-blank and never a keyword (`all`,
+    /// `*`, `none`, `true`, `false`, in any case); a set `model` non-blank and not `inherit`.
+    ///
+    /// ```
+    /// use agent_tree_actors::{Catalog, CatalogError};
+    /// use agent_tree_protocol::{AgentDefinition, Strategy};
+    /// let catalog = Catalog::new([AgentDefinition::new("writer", "You write.")])?;
+    /// assert_eq!(catalog.len(), 1);
+    ///
+    /// let err = Catalog::new([
+    ///     AgentDefinition::new(" ", ""),
+    ///     AgentDefinition::new("critic", "").with_supervision(Strategy::OneForOne, 3, 0),
+    /// ])
+    /// .unwrap_err();
+    /// let CatalogError::Many(problems) = err else { panic!("two problems") };
+    /// assert!(matches!(problems[0], CatalogError::Definition { field: "name", .. }));
+    /// assert!(matches!(problems[1], CatalogError::Definition { field: "restart_period_ms", .. }));
+    /// # Ok::<(), CatalogError>(())
+    /// ```
+    ///
     /// # Errors
     ///
-    /// [`CatalogError::BlankName`] or [`CatalogError::Duplicate`].
+    /// [`CatalogError::Definition`] for each refused field of each definition, naming the
+    /// definition and the field; [`CatalogError::Duplicate`] for a name given twice. Several
+    /// problems come as one [`CatalogError::Many`], in the order of the definitions.
     pub fn new(
         definitions: impl IntoIterator<Item = AgentDefinition>,
     ) -> Result<Self, CatalogError> {
         let mut inner = CatalogInner::default();
+        let mut errors = Vec::new();
         for definition in definitions {
-            let name = definition.name.trim();
-            if name.is_empty() {
-                return Err(CatalogError::BlankName);
+            let refusals = check(&definition);
+            if !refusals.is_empty() {
+                errors.extend(refusals.into_iter().map(|r| CatalogError::Definition {
+                    name: definition.name.clone(),
+                    field: r.field,
+                    message: r.message,
+                }));
+                continue;
             }
-            if name != definition.name {
-                return Err(CatalogError::Field {
-                    file: PathBuf::from(format!("<definition {:?}>", definition.name)),
-                    field: "name".into(),
-                    message: "leading or trailing white space".into(),
-                });
-            }
-            if inner.by_name.contains_key(name) {
-                return Err(CatalogError::Duplicate(definition.name));
+            if inner.by_name.contains_key(&definition.name) {
+                errors.push(CatalogError::Duplicate(definition.name));
+                continue;
             }
             inner
                 .by_name
                 .insert(definition.name.clone(), inner.definitions.len());
             inner.definitions.push(Arc::new(definition));
         }
-        Ok(Catalog {
-            inner: Arc::new(inner),
-        })
+        match combine(errors) {
+            Some(error) => Err(error),
+            None => Ok(Catalog {
+                inner: Arc::new(inner),
+            }),
+        }
     }
 
     /// Every definition, in the order given.
@@ -150,24 +339,54 @@ impl Catalog {
     /// errors list only the types the caller may reach, and the allowlist is checked again
     /// on the resolved name.
     ///
+    /// Each allowlist entry names a type by the rule requested names follow: the exact name,
+    /// else the one case-insensitive match in this catalog. So `[Reviewer]` permits a type
+    /// `reviewer`; an entry matching several types case-insensitively, and none exactly,
+    /// permits none of them.
+    ///
+    /// ```
+    /// use agent_tree_actors::Catalog;
+    /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance};
+    /// let catalog = Catalog::new([
+    ///     AgentDefinition::new("reviewer", "You review."),
+    ///     AgentDefinition::new("writer", "You write."),
+    /// ])?;
+    /// let lead = AgentDefinition::new("lead", "You lead.")
+    ///     .with_allowed_subagents(SubagentAllowance::only(["Reviewer"]));
+    /// assert_eq!(catalog.resolve_for(&lead, "reviewer")?.name, "reviewer");
+    /// assert!(catalog.resolve_for(&lead, "writer").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
-    /// As [`Catalog::resolve`], plus [`SpawnError::NotAllowed`] and
-    /// [`SpawnError::NoDelegation`] when the caller may not delegate to the resolved type.
+    /// As [`Catalog::resolve`], plus [`SpawnError::NotAllowed`] when the caller's allowlist
+    /// does not name the resolved type.
     pub fn resolve_for(
         &self,
         caller: &AgentDefinition,
         requested: &str,
     ) -> Result<&Arc<AgentDefinition>, SpawnError> {
         let allowance = &caller.allowed_subagents;
-        let definition = self.resolve_among(requested, |d| allowance.permits(&d.name))?;
-        if !allowance.permits(&definition.name) {
+        let definition = self.resolve_among(requested, |d| self.permits(allowance, d))?;
+        if !self.permits(allowance, definition) {
             return Err(SpawnError::NotAllowed {
                 requested: definition.name.clone(),
-                allowed: self.reachable(|d| allowance.permits(&d.name)),
+                allowed: self.reachable(|d| self.permits(allowance, d)),
             });
         }
         Ok(definition)
+    }
+
+    /// Whether `allowance` names `definition`, each entry resolved in this catalog.
+    fn permits(&self, allowance: &SubagentAllowance, definition: &AgentDefinition) -> bool {
+        match allowance {
+            SubagentAllowance::None => false,
+            SubagentAllowance::All => true,
+            SubagentAllowance::Only(entries) => entries.iter().any(|entry| {
+                matches!(self.lookup(entry.trim()), Lookup::Found(d) if d.name == definition.name)
+            }),
+        }
     }
 
     fn reachable(&self, reachable: impl Fn(&AgentDefinition) -> bool) -> Vec<String> {
@@ -175,6 +394,27 @@ impl Catalog {
             .filter(|d| d.enabled && reachable(d))
             .map(|d| d.name.clone())
             .collect()
+    }
+
+    /// The definition `name` denotes: the exact name, else the one case-insensitive match.
+    /// Enabled or not.
+    fn lookup(&self, name: &str) -> Lookup<'_> {
+        if let Some(exact) = self.get(name) {
+            return Lookup::Found(exact);
+        }
+        let lower = name.to_lowercase();
+        let mut matches = self
+            .inner
+            .definitions
+            .iter()
+            .filter(|d| d.name.to_lowercase() == lower);
+        match (matches.next(), matches.next()) {
+            (Some(one), None) => Lookup::Found(one),
+            (Some(first), Some(second)) => {
+                Lookup::Ambiguous([first, second].into_iter().chain(matches).collect())
+            }
+            (None, _) => Lookup::Missing,
+        }
     }
 
     fn resolve_among(
@@ -186,53 +426,34 @@ impl Catalog {
         if requested.is_empty() {
             return Err(SpawnError::BlankType);
         }
-        let found = match self.get(requested) {
-            Some(exact) => exact,
-            None => {
-                let lower = requested.to_lowercase();
-                let mut matches = self
-                    .inner
-                    .definitions
-                    .iter()
-                    .filter(|d| d.name.to_lowercase() == lower);
-                match (matches.next(), matches.next()) {
-                    (Some(one), None) => one,
-                    (Some(first), Some(second)) => {
-                        // Name only the candidates the caller may reach.
-                        let candidates: Vec<String> = [first, second]
-                            .into_iter()
-                            .chain(matches)
-                            .filter(|d| reachable(d))
-                            .map(|d| d.name.clone())
-                            .collect();
-                        if candidates.is_empty() {
-                            return Err(SpawnError::UnknownType {
-                                requested: requested.to_owned(),
-                                available: self.reachable(&reachable),
-                            });
-                        }
-                        return Err(SpawnError::AmbiguousType {
-                            requested: requested.to_owned(),
-                            candidates,
-                        });
-                    }
-                    (None, _) => {
-                        return Err(SpawnError::UnknownType {
-                            requested: requested.to_owned(),
-                            available: self.reachable(&reachable),
-                        });
-                    }
+        let unknown = || SpawnError::UnknownType {
+            requested: requested.to_owned(),
+            available: self.reachable(&reachable),
+        };
+        let found = match self.lookup(requested) {
+            Lookup::Found(found) => found,
+            Lookup::Ambiguous(all) => {
+                // Name only the candidates the caller may reach.
+                let candidates: Vec<String> = all
+                    .into_iter()
+                    .filter(|d| reachable(d))
+                    .map(|d| d.name.clone())
+                    .collect();
+                if candidates.is_empty() {
+                    return Err(unknown());
                 }
+                return Err(SpawnError::AmbiguousType {
+                    requested: requested.to_owned(),
+                    candidates,
+                });
             }
+            Lookup::Missing => return Err(unknown()),
         };
         if !found.enabled {
             // A disabled type the caller could not reach anyway is reported as unknown, so
             // errors never reveal types outside the caller's reach.
             if !reachable(found) {
-                return Err(SpawnError::UnknownType {
-                    requested: requested.to_owned(),
-                    available: self.reachable(&reachable),
-                });
+                return Err(unknown());
             }
             return Err(SpawnError::DisabledType(found.name.clone()));
         }
@@ -240,10 +461,18 @@ impl Catalog {
     }
 }
 
+/// What a name denotes in a catalog.
+enum Lookup<'a> {
+    /// One definition: the exact name, or the only case-insensitive match.
+    Found(&'a Arc<AgentDefinition>),
+    /// Several case-insensitive matches and no exact one.
+    Ambiguous(Vec<&'a Arc<AgentDefinition>>),
+    /// No match.
+    Missing,
+}
+
 #[cfg(test)]
 mod tests {
-    use agent_tree_protocol::SubagentAllowance;
-
     use super::*;
 
     fn catalog() -> Catalog {
@@ -305,15 +534,201 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_and_blank_names_are_refused() {
+    fn allowlist_entries_resolve_like_type_names() {
+        // The defect: `[Reviewer]` with a type `reviewer` refused every spawn ("allowed: none").
+        let c = Catalog::new([
+            AgentDefinition::new("reviewer", ""),
+            AgentDefinition::new("writer", ""),
+            AgentDefinition::new("Writer", ""),
+            AgentDefinition::new("old", "").with_enabled(false),
+        ])
+        .unwrap();
+        let lead = |entries: &[&str]| {
+            AgentDefinition::new("lead", "")
+                .with_allowed_subagents(SubagentAllowance::only(entries.iter().copied()))
+        };
+        let caller = lead(&["Reviewer"]);
+        for requested in ["reviewer", "Reviewer", "REVIEWER"] {
+            assert_eq!(
+                c.resolve_for(&caller, requested).map(|d| d.name.as_str()),
+                Ok("reviewer"),
+                "{requested}"
+            );
+        }
         assert_eq!(
-            Catalog::new([AgentDefinition::new("a", ""), AgentDefinition::new("a", "")])
-                .unwrap_err(),
-            CatalogError::Duplicate("a".into())
+            c.resolve_for(&caller, "writer").unwrap_err(),
+            SpawnError::NotAllowed {
+                requested: "writer".into(),
+                allowed: vec!["reviewer".into()],
+            }
         );
+        // Exact wins in the allowlist too: `[Writer]` permits `Writer`, not `writer`.
+        let caller = lead(&["Writer"]);
+        assert_eq!(c.resolve_for(&caller, "Writer").unwrap().name, "Writer");
+        assert!(matches!(
+            c.resolve_for(&caller, "writer"),
+            Err(SpawnError::NotAllowed { ref allowed, .. }) if allowed == &["Writer"]
+        ));
+        // An entry that is ambiguous in the catalog names nothing.
+        let caller = lead(&["WRITER"]);
+        assert!(matches!(
+            c.resolve_for(&caller, "writer"),
+            Err(SpawnError::NotAllowed { ref allowed, .. }) if allowed.is_empty()
+        ));
+        // Entries resolve whatever their case, but a disabled type stays disabled.
+        let caller = lead(&["OLD"]);
         assert_eq!(
-            Catalog::new([AgentDefinition::new(" ", "")]).unwrap_err(),
-            CatalogError::BlankName
+            c.resolve_for(&caller, "old"),
+            Err(SpawnError::DisabledType("old".into()))
         );
+    }
+
+    fn definition_errors(err: CatalogError) -> Vec<(String, &'static str, String)> {
+        let leaves = match err {
+            CatalogError::Many(errors) => errors,
+            one => vec![one],
+        };
+        leaves
+            .into_iter()
+            .map(|e| match e {
+                CatalogError::Definition {
+                    name,
+                    field,
+                    message,
+                } => (name, field, message),
+                other => panic!("not a definition error: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn duplicates_are_refused() {
+        let err = Catalog::new([AgentDefinition::new("a", ""), AgentDefinition::new("a", "")])
+            .unwrap_err();
+        assert!(
+            matches!(err, CatalogError::Duplicate(ref name) if name == "a"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn what_a_file_refuses_is_refused_in_code_naming_definition_and_field() {
+        for (definition, field, message) in [
+            (
+                AgentDefinition::new(" ", ""),
+                "name",
+                "expected a non-blank name, found \" \"",
+            ),
+            (
+                AgentDefinition::new("", ""),
+                "name",
+                "expected a non-blank name, found \"\"",
+            ),
+            (
+                AgentDefinition::new(" x", ""),
+                "name",
+                "expected a name without white space around it, found \" x\"",
+            ),
+            (
+                AgentDefinition::new("x", "").with_max_turns(0),
+                "max_turns",
+                "expected a positive integer, found 0",
+            ),
+            (
+                AgentDefinition::new("x", "").with_supervision(Default::default(), 1, 0),
+                "restart_period_ms",
+                "expected a positive integer, found 0",
+            ),
+            (
+                AgentDefinition::new("x", "").with_tools(ToolSet::only(["read", "All"])),
+                "tools",
+                "list item 2 is the keyword `all`, which is never a tool name",
+            ),
+            (
+                AgentDefinition::new("x", "").with_tools(ToolSet::only([" read"])),
+                "tools",
+                "expected a tool name in list item 1, found \" read\": names are trimmed and \
+                 never blank",
+            ),
+            (
+                AgentDefinition::new("x", "").with_disallowed_tools(["bash", "*"]),
+                "disallowed_tools",
+                "list item 2 is the keyword `*`, which is never a tool name",
+            ),
+            (
+                AgentDefinition::new("x", "")
+                    .with_allowed_subagents(SubagentAllowance::only(["writer", ""])),
+                "allowed_subagents",
+                "expected an agent type name in list item 2, found \"\": names are trimmed and \
+                 never blank",
+            ),
+            (
+                AgentDefinition {
+                    model: Some("  ".into()),
+                    ..AgentDefinition::new("x", "")
+                },
+                "model",
+                "expected a model name without white space around it, found \"  \" (leave the \
+                 model out for the tree's default)",
+            ),
+            (
+                AgentDefinition {
+                    model: Some("Inherit".into()),
+                    ..AgentDefinition::new("x", "")
+                },
+                "model",
+                "expected a model name, found \"Inherit\", which means the tree's default \
+                 (leave the model out)",
+            ),
+        ] {
+            let name = definition.name.clone();
+            let err = Catalog::new([AgentDefinition::new("fine", ""), definition]).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("agent definition {name:?}: field `{field}`: {message}")
+            );
+            assert_eq!(
+                definition_errors(err),
+                [(name, field, message.to_owned())],
+                "{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_refused_field_of_every_definition_is_reported() {
+        let err = Catalog::new([
+            AgentDefinition::new("a", "").with_max_turns(0),
+            AgentDefinition::new("b", ""),
+            AgentDefinition {
+                restart_period_ms: 0,
+                ..AgentDefinition::new("", "")
+            },
+        ])
+        .unwrap_err();
+        let found: Vec<_> = definition_errors(err)
+            .into_iter()
+            .map(|(name, field, _)| (name, field))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("a".to_owned(), "max_turns"),
+                (String::new(), "name"),
+                (String::new(), "restart_period_ms"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_check_accepts_the_defaults_and_every_valid_field() {
+        assert_eq!(check(&AgentDefinition::new("x", "")), []);
+        let full = AgentDefinition::new("x", "p")
+            .with_tools(ToolSet::only(["read", "Bash(git:*)"]))
+            .with_disallowed_tools(["write"])
+            .with_allowed_subagents(SubagentAllowance::only(["writer"]))
+            .with_max_turns(1)
+            .with_supervision(Default::default(), 0, 1);
+        assert_eq!(check(&full), []);
     }
 }

@@ -3,11 +3,20 @@
 //! A [`TreeConfig`] is built in code or read from a JSON settings file
 //! ([`TreeConfig::from_json`], [`TreeConfig::from_json_file`]), whose fields carry units
 //! (`shutdown_grace_ms`) and are checked once ([`TreeConfig::validate`]).
+//!
+//! # Invariants
+//!
+//! * Every [`ConfigError`] names where the settings came from (the file, `settings` for text,
+//!   `config` for a config built in code), and every error about a field names the field as
+//!   the settings spell it: a value of the wrong type, an unknown or repeated field, a value
+//!   out of range. Only text that is not a JSON object at all has no field to name.
 
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use agent_tree_protocol::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, Strategy};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// Default cap on depth: root 0, top-level 1, at most depth 5.
@@ -99,6 +108,16 @@ impl Default for TreeConfig {
 }
 
 /// A settings file or config that is not valid.
+///
+/// ```
+/// use agent_tree_actors::{ConfigError, TreeConfig};
+/// let err = TreeConfig::from_json(r#"{"max_depth": -1}"#).unwrap_err();
+/// assert!(matches!(&err, ConfigError::Field { field, .. } if field == "max_depth"));
+/// assert_eq!(
+///     err.to_string(),
+///     "settings: field `max_depth`: invalid value: integer `-1`, expected u32 at line 1 column 16"
+/// );
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -111,11 +130,24 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The JSON is malformed or has unknown or mistyped fields.
+    /// The text is not a JSON object of settings: malformed outside any field's value
+    /// (`{"max_depth": 2,}`), not an object (`[]`), or followed by more text.
     #[error("{origin}: {source}")]
     Json {
         /// The file, or `settings` for text.
         origin: String,
+        /// The parser's error, with line and column.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A field could not be read: its value has the wrong type or is malformed, or the field
+    /// is unknown or given twice.
+    #[error("{origin}: field `{field}`: {source}")]
+    Field {
+        /// The file, or `settings` for text.
+        origin: String,
+        /// The field, as written in the settings.
+        field: String,
         /// The parser's error, with line and column.
         #[source]
         source: serde_json::Error,
@@ -132,31 +164,107 @@ pub enum ConfigError {
     },
 }
 
-/// The settings file's shape: every field optional, units in the names.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Settings {
-    max_depth: Option<u32>,
-    max_children_per_agent: Option<usize>,
-    max_total_agents: Option<usize>,
-    max_concurrent: Option<usize>,
-    max_spawns_per_agent: Option<u32>,
-    max_subtree_tokens: Option<u64>,
-    control_scope: Option<ControlScope>,
-    attenuate_tools: Option<bool>,
-    shutdown_grace_ms: Option<u64>,
-    root_strategy: Option<Strategy>,
-    root_max_restarts: Option<u32>,
-    root_restart_period_ms: Option<u64>,
+/// Declares [`Settings`], its field names and the reading of one field's value.
+macro_rules! settings {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        /// The settings file's shape: every field optional (null is absent), units in the
+        /// names.
+        #[derive(Debug, Default)]
+        struct Settings {
+            $($field: Option<$ty>,)*
+        }
+
+        /// Every field of [`Settings`], in declaration order.
+        const SETTINGS_FIELDS: &[&str] = &[$(stringify!($field)),*];
+
+        impl Settings {
+            /// Reads the value of `field` (one of [`SETTINGS_FIELDS`]) from `map`.
+            fn read_value<'de, A: MapAccess<'de>>(
+                &mut self,
+                field: &str,
+                map: &mut A,
+            ) -> Result<(), A::Error> {
+                match field {
+                    $(stringify!($field) => self.$field = map.next_value()?,)*
+                    other => return Err(de::Error::unknown_field(other, SETTINGS_FIELDS)),
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+settings! {
+    max_depth: u32,
+    max_children_per_agent: usize,
+    max_total_agents: usize,
+    max_concurrent: usize,
+    max_spawns_per_agent: u32,
+    max_subtree_tokens: u64,
+    control_scope: ControlScope,
+    attenuate_tools: bool,
+    shutdown_grace_ms: u64,
+    root_strategy: Strategy,
+    root_max_restarts: u32,
+    root_restart_period_ms: u64,
+}
+
+/// Reads [`Settings`], keeping in `current` the field whose key or value is being read, so
+/// an error can name it.
+///
+/// The parser's error is kept whole (its line and column are added once, where it arose);
+/// the field's name is added around it by [`TreeConfig::parse`], not inside it.
+struct SettingsSeed<'a> {
+    current: &'a mut Option<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for SettingsSeed<'_> {
+    type Value = Settings;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Settings, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SettingsSeed<'_> {
+    type Value = Settings;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of settings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Settings, A::Error> {
+        let mut settings = Settings::default();
+        let mut seen: Vec<&'static str> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let field = SETTINGS_FIELDS.iter().copied().find(|f| *f == key);
+            *self.current = Some(key);
+            let Some(field) = field else {
+                let key = self.current.as_deref().unwrap_or_default();
+                return Err(de::Error::unknown_field(key, SETTINGS_FIELDS));
+            };
+            if seen.contains(&field) {
+                return Err(de::Error::duplicate_field(field));
+            }
+            seen.push(field);
+            settings.read_value(field, &mut map)?;
+            // Past the value: a later error (a missing `,`, a trailing comma) belongs to no
+            // field.
+            *self.current = None;
+        }
+        Ok(settings)
+    }
 }
 
 impl TreeConfig {
-    /// Reads settings from JSON text; absent fields keep their defaults.
+    /// Reads settings from JSON text; absent (or null) fields keep their defaults.
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Json`] for malformed JSON or unknown fields, [`ConfigError::Invalid`]
-    /// for values out of range.
+    /// [`ConfigError::Field`] for a field of the wrong type, unknown or given twice,
+    /// [`ConfigError::Invalid`] for a value out of range (each naming the field), and
+    /// [`ConfigError::Json`] for text that is not a JSON object. Errors name `settings` as
+    /// their origin.
     pub fn from_json(text: &str) -> Result<Self, ConfigError> {
         Self::parse(text, "settings")
     }
@@ -165,7 +273,8 @@ impl TreeConfig {
     ///
     /// # Errors
     ///
-    /// As [`TreeConfig::from_json`], plus [`ConfigError::Read`]; errors name the file.
+    /// As [`TreeConfig::from_json`], plus [`ConfigError::Read`]; errors name the file as their
+    /// origin.
     pub fn from_json_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -176,9 +285,23 @@ impl TreeConfig {
     }
 
     fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let s: Settings = serde_json::from_str(text).map_err(|source| ConfigError::Json {
-            origin: origin.to_owned(),
-            source,
+        let mut current = None;
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let read = SettingsSeed {
+            current: &mut current,
+        }
+        .deserialize(&mut deserializer)
+        .and_then(|settings| deserializer.end().map(|()| settings));
+        let s = read.map_err(|source| match current.take() {
+            Some(field) => ConfigError::Field {
+                origin: origin.to_owned(),
+                field,
+                source,
+            },
+            None => ConfigError::Json {
+                origin: origin.to_owned(),
+                source,
+            },
         })?;
         let d = TreeConfig::default();
         let config = TreeConfig {
@@ -325,6 +448,158 @@ mod tests {
         let err = TreeConfig::from_json(r#"{"max_depth": "deep"}"#).unwrap_err();
         assert!(err.to_string().contains("invalid type"), "{err}");
         assert!(TreeConfig::from_json("{").is_err());
+    }
+
+    /// A settings file in the temp dir, removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, text: &str) -> Self {
+            let path = std::env::temp_dir().join(format!(
+                "agent-tree-config-{}-{name}.json",
+                std::process::id()
+            ));
+            std::fs::write(&path, text).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_mistyped_value_names_its_field_and_the_file() {
+        // The defect: `"max_depth": -1` gave serde's message without the field's name.
+        for (i, (text, field, cause)) in [
+            (
+                r#"{"max_depth": -1}"#,
+                "max_depth",
+                "invalid value: integer `-1`",
+            ),
+            (
+                r#"{"max_depth": 2, "max_children_per_agent": "four"}"#,
+                "max_children_per_agent",
+                "invalid type: string \"four\"",
+            ),
+            (
+                r#"{"max_total_agents": true}"#,
+                "max_total_agents",
+                "invalid type: boolean",
+            ),
+            (
+                r#"{"max_concurrent": 1.5}"#,
+                "max_concurrent",
+                "invalid type: floating point",
+            ),
+            (
+                r#"{"max_spawns_per_agent": [1]}"#,
+                "max_spawns_per_agent",
+                "invalid type: sequence",
+            ),
+            (
+                r#"{"max_subtree_tokens": {}}"#,
+                "max_subtree_tokens",
+                "invalid type: map",
+            ),
+            (
+                r#"{"control_scope": "everyone"}"#,
+                "control_scope",
+                "unknown variant `everyone`",
+            ),
+            (
+                r#"{"attenuate_tools": "yes"}"#,
+                "attenuate_tools",
+                "invalid type: string",
+            ),
+            (
+                r#"{"shutdown_grace_ms": -5}"#,
+                "shutdown_grace_ms",
+                "invalid value: integer `-5`",
+            ),
+            (r#"{"root_strategy": 3}"#, "root_strategy", "expected value"),
+            (
+                r#"{"root_max_restarts": 4294967296}"#,
+                "root_max_restarts",
+                "invalid value",
+            ),
+            (
+                r#"{"root_restart_period_ms": "5s"}"#,
+                "root_restart_period_ms",
+                "invalid type",
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let file = TempFile::new(&format!("mistyped-{i}"), text);
+            let err = TreeConfig::from_json_file(&file.0).unwrap_err();
+            let shown = err.to_string();
+            let prefix = format!("{}: field `{field}`: {cause}", file.0.display());
+            assert!(
+                shown.starts_with(&prefix),
+                "{shown:?} should start with {prefix:?}"
+            );
+            assert!(shown.contains(" at line 1 column "), "{shown}");
+            assert_eq!(shown.matches(" at line ").count(), 1, "{shown}");
+            // The parser's error is kept as the source, not only as text.
+            let source = std::error::Error::source(&err).expect("a source");
+            assert!(
+                source.downcast_ref::<serde_json::Error>().is_some(),
+                "{source:?}"
+            );
+            let from_text = TreeConfig::from_json(text).unwrap_err().to_string();
+            assert!(
+                from_text.starts_with(&format!("settings: field `{field}`: {cause}")),
+                "{from_text}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_and_repeated_fields_are_named() {
+        let err = TreeConfig::from_json(r#"{"max_depth": 2, "max_dept": 2}"#).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "settings: field `max_dept`: unknown field `max_dept`, expected one of"
+            ),
+            "{err}"
+        );
+        let err = TreeConfig::from_json(r#"{"max_depth": 2, "max_depth": 3}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("settings: field `max_depth`: duplicate field `max_depth`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_text_that_is_no_settings_object_has_no_field() {
+        for text in [
+            "{",
+            "[]",
+            "42",
+            r#"{"max_depth": 2} x"#,
+            r#"{"max_depth": 2,}"#,
+        ] {
+            let err = TreeConfig::from_json(text).unwrap_err();
+            assert!(matches!(err, ConfigError::Json { .. }), "{text}: {err:?}");
+            assert!(err.to_string().starts_with("settings: "), "{err}");
+        }
+        assert!(
+            TreeConfig::from_json("7")
+                .unwrap_err()
+                .to_string()
+                .contains("expected a JSON object of settings")
+        );
+    }
+
+    #[test]
+    fn null_keeps_the_default() {
+        let c = TreeConfig::from_json(r#"{"max_depth": null, "shutdown_grace_ms": null}"#).unwrap();
+        assert_eq!(c, TreeConfig::default());
     }
 
     #[test]

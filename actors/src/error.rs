@@ -2,16 +2,22 @@
 
 use agent_tree_protocol::AgentId;
 
-/// A spawn that was refused. Nothing was started and no record was kept.
+/// A spawn (or resume) that was refused, or whose actor could not start.
+///
+/// A refusal leaves nothing behind: no actor was started and no record was kept. The one
+/// exception is [`SpawnError::Startup`]: the agent had been admitted, so its record is kept,
+/// settled as failed with reason `actor_failed`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
-    /// The type name did not resolve in the branch's catalog (or is not reachable).
+    /// The type name did not resolve in the branch's catalog. A disabled or ambiguous type the
+    /// caller could not reach anyway is reported this way too, so errors never reveal types
+    /// outside its reach.
     #[error("unknown agent type {requested:?}; available: {}", available_list(.available))]
     UnknownType {
         /// The name that was asked for.
         requested: String,
-        /// The types the caller may spawn.
+        /// The enabled types the caller may spawn.
         available: Vec<String>,
     },
     /// The name matches several types case-insensitively.
@@ -28,18 +34,16 @@ pub enum SpawnError {
     /// The type name was blank.
     #[error("agent type is blank")]
     BlankType,
-    /// The caller's definition does not allow this type.
+    /// The caller's allowlist (`allowed_subagents`) does not name the resolved type.
     #[error("agent type {requested:?} is not allowed here; allowed: {}", available_list(.allowed))]
     NotAllowed {
         /// The resolved type.
         requested: String,
-        /// The types the caller may spawn.
+        /// The enabled types the caller may spawn.
         allowed: Vec<String>,
     },
-    /// The caller may not delegate at all (not opted in, isolated, denied or at the depth cap).
-    #[error("delegation is not available to {0}")]
-    NoDelegation(AgentId),
-    /// The child would be deeper than the branch's `max_depth`.
+    /// The child would be deeper than the branch's `max_depth` (top-level agents, at depth 1,
+    /// are always within it).
     #[error("max_depth {max_depth} reached: a child would be at depth {depth}")]
     DepthLimit {
         /// The child's depth.
@@ -77,7 +81,8 @@ pub enum SpawnError {
         /// The limit.
         limit: usize,
     },
-    /// The owner is completing, terminal or aborting and accepts no new children.
+    /// The owner accepts no new children: it is not running (queued, starting, completing or
+    /// terminal), it is being aborted, or it is gone.
     #[error("{0} is not accepting new children")]
     OwnerClosed(AgentId),
     /// A resume was refused by ownership or status.
@@ -86,7 +91,8 @@ pub enum SpawnError {
     /// The spawn request's input was malformed.
     #[error("invalid spawn request: {0}")]
     InvalidRequest(String),
-    /// The actor could not be started.
+    /// The agent's actor could not be started (ractor's error, as text: this enum is `Eq`).
+    /// Unlike the refusals, the admitted agent's record is kept, settled as failed.
     #[error("agent actor failed to start: {0}")]
     Startup(String),
 }
@@ -103,8 +109,9 @@ fn available_list(names: &[String]) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ControlError {
-    /// The target is not a child of the caller (or does not exist). Both cases give this same
-    /// error, so ids cannot be probed.
+    /// The target is not an agent the caller may control (its child; its descendant under
+    /// `ControlScope::Descendants`), or does not exist. Both cases give this same error, so
+    /// ids cannot be probed.
     #[error("no subagent {0} of yours")]
     NotYours(AgentId),
     /// As [`ControlError::NotYours`], for an id that is not even well-formed (kept as
@@ -118,9 +125,6 @@ pub enum ControlError {
     /// a steer, so it is refused rather than receipted and never read.
     #[error("{0} is in its last turn and cannot read a steer")]
     NoTurnsLeft(AgentId),
-    /// The tree is not running.
-    #[error("the tree has stopped")]
-    TreeStopped,
 }
 
 /// A model turn that failed.
@@ -166,14 +170,8 @@ pub enum TreeError {
     NoModel,
     /// The root actor could not be started.
     #[error("root actor failed to start: {0}")]
-    Startup(String),
+    Startup(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The config is invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// A catalog definition is invalid.
-    #[error(transparent)]
-    Catalog(#[from] crate::catalog::CatalogError),
-    /// A spawn was refused.
-    #[error(transparent)]
-    Spawn(#[from] SpawnError),
 }

@@ -162,7 +162,7 @@ impl TreeBuilder {
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
-            .map_err(|e| TreeError::Startup(e.to_string()))?;
+            .map_err(|e| TreeError::Startup(Box::new(e)))?;
         let _ = shared.root.set(root.clone());
         let branch = RwLock::new(Arc::new(Branch {
             catalog: self.catalog,

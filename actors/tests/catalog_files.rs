@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use agent_tree_actors::{Catalog, CatalogError, SpawnError, parse_agent_file};
 use agent_tree_protocol::{
-    AgentDefinition, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance, ToolSet,
+    AgentDefinition, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance, ToolSet, Wire,
 };
 
 fn fixture(dir: &str) -> PathBuf {
@@ -46,7 +46,8 @@ impl Drop for ScratchDir {
     }
 }
 
-/// One problem: its file name and, for a field error, the field as spelled in the file.
+/// One problem: its file name, for a field error the field as spelled in the file, and the
+/// message after the file's name.
 #[derive(Debug, PartialEq)]
 struct Problem {
     file: String,
@@ -78,6 +79,24 @@ fn problems(error: CatalogError) -> Vec<Problem> {
                     field: None,
                     message,
                 },
+                CatalogError::ReadDir { dir: ref file, .. }
+                | CatalogError::ReadFile { ref file, .. }
+                | CatalogError::Utf8 { ref file, .. }
+                | CatalogError::Yaml { ref file, .. } => {
+                    assert!(
+                        std::error::Error::source(&leaf).is_some(),
+                        "{leaf:?} keeps its source"
+                    );
+                    let shown = leaf.to_string();
+                    Problem {
+                        file: file_name(file),
+                        field: None,
+                        message: shown
+                            .strip_prefix(&format!("{}: ", file.display()))
+                            .unwrap_or_else(|| panic!("{shown:?} does not start with the file"))
+                            .to_owned(),
+                    }
+                }
                 other => panic!("not a file or field error: {other:?}"),
             }
         })
@@ -213,9 +232,22 @@ fn a_missing_directory_fails_load_dir_but_is_skipped_by_load_dirs() {
     let missing = fixture("no-such-directory");
     let err = Catalog::load_dir(&missing).unwrap_err();
     assert!(
-        matches!(&err, CatalogError::File { file, message }
-            if file == &missing && message.starts_with("cannot read agent directory: ")),
+        matches!(&err, CatalogError::ReadDir { dir, source }
+            if dir == &missing && source.kind() == std::io::ErrorKind::NotFound),
         "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}: cannot read agent directory: ",
+            missing.display()
+        )),
+        "{err}"
+    );
+    // The io::Error is the source, not only text.
+    let source = std::error::Error::source(&err).expect("a source");
+    assert!(
+        source.downcast_ref::<std::io::Error>().is_some(),
+        "{source:?}"
     );
     let catalog = Catalog::load_dirs([&missing, &fixture("pi"), &missing]).unwrap();
     assert_eq!(catalog.len(), 4);
@@ -316,13 +348,12 @@ fn one_problem_is_returned_as_itself() {
     let scratch = ScratchDir::new("one-problem");
     scratch.write("good.md", "---\n---\nYou are good.");
     let bad = scratch.write("bad.md", "---\nmaxTurns: -2\n---\n");
-    assert_eq!(
-        Catalog::load_dir(&scratch.0).unwrap_err(),
-        CatalogError::Field {
-            file: bad,
-            field: "maxTurns".into(),
-            message: "expected a positive integer, found -2".into(),
-        }
+    let err = Catalog::load_dir(&scratch.0).unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::Field { file, field, message }
+            if file == &bad && field == "maxTurns"
+                && message == "expected a positive integer, found -2"),
+        "{err:?}"
     );
 }
 
@@ -365,4 +396,144 @@ fn parse_agent_file_needs_no_file_system() {
     assert_eq!(ghost.prompt, "Boo.");
     let err = parse_agent_file(path, "no frontmatter").unwrap_err();
     assert!(matches!(err, CatalogError::File { ref file, .. } if file == path));
+}
+
+/// Reads `field: value` through an agent file and `"field": json` through JSON; both must
+/// agree (the same value, or both refused).
+fn both_formats(field: &str, yaml: &str, json: &str) -> Result<AgentDefinition, (String, String)> {
+    let file = parse_agent_file(
+        Path::new("agents/x.md"),
+        &format!("---\n{field}: {yaml}\n---\n"),
+    );
+    let decoded = AgentDefinition::from_json(&format!(r#"{{"name": "x", "{field}": {json}}}"#));
+    match (file, decoded) {
+        (Ok(from_file), Ok(from_json)) => {
+            assert_eq!(from_file, from_json, "{field}: {yaml} / {json}");
+            Ok(from_file)
+        }
+        (Err(file), Err(json)) => Err((file.to_string(), json.to_string())),
+        (file, json) => panic!("{field}: {yaml} / {json:?} disagree: {file:?}"),
+    }
+}
+
+#[test]
+fn files_and_json_read_every_word_and_list_alike() {
+    let words: &[(&str, &str)] = &[
+        ("all", r#""all""#),
+        ("All", r#""All""#),
+        ("ALL", r#""ALL""#),
+        ("'*'", r#""*""#),
+        ("none", r#""none""#),
+        ("None", r#""None""#),
+        ("'true'", r#""true""#),
+        ("'TRUE'", r#""TRUE""#),
+        ("'false'", r#""false""#),
+        ("'False'", r#""False""#),
+        ("true", "true"),
+        ("false", "false"),
+        ("''", r#""""#),
+        ("[]", "[]"),
+        ("[All]", r#"["All"]"#),
+        ("[' * ']", r#"[" * "]"#),
+        ("['none']", r#"["none"]"#),
+        ("read, Grep", r#""read, Grep""#),
+        ("' read ,, Grep ,'", r#"" read ,, Grep ,""#),
+        ("[Read, 'a,b', ' ']", r#"["Read", "a,b", " "]"#),
+        ("read, all", r#""read, all""#),
+        ("[read, NONE]", r#"["read", "NONE"]"#),
+        ("[read, 3]", r#"["read", 3]"#),
+        ("[true]", "[true]"),
+        ("3", "3"),
+        ("{a: b}", r#"{"a": "b"}"#),
+    ];
+    let mut accepted = 0;
+    for field in ["tools", "disallowed_tools", "allowed_subagents"] {
+        for (yaml, json) in words {
+            accepted += usize::from(both_formats(field, yaml, json).is_ok());
+        }
+    }
+    assert!(
+        accepted > 30,
+        "the table must accept as well as refuse: {accepted}"
+    );
+
+    // The defect: `All` is the keyword in JSON too, never a tool named `All`.
+    let d = both_formats("tools", "All", r#""All""#).unwrap();
+    assert_eq!(d.tools, ToolSet::All);
+    let d = both_formats("tools", "[]", "[]").unwrap();
+    assert_eq!(d.tools, ToolSet::None);
+    let d = both_formats("disallowed_tools", "bash, write", r#""bash, write""#).unwrap();
+    assert_eq!(d.disallowed_tools, ["bash", "write"]);
+    let d = both_formats("allowed_subagents", "true", "true").unwrap();
+    assert_eq!(d.allowed_subagents, SubagentAllowance::All);
+    // Both formats give the words rule's message; JSON adds the field and the position.
+    let (file, json) = both_formats("tools", "read, all", r#""read, all""#).unwrap_err();
+    let rule = "`all` must stand alone, found it among names: read, all";
+    assert_eq!(file, format!("agents/x.md: field `tools`: {rule}"));
+    assert!(
+        json.starts_with(&format!(
+            "malformed agent definition: field `tools`: {rule} at line 1"
+        )),
+        "{json}"
+    );
+}
+
+#[test]
+fn catalog_new_refuses_what_a_file_refuses_with_the_same_message() {
+    let scratch = ScratchDir::new("same-check");
+    for (frontmatter, json, field) in [
+        (
+            "max_turns: 0",
+            r#"{"name": "x", "max_turns": 0}"#,
+            "max_turns",
+        ),
+        (
+            "restart_period_ms: 0",
+            r#"{"name": "x", "restart_period_ms": 0}"#,
+            "restart_period_ms",
+        ),
+        ("name: ' '", r#"{"name": " "}"#, "name"),
+    ] {
+        scratch.write("x.md", format!("---\n{frontmatter}\n---\n"));
+        let from_file = problems(Catalog::load_dir(&scratch.0).unwrap_err());
+        assert_eq!(from_file.len(), 1, "{from_file:?}");
+        assert_eq!(from_file[0].field.as_deref(), Some(field));
+        // The same definition decoded from JSON (or built in code) is refused by Catalog::new.
+        let decoded = AgentDefinition::from_json(json).expect("JSON decodes: the check judges");
+        let err = Catalog::new([decoded.clone()]).unwrap_err();
+        match err {
+            CatalogError::Definition {
+                name,
+                field: refused,
+                message,
+            } => {
+                assert_eq!((name, refused), (decoded.name, field));
+                assert_eq!(message, from_file[0].message, "{field}");
+            }
+            other => panic!("{frontmatter}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn allowlist_entries_from_files_resolve_case_insensitively() {
+    let scratch = ScratchDir::new("allowlist-case");
+    scratch.write(
+        "lead.md",
+        "---\nallowed_subagents: [Reviewer]\n---\nYou lead.",
+    );
+    scratch.write("reviewer.md", "---\n---\nYou review.");
+    scratch.write("writer.md", "---\n---\nYou write.");
+    let catalog = Catalog::load_dir(&scratch.0).unwrap();
+    let lead = catalog.get("lead").unwrap();
+    // Before the fix: "agent type \"reviewer\" is not allowed here; allowed: none".
+    assert_eq!(
+        catalog.resolve_for(lead, "reviewer").unwrap().name,
+        "reviewer"
+    );
+    let err = catalog.resolve_for(lead, "writer").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agent type \"writer\" is not allowed here; allowed: reviewer"
+    );
 }

@@ -5,11 +5,27 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer};
+use serde::de::Deserializer;
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
+use crate::words::{self, Keyword, ListField, Written};
+
 /// A set of tool names with the two special forms users write: every tool, or none.
+///
+/// Read from JSON, YAML or an agent file by the words rule of [`Written::tool_set`]: `all`
+/// and `*` are [`ToolSet::All`], `none`, `""` and `[]` are [`ToolSet::None`], anything else
+/// a list of names (`"read, grep"` or `["read", "grep"]`). Keywords ignore ASCII case, so
+/// `"All"` is every tool, never a tool named `All`.
+///
+/// ```
+/// use agent_tree_protocol::ToolSet;
+/// let tools: ToolSet = serde_json::from_str(r#""read, grep""#).unwrap();
+/// assert_eq!(tools, ToolSet::only(["read", "grep"]));
+/// assert!(tools.contains("grep") && !tools.contains("bash"));
+/// assert_eq!(serde_json::from_str::<ToolSet>(r#""All""#).unwrap(), ToolSet::All);
+/// assert_eq!(serde_json::to_string(&ToolSet::None).unwrap(), r#""none""#);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum ToolSet {
     /// Every tool available (`all`, `*`). The default when a definition lists no tools.
@@ -22,7 +38,13 @@ pub enum ToolSet {
 }
 
 impl ToolSet {
-    /// Whether the set holds `tool`.
+    /// Whether the set holds `tool` (names compare exactly).
+    ///
+    /// ```
+    /// use agent_tree_protocol::ToolSet;
+    /// assert!(ToolSet::All.contains("anything"));
+    /// assert!(!ToolSet::only(["Read"]).contains("read"));
+    /// ```
     pub fn contains(&self, tool: &str) -> bool {
         match self {
             ToolSet::All => true,
@@ -31,21 +53,31 @@ impl ToolSet {
         }
     }
 
-    /// A set of exactly `names`.
+    /// A set of exactly `names` (an empty list means none).
+    ///
+    /// ```
+    /// use agent_tree_protocol::ToolSet;
+    /// assert_eq!(ToolSet::only(Vec::<String>::new()), ToolSet::None);
+    /// ```
     pub fn only<I, S>(names: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        ToolSet::Only(names.into_iter().map(Into::into).collect())
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        if names.is_empty() {
+            ToolSet::None
+        } else {
+            ToolSet::Only(names)
+        }
     }
 }
 
 impl Serialize for ToolSet {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            ToolSet::All => serializer.serialize_str("all"),
-            ToolSet::None => serializer.serialize_str("none"),
+            ToolSet::All => serializer.serialize_str(Keyword::All.as_str()),
+            ToolSet::None => serializer.serialize_str(Keyword::None.as_str()),
             ToolSet::Only(names) => names.serialize(serializer),
         }
     }
@@ -53,22 +85,23 @@ impl Serialize for ToolSet {
 
 impl<'de> Deserialize<'de> for ToolSet {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match ListOrWord::deserialize(deserializer)? {
-            ListOrWord::Word(w) => match w.trim() {
-                "all" | "*" => Ok(ToolSet::All),
-                "none" | "" => Ok(ToolSet::None),
-                other => Ok(ToolSet::Only(split_list(other))),
-            },
-            ListOrWord::List(names) => Ok(ToolSet::Only(names)),
-            ListOrWord::Bool(_) => Err(de::Error::custom("expected a tool list, `all` or `none`")),
-        }
+        words::deserialize(deserializer, ListField::Tools, false, Written::tool_set)
     }
 }
 
 /// Which agent types an agent may spawn (`allowed_subagents`).
 ///
-/// Omitted, empty, `none` and `false` mean no delegation; `all`, `*` and `true` mean every
-/// enabled type; anything else is a list of type names. Never inherited by children.
+/// Read by the words rule of [`Written::subagent_allowance`]: omitted, empty, `none` and
+/// `false` mean no delegation; `all`, `*` and `true` mean every enabled type; anything else
+/// is a list of type names. Never inherited by children.
+///
+/// ```
+/// use agent_tree_protocol::SubagentAllowance;
+/// let allowed: SubagentAllowance = serde_json::from_str(r#""writer, Reviewer""#).unwrap();
+/// assert_eq!(allowed, SubagentAllowance::only(["writer", "Reviewer"]));
+/// assert_eq!(serde_json::from_str::<SubagentAllowance>("true").unwrap(), SubagentAllowance::All);
+/// assert_eq!(serde_json::from_str::<SubagentAllowance>(r#""NONE""#).unwrap(), SubagentAllowance::None);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum SubagentAllowance {
     /// No delegation (the default).
@@ -82,6 +115,12 @@ pub enum SubagentAllowance {
 
 impl SubagentAllowance {
     /// Whether this allowance permits any delegation at all.
+    ///
+    /// ```
+    /// use agent_tree_protocol::SubagentAllowance;
+    /// assert!(SubagentAllowance::only(["writer"]).allows_any());
+    /// assert!(!SubagentAllowance::None.allows_any());
+    /// ```
     pub fn allows_any(&self) -> bool {
         match self {
             SubagentAllowance::None => false,
@@ -90,7 +129,20 @@ impl SubagentAllowance {
         }
     }
 
-    /// Whether the (already resolved) type name is permitted.
+    /// Whether the list names `agent_type` exactly (or the allowance is [`All`]).
+    ///
+    /// This is plain data comparison. The runtime (`Catalog::resolve_for`) matches each entry
+    /// to a catalog type by the rule type names follow — the exact name, else the one
+    /// case-insensitive match — so `[Reviewer]` there permits a type `reviewer`.
+    ///
+    /// [`All`]: SubagentAllowance::All
+    ///
+    /// ```
+    /// use agent_tree_protocol::SubagentAllowance;
+    /// let allowed = SubagentAllowance::only(["writer"]);
+    /// assert!(allowed.permits("writer"));
+    /// assert!(!allowed.permits("Writer"));
+    /// ```
     pub fn permits(&self, agent_type: &str) -> bool {
         match self {
             SubagentAllowance::None => false,
@@ -100,6 +152,11 @@ impl SubagentAllowance {
     }
 
     /// A list allowance of exactly `names` (an empty list means none).
+    ///
+    /// ```
+    /// use agent_tree_protocol::SubagentAllowance;
+    /// assert_eq!(SubagentAllowance::only(Vec::<String>::new()), SubagentAllowance::None);
+    /// ```
     pub fn only<I, S>(names: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -117,8 +174,8 @@ impl SubagentAllowance {
 impl Serialize for SubagentAllowance {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            SubagentAllowance::None => serializer.serialize_str("none"),
-            SubagentAllowance::All => serializer.serialize_str("all"),
+            SubagentAllowance::None => serializer.serialize_str(Keyword::None.as_str()),
+            SubagentAllowance::All => serializer.serialize_str(Keyword::All.as_str()),
             SubagentAllowance::Only(names) => names.serialize(serializer),
         }
     }
@@ -126,40 +183,13 @@ impl Serialize for SubagentAllowance {
 
 impl<'de> Deserialize<'de> for SubagentAllowance {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match ListOrWord::deserialize(deserializer)? {
-            ListOrWord::Bool(true) => SubagentAllowance::All,
-            ListOrWord::Bool(false) => SubagentAllowance::None,
-            ListOrWord::Word(w) => match w.trim() {
-                "all" | "*" | "true" => SubagentAllowance::All,
-                "none" | "false" | "" => SubagentAllowance::None,
-                other => SubagentAllowance::only(split_list(other)),
-            },
-            ListOrWord::List(names) => SubagentAllowance::only(
-                names
-                    .into_iter()
-                    .map(|n| n.trim().to_owned())
-                    .filter(|n| !n.is_empty()),
-            ),
-        })
+        words::deserialize(
+            deserializer,
+            ListField::AllowedSubagents,
+            false,
+            Written::subagent_allowance,
+        )
     }
-}
-
-/// The loose shapes users write lists in.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum ListOrWord {
-    Bool(bool),
-    Word(String),
-    List(Vec<String>),
-}
-
-/// Splits `a, b ,c` into trimmed, non-empty names.
-pub(crate) fn split_list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Erlang's restart types: when a supervisor restarts an agent that ended.
@@ -218,10 +248,14 @@ pub struct AgentDefinition {
     /// The system prompt.
     pub prompt: String,
     /// Tools the agent may use (before the tree adds or removes orchestration tools).
+    #[serde(deserialize_with = "words::tools_field")]
     pub tools: ToolSet,
-    /// Tools the agent may never use; an explicit deny always wins.
+    /// Tools the agent may never use; an explicit deny always wins. Read by the words rule
+    /// ([`Written::tool_names`]): names only, as a list or a comma-separated string.
+    #[serde(deserialize_with = "words::disallowed_tools_field")]
     pub disallowed_tools: Vec<String>,
     /// Which types it may spawn.
+    #[serde(deserialize_with = "words::allowed_subagents_field")]
     pub allowed_subagents: SubagentAllowance,
     /// An isolated agent never delegates, whatever else it says.
     pub isolated: bool,
@@ -378,32 +412,173 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
+    fn tools(json: &str) -> ToolSet {
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"))
+    }
+
+    /// The definition decoded from `{"name": "x", <field>}`.
+    fn definition(field: &str) -> Result<AgentDefinition, String> {
+        serde_json::from_str(&format!(r#"{{"name": "x", {field}}}"#)).map_err(|e| e.to_string())
+    }
+
     #[test]
     fn allowance_words_and_booleans() {
-        for none in ["false", "\"none\"", "\"false\"", "\"\"", "[]", "[\" \"]"] {
+        for none in [
+            "false",
+            "\"none\"",
+            "\"None\"",
+            "\"NONE\"",
+            "\"false\"",
+            "\"False\"",
+            "\"\"",
+            "\" , \"",
+            "[]",
+            "[\" \"]",
+            "[\"none\"]",
+            "[\"FALSE\"]",
+            "null",
+        ] {
             assert_eq!(allowance(none), SubagentAllowance::None, "{none}");
         }
-        for all in ["true", "\"all\"", "\"*\"", "\"true\""] {
+        for all in [
+            "true",
+            "\"all\"",
+            "\"All\"",
+            "\"ALL\"",
+            "\"*\"",
+            "\" * \"",
+            "\"true\"",
+            "\"TRUE\"",
+            "[\"all\"]",
+            "[\"*\"]",
+            "[\"True\"]",
+        ] {
             assert_eq!(allowance(all), SubagentAllowance::All, "{all}");
         }
         assert_eq!(
             allowance("\"writer, reviewer\""),
             SubagentAllowance::only(["writer", "reviewer"])
         );
+        assert_eq!(
+            allowance("[\" Writer \", \"\", \"a,b\"]"),
+            SubagentAllowance::only(["Writer", "a,b"])
+        );
+        for refused in [
+            "\"writer, all\"",
+            "[\"writer\", \"none\"]",
+            "[true]",
+            "3",
+            "{}",
+        ] {
+            assert!(
+                serde_json::from_str::<SubagentAllowance>(refused).is_err(),
+                "{refused}"
+            );
+        }
     }
 
     #[test]
-    fn tool_set_words() {
-        let t: ToolSet = serde_json::from_str("\"read, write\"").unwrap();
-        assert_eq!(t, ToolSet::only(["read", "write"]));
+    fn tool_set_words_in_json() {
+        assert_eq!(tools("\"read, write\""), ToolSet::only(["read", "write"]));
+        for all in [
+            "\"all\"",
+            "\"All\"",
+            "\"ALL\"",
+            "\"*\"",
+            "[\"all\"]",
+            "[\" * \"]",
+        ] {
+            assert_eq!(tools(all), ToolSet::All, "{all}");
+        }
+        for none in ["\"none\"", "\"None\"", "\"\"", "[]", "[\"\"]", "[\"NONE\"]"] {
+            assert_eq!(tools(none), ToolSet::None, "{none}");
+        }
+        assert_eq!(tools("null"), ToolSet::All, "null is the default");
+        // Names keep their case and list items are never split.
         assert_eq!(
-            serde_json::from_str::<ToolSet>("\"*\"").unwrap(),
-            ToolSet::All
+            tools("[\"Read\", \"Bash(git:*)\", \"a,b\"]"),
+            ToolSet::only(["Read", "Bash(git:*)", "a,b"])
         );
+        for refused in [
+            "true",
+            "false",
+            "\"true\"",
+            "\"False\"",
+            "\"read, all\"",
+            "[\"read\", \"*\"]",
+            "[1]",
+            "3",
+            "{}",
+        ] {
+            assert!(
+                serde_json::from_str::<ToolSet>(refused).is_err(),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn definition_fields_read_by_the_words_rule_and_errors_name_the_field() {
+        let d = definition(r#""tools": "All", "allowed_subagents": "Reviewer""#).unwrap();
         assert_eq!(
-            serde_json::from_str::<ToolSet>("\"none\"").unwrap(),
-            ToolSet::None
+            d.tools,
+            ToolSet::All,
+            "`All` is the keyword, not a tool named All"
         );
-        assert!(serde_json::from_str::<ToolSet>("true").is_err());
+        assert_eq!(d.allowed_subagents, SubagentAllowance::only(["Reviewer"]));
+        let d = definition(r#""disallowed_tools": "bash, write", "tools": null"#).unwrap();
+        assert_eq!(d.disallowed_tools, ["bash", "write"]);
+        assert_eq!(d.tools, ToolSet::All);
+        assert!(
+            definition(r#""disallowed_tools": null"#)
+                .unwrap()
+                .disallowed_tools
+                .is_empty()
+        );
+
+        let err = definition(r#""tools": "read, all""#).unwrap_err();
+        assert_eq!(
+            err,
+            "field `tools`: `all` must stand alone, found it among names: read, all \
+             at line 1 column 34"
+        );
+        let err = definition(r#""disallowed_tools": ["bash", "None"]"#).unwrap_err();
+        assert!(
+            err.starts_with("field `disallowed_tools`: expected tool names, found `none`"),
+            "{err}"
+        );
+        let err = definition(r#""allowed_subagents": ["writer", 3]"#).unwrap_err();
+        assert!(
+            err.starts_with(
+                "field `allowed_subagents`: expected an agent type name in list item 2, found 3"
+            ),
+            "{err}"
+        );
+        let err = definition(r#""tools": true"#).unwrap_err();
+        assert!(
+            err.starts_with(
+                "field `tools`: expected `all`, `none` or tool names (a comma-separated string \
+                 or a list), found true"
+            ),
+            "{err}"
+        );
+        // One position, added once.
+        assert_eq!(err.matches(" at line ").count(), 1, "{err}");
+    }
+
+    #[test]
+    fn written_words_read_back_as_themselves() {
+        for value in [ToolSet::All, ToolSet::None, ToolSet::only(["read", "Grep"])] {
+            let json = serde_json::to_string(&value).unwrap();
+            assert_eq!(tools(&json), value, "{json}");
+        }
+        for value in [
+            SubagentAllowance::All,
+            SubagentAllowance::None,
+            SubagentAllowance::only(["writer"]),
+        ] {
+            let json = serde_json::to_string(&value).unwrap();
+            assert_eq!(allowance(&json), value, "{json}");
+        }
     }
 }

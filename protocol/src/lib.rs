@@ -24,6 +24,7 @@ mod request;
 mod snapshot;
 mod status;
 mod usage;
+mod words;
 
 pub use definition::{
     AgentDefinition, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, RestartPolicy, SettlePolicy,
@@ -39,6 +40,7 @@ pub use request::{SpawnRequest, WaitPolicy};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;
+pub use words::{Keyword, ListField, WordsError, Written};
 
 /// JSON encoding and decoding of protocol types, with errors that name the type.
 pub trait Wire: serde::Serialize + serde::de::DeserializeOwned {

@@ -234,7 +234,7 @@ impl TreeSnapshot {
     /// histogram, the event tally and the peak of live agents.
     ///
     /// ```text
-    /// tree s1 agents=2 live=0 usage=0/300
+    /// tree agents=2 live=0 usage=0/300
     /// - [d1] planner #a1 parent=a0 status=completed usage=120/300
     ///   - [d2] analyst #a2 parent=a1 status=completed usage=180/180
     /// depth histogram: d1=1 d2=1
@@ -243,6 +243,21 @@ impl TreeSnapshot {
     /// ```
     ///
     /// `usage=own/subtree` counts input plus output tokens.
+    ///
+    /// The rendering is deterministic: it holds only what the tree did, never the session id
+    /// (random unless set) or the time the snapshot was taken, so two identical runs render
+    /// the same text and a rendering can be compared with a golden file. Both stay in the
+    /// snapshot itself (and its JSON).
+    ///
+    /// ```
+    /// use agent_tree_protocol::{SessionId, TreeSnapshot, Wire};
+    /// let json = r#"{"session": "s-one", "taken_ms": 5, "records": [], "tally": {}, "peak_live": 0}"#;
+    /// let one = TreeSnapshot::from_json(json)?;
+    /// let other = TreeSnapshot { session: SessionId::new("s-other"), taken_ms: 9, ..one.clone() };
+    /// assert_eq!(one.render_text(), other.render_text());
+    /// assert!(one.render_text().starts_with("tree agents=0 live=0 usage=0/0\n"));
+    /// # Ok::<(), agent_tree_protocol::ProtocolError>(())
+    /// ```
     pub fn render_text(&self) -> String {
         self.to_string()
     }
@@ -291,10 +306,10 @@ impl fmt::Display for TreeSnapshot {
             .root()
             .map(|r| (tokens(&r.own), tokens(&r.subtree)))
             .unwrap_or_default();
+        // No session id and no time: the text must be the same for two identical runs.
         writeln!(
             f,
-            "tree {} agents={agents} live={} usage={root_own}/{root_subtree}",
-            self.session,
+            "tree agents={agents} live={} usage={root_own}/{root_subtree}",
             self.live()
         )?;
         for r in self.depth_first().into_iter().filter(|r| r.depth > 0) {

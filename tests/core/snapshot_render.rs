@@ -53,7 +53,7 @@ async fn text_rendering_and_dot_export_of_a_small_tree() {
     let snapshot = tree.snapshot();
 
     let expected_text = "\
-tree s-render agents=3 live=0 usage=0/167
+tree agents=3 live=0 usage=0/167
 - [d1] lead #a1 parent=a0 status=completed usage=47/167
   - [d2] worker #a2 parent=a1 status=completed usage=120/120
   - [d2] failer #a3 parent=a1 status=failed usage=0/0
@@ -103,10 +103,7 @@ async fn rendering_shows_live_agents() {
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(
-        lines[0], "tree s-render agents=1 live=1 usage=0/0",
-        "{text}"
-    );
+    assert_eq!(lines[0], "tree agents=1 live=1 usage=0/0", "{text}");
     assert_eq!(
         lines[1],
         format!(

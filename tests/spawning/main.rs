@@ -7,6 +7,7 @@
 mod support;
 
 mod admission_storm_bounds;
+mod allowlist_case;
 mod attenuation_owner_tools;
 mod capability_orchestration_tools;
 mod depth_caps_and_forgery;

@@ -16,19 +16,25 @@
 //!
 //! # Invariants
 //!
-//! * Parsing never panics, whatever the input: every problem is a [`CatalogError`].
-//!   [`CatalogError::Field`] names the file and the field as spelled in the file, and says what
-//!   was expected and what was found. [`CatalogError::File`] is for a file that cannot be read,
-//!   is not UTF-8, or whose frontmatter is missing, unterminated, not valid YAML (the message
-//!   gives the line and column in the file) or not a mapping. A frontmatter leaving more than
-//!   1000 `[` or `{` open is refused before parsing, so no file makes the parser crawl.
+//! * Parsing never panics, whatever the input: every problem is a [`CatalogError`] naming the
+//!   file. [`CatalogError::Field`] names the field as spelled in the file, and says what was
+//!   expected and what was found. A file that cannot be read is [`CatalogError::ReadFile`],
+//!   one that is not UTF-8 [`CatalogError::Utf8`], one whose frontmatter is not valid YAML
+//!   [`CatalogError::Yaml`] (the parser's error gives the line and column in the file), each
+//!   keeping the underlying error as its source; a frontmatter missing, unterminated or not a
+//!   mapping is [`CatalogError::File`]. A frontmatter leaving more than 1000 `[` or `{` open is
+//!   refused before parsing, so no file makes the parser crawl.
+//! * Reading and judging are apart. The loader reads each value (its type, trimming, and the
+//!   words rule of `agent_tree_protocol::Written` for the list fields); the values are then
+//!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
+//!   refusals are reported as field errors of the file in the same order as the rest.
 //! * Every problem is reported: all the field errors of a file, and the errors of every file in
 //!   every directory; one bad file never hides another. One problem is returned as itself,
 //!   several as one flat [`CatalogError::Many`] (never nested), in directory order, then
 //!   file-name order, then the order of the fields in the file.
 //! * A directory is read deterministically: only the `*.md` files directly in it (no
 //!   subdirectories, no hidden files), sorted by file name.
-//! * Names are trimmed and non-blank. Two files of one directory defining the same name are an
+//! * Names are trimmed and must not be blank. Two files of one directory defining the same name are an
 //!   error naming both files; across the directories given to [`Catalog::load_dirs`], a later
 //!   directory overrides an earlier one by name.
 //! * A loaded catalog is built by [`Catalog::new`], so it holds the same checks as one built in
@@ -41,11 +47,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use agent_tree_protocol::{
-    AgentDefinition, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance, ToolSet,
+    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, WordsError, Written,
 };
 use serde_yaml_ng::{Mapping, Value};
 
-use super::{Catalog, CatalogError};
+use super::{Catalog, CatalogError, check, combine};
 
 impl Catalog {
     /// Loads every agent file (`*.md`) directly in `dir`, in file-name order.
@@ -71,10 +77,12 @@ impl Catalog {
     ///
     /// # Errors
     ///
-    /// Every problem of every file: [`CatalogError::File`] for a directory or file that cannot
-    /// be read (a missing `dir` included) and for malformed frontmatter,
-    /// [`CatalogError::Field`] for a malformed field or a name two files define (the error
-    /// names both files). Several problems come as one [`CatalogError::Many`].
+    /// Every problem of every file: [`CatalogError::ReadDir`] for a directory that cannot be
+    /// read (a missing `dir` included), [`CatalogError::ReadFile`], [`CatalogError::Utf8`],
+    /// [`CatalogError::Yaml`] and [`CatalogError::File`] for a file that cannot be read or has
+    /// malformed frontmatter, [`CatalogError::Field`] for a malformed or refused field or a
+    /// name two files define (the error names both files). Several problems come as one
+    /// [`CatalogError::Many`].
     pub fn load_dir(dir: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
         let mut loader = Loader::default();
         loader.add_dir(dir.as_ref(), IfMissing::Fail);
@@ -169,14 +177,16 @@ impl Catalog {
 ///
 /// Reading the table:
 ///
-/// * Names are written as a comma-separated string (`read, grep`) or a YAML list
-///   (`[read, grep]`); items are trimmed and blank items dropped.
-/// * The words `all`, `*`, `none`, `true` and `false` in `tools` and `allowed_subagents` ignore
-///   case and must stand alone: `tools: [all]` is `all`, `tools: read, all` is an error. An
-///   empty string or list means none (`tools: ""` is no tool at all). `allowed_subagents` also
-///   takes the YAML booleans `true` and `false`.
-/// * `disallowed_tools` takes tool names only: `all`, `*` and `none` are refused, because a deny
-///   list must name what it denies.
+/// * `tools`, `disallowed_tools` and `allowed_subagents` are read by the words rule that JSON
+///   definitions follow too (`agent_tree_protocol::Written`): names are written as a
+///   comma-separated string (`read, grep`) or a YAML list (`[read, grep]`); items are trimmed
+///   and blank items dropped. The keywords `all`, `*`, `none`, `true` and `false` ignore case,
+///   are never names and must stand alone: `tools: [All]` is `all`, `tools: read, all` is an
+///   error. An empty string or list means none (`tools: ""` is no tool at all).
+///   `allowed_subagents` also takes `true` and `false` (YAML booleans or words); `tools` does
+///   not.
+/// * `disallowed_tools` takes tool names only: every keyword is refused, because a deny list
+///   must name what it denies.
 /// * The words of `restart`, `strategy` and `settle` ignore case and accept `-` for `_`
 ///   (`one-for-one`).
 /// * A field with no value (`model:` or `model: ~`) is the same as the field left out.
@@ -222,9 +232,10 @@ impl Catalog {
 ///
 /// # Errors
 ///
-/// [`CatalogError::File`] when the frontmatter is missing, unterminated, not valid YAML or
-/// not a mapping; [`CatalogError::Field`] for a malformed field, every one of them (several
-/// come as one [`CatalogError::Many`]).
+/// [`CatalogError::File`] when the frontmatter is missing, unterminated or not a mapping,
+/// [`CatalogError::Yaml`] when it is not valid YAML; [`CatalogError::Field`] for a malformed
+/// field or one the definition check refuses (as [`Catalog::new`] would), every one of them
+/// (several come as one [`CatalogError::Many`]).
 pub fn parse_agent_file(path: &Path, text: &str) -> Result<AgentDefinition, CatalogError> {
     let parsed = parse(path, text)?;
     for field in &parsed.ignored {
@@ -271,9 +282,9 @@ impl Loader {
                 return;
             }
             Err(e) => {
-                self.errors.push(CatalogError::File {
-                    file: dir.to_owned(),
-                    message: format!("cannot read agent directory: {e}"),
+                self.errors.push(CatalogError::ReadDir {
+                    dir: dir.to_owned(),
+                    source: e,
                 });
                 return;
             }
@@ -357,23 +368,15 @@ fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// Reads and parses one agent file.
 fn read_agent_file(path: &Path) -> Result<AgentDefinition, CatalogError> {
-    let file_error = |message| CatalogError::File {
+    let bytes = fs::read(path).map_err(|e| CatalogError::ReadFile {
         file: path.to_owned(),
-        message,
-    };
-    let bytes = fs::read(path).map_err(|e| file_error(format!("cannot read file: {e}")))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| file_error(format!("not valid UTF-8: {}", e.utf8_error())))?;
+        source: e,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| CatalogError::Utf8 {
+        file: path.to_owned(),
+        source: e.utf8_error(),
+    })?;
     parse_agent_file(path, &text)
-}
-
-/// One error as itself, several as one [`CatalogError::Many`], none as `None`.
-fn combine(mut errors: Vec<CatalogError>) -> Option<CatalogError> {
-    match errors.len() {
-        0 => None,
-        1 => errors.pop(),
-        _ => Some(CatalogError::Many(errors)),
-    }
 }
 
 // ---- One file -------------------------------------------------------------------------------
@@ -392,18 +395,24 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
         message,
     };
     let (yaml, body) = split_frontmatter(text).map_err(file_error)?;
-    let fields = frontmatter_fields(yaml).map_err(file_error)?;
+    let fields = frontmatter_fields(path, yaml)?;
 
     let mut definition = AgentDefinition {
         prompt: body.trim().to_owned(),
         ..AgentDefinition::default()
     };
-    let mut errors = Vec::new();
+    // Each error with the position of its key in the frontmatter, so the definition check's
+    // refusals, found after reading, are reported in file order with the rest.
+    let mut errors: Vec<(usize, CatalogError)> = Vec::new();
     let mut ignored = Vec::new();
-    // Field → the spelling it was first given in, to refuse `max_turns` and `maxTurns` both.
-    let mut seen: HashMap<Field, &str> = HashMap::new();
+    // Field → the spelling it was first given in and its position, to refuse `max_turns` and
+    // `maxTurns` both and to name the field as the file does.
+    let mut seen: HashMap<Field, (&str, usize)> = HashMap::new();
+    // Fields whose value could not be read: they kept their default, which the definition
+    // check must not be asked to judge (a blank default name would be reported twice).
+    let mut unread: Vec<Field> = Vec::new();
     let mut name_given = false;
-    for (key, value) in &fields {
+    for (position, (key, value)) in fields.iter().enumerate() {
         let Some(key) = key.as_str() else {
             ignored.push(describe(key));
             continue;
@@ -412,21 +421,22 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             ignored.push(key.to_owned());
             continue;
         };
-        if let Some(first) = seen.insert(field, key) {
-            errors.push(field_error(
-                path,
-                key,
-                format!("given twice, also as `{first}`"),
+        if let Some((first, _)) = seen.get(&field) {
+            errors.push((
+                position,
+                field_error(path, key, format!("given twice, also as `{first}`")),
             ));
             continue;
         }
+        seen.insert(field, (key, position));
         let value = untag(value);
         if value.is_null() {
             continue;
         }
         name_given |= field == Field::Name;
         if let Err(message) = apply(&mut definition, field, value) {
-            errors.push(field_error(path, key, message));
+            unread.push(field);
+            errors.push((position, field_error(path, key, message)));
         }
     }
     if !name_given {
@@ -435,15 +445,31 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             .map(|stem| stem.to_string_lossy().trim().to_owned())
             .unwrap_or_default();
         if stem.is_empty() {
-            errors.push(field_error(
-                path,
-                "name",
-                "expected a non-blank name, found none (and the file name gives none)".into(),
+            unread.push(Field::Name);
+            errors.push((
+                usize::MAX,
+                field_error(
+                    path,
+                    "name",
+                    "expected a non-blank name, found none (and the file name gives none)".into(),
+                ),
             ));
         }
         definition.name = stem;
     }
-    match combine(errors) {
+    for refusal in check(&definition) {
+        let field = Field::from_key(refusal.field);
+        if field.is_some_and(|f| unread.contains(&f)) {
+            continue;
+        }
+        let (key, position) = field
+            .and_then(|f| seen.get(&f).copied())
+            .unwrap_or((refusal.field, usize::MAX));
+        errors.push((position, field_error(path, key, refusal.message)));
+    }
+    // Stable: errors of one position keep the order they were found in.
+    errors.sort_by_key(|(position, _)| *position);
+    match combine(errors.into_iter().map(|(_, e)| e).collect()) {
         Some(error) => Err(error),
         None => Ok(Parsed {
             definition,
@@ -484,30 +510,35 @@ fn split_frontmatter(text: &str) -> Result<(&str, &str), String> {
     Err("unterminated frontmatter: no closing `---` line".into())
 }
 
-/// Parses the frontmatter into its fields; an empty frontmatter has none.
-fn frontmatter_fields(yaml: &str) -> Result<Mapping, String> {
+/// Parses the frontmatter of `path` into its fields; an empty frontmatter has none.
+fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> {
+    let file_error = |message| CatalogError::File {
+        file: path.to_owned(),
+        message,
+    };
+    let yaml_error = |e: serde_yaml_ng::Error| CatalogError::Yaml {
+        file: path.to_owned(),
+        source: Box::new(e),
+    };
     if opens_too_deep(yaml) {
-        return Err(format!(
+        return Err(file_error(format!(
             "frontmatter opens more than {MAX_OPEN_BRACKETS} `[` or `{{` without closing them"
-        ));
+        )));
     }
     // The newline stands for the opening `---` line, so the line numbers in the parser's
     // errors are the file's.
-    let mut value: Value = serde_yaml_ng::from_str(&format!("\n{yaml}"))
-        .map_err(|e| format!("invalid YAML in frontmatter: {e}"))?;
-    value
-        .apply_merge()
-        .map_err(|e| format!("invalid YAML in frontmatter: {e}"))?;
+    let mut value: Value = serde_yaml_ng::from_str(&format!("\n{yaml}")).map_err(yaml_error)?;
+    value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
         value = tagged.value;
     }
     match value {
         Value::Mapping(fields) => Ok(fields),
         Value::Null => Ok(Mapping::new()),
-        other => Err(format!(
+        other => Err(file_error(format!(
             "frontmatter must be a mapping of `field: value` lines, found {}",
             describe(&other)
-        )),
+        ))),
     }
 }
 
@@ -596,58 +627,30 @@ impl Field {
     }
 }
 
-/// Tool words that stand for a whole set.
-const TOOL_WORDS: &[&str] = &["all", "*", "none"];
-/// Subagent words that stand for a whole allowance.
-const SUBAGENT_WORDS: &[&str] = &["all", "*", "true", "none", "false"];
-
-/// Sets `field` of `definition` from a non-null `value`, or says what is wrong with it.
+/// Sets `field` of `definition` from a non-null `value`, or says why it cannot be read.
+///
+/// Only reading happens here: types, trimming and the words rule. Whether a value is in range
+/// (`max_turns: 0`, a blank name) is for the definition check, which runs afterwards.
 fn apply(definition: &mut AgentDefinition, field: Field, value: &Value) -> Result<(), String> {
     match field {
         Field::Name => {
-            let name = string(value)?.trim();
-            if name.is_empty() {
-                return Err(expected("a non-blank name", value));
-            }
-            definition.name = name.to_owned();
+            let name = string(value)?;
+            // A blank name is kept as written, so the check's refusal shows it.
+            let trimmed = name.trim();
+            definition.name = if trimmed.is_empty() { name } else { trimmed }.to_owned();
         }
         Field::Description => definition.description = string(value)?.trim().to_owned(),
-        Field::Tools => {
-            let items = names(value, "`all`, `none` or tool names", "a tool name")?;
-            definition.tools = match lone_word(&items, TOOL_WORDS)?.as_deref() {
-                Some("none") => ToolSet::None,
-                Some(_) => ToolSet::All,
-                None if items.is_empty() => ToolSet::None,
-                None => ToolSet::Only(items),
-            };
-        }
+        Field::Tools => definition.tools = words(value, ListField::Tools, Written::tool_set)?,
         Field::DisallowedTools => {
-            let items = names(value, "tool names", "a tool name")?;
-            if let Some(word) = special_word(&items, TOOL_WORDS) {
-                return Err(format!(
-                    "expected tool names, found `{word}`: a deny list names every tool it denies \
-                     (leave the field out to deny none)"
-                ));
-            }
-            definition.disallowed_tools = items;
+            definition.disallowed_tools =
+                words(value, ListField::DisallowedTools, Written::tool_names)?;
         }
         Field::AllowedSubagents => {
-            definition.allowed_subagents = match value {
-                Value::Bool(true) => SubagentAllowance::All,
-                Value::Bool(false) => SubagentAllowance::None,
-                _ => {
-                    let items = names(
-                        value,
-                        "`all`, `none`, true, false or agent type names",
-                        "an agent type name",
-                    )?;
-                    match lone_word(&items, SUBAGENT_WORDS)?.as_deref() {
-                        Some("all" | "*" | "true") => SubagentAllowance::All,
-                        Some(_) => SubagentAllowance::None,
-                        None => SubagentAllowance::only(items),
-                    }
-                }
-            };
+            definition.allowed_subagents = words(
+                value,
+                ListField::AllowedSubagents,
+                Written::subagent_allowance,
+            )?;
         }
         Field::Isolated => definition.isolated = boolean(value)?,
         Field::Model => {
@@ -656,7 +659,7 @@ fn apply(definition: &mut AgentDefinition, field: Field, value: &Value) -> Resul
             let default = model.is_empty() || model.eq_ignore_ascii_case("inherit");
             definition.model = (!default).then(|| model.to_owned());
         }
-        Field::MaxTurns => definition.max_turns = Some(integer(value, 1, "a positive integer")?),
+        Field::MaxTurns => definition.max_turns = Some(integer(value, "a positive integer")?),
         Field::InheritContext => definition.inherit_context = boolean(value)?,
         Field::RunInBackground => definition.run_in_background = boolean(value)?,
         Field::Enabled => definition.enabled = boolean(value)?,
@@ -681,10 +684,10 @@ fn apply(definition: &mut AgentDefinition, field: Field, value: &Value) -> Resul
             )?;
         }
         Field::MaxRestarts => {
-            definition.max_restarts = integer(value, 0, "a non-negative integer")?;
+            definition.max_restarts = integer(value, "a non-negative integer")?;
         }
         Field::RestartPeriodMs => {
-            definition.restart_period_ms = integer(value, 1, "a positive integer")?;
+            definition.restart_period_ms = integer(value, "a positive integer")?;
         }
         Field::Settle => {
             definition.settle = word(
@@ -733,13 +736,14 @@ fn boolean(value: &Value) -> Result<bool, String> {
         .ok_or_else(|| expected("true or false", value))
 }
 
-/// An integer of at least `min` that fits `T`.
-fn integer<T: TryFrom<u64>>(value: &Value, min: u64, what: &str) -> Result<T, String> {
+/// A non-negative integer that fits `T`; `what` is what the field takes (the definition
+/// check judges its range).
+fn integer<T: TryFrom<u64>>(value: &Value, what: &str) -> Result<T, String> {
     match value.as_u64() {
-        Some(n) if n >= min => {
+        Some(n) => {
             T::try_from(n).map_err(|_| format!("expected {what}, found {n}, which is too large"))
         }
-        _ => Err(expected(what, value)),
+        None => Err(expected(what, value)),
     }
 }
 
@@ -760,64 +764,47 @@ fn word<T: Copy>(value: &Value, choices: &[(&str, T)]) -> Result<T, String> {
         })
 }
 
-/// Names from a comma-separated string or a list of strings: trimmed, blanks dropped.
-/// `whole` and `item` say what the value and each list item should be, for errors.
-fn names(value: &Value, whole: &str, item: &str) -> Result<Vec<String>, String> {
+/// A list field read by the words rule: the YAML value as [`Written`], then `read`.
+fn words<T>(
+    value: &Value,
+    field: ListField,
+    read: fn(Written) -> Result<T, WordsError>,
+) -> Result<T, String> {
+    written(value, field)
+        .and_then(read)
+        .map_err(|e| e.to_string())
+}
+
+/// A YAML value in the shapes the words rule reads, or the rule's refusal of its shape.
+fn written(value: &Value, field: ListField) -> Result<Written, WordsError> {
     match value {
-        Value::String(s) => Ok(s
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned)
-            .collect()),
-        Value::Sequence(items) => {
-            let mut names = Vec::with_capacity(items.len());
-            for (i, entry) in items.iter().enumerate() {
-                let Some(name) = entry.as_str() else {
-                    return Err(format!(
-                        "expected {item} in list item {}, found {}",
-                        i + 1,
-                        describe(entry)
-                    ));
-                };
-                let name = name.trim();
-                if !name.is_empty() {
-                    names.push(name.to_owned());
-                }
-            }
-            Ok(names)
-        }
-        other => Err(expected(
-            &format!("{whole} (a comma-separated string or a list)"),
-            other,
-        )),
-    }
-}
-
-/// The first of `items` that is one of `words` (ignoring case), lowercased.
-fn special_word(items: &[String], words: &[&str]) -> Option<String> {
-    items
-        .iter()
-        .map(|item| item.to_lowercase())
-        .find(|item| words.contains(&item.as_str()))
-}
-
-/// The word of `words` that `items` consists of, if it is one alone; a word among names is
-/// refused, since `read, all` has no sensible meaning.
-fn lone_word(items: &[String], words: &[&str]) -> Result<Option<String>, String> {
-    match special_word(items, words) {
-        None => Ok(None),
-        Some(word) if items.len() == 1 => Ok(Some(word)),
-        Some(word) => Err(format!(
-            "`{word}` must stand alone, found it among names: {}",
-            items.join(", ")
-        )),
+        Value::Bool(b) => Ok(Written::Bool(*b)),
+        Value::String(s) => Ok(Written::Text(s.clone())),
+        Value::Sequence(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match untag(item) {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(WordsError::Item {
+                    field,
+                    index: i + 1,
+                    found: describe(other),
+                }),
+            })
+            .collect::<Result<_, _>>()
+            .map(Written::List),
+        other => Err(WordsError::Shape {
+            field,
+            found: describe(other),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use agent_tree_protocol::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS};
+    use agent_tree_protocol::{
+        DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, SubagentAllowance, ToolSet,
+    };
     use proptest::prelude::{
         Just, any, prop, prop_assert, prop_assert_eq, prop_assume, prop_oneof,
     };
@@ -859,11 +846,27 @@ mod tests {
         }
     }
 
+    /// The message of a single error about the whole file, without the file's name.
     fn file_err(text: &str) -> String {
         match parse_agent_file(Path::new(FILE), text) {
             Err(CatalogError::File { file, message }) => {
                 assert_eq!(file, Path::new(FILE));
                 message
+            }
+            Err(e @ CatalogError::Yaml { .. }) => {
+                let CatalogError::Yaml { file, source } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(file, Path::new(FILE));
+                assert_eq!(
+                    std::error::Error::source(&e).map(ToString::to_string),
+                    Some(source.to_string()),
+                    "the YAML error is kept as the source"
+                );
+                e.to_string()
+                    .strip_prefix(&format!("{FILE}: "))
+                    .unwrap()
+                    .to_owned()
             }
             other => panic!("{text:?}: expected a file error, got {other:?}"),
         }
@@ -1080,6 +1083,142 @@ Twice.
             field_err("allowed_subagents: writer, true").1,
             "`true` must stand alone, found it among names: writer, true"
         );
+    }
+
+    #[test]
+    fn every_keyword_in_every_list_field() {
+        for (written, tools) in [
+            ("all", Some(ToolSet::All)),
+            ("All", Some(ToolSet::All)),
+            ("'*'", Some(ToolSet::All)),
+            ("[All]", Some(ToolSet::All)),
+            ("none", Some(ToolSet::None)),
+            ("NONE", Some(ToolSet::None)),
+            ("[None]", Some(ToolSet::None)),
+            ("'true'", None),
+            ("'False'", None),
+            ("true", None),
+            ("false", None),
+        ] {
+            let read = with_fields(&format!("tools: {written}")).map(|d| d.tools);
+            match tools {
+                Some(tools) => assert_eq!(read.unwrap(), tools, "{written}"),
+                None => assert!(read.is_err(), "{written}: {read:?}"),
+            }
+        }
+        assert_eq!(
+            field_err("tools: 'True'").1,
+            "expected `all`, `none` or tool names, found `true`"
+        );
+        for written in [
+            "all", "ALL", "'*'", "none", "None", "'true'", "'FALSE'", "true", "false",
+        ] {
+            let (field, message) = field_err(&format!("disallowed_tools: {written}"));
+            assert_eq!(field, "disallowed_tools");
+            assert!(
+                message.starts_with("expected tool names"),
+                "{written}: {message}"
+            );
+        }
+        for (written, allowed) in [
+            ("all", SubagentAllowance::All),
+            ("ALL", SubagentAllowance::All),
+            ("'*'", SubagentAllowance::All),
+            ("true", SubagentAllowance::All),
+            ("'TRUE'", SubagentAllowance::All),
+            ("['True']", SubagentAllowance::All),
+            ("none", SubagentAllowance::None),
+            ("NONE", SubagentAllowance::None),
+            ("false", SubagentAllowance::None),
+            ("'False'", SubagentAllowance::None),
+            ("['false']", SubagentAllowance::None),
+            ("[Reviewer]", SubagentAllowance::only(["Reviewer"])),
+        ] {
+            assert_eq!(
+                field_ok(&format!("allowed_subagents: {written}")).allowed_subagents,
+                allowed,
+                "{written}"
+            );
+        }
+        assert_eq!(
+            field_err("allowed_subagents: [writer, '*']").1,
+            "`*` must stand alone, found it among names: writer, *"
+        );
+        // A YAML boolean is a value, not a list item (as `[true]` in JSON).
+        assert_eq!(
+            field_err("allowed_subagents: [true]").1,
+            "expected an agent type name in list item 1, found true"
+        );
+        assert_eq!(
+            field_err("allowed_subagents: [writer, ~]").1,
+            "expected an agent type name in list item 2, found nothing"
+        );
+    }
+
+    #[test]
+    fn refusals_of_the_definition_check_come_in_file_order_with_the_file_spelling() {
+        let err = with_fields("maxTurns: 0\nisolated: maybe\nrestart-period-ms: 0\nname: ' '")
+            .unwrap_err();
+        let CatalogError::Many(errors) = err else {
+            panic!("expected several errors, got {err:?}");
+        };
+        let found: Vec<_> = errors
+            .iter()
+            .map(|e| match e {
+                CatalogError::Field { field, message, .. } => (field.as_str(), message.as_str()),
+                other => panic!("not a field error: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("maxTurns", "expected a positive integer, found 0"),
+                ("isolated", "expected true or false, found \"maybe\""),
+                ("restart-period-ms", "expected a positive integer, found 0"),
+                ("name", "expected a non-blank name, found \" \""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_field_that_cannot_be_read_is_not_judged_again() {
+        // `name: 42` leaves the name blank; only the reading error is reported.
+        let (field, message) = field_err("name: 42");
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("name", "expected a string, found 42")
+        );
+    }
+
+    #[test]
+    fn the_loader_and_catalog_new_refuse_the_same_definitions() {
+        for frontmatter in [
+            "max_turns: 0",
+            "restart_period_ms: 0",
+            "name: '  '",
+            "max_turns: 1",
+            "restart_period_ms: 1",
+            "tools: [read, grep]",
+        ] {
+            let parsed = parse(Path::new(FILE), &format!("---\n{frontmatter}\n---\n"));
+            match parsed {
+                Ok(parsed) => assert!(
+                    Catalog::new([parsed.definition]).is_ok(),
+                    "{frontmatter}: a file's definition enters a catalog"
+                ),
+                Err(_) => {
+                    // The same values, built in code, are refused too.
+                    let mut d = AgentDefinition::new("tester", "");
+                    match frontmatter {
+                        "max_turns: 0" => d.max_turns = Some(0),
+                        "restart_period_ms: 0" => d.restart_period_ms = 0,
+                        "name: '  '" => d.name = "  ".into(),
+                        other => panic!("{other} should parse"),
+                    }
+                    assert!(Catalog::new([d]).is_err(), "{frontmatter}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -1349,7 +1488,9 @@ Twice.
                 assert_eq!(file, Path::new(FILE));
                 assert!(!field.is_empty());
             }
-            CatalogError::File { file, .. } => assert_eq!(file, Path::new(FILE)),
+            CatalogError::File { file, .. } | CatalogError::Yaml { file, .. } => {
+                assert_eq!(file, Path::new(FILE));
+            }
             CatalogError::Many(errors) => {
                 assert!(errors.len() > 1);
                 for e in errors {

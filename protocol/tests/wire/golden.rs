@@ -764,7 +764,7 @@ fn snapshot_queries() {
 fn render_text_of_golden_snapshot() {
     let text = decoded_snapshot().render_text();
     let expected = [
-        "tree s1 agents=3 live=0 usage=0/350",
+        "tree agents=3 live=0 usage=0/350",
         "- [d1] planner #a1 parent=a0 status=completed usage=120/300",
         "  - [d2] analyst #a2 parent=a1 status=completed usage=180/180",
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
@@ -782,6 +782,27 @@ fn render_text_of_golden_snapshot() {
     // Nothing else, in this order (depth-first, the root itself not listed).
     assert_eq!(text.lines().collect::<Vec<_>>(), expected, "{text}");
     assert_eq!(text, golden_snapshot().to_string());
+}
+
+#[test]
+fn render_text_is_the_same_for_snapshots_differing_only_in_session_and_time() {
+    // Two identical runs differ in their (random) session id and in when the snapshot was
+    // taken; neither may show in the text, or two runs could never be compared.
+    let one = decoded_snapshot();
+    let other = TreeSnapshot {
+        session: SessionId::new("a-completely-different-session"),
+        taken_ms: one.taken_ms + 12_345,
+        ..one.clone()
+    };
+    assert_ne!(one, other);
+    assert_ne!(one.to_json(), other.to_json(), "the JSON keeps the session");
+    assert_eq!(one.render_text(), other.render_text());
+    assert_eq!(one.to_string(), other.to_string());
+    assert_eq!(one.to_dot(), other.to_dot());
+    for text in [one.render_text(), one.to_dot()] {
+        assert!(!text.contains(one.session.as_str()), "{text}");
+        assert!(!text.contains(other.session.as_str()), "{text}");
+    }
 }
 
 #[test]

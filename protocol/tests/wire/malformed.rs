@@ -231,7 +231,13 @@ fn agent_definition_wrong_types() {
         r#"{"tools": {"read": true}}"#,
         r#"{"allowed_subagents": 3}"#,
         r#"{"allowed_subagents": [true]}"#,
-        r#"{"disallowed_tools": "bash"}"#,
+        // The words rule: a deny list names tools, and a keyword never sits among names.
+        r#"{"disallowed_tools": "all"}"#,
+        r#"{"disallowed_tools": ["bash", "None"]}"#,
+        r#"{"disallowed_tools": true}"#,
+        r#"{"tools": "read, all"}"#,
+        r#"{"tools": "true"}"#,
+        r#"{"allowed_subagents": "writer, *"}"#,
         r#"{"restart": "sometimes"}"#,
         r#"{"strategy": "one_for_some"}"#,
         r#"{"settle": null}"#,
@@ -241,7 +247,10 @@ fn agent_definition_wrong_types() {
     ] {
         assert_rejects::<AgentDefinition>(text);
     }
-    assert_rejects_because::<AgentDefinition>(r#"{"tools": true}"#, "expected a tool list");
+    assert_rejects_because::<AgentDefinition>(
+        r#"{"tools": true}"#,
+        "field `tools`: expected `all`, `none` or tool names",
+    );
     assert_rejects_because::<AgentDefinition>(r#"{"restart": "sometimes"}"#, "sometimes");
 }
 

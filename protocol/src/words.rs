@@ -1,0 +1,847 @@
+//! The words rule: how the list fields of a definition (`tools`, `disallowed_tools`,
+//! `allowed_subagents`) read what users write.
+//!
+//! There is one rule for every format: JSON and YAML decoded through serde (the
+//! `Deserialize` impls of [`ToolSet`], [`SubagentAllowance`] and [`AgentDefinition`]) and agent
+//! files (`parse_agent_file` in `agent-tree-actors`) both hand what they read to [`Written`],
+//! so a value means the same thing wherever it is written.
+//!
+//! # The rule
+//!
+//! * A value is a string, a list of strings, or a boolean (which only `allowed_subagents`
+//!   takes). Anything else is refused.
+//! * A string is a comma-separated list: `"read, grep"` is `["read", "grep"]`. The items of a
+//!   string or of a list are trimmed and blank items dropped; a list item is never split.
+//! * The **keywords** are `all`, `*`, `none`, `true` and `false` ([`Keyword`]), recognised
+//!   after trimming and ignoring ASCII case: `All`, `NONE` and `" * "` are keywords. A keyword
+//!   is never a name: as the only item it stands for the whole value (`all`, `[all]`,
+//!   `"ALL"`), and among names it is refused (`read, all`). So no tool or agent type can be
+//!   called `all`, `None` or `True`.
+//! * Names keep their case: `Read` is the tool `Read`. (The runtime matches agent type names,
+//!   those of an allowlist included, exact name first, else one case-insensitive match.)
+//! * A field left out, or given as null, takes its default.
+//!
+//! | written | `tools` | `disallowed_tools` | `allowed_subagents` |
+//! |---|---|---|---|
+//! | `all`, `*` | every tool | refused | every enabled type |
+//! | `none` | no tool | refused | none |
+//! | `true`, `false` (string or boolean) | refused | refused | every enabled type / none |
+//! | `""`, `[]` | no tool | no tool denied | none |
+//! | names | those tools | those tools | those types |
+//! | left out, null | every tool | no tool denied | none |
+//!
+//! `disallowed_tools` takes names only, because a deny list must name what it denies.
+//!
+//! # Invariants
+//!
+//! * Reading never panics; every refusal is a [`WordsError`] saying what was expected and what
+//!   was found.
+//! * A value written back (serialized) reads back as itself, for every value this rule reads
+//!   and every list [`ListField::check_names`] accepts: names are trimmed, non-blank and never
+//!   keywords, and serialization writes lists as lists and the two whole-set values as the
+//!   words `all` and `none`.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, SeqAccess, Visitor};
+
+use crate::definition::{SubagentAllowance, ToolSet};
+
+/// One of the list fields the words rule reads.
+///
+/// ```
+/// use agent_tree_protocol::ListField;
+/// assert_eq!(ListField::AllowedSubagents.name(), "allowed_subagents");
+/// assert_eq!(ListField::Tools.item(), "a tool name");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ListField {
+    /// `tools`: the tools an agent may use.
+    Tools,
+    /// `disallowed_tools`: the tools an agent may never use.
+    DisallowedTools,
+    /// `allowed_subagents`: the agent types an agent may spawn.
+    AllowedSubagents,
+}
+
+impl ListField {
+    /// The field's name in a definition (snake_case).
+    ///
+    /// ```
+    /// assert_eq!(agent_tree_protocol::ListField::DisallowedTools.name(), "disallowed_tools");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            ListField::Tools => "tools",
+            ListField::DisallowedTools => "disallowed_tools",
+            ListField::AllowedSubagents => "allowed_subagents",
+        }
+    }
+
+    /// What a value of the field may be, as error messages say it.
+    ///
+    /// ```
+    /// use agent_tree_protocol::ListField;
+    /// assert!(ListField::Tools.expected().starts_with("`all`, `none` or tool names"));
+    /// ```
+    pub fn expected(self) -> &'static str {
+        match self {
+            ListField::Tools => "`all`, `none` or tool names (a comma-separated string or a list)",
+            ListField::DisallowedTools => "tool names (a comma-separated string or a list)",
+            ListField::AllowedSubagents => {
+                "`all`, `none`, true, false or agent type names (a comma-separated string or a \
+                 list)"
+            }
+        }
+    }
+
+    /// What one item of the field's list is, as error messages say it.
+    ///
+    /// ```
+    /// use agent_tree_protocol::ListField;
+    /// assert_eq!(ListField::AllowedSubagents.item(), "an agent type name");
+    /// ```
+    pub fn item(self) -> &'static str {
+        match self {
+            ListField::Tools | ListField::DisallowedTools => "a tool name",
+            ListField::AllowedSubagents => "an agent type name",
+        }
+    }
+
+    /// Checks a list of names held by a definition built in code: every name must be one the
+    /// rule could have read, so that the list reads back as itself once written.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{ListField, WordsError};
+    /// let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    /// assert!(ListField::Tools.check_names(&names(&["read", "Bash(git:*)"])).is_ok());
+    /// assert!(matches!(
+    ///     ListField::Tools.check_names(&names(&["read", "All"])),
+    ///     Err(WordsError::KeywordName { index: 2, .. })
+    /// ));
+    /// assert!(ListField::Tools.check_names(&names(&[" read"])).is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`WordsError::Untrimmed`] for a blank name or one with white space around it,
+    /// [`WordsError::KeywordName`] for a keyword; the first one found.
+    pub fn check_names(self, names: &[String]) -> Result<(), WordsError> {
+        for (i, name) in names.iter().enumerate() {
+            let index = i + 1;
+            if name.is_empty() || name.trim() != name {
+                return Err(WordsError::Untrimmed {
+                    field: self,
+                    index,
+                    name: name.clone(),
+                });
+            }
+            if let Some(word) = Keyword::parse(name) {
+                return Err(WordsError::KeywordName {
+                    field: self,
+                    index,
+                    word,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ListField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A keyword of the list fields: a word that stands for a whole value, never a name.
+///
+/// ```
+/// use agent_tree_protocol::Keyword;
+/// assert_eq!(Keyword::parse(" ALL "), Some(Keyword::All));
+/// assert_eq!(Keyword::parse("*"), Some(Keyword::Star));
+/// assert_eq!(Keyword::parse("allowed"), None);
+/// assert_eq!(Keyword::False.to_string(), "false");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Keyword {
+    /// `all`: every tool, or every enabled agent type.
+    All,
+    /// `*`: the same as `all`.
+    Star,
+    /// `none`: no tool, or no delegation.
+    None,
+    /// `true`: every enabled agent type (`allowed_subagents` only).
+    True,
+    /// `false`: no delegation (`allowed_subagents` only).
+    False,
+}
+
+impl Keyword {
+    /// Every keyword.
+    ///
+    /// ```
+    /// use agent_tree_protocol::Keyword;
+    /// assert!(Keyword::EVERY.iter().all(|k| Keyword::parse(k.as_str()) == Some(*k)));
+    /// ```
+    pub const EVERY: [Keyword; 5] = [
+        Keyword::All,
+        Keyword::Star,
+        Keyword::None,
+        Keyword::True,
+        Keyword::False,
+    ];
+
+    /// The keyword `word` is, after trimming and ignoring ASCII case, if any.
+    ///
+    /// ```
+    /// use agent_tree_protocol::Keyword;
+    /// assert_eq!(Keyword::parse("None"), Some(Keyword::None));
+    /// assert_eq!(Keyword::parse("nothing"), None);
+    /// ```
+    pub fn parse(word: &str) -> Option<Keyword> {
+        let word = word.trim();
+        Keyword::EVERY
+            .into_iter()
+            .find(|k| word.eq_ignore_ascii_case(k.as_str()))
+    }
+
+    /// The keyword as written in lowercase.
+    ///
+    /// ```
+    /// assert_eq!(agent_tree_protocol::Keyword::Star.as_str(), "*");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Keyword::All => "all",
+            Keyword::Star => "*",
+            Keyword::None => "none",
+            Keyword::True => "true",
+            Keyword::False => "false",
+        }
+    }
+}
+
+impl fmt::Display for Keyword {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A list field's value as a format read it, before the words rule gives it a meaning.
+///
+/// Every format reduces what it read to one of these shapes (or refuses it, naming what it
+/// found: [`WordsError::Shape`], [`WordsError::Item`]), then asks for the field's meaning.
+///
+/// ```
+/// use agent_tree_protocol::{SubagentAllowance, ToolSet, Written};
+/// assert_eq!(Written::Text("read, grep".into()).tool_set()?, ToolSet::only(["read", "grep"]));
+/// assert_eq!(Written::Text("All".into()).tool_set()?, ToolSet::All);
+/// assert_eq!(Written::List(vec!["none".into()]).tool_set()?, ToolSet::None);
+/// assert_eq!(Written::Bool(true).subagent_allowance()?, SubagentAllowance::All);
+/// assert!(Written::Text("read, all".into()).tool_set().is_err());
+/// # Ok::<(), agent_tree_protocol::WordsError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// A boolean.
+    Bool(bool),
+    /// A string: a comma-separated list or a keyword.
+    Text(String),
+    /// A list of strings.
+    List(Vec<String>),
+}
+
+/// What a value reads as before the field gives it a meaning.
+enum Reading {
+    Bool(bool),
+    Word(Keyword),
+    Names(Vec<String>),
+}
+
+impl Written {
+    /// Reads the value as `tools`.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{ToolSet, Written};
+    /// assert_eq!(Written::Text("*".into()).tool_set()?, ToolSet::All);
+    /// assert_eq!(Written::Text(String::new()).tool_set()?, ToolSet::None);
+    /// assert!(Written::Text("true".into()).tool_set().is_err());
+    /// # Ok::<(), agent_tree_protocol::WordsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`WordsError::Shape`] for a boolean, [`WordsError::Refused`] for `true` or `false`,
+    /// [`WordsError::NotAlone`] for a keyword among names.
+    pub fn tool_set(self) -> Result<ToolSet, WordsError> {
+        const FIELD: ListField = ListField::Tools;
+        Ok(match self.read()? {
+            Reading::Bool(b) => return Err(shape(FIELD, b)),
+            Reading::Word(Keyword::All | Keyword::Star) => ToolSet::All,
+            Reading::Word(Keyword::None) => ToolSet::None,
+            Reading::Word(word @ (Keyword::True | Keyword::False)) => {
+                return Err(WordsError::Refused { field: FIELD, word });
+            }
+            Reading::Names(names) => ToolSet::only(names),
+        })
+    }
+
+    /// Reads the value as `disallowed_tools`: tool names only.
+    ///
+    /// ```
+    /// use agent_tree_protocol::Written;
+    /// assert_eq!(Written::Text("bash, write".into()).tool_names()?, ["bash", "write"]);
+    /// assert!(Written::Text("all".into()).tool_names().is_err());
+    /// # Ok::<(), agent_tree_protocol::WordsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`WordsError::Shape`] for a boolean, [`WordsError::Refused`] for any keyword, alone or
+    /// among names.
+    pub fn tool_names(self) -> Result<Vec<String>, WordsError> {
+        const FIELD: ListField = ListField::DisallowedTools;
+        let names = match self {
+            Written::Bool(b) => return Err(shape(FIELD, b)),
+            Written::Text(text) => items(text.split(',')),
+            Written::List(list) => items(list.iter().map(String::as_str)),
+        };
+        match names.iter().find_map(|n| Keyword::parse(n)) {
+            Some(word) => Err(WordsError::Refused { field: FIELD, word }),
+            None => Ok(names),
+        }
+    }
+
+    /// Reads the value as `allowed_subagents`.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{SubagentAllowance, Written};
+    /// assert_eq!(Written::Text("TRUE".into()).subagent_allowance()?, SubagentAllowance::All);
+    /// assert_eq!(Written::Bool(false).subagent_allowance()?, SubagentAllowance::None);
+    /// assert_eq!(
+    ///     Written::List(vec!["Reviewer".into()]).subagent_allowance()?,
+    ///     SubagentAllowance::only(["Reviewer"])
+    /// );
+    /// # Ok::<(), agent_tree_protocol::WordsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`WordsError::NotAlone`] for a keyword among names.
+    pub fn subagent_allowance(self) -> Result<SubagentAllowance, WordsError> {
+        Ok(match self.read()? {
+            Reading::Bool(true) | Reading::Word(Keyword::All | Keyword::Star | Keyword::True) => {
+                SubagentAllowance::All
+            }
+            Reading::Bool(false) | Reading::Word(Keyword::None | Keyword::False) => {
+                SubagentAllowance::None
+            }
+            Reading::Names(names) => SubagentAllowance::only(names),
+        })
+    }
+
+    /// Splits, trims and drops blanks, and finds a lone keyword.
+    fn read(self) -> Result<Reading, WordsError> {
+        let names = match self {
+            Written::Bool(b) => return Ok(Reading::Bool(b)),
+            Written::Text(text) => items(text.split(',')),
+            Written::List(list) => items(list.iter().map(String::as_str)),
+        };
+        match names.iter().find_map(|n| Keyword::parse(n)) {
+            None => Ok(Reading::Names(names)),
+            Some(word) if names.len() == 1 => Ok(Reading::Word(word)),
+            Some(word) => Err(WordsError::NotAlone { word, names }),
+        }
+    }
+}
+
+/// Trimmed, non-blank items.
+fn items<'a>(raw: impl Iterator<Item = &'a str>) -> Vec<String> {
+    raw.map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn shape(field: ListField, found: impl fmt::Display) -> WordsError {
+    WordsError::Shape {
+        field,
+        found: found.to_string(),
+    }
+}
+
+/// A list field's value the words rule refuses.
+///
+/// The message says what was expected and what was found; it does not name the field, which
+/// the caller knows (and may spell differently: `allowedSubagents`).
+///
+/// ```
+/// use agent_tree_protocol::Written;
+/// let err = Written::Text("read, all".into()).tool_set().unwrap_err();
+/// assert_eq!(err.to_string(), "`all` must stand alone, found it among names: read, all");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WordsError {
+    /// The value is not of a shape the field takes (a number, a mapping, or a boolean where
+    /// only `allowed_subagents` takes one).
+    #[error("expected {}, found {found}", .field.expected())]
+    Shape {
+        /// The field.
+        field: ListField,
+        /// What was found, as the format describes it.
+        found: String,
+    },
+    /// A list item is not a string.
+    #[error("expected {} in list item {index}, found {found}", .field.item())]
+    Item {
+        /// The field.
+        field: ListField,
+        /// The item's position, from 1.
+        index: usize,
+        /// What was found, as the format describes it.
+        found: String,
+    },
+    /// A keyword among names: `read, all`.
+    #[error("`{word}` must stand alone, found it among names: {}", .names.join(", "))]
+    NotAlone {
+        /// The keyword.
+        word: Keyword,
+        /// Every item, the keyword included.
+        names: Vec<String>,
+    },
+    /// A keyword the field does not take: `true` or `false` as `tools`, any keyword in
+    /// `disallowed_tools`.
+    #[error("{}", refused_message(*.field, *.word))]
+    Refused {
+        /// The field.
+        field: ListField,
+        /// The keyword.
+        word: Keyword,
+    },
+    /// A name in a list built in code is a keyword ([`ListField::check_names`]).
+    #[error("list item {index} is the keyword `{word}`, which is never {}", .field.item())]
+    KeywordName {
+        /// The field.
+        field: ListField,
+        /// The item's position, from 1.
+        index: usize,
+        /// The keyword.
+        word: Keyword,
+    },
+    /// A name in a list built in code is blank or has white space around it
+    /// ([`ListField::check_names`]).
+    #[error(
+        "expected {} in list item {index}, found {name:?}: names are trimmed and never blank",
+        .field.item()
+    )]
+    Untrimmed {
+        /// The field.
+        field: ListField,
+        /// The item's position, from 1.
+        index: usize,
+        /// The name as given.
+        name: String,
+    },
+}
+
+fn refused_message(field: ListField, word: Keyword) -> String {
+    match field {
+        ListField::DisallowedTools => format!(
+            "expected tool names, found `{word}`: a deny list names every tool it denies \
+             (leave the field out to deny none)"
+        ),
+        ListField::Tools => format!("expected `all`, `none` or tool names, found `{word}`"),
+        ListField::AllowedSubagents => {
+            format!("expected `all`, `none` or agent type names, found `{word}`")
+        }
+    }
+}
+
+// ---- serde ----------------------------------------------------------------------------------
+
+/// Deserializes a list field by the words rule; null is the field's default.
+///
+/// With `named`, messages start with ``field `tools`: `` (as inside an [`AgentDefinition`]).
+/// The message is built once, where the value is read, so a format's position (line and
+/// column) is added once.
+///
+/// [`AgentDefinition`]: crate::AgentDefinition
+pub(crate) fn deserialize<'de, D, T>(
+    deserializer: D,
+    field: ListField,
+    named: bool,
+    read: fn(Written) -> Result<T, WordsError>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default,
+{
+    deserializer.deserialize_any(WordsVisitor { field, named, read })
+}
+
+/// `tools` of an [`AgentDefinition`](crate::AgentDefinition).
+pub(crate) fn tools_field<'de, D: Deserializer<'de>>(d: D) -> Result<ToolSet, D::Error> {
+    deserialize(d, ListField::Tools, true, Written::tool_set)
+}
+
+/// `disallowed_tools` of an [`AgentDefinition`](crate::AgentDefinition).
+pub(crate) fn disallowed_tools_field<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<String>, D::Error> {
+    deserialize(d, ListField::DisallowedTools, true, Written::tool_names)
+}
+
+/// `allowed_subagents` of an [`AgentDefinition`](crate::AgentDefinition).
+pub(crate) fn allowed_subagents_field<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<SubagentAllowance, D::Error> {
+    deserialize(
+        d,
+        ListField::AllowedSubagents,
+        true,
+        Written::subagent_allowance,
+    )
+}
+
+struct WordsVisitor<T> {
+    field: ListField,
+    named: bool,
+    read: fn(Written) -> Result<T, WordsError>,
+}
+
+impl<T> WordsVisitor<T> {
+    fn error<E: de::Error>(&self, error: WordsError) -> E {
+        if self.named {
+            E::custom(format_args!("field `{}`: {error}", self.field))
+        } else {
+            E::custom(error)
+        }
+    }
+
+    fn apply<E: de::Error>(&self, written: Written) -> Result<T, E> {
+        (self.read)(written).map_err(|e| self.error(e))
+    }
+
+    fn shape<E: de::Error>(&self, found: impl fmt::Display) -> Result<T, E> {
+        Err(self.error(shape(self.field, found)))
+    }
+}
+
+impl<'de, T: Default> Visitor<'de> for WordsVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.field.expected())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
+        self.apply(Written::Bool(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        self.apply(Written::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<T, E> {
+        self.apply(Written::Text(v))
+    }
+
+    fn visit_char<E: de::Error>(self, v: char) -> Result<T, E> {
+        self.apply(Written::Text(v.to_string()))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        self.shape(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        self.shape(v)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+        self.shape(v)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        let mut names = Vec::new();
+        while let Some(name) = seq.next_element_seed(ItemSeed {
+            words: &self,
+            index: names.len() + 1,
+        })? {
+            names.push(name);
+        }
+        self.apply(Written::List(names))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<T, A::Error> {
+        self.shape("a mapping")
+    }
+}
+
+/// One list item: a string, or an error naming its position.
+struct ItemSeed<'a, T> {
+    words: &'a WordsVisitor<T>,
+    index: usize,
+}
+
+impl<'de, T> DeserializeSeed<'de> for ItemSeed<'_, T> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<T> ItemSeed<'_, T> {
+    fn not_a_name<E: de::Error>(&self, found: impl fmt::Display) -> E {
+        self.words.error(WordsError::Item {
+            field: self.words.field,
+            index: self.index,
+            found: found.to_string(),
+        })
+    }
+}
+
+impl<'de, T> Visitor<'de> for ItemSeed<'_, T> {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.words.field.item())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+        Ok(v)
+    }
+
+    fn visit_char<E: de::Error>(self, v: char) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+        Err(self.not_a_name(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Err(self.not_a_name(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Err(self.not_a_name(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+        Err(self.not_a_name(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
+        Err(self.not_a_name("null"))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<String, E> {
+        Err(self.not_a_name("null"))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> Result<String, A::Error> {
+        Err(self.not_a_name("a list"))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<String, A::Error> {
+        Err(self.not_a_name("a mapping"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Written {
+        Written::Text(s.to_owned())
+    }
+
+    fn list(items: &[&str]) -> Written {
+        Written::List(items.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[test]
+    fn every_keyword_in_every_case_and_with_spaces() {
+        for (written, keyword) in [
+            ("all", Keyword::All),
+            ("ALL", Keyword::All),
+            (" All ", Keyword::All),
+            ("*", Keyword::Star),
+            (" * ", Keyword::Star),
+            ("none", Keyword::None),
+            ("NoNe", Keyword::None),
+            ("true", Keyword::True),
+            ("TRUE", Keyword::True),
+            ("false", Keyword::False),
+            ("False", Keyword::False),
+        ] {
+            assert_eq!(Keyword::parse(written), Some(keyword), "{written:?}");
+        }
+        for name in [
+            "al", "alll", "**", "nothing", "yes", "no", "null", "", "a ll",
+        ] {
+            assert_eq!(Keyword::parse(name), None, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn tools_words() {
+        for all in ["all", "All", "ALL", "*", " * "] {
+            assert_eq!(text(all).tool_set(), Ok(ToolSet::All), "{all:?}");
+            assert_eq!(list(&[all]).tool_set(), Ok(ToolSet::All), "[{all:?}]");
+        }
+        for none in ["none", "None", "", " , ", ","] {
+            assert_eq!(text(none).tool_set(), Ok(ToolSet::None), "{none:?}");
+        }
+        assert_eq!(list(&[]).tool_set(), Ok(ToolSet::None));
+        assert_eq!(list(&["", " "]).tool_set(), Ok(ToolSet::None));
+        assert_eq!(list(&["NONE"]).tool_set(), Ok(ToolSet::None));
+        for word in ["true", "False"] {
+            assert!(
+                matches!(text(word).tool_set(), Err(WordsError::Refused { .. })),
+                "{word}"
+            );
+        }
+        assert_eq!(
+            text("true").tool_set().unwrap_err().to_string(),
+            "expected `all`, `none` or tool names, found `true`"
+        );
+        assert!(matches!(
+            Written::Bool(true).tool_set(),
+            Err(WordsError::Shape { .. })
+        ));
+    }
+
+    #[test]
+    fn tools_lists() {
+        assert_eq!(
+            text(" read ,, Grep ,").tool_set(),
+            Ok(ToolSet::only(["read", "Grep"]))
+        );
+        // A list item is never split, and keeps its case.
+        assert_eq!(
+            list(&[" Read ", "a,b", "Bash(git:*)"]).tool_set(),
+            Ok(ToolSet::only(["Read", "a,b", "Bash(git:*)"]))
+        );
+        for among in [text("read, all"), list(&["read", "*"]), text("None, x")] {
+            assert!(
+                matches!(among.clone().tool_set(), Err(WordsError::NotAlone { .. })),
+                "{among:?}"
+            );
+        }
+        assert_eq!(
+            text("read, ALL").tool_set().unwrap_err().to_string(),
+            "`all` must stand alone, found it among names: read, ALL"
+        );
+    }
+
+    #[test]
+    fn disallowed_tools_take_names_only() {
+        assert_eq!(
+            text("bash, write").tool_names(),
+            Ok(vec!["bash".into(), "write".into()])
+        );
+        assert_eq!(text("").tool_names(), Ok(vec![]));
+        assert_eq!(list(&[]).tool_names(), Ok(vec![]));
+        for keyword in Keyword::EVERY {
+            let upper = keyword.as_str().to_uppercase();
+            for written in [text(keyword.as_str()), list(&["read", &upper])] {
+                assert_eq!(
+                    written.tool_names(),
+                    Err(WordsError::Refused {
+                        field: ListField::DisallowedTools,
+                        word: keyword
+                    })
+                );
+            }
+        }
+        assert!(Written::Bool(false).tool_names().is_err());
+    }
+
+    #[test]
+    fn allowed_subagents_words_and_booleans() {
+        for all in ["all", "*", "true", "True", "ALL"] {
+            assert_eq!(text(all).subagent_allowance(), Ok(SubagentAllowance::All));
+            assert_eq!(
+                list(&[all]).subagent_allowance(),
+                Ok(SubagentAllowance::All)
+            );
+        }
+        for none in ["none", "false", "FALSE", "", " "] {
+            assert_eq!(text(none).subagent_allowance(), Ok(SubagentAllowance::None));
+        }
+        assert_eq!(list(&[]).subagent_allowance(), Ok(SubagentAllowance::None));
+        assert_eq!(
+            Written::Bool(true).subagent_allowance(),
+            Ok(SubagentAllowance::All)
+        );
+        assert_eq!(
+            Written::Bool(false).subagent_allowance(),
+            Ok(SubagentAllowance::None)
+        );
+        assert_eq!(
+            text("writer, Reviewer").subagent_allowance(),
+            Ok(SubagentAllowance::only(["writer", "Reviewer"]))
+        );
+        assert!(matches!(
+            list(&["writer", "true"]).subagent_allowance(),
+            Err(WordsError::NotAlone {
+                word: Keyword::True,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn checked_names_read_back_as_themselves() {
+        let names: Vec<String> = vec!["read".into(), "Bash(git:*)".into(), "a,b".into()];
+        assert_eq!(ListField::Tools.check_names(&names), Ok(()));
+        assert_eq!(
+            Written::List(names.clone()).tool_set(),
+            Ok(ToolSet::Only(names))
+        );
+        for (bad, index) in [(vec!["a", ""], 2), (vec![" a"], 1), (vec!["a", "b\t"], 2)] {
+            let bad: Vec<String> = bad.into_iter().map(str::to_owned).collect();
+            assert!(
+                matches!(
+                    ListField::AllowedSubagents.check_names(&bad),
+                    Err(WordsError::Untrimmed { index: i, .. }) if i == index
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            ListField::Tools.check_names(&["x".into(), "All".into()]),
+            Err(WordsError::KeywordName {
+                field: ListField::Tools,
+                index: 2,
+                word: Keyword::All
+            })
+        );
+    }
+}
