@@ -238,11 +238,12 @@ impl Actor for AgentActor {
         let watcher = {
             let token = token.clone();
             let myself = myself.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                let _ = myself.cast(AgentMsg::Cancelled);
-            })
-            .abort_handle()
+            shared
+                .spawn(async move {
+                    token.cancelled().await;
+                    let _ = myself.cast(AgentMsg::Cancelled);
+                })
+                .abort_handle()
         };
         context.push(Message::user(prompt));
         let record = shared.registry.record(id);
@@ -453,7 +454,7 @@ impl AgentState {
         let context = self.hook_context(None);
         let token = self.token.clone();
         let reply_to = myself.clone();
-        let task = tokio::spawn(async move {
+        let task = self.shared.spawn(async move {
             let failures = tokio::select! {
                 biased;
                 () = token.cancelled() => return,
@@ -522,7 +523,7 @@ impl AgentState {
         self.turn_in_flight = Some((turn, token.clone()));
         let myself = myself.clone();
         let (id, run) = (self.id, self.run);
-        tokio::spawn(async move {
+        self.shared.clone().spawn(async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
             let call = async { CatchUnwind::new(model.turn(request)).await };
@@ -638,7 +639,7 @@ impl AgentState {
         };
         let token = self.token.clone();
         let reply_to = myself.clone();
-        let task = tokio::spawn(async move {
+        let task = self.shared.spawn(async move {
             let result = tokio::select! {
                 biased;
                 () = token.cancelled() => return,
@@ -985,7 +986,7 @@ impl AgentState {
         // At the deadline the shutdown kills this agent if its hooks are still running and
         // aborts this task; its own cut-off a little later is only a backstop.
         let cut_off = deadline + SHUTDOWN_KILL_WAIT;
-        let task = tokio::spawn(async move {
+        let task = self.shared.spawn(async move {
             // Off the worker: a hook that blocks its thread cannot hold up the deadline.
             let run = OffWorker::new(hooks::run_all(&shutdown_hooks, &context, false));
             let failures = match tokio::time::timeout_at(cut_off, run).await {

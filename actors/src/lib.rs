@@ -11,6 +11,8 @@ mod capability;
 mod catalog;
 mod config;
 mod control;
+#[cfg(test)]
+mod cost_tests;
 mod error;
 mod events;
 mod hooks;

@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome,
@@ -44,6 +45,9 @@ pub(crate) struct Registry {
     session: SessionId,
     epoch: Instant,
     inner: Mutex<Inner>,
+    /// How many times the lock was taken: the cost model of `docs/architecture.md` counts
+    /// acquisitions per agent, and a test holds the count.
+    acquisitions: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -253,7 +257,19 @@ impl Registry {
                 max_concurrent,
                 pool_queue: VecDeque::new(),
             }),
+            acquisitions: AtomicU64::new(0),
         }
+    }
+
+    /// Takes the registry lock. Every acquisition goes through here.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+        self.inner.lock()
+    }
+
+    /// How many times the registry lock has been taken.
+    pub(crate) fn lock_acquisitions(&self) -> u64 {
+        self.acquisitions.load(Ordering::Relaxed)
     }
 
     /// The tree's session.
@@ -276,7 +292,7 @@ impl Registry {
     /// exists with status `starting`.
     pub(crate) fn admit(&self, admission: Admission<'_>) -> Result<Admitted, SpawnError> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         if let Some(request_id) = &admission.request_id {
             if let Some(&existing) = inner.by_request.get(&(admission.owner, request_id.clone())) {
                 return Ok(Admitted::Existing(existing));
@@ -359,7 +375,7 @@ impl Registry {
     /// them to `starting`; the caller starts their actors.
     pub(crate) fn pool_next(&self) -> Vec<(AgentId, CancellationToken, PendingStart)> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let mut out = Vec::new();
         while inner.pool_running < inner.max_concurrent {
             let Some(id) = inner.pool_queue.pop_front() else {
@@ -384,7 +400,7 @@ impl Registry {
 
     /// Resizes the pool; raising it lets [`Registry::pool_next`] start queued agents.
     pub(crate) fn set_max_concurrent(&self, max: usize) {
-        self.inner.lock().max_concurrent = max.max(1);
+        self.lock().max_concurrent = max.max(1);
     }
 
     /// Routes a steer: queued in the registry while the agent has no session yet, else to its
@@ -394,7 +410,7 @@ impl Registry {
         id: AgentId,
         text: String,
     ) -> Result<SteerRoute, ControlError> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
         if status.is_terminal() || entry.run_over {
@@ -417,7 +433,7 @@ impl Registry {
         target: AgentId,
         scope: ControlScope,
     ) -> Result<(), ControlError> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         let parent_of = |id: AgentId| inner.rec(id).and_then(|r| r.parent);
         if control::reaches(scope, caller, target, parent_of) {
             Ok(())
@@ -428,21 +444,18 @@ impl Registry {
 
     /// Whether `id` ended and waits for its owner's restart decision.
     pub(crate) fn awaiting_supervisor(&self, id: AgentId) -> bool {
-        self.inner
-            .lock()
-            .entry(id)
-            .is_some_and(|e| e.awaiting_supervisor)
+        self.lock().entry(id).is_some_and(|e| e.awaiting_supervisor)
     }
 
     /// The owner decided not to restart `id`: its outcome becomes final.
     pub(crate) fn release(&self, id: AgentId) {
-        self.inner.lock().release(id);
+        self.lock().release(id);
     }
 
     /// Stops `id` for its owner's restart strategy: it will be held for restart whatever its
     /// exit.
     pub(crate) fn hold_and_abort(&self, id: AgentId) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let live = inner.status_of(id).is_some_and(AgentStatus::is_live);
         if let Some(entry) = inner.entry_mut(id) {
             if live {
@@ -460,7 +473,7 @@ impl Registry {
     /// needs.
     pub(crate) fn restart(&self, id: AgentId) -> Option<(u32, CancellationToken, PendingStart)> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let entry = inner.entry(id)?;
         if !entry.awaiting_supervisor {
             return None;
@@ -491,7 +504,7 @@ impl Registry {
     /// tree stops admitting top-level agents.
     pub(crate) fn begin_shutdown(&self, top: AgentId, deadline: Instant) -> ShutdownStart {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         // The whole tree's shutdown closes the root to new agents; a root that already failed
         // (escalation) stays failed: terminal is sticky.
         if top.is_root() && inner.status_of(AgentId::ROOT) == Some(AgentStatus::Running) {
@@ -543,7 +556,7 @@ impl Registry {
     /// resume) is not the shutdown's to kill.
     pub(crate) fn kill_run(&self, id: AgentId, run: u32) -> Option<Option<ActorCell>> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let entry = inner.entry(id)?;
         if entry.runs != run || inner.status_of(id)?.is_terminal() {
             return None;
@@ -559,7 +572,7 @@ impl Registry {
 
     /// The actor of `id` while it is still in run `run`.
     pub(crate) fn run_actor(&self, id: AgentId, run: u32) -> Option<ActorCell> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .entry(id)
             .filter(|e| e.runs == run)
@@ -568,19 +581,19 @@ impl Registry {
 
     /// Whether `id` is still in run `run` and ended killed.
     pub(crate) fn killed_in_run(&self, id: AgentId, run: u32) -> bool {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner.status_of(id) == Some(AgentStatus::Killed)
             && inner.entry(id).is_some_and(|e| e.runs == run)
     }
 
     /// The deadline of a shutdown that reached `id`.
     pub(crate) fn shutdown_deadline(&self, id: AgentId) -> Option<Instant> {
-        self.inner.lock().entry(id).and_then(|e| e.shutdown)
+        self.lock().entry(id).and_then(|e| e.shutdown)
     }
 
     /// Notes that `id`'s shutdown hooks started, in the task `task`.
     pub(crate) fn hooks_started(&self, id: AgentId, task: tokio::task::AbortHandle) {
-        if let Some(entry) = self.inner.lock().entry_mut(id) {
+        if let Some(entry) = self.lock().entry_mut(id) {
             entry.hooks_running = true;
             entry.hook_task = Some(task);
         }
@@ -588,25 +601,25 @@ impl Registry {
 
     /// `id`'s run ended: it takes no more turns, so steers to it are refused from now on.
     pub(crate) fn run_ended(&self, id: AgentId) {
-        if let Some(entry) = self.inner.lock().entry_mut(id) {
+        if let Some(entry) = self.lock().entry_mut(id) {
             entry.run_over = true;
         }
     }
 
     /// `id`'s current run and a receiver of the last run of it that ended.
     pub(crate) fn watch_runs(&self, id: AgentId) -> Option<(u32, watch::Receiver<u32>)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner.entry(id).map(|e| (e.runs, e.ended_run.subscribe()))
     }
 
     /// Which run of `id` this is (1 for its first).
     pub(crate) fn run_of(&self, id: AgentId) -> u32 {
-        self.inner.lock().entry(id).map_or(1, |e| e.runs)
+        self.lock().entry(id).map_or(1, |e| e.runs)
     }
 
     /// Records that `id`'s shutdown hooks finished, with their failures.
     pub(crate) fn add_hook_failures(&self, id: AgentId, failures: Vec<String>) {
-        if let Some(entry) = self.inner.lock().entry_mut(id) {
+        if let Some(entry) = self.lock().entry_mut(id) {
             entry.hooks_running = false;
             entry.hook_task = None;
             entry.hook_failures.extend(failures);
@@ -616,7 +629,7 @@ impl Registry {
     /// Of agents killed at a shutdown deadline, records a failure for each whose hooks were
     /// still running.
     pub(crate) fn hooks_cut_off(&self, killed: &[AgentId]) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         for &id in killed {
             if let Some(entry) = inner.entry_mut(id) {
                 // The hooks die with their agent: nothing of it outlives the shutdown.
@@ -634,7 +647,7 @@ impl Registry {
 
     /// Failed shutdown hooks of `ids`.
     pub(crate) fn hook_failures(&self, ids: &[AgentId]) -> Vec<(AgentId, String)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         ids.iter()
             .filter_map(|&id| inner.entry(id).map(|e| (id, e)))
             .flat_map(|(id, e)| e.hook_failures.iter().map(move |f| (id, f.clone())))
@@ -643,7 +656,7 @@ impl Registry {
 
     /// Forgets the actor behind a terminated ractor actor (its cell is no longer kept).
     pub(crate) fn actor_exited(&self, actor: ActorId) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         if let Some(id) = inner.by_actor.remove(&actor) {
             if let Some(entry) = inner.entry_mut(id) {
                 if entry.actor.as_ref().is_some_and(|a| a.get_id() == actor) {
@@ -655,7 +668,7 @@ impl Registry {
 
     /// Agents whose ractor actor is still alive, asking ractor (not our records).
     pub(crate) fn alive_actors(&self) -> Vec<AgentId> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .entries
             .iter()
@@ -672,7 +685,7 @@ impl Registry {
     /// Actors of the subtree of `top` (detached descendants included) whose agent is terminal
     /// but whose actor has not exited yet: settled and stopping, or killed with its owner.
     pub(crate) fn settled_but_alive(&self, top: AgentId) -> Vec<ActorCell> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         let mut out = Vec::new();
         let mut stack = vec![top];
         while let Some(id) = stack.pop() {
@@ -691,7 +704,7 @@ impl Registry {
 
     /// The actors of `ids` that are still alive.
     pub(crate) fn actors_of(&self, ids: &[AgentId]) -> Vec<(AgentId, ActorCell)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         ids.iter()
             .filter_map(|&id| {
                 inner
@@ -703,19 +716,14 @@ impl Registry {
 
     /// Records the context an agent inherited in its start spec, so a restart re-runs it.
     pub(crate) fn set_inherited_context(&self, id: AgentId, context: &[Message]) {
-        if let Some(spec) = self
-            .inner
-            .lock()
-            .entry_mut(id)
-            .and_then(|e| e.spec.as_mut())
-        {
+        if let Some(spec) = self.lock().entry_mut(id).and_then(|e| e.spec.as_mut()) {
             spec.context = context.to_vec();
         }
     }
 
     /// Keeps `id`'s conversation for a later resume.
     pub(crate) fn keep_conversation(&self, id: AgentId, conversation: Vec<Message>) {
-        if let Some(entry) = self.inner.lock().entry_mut(id) {
+        if let Some(entry) = self.lock().entry_mut(id) {
             entry.conversation = Some(Arc::new(conversation));
         }
     }
@@ -733,7 +741,7 @@ impl Registry {
         prompt: String,
     ) -> Result<Reopened, SpawnError> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let not_yours = || SpawnError::Control(ControlError::NotYours(id));
         let entry = inner.entry(id).ok_or_else(not_yours)?;
         let record = inner.rec(id).ok_or_else(not_yours)?;
@@ -799,7 +807,7 @@ impl Registry {
     /// abort of a starting agent): the actor must not start.
     pub(crate) fn started(&self, id: AgentId, actor: ActorCell) -> Option<Vec<String>> {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let record = inner.rec(id)?;
         if record.status.is_terminal() {
             return None;
@@ -819,7 +827,7 @@ impl Registry {
     /// Moves a live agent to `completing` (its run ended, its children drain).
     pub(crate) fn completing(&self, id: AgentId) {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         if inner
             .status_of(id)
             .is_some_and(|s| s.advance(AgentStatus::Completing).is_ok())
@@ -834,7 +842,7 @@ impl Registry {
     /// a warning, so the records and the event stream always agree.
     pub(crate) fn add_usage(&self, id: AgentId, run: u32, delta: Usage) {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
             return;
         };
@@ -850,14 +858,14 @@ impl Registry {
     /// Announces an event about `id` that changes no record.
     pub(crate) fn announce(&self, id: AgentId, kind: EventKind) {
         let now = self.now_ms();
-        self.inner.lock().emit(id, kind, now);
+        self.lock().emit(id, kind, now);
     }
 
     /// Settles `id` with `outcome` (terminal), unless it is terminal already.
     /// Returns whether this call settled it.
     pub(crate) fn settle(&self, id: AgentId, outcome: Outcome) -> bool {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         inner.settle(id, outcome, now)
     }
 
@@ -865,7 +873,7 @@ impl Registry {
     /// when `id`'s actor died) and cancels their tokens so their tasks end.
     pub(crate) fn kill_descendants(&self, id: AgentId) {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let mut stack: Vec<AgentId> = inner
             .rec(id)
             .map(|r| r.children.clone())
@@ -891,13 +899,13 @@ impl Registry {
     /// Settles `id` for good: no owner is left to restart it.
     pub(crate) fn settle_final(&self, id: AgentId, outcome: Outcome) -> bool {
         let now = self.now_ms();
-        self.inner.lock().settle_final(id, outcome, now)
+        self.lock().settle_final(id, outcome, now)
     }
 
     /// Aborts `id`: records why (first reason wins) and cancels its token, which reaches its
     /// whole non-detached subtree at once.
     pub(crate) fn abort(&self, id: AgentId, reason: EndReason) -> Result<(), ControlError> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let now = self.now_ms();
         let queued = inner.status_of(id) == Some(AgentStatus::Queued);
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
@@ -916,7 +924,7 @@ impl Registry {
 
     /// Why `id` was aborted, if it was aborted itself (not through an ancestor).
     pub(crate) fn abort_reason(&self, id: AgentId) -> Option<EndReason> {
-        self.inner.lock().entry(id).and_then(|e| e.abort_reason)
+        self.lock().entry(id).and_then(|e| e.abort_reason)
     }
 
     /// A ractor actor ended (`failure` set when it failed). If it is the current actor of a
@@ -926,7 +934,7 @@ impl Registry {
     /// returns `None`).
     pub(crate) fn lost_actor(&self, actor: ActorId, failure: Option<String>) -> Option<AgentId> {
         let id = {
-            let mut inner = self.inner.lock();
+            let mut inner = self.lock();
             let id = inner.by_actor.remove(&actor)?;
             let entry = inner.entry_mut(id)?;
             if entry.actor.as_ref().is_none_or(|a| a.get_id() != actor) {
@@ -959,7 +967,7 @@ impl Registry {
 
     /// The children of `owner` in start order, with whether each is live.
     pub(crate) fn children_of(&self, owner: AgentId) -> Vec<(AgentId, bool)> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .rec(owner)
             .map(|r| {
@@ -976,8 +984,7 @@ impl Registry {
 
     /// The restart type `id` was started with.
     pub(crate) fn restart_policy(&self, id: AgentId) -> agent_tree_protocol::RestartPolicy {
-        self.inner
-            .lock()
+        self.lock()
             .entry(id)
             .and_then(|e| e.spec.as_ref().map(|s| s.definition.restart))
             .unwrap_or_default()
@@ -987,7 +994,7 @@ impl Registry {
     /// and every agent is aborted.
     pub(crate) fn fail_root(&self, cause: String) {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let root = &mut inner.entries[0];
         root.abort_reason.get_or_insert(EndReason::Escalated);
         root.token.cancel();
@@ -1005,18 +1012,18 @@ impl Registry {
 
     /// A copy of `id`'s record.
     pub(crate) fn record(&self, id: AgentId) -> Option<AgentRecord> {
-        self.inner.lock().rec(id).cloned()
+        self.lock().rec(id).cloned()
     }
 
     /// `id`'s status.
     pub(crate) fn status(&self, id: AgentId) -> Option<AgentStatus> {
-        self.inner.lock().status_of(id)
+        self.lock().status_of(id)
     }
 
     /// `id`'s outcome, once settled.
     pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
         // An exit awaiting its owner's restart decision is not an outcome yet.
-        let inner = self.inner.lock();
+        let inner = self.lock();
         inner
             .entry(id)
             .filter(|e| !e.awaiting_supervisor)
@@ -1025,17 +1032,17 @@ impl Registry {
 
     /// A receiver that sees `id`'s outcome once it settles.
     pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
-        self.inner.lock().entry(id).map(|e| e.settled.subscribe())
+        self.lock().entry(id).map(|e| e.settled.subscribe())
     }
 
     /// Live agents (depth ≥ 1).
     pub(crate) fn live(&self) -> usize {
-        self.inner.lock().live
+        self.lock().live
     }
 
     /// Waits until no agent is live.
     pub(crate) async fn idle(&self) {
-        let mut live = self.inner.lock().live_tx.subscribe();
+        let mut live = self.lock().live_tx.subscribe();
         // The sender lives as long as the registry, which `&self` keeps alive.
         let _ = live.wait_for(|&n| n == 0).await;
     }
@@ -1043,14 +1050,14 @@ impl Registry {
     /// Subscribes to every event from now on.
     pub(crate) fn subscribe(&self) -> EventStream {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.lock().subscribers.push(tx);
+        self.lock().subscribers.push(tx);
         EventStream::new(rx)
     }
 
     /// The whole tree as it is now.
     pub(crate) fn snapshot(&self) -> TreeSnapshot {
         let now = self.now_ms();
-        let inner = self.inner.lock();
+        let inner = self.lock();
         TreeSnapshot {
             session: self.session.clone(),
             taken_ms: now,
@@ -1063,7 +1070,7 @@ impl Registry {
     /// Settles the root (the tree stopped).
     pub(crate) fn settle_root(&self) {
         let now = self.now_ms();
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         if inner
             .status_of(AgentId::ROOT)
             .is_some_and(AgentStatus::is_live)

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ractor::ActorRef;
 
@@ -25,6 +26,21 @@ pub(crate) struct Shared {
     /// The root actor, set once it runs: detached agents are linked under it, so they
     /// survive their owner.
     pub(crate) root: OnceLock<ActorRef<AgentMsg>>,
+    /// Tasks the runtime spawned (model turns, tools, waits, hooks): the cost model of
+    /// `docs/architecture.md` counts them per agent, and a test holds the count.
+    pub(crate) tasks: AtomicU64,
+}
+
+impl Shared {
+    /// Spawns one of the runtime's tasks, counted in [`Shared::tasks`].
+    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(task)
+    }
 }
 
 impl fmt::Debug for Shared {

@@ -54,7 +54,7 @@ use crate::wait;
 /// ```
 #[derive(Debug)]
 pub struct Tree {
-    shared: SharedRef,
+    pub(crate) shared: SharedRef,
     root: ActorRef<AgentMsg>,
     root_token: CancellationToken,
     /// What new top-level branches start with; existing branches keep their own.
@@ -159,6 +159,7 @@ impl TreeBuilder {
             toolbox: self.toolbox,
             hooks: self.hooks,
             root: std::sync::OnceLock::new(),
+            tasks: std::sync::atomic::AtomicU64::new(0),
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await

@@ -196,7 +196,7 @@ fn owner_gone_task(
     let (asked_run, mut ended) = state.shared.registry.watch_runs(owner)?;
     let token = state.token.clone();
     let reply_to = myself.clone();
-    let task = tokio::spawn(async move {
+    let task = state.shared.spawn(async move {
         tokio::select! {
             biased;
             () = token.cancelled() => {}
@@ -222,27 +222,29 @@ fn set_task(
     let shared = state.shared.clone();
     let token = state.token.clone();
     let reply_to = myself.clone();
-    tokio::spawn(async move {
-        let outcomes = tokio::select! {
-            biased;
-            () = token.cancelled() => return,
-            outcomes = wait::wait_set(&shared.registry, &agents, policy) => outcomes,
-        };
-        let list: Vec<serde_json::Value> = agents
-            .iter()
-            .zip(&outcomes)
-            .map(|(&agent, outcome)| {
-                serde_json::from_str(&result_text(agent, Some(outcome))).unwrap_or_default()
-            })
-            .collect();
-        let result = Ok(json!({ "policy": policy, "outcomes": list }).to_string());
-        let _ = reply_to.cast(AgentMsg::ToolFinished {
-            turn,
-            index,
-            result,
-        });
-    })
-    .abort_handle()
+    state
+        .shared
+        .spawn(async move {
+            let outcomes = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                outcomes = wait::wait_set(&shared.registry, &agents, policy) => outcomes,
+            };
+            let list: Vec<serde_json::Value> = agents
+                .iter()
+                .zip(&outcomes)
+                .map(|(&agent, outcome)| {
+                    serde_json::from_str(&result_text(agent, Some(outcome))).unwrap_or_default()
+                })
+                .collect();
+            let result = Ok(json!({ "policy": policy, "outcomes": list }).to_string());
+            let _ = reply_to.cast(AgentMsg::ToolFinished {
+                turn,
+                index,
+                result,
+            });
+        })
+        .abort_handle()
 }
 
 /// A task that answers call `index` of `turn` when `agent` settles, or after `timeout` with its
@@ -258,32 +260,34 @@ fn wait_task(
     let settled = state.shared.registry.watch(agent);
     let token = state.token.clone();
     let reply_to = myself.clone();
-    tokio::spawn(async move {
-        let Some(mut settled) = settled else { return };
-        let wait = async {
-            match settled.wait_for(Option::is_some).await {
-                Ok(outcome) => outcome.clone(),
-                Err(_) => None,
-            }
-        };
-        let outcome = tokio::select! {
-            biased;
-            () = token.cancelled() => return,
-            outcome = async {
-                match timeout {
-                    Some(limit) => tokio::time::timeout(limit, wait).await.ok().flatten(),
-                    None => wait.await,
+    state
+        .shared
+        .spawn(async move {
+            let Some(mut settled) = settled else { return };
+            let wait = async {
+                match settled.wait_for(Option::is_some).await {
+                    Ok(outcome) => outcome.clone(),
+                    Err(_) => None,
                 }
-            } => outcome,
-        };
-        let result = Ok(result_text(agent, outcome.as_ref()));
-        let _ = reply_to.cast(AgentMsg::ToolFinished {
-            turn,
-            index,
-            result,
-        });
-    })
-    .abort_handle()
+            };
+            let outcome = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                outcome = async {
+                    match timeout {
+                        Some(limit) => tokio::time::timeout(limit, wait).await.ok().flatten(),
+                        None => wait.await,
+                    }
+                } => outcome,
+            };
+            let result = Ok(result_text(agent, outcome.as_ref()));
+            let _ = reply_to.cast(AgentMsg::ToolFinished {
+                turn,
+                index,
+                result,
+            });
+        })
+        .abort_handle()
 }
 
 fn mark_read(state: &mut AgentState, agent: AgentId) {
