@@ -1,13 +1,23 @@
 //! The one message type of the tree's actors (root and agents).
 //!
 //! Kept in one place and small: enabling ractor's `cluster` feature later needs an explicit
-//! `Message` impl for it.
+//! `Message` impl for it. Commands are imperative (`Steer`, `Cancel`, `Shutdown`); notices
+//! are past tense (`TurnFinished`, `ChildEnded`).
 
-use agent_tree_protocol::AgentId;
+use agent_tree_protocol::{AgentId, Outcome};
 use ractor::RpcReplyPort;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{ControlError, ModelError};
 use crate::model::ModelResponse;
+
+/// The reason an agent's actor stops with once it has settled. Its owner, seeing ractor's
+/// termination event with this reason, knows the [`AgentMsg::ChildEnded`] notice is on its
+/// way (ractor's supervision events overtake user messages) and waits for it; any other
+/// termination of a child that has not settled is a lost actor.
+pub(crate) const SETTLED: &str = "agent-tree: settled";
 
 /// How a model turn task ended.
 #[derive(Debug)]
@@ -19,21 +29,47 @@ pub(crate) enum TurnResult {
 }
 
 /// Where a steer went.
+///
+/// ```
+/// use agent_tree_actors::SteerReceipt;
+/// assert_eq!(serde_json::to_string(&SteerReceipt::Delivered).unwrap(), "\"delivered\"");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SteerReceipt {
-    /// The agent's session exists; the steer enters its conversation at the next turn
-    /// boundary.
+    /// The agent's session exists and took the steer: it enters its conversation at the
+    /// next turn boundary, or answered its pending question.
     Delivered,
     /// The agent's session does not exist yet; the steer waits, in order, until it starts.
     Queued,
 }
 
+/// What the shutdown's hooks report to the shutdown that ordered them.
+#[derive(Debug)]
+pub(crate) enum HookReport {
+    /// The agent's shutdown hooks started.
+    Started(AgentId),
+    /// They finished (or hit the deadline), with their failures in order.
+    Finished(AgentId, Vec<String>),
+}
+
+/// A shutdown's order to every agent it reaches, all at once.
+#[derive(Clone, Debug)]
+pub(crate) struct ShutdownOrder {
+    /// The one deadline of the whole subtree.
+    pub(crate) deadline: Instant,
+    /// Where hook starts and failures go.
+    pub(crate) reports: mpsc::UnboundedSender<HookReport>,
+    /// Cancelled at the deadline, after the kill: hook tasks still running end with it.
+    pub(crate) killed: CancellationToken,
+}
+
 /// Messages of the tree's actors.
 #[derive(Debug)]
 pub(crate) enum AgentMsg {
-    /// The agent's model turn task ended (sent by the agent's own task).
+    // Notices from the agent's own tasks.
+    /// The agent's model turn task ended.
     TurnFinished { turn: u32, result: TurnResult },
     /// One of the agent's tool tasks ended.
     ToolFinished {
@@ -43,24 +79,37 @@ pub(crate) enum AgentMsg {
         index: usize,
         result: Result<String, String>,
     },
-    /// The agent's cancellation token fired (an abort reached it or its subtree).
-    Cancelled,
+    /// The agent's start hooks finished (`Err` with the first failure).
+    StartHooksFinished { result: Result<(), String> },
+    /// The agent's shutdown hooks finished or hit the deadline; failures in order.
+    ShutdownHooksFinished { failures: Vec<String> },
+
+    // Commands.
+    /// Its cancellation token fired (an abort reached it or its subtree): the registry tells
+    /// every actor a cancellation reaches, so no task waits on the token for it.
+    Cancel,
+    /// A shutdown reached it: run the shutdown hooks under the deadline, then end.
+    Shutdown(ShutdownOrder),
     /// Text for the agent's conversation at its next turn boundary.
     Steer {
         text: String,
         reply: Option<RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     },
-    /// A child has settled; its outcome is in the registry (sent by the child itself, after
-    /// its last usage was recorded).
-    ChildSettled { child: AgentId },
+
+    // Notices from other actors.
+    /// Run `run` of a child ended with `outcome` (sent by the child after its last usage and
+    /// its settle were recorded, or by the root for a detached child that died). `deferred`:
+    /// the exit awaits this owner's restart decision.
+    ChildEnded {
+        child: AgentId,
+        run: u32,
+        outcome: Outcome,
+        deferred: bool,
+    },
     /// A child asks its owner a question (`ask_owner`); a steer to the child answers it.
-    Asked { child: AgentId, question: String },
+    ChildAsked { child: AgentId, question: String },
     /// The owner cannot answer the agent's pending `ask_owner` question.
-    AskRefused { reason: String },
+    QuestionRefused { reason: String },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
-    /// The agent's start hooks finished (`Err` with the first failure).
-    StartDone { result: Result<(), String> },
-    /// The agent's shutdown hooks finished or hit the deadline; failures in order.
-    HooksDone { failures: Vec<String> },
 }

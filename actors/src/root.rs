@@ -1,15 +1,14 @@
-//! The root actor (depth 0): the supervisor of the top-level agents, and the starter of
-//! queued top-level background agents when pool slots free.
+//! The root actor (depth 0): the supervisor of the top-level agents (and the link holder of
+//! detached agents anywhere), and the starter of queued top-level background agents when
+//! pool slots free.
 
-use agent_tree_protocol::AgentStatus;
+use agent_tree_protocol::{AgentId, AgentStatus};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use agent_tree_protocol::AgentId;
-
-use crate::msg::AgentMsg;
+use crate::msg::{AgentMsg, SETTLED};
 use crate::shared::SharedRef;
 use crate::spawn;
-use crate::supervision::{self, ChildSupervisor, Verdict};
+use crate::supervision::{Action, ChildSupervisor};
 
 /// The tree's own actor.
 #[derive(Debug)]
@@ -33,28 +32,32 @@ impl RootState {
             if batch.is_empty() {
                 break;
             }
-            for (id, token, pending) in batch {
-                if let Err(error) = spawn::start(&self.shared, id, 1, token, myself, pending).await
-                {
+            for ticket in batch {
+                let id = ticket.id;
+                if let Err(error) = spawn::start(&self.shared, ticket, myself).await {
                     tracing::warn!(agent = %id, %error, "queued agent failed to start");
                 }
             }
         }
     }
 
-    /// A top-level agent ended: restart it if its type and the root's intensity say so; past
-    /// the intensity the root fails and every agent is aborted (as an OTP application stops
-    /// when its top supervisor gives up).
-    async fn child_ended(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
-        let closing = self.shared.registry.status(AgentId::ROOT) != Some(AgentStatus::Running);
-        let verdict = self
-            .supervisor
-            .child_ended(&self.shared, AgentId::ROOT, myself, child, closing)
-            .await;
-        if let Verdict::Escalate(cause) = verdict {
-            tracing::error!(%cause, "root restart intensity exceeded; aborting the tree");
-            self.shared.registry.fail_root(cause);
-            return;
+    /// A top-level agent's run ended: restart it if its type and the root's intensity say
+    /// so; past the intensity the root fails and every agent is aborted (as an OTP
+    /// application stops when its top supervisor gives up).
+    async fn child_ended(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId, deferred: bool) {
+        if deferred || self.supervisor.is_active() {
+            let closing = self.shared.registry.status(AgentId::ROOT) != Some(AgentStatus::Running);
+            let actions = self
+                .supervisor
+                .child_ended(&self.shared, AgentId::ROOT, myself, child, closing)
+                .await;
+            for action in actions {
+                if let Action::Escalate(cause) = action {
+                    tracing::error!(%cause, "root restart intensity exceeded; aborting the tree");
+                    self.shared.registry.fail_root(cause);
+                    return;
+                }
+            }
         }
         self.start_queued(myself).await;
     }
@@ -86,16 +89,9 @@ impl Actor for RootActor {
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            // A notice from an earlier incarnation of a restarted agent is stale.
-            AgentMsg::ChildSettled { child }
-                if !state
-                    .shared
-                    .registry
-                    .status(child)
-                    .is_some_and(AgentStatus::is_live) =>
-            {
-                state.child_ended(&myself, child).await;
-            }
+            AgentMsg::ChildEnded {
+                child, deferred, ..
+            } => state.child_ended(&myself, child, deferred).await,
             // The pool grew: slots may be free.
             AgentMsg::PoolChanged => state.start_queued(&myself).await,
             // Questions to the application are announced as `asked` events; the application
@@ -111,19 +107,32 @@ impl Actor for RootActor {
         event: SupervisionEvent,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(child) = supervision::lost_actor(&state.shared.registry, &event) {
-            // Detached agents anywhere in the tree are linked here; only top-level agents
-            // are the root's to restart.
-            let parent = state.shared.registry.record(child).and_then(|r| r.parent);
-            if parent == Some(AgentId::ROOT) {
-                state.child_ended(&myself, child).await;
-            } else if let Some(owner) = parent {
-                // A detached agent deeper down died without settling itself: its owner (not
-                // this actor) must hear of it.
-                if let Some((_, actor)) = state.shared.registry.actors_of(&[owner]).first() {
-                    let _ = actor.send_message(AgentMsg::ChildSettled { child });
-                }
+        let (actor, failure) = match &event {
+            // A settled agent's own notice is on its way.
+            SupervisionEvent::ActorTerminated(_, _, Some(reason)) if reason == SETTLED => {
+                return Ok(());
             }
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell.get_id(), None),
+            SupervisionEvent::ActorFailed(cell, error) => (cell.get_id(), Some(error.to_string())),
+            _ => return Ok(()),
+        };
+        // A top-level agent, or a detached agent anywhere (linked here), died without
+        // settling: settle it, and tell its owner by the notice a settling child sends.
+        let Some((child, run, outcome, deferred, owner)) =
+            state.shared.registry.lost_actor(actor, failure)
+        else {
+            return Ok(());
+        };
+        let parent = state.shared.registry.record(child).and_then(|r| r.parent);
+        if parent == Some(AgentId::ROOT) {
+            state.child_ended(&myself, child, deferred).await;
+        } else if let Some(owner) = owner {
+            let _ = owner.send_message(AgentMsg::ChildEnded {
+                child,
+                run,
+                outcome,
+                deferred,
+            });
         }
         Ok(())
     }

@@ -6,12 +6,15 @@
 //!
 //! 1. **Tell** ([`Registry::begin_shutdown`]): every live agent of the subtree is marked with
 //!    the deadline and its cancellation token fires, all in one registry transaction, so every
-//!    in-flight model call stops at once. Queued agents settle on the spot.
+//!    in-flight model call stops at once; then every agent gets the imperative
+//!    [`AgentMsg::Shutdown`](crate::msg::AgentMsg::Shutdown) order at once. Queued agents
+//!    settle on the spot.
 //! 2. **Hooks under the deadline**: each agent runs its shutdown hooks (bounded by the
-//!    deadline) and settles once its children have: subtrees settle bottom-up by themselves.
-//!    This module only waits for the settled records.
+//!    deadline, reporting to this module) and settles once its children have: subtrees settle
+//!    bottom-up by themselves. This module only waits for the settled records.
 //! 3. **Kill** at the deadline: whatever is still live is settled `killed` and its actor is
-//!    killed; owners of killed agents are told (a killed actor sends nothing itself).
+//!    killed; hook tasks still running end with it. Owners of killed agents hear of it from
+//!    ractor's termination event, the one path a lost child takes.
 //! 4. **Wait** a small bound ([`SHUTDOWN_KILL_WAIT`]) for every actor of the subtree to exit,
 //!    those started during the shutdown included, so nothing of it outlives the call.
 //! 5. **Report** ([`classify`], a pure function): who settled gracefully, who was killed, whose
@@ -34,8 +37,11 @@ use agent_tree_protocol::AgentId;
 use ractor::{ActorCell, ActorStatus};
 use tokio::time::Instant;
 
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
 use crate::config::SHUTDOWN_KILL_WAIT;
-use crate::msg::AgentMsg;
+use crate::msg::{HookReport, ShutdownOrder};
 use crate::registry::Registry;
 
 /// What a shutdown did.
@@ -98,8 +104,15 @@ pub(crate) fn classify(
 pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) -> ShutdownReport {
     let started = Instant::now();
 
-    // 1. Tell: one transaction marks and cancels the whole subtree.
-    let start = registry.begin_shutdown(top, deadline);
+    // 1. Tell: one transaction marks and cancels the whole subtree, then every agent gets
+    // the order at once.
+    let (reports, mut hook_reports) = mpsc::unbounded_channel();
+    let order = ShutdownOrder {
+        deadline,
+        reports,
+        killed: CancellationToken::new(),
+    };
+    let start = registry.begin_shutdown(top, &order);
     let runs: Vec<(AgentId, u32)> = start
         .waiting
         .iter()
@@ -116,7 +129,8 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
 
     // 3. Kill: whatever is alive is killed, owners included, and so is any actor still
     // running (ractor would skip one that is already stopping). A run started after the
-    // shutdown began (a resume) is not the shutdown's.
+    // shutdown began (a resume) is not the shutdown's. Their owners hear of it from ractor
+    // (a killed actor's termination), by the one path a lost child takes.
     let mut killed = Vec::new();
     let mut cells = Vec::new();
     for &(id, run) in &runs {
@@ -129,12 +143,9 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         }
     }
     kill_all(&cells);
-    registry.hooks_cut_off(&killed);
-    // A killed actor sends nothing: its owner hears of its end from here, once, by the same
-    // message a settling child sends.
-    for &id in &killed {
-        notify_owner(registry, id);
-    }
+    // Hook tasks still running die with their agents: nothing of them outlives the call.
+    order.killed.cancel();
+    drop(order);
 
     // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
     // that registered after the kill above (a run that was still starting), and so does any
@@ -156,14 +167,12 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         kill_all(&left);
         wait_exits(&left, cut_off).await;
     }
-    for cell in &cells {
-        if cell.get_status() == ActorStatus::Stopped {
-            registry.actor_exited(cell.get_id());
-        }
-    }
 
     // 5. Report.
-    let ids: Vec<AgentId> = runs.iter().map(|&(id, _)| id).collect();
+    let mut hooks = HookLedger::default();
+    while let Ok(report) = hook_reports.try_recv() {
+        hooks.add(report);
+    }
     let ends = runs.iter().map(|&(id, run)| {
         let end = if registry.killed_in_run(id, run) {
             RunEnd::Killed
@@ -172,12 +181,50 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         };
         (id, end)
     });
-    let (graceful, killed) = classify(ends, &start.settled_now);
+    let (graceful, killed_report) = classify(ends, &start.settled_now);
     ShutdownReport {
+        hook_failures: hooks.failures(&runs, &killed),
         graceful,
-        killed,
-        hook_failures: registry.hook_failures(&ids),
+        killed: killed_report,
         elapsed: started.elapsed(),
+    }
+}
+
+/// What the agents' shutdown hooks reported, for the report: failures in order, and a
+/// failure for each agent killed at the deadline while its hooks still ran.
+#[derive(Debug, Default)]
+pub(crate) struct HookLedger {
+    started: Vec<AgentId>,
+    finished: Vec<(AgentId, Vec<String>)>,
+}
+
+impl HookLedger {
+    pub(crate) fn add(&mut self, report: HookReport) {
+        match report {
+            HookReport::Started(id) => self.started.push(id),
+            HookReport::Finished(id, failures) => self.finished.push((id, failures)),
+        }
+    }
+
+    /// Hook failures of the shutdown's agents, in the order of `runs`.
+    pub(crate) fn failures(
+        &self,
+        runs: &[(AgentId, u32)],
+        killed: &[AgentId],
+    ) -> Vec<(AgentId, String)> {
+        let mut out = Vec::new();
+        for &(id, _) in runs {
+            let finished = self.finished.iter().find(|(f, _)| *f == id);
+            match finished {
+                Some((_, failures)) => out.extend(failures.iter().map(|f| (id, f.clone()))),
+                None if killed.contains(&id) && self.started.contains(&id) => out.push((
+                    id,
+                    "shutdown hook still running at the deadline; killed".to_owned(),
+                )),
+                None => {}
+            }
+        }
+        out
     }
 }
 
@@ -196,16 +243,6 @@ async fn wait_exits(cells: &[ActorCell], cut_off: Instant) {
         }
     };
     let _ = tokio::time::timeout_at(cut_off, exits).await;
-}
-
-/// Tells `id`'s owner (its current actor) that `id` settled.
-pub(crate) fn notify_owner(registry: &Registry, id: AgentId) {
-    let Some(owner) = registry.record(id).and_then(|r| r.parent) else {
-        return;
-    };
-    if let Some((_, actor)) = registry.actors_of(&[owner]).first() {
-        let _ = actor.send_message(AgentMsg::ChildSettled { child: id });
-    }
 }
 
 #[cfg(test)]

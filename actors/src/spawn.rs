@@ -3,18 +3,14 @@
 
 use std::sync::Arc;
 
-use agent_tree_protocol::{
-    AgentDefinition, AgentId, EndReason, EventKind, Message, Outcome, SettlePolicy, SpawnRequest,
-};
-use ractor::{Actor, ActorRef};
-use tokio_util::sync::CancellationToken;
+use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy, SpawnRequest};
+use ractor::{Actor, ActorId, ActorRef};
 
 use crate::agent::{AgentActor, AgentArgs};
 use crate::capability::Capabilities;
-use crate::config::INHERIT_CONTEXT_MAX_DEPTH;
 use crate::error::SpawnError;
 use crate::msg::AgentMsg;
-use crate::registry::{Admission, Admitted};
+use crate::registry::{Admission, Admitted, StartTicket};
 use crate::shared::{Branch, SharedRef};
 
 /// Everything a spawn needs from its owner.
@@ -52,7 +48,12 @@ pub(crate) struct PendingStart {
 /// A started, queued or found child.
 #[derive(Debug)]
 pub(crate) enum Spawned {
-    New(AgentId),
+    /// Started: run `run` of `id`, on `actor`.
+    New {
+        id: AgentId,
+        run: u32,
+        actor: ActorId,
+    },
     /// Waiting for a pool slot (top-level background agents only).
     Queued(AgentId),
     /// The owner already spawned this request id.
@@ -74,7 +75,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         request,
         pooled,
     } = spec;
-    let mut pending = PendingStart {
+    let pending = PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
         definition,
         branch,
@@ -84,68 +85,61 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         detached: request.detached,
         owner_capabilities,
     };
+    // One registry transaction: the checks, the reservation, the record, the inherited
+    // context (or its drop) and the ticket the actor starts with.
     let admitted = shared.registry.admit(Admission {
         owner,
-        agent_type: &pending.definition.name,
+        agent_type: &pending.definition.name.clone(),
         request_id: request.request_id.clone(),
         detached: request.detached,
         max_depth: pending.branch.max_depth,
         config: &shared.config,
-        spec: pending.clone(),
+        spec: pending,
         pooled,
+        inherited: owner_conversation,
     })?;
-    let (id, depth, token) = match admitted {
-        Admitted::Existing(id) => return Ok(Spawned::Existing(id)),
-        Admitted::Queued(id) => return Ok(Spawned::Queued(id)),
-        Admitted::New { id, depth, token } => (id, depth, token),
-    };
-    if pending.definition.inherit_context {
-        if depth <= INHERIT_CONTEXT_MAX_DEPTH {
-            pending.context = owner_conversation.to_vec();
-            shared
-                .registry
-                .set_inherited_context(id, owner_conversation);
-        } else {
-            shared.registry.announce(id, EventKind::ContextDropped);
+    match admitted {
+        Admitted::Existing(id) => Ok(Spawned::Existing(id)),
+        Admitted::Queued(id) => Ok(Spawned::Queued(id)),
+        Admitted::New(ticket) => {
+            let (id, run) = (ticket.id, ticket.run);
+            let actor = start(shared, ticket, owner_actor).await?;
+            Ok(Spawned::New {
+                id,
+                run,
+                actor: actor.get_id(),
+            })
         }
     }
-    start(shared, id, depth, token, owner_actor, pending).await?;
-    Ok(Spawned::New(id))
 }
 
-/// Starts the actor of admitted agent `id`, linked under `owner_actor`.
+/// Starts the actor of `ticket`'s run, linked under `owner_actor` (under the root actor for a
+/// detached agent).
 pub(crate) async fn start(
     shared: &SharedRef,
-    id: AgentId,
-    depth: u32,
-    token: CancellationToken,
+    ticket: StartTicket,
     owner_actor: &ActorRef<AgentMsg>,
-    pending: PendingStart,
 ) -> Result<ActorRef<AgentMsg>, SpawnError> {
     // A detached agent is supervised by the root actor, so its owner's end (which makes
     // ractor kill every linked child) does not take it along.
-    let supervisor = match (pending.detached, shared.root.get()) {
+    let supervisor = match (ticket.start.detached, shared.root.get()) {
         (true, Some(root)) => root.get_cell(),
         _ => owner_actor.get_cell(),
     };
+    let (id, run, token) = (ticket.id, ticket.run, ticket.token.clone());
     let args = AgentArgs {
-        id,
-        depth,
+        ticket,
         owner: owner_actor.clone(),
-        start: pending,
-        token: token.clone(),
         shared: shared.clone(),
     };
     match Actor::spawn_linked(None, AgentActor, args, supervisor).await {
         Ok((actor, _)) => Ok(actor),
         Err(error) => {
-            // The actor may have run `pre_start` (and started its token watcher) before the
-            // link failed: cancel the token so nothing of it is left running.
+            // The actor may have run `pre_start` before the link failed: cancel the token so
+            // nothing of it is left running.
             token.cancel();
             let message = error.to_string();
-            shared
-                .registry
-                .settle_final(id, Outcome::failed(EndReason::ActorFailed, message.clone()));
+            shared.registry.fail_start(id, run, message.clone());
             Err(SpawnError::Startup(message))
         }
     }

@@ -293,14 +293,13 @@ impl Tree {
             },
         )
         .await;
-        if pooled && !matches!(spawned, Ok(Spawned::New(_))) {
+        if pooled && !matches!(spawned, Ok(Spawned::New { .. })) {
             // Queued while a slot may be free (behind the queue), or a failed start freed
             // its slot: the root starts whoever is at the head.
             let _ = self.root.cast(AgentMsg::PoolChanged);
         }
-        let spawned = spawned?;
-        let id = match spawned {
-            Spawned::New(id) | Spawned::Queued(id) | Spawned::Existing(id) => id,
+        let id = match spawned? {
+            Spawned::New { id, .. } | Spawned::Queued(id) | Spawned::Existing(id) => id,
         };
         self.handle(id)
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
@@ -319,19 +318,11 @@ impl Tree {
         id: AgentId,
         prompt: impl Into<String>,
     ) -> Result<AgentHandle, SpawnError> {
-        let reopened =
+        let ticket =
             self.shared
                 .registry
                 .reopen(id, AgentId::ROOT, &self.shared.config, prompt.into())?;
-        spawn::start(
-            &self.shared,
-            id,
-            reopened.depth,
-            reopened.token,
-            &self.root,
-            reopened.start,
-        )
-        .await?;
+        spawn::start(&self.shared, ticket, &self.root).await?;
         self.handle(id)
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }

@@ -1,9 +1,10 @@
-//! The orchestration tools as an agent runs them: `Agent` (spawn or resume),
-//! `get_subagent_result`, `steer_subagent`, `abort_subagent` and `ask_owner`.
+//! The orchestration tools as one typed set: [`Orchestration`] with one name table, typed
+//! inputs (serde structs), results as JSON values, and a dispatch with one arm per tool.
 //!
 //! Every operation on another agent checks ownership first, in the registry, under the
 //! tree's control scope; a foreign id gets the same error as a missing one.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agent_tree_protocol::{
@@ -11,26 +12,90 @@ use agent_tree_protocol::{
 };
 use ractor::ActorRef;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::{AgentState, Child};
+use super::AgentState;
+use super::calls::Waiting;
+use crate::capability::Capabilities;
 use crate::error::{ControlError, SpawnError};
 use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::SteerRoute;
+use crate::shared::SharedRef;
 use crate::spawn::{self, SpawnSpec, Spawned};
-use crate::tool::{
-    ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, ORCHESTRATION_TOOLS, STEER_TOOL,
-    WAIT_TOOL,
-};
+use crate::tool::{ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};
 use crate::wait;
 
-pub(super) fn is_orchestration(name: &str) -> bool {
-    ORCHESTRATION_TOOLS.contains(&name) || name == ASK_OWNER_TOOL
+/// The orchestration tools the tree injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Orchestration {
+    /// `Agent`: spawn a child, or resume a settled one.
+    Agent,
+    /// `get_subagent_result`: read (or wait for) a child's outcome.
+    GetResult,
+    /// `steer_subagent`: guidance for a running child.
+    Steer,
+    /// `abort_subagent`: abort a child's subtree.
+    Abort,
+    /// `wait_subagents`: wait for a set under a policy.
+    Wait,
+    /// `ask_owner`: a question to the owner.
+    AskOwner,
 }
 
-/// The spec offered to the model for orchestration tool `name`.
-pub(super) fn spec(name: &str) -> ToolSpec {
-    let target = |extra: serde_json::Value| {
+impl Orchestration {
+    /// Every tool, in the order they are offered.
+    pub(crate) const ALL: [Orchestration; 6] = [
+        Orchestration::Agent,
+        Orchestration::GetResult,
+        Orchestration::Steer,
+        Orchestration::Abort,
+        Orchestration::Wait,
+        Orchestration::AskOwner,
+    ];
+
+    /// The one name table.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Orchestration::Agent => AGENT_TOOL,
+            Orchestration::GetResult => GET_RESULT_TOOL,
+            Orchestration::Steer => STEER_TOOL,
+            Orchestration::Abort => ABORT_TOOL,
+            Orchestration::Wait => WAIT_TOOL,
+            Orchestration::AskOwner => ASK_OWNER_TOOL,
+        }
+    }
+
+    /// The tool named `name`, if it is one of the set.
+    pub(crate) fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The spec a model is offered, built once per process.
+    pub(crate) fn spec(self) -> &'static ToolSpec {
+        static SPECS: OnceLock<Vec<ToolSpec>> = OnceLock::new();
+        let specs = SPECS.get_or_init(|| Self::ALL.into_iter().map(build_spec).collect());
+        &specs[self as usize]
+    }
+}
+
+/// The tool specs an agent with `capabilities` is offered: its user tools, then the
+/// orchestration tools it holds.
+pub(crate) fn offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
+    capabilities
+        .user_tools
+        .iter()
+        .filter_map(|name| shared.toolbox.get(name).map(|t| t.spec()))
+        .chain(
+            Orchestration::ALL
+                .into_iter()
+                .filter(|t| capabilities.holds(t.name()))
+                .map(|t| t.spec().clone()),
+        )
+        .collect()
+}
+
+fn build_spec(tool: Orchestration) -> ToolSpec {
+    let target = |extra: Value| {
         let mut schema = json!({
             "type": "object",
             "properties": { "agent_id": { "type": "string" } },
@@ -43,8 +108,8 @@ pub(super) fn spec(name: &str) -> ToolSpec {
         }
         schema
     };
-    let (description, schema) = match name {
-        AGENT_TOOL => (
+    let (description, schema) = match tool {
+        Orchestration::Agent => (
             "Start a subagent of an allowed type with a task, or resume one of your settled \
              subagents (`resume`: its id) with a new prompt. In the foreground the result comes \
              back as this tool's result; in the background an agent id comes back at once.",
@@ -60,21 +125,21 @@ pub(super) fn spec(name: &str) -> ToolSpec {
                 "required": ["prompt"]
             }),
         ),
-        GET_RESULT_TOOL => (
+        Orchestration::GetResult => (
             "Read the result of one of your subagents by id; with `wait`, wait for it to settle \
              (at most `timeout_ms` if given; the subagent keeps running either way).",
             target(json!({ "wait": { "type": "boolean" }, "timeout_ms": { "type": "integer" } })),
         ),
-        STEER_TOOL => (
+        Orchestration::Steer => (
             "Send guidance to one of your running subagents; it arrives at its next turn, or \
              answers its pending question.",
             target(json!({ "message": { "type": "string" } })),
         ),
-        ABORT_TOOL => (
+        Orchestration::Abort => (
             "Abort one of your subagents and everything below it.",
             target(json!({})),
         ),
-        WAIT_TOOL => (
+        Orchestration::Wait => (
             "Wait for several of your subagents. `all_settled` returns every outcome when all \
              have ended; `fail_fast` aborts the rest of the set at the first outcome that is \
              not completed. Outcomes come back in the order of `agent_ids`.",
@@ -87,7 +152,7 @@ pub(super) fn spec(name: &str) -> ToolSpec {
                 "required": ["agent_ids"]
             }),
         ),
-        _ => (
+        Orchestration::AskOwner => (
             "Ask the agent that started you a question and wait for its answer.",
             json!({
                 "type": "object",
@@ -97,14 +162,14 @@ pub(super) fn spec(name: &str) -> ToolSpec {
         ),
     };
     ToolSpec {
-        name: name.to_owned(),
+        name: tool.name().to_owned(),
         description: description.to_owned(),
         input_schema: schema,
     }
 }
 
-/// The tool result describing an agent: its id, status and outcome.
-pub(super) fn result_text(agent: AgentId, outcome: Option<&Outcome>) -> String {
+/// The result describing an agent: its id, status and outcome.
+pub(crate) fn result_value(agent: AgentId, outcome: Option<&Outcome>) -> Value {
     match outcome {
         Some(outcome) => {
             let mut value = json!({ "agent_id": agent, "status": outcome.status });
@@ -120,17 +185,31 @@ pub(super) fn result_text(agent: AgentId, outcome: Option<&Outcome>) -> String {
             if !outcome.is_completed() {
                 value["reason"] = json!(outcome.reason);
             }
-            value.to_string()
+            value
         }
-        None => json!({ "agent_id": agent, "status": "running" }).to_string(),
+        None => json!({ "agent_id": agent, "status": "running" }),
     }
+}
+
+/// [`result_value`] as the tool result's text.
+pub(crate) fn result_text(agent: AgentId, outcome: Option<&Outcome>) -> String {
+    result_value(agent, outcome).to_string()
+}
+
+/// The result of a wait over a set: the policy and every outcome, in the set's order.
+pub(crate) fn set_result(policy: WaitPolicy, outcomes: &[(AgentId, Outcome)]) -> String {
+    let list: Vec<Value> = outcomes
+        .iter()
+        .map(|(agent, outcome)| result_value(*agent, Some(outcome)))
+        .collect();
+    json!({ "policy": policy, "outcomes": list }).to_string()
 }
 
 /// How a call is answered.
 enum Answer {
     /// Now, with this text (and whether it is an error).
     Now(String, bool),
-    /// When the agent settles (or the timeout passes).
+    /// When `agent` settles (or the timeout passes).
     Wait(AgentId, Option<Duration>),
     /// When the owner answers (a steer to this agent).
     Owner,
@@ -142,50 +221,75 @@ fn refused(error: impl ToString) -> Answer {
     Answer::Now(error.to_string(), true)
 }
 
+/// Runs orchestration tool `tool` for call `index` of turn `turn`.
 pub(super) async fn dispatch(
     state: &mut AgentState,
     myself: &ActorRef<AgentMsg>,
     turn: u32,
     index: usize,
+    tool: Orchestration,
     call: ToolCall,
 ) {
-    let answer = match call.name.as_str() {
-        AGENT_TOOL => spawn_or_resume(state, myself, turn, index, &call).await,
-        GET_RESULT_TOOL => read_result(state, &call),
-        STEER_TOOL => steer(state, &call).await,
-        ABORT_TOOL => abort(state, &call),
-        WAIT_TOOL => wait_set(state, &call),
-        _ => ask_owner(state, &call),
+    let answer = match tool {
+        Orchestration::Agent => spawn_or_resume(state, myself, turn, index, &call).await,
+        Orchestration::GetResult => read_result(state, &call),
+        Orchestration::Steer => steer(state, &call).await,
+        Orchestration::Abort => abort(state, &call),
+        Orchestration::Wait => wait_set(state, &call),
+        Orchestration::AskOwner => ask_owner(state, &call),
     };
     match answer {
         Answer::Now(text, is_error) => state.answer_call(turn, index, text, is_error),
         Answer::Wait(agent, timeout) => {
-            let task = wait_task(state, myself, turn, index, agent, timeout);
-            if let Some(pending) = state.pending_call(turn, index) {
-                pending.task = Some(task);
-                pending.waits_on = vec![agent];
+            // A child's end answers the call from the child table; a timeout, or an agent
+            // further down (descendants scope), needs a task.
+            let own_child = state.children.get(agent).is_some();
+            let task = (!own_child || timeout.is_some())
+                .then(|| wait_task(state, myself, turn, index, agent, timeout));
+            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
+                call.task = task;
+                call.waiting = Waiting::Agents {
+                    agents: vec![agent],
+                    set: None,
+                };
+            }
+            if own_child && let Some(outcome) = state.children.final_outcome(agent).cloned() {
+                state.answer_waits_on(agent, &outcome);
             }
         }
         Answer::Owner => {
             let task = owner_gone_task(state, myself);
-            if let Some(pending) = state.pending_call(turn, index) {
-                pending.asks_owner = true;
-                pending.task = task;
+            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
+                call.task = task;
+                call.waiting = Waiting::Owner;
             }
         }
         Answer::Set(agents, policy) => {
-            let task = set_task(state, myself, turn, index, agents.clone(), policy);
-            if let Some(pending) = state.pending_call(turn, index) {
-                pending.task = Some(task);
-                pending.waits_on = agents;
+            let own = agents.iter().all(|&a| state.children.get(a).is_some());
+            let task = (!own).then(|| set_task(state, myself, turn, index, agents.clone(), policy));
+            let set = own.then(|| (policy, vec![None; agents.len()]));
+            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
+                call.task = task;
+                call.waiting = Waiting::Agents {
+                    agents: agents.clone(),
+                    set,
+                };
+            }
+            if own {
+                // Outcomes already final count at once, in order.
+                for agent in agents {
+                    if let Some(outcome) = state.children.final_outcome(agent).cloned() {
+                        state.answer_waits_on(agent, &outcome);
+                    }
+                }
             }
         }
     }
 }
 
-/// A task that refuses the agent's pending question if its owner settles first (a detached
-/// agent outlives its owner, and a question queued behind the owner's stop is dropped by
-/// ractor).
+/// A task that refuses the agent's pending question if its owner's run ends first (a
+/// detached agent outlives its owner, and a question queued behind the owner's stop is
+/// dropped by ractor).
 fn owner_gone_task(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
@@ -202,15 +306,15 @@ fn owner_gone_task(
             () = token.cancelled() => {}
             _ = ended.wait_for(|&run| run >= asked_run) => {
                 let reason = format!("{owner} has finished its run and cannot answer");
-                let _ = reply_to.cast(AgentMsg::AskRefused { reason });
+                let _ = reply_to.cast(AgentMsg::QuestionRefused { reason });
             }
         }
     });
     Some(task.abort_handle())
 }
 
-/// A task that answers call `index` of `turn` with every outcome of `agents` once the wait over
-/// them ends under `policy`.
+/// A task that answers call `index` of `turn` with every outcome of `agents` once the wait
+/// over them ends under `policy` (for sets reaching beyond this agent's children).
 fn set_task(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
@@ -230,25 +334,18 @@ fn set_task(
                 () = token.cancelled() => return,
                 outcomes = wait::wait_set(&shared.registry, &agents, policy) => outcomes,
             };
-            let list: Vec<serde_json::Value> = agents
-                .iter()
-                .zip(&outcomes)
-                .map(|(&agent, outcome)| {
-                    serde_json::from_str(&result_text(agent, Some(outcome))).unwrap_or_default()
-                })
-                .collect();
-            let result = Ok(json!({ "policy": policy, "outcomes": list }).to_string());
+            let list: Vec<(AgentId, Outcome)> = agents.iter().copied().zip(outcomes).collect();
             let _ = reply_to.cast(AgentMsg::ToolFinished {
                 turn,
                 index,
-                result,
+                result: Ok(set_result(policy, &list)),
             });
         })
         .abort_handle()
 }
 
-/// A task that answers call `index` of `turn` when `agent` settles, or after `timeout` with its
-/// current status. Cancelling it (abort, early answer) never touches `agent`.
+/// A task that answers call `index` of `turn` when `agent` settles, or after `timeout` with
+/// its current status. Cancelling it (abort, early answer) never touches `agent`.
 fn wait_task(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
@@ -280,20 +377,13 @@ fn wait_task(
                     }
                 } => outcome,
             };
-            let result = Ok(result_text(agent, outcome.as_ref()));
             let _ = reply_to.cast(AgentMsg::ToolFinished {
                 turn,
                 index,
-                result,
+                result: Ok(result_text(agent, outcome.as_ref())),
             });
         })
         .abort_handle()
-}
-
-fn mark_read(state: &mut AgentState, agent: AgentId) {
-    if let Some(child) = state.children.iter_mut().find(|c| c.id == agent) {
-        child.read = true;
-    }
 }
 
 #[derive(Deserialize)]
@@ -353,14 +443,10 @@ async fn spawn_or_resume(
     )
     .await;
     let child = match spawned {
-        Ok(Spawned::New(id)) => {
-            state.children.push(Child {
-                id,
-                detached,
-                background,
-                settled: false,
-                read: false,
-            });
+        Ok(Spawned::New { id, run, actor }) => {
+            state
+                .children
+                .started(id, run, Some(actor), detached, background);
             id
         }
         Ok(Spawned::Existing(id) | Spawned::Queued(id)) => id,
@@ -374,7 +460,7 @@ async fn spawn_or_resume(
 fn answer_for(state: &AgentState, child: AgentId, background: bool) -> Answer {
     if background {
         Answer::Now(
-            result_text(child, state.shared.registry.outcome(child).as_ref()),
+            result_text(child, state.children.final_outcome(child)),
             false,
         )
     } else {
@@ -393,45 +479,27 @@ async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &Tool
         Ok(target) => target,
         Err(error) => return refused(error),
     };
-    let reopened =
+    let ticket =
         match state
             .shared
             .registry
             .reopen(target, state.id, &state.shared.config, input.prompt)
         {
-            Ok(reopened) => reopened,
+            Ok(ticket) => ticket,
             Err(error) => return refused(error),
         };
-    let started = spawn::start(
-        &state.shared,
+    let (run, detached) = (ticket.run, ticket.start.detached);
+    let actor = match spawn::start(&state.shared, ticket, myself).await {
+        Ok(actor) => actor,
+        Err(error) => return refused(error),
+    };
+    state.children.started(
         target,
-        reopened.depth,
-        reopened.token,
-        myself,
-        reopened.start,
-    )
-    .await;
-    if let Err(error) = started {
-        return refused(error);
-    }
-    match state.children.iter_mut().find(|c| c.id == target) {
-        Some(child) => {
-            child.settled = false;
-            child.read = false;
-            child.background = input.background;
-        }
-        None => state.children.push(Child {
-            id: target,
-            detached: state
-                .shared
-                .registry
-                .record(target)
-                .is_some_and(|r| r.detached),
-            background: input.background,
-            settled: false,
-            read: false,
-        }),
-    }
+        run,
+        Some(actor.get_id()),
+        detached,
+        input.background,
+    );
     answer_for(state, target, input.background)
 }
 
@@ -472,9 +540,15 @@ fn read_result(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(found) => found,
         Err(answer) => return answer,
     };
-    match state.shared.registry.outcome(agent) {
+    // A child's outcome is in the child table; a descendant's (descendants scope) in the
+    // registry.
+    let outcome = match state.children.get(agent) {
+        Some(_) => state.children.final_outcome(agent).cloned(),
+        None => state.shared.registry.outcome(agent),
+    };
+    match outcome {
         Some(outcome) => {
-            mark_read(state, agent);
+            state.children.mark_read(agent);
             Answer::Now(result_text(agent, Some(&outcome)), false)
         }
         None if input.wait => Answer::Wait(agent, input.timeout_ms.map(Duration::from_millis)),
@@ -584,9 +658,7 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(input) => input,
         Err(error) => return refused(format!("invalid input: {error}")),
     };
-    let asking = matches!(&state.phase, super::Phase::Acting { calls, .. }
-        if calls.iter().any(|c| c.asks_owner && c.result.is_none()));
-    if asking {
+    if state.phase.current_calls().is_some_and(|c| c.asking()) {
         // The owner answers a child's question with its next steer: one question at a time.
         return refused("one question at a time: the previous ask_owner is not answered yet");
     }
@@ -596,7 +668,7 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
             question: input.question.clone(),
         },
     );
-    let asked = AgentMsg::Asked {
+    let asked = AgentMsg::ChildAsked {
         child: state.id,
         question: input.question,
     };

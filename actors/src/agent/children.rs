@@ -1,0 +1,284 @@
+//! The one child table of an agent, and how a child's end reaches it.
+//!
+//! A child's end arrives once, by one path: the child's own [`AgentMsg::ChildEnded`] notice
+//! (sent after its usage and settle are recorded), or, for a child whose actor died without
+//! settling, ractor's supervision event, which the owner turns into the same handling after
+//! settling the child in the registry. A settled child stops with the reason
+//! [`SETTLED`], so its supervision event is told apart from a death. Each end is keyed by the
+//! child's run, so a late notice of an earlier run (before a restart or resume) is ignored.
+
+use agent_tree_protocol::{AgentId, EndReason, Outcome};
+use ractor::{ActorId, ActorRef, SupervisionEvent};
+
+use super::AgentState;
+use super::Inbound;
+use super::lifecycle::Phase;
+use crate::msg::{AgentMsg, SETTLED};
+use crate::supervision::Action;
+
+/// An agent's children, in start order.
+#[derive(Debug, Default)]
+pub(super) struct Children {
+    list: Vec<Child>,
+}
+
+/// One child, as its owner knows it.
+#[derive(Debug)]
+pub(super) struct Child {
+    pub(super) id: AgentId,
+    /// Its current run.
+    run: u32,
+    /// Its current run's actor.
+    actor: Option<ActorId>,
+    pub(super) detached: bool,
+    /// Spawned in the background: its end is noticed in the conversation unless its result
+    /// was read or awaited.
+    pub(super) background: bool,
+    pub(super) state: ChildState,
+}
+
+/// Where a child is, as its owner knows it.
+#[derive(Debug)]
+pub(super) enum ChildState {
+    /// Its run goes on.
+    Running,
+    /// Its run ended and waits for this owner's restart decision.
+    Deferred(Outcome),
+    /// Its outcome is final; `read` once a tool returned it.
+    Final { outcome: Outcome, read: bool },
+}
+
+impl Children {
+    /// A child (new, resumed or restarted) starts run `run` on `actor`.
+    pub(super) fn started(
+        &mut self,
+        id: AgentId,
+        run: u32,
+        actor: Option<ActorId>,
+        detached: bool,
+        background: bool,
+    ) {
+        match self.list.iter_mut().find(|c| c.id == id) {
+            Some(child) => {
+                child.run = run;
+                child.actor = actor;
+                child.background = background;
+                child.state = ChildState::Running;
+            }
+            None => self.list.push(Child {
+                id,
+                run,
+                actor,
+                detached,
+                background,
+                state: ChildState::Running,
+            }),
+        }
+    }
+
+    pub(super) fn get(&self, id: AgentId) -> Option<&Child> {
+        self.list.iter().find(|c| c.id == id)
+    }
+
+    fn get_mut(&mut self, id: AgentId) -> Option<&mut Child> {
+        self.list.iter_mut().find(|c| c.id == id)
+    }
+
+    /// The final outcome of child `id`, if it has one.
+    pub(super) fn final_outcome(&self, id: AgentId) -> Option<&Outcome> {
+        match &self.get(id)?.state {
+            ChildState::Final { outcome, .. } => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// Child `id` asked a question: waits on it were answered with the question, so its end
+    /// will be noticed like a background child's.
+    pub(super) fn asked(&mut self, id: AgentId) {
+        if let Some(child) = self.get_mut(id) {
+            child.background = true;
+        }
+    }
+
+    /// Child `id`'s final outcome was returned by a tool.
+    pub(super) fn mark_read(&mut self, id: AgentId) {
+        if let Some(Child {
+            state: ChildState::Final { read, .. },
+            ..
+        }) = self.get_mut(id)
+        {
+            *read = true;
+        }
+    }
+
+    /// The child whose current run runs on `actor`.
+    fn by_actor(&self, actor: ActorId) -> Option<(AgentId, u32)> {
+        self.list
+            .iter()
+            .find(|c| c.actor == Some(actor) && matches!(c.state, ChildState::Running))
+            .map(|c| (c.id, c.run))
+    }
+
+    /// Non-detached children whose outcome is not final yet.
+    pub(super) fn unsettled(&self) -> impl Iterator<Item = &Child> {
+        self.list
+            .iter()
+            .filter(|c| !c.detached && !matches!(c.state, ChildState::Final { .. }))
+    }
+
+    /// Children whose exit waits for a restart decision.
+    pub(super) fn deferred(&self) -> Vec<AgentId> {
+        self.list
+            .iter()
+            .filter(|c| matches!(c.state, ChildState::Deferred(_)))
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// Makes a deferred child's outcome final.
+    fn finalize(&mut self, id: AgentId) -> Option<Outcome> {
+        let child = self.get_mut(id)?;
+        let ChildState::Deferred(outcome) = &child.state else {
+            return None;
+        };
+        let outcome = outcome.clone();
+        child.state = ChildState::Final {
+            outcome: outcome.clone(),
+            read: false,
+        };
+        Some(outcome)
+    }
+}
+
+impl AgentState {
+    /// Run `run` of `child` ended with `outcome` (`deferred`: its exit waits for this
+    /// owner's restart decision).
+    pub(super) async fn on_child_ended(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        child: AgentId,
+        run: u32,
+        outcome: Outcome,
+        deferred: bool,
+    ) {
+        let Some(entry) = self.children.get_mut(child) else {
+            return;
+        };
+        if entry.run != run || !matches!(entry.state, ChildState::Running) {
+            // A late notice of an earlier run, or an end already handled.
+            return;
+        }
+        if deferred {
+            entry.state = ChildState::Deferred(outcome);
+        } else {
+            entry.state = ChildState::Final {
+                outcome: outcome.clone(),
+                read: false,
+            };
+            self.child_final(child, &outcome);
+        }
+        if deferred || self.supervisor.is_active() {
+            let closing = self.phase.run_over() || self.token.is_cancelled();
+            let actions = self
+                .supervisor
+                .child_ended(&self.shared, self.id, myself, child, closing)
+                .await;
+            if self.apply_supervision(myself, actions) {
+                return;
+            }
+        }
+        match self.phase {
+            // A call this end answered may complete the turn's calls.
+            Phase::Acting { .. } => self.after_answer(myself),
+            Phase::Ending { .. } => self.try_settle(myself),
+            _ => {}
+        }
+    }
+
+    /// Carries out what the supervisor did. Returns whether the run ended (escalation).
+    pub(super) fn apply_supervision(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        actions: Vec<Action>,
+    ) -> bool {
+        let mut escalated = None;
+        for action in actions {
+            match action {
+                Action::Released(id) => {
+                    if let Some(outcome) = self.children.finalize(id) {
+                        self.child_final(id, &outcome);
+                    }
+                }
+                Action::Restarted { id, run, actor } => {
+                    let (detached, background) = self
+                        .children
+                        .get(id)
+                        .map(|c| (c.detached, c.background))
+                        .unwrap_or_default();
+                    self.children
+                        .started(id, run, Some(actor), detached, background);
+                }
+                Action::StartFailed(id, outcome) => {
+                    if let Some(child) = self.children.get_mut(id) {
+                        child.state = ChildState::Final {
+                            outcome: outcome.clone(),
+                            read: false,
+                        };
+                    }
+                    self.child_final(id, &outcome);
+                }
+                Action::Escalate(cause) => escalated = Some(cause),
+            }
+        }
+        if let Some(cause) = escalated {
+            let outcome =
+                Outcome::failed(EndReason::Escalated, cause).with_partial(self.last_text.clone());
+            self.end_run(myself, outcome);
+            return true;
+        }
+        false
+    }
+
+    /// A child's outcome became final: calls waiting for it are answered; a background
+    /// child's end whose result was neither read nor awaited is noticed in the conversation.
+    fn child_final(&mut self, child: AgentId, outcome: &Outcome) {
+        let waited = self
+            .phase
+            .current_calls()
+            .is_some_and(|calls| calls.waits_on(child));
+        if waited {
+            self.answer_waits_on(child, outcome);
+            return;
+        }
+        let background = self.children.get(child).is_some_and(|c| c.background);
+        if background {
+            self.inbox.push_back(Inbound::Notice(format!(
+                "[subagent {child} {}] {}",
+                outcome.status.as_str(),
+                outcome.summary()
+            )));
+        }
+    }
+
+    /// A supervision event about a linked actor: a child that died without settling is
+    /// settled (failed after an actor failure, killed otherwise) and handled as its end.
+    pub(super) async fn on_supervision_event(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        event: SupervisionEvent,
+    ) {
+        let (actor, failure) = match &event {
+            SupervisionEvent::ActorTerminated(_, _, Some(reason)) if reason == SETTLED => return,
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell.get_id(), None),
+            SupervisionEvent::ActorFailed(cell, error) => (cell.get_id(), Some(error.to_string())),
+            _ => return,
+        };
+        let Some((child, run)) = self.children.by_actor(actor) else {
+            return;
+        };
+        if let Some((outcome, deferred)) = self.shared.registry.lost(child, run, failure) {
+            self.on_child_ended(myself, child, run, outcome, deferred)
+                .await;
+        }
+    }
+}

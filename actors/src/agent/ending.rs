@@ -1,0 +1,254 @@
+//! How a run ends: the settle policy for live children, aborts, a shutdown's hooks under its
+//! deadline, and the settle itself (registry first, then the owner, then the actor stops).
+
+use agent_tree_protocol::{AgentStatus, EndReason, Outcome, SettlePolicy};
+use ractor::ActorRef;
+
+use super::AgentState;
+use super::Inbound;
+use super::lifecycle::Phase;
+use crate::config::SHUTDOWN_KILL_WAIT;
+use crate::hooks::{self, HookContext};
+use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
+use crate::util::OffWorker;
+
+impl AgentState {
+    /// The agent's own run ended with `outcome`: deal with live children per the settle
+    /// policy, then settle once their outcomes are final.
+    pub(super) fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
+        self.cancel_tasks();
+        // Steers receipted `delivered` that no turn will read stay in the conversation kept
+        // for a resume: a delivered steer is never lost.
+        for inbound in std::mem::take(&mut self.inbox) {
+            if let Inbound::Steer(text) = inbound {
+                self.conversation
+                    .push(agent_tree_protocol::Message::user(text));
+            }
+        }
+        // Open questions can no longer get an answer.
+        for child in std::mem::take(&mut self.open_questions) {
+            self.refuse_question(child);
+        }
+        // Nothing restarts under an owner whose run has ended.
+        for child in self.children.deferred() {
+            self.shared.registry.release(child);
+            let actions = vec![crate::supervision::Action::Released(child)];
+            self.apply_supervision(myself, actions);
+        }
+        let aborting =
+            outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
+        let live: Vec<_> = self.children.unsettled().map(|c| c.id).collect();
+        if aborting {
+            for child in live {
+                let _ = self.shared.registry.abort(child, EndReason::OwnerEnded);
+            }
+        } else if !live.is_empty() {
+            self.shared.registry.completing(self.id);
+        }
+        self.phase = Phase::Ending { outcome };
+        self.try_settle(myself);
+    }
+
+    /// Aborted (its token fired): cancel in-flight work and end the run as aborted, keeping
+    /// partial output. Children were cancelled with the token.
+    ///
+    /// An outcome already decided (the run ended and the agent holds it while its children
+    /// end) stays: an abort only cuts what is still running.
+    ///
+    /// A cancellation by a shutdown reaches the agent before the shutdown's order (the
+    /// registry cancels every token first, then sends every order): the run then waits for
+    /// the order, whose hooks run before it ends.
+    pub(super) fn abort(&mut self, myself: &ActorRef<AgentMsg>) {
+        if self.phase.run_over() {
+            return;
+        }
+        if self.shutdown.is_some() && self.run_shutdown_hooks(myself, None) {
+            return;
+        }
+        let reason = self
+            .shared
+            .registry
+            .abort_reason(self.id)
+            .unwrap_or(EndReason::OwnerEnded);
+        if reason == EndReason::Shutdown && self.shutdown.is_none() {
+            // The order is on its way; stop what runs meanwhile.
+            self.cancel_tasks();
+            return;
+        }
+        let outcome =
+            Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.last_text.clone());
+        self.end_run(myself, outcome);
+    }
+
+    /// A shutdown reached the agent: it runs its shutdown hooks under the deadline (keeping an
+    /// outcome its run had already ended with), then ends.
+    pub(super) fn on_shutdown(&mut self, myself: &ActorRef<AgentMsg>, order: ShutdownOrder) {
+        if self.shutdown.is_some() || matches!(self.phase, Phase::Stopping { .. }) {
+            // One shutdown at a time: an overlapping one waits on the same end.
+            return;
+        }
+        self.shutdown = Some(order);
+        let held = self.phase.held().cloned();
+        if self.run_shutdown_hooks(myself, held.clone()) {
+            return;
+        }
+        if held.is_none() {
+            let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
+                .with_partial(self.last_text.clone());
+            self.end_run(myself, outcome);
+        }
+    }
+
+    /// When a shutdown reached the agent and shutdown hooks are registered, runs them as a
+    /// task bounded by the shutdown's deadline and returns `true`; the run ends when they
+    /// finish ([`AgentMsg::ShutdownHooksFinished`]), with `held` if it had ended with it.
+    fn run_shutdown_hooks(&mut self, myself: &ActorRef<AgentMsg>, held: Option<Outcome>) -> bool {
+        let Some(order) = self.shutdown.clone() else {
+            return false;
+        };
+        let shutdown_hooks = self.shared.hooks.on_shutdown.clone();
+        if shutdown_hooks.is_empty() {
+            return false;
+        }
+        self.cancel_tasks();
+        let context = self.hook_context(Some(order.deadline));
+        let reply_to = myself.clone();
+        let id = self.id;
+        // At the deadline the shutdown kills this agent if its hooks are still running and
+        // cancels `killed`, which ends this task; its own cut-off a little later is only a
+        // backstop.
+        let cut_off = order.deadline + SHUTDOWN_KILL_WAIT;
+        let _ = order.reports.send(HookReport::Started(id));
+        let task = self.shared.spawn(async move {
+            // Off the worker: a hook that blocks its thread cannot hold up the deadline.
+            let run = OffWorker::new(hooks::run_all(&shutdown_hooks, &context, false));
+            let failures = tokio::select! {
+                biased;
+                () = order.killed.cancelled() => return,
+                r = tokio::time::timeout_at(cut_off, run) => match r {
+                    Ok(failures) => failures,
+                    Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],
+                },
+            };
+            let _ = order
+                .reports
+                .send(HookReport::Finished(id, failures.clone()));
+            let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
+        });
+        self.phase = Phase::Stopping {
+            task: task.abort_handle(),
+            held,
+        };
+        true
+    }
+
+    /// The shutdown hooks finished: the run ends as aborted by the shutdown, or with the
+    /// outcome it had already ended with.
+    pub(super) fn on_shutdown_hooks_finished(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        _failures: Vec<String>,
+    ) {
+        let Phase::Stopping { held, .. } = &mut self.phase else {
+            return;
+        };
+        match held.take() {
+            // The run had ended before the shutdown: its children were dealt with then;
+            // settle with its outcome once they are final.
+            Some(outcome) => {
+                self.phase = Phase::Ending { outcome };
+                self.try_settle(myself);
+            }
+            None => {
+                let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
+                    .with_partial(self.last_text.clone());
+                self.phase = Phase::Idle;
+                self.end_run(myself, outcome);
+            }
+        }
+    }
+
+    pub(super) fn hook_context(&self, deadline: Option<tokio::time::Instant>) -> HookContext {
+        HookContext {
+            agent: self.id,
+            agent_type: self.definition.name.clone(),
+            depth: self.depth,
+            deadline,
+        }
+    }
+
+    /// Stops whatever the current phase runs (hooks, the model turn, tool calls).
+    pub(super) fn cancel_tasks(&mut self) {
+        self.phase.abort_task();
+        if let Some((_, token)) = &self.turn_in_flight {
+            token.cancel();
+        }
+        if let Some(calls) = self.phase.current_calls() {
+            calls.abort_tasks();
+        }
+    }
+
+    /// Settles once every non-detached child's outcome is final and no turn can still
+    /// record usage: registry first, then the owner, then the actor stops.
+    pub(super) fn try_settle(&mut self, myself: &ActorRef<AgentMsg>) {
+        // A cancelled turn still reports back (promptly: it was cancelled); until it has, it
+        // might record usage, which must precede the settle.
+        if self.turn_in_flight.is_some() || self.children.unsettled().next().is_some() {
+            return;
+        }
+        let Phase::Ending { outcome } = std::mem::replace(&mut self.phase, Phase::Done) else {
+            return;
+        };
+        tracing::debug!(agent = %self.id, status = %outcome.status, "agent settled");
+        let conversation = std::mem::take(&mut self.conversation);
+        if let Some(settled) =
+            self.shared
+                .registry
+                .settle_run(self.id, self.run, outcome.clone(), conversation)
+        {
+            self.notify_owner(outcome, settled.deferred, settled.owner);
+        }
+        myself.stop(Some(SETTLED.to_owned()));
+    }
+
+    /// Tells the owner (its current actor: an owner restarted or resumed since the spawn has
+    /// a new one, else the one it was spawned under) that this run ended.
+    fn notify_owner(&self, outcome: Outcome, deferred: bool, owner: Option<ractor::ActorCell>) {
+        let ended = AgentMsg::ChildEnded {
+            child: self.id,
+            run: self.run,
+            outcome,
+            deferred,
+        };
+        match owner {
+            Some(actor) => {
+                let _ = actor.send_message(ended);
+            }
+            None => {
+                let _ = self.owner.cast(ended);
+            }
+        }
+    }
+
+    /// The actor stopped from outside without settling: end its tasks, and record it (and the
+    /// children ractor is about to kill).
+    pub(super) fn on_stopped_from_outside(&mut self) {
+        if self.phase.is_done() {
+            return;
+        }
+        self.token.cancel();
+        self.cancel_tasks();
+        let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
+            .with_partial(self.last_text.clone());
+        self.shared.registry.kill_descendants(self.id);
+        let conversation = std::mem::take(&mut self.conversation);
+        if let Some(settled) =
+            self.shared
+                .registry
+                .settle_run(self.id, self.run, outcome.clone(), conversation)
+        {
+            self.notify_owner(outcome, settled.deferred, settled.owner);
+        }
+        self.phase = Phase::Done;
+    }
+}

@@ -1,0 +1,98 @@
+//! An agent's lifecycle: the one state enum, owned by its actor.
+//!
+//! ```text
+//! Idle ─► Starting (start hooks) ─► Thinking (model turn) ─► Acting (tool calls) ─► Thinking …
+//!   │            │                       │ final answer, failure, abort  │
+//!   │            ▼                       ▼                               ▼
+//!   └──────► Ending { outcome } (children abort or drain) ─► Done (settled, actor stopping)
+//!                 ▲
+//! any live phase ─┴─ Stopping { held } (a shutdown's hooks under its deadline)
+//! ```
+//!
+//! Each phase carries what it needs (the hook task, the turn, the call table, the outcome
+//! held while children end), so a combination such as "acting with no calls" or "ending
+//! without an outcome" cannot be written down. A decided outcome is never replaced: once a
+//! run has ended (`Ending`), an abort or a shutdown only cuts what still runs, and the agent
+//! settles with the outcome it held.
+
+use agent_tree_protocol::Outcome;
+use tokio::task::AbortHandle;
+
+use super::calls::Calls;
+
+/// Where an agent's run is.
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Constructed; the first turn (or the start hooks) begin in `post_start`.
+    Idle,
+    /// The start hooks run; the first model call waits for them.
+    Starting { task: AbortHandle },
+    /// A model turn task runs.
+    Thinking { turn: u32 },
+    /// The tool calls of turn `turn` are being answered.
+    Acting { turn: u32, calls: Calls },
+    /// A shutdown reached the agent: its shutdown hooks run (bounded by the deadline), then
+    /// the run ends as aborted, or with `held`, the outcome the run had already ended with.
+    Stopping {
+        task: AbortHandle,
+        held: Option<Outcome>,
+    },
+    /// The run ended with `outcome`; waiting for its children's outcomes (and a cancelled
+    /// turn's report) before settling.
+    Ending { outcome: Outcome },
+    /// Settled; the actor is stopping.
+    Done,
+}
+
+impl Phase {
+    /// Settled: nothing more happens in this run.
+    pub(super) fn is_done(&self) -> bool {
+        matches!(self, Phase::Done)
+    }
+
+    /// The run is over: no more model turns, so steers are refused and questions to it go
+    /// unanswered.
+    pub(super) fn run_over(&self) -> bool {
+        matches!(
+            self,
+            Phase::Ending { .. } | Phase::Done | Phase::Stopping { .. }
+        )
+    }
+
+    /// The outcome the run ended with, while the agent waits to settle.
+    pub(super) fn held(&self) -> Option<&Outcome> {
+        match self {
+            Phase::Ending { outcome } => Some(outcome),
+            Phase::Stopping { held, .. } => held.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether a result of turn `turn` is the one this phase waits for.
+    pub(super) fn thinking(&self, turn: u32) -> bool {
+        matches!(self, Phase::Thinking { turn: t } if *t == turn)
+    }
+
+    /// The call table of turn `turn`, while it is being answered.
+    pub(super) fn calls_mut(&mut self, turn: u32) -> Option<&mut Calls> {
+        match self {
+            Phase::Acting { turn: t, calls } if *t == turn => Some(calls),
+            _ => None,
+        }
+    }
+
+    /// The call table of the current turn, whichever it is.
+    pub(super) fn current_calls(&mut self) -> Option<&mut Calls> {
+        match self {
+            Phase::Acting { calls, .. } => Some(calls),
+            _ => None,
+        }
+    }
+
+    /// Aborts the phase's own task (start or shutdown hooks), if it has one.
+    pub(super) fn abort_task(&self) {
+        if let Phase::Starting { task } | Phase::Stopping { task, .. } = self {
+            task.abort();
+        }
+    }
+}

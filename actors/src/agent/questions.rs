@@ -1,0 +1,117 @@
+//! Questions and steers: a child's `ask_owner` arriving here, this agent's own pending
+//! question answered by its owner's next steer, and steers in general.
+
+use agent_tree_protocol::{AgentId, AgentStatus, EventKind};
+use ractor::{ActorRef, RpcReplyPort};
+
+use super::calls::Waiting;
+use super::{AgentState, Inbound};
+use crate::error::ControlError;
+use crate::msg::{AgentMsg, SteerReceipt};
+
+impl AgentState {
+    /// A steer arrived. It answers a pending `ask_owner` call if there is one; otherwise it
+    /// waits for the next turn boundary. The receipt is honest: `delivered` only if a turn
+    /// will read it, so a steer that crossed the end of the run, or arrives during the last
+    /// turn `max_turns` allows, is refused.
+    pub(super) fn on_steer(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        text: String,
+        reply: Option<RpcReplyPort<Result<SteerReceipt, ControlError>>>,
+    ) {
+        let receipt = if self.phase.run_over() {
+            let status = self
+                .shared
+                .registry
+                .status(self.id)
+                .unwrap_or(AgentStatus::Completing);
+            Err(ControlError::WrongStatus(self.id, status))
+        } else {
+            match self.answer_question(text, false) {
+                Ok(()) => {
+                    self.shared.registry.announce(self.id, EventKind::Steered);
+                    self.after_answer(myself);
+                    Ok(SteerReceipt::Delivered)
+                }
+                Err(_) if self.turns >= self.max_turns => Err(ControlError::NoTurnsLeft(self.id)),
+                Err(text) => {
+                    self.inbox.push_back(Inbound::Steer(text));
+                    Ok(SteerReceipt::Delivered)
+                }
+            }
+        };
+        if let Some(reply) = reply {
+            let _ = reply.send(receipt);
+        }
+    }
+
+    /// Answers the pending `ask_owner` call with `text`, or hands `text` back when there is
+    /// none.
+    fn answer_question(&mut self, text: String, is_error: bool) -> Result<(), String> {
+        let Some(calls) = self.phase.current_calls() else {
+            return Err(text);
+        };
+        let Some((_, ask)) = calls
+            .open_calls()
+            .find(|(_, c)| matches!(c.waiting, Waiting::Owner))
+        else {
+            return Err(text);
+        };
+        ask.answer(text, is_error);
+        Ok(())
+    }
+
+    /// The owner cannot answer the pending `ask_owner` call: it gets an error result.
+    pub(super) fn on_question_refused(&mut self, myself: &ActorRef<AgentMsg>, reason: String) {
+        if self.answer_question(reason, true).is_ok() {
+            self.after_answer(myself);
+        }
+    }
+
+    /// A child asked a question: it enters the conversation at the next turn boundary, and
+    /// any wait that includes that child is answered now with the question, so the turn can
+    /// end and the model can answer (a foreground wait would otherwise deadlock). The child's
+    /// end is then noticed like a background child's.
+    pub(super) fn on_asked(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        child: AgentId,
+        question: String,
+    ) {
+        if self.children.get(child).is_none() {
+            return;
+        }
+        if self.phase.run_over() {
+            // No model turn will ever read the question: say so rather than leave the child
+            // (and a draining owner) waiting forever.
+            self.refuse_question(child);
+            return;
+        }
+        self.open_questions.insert(child);
+        self.inbox.push_back(Inbound::Notice(format!(
+            "[question from subagent {child}; answer with steer_subagent] {question}"
+        )));
+        self.children.asked(child);
+        if let Some(calls) = self.phase.current_calls() {
+            for (_, call) in calls.open_calls() {
+                let waits = matches!(&call.waiting, Waiting::Agents { agents, .. } if agents.contains(&child));
+                if waits {
+                    let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
+                    call.answer(text.to_string(), false);
+                }
+            }
+        }
+        self.after_answer(myself);
+    }
+
+    /// Tells `child` its question will not be answered.
+    pub(super) fn refuse_question(&self, child: AgentId) {
+        let refusal = AgentMsg::QuestionRefused {
+            reason: format!("{} has finished its run and cannot answer", self.id),
+        };
+        if let Some((_, actor)) = self.shared.registry.actors_of(&[child]).first() {
+            let _ = actor.send_message(refusal);
+        }
+    }
+}

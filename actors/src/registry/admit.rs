@@ -1,0 +1,329 @@
+//! Admissions and new runs: each hands back a [`StartTicket`] with everything the agent's
+//! actor needs, so the actor never reads its own record back.
+
+use agent_tree_protocol::{AgentId, AgentStatus, EventKind, Message, RequestId};
+use ractor::ActorCell;
+
+use super::{Entry, Registry, StartTicket};
+use crate::admission::{self, Slot};
+use crate::config::TreeConfig;
+use crate::error::{ControlError, SpawnError};
+use crate::spawn::PendingStart;
+
+/// What [`Registry::admit`] needs to reserve a slot.
+#[derive(Debug)]
+pub(crate) struct Admission<'a> {
+    pub(crate) owner: AgentId,
+    pub(crate) agent_type: &'a str,
+    pub(crate) request_id: Option<RequestId>,
+    pub(crate) detached: bool,
+    pub(crate) max_depth: u32,
+    pub(crate) config: &'a TreeConfig,
+    /// How the agent is started (kept for queued starts and restarts).
+    pub(crate) spec: PendingStart,
+    /// A top-level background agent: it takes a pool slot, and waits for one when the pool
+    /// is full.
+    pub(crate) pooled: bool,
+    /// The owner's conversation, for a definition that inherits it (only within
+    /// `INHERIT_CONTEXT_MAX_DEPTH`; deeper, a `context_dropped` event says it was dropped).
+    pub(crate) inherited: &'a [Message],
+}
+
+/// The result of an admission.
+#[derive(Debug)]
+pub(crate) enum Admitted {
+    /// A new record, to be started now.
+    New(StartTicket),
+    /// A new record waiting for a pool slot; the root starts it when one frees.
+    Queued(AgentId),
+    /// The owner already spawned this request: the existing child.
+    Existing(AgentId),
+}
+
+impl Registry {
+    /// Reserves a slot for a child of `owner`, atomically: the owner must be accepting
+    /// children, and the depth, width and total limits must hold. On success the record
+    /// exists (`spawned`, or `queued` behind the pool).
+    pub(crate) fn admit(&self, admission: Admission<'_>) -> Result<Admitted, SpawnError> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        if let Some(request_id) = &admission.request_id {
+            if let Some(&existing) = inner.by_request.get(&(admission.owner, request_id.clone())) {
+                return Ok(Admitted::Existing(existing));
+            }
+        }
+        let (Some(owner), Some(owner_record)) =
+            (inner.entry(admission.owner), inner.rec(admission.owner))
+        else {
+            return Err(SpawnError::OwnerClosed(admission.owner));
+        };
+        let depth = admission::admit(
+            admission.config,
+            admission.max_depth,
+            &owner.owner_view(owner_record),
+            inner.live,
+        )?;
+        let token = if admission.detached {
+            inner.entries[0].token.child_token()
+        } else {
+            owner.token.child_token()
+        };
+        let pooled = admission.pooled;
+        let slot = admission::slot(
+            pooled,
+            inner.pool_running,
+            inner.max_concurrent,
+            inner.pool_queue.len(),
+        );
+        let id = AgentId::new(inner.entries.len() as u64);
+        let mut spec = admission.spec;
+        let mut context_dropped = false;
+        if spec.definition.inherit_context {
+            if depth <= crate::config::INHERIT_CONTEXT_MAX_DEPTH {
+                // Kept in the start spec, so a restart re-runs it.
+                spec.context = admission.inherited.to_vec();
+            } else {
+                context_dropped = true;
+            }
+        }
+        let mut entry = Entry::new(token.clone());
+        entry.pooled = pooled;
+        entry.spec = Some(spec.clone());
+        let conversation = entry.conversation.clone();
+        inner.entries.push(entry);
+        let owner = inner
+            .entry_mut(admission.owner)
+            .expect("owner checked above");
+        owner.live_children += 1;
+        owner.spawned = owner.spawned.saturating_add(1);
+        inner.live += 1;
+        inner.peak_live = inner.peak_live.max(inner.live);
+        inner.live_tx.send_replace(inner.live);
+        if let Some(request_id) = &admission.request_id {
+            inner
+                .by_request
+                .insert((admission.owner, request_id.clone()), id);
+        }
+        let (agent_type, request_id, detached) = (
+            admission.agent_type.to_owned(),
+            admission.request_id,
+            admission.detached,
+        );
+        // The admission event creates the record (and its place in its owner's children).
+        let (kind, admitted) = match slot {
+            Slot::Run => {
+                if pooled {
+                    inner.pool_running += 1;
+                }
+                let kind = EventKind::Spawned {
+                    agent_type,
+                    request_id,
+                    detached,
+                };
+                let ticket = StartTicket {
+                    id,
+                    owner: admission.owner,
+                    depth,
+                    incarnation: 1,
+                    run: 1,
+                    token,
+                    conversation,
+                    start: spec,
+                };
+                (kind, Admitted::New(ticket))
+            }
+            Slot::Queue => {
+                inner.pool_queue.push_back(id);
+                let kind = EventKind::Queued {
+                    agent_type,
+                    request_id,
+                    detached,
+                };
+                (kind, Admitted::Queued(id))
+            }
+        };
+        inner.emit_as(id, Some(admission.owner), depth, kind, now);
+        if context_dropped {
+            inner.emit(id, EventKind::ContextDropped, now);
+        }
+        Ok(admitted)
+    }
+
+    /// Takes queued agents off the pool queue while slots are free, in FIFO order, moving
+    /// them to `starting`; the caller starts their actors.
+    pub(crate) fn pool_next(&self) -> Vec<StartTicket> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        while inner.pool_running < inner.max_concurrent {
+            let Some(id) = inner.pool_queue.pop_front() else {
+                break;
+            };
+            if inner.status_of(id) != Some(AgentStatus::Queued) {
+                continue;
+            }
+            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+                continue;
+            };
+            let Some(start) = entry.spec.clone() else {
+                continue;
+            };
+            let ticket = StartTicket {
+                id,
+                owner: record.parent.unwrap_or(AgentId::ROOT),
+                depth: record.depth,
+                incarnation: record.incarnation,
+                run: entry.runs,
+                token: entry.token.clone(),
+                conversation: entry.conversation.clone(),
+                start,
+            };
+            inner.emit(id, EventKind::Dequeued, now);
+            inner.pool_running += 1;
+            out.push(ticket);
+        }
+        out
+    }
+
+    /// Resizes the pool; raising it lets [`Registry::pool_next`] start queued agents.
+    pub(crate) fn set_max_concurrent(&self, max: usize) {
+        self.lock().max_concurrent = max.max(1);
+    }
+
+    /// Restarts `id` (whose exit awaits its owner's decision): a new incarnation of the same
+    /// agent, re-running its original request, with its usage kept.
+    pub(crate) fn restart(&self, id: AgentId) -> Option<StartTicket> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let entry = inner.entry(id)?;
+        if !entry.deferred {
+            return None;
+        }
+        let record = inner.rec(id)?;
+        let (owner, depth, incarnation) = (record.parent?, record.depth, record.incarnation + 1);
+        let token = if record.detached {
+            inner.entries[0].token.child_token()
+        } else {
+            inner.entry(owner)?.token.child_token()
+        };
+        let entry = inner.entry_mut(id)?;
+        let start = entry.spec.clone()?;
+        entry.new_run(token.clone());
+        let (run, conversation) = (entry.runs, entry.conversation.clone());
+        inner.emit(id, EventKind::Restarted { incarnation }, now);
+        Some(StartTicket {
+            id,
+            owner,
+            depth,
+            incarnation,
+            run,
+            token,
+            conversation,
+            start,
+        })
+    }
+
+    /// Reopens settled agent `id` for a resumed run under its owner `owner`, with a new
+    /// `prompt` after its kept conversation. It runs with the definition and branch (catalog,
+    /// depth cap) it was started with, and the same admission limits apply as for a new
+    /// child. Nothing changes when it is refused; otherwise a `resumed` event puts its record
+    /// back to `starting`.
+    pub(crate) fn reopen(
+        &self,
+        id: AgentId,
+        owner: AgentId,
+        config: &TreeConfig,
+        prompt: String,
+    ) -> Result<StartTicket, SpawnError> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let not_yours = || SpawnError::Control(ControlError::NotYours(id));
+        let entry = inner.entry(id).ok_or_else(not_yours)?;
+        let record = inner.rec(id).ok_or_else(not_yours)?;
+        if record.parent != Some(owner) {
+            return Err(not_yours());
+        }
+        if record.status.is_live() || entry.deferred {
+            return Err(SpawnError::Control(ControlError::WrongStatus(
+                id,
+                record.status,
+            )));
+        }
+        let Some(spec) = entry.spec.clone() else {
+            return Err(not_yours());
+        };
+        let conversation = entry.conversation.lock().as_ref().clone();
+        let (detached, depth, incarnation) = (record.detached, record.depth, record.incarnation);
+        let (Some(owner_entry), Some(owner_record)) = (inner.entry(owner), inner.rec(owner)) else {
+            return Err(SpawnError::OwnerClosed(owner));
+        };
+        let mut view = owner_entry.owner_view(owner_record);
+        // A resume is not a new spawn: it does not count against the lifetime budget.
+        view.spawned = 0;
+        admission::admit(config, spec.branch.max_depth, &view, inner.live)?;
+        let token = if detached {
+            inner.entries[0].token.child_token()
+        } else {
+            owner_entry.token.child_token()
+        };
+        let entry = inner.entry_mut(id).expect("checked above");
+        entry.new_run(token.clone());
+        // A resumed run bypasses the pool, like any run its owner waits on.
+        entry.pooled = false;
+        entry.settled.send_replace(None);
+        let (run, cell) = (entry.runs, entry.conversation.clone());
+        if let Some(owner) = inner.entry_mut(owner) {
+            owner.live_children += 1;
+        }
+        inner.live += 1;
+        inner.peak_live = inner.peak_live.max(inner.live);
+        inner.live_tx.send_replace(inner.live);
+        inner.emit(id, EventKind::Resumed, now);
+        Ok(StartTicket {
+            id,
+            owner,
+            depth,
+            incarnation,
+            run,
+            token,
+            conversation: cell,
+            start: PendingStart {
+                prompt,
+                context: conversation,
+                resumed: true,
+                ..spec
+            },
+        })
+    }
+
+    /// Marks run `run` of `id` running on `actor`, announces its start, and hands over the
+    /// steers that arrived before its session existed, in order.
+    ///
+    /// `None` when the record settled (or moved to a later run) before its actor got here:
+    /// the actor must not start. With the steers comes the order of a shutdown that began
+    /// before the actor registered (it was sent no `Shutdown` message).
+    pub(crate) fn started(
+        &self,
+        id: AgentId,
+        run: u32,
+        actor: ActorCell,
+    ) -> Option<(Vec<String>, Option<crate::msg::ShutdownOrder>)> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let record = inner.rec(id)?;
+        if record.status.is_terminal() || inner.entry(id)?.runs != run {
+            return None;
+        }
+        let kind = EventKind::Started {
+            agent_type: record.agent_type.clone(),
+            incarnation: record.incarnation,
+        };
+        inner.by_actor.insert(actor.get_id(), id);
+        let entry = inner.entry_mut(id)?;
+        entry.actor = Some(actor);
+        let steers = std::mem::take(&mut entry.pending_steers);
+        let shutdown = entry.shutdown.clone();
+        inner.emit(id, kind, now);
+        Some((steers, shutdown))
+    }
+}

@@ -1,0 +1,464 @@
+//! How runs end in the records: settles, losses of actors, aborts and kills, and the marks a
+//! shutdown leaves. Messages to actors (`Cancel`, `Shutdown`) are collected under the lock and
+//! sent after it.
+
+use std::sync::Arc;
+
+use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome};
+use ractor::{ActorCell, ActorId};
+use tokio::sync::watch;
+
+use super::{Inner, Registry, tell};
+use crate::error::ControlError;
+use crate::msg::{AgentMsg, ShutdownOrder};
+use crate::supervisor;
+
+/// What [`Registry::settle_run`] did.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    /// The exit awaits the owner's restart decision (not final yet).
+    pub(crate) deferred: bool,
+    /// The owner's current actor, to tell.
+    pub(crate) owner: Option<ActorCell>,
+}
+
+/// What [`Registry::begin_shutdown`] found.
+#[derive(Debug, Default)]
+pub(crate) struct ShutdownStart {
+    /// Agents to wait for, with their run and a watch on their outcome.
+    pub(crate) waiting: Vec<(AgentId, u32, watch::Receiver<Option<Outcome>>)>,
+    /// Agents the shutdown settled at once (queued, or awaiting a restart decision).
+    pub(crate) settled_now: Vec<AgentId>,
+}
+
+impl Registry {
+    /// Run `run` of `id` ended with `outcome` (its actor settles it, after its last usage):
+    /// records the outcome and the conversation to resume from, and decides (the pure restart
+    /// rule) whether the exit waits for its owner's restart decision. Returns `None` when the
+    /// run was already settled (a kill at a deadline got there first) or is not current.
+    pub(crate) fn settle_run(
+        &self,
+        id: AgentId,
+        run: u32,
+        outcome: Outcome,
+        conversation: Vec<Message>,
+    ) -> Option<Settled> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let entry = inner.entry(id)?;
+        if entry.runs != run {
+            return None;
+        }
+        *entry.conversation.lock() = Arc::new(conversation);
+        if let Some(actor) = entry.actor.as_ref().map(|a| a.get_id()) {
+            // It settled: nobody needs to find it by its actor any more.
+            inner.by_actor.remove(&actor);
+        }
+        if !inner.settle(id, outcome, now) {
+            return None;
+        }
+        let deferred = inner.entry(id).is_some_and(|e| e.deferred);
+        let owner = inner
+            .rec(id)
+            .and_then(|r| r.parent)
+            .and_then(|p| inner.entry(p))
+            .and_then(|o| o.actor.clone());
+        Some(Settled { deferred, owner })
+    }
+
+    /// The actor of run `run` of `id` ended without settling (its owner saw it die:
+    /// `failure` set when it failed, else it was killed). Settles it failed or killed, and its
+    /// live non-detached descendants killed (ractor kills linked actors with it). Returns the
+    /// run's outcome and whether it awaits its owner's restart decision: the recorded one if
+    /// the run had settled meanwhile (a kill at a deadline), `None` for another run.
+    pub(crate) fn lost(
+        &self,
+        id: AgentId,
+        run: u32,
+        failure: Option<String>,
+    ) -> Option<(Outcome, bool)> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        if inner.entry(id)?.runs != run {
+            return None;
+        }
+        inner.lose(id, failure, now)
+    }
+
+    /// As [`Registry::lost`], for an actor known only by its ractor id (the root's detached
+    /// descendants). Returns the agent, its run's outcome, whether it is deferred, and its
+    /// owner's current actor.
+    pub(crate) fn lost_actor(
+        &self,
+        actor: ActorId,
+        failure: Option<String>,
+    ) -> Option<(AgentId, u32, Outcome, bool, Option<ActorCell>)> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let id = inner.by_actor.remove(&actor)?;
+        let entry = inner.entry(id)?;
+        if entry.actor.as_ref().is_none_or(|a| a.get_id() != actor) {
+            return None;
+        }
+        let run = entry.runs;
+        let (outcome, deferred) = inner.lose(id, failure, now)?;
+        let owner = inner
+            .rec(id)
+            .and_then(|r| r.parent)
+            .and_then(|p| inner.entry(p))
+            .and_then(|o| o.actor.clone());
+        Some((id, run, outcome, deferred, owner))
+    }
+
+    /// Run `run` of `id` could not start its actor: it fails for good.
+    pub(crate) fn fail_start(&self, id: AgentId, run: u32, error: String) {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        if inner.entry(id).is_some_and(|e| e.runs == run) {
+            inner.settle_final(id, Outcome::failed(EndReason::ActorFailed, error), now);
+        }
+    }
+
+    /// The owner decided not to restart `id`: its outcome becomes final.
+    pub(crate) fn release(&self, id: AgentId) {
+        self.lock().release(id);
+    }
+
+    /// Whether `id` ended and waits for its owner's restart decision.
+    pub(crate) fn awaiting_supervisor(&self, id: AgentId) -> bool {
+        self.lock().entry(id).is_some_and(|e| e.deferred)
+    }
+
+    /// Stops `id` for its owner's restart strategy: its exit will wait for the owner's
+    /// decision whatever its restart type.
+    pub(crate) fn hold_and_abort(&self, id: AgentId) {
+        let cells = {
+            let mut inner = self.lock();
+            if !inner.status_of(id).is_some_and(AgentStatus::is_live) {
+                return;
+            }
+            let Some(entry) = inner.entry_mut(id) else {
+                return;
+            };
+            // One its owner or the application already aborted is not held: an abort is never
+            // restarted.
+            entry.held = entry.abort_reason.is_none();
+            entry.abort_reason.get_or_insert(EndReason::Aborted);
+            entry.token.cancel();
+            inner.token_subtree_actors(id)
+        };
+        tell(cells, || AgentMsg::Cancel);
+    }
+
+    /// Aborts `id`: records why (first reason wins), cancels its token (which reaches its
+    /// whole non-detached subtree's in-flight calls at once) and tells each of those actors.
+    pub(crate) fn abort(&self, id: AgentId, reason: EndReason) -> Result<(), ControlError> {
+        let cells = {
+            let mut inner = self.lock();
+            let now = self.now_ms();
+            let queued = inner.status_of(id) == Some(AgentStatus::Queued);
+            let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
+            entry.abort_reason.get_or_insert(reason);
+            entry.token.cancel();
+            let release = entry.deferred && !entry.held;
+            if queued {
+                // No actor exists to settle it: it never starts.
+                inner.settle(id, Outcome::ended(AgentStatus::Aborted, reason), now);
+            } else if release {
+                // An abort is never restarted: an exit awaiting a restart decision is final.
+                inner.release(id);
+            }
+            inner.token_subtree_actors(id)
+        };
+        tell(cells, || AgentMsg::Cancel);
+        Ok(())
+    }
+
+    /// Why `id` was aborted, if it was aborted itself (not through an ancestor).
+    pub(crate) fn abort_reason(&self, id: AgentId) -> Option<EndReason> {
+        self.lock().entry(id).and_then(|e| e.abort_reason)
+    }
+
+    /// The tree's top supervisor exceeded its restart intensity: the root fails with `cause`
+    /// and every agent is aborted.
+    pub(crate) fn fail_root(&self, cause: String) {
+        let cells = {
+            let now = self.now_ms();
+            let mut inner = self.lock();
+            let root = &mut inner.entries[0];
+            root.abort_reason.get_or_insert(EndReason::Escalated);
+            root.token.cancel();
+            inner.settle(
+                AgentId::ROOT,
+                Outcome::failed(EndReason::Escalated, cause),
+                now,
+            );
+            // Nobody is left to restart anything, and no queued agent will ever start.
+            let top_level = inner.records[0].children.clone();
+            for &id in &top_level {
+                inner.release(id);
+                if inner.status_of(id) == Some(AgentStatus::Queued) {
+                    let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::OwnerEnded);
+                    inner.settle(id, outcome, now);
+                }
+            }
+            // The root's token reaches detached agents too.
+            let mut cells = Vec::new();
+            for &id in &top_level {
+                cells.extend(inner.token_subtree_actors(id));
+            }
+            for id in inner.detached_live() {
+                cells.extend(inner.token_subtree_actors(id));
+            }
+            cells
+        };
+        tell(cells, || AgentMsg::Cancel);
+    }
+
+    /// Tells every live agent of the subtree of `top` (detached descendants included) that a
+    /// shutdown with `order`'s deadline reached it, and cancels them all at once. Queued
+    /// agents settle at once; agents awaiting a restart decision become final. With `top` the
+    /// root, the tree stops admitting top-level agents.
+    pub(crate) fn begin_shutdown(&self, top: AgentId, order: &ShutdownOrder) -> ShutdownStart {
+        let (start, cells) = {
+            let now = self.now_ms();
+            let mut inner = self.lock();
+            // The whole tree's shutdown closes the root to new agents; a root that already
+            // failed (escalation) stays failed: terminal is sticky.
+            if top.is_root() && inner.status_of(AgentId::ROOT) == Some(AgentStatus::Running) {
+                inner.emit(AgentId::ROOT, EventKind::Completing, now);
+            }
+            let mut stack = vec![top];
+            let mut start = ShutdownStart::default();
+            let mut cells = Vec::new();
+            while let Some(id) = stack.pop() {
+                let Some(record) = inner.rec(id) else {
+                    continue;
+                };
+                stack.extend(record.children.iter().copied());
+                let status = record.status;
+                if id.is_root() {
+                    continue;
+                }
+                let Some(entry) = inner.entry_mut(id) else {
+                    continue;
+                };
+                if entry.deferred {
+                    inner.release(id);
+                    start.settled_now.push(id);
+                    continue;
+                }
+                if status.is_terminal() {
+                    continue;
+                }
+                entry.shutdown = Some(order.clone());
+                entry.abort_reason.get_or_insert(EndReason::Shutdown);
+                entry.token.cancel();
+                if status == AgentStatus::Queued {
+                    inner.settle(
+                        id,
+                        Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown),
+                        now,
+                    );
+                    start.settled_now.push(id);
+                } else {
+                    cells.extend(entry.actor.clone());
+                    start
+                        .waiting
+                        .push((id, entry.runs, entry.settled.subscribe()));
+                }
+            }
+            (start, cells)
+        };
+        // Every agent at once: each runs its hooks under the one deadline.
+        tell(cells, || AgentMsg::Shutdown(order.clone()));
+        start
+    }
+
+    /// At a shutdown's deadline: if `id` is still in run `run` and live, settles it killed
+    /// (for good) and returns its actor to kill. A run started after the shutdown began (a
+    /// resume) is not the shutdown's to kill.
+    pub(crate) fn kill_run(&self, id: AgentId, run: u32) -> Option<Option<ActorCell>> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let entry = inner.entry(id)?;
+        if entry.runs != run || inner.status_of(id)?.is_terminal() {
+            return None;
+        }
+        let actor = entry.actor.clone();
+        inner.settle_final(
+            id,
+            Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+            now,
+        );
+        Some(actor)
+    }
+
+    /// Settles every live non-detached descendant of `id` killed: `id`'s actor is stopping
+    /// without having settled them, and ractor kills linked actors with it.
+    pub(crate) fn kill_descendants(&self, id: AgentId) {
+        let now = self.now_ms();
+        self.lock().kill_descendants(id, now);
+    }
+
+    /// Settles the root (the tree stopped).
+    pub(crate) fn settle_root(&self) {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        if inner
+            .status_of(AgentId::ROOT)
+            .is_some_and(AgentStatus::is_live)
+        {
+            let outcome = Outcome::ended(AgentStatus::Completed, EndReason::Shutdown);
+            inner.emit(AgentId::ROOT, EventKind::settled(outcome.clone()), now);
+            inner.entries[0].settled.send_replace(Some(outcome));
+        }
+    }
+}
+
+impl Inner {
+    /// Settles `id` with `outcome` (terminal) unless it is terminal already; decides whether
+    /// the exit waits for the owner's restart decision. Returns whether this call settled it.
+    fn settle(&mut self, id: AgentId, outcome: Outcome, now: u64) -> bool {
+        let Some(before) = self.status_of(id) else {
+            return false;
+        };
+        if before.advance(outcome.status).is_err() {
+            return false;
+        }
+        let Some(entry) = self.entry(id) else {
+            return false;
+        };
+        let runs = entry.runs;
+        let policy = entry
+            .spec
+            .as_ref()
+            .map(|s| s.definition.restart)
+            .unwrap_or_default();
+        let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
+        let under_shutdown = entry.shutdown.is_some();
+        let (parent, detached) = self
+            .rec(id)
+            .map(|r| (r.parent, r.detached))
+            .unwrap_or_default();
+        // The terminal event writes status, end time and outcome.
+        self.emit(id, EventKind::settled(outcome.clone()), now);
+        let Some(entry) = self.entry_mut(id) else {
+            return false;
+        };
+        entry.ended_run.send_replace(runs);
+        if id.is_root() {
+            entry.settled.send_replace(Some(outcome));
+            return true;
+        }
+        // Only a live owner decides, and only for its supervised (non-detached) children: a
+        // detached agent, or one whose owner is gone, has no one to restart it. A detached
+        // top-level agent is the root's anyway (it is linked under the root). A shutdown
+        // decides for everyone: nothing restarts.
+        let supervised = (!detached || parent == Some(AgentId::ROOT)) && !under_shutdown;
+        let owner_live = parent.is_some_and(|p| {
+            self.status_of(p).is_some_and(AgentStatus::is_live)
+                && self.entry(p).is_some_and(|o| !o.token.is_cancelled())
+        });
+        let deferred = restartable && supervised && owner_live;
+        if let Some(entry) = self.entry_mut(id) {
+            entry.deferred = deferred;
+        }
+        if !deferred {
+            self.finalize(id, before);
+        }
+        true
+    }
+
+    fn settle_final(&mut self, id: AgentId, outcome: Outcome, now: u64) -> bool {
+        let settled = self.settle(id, outcome, now);
+        self.release(id);
+        settled
+    }
+
+    /// `id`'s actor died without settling: see [`Registry::lost`].
+    fn lose(&mut self, id: AgentId, failure: Option<String>, now: u64) -> Option<(Outcome, bool)> {
+        // Its tasks (model turn, tools, hooks) outlive a dead actor unless told.
+        self.entry(id)?.token.cancel();
+        // Its linked descendants died with it (ractor kills them), whatever its own record
+        // says: a run's actor can be killed after its record settled.
+        self.kill_descendants(id, now);
+        if self.status_of(id)?.is_live() {
+            let outcome = match failure {
+                Some(error) => Outcome::failed(EndReason::ActorFailed, error),
+                None => Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+            };
+            self.settle(id, outcome, now);
+        }
+        let outcome = self.rec(id)?.outcome.clone()?;
+        Some((outcome, self.entry(id)?.deferred))
+    }
+
+    /// Settles every live non-detached descendant of `id` as killed (their actors were
+    /// killed by ractor when `id`'s actor died) and cancels their tokens so their tasks end.
+    fn kill_descendants(&mut self, id: AgentId, now: u64) {
+        let mut stack: Vec<AgentId> = self.rec(id).map(|r| r.children.clone()).unwrap_or_default();
+        while let Some(child) = stack.pop() {
+            let (Some(entry), Some(record)) = (self.entry(child), self.rec(child)) else {
+                continue;
+            };
+            // A detached subtree is linked under the root actor, so it was not killed.
+            if record.detached {
+                continue;
+            }
+            stack.extend(record.children.iter().copied());
+            entry.token.cancel();
+            self.settle_final(
+                child,
+                Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+                now,
+            );
+        }
+    }
+
+    /// Makes an outcome that awaits its owner's restart decision final.
+    fn release(&mut self, id: AgentId) {
+        if self.entry(id).is_some_and(|e| e.deferred) {
+            if let Some(status) = self.status_of(id) {
+                self.finalize(id, status);
+            }
+        }
+    }
+
+    /// Makes `id`'s recorded outcome final: watchers are told, and its live slot (and pool
+    /// slot) is released.
+    fn finalize(&mut self, id: AgentId, before: AgentStatus) {
+        let (outcome, parent) = match self.rec(id) {
+            Some(r) => (r.outcome.clone(), r.parent),
+            None => return,
+        };
+        let Some(entry) = self.entry_mut(id) else {
+            return;
+        };
+        entry.deferred = false;
+        entry.held = false;
+        entry.settled.send_replace(outcome);
+        let pooled = entry.pooled;
+        self.live = self.live.saturating_sub(1);
+        self.live_tx.send_replace(self.live);
+        if pooled {
+            if before == AgentStatus::Queued {
+                self.pool_queue.retain(|&q| q != id);
+            } else {
+                self.pool_running = self.pool_running.saturating_sub(1);
+            }
+        }
+        if let Some(parent) = parent.and_then(|p| self.entry_mut(p)) {
+            parent.live_children = parent.live_children.saturating_sub(1);
+        }
+    }
+
+    /// Every live detached agent.
+    fn detached_live(&self) -> Vec<AgentId> {
+        self.records
+            .iter()
+            .filter(|r| r.detached && r.status.is_live())
+            .map(|r| r.id)
+            .collect()
+    }
+}

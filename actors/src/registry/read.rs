@@ -1,0 +1,254 @@
+//! Queries and the plain writes of a running agent: steering routes, ownership checks,
+//! usage, `completing`, announcements, and what handles, waits and snapshots read.
+
+use agent_tree_protocol::{
+    AgentId, AgentRecord, AgentStatus, EventKind, Outcome, RestartPolicy, TreeSnapshot, Usage,
+};
+use ractor::ActorCell;
+use tokio::sync::{mpsc, watch};
+
+use super::Registry;
+use crate::config::ControlScope;
+use crate::control;
+use crate::error::ControlError;
+use crate::events::EventStream;
+
+/// Where a steer goes.
+#[derive(Debug)]
+pub(crate) enum SteerRoute {
+    /// Kept in the registry until the agent's session starts.
+    Queued,
+    /// To the agent's actor.
+    Actor(ActorCell),
+}
+
+impl Registry {
+    /// Routes a steer: queued in the registry while the agent has no session yet, else to its
+    /// actor.
+    pub(crate) fn route_steer(
+        &self,
+        id: AgentId,
+        text: String,
+    ) -> Result<SteerRoute, ControlError> {
+        let mut inner = self.lock();
+        let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
+        let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
+        // A live agent whose run has ended refuses the steer itself (its actor answers).
+        if status.is_terminal() {
+            return Err(ControlError::WrongStatus(id, status));
+        }
+        match &entry.actor {
+            Some(actor) => Ok(SteerRoute::Actor(actor.clone())),
+            None => {
+                entry.pending_steers.push(text);
+                Ok(SteerRoute::Queued)
+            }
+        }
+    }
+
+    /// Whether `caller` may control `target` under `scope`. A missing target and a foreign
+    /// one give the same error.
+    pub(crate) fn authorize(
+        &self,
+        caller: AgentId,
+        target: AgentId,
+        scope: ControlScope,
+    ) -> Result<(), ControlError> {
+        let inner = self.lock();
+        let parent_of = |id: AgentId| inner.rec(id).and_then(|r| r.parent);
+        if control::reaches(scope, caller, target, parent_of) {
+            Ok(())
+        } else {
+            Err(ControlError::NotYours(target))
+        }
+    }
+
+    /// The actor of `id` while it is still in run `run`.
+    pub(crate) fn run_actor(&self, id: AgentId, run: u32) -> Option<ActorCell> {
+        let inner = self.lock();
+        inner
+            .entry(id)
+            .filter(|e| e.runs == run)
+            .and_then(|e| e.actor.clone())
+    }
+
+    /// Whether `id` is still in run `run` and ended killed.
+    pub(crate) fn killed_in_run(&self, id: AgentId, run: u32) -> bool {
+        let inner = self.lock();
+        inner.status_of(id) == Some(AgentStatus::Killed)
+            && inner.entry(id).is_some_and(|e| e.runs == run)
+    }
+
+    /// `id`'s current run and a receiver of the last run of it that ended.
+    pub(crate) fn watch_runs(&self, id: AgentId) -> Option<(u32, watch::Receiver<u32>)> {
+        let inner = self.lock();
+        inner.entry(id).map(|e| (e.runs, e.ended_run.subscribe()))
+    }
+
+    /// Agents whose ractor actor is still alive, asking ractor (not our records).
+    pub(crate) fn alive_actors(&self) -> Vec<AgentId> {
+        let inner = self.lock();
+        inner
+            .entries
+            .iter()
+            .zip(&inner.records)
+            .filter(|(e, _)| {
+                e.actor
+                    .as_ref()
+                    .is_some_and(|a| a.get_status() != ractor::ActorStatus::Stopped)
+            })
+            .map(|(_, r)| r.id)
+            .collect()
+    }
+
+    /// Actors of the subtree of `top` (detached descendants included) whose agent is terminal
+    /// but whose actor has not exited yet: settled and stopping, or killed with its owner.
+    pub(crate) fn settled_but_alive(&self, top: AgentId) -> Vec<ActorCell> {
+        let inner = self.lock();
+        let mut out = Vec::new();
+        let mut stack = vec![top];
+        while let Some(id) = stack.pop() {
+            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+                continue;
+            };
+            stack.extend(record.children.iter().copied());
+            if let Some(actor) = entry.actor.as_ref().filter(|_| record.status.is_terminal()) {
+                if actor.get_status() != ractor::ActorStatus::Stopped {
+                    out.push(actor.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The actors of `ids` that are still alive.
+    pub(crate) fn actors_of(&self, ids: &[AgentId]) -> Vec<(AgentId, ActorCell)> {
+        let inner = self.lock();
+        ids.iter()
+            .filter_map(|&id| {
+                inner
+                    .entry(id)
+                    .and_then(|e| e.actor.clone().map(|a| (id, a)))
+            })
+            .collect()
+    }
+
+    /// The children of `owner` in start order, with whether each is live.
+    pub(crate) fn children_of(&self, owner: AgentId) -> Vec<(AgentId, bool)> {
+        let inner = self.lock();
+        inner
+            .rec(owner)
+            .map(|r| {
+                r.children
+                    .iter()
+                    .filter_map(|&c| inner.rec(c))
+                    .filter(|c| !c.detached)
+                    // A queued sibling has nothing to stop or restart: it stays queued.
+                    .map(|c| (c.id, c.status.is_live() && c.status != AgentStatus::Queued))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The restart type `id` was started with.
+    pub(crate) fn restart_policy(&self, id: AgentId) -> RestartPolicy {
+        self.lock()
+            .entry(id)
+            .and_then(|e| e.spec.as_ref().map(|s| s.definition.restart))
+            .unwrap_or_default()
+    }
+
+    /// A copy of `id`'s record.
+    pub(crate) fn record(&self, id: AgentId) -> Option<AgentRecord> {
+        self.lock().rec(id).cloned()
+    }
+
+    /// `id`'s status.
+    pub(crate) fn status(&self, id: AgentId) -> Option<AgentStatus> {
+        self.lock().status_of(id)
+    }
+
+    /// `id`'s outcome, once settled.
+    pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
+        // An exit awaiting its owner's restart decision is not an outcome yet.
+        let inner = self.lock();
+        inner
+            .entry(id)
+            .filter(|e| !e.deferred)
+            .and_then(|_| inner.rec(id)?.outcome.clone())
+    }
+
+    /// A receiver that sees `id`'s outcome once it is final.
+    pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
+        self.lock().entry(id).map(|e| e.settled.subscribe())
+    }
+
+    /// Live agents (depth ≥ 1).
+    pub(crate) fn live(&self) -> usize {
+        self.lock().live
+    }
+
+    /// Subscribes to every event from now on.
+    pub(crate) fn subscribe(&self) -> EventStream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().subscribers.push(tx);
+        EventStream::new(rx)
+    }
+
+    /// The whole tree as it is now.
+    pub(crate) fn snapshot(&self) -> TreeSnapshot {
+        let now = self.now_ms();
+        let inner = self.lock();
+        TreeSnapshot {
+            session: self.session.clone(),
+            taken_ms: now,
+            records: inner.records.clone(),
+            tally: inner.tally.clone(),
+            peak_live: inner.peak_live,
+        }
+    }
+
+    /// Moves a live agent to `completing` (its run ended, its children drain).
+    pub(crate) fn completing(&self, id: AgentId) {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        if inner
+            .status_of(id)
+            .is_some_and(|s| s.advance(AgentStatus::Completing).is_ok())
+        {
+            inner.emit(id, EventKind::Completing, now);
+        }
+    }
+
+    /// Records one model turn's usage of run `run` on `id` and every ancestor, and announces
+    /// it. Nothing of an agent is recorded after its terminal event: a turn that returns after
+    /// its run settled (its actor was killed meanwhile, or it was restarted) is dropped, with
+    /// a warning, so the records and the event stream always agree.
+    pub(crate) fn add_usage(&self, id: AgentId, run: u32, delta: Usage) {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
+            return;
+        };
+        if entry.runs != run || status.is_terminal() {
+            drop(inner);
+            tracing::warn!(agent = %id, run, ?delta, "usage of a turn that returned after its run settled is dropped");
+            return;
+        }
+        // The fold adds the delta to the agent's own and every ancestor's subtree.
+        inner.emit(id, EventKind::UsageReported { delta }, now);
+    }
+
+    /// Announces an event about `id` that changes no record.
+    pub(crate) fn announce(&self, id: AgentId, kind: EventKind) {
+        let now = self.now_ms();
+        self.lock().emit(id, kind, now);
+    }
+
+    /// Waits until no agent is live.
+    pub(crate) async fn idle(&self) {
+        let mut live = self.lock().live_tx.subscribe();
+        // The sender lives as long as the registry, which `&self` keeps alive.
+        let _ = live.wait_for(|&n| n == 0).await;
+    }
+}
