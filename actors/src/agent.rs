@@ -35,12 +35,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::{self, Capabilities};
 use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::error::ControlError;
 use crate::hooks::{self, HookContext};
 use crate::model::ModelRequest;
 use crate::msg::{AgentMsg, SteerReceipt, TurnResult};
+use crate::policy::capability::{self, Capabilities};
 use crate::shared::{Branch, SharedRef};
 use crate::spawn::PendingStart;
 use crate::supervision::{self, ChildSupervisor, Verdict};

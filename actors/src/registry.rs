@@ -30,13 +30,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, OwnerView, Slot};
 use crate::config::{ControlScope, TreeConfig};
-use crate::control;
 use crate::error::{ControlError, SpawnError};
 use crate::events::EventStream;
+use crate::policy::admission::{self, OwnerView, Slot};
+use crate::policy::control;
+use crate::policy::restart;
 use crate::spawn::PendingStart;
-use crate::supervisor;
 
 /// The registry of one tree.
 #[derive(Debug)]
@@ -1117,7 +1117,7 @@ impl Inner {
             .as_ref()
             .map(|s| s.definition.restart)
             .unwrap_or_default();
-        let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
+        let restartable = entry.held || restart::restart_wanted(policy, &outcome);
         let under_shutdown = entry.shutdown.is_some();
         let (parent, detached) = self
             .rec(id)

@@ -10,10 +10,10 @@ use ractor::{Actor, ActorRef};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentActor, AgentArgs};
-use crate::capability::Capabilities;
 use crate::config::INHERIT_CONTEXT_MAX_DEPTH;
 use crate::error::SpawnError;
 use crate::msg::AgentMsg;
+use crate::policy::capability::Capabilities;
 use crate::registry::{Admission, Admitted};
 use crate::shared::{Branch, SharedRef};
 

@@ -13,10 +13,11 @@ use ractor::{ActorRef, SupervisionEvent};
 use tokio::time::Instant;
 
 use crate::msg::AgentMsg;
+use crate::policy::restart::RestartBudget;
+use crate::policy::strategy;
 use crate::registry::Registry;
 use crate::shared::SharedRef;
 use crate::spawn;
-use crate::supervisor::{self, RestartBudget};
 
 /// Handles a child's supervision event: a child whose current actor ended without settling
 /// itself is settled (failed after an actor failure, killed otherwise). Returns the child's
@@ -155,7 +156,7 @@ impl ChildSupervisor {
             registry.release(child);
             return Verdict::Continue;
         };
-        let plan = supervisor::plan(self.strategy, index, &live);
+        let plan = strategy::plan(self.strategy, index, &live);
         let stop = plan.stop.iter().map(|&i| children[i].0).collect();
         let restart = plan.restart.iter().map(|&i| children[i].0).collect();
         self.active = Some((stop, restart));

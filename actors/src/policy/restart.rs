@@ -1,18 +1,17 @@
-//! Erlang's supervision, as pure decisions: which exits restart, the restart intensity
-//! window, and which siblings a strategy stops and restarts.
+//! Restart decisions for one exit: whether its restart type wants a restart, and the restart
+//! intensity window checked before each restart.
 //!
 //! # Invariants
 //!
 //! * The intensity is checked before each restart: at most `max_restarts` restarts within any
 //!   window of `period`; the one past it escalates instead (Erlang's `add_restart`).
-//! * A strategy stops siblings in reverse start order and restarts in start order.
 //! * An abort is the owner's (or the application's) intent, like `terminate_child`: it is
 //!   never restarted, whatever the restart type.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use agent_tree_protocol::{AgentStatus, Outcome, RestartPolicy, Strategy};
+use agent_tree_protocol::{AgentStatus, Outcome, RestartPolicy};
 use tokio::time::Instant;
 
 /// Whether a child of restart type `policy` that ended with `outcome` is restarted.
@@ -70,31 +69,6 @@ impl RestartBudget {
     }
 }
 
-/// What a strategy does after child `failed` (an index into the owner's children in start
-/// order) ended: the siblings to stop, in the order to stop them (reverse start order), and
-/// every child to restart, in start order. `live[i]` says whether child `i` is still running.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) stop: Vec<usize>,
-    pub(crate) restart: Vec<usize>,
-}
-
-pub(crate) fn plan(strategy: Strategy, failed: usize, live: &[bool]) -> Plan {
-    let siblings: Vec<usize> = match strategy {
-        Strategy::OneForOne => Vec::new(),
-        Strategy::OneForAll => (0..live.len())
-            .filter(|&i| i != failed && live[i])
-            .collect(),
-        Strategy::RestForOne => (failed + 1..live.len()).filter(|&i| live[i]).collect(),
-    };
-    let mut restart = siblings.clone();
-    restart.push(failed);
-    restart.sort_unstable();
-    let mut stop = siblings;
-    stop.reverse();
-    Plan { stop, restart }
-}
-
 #[cfg(test)]
 mod tests {
     use agent_tree_protocol::EndReason;
@@ -150,31 +124,5 @@ mod tests {
     #[test]
     fn zero_intensity_never_restarts() {
         assert!(!RestartBudget::new(0, Duration::from_secs(5)).try_add(Instant::now()));
-    }
-
-    #[test]
-    fn strategies_choose_siblings() {
-        let live = [true, true, false, true, true];
-        assert_eq!(
-            plan(Strategy::OneForOne, 1, &live),
-            Plan {
-                stop: vec![],
-                restart: vec![1]
-            }
-        );
-        assert_eq!(
-            plan(Strategy::OneForAll, 1, &live),
-            Plan {
-                stop: vec![4, 3, 0],
-                restart: vec![0, 1, 3, 4]
-            }
-        );
-        assert_eq!(
-            plan(Strategy::RestForOne, 1, &live),
-            Plan {
-                stop: vec![4, 3],
-                restart: vec![1, 3, 4]
-            }
-        );
     }
 }
