@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use agent_tree_protocol::{AgentId, AgentStatus, RestartPolicy, Strategy};
 use ractor::{ActorRef, SupervisionEvent};
-use tokio::time::Instant;
 
 use crate::msg::AgentMsg;
-use crate::policy::restart::RestartBudget;
+use crate::policy::restart::{Intensity, RestartBudget};
 use crate::policy::strategy;
 use crate::registry::Registry;
 use crate::shared::SharedRef;
@@ -135,7 +134,7 @@ impl ChildSupervisor {
         child: AgentId,
     ) -> Verdict {
         let registry = &shared.registry;
-        if !self.budget.try_add(Instant::now()) {
+        if self.budget.try_add(registry.epoch().elapsed()) == Intensity::Exceeded {
             registry.release(child);
             let cause = registry
                 .record(child)

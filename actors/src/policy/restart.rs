@@ -12,7 +12,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use agent_tree_protocol::{AgentStatus, Outcome, RestartPolicy};
-use tokio::time::Instant;
 
 /// Whether a child of restart type `policy` that ended with `outcome` is restarted.
 ///
@@ -33,15 +32,31 @@ pub(crate) fn restart_wanted(policy: RestartPolicy, outcome: &Outcome) -> bool {
     }
 }
 
-/// A sliding window of restart times.
+/// Whether one more restart fits the restart intensity.
+#[must_use = "`Exceeded` means the owner escalates instead of restarting"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Intensity {
+    /// The restart is recorded: go ahead.
+    Within,
+    /// `max_restarts` restarts already fall within the last `period`: nothing is recorded,
+    /// and the owner fails and escalates with the exit's cause.
+    Exceeded,
+}
+
+/// The restart intensity of one owner: a sliding window of its children's restart times
+/// (OTP's `restarts` list), at most `max_restarts` within any `period`.
+///
+/// Times are `Duration`s since an epoch the caller picks; they must not go backwards.
 #[derive(Clone, Debug)]
 pub(crate) struct RestartBudget {
     max_restarts: u32,
     period: Duration,
-    restarts: VecDeque<Instant>,
+    /// When each restart still inside the window happened, oldest first.
+    restarts: VecDeque<Duration>,
 }
 
 impl RestartBudget {
+    /// A budget of `max_restarts` restarts within any `period`.
     pub(crate) fn new(max_restarts: u32, period: Duration) -> Self {
         RestartBudget {
             max_restarts,
@@ -50,22 +65,21 @@ impl RestartBudget {
         }
     }
 
-    /// Records a restart at `now` if the intensity allows it; `false` means escalate.
-    #[must_use = "false means the intensity is exceeded"]
-    pub(crate) fn try_add(&mut self, now: Instant) -> bool {
+    /// Records a restart at `now` if the intensity allows it.
+    pub(crate) fn try_add(&mut self, now: Duration) -> Intensity {
         // As OTP's `add_restart`: a restart exactly one period old still counts.
         while let Some(&oldest) = self.restarts.front() {
-            if now.saturating_duration_since(oldest) > self.period {
+            if now.saturating_sub(oldest) > self.period {
                 self.restarts.pop_front();
             } else {
                 break;
             }
         }
         if self.restarts.len() as u64 >= u64::from(self.max_restarts) {
-            return false;
+            return Intensity::Exceeded;
         }
         self.restarts.push_back(now);
-        true
+        Intensity::Within
     }
 }
 
@@ -102,27 +116,42 @@ mod tests {
         }
     }
 
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
     #[test]
     fn intensity_window_slides() {
-        let t0 = Instant::now();
+        use Intensity::*;
         let mut budget = RestartBudget::new(3, Duration::from_secs(5));
-        for s in [0, 1, 2] {
-            assert!(budget.try_add(t0 + Duration::from_secs(s)));
+        for s in [0, 1_000, 2_000] {
+            assert_eq!(budget.try_add(ms(s)), Within);
         }
-        assert!(
-            !budget.try_add(t0 + Duration::from_secs(3)),
-            "fourth within 5 s"
-        );
+        assert_eq!(budget.try_add(ms(3_000)), Exceeded, "fourth within 5 s");
         // Exactly one period later the first restart still counts (OTP's `Now =< Then +
         // Period`); just after, it has left the window.
-        assert!(!budget.try_add(t0 + Duration::from_secs(5)));
-        assert!(budget.try_add(t0 + Duration::from_millis(5_001)));
-        assert!(!budget.try_add(t0 + Duration::from_millis(6_000)));
-        assert!(budget.try_add(t0 + Duration::from_millis(6_001)));
+        assert_eq!(budget.try_add(ms(5_000)), Exceeded);
+        assert_eq!(budget.try_add(ms(5_001)), Within);
+        assert_eq!(budget.try_add(ms(6_000)), Exceeded);
+        assert_eq!(budget.try_add(ms(6_001)), Within);
+    }
+
+    #[test]
+    fn an_exceeded_restart_is_not_recorded() {
+        use Intensity::*;
+        let mut budget = RestartBudget::new(1, ms(100));
+        assert_eq!(budget.try_add(ms(0)), Within);
+        // Refused attempts do not extend the window: the restart at 0 alone decides.
+        for t in [10, 50, 100] {
+            assert_eq!(budget.try_add(ms(t)), Exceeded, "at {t} ms");
+        }
+        assert_eq!(budget.try_add(ms(101)), Within);
     }
 
     #[test]
     fn zero_intensity_never_restarts() {
-        assert!(!RestartBudget::new(0, Duration::from_secs(5)).try_add(Instant::now()));
+        let mut budget = RestartBudget::new(0, Duration::from_secs(5));
+        assert_eq!(budget.try_add(ms(0)), Intensity::Exceeded);
+        assert_eq!(budget.try_add(ms(60_000)), Intensity::Exceeded);
     }
 }
