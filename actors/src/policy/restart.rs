@@ -1,12 +1,19 @@
-//! Restart decisions for one exit: whether its restart type wants a restart, and the restart
-//! intensity window checked before each restart.
+//! Restart decisions about one exit: whether its restart type wants a restart
+//! ([`restart_wanted`]), whether the exit waits for its owner's decision or is final at once
+//! ([`deferred`]), and the restart intensity checked before each restart ([`RestartBudget`]).
+//!
+//! It never restarts, releases or holds anything, and never picks siblings: the registry
+//! keeps an exit open on [`deferred`]'s word, and [`super::strategy`] plans the restart.
 //!
 //! # Invariants
 //!
 //! * The intensity is checked before each restart: at most `max_restarts` restarts within any
 //!   window of `period`; the one past it escalates instead (Erlang's `add_restart`).
 //! * An abort is the owner's (or the application's) intent, like `terminate_child`: it is
-//!   never restarted, whatever the restart type.
+//!   never restarted, whatever the restart type, unless the owner's own strategy stopped it.
+//! * Only a live owner decides, and only for its supervised children: an exit under a
+//!   shutdown, of a detached nested agent, or whose owner is gone or aborting is final at
+//!   once.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -30,6 +37,51 @@ pub(crate) fn restart_wanted(policy: RestartPolicy, outcome: &Outcome) -> bool {
             matches!(status, AgentStatus::Failed | AgentStatus::Killed)
         }
     }
+}
+
+/// The facts about one exit that decide whether it waits for its owner's decision
+/// ([`deferred`]). The root's own exit never asks: nobody is above it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Exit<'a> {
+    /// The restart type the agent was started with.
+    pub(crate) restart: RestartPolicy,
+    /// How it ended.
+    pub(crate) outcome: &'a Outcome,
+    /// Its owner's strategy stopped it to restart it: held for the restart whatever its exit.
+    pub(crate) held: bool,
+    /// Spawned detached: linked under the root actor, not its owner's.
+    pub(crate) detached: bool,
+    /// Its owner is the root (a top-level agent).
+    pub(crate) top_level: bool,
+    /// A shutdown reached it: the shutdown decides for everyone, nothing restarts.
+    pub(crate) under_shutdown: bool,
+    /// Its owner is live and not being aborted, so someone is there to decide.
+    pub(crate) owner_live: bool,
+}
+
+/// Whether `exit` waits for its owner's restart decision (recorded, but not final: watchers
+/// are not told and it keeps its live slot) rather than being final at once: it is
+/// restartable (held by its owner's strategy, or its restart type wants it), supervised (not
+/// detached, unless top-level, whose owner the root is anyway; and not under a shutdown),
+/// and its owner is live.
+///
+/// | restartable | supervised | owner live | deferred |
+/// | --- | --- | --- | --- |
+/// | yes | yes | yes | yes |
+/// | no | any | any | no |
+/// | any | no | any | no |
+/// | any | any | no | no |
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the registry's settle switches to it in its rewrite"
+    )
+)]
+pub(crate) fn deferred(exit: &Exit<'_>) -> bool {
+    let restartable = exit.held || restart_wanted(exit.restart, exit.outcome);
+    let supervised = (!exit.detached || exit.top_level) && !exit.under_shutdown;
+    restartable && supervised && exit.owner_live
 }
 
 /// Whether one more restart fits the restart intensity.
@@ -113,6 +165,121 @@ mod tests {
                     "{policy:?} {status:?}"
                 );
             }
+        }
+    }
+
+    /// An exit of a nested, attached child of a live owner, with no shutdown: the facts under
+    /// which only restartability decides.
+    fn exit(restart: RestartPolicy, outcome: &Outcome) -> Exit<'_> {
+        Exit {
+            restart,
+            outcome,
+            held: false,
+            detached: false,
+            top_level: false,
+            under_shutdown: false,
+            owner_live: true,
+        }
+    }
+
+    #[test]
+    fn a_supervised_exit_is_deferred_exactly_when_its_restart_type_wants_it() {
+        use AgentStatus::*;
+        use RestartPolicy::*;
+        for policy in [Permanent, Transient, Temporary] {
+            for status in [Completed, Failed, Killed, Aborted] {
+                let outcome = ended(status);
+                assert_eq!(
+                    deferred(&exit(policy, &outcome)),
+                    restart_wanted(policy, &outcome),
+                    "{policy:?} {status:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_held_exit_is_deferred_whatever_its_type_and_exit() {
+        use AgentStatus::*;
+        use RestartPolicy::*;
+        for policy in [Permanent, Transient, Temporary] {
+            for status in [Completed, Failed, Killed, Aborted] {
+                let outcome = ended(status);
+                let held = Exit {
+                    held: true,
+                    ..exit(policy, &outcome)
+                };
+                assert!(deferred(&held), "{policy:?} {status:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_live_owner_decides_and_only_for_supervised_children() {
+        let failed = ended(AgentStatus::Failed);
+        let base = Exit {
+            held: true,
+            ..exit(RestartPolicy::Permanent, &failed)
+        };
+        // (facts, deferred)
+        let table = [
+            (base, true),
+            (
+                Exit {
+                    owner_live: false,
+                    ..base
+                },
+                false,
+            ),
+            (
+                Exit {
+                    under_shutdown: true,
+                    ..base
+                },
+                false,
+            ),
+            (
+                Exit {
+                    detached: true,
+                    ..base
+                },
+                false,
+            ),
+            // A detached top-level agent is linked under the root, its owner anyway.
+            (
+                Exit {
+                    detached: true,
+                    top_level: true,
+                    ..base
+                },
+                true,
+            ),
+            (
+                Exit {
+                    top_level: true,
+                    ..base
+                },
+                true,
+            ),
+            (
+                Exit {
+                    top_level: true,
+                    under_shutdown: true,
+                    ..base
+                },
+                false,
+            ),
+            (
+                Exit {
+                    top_level: true,
+                    owner_live: false,
+                    ..base
+                },
+                false,
+            ),
+        ];
+        for (facts, want) in table {
+            assert_eq!(deferred(&facts), want, "{facts:?}");
         }
     }
 
