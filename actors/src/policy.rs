@@ -14,8 +14,10 @@
 //!   and whether a top-level background agent runs or queues for a pool slot.
 //! * [`capability`]: which tools an agent is offered, and its default `max_turns`.
 //! * [`control`]: which agents an agent's control tools reach.
-//! * [`restart`]: whether an exit is restarted, and the restart intensity window.
-//! * [`strategy`]: which siblings a restart strategy stops and restarts.
+//! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
+//!   and the restart intensity window.
+//! * [`strategy`]: which siblings a restart strategy stops and restarts, and one owner's
+//!   restart exchange as a machine of steps (stop, release, restart, retry, escalate).
 //! * [`wait`]: which members of a waited set a wait policy aborts.
 //!
 //! # Invariants
