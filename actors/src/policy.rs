@@ -16,6 +16,8 @@
 //! * [`control`]: which agents an agent's control tools reach.
 //! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
 //!   and the restart intensity window.
+//! * [`settle`]: what a run's end does to the agent's live children (abort or drain), and
+//!   which settled children the owner's conversation hears of.
 //! * [`strategy`]: which siblings a restart strategy stops and restarts, and one owner's
 //!   restart exchange as a machine of steps (stop, release, restart, retry, escalate).
 //! * [`wait`]: which members of a waited set a wait policy aborts.
@@ -31,5 +33,6 @@ pub(crate) mod admission;
 pub(crate) mod capability;
 pub(crate) mod control;
 pub(crate) mod restart;
+pub(crate) mod settle;
 pub(crate) mod strategy;
 pub(crate) mod wait;
