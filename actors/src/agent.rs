@@ -42,8 +42,8 @@ use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy, ToolS
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::{self, Capabilities};
 use crate::msg::{AgentMsg, ShutdownOrder};
+use crate::policy::capability::{self, Capabilities};
 use crate::registry::{ConversationCell, StartTicket};
 use crate::shared::{Branch, SharedRef};
 use crate::spawn::PendingStart;
@@ -245,10 +245,8 @@ impl AgentState {
             detached: _,
             owner_capabilities,
         } = start;
-        if resumed {
-            // Children spawned during a resumed run never outlive it.
-            settle = SettlePolicy::AbortChildren;
-        }
+        // Children spawned during a resumed run never outlive it.
+        settle = crate::policy::settle::effective(settle, resumed);
         let capabilities = capability::capabilities(
             &definition,
             depth,

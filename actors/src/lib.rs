@@ -5,12 +5,9 @@
 //! `agent-tree-protocol` with a prelude. See `docs/semantics.md` for the guarantees.
 #![forbid(unsafe_code)]
 
-mod admission;
 mod agent;
-mod capability;
 mod catalog;
 mod config;
-mod control;
 #[cfg(test)]
 mod cost_tests;
 mod error;
@@ -18,13 +15,13 @@ mod events;
 mod hooks;
 mod model;
 mod msg;
+mod policy;
 mod registry;
 mod root;
 mod shared;
 mod shutdown;
 mod spawn;
 mod supervision;
-mod supervisor;
 pub mod testkit;
 mod tool;
 mod tree;

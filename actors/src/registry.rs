@@ -56,7 +56,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::OwnerView;
+use crate::policy::admission::OwnerView;
 use crate::spawn::PendingStart;
 
 pub(crate) use admit::{Admission, Admitted};

@@ -7,9 +7,9 @@ use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy, Spawn
 use ractor::{Actor, ActorId, ActorRef};
 
 use crate::agent::{AgentActor, AgentArgs};
-use crate::capability::Capabilities;
 use crate::error::SpawnError;
 use crate::msg::AgentMsg;
+use crate::policy::capability::Capabilities;
 use crate::registry::{Admission, Admitted, StartTicket};
 use crate::shared::{Branch, SharedRef};
 
@@ -114,11 +114,30 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
 }
 
 /// Starts the actor of `ticket`'s run, linked under `owner_actor` (under the root actor for a
-/// detached agent).
+/// detached agent). If it cannot start, the agent fails for good.
 pub(crate) async fn start(
     shared: &SharedRef,
     ticket: StartTicket,
     owner_actor: &ActorRef<AgentMsg>,
+) -> Result<ActorRef<AgentMsg>, SpawnError> {
+    start_run(shared, ticket, owner_actor, false).await
+}
+
+/// As [`start`], for a restart: if it cannot start, the failed run's exit awaits its owner's
+/// decision again (per its restart type), so the owner can retry it under its intensity.
+pub(crate) async fn start_restart(
+    shared: &SharedRef,
+    ticket: StartTicket,
+    owner_actor: &ActorRef<AgentMsg>,
+) -> Result<ActorRef<AgentMsg>, SpawnError> {
+    start_run(shared, ticket, owner_actor, true).await
+}
+
+async fn start_run(
+    shared: &SharedRef,
+    ticket: StartTicket,
+    owner_actor: &ActorRef<AgentMsg>,
+    restart: bool,
 ) -> Result<ActorRef<AgentMsg>, SpawnError> {
     // A detached agent is supervised by the root actor, so its owner's end (which makes
     // ractor kill every linked child) does not take it along.
@@ -139,7 +158,9 @@ pub(crate) async fn start(
             // nothing of it is left running.
             token.cancel();
             let message = error.to_string();
-            shared.registry.fail_start(id, run, message.clone());
+            shared
+                .registry
+                .fail_start(id, run, message.clone(), restart);
             Err(SpawnError::Startup(message))
         }
     }

@@ -1,21 +1,22 @@
-//! Supervision in the actors: ractor's supervision events handled our way, and the restart
-//! decisions of an owner (agent or root) carried out.
+//! Supervision glue: an owner's (agent's or root's) restart decisions carried out. The
+//! decisions themselves are [`StrategyMachine`]'s, a pure machine with `now` passed in; this
+//! module gathers the facts it needs, carries out each [`Step`] (stop, release, restart,
+//! escalate) and reports back, and tells the owner what it did as [`Action`]s for its child
+//! table.
 //!
 //! ractor's default `handle_supervisor_evt` stops the parent when any child ends, even
-//! normally; both of our actor types replace it and hand deferred exits to a
-//! [`ChildSupervisor`], which reports what it did as [`Action`]s.
+//! normally; both of our actor types replace it and hand deferred exits here.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use agent_tree_protocol::{AgentId, AgentStatus, RestartPolicy, Strategy};
+use agent_tree_protocol::{AgentId, Outcome, Strategy};
 use ractor::{ActorId, ActorRef};
-use tokio::time::Instant;
 
 use crate::msg::AgentMsg;
+use crate::policy::strategy::{Owner, Step, StrategyMachine};
+use crate::registry::Registry;
 use crate::shared::SharedRef;
 use crate::spawn;
-use crate::supervisor::{self, RestartBudget};
 
 /// What a supervisor did about its children, for the owner's child table: the owner never
 /// reads its children's states back.
@@ -29,44 +30,35 @@ pub(crate) enum Action {
         run: u32,
         actor: ActorId,
     },
-    /// A restart failed to start: the child's outcome is final, as recorded.
-    StartFailed(AgentId, agent_tree_protocol::Outcome),
+    /// A restart could not start and the exit is final, as recorded.
+    StartFailed(AgentId, Outcome),
     /// The restart intensity is exceeded: the owner fails with this cause (the original
     /// failure, kept).
     Escalate(String),
 }
 
-/// The restart state of one owner: its strategy, its intensity window and a restart in
-/// progress (siblings being stopped one by one, in reverse start order).
+/// The restart state of one owner.
 #[derive(Debug)]
 pub(crate) struct ChildSupervisor {
-    strategy: Strategy,
-    budget: RestartBudget,
-    /// Siblings still to stop, in stop order, and every child to restart, in start order.
-    active: Option<(VecDeque<AgentId>, Vec<AgentId>)>,
-    /// Failures that arrived while a restart was under way.
-    deferred: VecDeque<AgentId>,
+    machine: StrategyMachine,
 }
 
 impl ChildSupervisor {
     pub(crate) fn new(strategy: Strategy, max_restarts: u32, period: Duration) -> Self {
         ChildSupervisor {
-            strategy,
-            budget: RestartBudget::new(max_restarts, period),
-            active: None,
-            deferred: VecDeque::new(),
+            machine: StrategyMachine::new(strategy, max_restarts, period),
         }
     }
 
-    /// Whether a restart plan is under way (siblings being stopped).
+    /// Whether a restart is under way: every child end must be reported then, not only
+    /// deferred exits.
     pub(crate) fn is_active(&self) -> bool {
-        self.active.is_some()
+        self.machine.busy()
     }
 
-    /// A child of `owner` ended (deferred to this owner's decision, or a sibling a plan is
-    /// stopping). `closing` is true when the owner itself is ending: nothing is restarted
-    /// then. Failures that arrive while a restart is under way are taken up, in order, once
-    /// it is done. Returns what was done, for the owner's child table.
+    /// A child of `owner` ended (deferred to this owner's decision, or while a restart is
+    /// under way). `closing` is true when the owner itself is ending: nothing is restarted
+    /// then. Returns what was done, for the owner's child table.
     pub(crate) async fn child_ended(
         &mut self,
         shared: &SharedRef,
@@ -75,162 +67,99 @@ impl ChildSupervisor {
         child: AgentId,
         closing: bool,
     ) -> Vec<Action> {
+        let registry = &shared.registry;
         let mut actions = Vec::new();
-        let mut next = Some(child);
-        while let Some(ended) = next {
-            self.one_ended(shared, owner, owner_actor, ended, closing, &mut actions)
-                .await;
-            if matches!(actions.last(), Some(Action::Escalate(_))) {
-                break;
+        let state = if closing {
+            Owner::Closing
+        } else {
+            Owner::Running
+        };
+        let now = registry.epoch().elapsed();
+        let mut step = self
+            .machine
+            .ended(child, state, now, &registry.supervision_facts(owner));
+        loop {
+            match step {
+                Step::Idle => break,
+                Step::Stop(sibling) => {
+                    // Its end comes back through `child_ended`.
+                    registry.hold_and_abort(sibling);
+                    break;
+                }
+                Step::Release(ids) => {
+                    for id in ids {
+                        release(registry, id, &mut actions);
+                    }
+                }
+                Step::Restart(ids) => {
+                    for id in ids {
+                        self.restart(shared, owner_actor, id, &mut actions).await;
+                    }
+                }
+                Step::Escalate {
+                    cause,
+                    release: ids,
+                } => {
+                    for id in ids {
+                        release(registry, id, &mut actions);
+                    }
+                    actions.push(Action::Escalate(cause_of(registry, cause)));
+                    break;
+                }
             }
-            next = self.next_deferred();
+            let now = registry.epoch().elapsed();
+            step = self.machine.next(now, &registry.supervision_facts(owner));
         }
         actions
     }
 
-    async fn one_ended(
-        &mut self,
-        shared: &SharedRef,
-        owner: AgentId,
-        owner_actor: &ActorRef<AgentMsg>,
-        child: AgentId,
-        closing: bool,
-        actions: &mut Vec<Action>,
-    ) {
-        let registry = &shared.registry;
-        if closing {
-            // The owner is ending: no plan goes on, nothing restarts.
-            self.active = None;
-            release(registry, child, actions);
-            for deferred in self.deferred.drain(..) {
-                release(registry, deferred, actions);
-            }
-            return;
-        }
-        if let Some((stopping, _)) = &mut self.active {
-            // The sibling being stopped has ended, held for the restart or final because
-            // something else ended it for good (a shutdown): the plan moves on either way.
-            let ended = !registry.status(child).is_some_and(AgentStatus::is_live);
-            if ended && stopping.front() == Some(&child) {
-                stopping.pop_front();
-                return self.advance(shared, owner_actor, actions).await;
-            }
-        }
-        if !registry.awaiting_supervisor(child) {
-            return;
-        }
-        if let Some((stopping, _)) = &mut self.active {
-            // Another child ended while a restart is under way: decide after it.
-            stopping.retain(|&c| c != child);
-            if !self.deferred.contains(&child) {
-                self.deferred.push_back(child);
-            }
-            return;
-        }
-        self.begin(shared, owner, owner_actor, child, actions).await;
-    }
-
-    async fn begin(
-        &mut self,
-        shared: &SharedRef,
-        owner: AgentId,
-        owner_actor: &ActorRef<AgentMsg>,
-        child: AgentId,
-        actions: &mut Vec<Action>,
-    ) {
-        let registry = &shared.registry;
-        if !self.budget.try_add(Instant::now()) {
-            release(registry, child, actions);
-            let cause = registry
-                .record(child)
-                .map(|r| {
-                    let outcome = r.outcome.map(|o| o.summary()).unwrap_or_default();
-                    format!("{} {} {}", r.agent_type, r.id, outcome)
-                })
-                .unwrap_or_else(|| child.to_string());
-            // The owner fails: failures still waiting for a decision are final too.
-            for deferred in self.deferred.drain(..) {
-                release(registry, deferred, actions);
-            }
-            actions.push(Action::Escalate(cause));
-            return;
-        }
-        let children = registry.children_of(owner);
-        let live: Vec<bool> = children.iter().map(|&(_, live)| live).collect();
-        let Some(index) = children.iter().position(|&(c, _)| c == child) else {
-            release(registry, child, actions);
-            return;
-        };
-        let plan = supervisor::plan(self.strategy, index, &live);
-        let stop = plan.stop.iter().map(|&i| children[i].0).collect();
-        let restart = plan.restart.iter().map(|&i| children[i].0).collect();
-        self.active = Some((stop, restart));
-        self.advance(shared, owner_actor, actions).await;
-    }
-
-    /// Stops the next sibling, or, when all are stopped, restarts every child of the plan in
-    /// start order and takes up deferred failures.
-    async fn advance(
+    /// Restarts `id`: a new run from its original request. A start that fails leaves the
+    /// exit awaiting, and the machine retries it under the same intensity (OTP's
+    /// `try_again_restart`).
+    async fn restart(
         &mut self,
         shared: &SharedRef,
         owner_actor: &ActorRef<AgentMsg>,
+        id: AgentId,
         actions: &mut Vec<Action>,
     ) {
         let registry = &shared.registry;
-        let Some((stopping, _)) = &mut self.active else {
+        let Some(ticket) = registry.restart(id) else {
             return;
         };
-        while let Some(&next) = stopping.front() {
-            if registry.status(next).is_some_and(|s| s.is_live()) {
-                registry.hold_and_abort(next);
-                return;
-            }
-            // It ended by itself meanwhile; a final one is not restarted.
-            stopping.pop_front();
-        }
-        let Some((_, restart)) = self.active.take() else {
-            return;
-        };
-        for id in restart {
-            if !registry.awaiting_supervisor(id) {
-                continue;
-            }
-            if registry.restart_policy(id) == RestartPolicy::Temporary {
-                release(registry, id, actions);
-                continue;
-            }
-            let Some(ticket) = registry.restart(id) else {
-                continue;
-            };
-            let run = ticket.run;
-            tracing::debug!(agent = %id, run, "restarting");
-            match spawn::start(shared, ticket, owner_actor).await {
-                Ok(actor) => actions.push(Action::Restarted {
-                    id,
-                    run,
-                    actor: actor.get_id(),
-                }),
-                Err(error) => {
-                    tracing::warn!(agent = %id, %error, "restart failed to start");
-                    if let Some(outcome) = registry.outcome(id) {
-                        actions.push(Action::StartFailed(id, outcome));
-                    }
+        let run = ticket.run;
+        tracing::debug!(agent = %id, run, "restarting");
+        match spawn::start_restart(shared, ticket, owner_actor).await {
+            Ok(actor) => actions.push(Action::Restarted {
+                id,
+                run,
+                actor: actor.get_id(),
+            }),
+            Err(error) => {
+                tracing::warn!(agent = %id, %error, "restart failed to start; retrying");
+                if registry.awaiting_supervisor(id) {
+                    self.machine.restart_failed(id);
+                } else if let Some(outcome) = registry.outcome(id) {
+                    actions.push(Action::StartFailed(id, outcome));
                 }
             }
         }
     }
-
-    /// A failure deferred while a restart was under way, to be handled now.
-    fn next_deferred(&mut self) -> Option<AgentId> {
-        if self.active.is_some() {
-            return None;
-        }
-        self.deferred.pop_front()
-    }
 }
 
 /// Makes `child`'s deferred exit final, and says so.
-fn release(registry: &crate::registry::Registry, child: AgentId, actions: &mut Vec<Action>) {
+fn release(registry: &Registry, child: AgentId, actions: &mut Vec<Action>) {
     registry.release(child);
     actions.push(Action::Released(child));
+}
+
+/// The escalation's cause: the exit that exceeded the intensity, as `type id outcome`.
+fn cause_of(registry: &Registry, child: AgentId) -> String {
+    registry
+        .record(child)
+        .map(|r| {
+            let outcome = r.outcome.map(|o| o.summary()).unwrap_or_default();
+            format!("{} {} {}", r.agent_type, r.id, outcome)
+        })
+        .unwrap_or_else(|| child.to_string())
 }

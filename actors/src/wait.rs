@@ -1,4 +1,5 @@
-//! Waits over a set of agents: `all_settled` and `fail_fast`.
+//! Waits over a set of agents: `all_settled` and `fail_fast`. Which agents a policy aborts is
+//! decided in [`crate::policy::wait`]; this module only watches and carries it out.
 //!
 //! # Invariants
 //!
@@ -10,24 +11,8 @@
 use agent_tree_protocol::{AgentId, EndReason, Outcome, WaitPolicy};
 use tokio::task::JoinSet;
 
+use crate::policy::wait::to_abort;
 use crate::registry::Registry;
-
-/// The indices of the set to abort now, given the outcomes known so far.
-pub(crate) fn to_abort(policy: WaitPolicy, outcomes: &[Option<Outcome>]) -> Vec<usize> {
-    match policy {
-        WaitPolicy::AllSettled => Vec::new(),
-        WaitPolicy::FailFast => {
-            let failed = outcomes.iter().flatten().any(|o| !o.is_completed());
-            if failed {
-                (0..outcomes.len())
-                    .filter(|&i| outcomes[i].is_none())
-                    .collect()
-            } else {
-                Vec::new()
-            }
-        }
-    }
-}
 
 /// Waits for every agent of `ids` to settle under `policy`; returns their outcomes in order.
 /// An id the registry does not know yields a `killed` outcome.
@@ -78,28 +63,4 @@ pub(crate) async fn wait_set(
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use agent_tree_protocol::AgentStatus;
-
-    use super::*;
-
-    #[test]
-    fn fail_fast_aborts_only_the_live_rest_of_the_set() {
-        let done = Some(Outcome::completed("ok"));
-        let failed = Some(Outcome::failed(EndReason::ModelError, "boom"));
-        assert!(to_abort(WaitPolicy::FailFast, &[done.clone(), None, None]).is_empty());
-        assert_eq!(
-            to_abort(
-                WaitPolicy::FailFast,
-                &[None, failed.clone(), done.clone(), None]
-            ),
-            vec![0, 3]
-        );
-        let aborted = Some(Outcome::ended(AgentStatus::Aborted, EndReason::Aborted));
-        assert_eq!(to_abort(WaitPolicy::FailFast, &[aborted, None]), vec![1]);
-        assert!(to_abort(WaitPolicy::AllSettled, &[failed, None]).is_empty());
-    }
 }

@@ -1,7 +1,7 @@
 //! The restart matrix, after OTP's own supervisor suite: restart type (`permanent`,
 //! `transient`, `temporary`) × exit kind (normal completion, model error, model panic,
-//! killed actor, abort) → restarted or not, as the table in `actors/src/supervisor.rs` says, both under an
-//! agent supervisor and under the tree's root. An abort is never restarted.
+//! killed actor, abort) → restarted or not, as the table in `actors/src/policy/restart.rs`
+//! says, both under an agent supervisor and under the tree's root. An abort is never restarted.
 //!
 //! A restart keeps the `AgentId`, bumps the incarnation, emits `restarted`, keeps the usage
 //! already spent (the agent's own usage accumulates across incarnations), and re-runs the
@@ -56,7 +56,7 @@ enum Owner {
     Root,
 }
 
-/// The table of `actors/src/supervisor.rs`, as this test expects it.
+/// The table of `actors/src/policy/restart.rs`, as this test expects it.
 fn restart_expected(policy: RestartPolicy, exit: Exit) -> bool {
     match (policy, exit) {
         (_, Exit::Aborted) | (RestartPolicy::Temporary, _) => false,

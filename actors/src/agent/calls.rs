@@ -10,9 +10,9 @@ use super::AgentState;
 use super::lifecycle::Phase;
 use super::orchestration;
 use crate::msg::AgentMsg;
+use crate::policy::wait as wait_policy;
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
-use crate::wait;
 
 /// The calls of one turn, in call order.
 #[derive(Debug)]
@@ -190,7 +190,7 @@ impl AgentState {
             match set {
                 Some((policy, outcomes)) => {
                     outcomes[position] = Some(outcome.clone());
-                    for i in wait::to_abort(*policy, outcomes) {
+                    for i in wait_policy::to_abort(*policy, outcomes) {
                         aborts.push(agents[i]);
                     }
                     if outcomes.iter().all(Option::is_some) {

@@ -14,6 +14,7 @@ use super::AgentState;
 use super::Inbound;
 use super::lifecycle::Phase;
 use crate::msg::{AgentMsg, SETTLED};
+use crate::policy::settle;
 use crate::supervision::Action;
 
 /// An agent's children, in start order.
@@ -250,8 +251,12 @@ impl AgentState {
             self.answer_waits_on(child, outcome);
             return;
         }
-        let background = self.children.get(child).is_some_and(|c| c.background);
-        if background {
+        let row = self.children.get(child).map(|c| settle::ChildRow {
+            background: c.background,
+            read: false,
+            awaited: false,
+        });
+        if row.is_some_and(|row| settle::notice_due(&row)) {
             self.inbox.push_back(Inbound::Notice(format!(
                 "[subagent {child} {}] {}",
                 outcome.status.as_str(),

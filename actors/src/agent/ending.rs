@@ -1,7 +1,7 @@
 //! How a run ends: the settle policy for live children, aborts, a shutdown's hooks under its
 //! deadline, and the settle itself (registry first, then the owner, then the actor stops).
 
-use agent_tree_protocol::{AgentStatus, EndReason, Outcome, SettlePolicy};
+use agent_tree_protocol::{AgentStatus, EndReason, Outcome};
 use ractor::ActorRef;
 
 use super::AgentState;
@@ -10,6 +10,7 @@ use super::lifecycle::Phase;
 use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::hooks::{self, HookContext};
 use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
+use crate::policy::settle;
 use crate::util::OffWorker;
 
 impl AgentState {
@@ -35,15 +36,25 @@ impl AgentState {
             let actions = vec![crate::supervision::Action::Released(child)];
             self.apply_supervision(myself, actions);
         }
-        let aborting =
-            outcome.status != AgentStatus::Completed || self.settle == SettlePolicy::AbortChildren;
-        let live: Vec<_> = self.children.unsettled().map(|c| c.id).collect();
-        if aborting {
-            for child in live {
-                let _ = self.shared.registry.abort(child, EndReason::OwnerEnded);
+        // The pure rule (policy::settle::run_end); `self.settle` already holds the resumed
+        // run's override.
+        let owned: Vec<settle::Owned> = self
+            .children
+            .unsettled()
+            .map(|c| settle::Owned {
+                id: c.id,
+                settled: false,
+                detached: c.detached,
+            })
+            .collect();
+        match settle::run_end(&outcome, self.settle, false, &owned) {
+            settle::RunEnd::Settle => {}
+            settle::RunEnd::Abort(live) => {
+                for child in live {
+                    let _ = self.shared.registry.abort(child, EndReason::OwnerEnded);
+                }
             }
-        } else if !live.is_empty() {
-            self.shared.registry.completing(self.id);
+            settle::RunEnd::Drain(_) => self.shared.registry.completing(self.id),
         }
         self.phase = Phase::Ending { outcome };
         self.try_settle(myself);

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 
 use super::AgentState;
 use super::calls::Waiting;
-use crate::capability::Capabilities;
 use crate::error::{ControlError, SpawnError};
 use crate::msg::{AgentMsg, SteerReceipt};
+use crate::policy::capability::Capabilities;
 use crate::registry::SteerRoute;
 use crate::shared::SharedRef;
 use crate::spawn::{self, SpawnSpec, Spawned};

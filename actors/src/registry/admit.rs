@@ -5,9 +5,9 @@ use agent_tree_protocol::{AgentId, AgentStatus, EventKind, Message, RequestId};
 use ractor::ActorCell;
 
 use super::{Entry, Registry, StartTicket};
-use crate::admission::{self, Slot};
 use crate::config::TreeConfig;
 use crate::error::{ControlError, SpawnError};
+use crate::policy::admission::{self, Slot};
 use crate::spawn::PendingStart;
 
 /// What [`Registry::admit`] needs to reserve a slot.

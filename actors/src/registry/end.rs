@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use super::{Inner, Registry, tell};
 use crate::error::ControlError;
 use crate::msg::{AgentMsg, ShutdownOrder};
-use crate::supervisor;
+use crate::policy::restart;
 
 /// What [`Registry::settle_run`] did.
 #[derive(Debug)]
@@ -110,12 +110,19 @@ impl Registry {
         Some((id, run, outcome, deferred, owner))
     }
 
-    /// Run `run` of `id` could not start its actor: it fails for good.
-    pub(crate) fn fail_start(&self, id: AgentId, run: u32, error: String) {
+    /// Run `run` of `id` could not start its actor: it fails, for good unless it was a
+    /// restart (`retryable`), whose exit then awaits its owner's decision again per its
+    /// restart type.
+    pub(crate) fn fail_start(&self, id: AgentId, run: u32, error: String, retryable: bool) {
         let now = self.now_ms();
         let mut inner = self.lock();
         if inner.entry(id).is_some_and(|e| e.runs == run) {
-            inner.settle_final(id, Outcome::failed(EndReason::ActorFailed, error), now);
+            let outcome = Outcome::failed(EndReason::ActorFailed, error);
+            if retryable {
+                inner.settle(id, outcome, now);
+            } else {
+                inner.settle_final(id, outcome, now);
+            }
         }
     }
 
@@ -335,12 +342,25 @@ impl Inner {
             .as_ref()
             .map(|s| s.definition.restart)
             .unwrap_or_default();
-        let restartable = entry.held || supervisor::restart_wanted(policy, &outcome);
-        let under_shutdown = entry.shutdown.is_some();
+        let (held, under_shutdown) = (entry.held, entry.shutdown.is_some());
         let (parent, detached) = self
             .rec(id)
             .map(|r| (r.parent, r.detached))
             .unwrap_or_default();
+        let owner_live = parent.is_some_and(|p| {
+            self.status_of(p).is_some_and(AgentStatus::is_live)
+                && self.entry(p).is_some_and(|o| !o.token.is_cancelled())
+        });
+        let deferred = !id.is_root()
+            && restart::deferred(&restart::Exit {
+                restart: policy,
+                outcome: &outcome,
+                held,
+                detached,
+                top_level: parent == Some(AgentId::ROOT),
+                under_shutdown,
+                owner_live,
+            });
         // The terminal event writes status, end time and outcome.
         self.emit(id, EventKind::settled(outcome.clone()), now);
         let Some(entry) = self.entry_mut(id) else {
@@ -351,16 +371,8 @@ impl Inner {
             entry.settled.send_replace(Some(outcome));
             return true;
         }
-        // Only a live owner decides, and only for its supervised (non-detached) children: a
-        // detached agent, or one whose owner is gone, has no one to restart it. A detached
-        // top-level agent is the root's anyway (it is linked under the root). A shutdown
-        // decides for everyone: nothing restarts.
-        let supervised = (!detached || parent == Some(AgentId::ROOT)) && !under_shutdown;
-        let owner_live = parent.is_some_and(|p| {
-            self.status_of(p).is_some_and(AgentStatus::is_live)
-                && self.entry(p).is_some_and(|o| !o.token.is_cancelled())
-        });
-        let deferred = restartable && supervised && owner_live;
+        // The pure rule (policy::restart::deferred): only a live owner decides, and only for
+        // its supervised children; a shutdown decides for everyone.
         if let Some(entry) = self.entry_mut(id) {
             entry.deferred = deferred;
         }

@@ -2,16 +2,16 @@
 //! usage, `completing`, announcements, and what handles, waits and snapshots read.
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EventKind, Outcome, RestartPolicy, TreeSnapshot, Usage,
+    AgentId, AgentRecord, AgentStatus, EventKind, Outcome, TreeSnapshot, Usage,
 };
 use ractor::ActorCell;
 use tokio::sync::{mpsc, watch};
 
 use super::Registry;
 use crate::config::ControlScope;
-use crate::control;
 use crate::error::ControlError;
 use crate::events::EventStream;
+use crate::policy::control;
 
 /// Where a steer goes.
 #[derive(Debug)]
@@ -133,29 +133,30 @@ impl Registry {
             .collect()
     }
 
-    /// The children of `owner` in start order, with whether each is live.
-    pub(crate) fn children_of(&self, owner: AgentId) -> Vec<(AgentId, bool)> {
+    /// What a supervisor's strategy machine needs of `owner`'s supervised (non-detached)
+    /// children, in start order, in one transaction.
+    pub(crate) fn supervision_facts(&self, owner: AgentId) -> Vec<crate::policy::strategy::Child> {
         let inner = self.lock();
-        inner
-            .rec(owner)
-            .map(|r| {
-                r.children
-                    .iter()
-                    .filter_map(|&c| inner.rec(c))
-                    .filter(|c| !c.detached)
-                    // A queued sibling has nothing to stop or restart: it stays queued.
-                    .map(|c| (c.id, c.status.is_live() && c.status != AgentStatus::Queued))
-                    .collect()
+        let Some(record) = inner.rec(owner) else {
+            return Vec::new();
+        };
+        record
+            .children
+            .iter()
+            .filter_map(|&c| Some((inner.rec(c)?, inner.entry(c)?)))
+            .filter(|(r, _)| !r.detached)
+            .map(|(r, e)| crate::policy::strategy::Child {
+                id: r.id,
+                // A queued sibling has nothing to stop or restart: it stays queued.
+                running: r.status.is_live() && r.status != AgentStatus::Queued,
+                awaiting: e.deferred,
+                restart: e
+                    .spec
+                    .as_ref()
+                    .map(|s| s.definition.restart)
+                    .unwrap_or_default(),
             })
-            .unwrap_or_default()
-    }
-
-    /// The restart type `id` was started with.
-    pub(crate) fn restart_policy(&self, id: AgentId) -> RestartPolicy {
-        self.lock()
-            .entry(id)
-            .and_then(|e| e.spec.as_ref().map(|s| s.definition.restart))
-            .unwrap_or_default()
+            .collect()
     }
 
     /// A copy of `id`'s record.

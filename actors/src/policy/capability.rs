@@ -1,5 +1,9 @@
 //! Which tools an agent is offered: its definition's user tools and, when delegation is
-//! allowed, the orchestration tools. Pure functions, no runtime.
+//! allowed, the orchestration tools; and its default `max_turns` at a depth.
+//!
+//! Pure functions of the definition, the depth, the branch's cap and (in attenuation mode)
+//! the owner's tools. They never resolve agent types (the catalog does), never build tool
+//! specs for the model, and never run or refuse a call: the agent checks what it holds.
 //!
 //! # Invariants
 //!

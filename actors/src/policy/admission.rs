@@ -1,6 +1,10 @@
-//! Admission: the one check that reserves a slot before any actor or record exists.
-//! Pure functions over a view of the registry; the registry runs them under its lock, so the
-//! check and the reservation are one atomic step.
+//! Admission: whether a new child may take a slot now ([`admit`]: owner open, depth, width,
+//! total, spawn and usage budgets), and whether a top-level background agent runs or queues
+//! for a pool slot ([`slot`]).
+//!
+//! Pure functions over a view of the registry ([`OwnerView`] and counts). They never reserve,
+//! count or queue anything themselves: the registry runs them under its lock and makes the
+//! reservation in the same step, so check and reservation are one atomic step.
 //!
 //! # Invariants
 //!

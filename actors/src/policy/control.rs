@@ -1,4 +1,8 @@
-//! Ownership-scoped control: which agents an agent's control tools reach. Pure rules.
+//! Ownership-scoped control: which agents an agent's control tools reach ([`reaches`]).
+//!
+//! A pure rule over a parent lookup the caller provides. It never reads records, never
+//! forms the error (the registry gives one text for missing and foreign ids), and never
+//! decides resume, which only an immediate owner may do whatever the scope.
 //!
 //! # Invariants
 //!

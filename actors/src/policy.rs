@@ -1,0 +1,38 @@
+//! Every pure decision of the runtime, apart from the plumbing that carries it out.
+//!
+//! Nothing here knows tokio, ractor or the registry: each decision is a plain function, or a
+//! small state machine, over the facts it is handed, and returns what to do. The actors and
+//! the registry gather the facts, call in, and carry the answer out. So every rule is
+//! unit-tested in its module without a runtime, and time is a value: where a decision depends
+//! on it, `now` is passed in as a [`Duration`](std::time::Duration) since an epoch the caller
+//! picks (the registry's, on tokio's clock, so paused-time tests stay exact). Nothing here
+//! reads a clock.
+//!
+//! # Layout
+//!
+//! * [`admission`]: whether a new child may take a slot now (depth, width, total, budgets),
+//!   and whether a top-level background agent runs or queues for a pool slot.
+//! * [`capability`]: which tools an agent is offered, and its default `max_turns`.
+//! * [`control`]: which agents an agent's control tools reach.
+//! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
+//!   and the restart intensity window.
+//! * [`settle`]: what a run's end does to the agent's live children (abort or drain), and
+//!   which settled children the owner's conversation hears of.
+//! * [`strategy`]: which siblings a restart strategy stops and restarts, and one owner's
+//!   restart exchange as a machine of steps (stop, release, restart, retry, escalate).
+//! * [`wait`]: which members of a waited set a wait policy aborts.
+//!
+//! # Invariants
+//!
+//! * Pure: a decision reads only its arguments and writes only its own state (the machines'
+//!   `&mut self`); the same facts give the same answer.
+//! * No I/O, no locks, no clock, no tasks: anything that waits is the caller's.
+//! * Every module says what it decides and what it never does, and states its own invariants.
+
+pub(crate) mod admission;
+pub(crate) mod capability;
+pub(crate) mod control;
+pub(crate) mod restart;
+pub(crate) mod settle;
+pub(crate) mod strategy;
+pub(crate) mod wait;
