@@ -4,7 +4,7 @@
 //! Every operation on another agent checks ownership first, in the registry, under the
 //! tree's control scope; a foreign id gets the same error as a missing one.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_tree_protocol::{
@@ -12,15 +12,17 @@ use agent_tree_protocol::{
 };
 use ractor::ActorRef;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
+
+mod schema;
+
+pub(crate) use schema::{offered, result_text, set_result};
 
 use super::AgentState;
 use super::calls::Waiting;
 use crate::error::{ControlError, SpawnError};
 use crate::msg::{AgentMsg, SteerReceipt};
-use crate::policy::capability::Capabilities;
 use crate::registry::SteerRoute;
-use crate::shared::SharedRef;
 use crate::spawn::{self, SpawnSpec, Spawned};
 use crate::tool::{ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};
 use crate::wait;
@@ -73,136 +75,9 @@ impl Orchestration {
     /// The spec a model is offered, built once per process.
     pub(crate) fn spec(self) -> &'static ToolSpec {
         static SPECS: OnceLock<Vec<ToolSpec>> = OnceLock::new();
-        let specs = SPECS.get_or_init(|| Self::ALL.into_iter().map(build_spec).collect());
+        let specs = SPECS.get_or_init(|| Self::ALL.into_iter().map(schema::build_spec).collect());
         &specs[self as usize]
     }
-}
-
-/// The tool specs an agent with `capabilities` is offered: its user tools, then the
-/// orchestration tools it holds.
-pub(crate) fn offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
-    capabilities
-        .user_tools
-        .iter()
-        .filter_map(|name| shared.toolbox.get(name).map(|t| t.spec()))
-        .chain(
-            Orchestration::ALL
-                .into_iter()
-                .filter(|t| capabilities.holds(t.name()))
-                .map(|t| t.spec().clone()),
-        )
-        .collect()
-}
-
-fn build_spec(tool: Orchestration) -> ToolSpec {
-    let target = |extra: Value| {
-        let mut schema = json!({
-            "type": "object",
-            "properties": { "agent_id": { "type": "string" } },
-            "required": ["agent_id"]
-        });
-        if let (Some(props), Some(extra)) =
-            (schema["properties"].as_object_mut(), extra.as_object())
-        {
-            props.extend(extra.clone());
-        }
-        schema
-    };
-    let (description, schema) = match tool {
-        Orchestration::Agent => (
-            "Start a subagent of an allowed type with a task, or resume one of your settled \
-             subagents (`resume`: its id) with a new prompt. In the foreground the result comes \
-             back as this tool's result; in the background an agent id comes back at once.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "agent_type": { "type": "string" },
-                    "prompt": { "type": "string" },
-                    "description": { "type": "string" },
-                    "background": { "type": "boolean" },
-                    "resume": { "type": "string" }
-                },
-                "required": ["prompt"]
-            }),
-        ),
-        Orchestration::GetResult => (
-            "Read the result of one of your subagents by id; with `wait`, wait for it to settle \
-             (at most `timeout_ms` if given; the subagent keeps running either way).",
-            target(json!({ "wait": { "type": "boolean" }, "timeout_ms": { "type": "integer" } })),
-        ),
-        Orchestration::Steer => (
-            "Send guidance to one of your running subagents; it arrives at its next turn, or \
-             answers its pending question.",
-            target(json!({ "message": { "type": "string" } })),
-        ),
-        Orchestration::Abort => (
-            "Abort one of your subagents and everything below it.",
-            target(json!({})),
-        ),
-        Orchestration::Wait => (
-            "Wait for several of your subagents. `all_settled` returns every outcome when all \
-             have ended; `fail_fast` aborts the rest of the set at the first outcome that is \
-             not completed. Outcomes come back in the order of `agent_ids`.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "agent_ids": { "type": "array", "items": { "type": "string" } },
-                    "policy": { "type": "string", "enum": ["all_settled", "fail_fast"] }
-                },
-                "required": ["agent_ids"]
-            }),
-        ),
-        Orchestration::AskOwner => (
-            "Ask the agent that started you a question and wait for its answer.",
-            json!({
-                "type": "object",
-                "properties": { "question": { "type": "string" } },
-                "required": ["question"]
-            }),
-        ),
-    };
-    ToolSpec {
-        name: tool.name().to_owned(),
-        description: description.to_owned(),
-        input_schema: schema,
-    }
-}
-
-/// The result describing an agent: its id, status and outcome.
-pub(crate) fn result_value(agent: AgentId, outcome: Option<&Outcome>) -> Value {
-    match outcome {
-        Some(outcome) => {
-            let mut value = json!({ "agent_id": agent, "status": outcome.status });
-            if let Some(text) = &outcome.text {
-                value["text"] = json!(text);
-            }
-            if let Some(error) = &outcome.error {
-                value["error"] = json!(error);
-            }
-            if let Some(partial) = &outcome.partial {
-                value["partial"] = json!(partial);
-            }
-            if !outcome.is_completed() {
-                value["reason"] = json!(outcome.reason);
-            }
-            value
-        }
-        None => json!({ "agent_id": agent, "status": "running" }),
-    }
-}
-
-/// [`result_value`] as the tool result's text.
-pub(crate) fn result_text(agent: AgentId, outcome: Option<&Outcome>) -> String {
-    result_value(agent, outcome).to_string()
-}
-
-/// The result of a wait over a set: the policy and every outcome, in the set's order.
-pub(crate) fn set_result(policy: WaitPolicy, outcomes: &[(AgentId, Outcome)]) -> String {
-    let list: Vec<Value> = outcomes
-        .iter()
-        .map(|(agent, outcome)| result_value(*agent, Some(outcome)))
-        .collect();
-    json!({ "policy": policy, "outcomes": list }).to_string()
 }
 
 /// How a call is answered.
