@@ -1,0 +1,222 @@
+//! Lifecycle interactions on worker threads, many times: a paused current-thread test fixes
+//! one message order, these let the order vary. Each loop checks the outcome every time and
+//! that the event stream folds to the snapshot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{Event, EventKind, Fold, Strategy};
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
+
+use crate::support::{RecordingModel, catalog, delegator, leaf};
+
+/// Real time: a loop iteration that does not finish in this long has hung.
+const REAL_GUARD: Duration = Duration::from_secs(10);
+
+async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(REAL_GUARD, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// Folds `events` and compares with the tree's records.
+fn assert_folds(tree: &Tree, events: &[Event], run: u32) {
+    let snapshot = tree.snapshot();
+    let mut fold = Fold::new();
+    for event in events.iter().filter(|e| e.seq <= snapshot.tally.total()) {
+        fold.apply(event)
+            .unwrap_or_else(|e| panic!("run {run}: {e}"));
+    }
+    assert_eq!(fold.records(), &snapshot.records[..], "run {run}");
+}
+
+/// A transient child fails twice and then completes: two restarts, whatever the order of
+/// its notices, its owner's wait and ractor's termination events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_on_worker_threads() {
+    for run in 0..100 {
+        let model = ScriptedModel::new()
+            .script(
+                "sup",
+                Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+            )
+            .script(
+                "child",
+                Script::new([
+                    Turn::fail("first"),
+                    Turn::panic("second"),
+                    Turn::answer("third time"),
+                ]),
+            );
+        let tree = Tree::builder()
+            .catalog(catalog([
+                delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 5, 5_000),
+                leaf("child").with_restart(RestartPolicy::Transient),
+            ]))
+            .model(model)
+            .build()
+            .await
+            .expect("builds");
+        let mut events = tree.subscribe();
+        let outcome = bounded("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
+            .await
+            .expect("admitted");
+        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        bounded("idle", tree.idle()).await;
+        let child = tree.record(AgentId::new(2)).expect("child");
+        assert_eq!(
+            (child.status, child.incarnation),
+            (AgentStatus::Completed, 3),
+            "run {run}"
+        );
+        tree.shutdown().await;
+        assert_folds(&tree, &events.drain(), run);
+    }
+}
+
+/// A transient child killed while its turn hangs is restarted by its owner and completes
+/// (a kill is a failure for `transient`; a completion is not restarted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_transient_child_restarts_on_worker_threads() {
+    for run in 0..100 {
+        // The child's first incarnation hangs, its second answers: chosen by incarnation,
+        // not by the script's cursor, so the order the two runs reach the model in (a
+        // preempted first call can be overtaken) does not matter.
+        let model = RecordingModel::new(
+            ScriptedModel::new()
+                .script(
+                    "sup",
+                    Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                )
+                .script("child", Script::new([Turn::hang(), Turn::hang()])),
+        )
+        .with_hook(|request| {
+            (request.agent_type == "child" && request.incarnation == 2)
+                .then(|| Ok(agent_tree::ModelResponse::text("back again")))
+        });
+        let tree = Arc::new(
+            Tree::builder()
+                .catalog(catalog([
+                    delegator("sup", &["child"]),
+                    leaf("child").with_restart(RestartPolicy::Transient),
+                ]))
+                .model(model.clone())
+                .build()
+                .await
+                .expect("builds"),
+        );
+        let mut all = tree.subscribe();
+        let mut sup = tree
+            .spawn(SpawnRequest::new("sup", "go"))
+            .await
+            .expect("admitted");
+        let child = AgentId::new(2);
+        // The child hangs in its first model call: kill it there.
+        bounded("the child's model call", model.until_calls(child, 1)).await;
+        tree.kill(child).expect("the child's actor runs");
+        let outcome = match tokio::time::timeout(REAL_GUARD, sup.outcome()).await {
+            Ok(outcome) => outcome,
+            Err(_) => panic!(
+                "run {run}: the supervisor hung\n{}\ncalls {:?}",
+                tree.snapshot().render_text(),
+                model
+                    .calls()
+                    .iter()
+                    .map(|c| (c.agent, c.incarnation, c.turn, c.end))
+                    .collect::<Vec<_>>()
+            ),
+        };
+        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        let record = tree.record(child).expect("child");
+        assert_eq!(
+            (record.status, record.incarnation),
+            (AgentStatus::Completed, 2),
+            "run {run}"
+        );
+        tree.shutdown().await;
+        assert!(tree.alive_actors().is_empty(), "run {run}");
+        assert_folds(&tree, &all.drain(), run);
+    }
+}
+
+/// A top-level agent asks the application; `Tree::steer` answers whenever it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_to_the_application_on_worker_threads() {
+    for run in 0..150 {
+        let model = ScriptedModel::new().script(
+            "asker",
+            Script::new([
+                Turn::calls([crate::support::ask("which branch?")]),
+                Turn::answer("asked and answered"),
+            ]),
+        );
+        let tree = Tree::builder()
+            .catalog(catalog([leaf("asker")]))
+            .model(model)
+            .build()
+            .await
+            .expect("builds");
+        let mut all = tree.subscribe();
+        let mut events = tree.subscribe();
+        let mut asker = tree
+            .spawn(SpawnRequest::new("asker", "go"))
+            .await
+            .expect("admitted");
+        bounded("the question", async {
+            loop {
+                match events.next().await {
+                    Some(e) if matches!(e.kind, EventKind::Asked { .. }) => break,
+                    Some(_) => {}
+                    None => panic!("stream ended"),
+                }
+            }
+        })
+        .await;
+        let receipt = tree.steer(asker.id(), "main").await;
+        assert!(receipt.is_ok(), "run {run}: {receipt:?}");
+        let outcome = bounded("the asker", asker.outcome()).await;
+        assert_eq!(
+            outcome.text.as_deref(),
+            Some("asked and answered"),
+            "run {run}"
+        );
+        tree.shutdown().await;
+        assert_folds(&tree, &all.drain(), run);
+    }
+}
+
+/// A settled top-level agent resumed at once (its actor may still be stopping) runs again
+/// and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_on_worker_threads() {
+    for run in 0..150 {
+        let model = ScriptedModel::new().script(
+            "worker",
+            Script::new([Turn::answer("first"), Turn::answer("second")]),
+        );
+        let tree = Tree::builder()
+            .catalog(catalog([leaf("worker")]))
+            .model(model)
+            .build()
+            .await
+            .expect("builds");
+        let mut events = tree.subscribe();
+        let mut first = tree
+            .spawn(SpawnRequest::new("worker", "go"))
+            .await
+            .expect("admitted");
+        let outcome = bounded("the first run", first.outcome()).await;
+        assert_eq!(outcome.text.as_deref(), Some("first"), "run {run}");
+        // Settled: resumable at once, while its actor may still be stopping.
+        let mut second = tree
+            .resume(first.id(), "again")
+            .await
+            .unwrap_or_else(|e| panic!("run {run}: {e}"));
+        let again = bounded("the second run", second.outcome()).await;
+        assert_eq!(again.text.as_deref(), Some("second"), "run {run}");
+        bounded("idle", tree.idle()).await;
+        tree.shutdown().await;
+        assert_folds(&tree, &events.drain(), run);
+    }
+}
