@@ -6,7 +6,7 @@ use ractor::ActorRef;
 
 use super::AgentState;
 use super::Inbound;
-use super::lifecycle::Phase;
+use super::lifecycle::{AfterHooks, Phase};
 use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::hooks::{self, HookContext};
 use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
@@ -160,22 +160,16 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         _failures: Vec<String>,
     ) {
-        let Phase::Stopping { held, .. } = &mut self.phase else {
-            return;
-        };
-        match held.take() {
+        match self.phase.hooks_finished() {
             // The run had ended before the shutdown: its children were dealt with then;
             // settle with its outcome once they are final.
-            Some(outcome) => {
-                self.phase = Phase::Ending { outcome };
-                self.try_settle(myself);
-            }
-            None => {
+            Some(AfterHooks::Settle) => self.try_settle(myself),
+            Some(AfterHooks::EndRun) => {
                 let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
                     .with_partial(self.last_text.clone());
-                self.phase = Phase::Idle;
                 self.end_run(myself, outcome);
             }
+            None => {}
         }
     }
 
@@ -207,7 +201,7 @@ impl AgentState {
         if self.turn_in_flight.is_some() || self.children.unsettled().next().is_some() {
             return;
         }
-        let Phase::Ending { outcome } = std::mem::replace(&mut self.phase, Phase::Done) else {
+        let Some(outcome) = self.phase.settle() else {
             return;
         };
         tracing::debug!(agent = %self.id, status = %outcome.status, "agent settled");

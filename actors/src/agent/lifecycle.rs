@@ -44,6 +44,15 @@ pub(super) enum Phase {
     Done,
 }
 
+/// What follows a shutdown's hooks.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum AfterHooks {
+    /// The run had ended: settle once the children have.
+    Settle,
+    /// The run ends now, aborted by the shutdown.
+    EndRun,
+}
+
 impl Phase {
     /// Settled: nothing more happens in this run.
     pub(super) fn is_done(&self) -> bool {
@@ -87,6 +96,39 @@ impl Phase {
             Phase::Acting { calls, .. } => Some(calls),
             _ => None,
         }
+    }
+
+    /// Settles: `Ending` becomes `Done`, handing back the outcome it held. Any other phase is
+    /// left as it is (`None`): only a run that ended can settle.
+    #[must_use = "the outcome must be recorded and the owner told"]
+    pub(super) fn settle(&mut self) -> Option<Outcome> {
+        if !matches!(self, Phase::Ending { .. }) {
+            return None;
+        }
+        match std::mem::replace(self, Phase::Done) {
+            Phase::Ending { outcome } => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// The shutdown hooks finished: out of `Stopping`, to `Ending` with the outcome the run
+    /// had already ended with, or (the run goes on until now) to `Idle`, for `end_run`. `None`
+    /// outside `Stopping`.
+    #[must_use = "the run must end or settle"]
+    pub(super) fn hooks_finished(&mut self) -> Option<AfterHooks> {
+        let Phase::Stopping { held, .. } = self else {
+            return None;
+        };
+        Some(match held.take() {
+            Some(outcome) => {
+                *self = Phase::Ending { outcome };
+                AfterHooks::Settle
+            }
+            None => {
+                *self = Phase::Idle;
+                AfterHooks::EndRun
+            }
+        })
     }
 
     /// Aborts the phase's own task (start or shutdown hooks), if it has one.
