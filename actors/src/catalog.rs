@@ -1,5 +1,9 @@
 //! Catalogs: the immutable set of agent types a branch resolves names in.
 //!
+//! Agent files reach a catalog through three private modules, one concept each: `dirs` reads
+//! directories of agent files, `frontmatter` parses one file's text (markdown with YAML
+//! frontmatter), and `fields` reads each frontmatter field into a definition.
+//!
 //! # Invariants
 //!
 //! * A catalog never changes after it is built; a branch keeps the catalog (an `Arc`) it
@@ -23,8 +27,10 @@ use agent_tree_protocol::{AgentDefinition, ListField, SubagentAllowance, ToolSet
 
 use crate::error::SpawnError;
 
-mod load;
-pub use load::parse_agent_file;
+mod dirs;
+mod fields;
+mod frontmatter;
+pub use frontmatter::parse_agent_file;
 
 /// A definition or agent file that could not enter a catalog.
 ///

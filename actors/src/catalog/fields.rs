@@ -1,0 +1,643 @@
+//! The field table: the fields of an agent file's frontmatter, their spellings, and how each
+//! one's YAML value is read into an [`AgentDefinition`].
+//!
+//! Every field has its snake_case name; the multi-word fields also accept the kebab-case and
+//! camelCase spellings Claude Code and Pi write: `disallowedTools`/`disallowed-tools`,
+//! `allowedSubagents`/`allowed-subagents`, `maxTurns`/`max-turns`,
+//! `inheritContext`/`inherit-context`, `runInBackground`/`run-in-background`,
+//! `maxRestarts`/`max-restarts` and `restartPeriodMs`/`restart-period-ms`. Keys are
+//! case-sensitive; a key naming no field is no field (the `frontmatter` module ignores it with
+//! a warning).
+//!
+//! Reading a value is its type (never coerced), trimming, and for the list fields the words
+//! rule of [`Written`], which JSON definitions follow too. A value that cannot be read is
+//! refused with a message saying what was expected and what was found, a long string cut.
+//!
+//! It never judges whether a value is in range (`max_turns: 0`, a blank name): the catalog's
+//! one definition check does, after every field is read. It never sees a file, its text or its
+//! frontmatter as a whole, only one key or one value at a time, so it never names a file, never
+//! finds a field given twice and never touches the file system.
+
+use agent_tree_protocol::{
+    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, WordsError, Written,
+};
+use serde_yaml_ng::Value;
+
+use super::frontmatter::untag;
+
+/// The fields of the format; see the module documentation for their spellings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Field {
+    Name,
+    Description,
+    Tools,
+    DisallowedTools,
+    AllowedSubagents,
+    Isolated,
+    Model,
+    MaxTurns,
+    InheritContext,
+    RunInBackground,
+    Enabled,
+    Restart,
+    Strategy,
+    MaxRestarts,
+    RestartPeriodMs,
+    Settle,
+}
+
+impl Field {
+    /// The field a key names: its snake_case name, or the kebab-case or camelCase spelling of
+    /// a multi-word field. Keys are case-sensitive.
+    pub(super) fn from_key(key: &str) -> Option<Field> {
+        Some(match key {
+            "name" => Field::Name,
+            "description" => Field::Description,
+            "tools" => Field::Tools,
+            "disallowed_tools" | "disallowedTools" | "disallowed-tools" => Field::DisallowedTools,
+            "allowed_subagents" | "allowedSubagents" | "allowed-subagents" => {
+                Field::AllowedSubagents
+            }
+            "isolated" => Field::Isolated,
+            "model" => Field::Model,
+            "max_turns" | "maxTurns" | "max-turns" => Field::MaxTurns,
+            "inherit_context" | "inheritContext" | "inherit-context" => Field::InheritContext,
+            "run_in_background" | "runInBackground" | "run-in-background" => Field::RunInBackground,
+            "enabled" => Field::Enabled,
+            "restart" => Field::Restart,
+            "strategy" => Field::Strategy,
+            "max_restarts" | "maxRestarts" | "max-restarts" => Field::MaxRestarts,
+            "restart_period_ms" | "restartPeriodMs" | "restart-period-ms" => Field::RestartPeriodMs,
+            "settle" => Field::Settle,
+            _ => return None,
+        })
+    }
+}
+
+/// Sets `field` of `definition` from a non-null `value`, or says why it cannot be read.
+///
+/// Only reading happens here: types, trimming and the words rule. Whether a value is in range
+/// (`max_turns: 0`, a blank name) is for the definition check, which runs afterwards.
+pub(super) fn apply(
+    definition: &mut AgentDefinition,
+    field: Field,
+    value: &Value,
+) -> Result<(), String> {
+    match field {
+        Field::Name => {
+            let name = string(value)?;
+            // A blank name is kept as written, so the check's refusal shows it.
+            let trimmed = name.trim();
+            definition.name = if trimmed.is_empty() { name } else { trimmed }.to_owned();
+        }
+        Field::Description => definition.description = string(value)?.trim().to_owned(),
+        Field::Tools => definition.tools = words(value, ListField::Tools, Written::tool_set)?,
+        Field::DisallowedTools => {
+            definition.disallowed_tools =
+                words(value, ListField::DisallowedTools, Written::tool_names)?;
+        }
+        Field::AllowedSubagents => {
+            definition.allowed_subagents = words(
+                value,
+                ListField::AllowedSubagents,
+                Written::subagent_allowance,
+            )?;
+        }
+        Field::Isolated => definition.isolated = boolean(value)?,
+        Field::Model => {
+            let model = string(value)?.trim();
+            // Claude Code's `inherit` means "the main conversation's model": the default.
+            let default = model.is_empty() || model.eq_ignore_ascii_case("inherit");
+            definition.model = (!default).then(|| model.to_owned());
+        }
+        Field::MaxTurns => definition.max_turns = Some(integer(value, "a positive integer")?),
+        Field::InheritContext => definition.inherit_context = boolean(value)?,
+        Field::RunInBackground => definition.run_in_background = boolean(value)?,
+        Field::Enabled => definition.enabled = boolean(value)?,
+        Field::Restart => {
+            definition.restart = word(
+                value,
+                &[
+                    ("permanent", RestartPolicy::Permanent),
+                    ("transient", RestartPolicy::Transient),
+                    ("temporary", RestartPolicy::Temporary),
+                ],
+            )?;
+        }
+        Field::Strategy => {
+            definition.strategy = word(
+                value,
+                &[
+                    ("one_for_one", Strategy::OneForOne),
+                    ("one_for_all", Strategy::OneForAll),
+                    ("rest_for_one", Strategy::RestForOne),
+                ],
+            )?;
+        }
+        Field::MaxRestarts => {
+            definition.max_restarts = integer(value, "a non-negative integer")?;
+        }
+        Field::RestartPeriodMs => {
+            definition.restart_period_ms = integer(value, "a positive integer")?;
+        }
+        Field::Settle => {
+            definition.settle = word(
+                value,
+                &[
+                    ("abort_children", SettlePolicy::AbortChildren),
+                    ("drain", SettlePolicy::Drain),
+                ],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `expected {what}, found {value}`.
+fn expected(what: &str, found: &Value) -> String {
+    format!("expected {what}, found {}", describe(found))
+}
+
+/// A value as an error message shows it: scalars as written (strings quoted, long ones cut),
+/// collections by kind.
+pub(super) fn describe(value: &Value) -> String {
+    /// Longest string shown whole, in characters.
+    const SHOWN: usize = 60;
+    match value {
+        Value::Null => "nothing".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => match s.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("{:?}...", &s[..cut]),
+            None => format!("{s:?}"),
+        },
+        Value::Sequence(_) => "a list".into(),
+        Value::Mapping(_) => "a mapping".into(),
+        Value::Tagged(tagged) => describe(&tagged.value),
+    }
+}
+
+fn string(value: &Value) -> Result<&str, String> {
+    value.as_str().ok_or_else(|| expected("a string", value))
+}
+
+fn boolean(value: &Value) -> Result<bool, String> {
+    value
+        .as_bool()
+        .ok_or_else(|| expected("true or false", value))
+}
+
+/// A non-negative integer that fits `T`; `what` is what the field takes (the definition
+/// check judges its range).
+fn integer<T: TryFrom<u64>>(value: &Value, what: &str) -> Result<T, String> {
+    match value.as_u64() {
+        Some(n) => {
+            T::try_from(n).map_err(|_| format!("expected {what}, found {n}, which is too large"))
+        }
+        None => Err(expected(what, value)),
+    }
+}
+
+/// One of `choices`, ignoring case and taking `-` for `_`.
+fn word<T: Copy>(value: &Value, choices: &[(&str, T)]) -> Result<T, String> {
+    let normalized = value
+        .as_str()
+        .map(|s| s.trim().to_lowercase().replace('-', "_"));
+    normalized
+        .and_then(|w| choices.iter().find(|(name, _)| *name == w))
+        .map(|&(_, choice)| choice)
+        .ok_or_else(|| {
+            let names: Vec<String> = choices
+                .iter()
+                .map(|(name, _)| format!("`{name}`"))
+                .collect();
+            expected(&format!("one of {}", names.join(", ")), value)
+        })
+}
+
+/// A list field read by the words rule: the YAML value as [`Written`], then `read`.
+fn words<T>(
+    value: &Value,
+    field: ListField,
+    read: fn(Written) -> Result<T, WordsError>,
+) -> Result<T, String> {
+    written(value, field)
+        .and_then(read)
+        .map_err(|e| e.to_string())
+}
+
+/// A YAML value in the shapes the words rule reads, or the rule's refusal of its shape.
+fn written(value: &Value, field: ListField) -> Result<Written, WordsError> {
+    match value {
+        Value::Bool(b) => Ok(Written::Bool(*b)),
+        Value::String(s) => Ok(Written::Text(s.clone())),
+        Value::Sequence(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match untag(item) {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(WordsError::Item {
+                    field,
+                    index: i + 1,
+                    found: describe(other),
+                }),
+            })
+            .collect::<Result<_, _>>()
+            .map(Written::List),
+        other => Err(WordsError::Shape {
+            field,
+            found: describe(other),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::{SubagentAllowance, ToolSet};
+
+    use super::*;
+    use crate::catalog::frontmatter::tests::{field_err, field_ok, parse_ok, with_fields};
+
+    #[test]
+    fn model_inherit_means_the_default() {
+        for text in [
+            "---\nmodel: inherit\n---\n",
+            "---\nmodel: Inherit\n---\n",
+            "---\nmodel: ''\n---\n",
+        ] {
+            assert_eq!(parse_ok(text).model, None, "{text:?}");
+        }
+        assert_eq!(
+            parse_ok("---\nmodel: opus\n---\n").model.as_deref(),
+            Some("opus")
+        );
+    }
+
+    #[test]
+    fn every_field_in_snake_case() {
+        let text = "---
+name: reviewer
+description: Reviews changes.
+tools: read, grep
+disallowed_tools: [bash]
+allowed_subagents: analyst, writer
+isolated: true
+model: large
+max_turns: 12
+inherit_context: true
+run_in_background: true
+enabled: false
+restart: permanent
+strategy: rest_for_one
+max_restarts: 0
+restart_period_ms: 250
+settle: drain
+---
+
+You review.
+
+Twice.
+";
+        let expected = AgentDefinition {
+            name: "reviewer".into(),
+            description: "Reviews changes.".into(),
+            prompt: "You review.\n\nTwice.".into(),
+            tools: ToolSet::only(["read", "grep"]),
+            disallowed_tools: vec!["bash".into()],
+            allowed_subagents: SubagentAllowance::only(["analyst", "writer"]),
+            isolated: true,
+            model: Some("large".into()),
+            max_turns: Some(12),
+            inherit_context: true,
+            run_in_background: true,
+            enabled: false,
+            restart: RestartPolicy::Permanent,
+            strategy: Strategy::RestForOne,
+            max_restarts: 0,
+            restart_period_ms: 250,
+            settle: SettlePolicy::Drain,
+        };
+        assert_eq!(parse_ok(text), expected);
+    }
+
+    #[test]
+    fn aliases_of_claude_code_and_pi() {
+        for (spelling, check) in [
+            ("disallowedTools: bash", "disallowed"),
+            ("disallowed-tools: bash", "disallowed"),
+            ("allowedSubagents: all", "allowed"),
+            ("allowed-subagents: all", "allowed"),
+            ("maxTurns: 3", "turns"),
+            ("max-turns: 3", "turns"),
+            ("inheritContext: true", "context"),
+            ("inherit-context: true", "context"),
+            ("runInBackground: true", "background"),
+            ("run-in-background: true", "background"),
+            ("maxRestarts: 7", "restarts"),
+            ("max-restarts: 7", "restarts"),
+            ("restartPeriodMs: 9", "period"),
+            ("restart-period-ms: 9", "period"),
+        ] {
+            let d = field_ok(spelling);
+            let applied = match check {
+                "disallowed" => d.disallowed_tools == ["bash"],
+                "allowed" => d.allowed_subagents == SubagentAllowance::All,
+                "turns" => d.max_turns == Some(3),
+                "context" => d.inherit_context,
+                "background" => d.run_in_background,
+                "restarts" => d.max_restarts == 7,
+                "period" => d.restart_period_ms == 9,
+                _ => unreachable!(),
+            };
+            assert!(applied, "{spelling} was not applied: {d:?}");
+        }
+    }
+
+    #[test]
+    fn tool_sets() {
+        for (value, tools) in [
+            ("read, write", ToolSet::only(["read", "write"])),
+            ("' read ,, write '", ToolSet::only(["read", "write"])),
+            (
+                "[Read, 'Bash(git:*)']",
+                ToolSet::only(["Read", "Bash(git:*)"]),
+            ),
+            ("all", ToolSet::All),
+            ("ALL", ToolSet::All),
+            ("'*'", ToolSet::All),
+            ("[all]", ToolSet::All),
+            ("none", ToolSet::None),
+            ("''", ToolSet::None),
+            ("[]", ToolSet::None),
+            ("~", ToolSet::All),
+        ] {
+            assert_eq!(field_ok(&format!("tools: {value}")).tools, tools, "{value}");
+        }
+        assert_eq!(field_ok("").tools, ToolSet::All, "omitted means every tool");
+    }
+
+    #[test]
+    fn tool_set_errors() {
+        assert_eq!(
+            field_err("tools: true"),
+            (
+                "tools".into(),
+                "expected `all`, `none` or tool names (a comma-separated string or a list), \
+                 found true"
+                    .into()
+            )
+        );
+        assert_eq!(
+            field_err("tools: read, all").1,
+            "`all` must stand alone, found it among names: read, all"
+        );
+        assert_eq!(
+            field_err("tools: [read, 3]").1,
+            "expected a tool name in list item 2, found 3"
+        );
+        assert!(field_err("tools: {a: b}").1.ends_with("found a mapping"));
+    }
+
+    #[test]
+    fn disallowed_tools_take_names_only() {
+        assert_eq!(
+            field_ok("disallowed_tools: bash, write").disallowed_tools,
+            ["bash", "write"]
+        );
+        assert!(field_ok("disallowed_tools: ''").disallowed_tools.is_empty());
+        for word in ["all", "'*'", "none", "[read, None]"] {
+            let (field, message) = field_err(&format!("disallowedTools: {word}"));
+            assert_eq!(field, "disallowedTools");
+            assert!(
+                message.starts_with("expected tool names, found `"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn subagent_allowances() {
+        for value in ["~", "''", "none", "None", "false", "'false'", "[]", "[' ']"] {
+            assert_eq!(
+                field_ok(&format!("allowed_subagents: {value}")).allowed_subagents,
+                SubagentAllowance::None,
+                "{value}"
+            );
+        }
+        for value in ["all", "'*'", "true", "'true'", "True", "[all]"] {
+            assert_eq!(
+                field_ok(&format!("allowed_subagents: {value}")).allowed_subagents,
+                SubagentAllowance::All,
+                "{value}"
+            );
+        }
+        assert_eq!(
+            field_ok("allowed_subagents: writer, reviewer").allowed_subagents,
+            SubagentAllowance::only(["writer", "reviewer"])
+        );
+        assert_eq!(
+            field_ok("allowed_subagents: [writer]").allowed_subagents,
+            SubagentAllowance::only(["writer"])
+        );
+        assert_eq!(field_ok("").allowed_subagents, SubagentAllowance::None);
+        assert_eq!(
+            field_err("allowed_subagents: 3").1,
+            "expected `all`, `none`, true, false or agent type names (a comma-separated string \
+             or a list), found 3"
+        );
+        assert_eq!(
+            field_err("allowed_subagents: writer, true").1,
+            "`true` must stand alone, found it among names: writer, true"
+        );
+    }
+
+    #[test]
+    fn every_keyword_in_every_list_field() {
+        for (written, tools) in [
+            ("all", Some(ToolSet::All)),
+            ("All", Some(ToolSet::All)),
+            ("'*'", Some(ToolSet::All)),
+            ("[All]", Some(ToolSet::All)),
+            ("none", Some(ToolSet::None)),
+            ("NONE", Some(ToolSet::None)),
+            ("[None]", Some(ToolSet::None)),
+            ("'true'", None),
+            ("'False'", None),
+            ("true", None),
+            ("false", None),
+        ] {
+            let read = with_fields(&format!("tools: {written}")).map(|d| d.tools);
+            match tools {
+                Some(tools) => assert_eq!(read.unwrap(), tools, "{written}"),
+                None => assert!(read.is_err(), "{written}: {read:?}"),
+            }
+        }
+        assert_eq!(
+            field_err("tools: 'True'").1,
+            "expected `all`, `none` or tool names, found `true`"
+        );
+        for written in [
+            "all", "ALL", "'*'", "none", "None", "'true'", "'FALSE'", "true", "false",
+        ] {
+            let (field, message) = field_err(&format!("disallowed_tools: {written}"));
+            assert_eq!(field, "disallowed_tools");
+            assert!(
+                message.starts_with("expected tool names"),
+                "{written}: {message}"
+            );
+        }
+        for (written, allowed) in [
+            ("all", SubagentAllowance::All),
+            ("ALL", SubagentAllowance::All),
+            ("'*'", SubagentAllowance::All),
+            ("true", SubagentAllowance::All),
+            ("'TRUE'", SubagentAllowance::All),
+            ("['True']", SubagentAllowance::All),
+            ("none", SubagentAllowance::None),
+            ("NONE", SubagentAllowance::None),
+            ("false", SubagentAllowance::None),
+            ("'False'", SubagentAllowance::None),
+            ("['false']", SubagentAllowance::None),
+            ("[Reviewer]", SubagentAllowance::only(["Reviewer"])),
+        ] {
+            assert_eq!(
+                field_ok(&format!("allowed_subagents: {written}")).allowed_subagents,
+                allowed,
+                "{written}"
+            );
+        }
+        assert_eq!(
+            field_err("allowed_subagents: [writer, '*']").1,
+            "`*` must stand alone, found it among names: writer, *"
+        );
+        // A YAML boolean is a value, not a list item (as `[true]` in JSON).
+        assert_eq!(
+            field_err("allowed_subagents: [true]").1,
+            "expected an agent type name in list item 1, found true"
+        );
+        assert_eq!(
+            field_err("allowed_subagents: [writer, ~]").1,
+            "expected an agent type name in list item 2, found nothing"
+        );
+    }
+
+    #[test]
+    fn integers() {
+        for (value, found) in [
+            ("ten", "\"ten\""),
+            ("'10'", "\"10\""),
+            ("0", "0"),
+            ("-3", "-3"),
+            ("1.5", "1.5"),
+            ("[1]", "a list"),
+        ] {
+            assert_eq!(
+                field_err(&format!("max_turns: {value}")),
+                (
+                    "max_turns".into(),
+                    format!("expected a positive integer, found {found}")
+                ),
+                "{value}"
+            );
+        }
+        assert_eq!(
+            field_err("max_turns: 4294967296").1,
+            "expected a positive integer, found 4294967296, which is too large"
+        );
+        assert_eq!(field_ok("max_turns: 4294967295").max_turns, Some(u32::MAX));
+        assert_eq!(field_ok("max_restarts: 0").max_restarts, 0);
+        assert_eq!(
+            field_err("max_restarts: -1").1,
+            "expected a non-negative integer, found -1"
+        );
+        assert_eq!(
+            field_err("restart_period_ms: 0").1,
+            "expected a positive integer, found 0"
+        );
+        assert_eq!(
+            field_ok("restart_period_ms: 18446744073709551615").restart_period_ms,
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn booleans_and_strings_are_not_coerced() {
+        assert_eq!(
+            field_err("isolated: yes"),
+            (
+                "isolated".into(),
+                "expected true or false, found \"yes\"".into()
+            )
+        );
+        assert_eq!(field_err("enabled: 1").1, "expected true or false, found 1");
+        assert_eq!(
+            field_err("description: 42"),
+            ("description".into(), "expected a string, found 42".into())
+        );
+        assert_eq!(field_ok("model: !custom big").model.as_deref(), Some("big"));
+        assert_eq!(
+            field_err("max_turns: !custom big").1,
+            "expected a positive integer, found \"big\""
+        );
+        assert_eq!(
+            field_err("name: '  '").1,
+            "expected a non-blank name, found \"  \""
+        );
+        assert_eq!(
+            field_ok("model: '  '").model,
+            None,
+            "blank model means the default"
+        );
+        assert!(!field_ok("enabled: false").enabled);
+    }
+
+    #[test]
+    fn words_of_enums() {
+        assert_eq!(
+            field_ok("strategy: one-for-all").strategy,
+            Strategy::OneForAll
+        );
+        assert_eq!(
+            field_ok("strategy: One_For_One").strategy,
+            Strategy::OneForOne
+        );
+        assert_eq!(
+            field_ok("restart: transient").restart,
+            RestartPolicy::Transient
+        );
+        assert_eq!(
+            field_ok("restart: Temporary").restart,
+            RestartPolicy::Temporary
+        );
+        assert_eq!(
+            field_ok("settle: abort-children").settle,
+            SettlePolicy::AbortChildren
+        );
+        assert_eq!(
+            field_err("restart: always"),
+            (
+                "restart".into(),
+                "expected one of `permanent`, `transient`, `temporary`, found \"always\"".into()
+            )
+        );
+        assert_eq!(
+            field_err("strategy: 1").1,
+            "expected one of `one_for_one`, `one_for_all`, `rest_for_one`, found 1"
+        );
+        assert_eq!(
+            field_err("settle: wait").1,
+            "expected one of `abort_children`, `drain`, found \"wait\""
+        );
+    }
+
+    #[test]
+    fn long_strings_are_cut_in_messages() {
+        let long = "x".repeat(500);
+        let message = field_err(&format!("max_turns: {long}")).1;
+        assert!(message.len() < 120, "{message}");
+        assert!(message.ends_with("\"..."), "{message}");
+        // Cutting respects character boundaries.
+        let wide = "é".repeat(100);
+        assert!(field_err(&format!("max_turns: {wide}")).1.contains('é'));
+    }
+}

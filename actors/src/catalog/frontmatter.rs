@@ -1,0 +1,798 @@
+//! Agent files: markdown with YAML frontmatter, as in `.pi/agents/*.md` and
+//! `.claude/agents/*.md`, read into [`AgentDefinition`]s.
+//!
+//! [`parse_agent_file`] reads one file's text: it splits the frontmatter from the prompt,
+//! parses the YAML into its fields, has the field table (the `fields` module) read each field
+//! into a definition, then runs the catalog's one definition check on it. The format (fields,
+//! defaults, the words `all`/`none`/`true`/`false`) is documented on [`parse_agent_file`],
+//! which is public, as this module is not.
+//!
+//! It is pure: it never touches the file system (the `dirs` module reads files and
+//! directories). It never reads a field's value itself, which is the field table's, and never
+//! judges a value, which is the definition check's.
+//!
+//! # Invariants
+//!
+//! * Parsing never panics, whatever the input: every problem is a [`CatalogError`] naming the
+//!   file. [`CatalogError::Field`] names the field as spelled in the file, and says what was
+//!   expected and what was found. A frontmatter that is not valid YAML is
+//!   [`CatalogError::Yaml`] (the parser's error gives the line and column in the file),
+//!   keeping the parser's error as its source; a frontmatter missing, unterminated or not a
+//!   mapping is [`CatalogError::File`]. A frontmatter leaving more than 1000 `[` or `{` open is
+//!   refused before parsing, so no file makes the parser crawl.
+//! * Reading and judging are apart. The field table reads each value (its type, trimming, and
+//!   the words rule of `agent_tree_protocol::Written` for the list fields); the values are then
+//!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
+//!   refusals are reported as field errors of the file in the same order as the rest.
+//! * Every field error of a file is reported. One problem is returned as itself, several as one
+//!   flat [`CatalogError::Many`] (never nested), in the order of the fields in the file.
+//! * Names are trimmed and must not be blank; a file that gives no name is named by its stem.
+//! * Keys are case-sensitive; a field given in two spellings is an error. Other keys (`color`,
+//!   `permissionMode`, ...) are ignored with a `tracing` warning naming the file and the key.
+//!
+//! [`Catalog::new`]: super::Catalog::new
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use agent_tree_protocol::AgentDefinition;
+use serde_yaml_ng::{Mapping, Value};
+
+use super::fields::{Field, apply, describe};
+use super::{CatalogError, check, combine};
+
+/// Parses the text of one agent file; `path` names the file in errors and gives the default
+/// name (its stem).
+///
+/// Pure: it touches no file system. Unknown fields are ignored with a `tracing` warning.
+///
+/// # Format
+///
+/// A file starts with a `---` line. The YAML up to the next `---` line is the frontmatter, and
+/// everything after that line, trimmed, is the system prompt:
+///
+/// ```text
+/// ---
+/// name: reviewer
+/// description: Reviews a change for bugs.
+/// tools: read, grep
+/// allowed_subagents: [analyst]
+/// max_turns: 12
+/// ---
+/// You review code. Report every bug with its file and line.
+/// ```
+///
+/// | Field | Also spelled | Value | When absent |
+/// |---|---|---|---|
+/// | `name` | | a non-blank string, trimmed | the file stem |
+/// | `description` | | a string, trimmed | empty |
+/// | `tools` | | `all`, `*`, `none`, or tool names | `all` |
+/// | `disallowed_tools` | `disallowedTools`, `disallowed-tools` | tool names | no tool |
+/// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents` | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
+/// | `isolated` | | `true` or `false` | `false` |
+/// | `model` | | a string; blank or `inherit` means the tree's default | the tree's default |
+/// | `max_turns` | `maxTurns`, `max-turns` | a positive integer | the depth-scaled default |
+/// | `inherit_context` | `inheritContext`, `inherit-context` | `true` or `false` | `false` |
+/// | `run_in_background` | `runInBackground`, `run-in-background` | `true` or `false` | `false` |
+/// | `enabled` | | `true` or `false` | `true` |
+/// | `restart` | | `permanent`, `transient` or `temporary` | `temporary` |
+/// | `strategy` | | `one_for_one`, `one_for_all` or `rest_for_one` | `one_for_one` |
+/// | `max_restarts` | `maxRestarts`, `max-restarts` | an integer ≥ 0 | 1 |
+/// | `restart_period_ms` | `restartPeriodMs`, `restart-period-ms` | a positive integer | 5000 |
+/// | `settle` | | `abort_children` or `drain` | `abort_children` |
+///
+/// Reading the table:
+///
+/// * `tools`, `disallowed_tools` and `allowed_subagents` are read by the words rule that JSON
+///   definitions follow too (`agent_tree_protocol::Written`): names are written as a
+///   comma-separated string (`read, grep`) or a YAML list (`[read, grep]`); items are trimmed
+///   and blank items dropped. The keywords `all`, `*`, `none`, `true` and `false` ignore case,
+///   are never names and must stand alone: `tools: [All]` is `all`, `tools: read, all` is an
+///   error. An empty string or list means none (`tools: ""` is no tool at all).
+///   `allowed_subagents` also takes `true` and `false` (YAML booleans or words); `tools` does
+///   not.
+/// * `disallowed_tools` takes tool names only: every keyword is refused, because a deny list
+///   must name what it denies.
+/// * The words of `restart`, `strategy` and `settle` ignore case and accept `-` for `_`
+///   (`one-for-one`).
+/// * A field with no value (`model:` or `model: ~`) is the same as the field left out.
+/// * Values are never coerced: `max_turns: "10"` and `isolated: yes` (a string in YAML 1.2)
+///   are errors.
+/// * Keys are case-sensitive, and a field given in two spellings (`max_turns` and `maxTurns`)
+///   is an error. Unknown keys (`color`, `permissionMode`, ...) are ignored with a `tracing`
+///   warning naming the file and the key.
+/// * YAML anchors and merge keys (`<<`) work and YAML tags are ignored (`!custom 3` is `3`); a
+///   byte-order mark and CRLF line ends are accepted.
+///
+/// # Example
+///
+/// ```
+/// use std::path::Path;
+/// use agent_tree_actors::parse_agent_file;
+/// use agent_tree_protocol::{SubagentAllowance, ToolSet};
+///
+/// let text = "\
+/// ---
+/// description: Plans the work.
+/// tools: read, grep
+/// allowedSubagents: [writer]
+/// maxTurns: 8
+/// color: blue
+/// ---
+/// You plan.
+/// ";
+/// let planner = parse_agent_file(Path::new(".claude/agents/planner.md"), text)?;
+/// assert_eq!(planner.name, "planner");
+/// assert_eq!(planner.tools, ToolSet::only(["read", "grep"]));
+/// assert_eq!(planner.allowed_subagents, SubagentAllowance::only(["writer"]));
+/// assert_eq!(planner.max_turns, Some(8));
+/// assert_eq!(planner.prompt, "You plan.");
+///
+/// let err = parse_agent_file(Path::new("bad.md"), "---\nmax_turns: ten\n---\n").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "bad.md: field `max_turns`: expected a positive integer, found \"ten\""
+/// );
+/// # Ok::<(), agent_tree_actors::CatalogError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`CatalogError::File`] when the frontmatter is missing, unterminated or not a mapping,
+/// [`CatalogError::Yaml`] when it is not valid YAML; [`CatalogError::Field`] for a malformed
+/// field or one the definition check refuses (as [`Catalog::new`] would), every one of them
+/// (several come as one [`CatalogError::Many`]).
+///
+/// [`Catalog::new`]: super::Catalog::new
+pub fn parse_agent_file(path: &Path, text: &str) -> Result<AgentDefinition, CatalogError> {
+    let parsed = parse(path, text)?;
+    for field in &parsed.ignored {
+        tracing::warn!(
+            file = %path.display(),
+            field = %field,
+            "unknown field in agent file ignored"
+        );
+    }
+    Ok(parsed.definition)
+}
+
+/// A parsed file: its definition, and the frontmatter keys it ignored (for the warnings).
+#[derive(Debug)]
+struct Parsed {
+    definition: AgentDefinition,
+    ignored: Vec<String>,
+}
+
+/// [`parse_agent_file`] without the logging, so tests can see what was ignored.
+fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
+    let file_error = |message| CatalogError::File {
+        file: path.to_owned(),
+        message,
+    };
+    let (yaml, body) = split_frontmatter(text).map_err(file_error)?;
+    let fields = frontmatter_fields(path, yaml)?;
+
+    let mut definition = AgentDefinition {
+        prompt: body.trim().to_owned(),
+        ..AgentDefinition::default()
+    };
+    // Each error with the position of its key in the frontmatter, so the definition check's
+    // refusals, found after reading, are reported in file order with the rest.
+    let mut errors: Vec<(usize, CatalogError)> = Vec::new();
+    let mut ignored = Vec::new();
+    // Field → the spelling it was first given in and its position, to refuse `max_turns` and
+    // `maxTurns` both and to name the field as the file does.
+    let mut seen: HashMap<Field, (&str, usize)> = HashMap::new();
+    // Fields whose value could not be read: they kept their default, which the definition
+    // check must not be asked to judge (a blank default name would be reported twice).
+    let mut unread: Vec<Field> = Vec::new();
+    let mut name_given = false;
+    for (position, (key, value)) in fields.iter().enumerate() {
+        let Some(key) = key.as_str() else {
+            ignored.push(describe(key));
+            continue;
+        };
+        let Some(field) = Field::from_key(key) else {
+            ignored.push(key.to_owned());
+            continue;
+        };
+        if let Some((first, _)) = seen.get(&field) {
+            errors.push((
+                position,
+                field_error(path, key, format!("given twice, also as `{first}`")),
+            ));
+            continue;
+        }
+        seen.insert(field, (key, position));
+        let value = untag(value);
+        if value.is_null() {
+            continue;
+        }
+        name_given |= field == Field::Name;
+        if let Err(message) = apply(&mut definition, field, value) {
+            unread.push(field);
+            errors.push((position, field_error(path, key, message)));
+        }
+    }
+    if !name_given {
+        let stem = path
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().trim().to_owned())
+            .unwrap_or_default();
+        if stem.is_empty() {
+            unread.push(Field::Name);
+            errors.push((
+                usize::MAX,
+                field_error(
+                    path,
+                    "name",
+                    "expected a non-blank name, found none (and the file name gives none)".into(),
+                ),
+            ));
+        }
+        definition.name = stem;
+    }
+    for refusal in check(&definition) {
+        let field = Field::from_key(refusal.field);
+        if field.is_some_and(|f| unread.contains(&f)) {
+            continue;
+        }
+        let (key, position) = field
+            .and_then(|f| seen.get(&f).copied())
+            .unwrap_or((refusal.field, usize::MAX));
+        errors.push((position, field_error(path, key, refusal.message)));
+    }
+    // Stable: errors of one position keep the order they were found in.
+    errors.sort_by_key(|(position, _)| *position);
+    match combine(errors.into_iter().map(|(_, e)| e).collect()) {
+        Some(error) => Err(error),
+        None => Ok(Parsed {
+            definition,
+            ignored,
+        }),
+    }
+}
+
+fn field_error(path: &Path, field: &str, message: String) -> CatalogError {
+    CatalogError::Field {
+        file: path.to_owned(),
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// Splits a file into its frontmatter (between the first line `---` and the next `---` line)
+/// and its body.
+fn split_frontmatter(text: &str) -> Result<(&str, &str), String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let is_fence = |line: &str| line.trim_end() == "---";
+    let mut lines = text.split_inclusive('\n');
+    match lines.next() {
+        None => return Err("missing frontmatter: the file is empty".into()),
+        Some(first) if !is_fence(first) => {
+            return Err("missing frontmatter: the first line must be `---`".into());
+        }
+        Some(_) => {}
+    }
+    let start = text.find('\n').map_or(text.len(), |i| i + 1);
+    let mut end = start;
+    for line in lines {
+        if is_fence(line) {
+            return Ok((&text[start..end], &text[end + line.len()..]));
+        }
+        end += line.len();
+    }
+    Err("unterminated frontmatter: no closing `---` line".into())
+}
+
+/// Parses the frontmatter of `path` into its fields; an empty frontmatter has none.
+fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> {
+    let file_error = |message| CatalogError::File {
+        file: path.to_owned(),
+        message,
+    };
+    let yaml_error = |e: serde_yaml_ng::Error| CatalogError::Yaml {
+        file: path.to_owned(),
+        source: Box::new(e),
+    };
+    if opens_too_deep(yaml) {
+        return Err(file_error(format!(
+            "frontmatter opens more than {MAX_OPEN_BRACKETS} `[` or `{{` without closing them"
+        )));
+    }
+    // The newline stands for the opening `---` line, so the line numbers in the parser's
+    // errors are the file's.
+    let mut value: Value = serde_yaml_ng::from_str(&format!("\n{yaml}")).map_err(yaml_error)?;
+    value.apply_merge().map_err(yaml_error)?;
+    while let Value::Tagged(tagged) = value {
+        value = tagged.value;
+    }
+    match value {
+        Value::Mapping(fields) => Ok(fields),
+        Value::Null => Ok(Mapping::new()),
+        other => Err(file_error(format!(
+            "frontmatter must be a mapping of `field: value` lines, found {}",
+            describe(&other)
+        ))),
+    }
+}
+
+/// Most `[` and `{` a frontmatter may have open at once.
+///
+/// YAML nesting deeper than 128 levels is refused by the parser anyway, but libyaml's scanner
+/// takes time quadratic in the open depth before it gets there (a minute for 100 000 `[` in a
+/// debug build), so such a file is refused before parsing. Brackets in strings count too,
+/// which can only matter to a file leaving a thousand of them open.
+const MAX_OPEN_BRACKETS: usize = 1_000;
+
+/// Whether `yaml` ever has more than [`MAX_OPEN_BRACKETS`] flow brackets open.
+fn opens_too_deep(yaml: &str) -> bool {
+    let mut open = 0usize;
+    for byte in yaml.bytes() {
+        match byte {
+            b'[' | b'{' => {
+                open += 1;
+                if open > MAX_OPEN_BRACKETS {
+                    return true;
+                }
+            }
+            b']' | b'}' => open = open.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `value` without its YAML tags (`!custom 3` is read as `3`), as `serde_yaml_ng`'s own
+/// accessors read it.
+pub(super) fn untag(value: &Value) -> &Value {
+    let mut value = value;
+    while let Value::Tagged(tagged) = value {
+        value = &tagged.value;
+    }
+    value
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use agent_tree_protocol::{
+        DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, RestartPolicy, SubagentAllowance, ToolSet,
+    };
+    use proptest::prelude::{
+        Just, any, prop, prop_assert, prop_assert_eq, prop_assume, prop_oneof,
+    };
+    use proptest::proptest;
+    use proptest::strategy::Strategy as PropStrategy;
+
+    use super::*;
+    use crate::catalog::Catalog;
+
+    // The `pub(in crate::catalog)` helpers below are shared with the field table's tests,
+    // which read each value through a whole file's text, as a loader does.
+
+    const FILE: &str = "agents/tester.md";
+
+    pub(in crate::catalog) fn parse_ok(text: &str) -> AgentDefinition {
+        match parse_agent_file(Path::new(FILE), text) {
+            Ok(definition) => definition,
+            Err(e) => panic!("{text:?} should parse: {e}"),
+        }
+    }
+
+    /// Parses `---\n{frontmatter}\n---\nbody`.
+    pub(in crate::catalog) fn with_fields(
+        frontmatter: &str,
+    ) -> Result<AgentDefinition, CatalogError> {
+        parse_agent_file(Path::new(FILE), &format!("---\n{frontmatter}\n---\nbody\n"))
+    }
+
+    pub(in crate::catalog) fn field_ok(frontmatter: &str) -> AgentDefinition {
+        with_fields(frontmatter).unwrap_or_else(|e| panic!("{frontmatter:?} should parse: {e}"))
+    }
+
+    /// The (field, message) of a single field error.
+    pub(in crate::catalog) fn field_err(frontmatter: &str) -> (String, String) {
+        match with_fields(frontmatter) {
+            Err(CatalogError::Field {
+                file,
+                field,
+                message,
+            }) => {
+                assert_eq!(file, Path::new(FILE));
+                (field, message)
+            }
+            other => panic!("{frontmatter:?}: expected one field error, got {other:?}"),
+        }
+    }
+
+    /// The message of a single error about the whole file, without the file's name.
+    fn file_err(text: &str) -> String {
+        match parse_agent_file(Path::new(FILE), text) {
+            Err(CatalogError::File { file, message }) => {
+                assert_eq!(file, Path::new(FILE));
+                message
+            }
+            Err(e @ CatalogError::Yaml { .. }) => {
+                let CatalogError::Yaml { file, source } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(file, Path::new(FILE));
+                assert_eq!(
+                    std::error::Error::source(&e).map(ToString::to_string),
+                    Some(source.to_string()),
+                    "the YAML error is kept as the source"
+                );
+                e.to_string()
+                    .strip_prefix(&format!("{FILE}: "))
+                    .unwrap()
+                    .to_owned()
+            }
+            other => panic!("{text:?}: expected a file error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_name_from_the_file_stem() {
+        let definition = parse_ok("---\n---\n  You test.  \n");
+        assert_eq!(
+            definition,
+            AgentDefinition::new("tester", "You test."),
+            "every omitted field takes the definition's default"
+        );
+        assert_eq!(definition.max_restarts, DEFAULT_MAX_RESTARTS);
+        assert_eq!(definition.restart_period_ms, DEFAULT_RESTART_PERIOD_MS);
+        assert_eq!(parse_ok("---\nname: '  spaced  '\n---\n").name, "spaced");
+    }
+
+    #[test]
+    fn a_field_given_in_two_spellings_is_refused() {
+        let (field, message) = field_err("max_turns: 3\nmaxTurns: 4");
+        assert_eq!(field, "maxTurns");
+        assert_eq!(message, "given twice, also as `max_turns`");
+    }
+
+    #[test]
+    fn refusals_of_the_definition_check_come_in_file_order_with_the_file_spelling() {
+        let err = with_fields("maxTurns: 0\nisolated: maybe\nrestart-period-ms: 0\nname: ' '")
+            .unwrap_err();
+        let CatalogError::Many(errors) = err else {
+            panic!("expected several errors, got {err:?}");
+        };
+        let found: Vec<_> = errors
+            .iter()
+            .map(|e| match e {
+                CatalogError::Field { field, message, .. } => (field.as_str(), message.as_str()),
+                other => panic!("not a field error: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("maxTurns", "expected a positive integer, found 0"),
+                ("isolated", "expected true or false, found \"maybe\""),
+                ("restart-period-ms", "expected a positive integer, found 0"),
+                ("name", "expected a non-blank name, found \" \""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_field_that_cannot_be_read_is_not_judged_again() {
+        // `name: 42` leaves the name blank; only the reading error is reported.
+        let (field, message) = field_err("name: 42");
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("name", "expected a string, found 42")
+        );
+    }
+
+    #[test]
+    fn the_loader_and_catalog_new_refuse_the_same_definitions() {
+        for frontmatter in [
+            "max_turns: 0",
+            "restart_period_ms: 0",
+            "name: '  '",
+            "max_turns: 1",
+            "restart_period_ms: 1",
+            "tools: [read, grep]",
+        ] {
+            let parsed = parse(Path::new(FILE), &format!("---\n{frontmatter}\n---\n"));
+            match parsed {
+                Ok(parsed) => assert!(
+                    Catalog::new([parsed.definition]).is_ok(),
+                    "{frontmatter}: a file's definition enters a catalog"
+                ),
+                Err(_) => {
+                    // The same values, built in code, are refused too.
+                    let mut d = AgentDefinition::new("tester", "");
+                    match frontmatter {
+                        "max_turns: 0" => d.max_turns = Some(0),
+                        "restart_period_ms: 0" => d.restart_period_ms = 0,
+                        "name: '  '" => d.name = "  ".into(),
+                        other => panic!("{other} should parse"),
+                    }
+                    assert!(Catalog::new([d]).is_err(), "{frontmatter}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn null_is_the_same_as_omitted() {
+        let d = field_ok("name:\nmodel: ~\nmax_turns:\nenabled:\ntools:\nrestart:");
+        assert_eq!(d, AgentDefinition::new("tester", "body"));
+    }
+
+    #[test]
+    fn unknown_fields_are_collected_not_errors() {
+        let parsed = parse(
+            Path::new(FILE),
+            "---\ncolor: blue\nname: x\npermissionMode: ask\nMaxTurns: 3\n1: one\n---\n",
+        )
+        .unwrap();
+        assert_eq!(parsed.definition.name, "x");
+        assert_eq!(parsed.definition.max_turns, None, "keys are case-sensitive");
+        assert_eq!(parsed.ignored, ["color", "permissionMode", "MaxTurns", "1"]);
+    }
+
+    #[test]
+    fn every_field_error_of_a_file_is_reported_in_order() {
+        let err =
+            with_fields("max_turns: ten\ncolor: red\nisolated: maybe\nrestart: never").unwrap_err();
+        let CatalogError::Many(errors) = err else {
+            panic!("expected several errors, got {err:?}");
+        };
+        let fields: Vec<_> = errors
+            .iter()
+            .map(|e| match e {
+                CatalogError::Field { field, .. } => field.as_str(),
+                other => panic!("not a field error: {other:?}"),
+            })
+            .collect();
+        assert_eq!(fields, ["max_turns", "isolated", "restart"]);
+    }
+
+    #[test]
+    fn frontmatter_errors_are_file_errors() {
+        assert_eq!(file_err(""), "missing frontmatter: the file is empty");
+        assert_eq!(
+            file_err("You review.\n---\nname: x\n---\n"),
+            "missing frontmatter: the first line must be `---`"
+        );
+        assert_eq!(
+            file_err(" ---\nname: x\n---\n"),
+            "missing frontmatter: the first line must be `---`"
+        );
+        assert_eq!(
+            file_err("---\nname: x\nbody"),
+            "unterminated frontmatter: no closing `---` line"
+        );
+        assert_eq!(
+            file_err("---"),
+            "unterminated frontmatter: no closing `---` line"
+        );
+        assert_eq!(
+            file_err("---\n- a\n- b\n---\n"),
+            "frontmatter must be a mapping of `field: value` lines, found a list"
+        );
+        assert_eq!(
+            file_err("---\njust words\n---\n"),
+            "frontmatter must be a mapping of `field: value` lines, found \"just words\""
+        );
+    }
+
+    #[test]
+    fn yaml_errors_give_the_line_in_the_file() {
+        let message = file_err("---\nname: x\ntools: [read, write\nmodel: m\n---\n");
+        assert!(
+            message.starts_with("invalid YAML in frontmatter: "),
+            "{message}"
+        );
+        // The flow sequence opens on line 3 of the file; line 4 cannot continue it.
+        assert!(message.contains("at line 4 column 6"), "{message}");
+        assert!(message.contains("at line 3 column 8"), "{message}");
+        let message = file_err("---\nname: x\n\nname: y\n---\n");
+        assert!(
+            message.contains("duplicate entry with key \"name\""),
+            "{message}"
+        );
+        assert!(message.contains("line 2"), "{message}");
+    }
+
+    #[test]
+    fn bom_crlf_and_fence_spaces_are_accepted() {
+        let d = parse_ok("\u{feff}---\r\nname: x\r\nmax_turns: 2\r\n---  \r\nYou test.\r\n");
+        assert_eq!((d.name.as_str(), d.max_turns), ("x", Some(2)));
+        assert_eq!(d.prompt, "You test.");
+    }
+
+    #[test]
+    fn the_body_starts_after_the_first_closing_fence() {
+        let d = parse_ok("---\nname: x\n---\nPart one.\n---\nPart two.\n");
+        assert_eq!(d.prompt, "Part one.\n---\nPart two.");
+    }
+
+    #[test]
+    fn anchors_and_merge_keys() {
+        let d = field_ok("base: &base {max_turns: 4, isolated: true}\n<<: *base\nmodel: m");
+        assert_eq!(d.max_turns, Some(4));
+        assert!(d.isolated);
+    }
+
+    #[test]
+    fn a_blank_file_stem_without_a_name_is_refused() {
+        let err = parse_agent_file(Path::new(" .md"), "---\n---\n").unwrap_err();
+        assert!(
+            matches!(err, CatalogError::Field { ref field, .. } if field == "name"),
+            "{err:?}"
+        );
+        assert_eq!(
+            parse_agent_file(Path::new(" .md"), "---\nname: ok\n---\n")
+                .unwrap()
+                .name,
+            "ok"
+        );
+    }
+
+    #[test]
+    fn hostile_yaml_is_an_error_not_a_crash() {
+        let deep = format!("---\nname: {}\n---\n", "[".repeat(100_000));
+        assert_eq!(
+            file_err(&deep),
+            "frontmatter opens more than 1000 `[` or `{` without closing them"
+        );
+        let deep = format!("---\nname: {}\n---\n", "{".repeat(500));
+        assert!(file_err(&deep).contains("recursion limit exceeded"));
+        let balanced = format!("---\ndescription: '{}'\n---\n", "[]".repeat(5_000));
+        assert_eq!(parse_ok(&balanced).description.len(), 10_000);
+        let mut bomb = String::from("---\na: &a [x,x,x,x,x,x,x,x,x]\n");
+        for (name, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            let refs = vec![format!("*{prev}"); 9].join(",");
+            bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        }
+        bomb.push_str("---\n");
+        assert!(file_err(&bomb).contains("repetition limit exceeded"));
+    }
+
+    /// Every leaf error names `FILE` and is a field or file error.
+    fn assert_leaves_name_the_file(error: &CatalogError) {
+        match error {
+            CatalogError::Field { file, field, .. } => {
+                assert_eq!(file, Path::new(FILE));
+                assert!(!field.is_empty());
+            }
+            CatalogError::File { file, .. } | CatalogError::Yaml { file, .. } => {
+                assert_eq!(file, Path::new(FILE));
+            }
+            CatalogError::Many(errors) => {
+                assert!(errors.len() > 1);
+                for e in errors {
+                    assert!(!matches!(e, CatalogError::Many(_)), "nested Many");
+                    assert_leaves_name_the_file(e);
+                }
+            }
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    fn yamlish_value() -> impl PropStrategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("~".to_owned()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| n.to_string()),
+            "[a-z*_, -]{0,20}",
+            "\\[[a-z0-9*, ]{0,20}\\]",
+            "\\{[a-z0-9:, ]{0,20}\\}",
+            "'[^'\n]{0,20}'",
+            "[!&*|>%@`\"'#:\\[\\]{}, a-z0-9\t-]{0,20}",
+        ]
+    }
+
+    fn any_key() -> impl PropStrategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "name",
+                "description",
+                "tools",
+                "disallowed_tools",
+                "disallowedTools",
+                "allowed_subagents",
+                "allowed-subagents",
+                "isolated",
+                "model",
+                "max_turns",
+                "maxTurns",
+                "inherit_context",
+                "run_in_background",
+                "enabled",
+                "restart",
+                "strategy",
+                "max_restarts",
+                "restart_period_ms",
+                "settle",
+                "color",
+                "<<",
+            ])
+            .prop_map(str::to_owned),
+            "[a-zA-Z_-]{1,12}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            if let Err(e) = parse_agent_file(Path::new(FILE), &text) {
+                assert_leaves_name_the_file(&e);
+            }
+        }
+
+        #[test]
+        fn arbitrary_frontmatter_never_panics(
+            yaml in any::<String>(),
+            fence in prop::sample::select(vec!["---\n", "---\r\n", "\u{feff}---\n"]),
+        ) {
+            let text = format!("{fence}{yaml}\n---\nbody");
+            if let Err(e) = parse_agent_file(Path::new(FILE), &text) {
+                assert_leaves_name_the_file(&e);
+            }
+        }
+
+        #[test]
+        fn arbitrary_fields_never_panic(
+            fields in prop::collection::vec((any_key(), yamlish_value()), 0..8),
+        ) {
+            let yaml: String =
+                fields.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+            let text = format!("---\n{yaml}---\nbody");
+            match parse_agent_file(Path::new(FILE), &text) {
+                Ok(definition) => prop_assert!(!definition.name.trim().is_empty()),
+                Err(e) => assert_leaves_name_the_file(&e),
+            }
+        }
+
+        #[test]
+        fn written_definitions_read_back(
+            name in "[a-zA-Z][a-zA-Z0-9_-]{0,12}",
+            tools in prop::collection::vec("[A-Za-z][A-Za-z0-9_]{0,8}", 1..4),
+            subagents in prop::collection::vec("[a-z][a-z0-9-]{0,8}", 0..4),
+            max_turns in 1u32..,
+            restart in prop::sample::select(vec![
+                RestartPolicy::Permanent, RestartPolicy::Transient, RestartPolicy::Temporary,
+            ]),
+            isolated in any::<bool>(),
+            prompt in "[a-zA-Z .]{0,40}",
+        ) {
+            // Words YAML or the format read as something other than a name.
+            let words = ["all", "none", "true", "false", "null"];
+            prop_assume!(tools.iter().all(|t| !words.contains(&t.to_lowercase().as_str())));
+            prop_assume!(subagents.iter().all(|s| !words.contains(&s.as_str())));
+            let restart_word = match restart {
+                RestartPolicy::Permanent => "permanent",
+                RestartPolicy::Transient => "transient",
+                RestartPolicy::Temporary => "temporary",
+            };
+            let text = format!(
+                "---\nname: '{name}'\ntools: {}\nallowedSubagents: [{}]\nmaxTurns: {max_turns}\n\
+                 restart: {restart_word}\nisolated: {isolated}\n---\n{prompt}\n",
+                tools.join(", "),
+                subagents.join(", "),
+            );
+            let expected = AgentDefinition {
+                name: name.clone(),
+                prompt: prompt.trim().to_owned(),
+                tools: ToolSet::only(tools.clone()),
+                allowed_subagents: SubagentAllowance::only(subagents.clone()),
+                max_turns: Some(max_turns),
+                restart,
+                isolated,
+                ..AgentDefinition::default()
+            };
+            prop_assert_eq!(parse_agent_file(Path::new(FILE), &text).unwrap(), expected);
+        }
+    }
+}
