@@ -6,10 +6,10 @@
 //! # Layout
 //!
 //! * this file: the state, the one lock, and [`Inner::emit`], the only writer of records;
-//! * [`admit`](self::admit): admissions, pool starts, restarts and resumes, which each hand
+//! * [`admit`]: admissions, pool starts, restarts and resumes, which each hand
 //!   back a [`StartTicket`] carrying everything the agent's actor needs;
-//! * [`end`](self::end): settles, losses, aborts, kills, shutdown marks;
-//! * [`read`](self::read): queries, steering routes, usage and plain announcements.
+//! * [`end`]: settles, losses, aborts, kills, shutdown marks;
+//! * [`read`]: queries, steering routes, usage and plain announcements.
 //!
 //! # Invariants
 //!
