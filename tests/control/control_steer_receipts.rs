@@ -3,19 +3,23 @@
 //! delivered in order at its first turn; a steer enters the conversation at the next turn
 //! boundary with one `steered` event each; a settled agent refuses steers, naming its status.
 //! A steer to a completing agent is refused, and one delivered during what turns out to be
-//! the last turn is read in one more turn (or refused).
+//! the last turn is read in one more turn (or refused). A `delivered` steer is never lost,
+//! from a tool or the application, even as the agent's run ends (paused time, and looped on
+//! worker threads).
 
 use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event};
-use crate::support::{RecordingModel, delegator_of_all};
+use crate::support::lifetimes::ms;
+use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
+use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-fn catalog() -> Catalog {
+fn worker_and_blocker() -> Catalog {
     Catalog::new([
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("blocker", ""),
@@ -33,7 +37,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
         ]),
     );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), worker_and_blocker(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let worker = tree
         .spawn(SpawnRequest::new("worker", "task"))
@@ -87,7 +91,7 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(
         model.clone(),
-        catalog(),
+        worker_and_blocker(),
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
@@ -133,7 +137,7 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
 #[tokio::test(start_paused = true)]
 async fn steering_the_root_or_an_unknown_id_is_refused_alike() {
     let model = ScriptedModel::new();
-    let tree = tree(model, catalog(), TreeConfig::default()).await;
+    let tree = tree(model, worker_and_blocker(), TreeConfig::default()).await;
     for id in [a(0), a(42)] {
         let err = tree.steer(id, "hello").await.unwrap_err();
         assert_eq!(err.to_string(), format!("no subagent {id} of yours"));
@@ -206,4 +210,215 @@ async fn a_delivered_steer_is_read_or_refused() {
         "receipt {receipt:?}, but model calls {} and steered events {steered}",
         model.calls_by(h.id())
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// A `delivered` steer is read, never lost: from a tool or the application, in the instant
+// the agent's run ends, under load on worker threads, and during its last allowed turn.
+// ------------------------------------------------------------------------------------------
+
+const STEER: &str = "late guidance";
+
+fn child_read_the_steer(model: &RecordingModel, child: AgentId) -> bool {
+    model.calls_of(child).iter().any(|r| {
+        r.messages
+            .iter()
+            .any(|m| m.role == Role::User && m.content == STEER)
+    })
+}
+
+/// The receipt the lead's `steer_subagent` call got, read from its third request.
+fn steer_receipt(model: &RecordingModel, lead: AgentId) -> Option<String> {
+    let requests = model.calls_of(lead);
+    let third = requests.get(2)?;
+    let result = third.messages.iter().rev().find(|m| m.role == Role::Tool)?;
+    if result.is_error {
+        return Some(format!("error: {}", result.content));
+    }
+    let value: serde_json::Value = serde_json::from_str(&result.content).ok()?;
+    value["receipt"].as_str().map(str::to_owned)
+}
+
+/// lead spawns a worker in the background, steers it after `steer_after`, then waits for it;
+/// the worker answers after `answer_after` (and, if it got the steer, once more).
+async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, RecordingModel) {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::spawn_background("worker", "work"),
+                    Turn::calls([Call::steer(agent_tree::testkit::Target::Spawned(0), STEER)])
+                        .after(steer_after),
+                    // Wait for the worker, so its end is its own, not the lead's abort.
+                    Turn::calls([Call::result(agent_tree::testkit::Target::Spawned(0))]),
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script(
+                "worker",
+                Script::new([
+                    Turn::answer("worker done").after(answer_after),
+                    Turn::answer("worker read the steer"),
+                ]),
+            ),
+    );
+    let tree = crate::support::harness::tree(
+        model.clone(),
+        catalog([delegator("lead", &["worker"]), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await;
+    (tree, model)
+}
+
+/// Defect 5, deterministic: the lead's `steer_subagent` reaches the worker in the instant its
+/// run ends (both turns return at the same virtual instant): the tool answers `delivered`,
+/// yet the steer never enters the worker's conversation. Correct: a `delivered` receipt means
+/// a later request of the worker carries the steer (or the call is refused).
+#[tokio::test(start_paused = true)]
+async fn d5_a_delivered_steer_from_a_tool_is_read() {
+    let mut lost = Vec::new();
+    for answer_after in 98..=102u64 {
+        let (tree, model) = steer_race(ms(100), ms(answer_after)).await;
+        let lead = tree
+            .spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted")
+            .id();
+        let _ = outcome(&tree, lead, GUARD).await;
+        bounded(GUARD, "idle", tree.idle()).await;
+        let receipt = steer_receipt(&model, lead);
+        if receipt.as_deref() == Some("delivered") && !child_read_the_steer(&model, a(2)) {
+            lost.push(answer_after);
+        }
+        tree.shutdown().await;
+    }
+    assert!(
+        lost.is_empty(),
+        "defect 5: the steer was receipted `delivered` but never reached the worker's \
+         conversation (worker answering at {lost:?} ms, steer at 100 ms)"
+    );
+}
+
+/// Defect 5 under load on worker threads: in each tree 16 leads steer their workers while
+/// the workers' runs end at about the same time. Every `delivered` receipt must be followed by
+/// the worker reading the steer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
+    const RUNS: u64 = 200;
+    const LEADS: usize = 16;
+    let (mut delivered, mut lost) = (0, Vec::new());
+    for run in 0..RUNS {
+        // Tokio's timer ticks in milliseconds: equal delays fire in the same tick.
+        let steer_after = ms(2 + run % 2);
+        let answer_after = ms(2 + run / 2 % 2);
+        let (tree, model) = steer_race(steer_after, answer_after).await;
+        let mut leads = Vec::new();
+        for _ in 0..LEADS {
+            leads.push(
+                tree.spawn(SpawnRequest::new("lead", "go"))
+                    .await
+                    .expect("admitted")
+                    .id(),
+            );
+        }
+        for &lead in &leads {
+            let _ = outcome(&tree, lead, REAL_GUARD).await;
+        }
+        bounded(REAL_GUARD, "idle", tree.idle()).await;
+        for &lead in &leads {
+            let worker = tree.record(lead).expect("lead").children[0];
+            if steer_receipt(&model, lead).as_deref() == Some("delivered") {
+                delivered += 1;
+                if !child_read_the_steer(&model, worker) {
+                    lost.push((run, worker));
+                }
+            }
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        lost.is_empty(),
+        "defect 5: {} of {delivered} `delivered` steers (of {} sent) never reached the worker's \
+         conversation: (run, worker) {:?}",
+        lost.len(),
+        RUNS as usize * LEADS,
+        &lost[..lost.len().min(10)]
+    );
+}
+
+/// Defect 5 through the application's `Tree::steer`, on worker threads: a `Delivered`
+/// receipt must be followed by the agent reading the steer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
+    const RUNS: u64 = 150;
+    let (mut delivered, mut lost) = (0, Vec::new());
+    for run in 0..RUNS {
+        let model = RecordingModel::new(ScriptedModel::new().script(
+            "worker",
+            Script::new([
+                Turn::answer("worker done").after(Duration::from_micros(500 + (run % 7) * 150)),
+                Turn::answer("worker read the steer"),
+            ]),
+        ));
+        let tree = crate::support::harness::tree(
+            model.clone(),
+            catalog([leaf("worker")]),
+            TreeConfig::default(),
+        )
+        .await;
+        let worker = tree
+            .spawn(SpawnRequest::new("worker", "work"))
+            .await
+            .expect("admitted")
+            .id();
+        tokio::time::sleep(Duration::from_micros(400 + (run / 7 % 5) * 150)).await;
+        let receipt = bounded(REAL_GUARD, "the steer", tree.steer(worker, STEER)).await;
+        let _ = outcome(&tree, worker, REAL_GUARD).await;
+        if matches!(receipt, Ok(SteerReceipt::Delivered)) {
+            delivered += 1;
+            if !child_read_the_steer(&model, worker) {
+                lost.push(run);
+            }
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        lost.is_empty(),
+        "defect 5: {} of {delivered} `Delivered` application steers (of {RUNS} runs) were never \
+         read: runs {lost:?}",
+        lost.len()
+    );
+}
+
+/// Defect 5, a deterministic variant: a steer delivered during an agent's last allowed turn
+/// (`max_turns`) is receipted `Delivered`, then the run ends over it unread and nothing says
+/// so. Correct: never silently lost (read, or the steer refused).
+#[tokio::test(start_paused = true)]
+async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
+    let model = RecordingModel::new(ScriptedModel::new().script(
+        "worker",
+        Script::new([Turn::answer("worker done").after(ms(100))]),
+    ));
+    let mut worker = leaf("worker");
+    worker.max_turns = Some(1);
+    let tree =
+        crate::support::harness::tree(model.clone(), catalog([worker]), TreeConfig::default())
+            .await;
+    let id = tree
+        .spawn(SpawnRequest::new("worker", "work"))
+        .await
+        .expect("admitted")
+        .id();
+    tokio::time::sleep(ms(50)).await;
+    let receipt = tree.steer(id, STEER).await;
+    let got = outcome(&tree, id, GUARD).await;
+    assert!(
+        !matches!(receipt, Ok(SteerReceipt::Delivered)) || child_read_the_steer(&model, id),
+        "defect 5: the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
+         reading it",
+        got.status
+    );
+    tree.shutdown().await;
 }

@@ -13,6 +13,7 @@ mod records_persist;
 mod results_read_by_id;
 mod scripted_model_turns;
 mod snapshot_render;
+mod tool_calls_by_position;
 mod tools_unknown_name;
 mod tree_depth_parent;
 mod usage_before_settle;

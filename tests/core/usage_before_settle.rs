@@ -2,21 +2,27 @@
 //! `usage_reported` events come before its terminal event; and whenever an owner is told of a
 //! child's end (a waiting read, a foreground spawn's result, a later peek), the child's
 //! terminal event was already emitted and the owner's subtree already holds the child's
-//! whole usage (its own and its descendants').
+//! whole usage (its own and its descendants'). Nothing of an agent is recorded after its
+//! terminal event: a turn returning as its agent is killed bills nothing after the kill, and
+//! the snapshot at idle equals the sum of the usage events.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_tree::FnTool;
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EventKind, TreeSnapshot};
+use agent_tree::protocol::{Event, EventKind, TreeSnapshot};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::{BoxFuture, FnTool};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::harness::a;
+use crate::support::lifetimes::ms;
+use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
-    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, reported_usage, terminal_event,
+    within,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -366,4 +372,221 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     drop(events);
     let tree = Arc::try_unwrap(tree).expect("sole owner");
     let _ = tokio::time::timeout(limit, tree.shutdown()).await;
+}
+
+// ------------------------------------------------------------------------------------------
+// No usage after the terminal event: a model turn returning as its agent is killed records
+// nothing after the kill, and the snapshot at idle equals the usage events' sum. On worker
+// threads, pinned and looped.
+// ------------------------------------------------------------------------------------------
+
+/// A model whose first `victim` turn returns (with 1 token of usage) exactly as its agent is
+/// killed: inside its poll it has another thread call `Tree::kill` on its agent and keeps its
+/// own thread until the record says `killed` (the other worker settles it), then returns
+/// `Ready`. This pins the worker-thread race "the turn's future completes while the kill
+/// settles the agent" without depending on luck. Every other turn is the scripted model's.
+#[derive(Clone, Debug)]
+struct ReturnsAsKilled {
+    inner: ScriptedModel,
+    cell: crate::support::TreeCell,
+    returned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Model for ReturnsAsKilled {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        if request.agent_type != "victim" {
+            return self.inner.turn(request);
+        }
+        let (cell, returned, id) = (self.cell.clone(), self.returned.clone(), request.agent);
+        Box::pin(async move {
+            let tree = cell.get().expect("the tree is alive");
+            // From a plain thread, so the wake-ups land where the other worker finds them.
+            let killer = {
+                let tree = tree.clone();
+                std::thread::spawn(move || tree.kill(id))
+            };
+            let start = std::time::Instant::now();
+            while tree.record(id).map(|r| r.status) != Some(AgentStatus::Killed)
+                && start.elapsed() < Duration::from_secs(2)
+            {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            let killed = killer.join().expect("the killer thread");
+            assert!(killed.is_ok(), "the kill was refused: {killed:?}");
+            returned.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(tree);
+            Ok(ModelResponse::text("late answer").with_usage(Usage::tokens(1, 0)))
+        })
+    }
+}
+
+fn usage_after_terminal(events: &[Event], agent: AgentId) -> Vec<u64> {
+    let Some(end) = terminal_event(events, agent).map(|e| e.seq) else {
+        return Vec::new();
+    };
+    events
+        .iter()
+        .filter(|e| {
+            e.agent == agent && e.seq > end && matches!(e.kind, EventKind::UsageReported { .. })
+        })
+        .map(|e| e.seq)
+        .collect()
+}
+
+/// Defect 2: a model turn that has just returned records its usage after its agent was
+/// killed (`Tree::kill`) and settled: a `usage_reported` event follows the `killed` event,
+/// and the snapshot at `Tree::idle()` bills less than the events sum. Correct: nothing of an
+/// agent is recorded after its terminal event, and the snapshot equals the event sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
+    let cell = crate::support::TreeCell::new();
+    let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let model = ReturnsAsKilled {
+        inner: ScriptedModel::new().script(
+            "lead",
+            Script::new([
+                Turn::spawn_background("victim", "be killed").usage(Usage::tokens(10, 0)),
+                Turn::answer("lead done")
+                    .usage(Usage::tokens(89, 0))
+                    .after(ms(50)),
+            ]),
+        ),
+        cell: cell.clone(),
+        returned: returned.clone(),
+    };
+    let tree = Arc::new(
+        Tree::builder()
+            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
+            .model(model)
+            .build()
+            .await
+            .expect("the tree builds"),
+    );
+    cell.set(&tree);
+    let mut events = tree.subscribe();
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    let _ = outcome(&tree, lead, REAL_GUARD).await;
+    bounded(REAL_GUARD, "idle", tree.idle()).await;
+    let at_idle = tree.snapshot();
+    // The victim's turn task has returned; give it a moment to finish its bookkeeping.
+    bounded(REAL_GUARD, "the victim's model call to return", async {
+        while !returned.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    tokio::time::sleep(ms(20)).await;
+    let events = events.drain();
+    let victim = a(2);
+    assert_eq!(
+        tree.record(victim).map(|r| r.status),
+        Some(AgentStatus::Killed)
+    );
+    let late = usage_after_terminal(&events, victim);
+    let billed = at_idle.root().expect("root").subtree.total_tokens();
+    let reported = reported_usage(&events).total_tokens();
+    assert!(
+        late.is_empty() && billed == reported,
+        "defect 2: usage recorded after {victim} was killed: usage events {late:?} follow its \
+         terminal event; the snapshot at idle bills {billed} tokens, the usage events sum to \
+         {reported}"
+    );
+}
+
+/// A model whose `victim` turns return after a varied number of real yields.
+#[derive(Clone, Debug)]
+struct YieldingVictim {
+    inner: ScriptedModel,
+    spins: Arc<std::sync::atomic::AtomicU64>,
+    started: Arc<tokio::sync::Notify>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Model for YieldingVictim {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        if request.agent_type != "victim" {
+            return self.inner.turn(request);
+        }
+        let spins = self.spins.load(std::sync::atomic::Ordering::SeqCst);
+        let (started, in_flight) = (self.started.clone(), self.in_flight.clone());
+        in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        struct Done(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let done = Done(in_flight);
+        Box::pin(async move {
+            let _done = done;
+            started.notify_one();
+            yields(spins).await;
+            Ok(ModelResponse::text("victim done").with_usage(Usage::tokens(1, 0)))
+        })
+    }
+}
+
+/// Defect 2 under a plain race on worker threads: the application kills an agent while its
+/// model call returns (varied yields on both sides). Every run, no usage event of the victim
+/// may follow its terminal event, and the snapshot at idle must equal the usage events' sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
+    const RUNS: u64 = 500;
+    let mut bad = Vec::new();
+    for run in 0..RUNS {
+        let model = YieldingVictim {
+            inner: ScriptedModel::new(),
+            spins: Arc::new(std::sync::atomic::AtomicU64::new(run % 5)),
+            started: Arc::new(tokio::sync::Notify::new()),
+            in_flight: Arc::default(),
+        };
+        let tree = crate::support::harness::tree(
+            model.clone(),
+            catalog([leaf("victim")]),
+            TreeConfig::default(),
+        )
+        .await;
+        let mut events = tree.subscribe();
+        let victim = tree
+            .spawn(SpawnRequest::new("victim", "race"))
+            .await
+            .expect("admitted")
+            .id();
+        bounded(
+            REAL_GUARD,
+            "the victim's model call",
+            model.started.notified(),
+        )
+        .await;
+        yields((run / 5) % 4).await;
+        let _ = tree.kill(victim);
+        bounded(REAL_GUARD, "idle", tree.idle()).await;
+        let at_idle = tree.snapshot();
+        bounded(REAL_GUARD, "the victim's model call to end", async {
+            while model.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        tokio::time::sleep(ms(2)).await;
+        let events = events.drain();
+        let late = usage_after_terminal(&events, victim);
+        let billed = at_idle.root().expect("root").subtree.total_tokens();
+        let reported = reported_usage(&events).total_tokens();
+        if !late.is_empty() || billed != reported {
+            bad.push((run, late, billed, reported));
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        bad.is_empty(),
+        "defect 2: {} of {RUNS} runs recorded usage after the kill (run, late usage seqs, billed \
+         at idle, events sum): {:?}",
+        bad.len(),
+        &bad[..bad.len().min(8)]
+    );
 }

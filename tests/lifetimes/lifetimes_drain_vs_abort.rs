@@ -11,7 +11,11 @@
 //! * New top-level spawns are refused while the root is completing (a tree shutdown). An
 //!   agent in `completing` takes no turns, so nothing in the public API can even attempt a
 //!   spawn under it; its children list stays as it was.
+//! * An outcome already decided stands: an owner holding in `completing` keeps its answer
+//!   against `Tree::abort`, its own owner's end and a shutdown (with or without hooks); only
+//!   its still-running children are cut (paused time, and looped on worker threads).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -22,6 +26,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree, wait_event};
 use crate::support::lifetimes::{hanging, ms, terminal};
+use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
@@ -392,4 +397,396 @@ async fn the_completing_root_refuses_new_top_level_spawns() {
     assert_eq!(tree.snapshot().records.len(), 3, "no record was added");
     assert_eq!(tree.record(a(1)).expect("lead").children, [a(2)]);
     assert!(tree.alive_actors().is_empty());
+}
+
+// ------------------------------------------------------------------------------------------
+// A decided outcome stands: an agent holding in `completing` (its answer decided, its
+// children draining) keeps `completed` with its answer against `Tree::abort`, its owner's
+// end and a shutdown (with or without hooks); only its still-running children are cut.
+// Paused time, and looped on worker threads.
+// ------------------------------------------------------------------------------------------
+
+/// lead (a1, settle `drain`) spawns a hanging worker (a2) in the background and answers
+/// "lead done": it holds in `completing` while the worker drains.
+fn drain_tree_parts() -> (RecordingModel, Catalog) {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::spawn_background("worker", "drain me"),
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script("worker", hanging(1)),
+    );
+    let catalog = catalog([
+        delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+        leaf("worker"),
+    ]);
+    (model, catalog)
+}
+
+async fn until_completing(tree: &Tree, model: &RecordingModel, lead: AgentId) {
+    model.until_calls(lead, 2).await;
+    bounded(GUARD, "the lead to hold in completing", async {
+        while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing) {
+            tokio::time::sleep(ms(1)).await;
+        }
+    })
+    .await;
+}
+
+fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome, how: &str) {
+    assert_eq!(
+        (got.status, got.text.as_deref()),
+        (AgentStatus::Completed, Some("lead done")),
+        "defect 1 ({how}): the lead {lead} had decided `completed: lead done` and held in \
+         completing; the {how} replaced it with {got:?}"
+    );
+    let worker = tree.outcome(worker).expect("the worker settled");
+    assert_eq!(
+        worker.status,
+        AgentStatus::Aborted,
+        "the {how} cuts the still-running worker: {worker:?}"
+    );
+}
+
+/// Defect 1: `Tree::abort` of a draining (completing) agent replaces its decided
+/// `completed` outcome with `aborted`. Correct: it stays completed with its answer; only the
+/// still-running child is cut.
+#[tokio::test(start_paused = true)]
+async fn d1_abort_of_a_completing_agent_keeps_its_answer() {
+    let (model, catalog) = drain_tree_parts();
+    let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    until_completing(&tree, &model, lead).await;
+    tree.abort(lead).expect("the lead exists");
+    let got = outcome(&tree, lead, GUARD).await;
+    assert_kept_answer(&tree, lead, a(2), &got, "abort");
+    tree.shutdown().await;
+}
+
+/// Defect 1: the owner's end (boss answers; its settle policy aborts its children) reaches a
+/// draining child lead that already answered: the lead must stay completed.
+#[tokio::test(start_paused = true)]
+async fn d1_owner_end_keeps_a_completing_childs_answer() {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "boss",
+                Script::new([
+                    Turn::spawn_background("lead", "lead the work"),
+                    Turn::answer("boss done").after(ms(50)),
+                ]),
+            )
+            .script(
+                "lead",
+                Script::new([
+                    Turn::spawn_background("worker", "drain me"),
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script("worker", hanging(1)),
+    );
+    let catalog = catalog([
+        delegator("boss", &["lead"]),
+        delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+        leaf("worker"),
+    ]);
+    let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
+    let boss = tree
+        .spawn(SpawnRequest::new("boss", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(3), 1).await;
+    until_completing(&tree, &model, a(2)).await;
+    let boss_out = outcome(&tree, boss, GUARD).await;
+    assert!(boss_out.is_completed(), "{boss_out:?}");
+    let got = outcome(&tree, a(2), GUARD).await;
+    assert_kept_answer(&tree, a(2), a(3), &got, "owner's end");
+    tree.shutdown().await;
+}
+
+/// Defect 1: a shutdown with a shutdown hook registered reaches a completing agent: it must
+/// keep its decided `completed` outcome (its hooks may run, but the answer stands).
+#[tokio::test(start_paused = true)]
+async fn d1_shutdown_with_a_hook_keeps_a_completing_agents_answer() {
+    let (model, catalog) = drain_tree_parts();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model.clone())
+        .on_shutdown(|_ctx: HookContext| async move {
+            tokio::time::sleep(ms(5)).await;
+            Ok::<(), HookError>(())
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    until_completing(&tree, &model, lead).await;
+    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+    assert!(report.killed.is_empty(), "{report:?}");
+    let got = tree.outcome(lead).expect("the lead settled");
+    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (with a hook)");
+}
+
+/// Defect 1: the same with no shutdown hook registered.
+#[tokio::test(start_paused = true)]
+async fn d1_shutdown_without_hooks_keeps_a_completing_agents_answer() {
+    let (model, catalog) = drain_tree_parts();
+    let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    until_completing(&tree, &model, lead).await;
+    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+    assert!(report.killed.is_empty(), "{report:?}");
+    let got = tree.outcome(lead).expect("the lead settled");
+    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (no hook)");
+}
+
+/// Defect 1 on worker threads: the abort of a completing lead races its worker's settle.
+/// Whatever the message order, the lead keeps `completed: lead done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_abort_of_a_completing_agent_keeps_its_answer_mt() {
+    const RUNS: u64 = 100;
+    let mut lost = Vec::new();
+    for run in 0..RUNS {
+        let (model, catalog) = drain_tree_parts();
+        let tree =
+            crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
+        let lead = tree
+            .spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted")
+            .id();
+        bounded(REAL_GUARD, "the lead to hold in completing", async {
+            while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing)
+                || model.count_of(a(2)) < 1
+            {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        yields(run % 7).await;
+        tree.abort(lead).expect("the lead exists");
+        let got = outcome(&tree, lead, REAL_GUARD).await;
+        if got.status != AgentStatus::Completed || got.text.as_deref() != Some("lead done") {
+            lost.push((run, got.status));
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        lost.is_empty(),
+        "defect 1: {} of {RUNS} aborts replaced a completing lead's decided answer; first: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(8)]
+    );
+}
+
+/// lead (a1, drain) answers while its worker (a2) runs its shutdown hooks under
+/// `Tree::shutdown_agent(a2)`: the worker cannot settle before its hook returns, so an abort
+/// that reaches the lead meanwhile always finds it `completing` (no message race).
+async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel) {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::spawn_background("worker", "drain me"),
+                    Turn::answer("lead done").after(ms(10)),
+                ]),
+            )
+            .script("worker", hanging(1)),
+    );
+    let tree = Tree::builder()
+        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
+        .catalog(catalog([
+            delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+            leaf("worker"),
+        ]))
+        .model(model.clone())
+        .on_shutdown(|ctx: HookContext| async move {
+            if ctx.agent_type == "worker" {
+                tokio::time::sleep(ms(500)).await;
+            }
+            Ok::<(), HookError>(())
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    (Arc::new(tree), model)
+}
+
+/// Defect 1, deterministic: `Tree::abort` of a completing lead whose worker is still in its
+/// shutdown hooks. The lead had decided `completed: lead done`; the abort must only cut the
+/// worker, not replace the lead's answer.
+#[tokio::test(start_paused = true)]
+async fn d1_abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
+    let (tree, model) = completing_lead_with_a_stopping_worker().await;
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    let stopping = {
+        let tree = tree.clone();
+        tokio::spawn(async move { tree.shutdown_agent(a(2)).await })
+    };
+    until_completing(&tree, &model, lead).await;
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(
+        tree.record(lead).map(|r| r.status),
+        Some(AgentStatus::Completing)
+    );
+    tree.abort(lead).expect("the lead exists");
+    let got = outcome(&tree, lead, GUARD).await;
+    let _ = bounded(GUARD, "shutdown_agent", stopping).await;
+    assert_eq!(
+        (got.status, got.text.as_deref()),
+        (AgentStatus::Completed, Some("lead done")),
+        "defect 1: the abort replaced a completing lead's decided answer with {got:?}"
+    );
+    bounded(GUARD, "idle", tree.idle()).await;
+}
+
+/// Defect 1, deterministic: the owner's end reaches a completing lead whose worker is still
+/// in its shutdown hooks (`Tree::shutdown_agent(worker)`): boss (a1) answers and aborts its
+/// children; the lead (a2) had decided `completed: lead done` and must keep it.
+#[tokio::test(start_paused = true)]
+async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "boss",
+                Script::new([
+                    Turn::spawn_background("lead", "lead the work"),
+                    Turn::answer("boss done").after(ms(200)),
+                ]),
+            )
+            .script(
+                "lead",
+                Script::new([
+                    Turn::spawn_background("worker", "drain me"),
+                    Turn::answer("lead done").after(ms(10)),
+                ]),
+            )
+            .script("worker", hanging(1)),
+    );
+    let tree = Arc::new(
+        Tree::builder()
+            .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
+            .catalog(catalog([
+                delegator("boss", &["lead"]),
+                delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+                leaf("worker"),
+            ]))
+            .model(model.clone())
+            .on_shutdown(|ctx: HookContext| async move {
+                if ctx.agent_type == "worker" {
+                    tokio::time::sleep(ms(500)).await;
+                }
+                Ok::<(), HookError>(())
+            })
+            .build()
+            .await
+            .expect("the tree builds"),
+    );
+    let boss = tree
+        .spawn(SpawnRequest::new("boss", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(3), 1).await;
+    let stopping = {
+        let tree = tree.clone();
+        tokio::spawn(async move { tree.shutdown_agent(a(3)).await })
+    };
+    until_completing(&tree, &model, a(2)).await;
+    let boss_out = outcome(&tree, boss, GUARD).await;
+    let got = outcome(&tree, a(2), GUARD).await;
+    let _ = bounded(GUARD, "shutdown_agent", stopping).await;
+    assert!(boss_out.is_completed(), "{boss_out:?}");
+    assert_eq!(
+        (got.status, got.text.as_deref()),
+        (AgentStatus::Completed, Some("lead done")),
+        "defect 1: the owner's end replaced a completing lead's decided answer with {got:?}"
+    );
+    bounded(GUARD, "idle", tree.idle()).await;
+}
+
+/// Defect 1 on worker threads: the owner's end (boss answers) races the draining lead's
+/// worker settling; the lead keeps `completed: lead done` every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
+    const RUNS: u64 = 100;
+    let mut lost = Vec::new();
+    for run in 0..RUNS {
+        let model = RecordingModel::new(
+            ScriptedModel::new()
+                .script(
+                    "boss",
+                    Script::new([
+                        Turn::spawn_background("lead", "lead the work"),
+                        Turn::answer("boss done").after(ms(3 + run % 2)),
+                    ]),
+                )
+                .script(
+                    "lead",
+                    Script::new([
+                        Turn::spawn_background("worker", "drain me"),
+                        Turn::answer("lead done"),
+                    ]),
+                )
+                .script("worker", hanging(1)),
+        );
+        let tree = crate::support::harness::tree(
+            model.clone(),
+            catalog([
+                delegator("boss", &["lead"]),
+                delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+                leaf("worker"),
+            ]),
+            TreeConfig::default(),
+        )
+        .await;
+        let boss = tree
+            .spawn(SpawnRequest::new("boss", "go"))
+            .await
+            .expect("admitted")
+            .id();
+        let _ = outcome(&tree, boss, REAL_GUARD).await;
+        let got = outcome(&tree, a(2), REAL_GUARD).await;
+        // Only runs where the lead had answered before the boss did count.
+        let answered = model.count_of(a(2)) >= 2;
+        if answered
+            && (got.status != AgentStatus::Completed || got.text.as_deref() != Some("lead done"))
+        {
+            lost.push((run, got.status));
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        lost.is_empty(),
+        "defect 1: {} of {RUNS} owner ends replaced a completing lead's decided answer; first: \
+         {:?}",
+        lost.len(),
+        &lost[..lost.len().min(8)]
+    );
 }

@@ -15,13 +15,20 @@
 //!   its failures restart as usual.
 //! * Overlapping shutdowns report a killed agent killed; a queued agent is in the report; the
 //!   root's handle resolves, and a failed root stays failed.
+//! * `shutdown_agent(child)` never strands the child's owner: an owner waiting on it goes on
+//!   (or settles when aborted), and a background child it kills is noticed at the owner's
+//!   next turn.
+//! * No actor is alive when `shutdown` returns, whatever the tree's shape and timing (agents
+//!   settling as it begins, descendants of a just-killed agent).
+//! * A hook that blocks its thread does not stretch the deadline, even with every worker
+//!   blocked (real multi-thread runtimes of 1 and 2 workers).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, Event, EventKind, RestartPolicy, Strategy};
+use agent_tree::protocol::{EndReason, Event, EventKind, RestartPolicy, Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ControlError, HookContext, HookError, SHUTDOWN_KILL_WAIT};
 use parking_lot::Mutex;
@@ -29,6 +36,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
+use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
 use crate::support::{
     CallEnd, RecordingModel, TreeCell, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
     within,
@@ -836,5 +844,821 @@ async fn a_failed_root_stays_failed_after_shutdown() {
         AgentStatus::Failed,
         "the root's terminal status was rewritten: {:?}",
         root.outcome
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// `Tree::shutdown_agent` never strands an owner: a child it kills at the deadline is
+// noticed by its owner (a waiting turn goes on, an abort settles it, a background child's
+// end reaches the next turn), and the tree goes idle.
+// ------------------------------------------------------------------------------------------
+
+/// owner (a1) spawns child (a2) in the foreground; the child's model hangs and its shutdown
+/// hook never returns, so `shutdown_agent(a2)` kills it at the deadline (1 s).
+async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "owner",
+                Script::new([Turn::spawn("child", "hang"), Turn::answer("owner done")]),
+            )
+            .script("child", hanging(1)),
+    );
+    let tree = Tree::builder()
+        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(1)))
+        .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
+        .model(model.clone())
+        .on_shutdown(|ctx: HookContext| async move {
+            if ctx.agent_type == "child" {
+                std::future::pending::<()>().await;
+            }
+            Ok::<(), HookError>(())
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    (Arc::new(tree), model)
+}
+
+fn stranded(tree: &Tree, model: &RecordingModel, owner: AgentId) -> String {
+    format!(
+        "owner {owner} is {:?} after {} model calls; live {}; actors alive {:?}\n{}",
+        tree.record(owner).map(|r| r.status),
+        model.count_of(owner),
+        tree.live(),
+        tree.alive_actors(),
+        tree.snapshot().render_text()
+    )
+}
+
+/// Defect 4: `Tree::shutdown_agent(child)` kills the child at the deadline while its owner's
+/// turn waits on it (a foreground spawn): the owner must hear of the child's exit and go on
+/// (here: complete), and `Tree::idle()` must return. A second `Tree::abort(owner)` must then
+/// settle it too.
+#[tokio::test(start_paused = true)]
+async fn d4_shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
+    let (tree, model) = owner_waiting_on_a_stuck_child().await;
+    let owner = tree
+        .spawn(SpawnRequest::new("owner", "delegate"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    let report = bounded(GUARD, "shutdown_agent", tree.shutdown_agent(a(2)))
+        .await
+        .expect("the child exists");
+    assert_eq!(report.killed, [a(2)], "{report:?}");
+    let mut handle = tree.handle(owner).expect("the owner exists");
+    if tokio::time::timeout(GUARD, handle.outcome()).await.is_err() {
+        let before = stranded(&tree, &model, owner);
+        tree.abort(owner).expect("the owner exists");
+        let after_abort = tokio::time::timeout(GUARD, handle.outcome()).await;
+        panic!(
+            "defect 4: the owner is stranded after shutdown_agent killed its foreground child: \
+             {before}\nafter a second Tree::abort(owner): {}",
+            match after_abort {
+                Ok(o) => format!("it settled {o:?}"),
+                Err(_) => format!("still stranded: {}", stranded(&tree, &model, owner)),
+            }
+        );
+    }
+    let got = handle.try_outcome().expect("settled");
+    assert!(got.is_completed(), "{got:?}");
+    let r = tokio::time::timeout(GUARD, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "defect 4: idle never returns: {}",
+        stranded(&tree, &model, owner)
+    );
+}
+
+/// Defect 4: the same with the owner aborted during the child's grace: the owner must settle
+/// (aborted) once the child is killed at the deadline, and the tree must go idle.
+#[tokio::test(start_paused = true)]
+async fn d4_owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
+    let (tree, model) = owner_waiting_on_a_stuck_child().await;
+    let owner = tree
+        .spawn(SpawnRequest::new("owner", "delegate"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    let stopping = {
+        let tree = tree.clone();
+        tokio::spawn(async move { tree.shutdown_agent(a(2)).await })
+    };
+    tokio::time::sleep(ms(500)).await;
+    tree.abort(owner).expect("the owner exists");
+    let report = bounded(GUARD, "shutdown_agent", stopping)
+        .await
+        .expect("joined")
+        .expect("the child exists");
+    assert_eq!(report.killed, [a(2)], "{report:?}");
+    let mut handle = tree.handle(owner).expect("the owner exists");
+    let settled = tokio::time::timeout(GUARD, handle.outcome()).await;
+    assert!(
+        settled.is_ok(),
+        "defect 4: the owner, aborted while its child's shutdown ran, is stranded: {}",
+        stranded(&tree, &model, owner)
+    );
+    let r = tokio::time::timeout(GUARD, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "defect 4: idle never returns: {}",
+        stranded(&tree, &model, owner)
+    );
+}
+
+/// Defect 4, the other order of the same race: the shutdown is awaited by the test itself
+/// (so it may forget the killed child's actor before the owner reads its exit) and the abort
+/// comes from a task.
+#[tokio::test(start_paused = true)]
+async fn d4_owner_aborted_in_the_grace_still_settles_when_the_shutdown_returns_first() {
+    let (tree, model) = owner_waiting_on_a_stuck_child().await;
+    let owner = tree
+        .spawn(SpawnRequest::new("owner", "delegate"))
+        .await
+        .expect("admitted")
+        .id();
+    model.until_calls(a(2), 1).await;
+    let aborter = {
+        let tree = tree.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ms(500)).await;
+            tree.abort(owner).expect("the owner exists");
+        })
+    };
+    let report = bounded(GUARD, "shutdown_agent", tree.shutdown_agent(a(2)))
+        .await
+        .expect("the child exists");
+    aborter.await.expect("the aborter");
+    assert_eq!(report.killed, [a(2)], "{report:?}");
+    let mut handle = tree.handle(owner).expect("the owner exists");
+    let settled = tokio::time::timeout(GUARD, handle.outcome()).await;
+    assert!(
+        settled.is_ok(),
+        "defect 4: the owner, aborted while its child's shutdown ran, is stranded: {}",
+        stranded(&tree, &model, owner)
+    );
+    let r = tokio::time::timeout(GUARD, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "defect 4: idle never returns: {}",
+        stranded(&tree, &model, owner)
+    );
+}
+
+/// Defect 4 on worker threads, looped (even runs: the owner's run goes on; odd runs: the
+/// owner is aborted in the child's grace): the owner must never be stranded, and a stranded
+/// owner is not even freed by a second `Tree::abort`. (The shutdown forgets the killed child's
+/// actor before the owner reads the child's exit from ractor, so the owner never learns that
+/// the child it drains for has settled.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_shutdown_agent_never_strands_a_waiting_owner_mt() {
+    const RUNS: u64 = 40;
+    const PAIRS: usize = 6;
+    // Per kind (0: the owners' runs go on, 1: aborted in the grace): owners, stranded.
+    let mut tally = [(0usize, 0usize); 2];
+    let mut first: Option<String> = None;
+    for run in 0..RUNS {
+        let kind = (run % 2) as usize;
+        let model = RecordingModel::new(
+            ScriptedModel::new()
+                .script(
+                    "owner",
+                    Script::new([Turn::spawn("child", "hang"), Turn::answer("owner done")]),
+                )
+                .script("child", hanging(1)),
+        );
+        let tree = Tree::builder()
+            .config(TreeConfig::default().with_shutdown_grace(ms(5)))
+            .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
+            .model(model.clone())
+            .on_shutdown(|ctx: HookContext| async move {
+                if ctx.agent_type == "child" {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<(), HookError>(())
+            })
+            .build()
+            .await
+            .expect("the tree builds");
+        let mut owners = Vec::new();
+        for _ in 0..PAIRS {
+            owners.push(
+                tree.spawn(SpawnRequest::new("owner", "delegate"))
+                    .await
+                    .expect("admitted")
+                    .id(),
+            );
+        }
+        bounded(
+            REAL_GUARD,
+            "every child's model call",
+            model.until("every child in flight", |calls| {
+                calls.iter().filter(|c| c.agent_type == "child").count() == PAIRS
+            }),
+        )
+        .await;
+        let children: Vec<AgentId> = owners
+            .iter()
+            .map(|&o| tree.record(o).expect("owner").children[0])
+            .collect();
+        yields(run % 4).await;
+        let shutdowns = shutdown_each(&tree, &children);
+        if kind == 0 {
+            bounded(REAL_GUARD, "shutdown_agent", shutdowns).await;
+        } else {
+            // The owners are aborted in their children's grace.
+            let ((), ()) = tokio::join!(bounded(REAL_GUARD, "shutdown_agent", shutdowns), async {
+                tokio::time::sleep(Duration::from_millis(1 + run % 3)).await;
+                for &owner in &owners {
+                    tree.abort(owner).expect("the owner exists");
+                }
+            });
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), tree.idle()).await;
+        let stranded_now: Vec<AgentId> = owners
+            .iter()
+            .copied()
+            .filter(|&o| tree.record(o).is_some_and(|r| r.status.is_live()))
+            .collect();
+        tally[kind].0 += PAIRS;
+        tally[kind].1 += stranded_now.len();
+        if let (Some(&owner), None) = (stranded_now.first(), &first) {
+            let before = stranded(&tree, &model, owner);
+            // A second abort of the stranded owner.
+            let _ = tree.abort(owner);
+            let mut handle = tree.handle(owner).expect("owner");
+            let again = tokio::time::timeout(Duration::from_millis(100), handle.outcome()).await;
+            first = Some(format!(
+                "run {run}: {before}\nafter a second Tree::abort({owner}): {}",
+                if again.is_ok() {
+                    "it settled"
+                } else {
+                    "still stranded"
+                }
+            ));
+        }
+        let _ = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        first.is_none(),
+        "defect 4: owners stranded after shutdown_agent killed the child they wait on: {} of {} \
+         whose run went on, {} of {} aborted in the grace; first: {}",
+        tally[0].1,
+        tally[0].0,
+        tally[1].1,
+        tally[1].0,
+        first.as_deref().unwrap_or_default()
+    );
+}
+
+/// `Tree::shutdown_agent` of each child, one after the other.
+async fn shutdown_each(tree: &Tree, children: &[AgentId]) {
+    let mut set = Vec::new();
+    for &child in children {
+        set.push(tree.shutdown_agent(child));
+    }
+    for shutdown in set {
+        let _ = shutdown.await;
+    }
+}
+
+/// Defect 4, another symptom of the same cause: a *background* child killed by
+/// `Tree::shutdown_agent` at its deadline is never noticed in its owner's conversation (no
+/// `[subagent aN killed]` notice at the owner's next turn), because the owner never reads the
+/// child's exit. Worker threads, looped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt() {
+    const RUNS: u64 = 20;
+    let mut missed = Vec::new();
+    for run in 0..RUNS {
+        // The owner's pause (real time) outlasts the child's 5 ms grace with room to spare,
+        // even on a loaded machine: the notice must land before the owner's last turn.
+        let recorder = RecordingModel::new(
+            ScriptedModel::new()
+                .script(
+                    "owner",
+                    Script::new([
+                        Turn::spawn_background("child", "hang"),
+                        Turn::calls([slow("pause", 250)]),
+                        Turn::answer("owner done"),
+                    ]),
+                )
+                .script("child", hanging(1)),
+        );
+        let tree = Tree::builder()
+            .config(TreeConfig::default().with_shutdown_grace(ms(5)))
+            .catalog(catalog([
+                delegator("owner", &["child"]).with_tools(ToolSet::only(["slow"])),
+                leaf("child"),
+            ]))
+            .model(recorder.clone())
+            .tool(slow_tool())
+            .expect("the name is free")
+            .on_shutdown(|ctx: HookContext| async move {
+                if ctx.agent_type == "child" {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<(), HookError>(())
+            })
+            .build()
+            .await
+            .expect("the tree builds");
+        let owner = tree
+            .spawn(SpawnRequest::new("owner", "delegate"))
+            .await
+            .expect("admitted")
+            .id();
+        bounded(REAL_GUARD, "the child's model call", async {
+            while recorder.calls_of(a(2)).is_empty() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        yields(run % 4).await;
+        let _ = bounded(REAL_GUARD, "shutdown_agent", tree.shutdown_agent(a(2))).await;
+        let _ = outcome(&tree, owner, REAL_GUARD).await;
+        let last = recorder
+            .calls_of(owner)
+            .last()
+            .cloned()
+            .expect("the owner's requests");
+        let noticed = last
+            .messages
+            .iter()
+            .any(|m| m.role == Role::User && m.content.starts_with("[subagent a2 killed]"));
+        if !noticed {
+            missed.push(run);
+        }
+        bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+    }
+    assert!(
+        missed.is_empty(),
+        "defect 4: in {} of {RUNS} runs the owner's last turn never heard that its background \
+         child was killed by shutdown_agent: runs {missed:?}",
+        missed.len()
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// No actor is alive when `Tree::shutdown` returns: random trees, agents settling as the
+// shutdown begins, and the descendants of a killed agent. Paused time and worker threads.
+// ------------------------------------------------------------------------------------------
+
+/// One random tree: `leads` leads, each with background workers; models that answer soon,
+/// later or hang; shutdown hooks that return at once, take a few ms, or hang (killed at the
+/// deadline); some agents settle just before the shutdown starts.
+async fn random_tree(rng: &mut crate::support::harness::Rng) -> (Tree, RecordingModel) {
+    let workers = rng.range(0, 4) as usize;
+    let lead_then = match rng.below(3) {
+        0 => Turn::hang(),
+        1 => Turn::answer("lead done").after(ms(rng.range(0, 3))),
+        _ => Turn::calls([Call::wait(
+            (0..workers).map(agent_tree::testkit::Target::Spawned),
+            WaitPolicy::AllSettled,
+        )]),
+    };
+    let worker_turn = match rng.below(3) {
+        0 => Turn::hang(),
+        _ => Turn::answer("worker done").after(ms(rng.range(0, 3))),
+    };
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::calls(
+                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
+                    ),
+                    lead_then,
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script("worker", Script::new([worker_turn]))
+            .script("quick", Script::new([Turn::answer("quick done")])),
+    );
+    let hang_hook = rng.chance(40);
+    let seed = rng.next_u64();
+    let tree = Tree::builder()
+        .config(
+            TreeConfig::default()
+                .with_shutdown_grace(ms(rng.range(5, 20)))
+                .with_max_total_agents(256),
+        )
+        .catalog(catalog([
+            delegator("lead", &["worker"]).with_settle(if rng.chance(50) {
+                SettlePolicy::Drain
+            } else {
+                SettlePolicy::AbortChildren
+            }),
+            leaf("worker"),
+            leaf("quick"),
+        ]))
+        .model(model.clone())
+        .on_shutdown(move |ctx: HookContext| async move {
+            let n = ctx.agent.get().wrapping_mul(seed | 1) >> 7;
+            match n % 4 {
+                0 if hang_hook => std::future::pending::<()>().await,
+                1 => tokio::time::sleep(ms(n % 3)).await,
+                2 => tokio::task::yield_now().await,
+                _ => {}
+            }
+            Ok::<(), HookError>(())
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    (tree, model)
+}
+
+/// Defect 6: right after `tree.shutdown().await` returns, `tree.alive_actors()` must be
+/// empty: shutdown returns only when every actor of the tree has exited. Worker threads, many
+/// trees of varied shape, some with hanging models and hooks, some agents settling just
+/// before the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_no_actor_is_alive_when_shutdown_returns_mt() {
+    const TREES: u64 = 300;
+    let mut rng = crate::support::harness::Rng::new(7);
+    let mut bad = Vec::new();
+    for run in 0..TREES {
+        let (tree, _model) = random_tree(&mut rng).await;
+        for _ in 0..rng.range(1, 4) {
+            tree.spawn(SpawnRequest::new("lead", "go"))
+                .await
+                .expect("admitted");
+        }
+        if rng.chance(50) {
+            // One settles just before the shutdown begins.
+            let _ = bounded(
+                REAL_GUARD,
+                "quick",
+                tree.run(SpawnRequest::new("quick", "now")),
+            )
+            .await;
+        }
+        yields(rng.range(0, 40)).await;
+        if rng.chance(30) {
+            tokio::time::sleep(ms(rng.range(1, 3))).await;
+        }
+        let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+        let alive = tree.alive_actors();
+        if !alive.is_empty() {
+            let statuses: Vec<_> = alive
+                .iter()
+                .map(|&id| (id, tree.record(id).map(|r| r.status)))
+                .collect();
+            bad.push(format!(
+                "tree {run}: alive {statuses:?} (report {report:?})"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "defect 6: {} of {TREES} shutdowns returned with actors still alive; first: {}",
+        bad.len(),
+        bad.first().map(String::as_str).unwrap_or_default()
+    );
+}
+
+/// Defect 6, the simplest shape: an agent that settled an instant ago (its actor still
+/// stopping) must not be alive once `shutdown` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_an_agent_that_just_settled_is_not_alive_after_shutdown_mt() {
+    const RUNS: u64 = 200;
+    let mut bad = Vec::new();
+    for run in 0..RUNS {
+        let model = ScriptedModel::new().script("quick", Script::new([Turn::answer("done")]));
+        let tree =
+            crate::support::harness::tree(model, catalog([leaf("quick")]), TreeConfig::default())
+                .await;
+        let _ = bounded(
+            REAL_GUARD,
+            "quick",
+            tree.run(SpawnRequest::new("quick", "now")),
+        )
+        .await;
+        yields(run % 3).await;
+        let _ = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+        let alive = tree.alive_actors();
+        if !alive.is_empty() {
+            bad.push((run, alive));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "defect 6: {} of {RUNS} shutdowns returned with an actor alive: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(8)]
+    );
+}
+
+/// Defect 6, paused time: leads (with and without workers, drain or not) settle at the very
+/// instant the shutdown begins. Every actor must have exited when `shutdown` returns.
+#[tokio::test(start_paused = true)]
+async fn d6_agents_settling_as_the_shutdown_begins_are_not_alive_after_it() {
+    let mut bad = Vec::new();
+    for variant in 0..24u64 {
+        let workers = (variant % 3) as usize;
+        let model = ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::calls(
+                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
+                    ),
+                    Turn::answer("lead done").after(ms(10)),
+                ]),
+            )
+            .script(
+                "worker",
+                Script::new([Turn::answer("worker done").after(ms(10 - variant / 12))]),
+            );
+        let settle = if variant / 3 % 2 == 0 {
+            SettlePolicy::Drain
+        } else {
+            SettlePolicy::AbortChildren
+        };
+        let builder = Tree::builder()
+            .catalog(catalog([
+                delegator("lead", &["worker"]).with_settle(settle),
+                leaf("worker"),
+            ]))
+            .model(model);
+        let builder = if variant / 6 % 2 == 0 {
+            builder.on_shutdown(|_ctx: HookContext| async move { Ok::<(), HookError>(()) })
+        } else {
+            builder
+        };
+        let tree = builder.build().await.expect("the tree builds");
+        tree.spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted");
+        tokio::time::sleep(ms(10)).await;
+        let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+        let alive = tree.alive_actors();
+        if !alive.is_empty() {
+            bad.push(format!(
+                "variant {variant}: alive {alive:?}, report {report:?}"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "defect 6: shutdown returned with actors alive: {bad:#?}"
+    );
+}
+
+/// lead (a1) with `workers` hanging workers, each with `subs` hanging sub-workers.
+async fn killable_team(workers: usize, subs: usize) -> (Tree, RecordingModel) {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::calls(
+                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
+                    ),
+                    Turn::hang(),
+                ]),
+            )
+            .script(
+                "worker",
+                Script::new([
+                    Turn::calls((0..subs).map(|i| Call::spawn_background("sub", format!("s{i}")))),
+                    Turn::hang(),
+                ]),
+            )
+            .script("sub", hanging(1)),
+    );
+    let tree = Tree::builder()
+        .config(
+            TreeConfig::default()
+                .with_max_total_agents(512)
+                .with_max_children_per_agent(64),
+        )
+        .catalog(catalog([
+            delegator("lead", &["worker"]),
+            delegator("worker", &["sub"]),
+            leaf("sub"),
+        ]))
+        .model(model.clone())
+        .build()
+        .await
+        .expect("the tree builds");
+    (tree, model)
+}
+
+/// Defect 6: `Tree::kill(lead)` records the lead's descendants `killed` at once, while ractor
+/// is still killing their actors; a shutdown that starts right then skips them (they are
+/// terminal) and returns while their actors still run. Correct: no actor alive when
+/// `shutdown` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_descendants_of_a_killed_agent_are_not_alive_after_shutdown_mt() {
+    const RUNS: u64 = 300;
+    let mut bad = Vec::new();
+    for run in 0..RUNS {
+        let (workers, subs) = (4 + (run % 4) as usize, (run % 3) as usize);
+        let (tree, model) = killable_team(workers, subs).await;
+        tree.spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted");
+        let total = 1 + workers + workers * subs;
+        bounded(
+            REAL_GUARD,
+            "every agent's model call",
+            model.until("every agent in flight", |calls| {
+                calls.len() >= total + 1 + workers * usize::from(subs > 0)
+            }),
+        )
+        .await;
+        tree.kill(a(1)).expect("the lead runs");
+        bounded(REAL_GUARD, "idle", tree.idle()).await;
+        yields(run % 3).await;
+        let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+        let alive = tree.alive_actors();
+        if !alive.is_empty() {
+            bad.push(format!("run {run}: alive {alive:?} (report {report:?})"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "defect 6: {} of {RUNS} shutdowns returned with actors of a killed subtree alive; \
+         first: {}",
+        bad.len(),
+        bad.first().map(String::as_str).unwrap_or_default()
+    );
+}
+
+/// Defect 6, paused time: the same right after `Tree::kill(lead)`.
+#[tokio::test(start_paused = true)]
+async fn d6_descendants_of_a_killed_agent_are_not_alive_after_shutdown() {
+    let mut bad = Vec::new();
+    for variant in 0..6u64 {
+        let (workers, subs) = (3 + variant as usize, (variant % 3) as usize);
+        let (tree, model) = killable_team(workers, subs).await;
+        tree.spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted");
+        let total = 1 + workers + workers * subs;
+        model
+            .until("every agent in flight", |calls| {
+                calls.len() >= total + 1 + workers * usize::from(subs > 0)
+            })
+            .await;
+        tree.kill(a(1)).expect("the lead runs");
+        bounded(GUARD, "idle", tree.idle()).await;
+        let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+        let alive = tree.alive_actors();
+        if !alive.is_empty() {
+            bad.push(format!(
+                "variant {variant}: alive {alive:?} (report {report:?})"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "defect 6: {bad:#?}");
+}
+
+// ------------------------------------------------------------------------------------------
+// A shutdown hook that blocks its thread does not stretch the one deadline: grace plus
+// 1 s at most, no actor alive, on 1 and 2 workers (each test builds a real multi-thread
+// runtime by hand).
+// ------------------------------------------------------------------------------------------
+
+/// What one blocking-hook shutdown did.
+#[derive(Debug)]
+#[allow(dead_code)] // read through `Debug` in the failure messages
+struct BlockedShutdown {
+    took: Duration,
+    killed: Vec<AgentId>,
+    alive_after: Vec<AgentId>,
+}
+
+/// lead (a1) with four hanging workers (a2..a5); the shutdown hooks of `blocking` block their
+/// thread for 2 s (`std::thread::sleep`, not an await); grace 300 ms; a real multi-thread
+/// runtime of `workers` worker threads. The shutdown is awaited by a task on the runtime
+/// (`spawned`) or from `block_on`.
+fn blocking_hook_shutdown(
+    workers: usize,
+    blocking: &'static [u64],
+    spawned: bool,
+) -> BlockedShutdown {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let result = runtime.block_on(async move {
+        let model = RecordingModel::new(
+            ScriptedModel::new()
+                .script(
+                    "lead",
+                    Script::new([
+                        Turn::calls(
+                            (0..4).map(|i| Call::spawn_background("worker", format!("w{i}"))),
+                        ),
+                        Turn::hang(),
+                    ]),
+                )
+                .script("worker", hanging(1)),
+        );
+        let tree = Tree::builder()
+            .config(TreeConfig::default().with_shutdown_grace(ms(300)))
+            .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+            .model(model.clone())
+            .on_shutdown(move |ctx: HookContext| async move {
+                if blocking.contains(&ctx.agent.get()) {
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+                Ok::<(), HookError>(())
+            })
+            .build()
+            .await
+            .expect("the tree builds");
+        tree.spawn(SpawnRequest::new("lead", "go"))
+            .await
+            .expect("admitted");
+        bounded(
+            REAL_GUARD,
+            "every worker's model call",
+            model.until_all_calls(&[a(2), a(3), a(4), a(5)], 1),
+        )
+        .await;
+        let tree = Arc::new(tree);
+        let start = std::time::Instant::now();
+        let (killed, alive_after) = if spawned {
+            let tree = tree.clone();
+            tokio::spawn(async move {
+                let killed = tree.shutdown().await.killed;
+                (killed, tree.alive_actors())
+            })
+            .await
+            .expect("the shutdown task")
+        } else {
+            let killed = tree.shutdown().await.killed;
+            (killed, tree.alive_actors())
+        };
+        BlockedShutdown {
+            took: start.elapsed(),
+            killed,
+            alive_after,
+        }
+    });
+    // Do not wait for a blocked worker thread.
+    runtime.shutdown_background();
+    result
+}
+
+const D7_BOUND: Duration = Duration::from_millis(1300);
+
+/// Defect 7: one shutdown hook (a3's) blocks its thread for 2 s; the shutdown, with a 300 ms
+/// grace, must return within the grace plus 1 s, with no actor left alive. Real 2-worker
+/// runtime; awaited from a task and from `block_on` (one run each).
+#[test]
+fn d7_one_blocking_shutdown_hook_does_not_stretch_the_grace() {
+    let mut over = Vec::new();
+    for spawned in [true, false] {
+        let got = blocking_hook_shutdown(2, &[3], spawned);
+        if got.took > D7_BOUND || !got.alive_after.is_empty() {
+            over.push(format!(
+                "awaited {}: {got:?}",
+                if spawned {
+                    "in a task"
+                } else {
+                    "from block_on"
+                }
+            ));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "defect 7: a hook blocking its thread for 2 s stretched the 300 ms grace past \
+         {D7_BOUND:?}: {over:?}"
+    );
+}
+
+/// Defect 7, as many blocking hooks as worker threads (a2's and a3's on a 2-worker runtime):
+/// the deadline's timer cannot fire while both workers are blocked, so the shutdown takes as
+/// long as the hooks and returns with actors still alive. Correct: grace + 1 s at most, no
+/// actor alive (a hook must not be able to hold the runtime the shutdown needs).
+#[test]
+fn d7_blocking_hooks_on_every_worker_do_not_stretch_the_grace() {
+    let got = blocking_hook_shutdown(2, &[2, 3], true);
+    assert!(
+        got.took <= D7_BOUND && got.alive_after.is_empty(),
+        "defect 7: two hooks blocking their threads for 2 s (2 workers) stretched the 300 ms \
+         grace: {got:?}"
+    );
+}
+
+/// Defect 7 on a one-worker multi-thread runtime: one blocking hook holds the only worker.
+#[test]
+fn d7_a_blocking_hook_on_a_one_worker_runtime_does_not_stretch_the_grace() {
+    let got = blocking_hook_shutdown(1, &[3], false);
+    assert!(
+        got.took <= D7_BOUND && got.alive_after.is_empty(),
+        "defect 7: a hook blocking its thread for 2 s (1 worker) stretched the 300 ms grace: \
+         {got:?}"
     );
 }

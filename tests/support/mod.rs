@@ -160,3 +160,6 @@ pub(crate) use recording::{CallEnd, ModelCall, RecordingModel, TreeCell};
 
 /// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;
+
+/// The race-test helpers: guards, bounded waits, yield loops and the `slow` tool.
+pub mod races;

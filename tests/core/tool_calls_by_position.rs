@@ -1,0 +1,240 @@
+//! The tool calls of one model turn are keyed by their position, not by the ids the model
+//! gave them: calls with duplicate or empty ids (as some OpenAI-compatible servers send) all
+//! run, none hangs the agent, their results come back in call order whichever finishes first,
+//! and orchestration calls with the same id each spawn their own child.
+
+use agent_tree::BoxFuture;
+use agent_tree::prelude::*;
+use agent_tree::protocol::Role;
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use serde_json::json;
+
+use crate::support::RecordingModel;
+use crate::support::harness::a;
+use crate::support::lifetimes::ms;
+use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
+use crate::support::{catalog, delegator, leaf};
+
+/// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
+/// servers send `""` for every call).
+#[derive(Clone, Debug)]
+struct SameIds {
+    inner: RecordingModel,
+    id: &'static str,
+}
+
+impl Model for SameIds {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            let mut response = self.inner.turn(request).await?;
+            for call in &mut response.tool_calls {
+                call.id = self.id.to_owned();
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// The tool results of the request after the turn that made the calls, in order.
+fn results_after_calls(model: &RecordingModel, agent: AgentId) -> Vec<String> {
+    let requests = model.calls_of(agent);
+    let second = requests
+        .get(1)
+        .unwrap_or_else(|| panic!("{agent} made {} model calls, wanted 2", requests.len()));
+    second
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .collect()
+}
+
+async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64) {
+    let recorder = RecordingModel::new(ScriptedModel::new().script(
+        "worker",
+        Script::new([
+            Turn::calls([slow("first", first_ms), slow("second", second_ms)]),
+            Turn::answer("worked"),
+        ]),
+    ));
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("worker")]))
+        .model(SameIds {
+            inner: recorder.clone(),
+            id,
+        })
+        .tool(slow_tool())
+        .expect("the name is free")
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut handle = tree
+        .spawn(SpawnRequest::new("worker", "two calls, one id"))
+        .await
+        .expect("admitted");
+    let got = tokio::time::timeout(GUARD, handle.outcome()).await;
+    let got = got.unwrap_or_else(|_| {
+        panic!(
+            "defect 3: two tool calls with the same id {id:?} (first {first_ms} ms, second \
+             {second_ms} ms) hang the agent: it is {:?} after an hour; it made {} model calls",
+            tree.record(a(1)).map(|r| r.status),
+            recorder.calls_of(a(1)).len()
+        )
+    });
+    assert!(got.is_completed(), "{got:?}");
+    assert_eq!(
+        results_after_calls(&recorder, a(1)),
+        ["slow first", "slow second"],
+        "defect 3: the results of calls with the same id {id:?} must come back by position, in \
+         call order"
+    );
+    tree.shutdown().await;
+}
+
+/// Defect 3: two user-tool calls of one turn with the same id `"dup"`, the first finishing
+/// first: the first's answer aborts the second's task (its handle was written into the first
+/// call's slot), so the agent hangs forever. Correct: both results, in call order.
+#[tokio::test(start_paused = true)]
+async fn d3_duplicate_ids_first_finishing_first_do_not_hang() {
+    duplicate_user_tool_ids("dup", 10, 20).await;
+}
+
+/// Defect 3: two user-tool calls with empty ids `""` (as some OpenAI-compatible servers send),
+/// the first finishing first.
+#[tokio::test(start_paused = true)]
+async fn d3_empty_ids_do_not_hang() {
+    duplicate_user_tool_ids("", 10, 20).await;
+}
+
+/// Defect 3: two user-tool calls with empty ids, the second finishing first: its answer is
+/// written into the first call's slot, so the results come back swapped.
+#[tokio::test(start_paused = true)]
+async fn d3_empty_ids_second_finishing_first_keep_call_order() {
+    duplicate_user_tool_ids("", 20, 10).await;
+}
+
+/// Defect 3 with orchestration calls: two foreground `Agent` calls of one turn with empty ids.
+/// Correct: two children are spawned, and the owner gets both results (in call order) and
+/// completes.
+#[tokio::test(start_paused = true)]
+async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
+    let recorder = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::calls([
+                        Call::spawn("worker", "task A"),
+                        Call::spawn("worker", "task B"),
+                    ]),
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script(
+                "worker",
+                Script::new([Turn::answer("worker done").after(ms(10))]),
+            ),
+    );
+    let tree = Tree::builder()
+        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+        .model(SameIds {
+            inner: recorder.clone(),
+            id: "",
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut handle = tree
+        .spawn(SpawnRequest::new("lead", "two children"))
+        .await
+        .expect("admitted");
+    let got = tokio::time::timeout(GUARD, handle.outcome()).await;
+    let workers: Vec<AgentId> = tree
+        .snapshot()
+        .agents()
+        .filter(|r| r.agent_type == "worker")
+        .map(|r| r.id)
+        .collect();
+    let got = got.unwrap_or_else(|_| {
+        panic!(
+            "defect 3: two foreground spawns with empty ids hang the owner (it is {:?}); \
+             workers spawned: {workers:?}",
+            tree.record(a(1)).map(|r| r.status)
+        )
+    });
+    assert!(got.is_completed(), "{got:?}");
+    assert_eq!(
+        workers.len(),
+        2,
+        "defect 3: both calls spawn a child: {workers:?}"
+    );
+    let prompts: Vec<String> = workers
+        .iter()
+        .map(|&w| {
+            recorder.calls_of(w)[0]
+                .messages
+                .iter()
+                .find(|m| m.role == Role::User)
+                .map(|m| m.content.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(prompts, ["task A", "task B"]);
+    let results = results_after_calls(&recorder, a(1));
+    assert_eq!(results.len(), 2, "{results:?}");
+    for (result, worker) in results.iter().zip(&workers) {
+        let value: serde_json::Value = serde_json::from_str(result).expect("JSON");
+        assert_eq!(value["agent_id"], json!(worker.to_string()), "{results:?}");
+        assert_eq!(value["status"], json!("completed"), "{results:?}");
+    }
+    tree.shutdown().await;
+}
+
+/// Defect 3 with two background spawns with the same id: the second must spawn its own child
+/// (it is not a replay of the first).
+#[tokio::test(start_paused = true)]
+async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
+    let recorder = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([
+                    Turn::calls([
+                        Call::spawn_background("worker", "task A"),
+                        Call::spawn_background("worker", "task B"),
+                    ]),
+                    Turn::answer("lead done"),
+                ]),
+            )
+            .script("worker", Script::new([Turn::answer("worker done")])),
+    );
+    let tree = Tree::builder()
+        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+        .model(SameIds {
+            inner: recorder.clone(),
+            id: "call",
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "two children"))
+        .await
+        .expect("admitted")
+        .id();
+    let got = outcome(&tree, lead, GUARD).await;
+    assert!(got.is_completed(), "{got:?}");
+    bounded(GUARD, "idle", tree.idle()).await;
+    let workers = tree
+        .snapshot()
+        .agents()
+        .filter(|r| r.agent_type == "worker")
+        .count();
+    assert_eq!(
+        workers,
+        2,
+        "defect 3: the second call with the same id spawned no child of its own:\n{}",
+        tree.snapshot().render_text()
+    );
+    tree.shutdown().await;
+}
