@@ -3,12 +3,24 @@
 //! written against. Each test's doc comment names the defect and the correct behaviour; the
 //! few that pass cover an interaction nothing else covers and say so.
 //!
+//! 1. `wait_subagents` with a repeated id, or an empty set, hangs its caller (3 tests).
+//! 2. A wait started on a child whose `ask_owner` question is open deadlocks owner and child.
+//! 3. A killed agent whose exit awaits a restart decision is reported `graceful` by a shutdown.
+//! 4. An abort or `shutdown_agent` releasing a deferred exit never reaches the owner's child
+//!    table: the owner hangs (2 tests).
+//! 5. A steer answering a question on the asker's last turn is receipted `delivered` unread.
+//!
+//! `owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt` passes on the code it
+//! was written against (150 runs): it is kept as the only test of a shutdown hook finishing
+//! at the deadline of a `shutdown_agent` while the owner waits in the foreground.
+//!
 //! Paused-time tests are deterministic; worker-thread tests (`_mt`) loop a race and assert
 //! the correct outcome every time. Every wait is bounded, so a hang fails with a message.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
@@ -433,4 +445,113 @@ async fn an_abort_during_a_pending_restart_decision_reaches_the_owner() {
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
     bounded(GUARD, "idle", tree.idle()).await;
+}
+
+/// Defect (same cause as the test above, reached by a shutdown): `Tree::shutdown_agent` of a
+/// child whose exit awaits its running owner's restart decision releases the exit in the
+/// registry (`begin_shutdown`), but the owner's table keeps it `Deferred` after the notice
+/// arrives, so the owner's foreground wait is never answered and the owner never settles.
+/// Correct: the owner gets the child's final outcome and completes.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_the_owner() {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+            )
+            .script("worker", Script::new([Turn::fail("connection reset")])),
+    );
+    let tree = Arc::new(
+        plain_tree(
+            model.clone(),
+            catalog([
+                delegator("lead", &["worker"]),
+                leaf("worker").with_restart(RestartPolicy::Transient),
+            ]),
+            TreeConfig::default(),
+        )
+        .await,
+    );
+    let mut events = tree.subscribe();
+    let stopper = {
+        let tree = tree.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.next().await {
+                    Some(e) if e.agent == a(2) && e.kind.terminal_status().is_some() => break,
+                    Some(_) => {}
+                    None => panic!("the event stream closed"),
+                }
+            }
+            let awaiting = tree.outcome(a(2)).is_none();
+            let report = tree.shutdown_agent(a(2)).await.expect("the worker exists");
+            (awaiting, report)
+        })
+    };
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    let (awaiting, _report) = bounded(GUARD, "the stopper", stopper)
+        .await
+        .expect("no panic");
+    assert!(
+        awaiting,
+        "precondition: the worker's exit awaited the lead's decision"
+    );
+    let got = outcome(&tree, lead, GUARD).await;
+    assert!(got.is_completed(), "{got:?}");
+    bounded(GUARD, "idle", tree.idle()).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Steer receipts: a steer answering a question on the last turn.
+// ---------------------------------------------------------------------------------------
+
+/// Defect: a steer that answers a pending `ask_owner` call is receipted `delivered` even
+/// when the asker has no turn left to read it: `on_steer` checks `max_turns` only for a steer
+/// that goes to the inbox, not for one that answers the question. Here a top-level worker
+/// with `max_turns: 1` asks the application on its only turn; `Tree::steer` answers and gets
+/// `Delivered`, and the worker then fails with `max_turns` without any model turn reading
+/// the answer. The rule (`on_steer`'s own doc): "`delivered` only if a turn will read it".
+/// Correct: the steer is refused (`NoTurnsLeft`), or the answer is read by a turn.
+#[tokio::test(start_paused = true)]
+async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivered_unread() {
+    let model = RecordingModel::new(ScriptedModel::new().script(
+        "worker",
+        Script::new([
+            Turn::calls([crate::support::ask("which number?")]),
+            Turn::answer("42"),
+        ]),
+    ));
+    let tree = plain_tree(
+        model.clone(),
+        catalog([leaf("worker").with_max_turns(1)]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let worker = tree
+        .spawn(SpawnRequest::new("worker", "go"))
+        .await
+        .expect("admitted")
+        .id();
+    crate::support::harness::wait_event(&mut events, |e| {
+        e.agent == worker && matches!(e.kind, EventKind::Asked { .. })
+    })
+    .await;
+    let receipt = bounded(GUARD, "the steer", tree.steer(worker, "the number is 42")).await;
+    let got = outcome(&tree, worker, GUARD).await;
+    if receipt == Ok(SteerReceipt::Delivered) {
+        assert_eq!(
+            model.count_of(worker),
+            2,
+            "defect: the steer was receipted delivered, but no turn read it: the worker made \
+             {} model call(s) and ended {got:?}",
+            model.count_of(worker)
+        );
+    }
+    tree.shutdown().await;
 }
