@@ -12,5 +12,6 @@ mod abort_subtree_cascade;
 mod lifetimes_detached_boundary;
 mod lifetimes_drain_vs_abort;
 mod races_mt;
+mod review5;
 mod shutdown_one_deadline;
 mod wait_policies_outcomes;
