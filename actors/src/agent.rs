@@ -35,7 +35,7 @@ pub(crate) mod orchestration;
 mod questions;
 mod turn;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy, ToolSpec};
@@ -108,8 +108,8 @@ pub(crate) struct AgentState {
     last_text: String,
     /// Restart decisions for its children.
     supervisor: ChildSupervisor,
-    /// Children whose `ask_owner` question has not been answered by a steer yet.
-    open_questions: BTreeSet<AgentId>,
+    /// Children whose `ask_owner` question has not been answered by a steer yet, with it.
+    open_questions: BTreeMap<AgentId, String>,
     /// The shutdown that reached this run, if one did.
     shutdown: Option<ShutdownOrder>,
 }
@@ -293,7 +293,7 @@ impl AgentState {
             inbox: early.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
             supervisor,
-            open_questions: BTreeSet::new(),
+            open_questions: BTreeMap::new(),
             shutdown,
         })
     }

@@ -83,20 +83,20 @@ pub(crate) enum RunEnd {
     Killed,
 }
 
-/// Sorts the agents a shutdown reached into the report's lists, in the order given. Agents
-/// that settled at once (queued, or awaiting a restart decision) are graceful.
+/// Sorts the agents a shutdown reached into the report's lists, in the order given: the runs
+/// it waited for, then those it settled at once (queued, or awaiting a restart decision), each
+/// by how its run ended (one killed by `Tree::kill` or an overlapping shutdown is killed).
 pub(crate) fn classify(
     runs: impl IntoIterator<Item = (AgentId, RunEnd)>,
-    settled_at_once: &[AgentId],
+    settled_at_once: impl IntoIterator<Item = (AgentId, RunEnd)>,
 ) -> (Vec<AgentId>, Vec<AgentId>) {
     let (mut graceful, mut killed) = (Vec::new(), Vec::new());
-    for (id, end) in runs {
+    for (id, end) in runs.into_iter().chain(settled_at_once) {
         match end {
             RunEnd::Settled => graceful.push(id),
             RunEnd::Killed => killed.push(id),
         }
     }
-    graceful.extend_from_slice(settled_at_once);
     (graceful, killed)
 }
 
@@ -181,7 +181,15 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         };
         (id, end)
     });
-    let (graceful, killed_report) = classify(ends, &start.settled_now);
+    let at_once = start.settled_now.iter().map(|&id| {
+        let end = if registry.status(id) == Some(agent_tree_protocol::AgentStatus::Killed) {
+            RunEnd::Killed
+        } else {
+            RunEnd::Settled
+        };
+        (id, end)
+    });
+    let (graceful, killed_report) = classify(ends, at_once);
     ShutdownReport {
         hook_failures: hooks.failures(&runs, &killed),
         graceful,
@@ -250,7 +258,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn classify_keeps_order_and_counts_immediate_settles_as_graceful() {
+    fn classify_keeps_order_and_sorts_immediate_settles_by_how_they_ended() {
         let a = |n| AgentId::new(n);
         let (graceful, killed) = classify(
             [
@@ -258,9 +266,9 @@ mod tests {
                 (a(2), RunEnd::Killed),
                 (a(3), RunEnd::Settled),
             ],
-            &[a(4)],
+            [(a(4), RunEnd::Settled), (a(5), RunEnd::Killed)],
         );
         assert_eq!(graceful, vec![a(1), a(3), a(4)]);
-        assert_eq!(killed, vec![a(2)]);
+        assert_eq!(killed, vec![a(2), a(5)]);
     }
 }

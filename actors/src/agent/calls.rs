@@ -184,12 +184,19 @@ impl AgentState {
             let Waiting::Agents { agents, set } = &mut call.waiting else {
                 continue;
             };
-            let Some(position) = agents.iter().position(|&a| a == child) else {
+            if !agents.contains(&child) {
                 continue;
-            };
+            }
             match set {
                 Some((policy, outcomes)) => {
-                    outcomes[position] = Some(outcome.clone());
+                    // A set may name the same agent twice: every place of it is answered.
+                    for (slot, _) in outcomes
+                        .iter_mut()
+                        .zip(agents.iter())
+                        .filter(|(_, a)| **a == child)
+                    {
+                        *slot = Some(outcome.clone());
+                    }
                     for i in wait_policy::to_abort(*policy, outcomes) {
                         aborts.push(agents[i]);
                     }

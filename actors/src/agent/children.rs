@@ -165,18 +165,28 @@ impl AgentState {
         let Some(entry) = self.children.get_mut(child) else {
             return;
         };
-        if entry.run != run || !matches!(entry.state, ChildState::Running) {
-            // A late notice of an earlier run, or an end already handled.
+        if entry.run != run {
+            // A late notice of an earlier run.
             return;
         }
-        if deferred {
-            entry.state = ChildState::Deferred(outcome);
-        } else {
-            entry.state = ChildState::Final {
-                outcome: outcome.clone(),
-                read: false,
-            };
-            self.child_final(child, &outcome);
+        match &entry.state {
+            ChildState::Running if deferred => entry.state = ChildState::Deferred(outcome),
+            ChildState::Running => {
+                entry.state = ChildState::Final {
+                    outcome: outcome.clone(),
+                    read: false,
+                };
+                self.child_final(child, &outcome);
+            }
+            // The registry made a deferred exit final (an abort or a shutdown landed before
+            // this owner decided): final here too.
+            ChildState::Deferred(_) if !deferred => {
+                if let Some(outcome) = self.children.finalize(child) {
+                    self.child_final(child, &outcome);
+                }
+            }
+            // An end already handled.
+            _ => return,
         }
         if deferred || self.supervisor.is_active() {
             let closing = self.phase.run_over() || self.token.is_cancelled();

@@ -27,7 +27,7 @@ impl AgentState {
             }
         }
         // Open questions can no longer get an answer.
-        for child in std::mem::take(&mut self.open_questions) {
+        for child in std::mem::take(&mut self.open_questions).into_keys() {
             self.refuse_question(child);
         }
         // Nothing restarts under an owner whose run has ended.

@@ -115,6 +115,18 @@ pub(super) async fn dispatch(
     };
     match answer {
         Answer::Now(text, is_error) => state.answer_call(turn, index, text, is_error),
+        Answer::Wait(agent, _) if state.asking_among(&[agent]).is_some() => {
+            // It waits for its owner's answer: the owner's model must answer first.
+            let text = state.asking_among(&[agent]).unwrap_or_default();
+            state.answer_call(turn, index, text, false);
+        }
+        Answer::Set(agents, _) if state.asking_among(&agents).is_some() => {
+            let text = state.asking_among(&agents).unwrap_or_default();
+            state.answer_call(turn, index, text, false);
+        }
+        Answer::Set(agents, policy) if agents.is_empty() => {
+            state.answer_call(turn, index, set_result(policy, &[]), false);
+        }
         Answer::Wait(agent, timeout) => {
             // A child's end answers the call from the child table; a timeout, or an agent
             // further down (descendants scope), needs a task.
@@ -536,6 +548,10 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
     if state.phase.current_calls().is_some_and(|c| c.asking()) {
         // The owner answers a child's question with its next steer: one question at a time.
         return refused("one question at a time: the previous ask_owner is not answered yet");
+    }
+    if state.turns >= state.max_turns {
+        // The answer would come back as this call's result, which only a next turn reads.
+        return refused(ControlError::NoTurnsLeft(state.id));
     }
     state.shared.registry.announce(
         state.id,

@@ -88,7 +88,7 @@ impl AgentState {
             self.refuse_question(child);
             return;
         }
-        self.open_questions.insert(child);
+        self.open_questions.insert(child, question.clone());
         self.inbox.push_back(Inbound::Notice(format!(
             "[question from subagent {child}; answer with steer_subagent] {question}"
         )));
@@ -97,12 +97,20 @@ impl AgentState {
             for (_, call) in calls.open_calls() {
                 let waits = matches!(&call.waiting, Waiting::Agents { agents, .. } if agents.contains(&child));
                 if waits {
-                    let text = serde_json::json!({ "agent_id": child, "status": "asking", "question": question });
-                    call.answer(text.to_string(), false);
+                    call.answer(asking(child, &question), false);
                 }
             }
         }
         self.after_answer(myself);
+    }
+
+    /// The open question of one of `agents`, as the answer of a wait that includes it.
+    pub(super) fn asking_among(&self, agents: &[AgentId]) -> Option<String> {
+        agents.iter().find_map(|agent| {
+            self.open_questions
+                .get(agent)
+                .map(|question| asking(*agent, question))
+        })
     }
 
     /// Tells `child` its question will not be answered.
@@ -114,4 +122,10 @@ impl AgentState {
             let _ = actor.send_message(refusal);
         }
     }
+}
+
+/// A wait's answer when an agent it waits on asks a question: the owner's model must answer
+/// it (a wait would otherwise never end).
+fn asking(child: AgentId, question: &str) -> String {
+    serde_json::json!({ "agent_id": child, "status": "asking", "question": question }).to_string()
 }

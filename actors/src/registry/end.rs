@@ -168,16 +168,21 @@ impl Registry {
             entry.abort_reason.get_or_insert(reason);
             entry.token.cancel();
             let release = entry.deferred && !entry.held;
+            let mut notice = None;
             if queued {
                 // No actor exists to settle it: it never starts.
                 inner.settle(id, Outcome::ended(AgentStatus::Aborted, reason), now);
             } else if release {
-                // An abort is never restarted: an exit awaiting a restart decision is final.
+                // An abort is never restarted: an exit awaiting a restart decision is final,
+                // and its owner (told it was deferred) hears that it is final now.
                 inner.release(id);
+                notice = inner.final_notice(id);
             }
-            inner.token_subtree_actors(id)
+            (inner.token_subtree_actors(id), notice)
         };
+        let (cells, notice) = cells;
         tell(cells, || AgentMsg::Cancel);
+        send_notices(notice);
         Ok(())
     }
 
@@ -227,6 +232,7 @@ impl Registry {
     /// agents settle at once; agents awaiting a restart decision become final. With `top` the
     /// root, the tree stops admitting top-level agents.
     pub(crate) fn begin_shutdown(&self, top: AgentId, order: &ShutdownOrder) -> ShutdownStart {
+        let mut notices = Vec::new();
         let (start, cells) = {
             let now = self.now_ms();
             let mut inner = self.lock();
@@ -251,7 +257,9 @@ impl Registry {
                     continue;
                 };
                 if entry.deferred {
+                    // Nothing restarts under a shutdown: final, and its owner hears so.
                     inner.release(id);
+                    notices.extend(inner.final_notice(id));
                     start.settled_now.push(id);
                     continue;
                 }
@@ -279,6 +287,9 @@ impl Registry {
         };
         // Every agent at once: each runs its hooks under the one deadline.
         tell(cells, || AgentMsg::Shutdown(order.clone()));
+        for notice in notices {
+            send_notices(Some(notice));
+        }
         start
     }
 
@@ -465,6 +476,20 @@ impl Inner {
         }
     }
 
+    /// The notice telling `id`'s owner that its exit, which the owner was told awaits its
+    /// restart decision, is final (released by an abort or a shutdown).
+    fn final_notice(&self, id: AgentId) -> Option<(ActorCell, AgentMsg)> {
+        let record = self.rec(id)?;
+        let owner = self.entry(record.parent?)?.actor.clone()?;
+        let notice = AgentMsg::ChildEnded {
+            child: id,
+            run: self.entry(id)?.runs,
+            outcome: record.outcome.clone()?,
+            deferred: false,
+        };
+        Some((owner, notice))
+    }
+
     /// Every live detached agent.
     fn detached_live(&self) -> Vec<AgentId> {
         self.records
@@ -472,5 +497,12 @@ impl Inner {
             .filter(|r| r.detached && r.status.is_live())
             .map(|r| r.id)
             .collect()
+    }
+}
+
+/// Sends a final notice to an owner (after the registry lock is released).
+fn send_notices(notice: Option<(ActorCell, AgentMsg)>) {
+    if let Some((owner, notice)) = notice {
+        let _ = owner.send_message(notice);
     }
 }
