@@ -205,15 +205,15 @@ impl AgentState {
             return;
         };
         tracing::debug!(agent = %self.id, status = %outcome.status, "agent settled");
-        let conversation = std::mem::take(&mut self.conversation);
-        if let Some(settled) =
-            self.shared
-                .registry
-                .settle_run(self.id, self.run, outcome.clone(), conversation)
-        {
-            self.notify_owner(outcome, settled.deferred, settled.owner);
-        }
-        myself.stop(Some(SETTLED.to_owned()));
+        // If another path settled this run first (a kill at a shutdown's deadline), the owner
+        // was not told by this actor: it must hear of the end from the termination itself,
+        // so the actor does not stop with the marker that says "a notice follows".
+        let reason = if self.record_end(outcome) {
+            SETTLED
+        } else {
+            "agent-tree: settled elsewhere"
+        };
+        myself.stop(Some(reason.to_owned()));
     }
 
     /// Tells the owner (its current actor: an owner restarted or resumed since the spawn has
@@ -246,14 +246,24 @@ impl AgentState {
         let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
             .with_partial(self.last_text.clone());
         self.shared.registry.kill_descendants(self.id);
-        let conversation = std::mem::take(&mut self.conversation);
-        if let Some(settled) =
-            self.shared
-                .registry
-                .settle_run(self.id, self.run, outcome.clone(), conversation)
-        {
-            self.notify_owner(outcome, settled.deferred, settled.owner);
-        }
+        let _ = self.record_end(outcome);
         self.phase = Phase::Done;
+    }
+
+    /// Records the run's end (outcome and conversation) and tells the owner. Returns whether
+    /// this call settled the run (`false`: another path had settled it already).
+    fn record_end(&mut self, outcome: Outcome) -> bool {
+        let conversation = std::mem::take(&mut self.conversation);
+        match self
+            .shared
+            .registry
+            .settle_run(self.id, self.run, outcome.clone(), conversation)
+        {
+            Some(settled) => {
+                self.notify_owner(outcome, settled.deferred, settled.owner);
+                true
+            }
+            None => false,
+        }
     }
 }

@@ -50,12 +50,13 @@ impl Registry {
             return None;
         }
         *entry.conversation.lock() = Arc::new(conversation);
-        if let Some(actor) = entry.actor.as_ref().map(|a| a.get_id()) {
-            // It settled: nobody needs to find it by its actor any more.
-            inner.by_actor.remove(&actor);
-        }
+        let actor = entry.actor.as_ref().map(|a| a.get_id());
         if !inner.settle(id, outcome, now) {
             return None;
+        }
+        if let Some(actor) = actor {
+            // It settled itself and tells its owner: nobody needs to find it by its actor.
+            inner.by_actor.remove(&actor);
         }
         let deferred = inner.entry(id).is_some_and(|e| e.deferred);
         let owner = inner
