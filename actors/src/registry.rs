@@ -47,8 +47,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, Event, EventKind, EventTally, Message, Outcome, RequestId,
-    SessionId,
+    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome,
+    RequestId, SessionId,
 };
 use parking_lot::Mutex;
 use ractor::{ActorCell, ActorId};
@@ -161,8 +161,6 @@ struct Entry {
     /// Set when its outcome becomes final; handles and waits watch it.
     settled: watch::Sender<Option<Outcome>>,
 }
-
-use agent_tree_protocol::EndReason;
 
 impl Entry {
     fn new(token: CancellationToken) -> Self {

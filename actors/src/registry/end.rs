@@ -161,7 +161,7 @@ impl Registry {
     /// Aborts `id`: records why (first reason wins), cancels its token (which reaches its
     /// whole non-detached subtree's in-flight calls at once) and tells each of those actors.
     pub(crate) fn abort(&self, id: AgentId, reason: EndReason) -> Result<(), ControlError> {
-        let cells = {
+        let (cells, notice) = {
             let mut inner = self.lock();
             let now = self.now_ms();
             let queued = inner.status_of(id) == Some(AgentStatus::Queued);
@@ -181,7 +181,6 @@ impl Registry {
             }
             (inner.token_subtree_actors(id), notice)
         };
-        let (cells, notice) = cells;
         tell(cells, || AgentMsg::Cancel);
         send_notices(notice);
         Ok(())
