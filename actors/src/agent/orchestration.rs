@@ -113,17 +113,18 @@ pub(super) async fn dispatch(
         Orchestration::Wait => wait_set(state, &call),
         Orchestration::AskOwner => ask_owner(state, &call),
     };
+    // A wait on an agent whose question is open is answered with the question at once: that
+    // agent waits for its owner's answer, so the owner's model must answer first.
+    let waits_on: &[AgentId] = match &answer {
+        Answer::Wait(agent, _) => std::slice::from_ref(agent),
+        Answer::Set(agents, _) => agents,
+        Answer::Now(..) | Answer::Owner => &[],
+    };
+    if let Some(text) = state.asking_among(waits_on) {
+        return state.answer_call(turn, index, text, false);
+    }
     match answer {
         Answer::Now(text, is_error) => state.answer_call(turn, index, text, is_error),
-        Answer::Wait(agent, _) if state.asking_among(&[agent]).is_some() => {
-            // It waits for its owner's answer: the owner's model must answer first.
-            let text = state.asking_among(&[agent]).unwrap_or_default();
-            state.answer_call(turn, index, text, false);
-        }
-        Answer::Set(agents, _) if state.asking_among(&agents).is_some() => {
-            let text = state.asking_among(&agents).unwrap_or_default();
-            state.answer_call(turn, index, text, false);
-        }
         Answer::Set(agents, policy) if agents.is_empty() => {
             state.answer_call(turn, index, set_result(policy, &[]), false);
         }
