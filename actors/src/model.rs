@@ -5,33 +5,88 @@
 //! so the agent keeps handling steers, child results and aborts while a call is in flight;
 //! an abort drops the turn's future at its next await point.
 
-use agent_tree_protocol::{AgentId, Message, ToolCall, ToolSpec, Usage};
+use std::sync::Arc;
+
+use agent_tree_protocol::{AgentDefinition, AgentId, Message, ToolCall, ToolSpec, Usage};
 
 use crate::error::ModelError;
 use crate::util::BoxFuture;
 
 /// What a model turn is given.
+///
+/// Everything in it is shared, never copied per turn: the agent's definition, the
+/// conversation as of this turn (the same `Arc` the runtime keeps for a resume) and the tool
+/// specs, built once per distinct tool set of the tree.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ModelRequest {
     /// The agent taking the turn.
     pub agent: AgentId,
-    /// Its type.
-    pub agent_type: String,
+    /// Its definition: type, system prompt, model name and the rest.
+    pub definition: Arc<AgentDefinition>,
     /// Its depth.
     pub depth: u32,
     /// Which run of the agent (1 for the first).
     pub incarnation: u32,
     /// The turn's number within this run, from 1.
     pub turn: u32,
-    /// The model name the definition asks for, if any.
-    pub model: Option<String>,
-    /// The system prompt.
-    pub system: String,
     /// The conversation so far (task, assistant turns, tool results, steers).
-    pub messages: Vec<Message>,
+    pub messages: Arc<[Message]>,
     /// The tools the agent is offered.
-    pub tools: Vec<ToolSpec>,
+    pub tools: Arc<[ToolSpec]>,
+}
+
+impl ModelRequest {
+    /// The agent's type.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_tree_actors::ModelRequest;
+    /// # use agent_tree_protocol::{AgentDefinition, AgentId};
+    /// let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("writer", "Write.")));
+    /// assert_eq!(request.agent_type(), "writer");
+    /// assert_eq!(request.system(), "Write.");
+    /// assert_eq!(request.model(), None);
+    /// ```
+    pub fn agent_type(&self) -> &str {
+        &self.definition.name
+    }
+
+    /// The system prompt.
+    pub fn system(&self) -> &str {
+        &self.definition.prompt
+    }
+
+    /// The model name the definition asks for, if any.
+    pub fn model(&self) -> Option<&str> {
+        self.definition.model.as_deref()
+    }
+
+    /// A first-turn request of `agent` with `definition`, no messages and no tools: for
+    /// calling a [`Model`] directly (in tests of an adapter).
+    pub fn new(agent: AgentId, definition: Arc<AgentDefinition>) -> Self {
+        ModelRequest {
+            agent,
+            definition,
+            depth: 1,
+            incarnation: 1,
+            turn: 1,
+            messages: Arc::from([]),
+            tools: Arc::from([]),
+        }
+    }
+
+    /// The same request with `messages`.
+    pub fn with_messages(mut self, messages: impl Into<Arc<[Message]>>) -> Self {
+        self.messages = messages.into();
+        self
+    }
+
+    /// The same request with `tools`.
+    pub fn with_tools(mut self, tools: impl Into<Arc<[ToolSpec]>>) -> Self {
+        self.tools = tools.into();
+        self
+    }
 }
 
 /// What a model turn returns.

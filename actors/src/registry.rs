@@ -65,7 +65,7 @@ pub(crate) use read::SteerRoute;
 
 /// An agent's conversation as of its last turn boundary, written by its actor without the
 /// registry lock (a leaf lock of its own) and read when the agent is resumed.
-pub(crate) type ConversationCell = Arc<Mutex<Arc<Vec<Message>>>>;
+pub(crate) type ConversationCell = Arc<Mutex<Arc<[Message]>>>;
 
 /// Everything an agent's actor is started with: it reads nothing back.
 #[derive(Debug)]

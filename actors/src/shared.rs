@@ -6,7 +6,13 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::collections::HashMap;
+
+use agent_tree_protocol::ToolSpec;
+use parking_lot::Mutex;
 use ractor::ActorRef;
+
+use crate::policy::capability::Capabilities;
 
 use crate::catalog::Catalog;
 use crate::config::TreeConfig;
@@ -29,6 +35,9 @@ pub(crate) struct Shared {
     /// Tasks the runtime spawned (model turns, tools, waits, hooks): the cost model of
     /// `docs/architecture.md` counts them per agent, and a test holds the count.
     pub(crate) tasks: AtomicU64,
+    /// The tool specs offered per distinct capability set, built once and shared by every
+    /// agent's every turn. A leaf lock: only the map is touched under it.
+    pub(crate) offered: Mutex<HashMap<Capabilities, Arc<[ToolSpec]>>>,
 }
 
 impl Shared {

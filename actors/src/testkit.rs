@@ -387,11 +387,11 @@ impl ScriptedModel {
         if let Some(script) = self.inner.by_agent.lock().get(&request.agent) {
             return pick(script, index, &request.agent.to_string());
         }
-        match self.inner.by_type.lock().get(&request.agent_type) {
-            Some(script) => pick(script, index, &request.agent_type),
+        match self.inner.by_type.lock().get(request.agent_type()) {
+            Some(script) => pick(script, index, request.agent_type()),
             None => Err(ModelError::new(format!(
                 "no script for agent type {:?}",
-                request.agent_type
+                request.agent_type()
             ))),
         }
     }
@@ -411,7 +411,7 @@ impl Model for ScriptedModel {
         Box::pin(async move {
             self.inner.log.lock().push(ModelCall {
                 agent: request.agent,
-                agent_type: request.agent_type.clone(),
+                agent_type: request.agent_type().to_owned(),
                 depth: request.depth,
                 turn: request.turn,
                 at: Instant::now(),

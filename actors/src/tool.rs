@@ -142,7 +142,8 @@ where
 /// The user tools of a tree, by name.
 #[derive(Clone, Default)]
 pub struct Toolbox {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Each tool with its spec, asked of it once, when it was added.
+    tools: BTreeMap<String, (Arc<dyn Tool>, ToolSpec)>,
 }
 
 impl fmt::Debug for Toolbox {
@@ -168,17 +169,22 @@ impl Toolbox {
     ///
     /// [`ToolNameError`] if the name is an orchestration tool's or already taken.
     pub fn insert(&mut self, tool: impl Tool) -> Result<(), ToolNameError> {
-        let name = tool.spec().name;
-        if RESERVED_TOOLS.contains(&name.as_str()) || self.tools.contains_key(&name) {
-            return Err(ToolNameError(name));
+        let spec = tool.spec();
+        if RESERVED_TOOLS.contains(&spec.name.as_str()) || self.tools.contains_key(&spec.name) {
+            return Err(ToolNameError(spec.name));
         }
-        self.tools.insert(name, Arc::new(tool));
+        self.tools.insert(spec.name.clone(), (Arc::new(tool), spec));
         Ok(())
     }
 
     /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|(tool, _)| tool)
+    }
+
+    /// The spec of the tool named `name`, as it gave it when it was added.
+    pub(crate) fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name).map(|(_, spec)| spec)
     }
 
     /// Every tool name.

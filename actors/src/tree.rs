@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
-    WaitPolicy,
+    Usage, WaitPolicy,
 };
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef};
@@ -160,6 +160,7 @@ impl TreeBuilder {
             hooks: self.hooks,
             root: std::sync::OnceLock::new(),
             tasks: std::sync::atomic::AtomicU64::new(0),
+            offered: parking_lot::Mutex::default(),
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
@@ -447,6 +448,44 @@ impl Tree {
                 .map_err(|_| gone())?
             }
         }
+    }
+
+    /// Bills usage spent on an agent's behalf outside its model turns (a tool that calls a
+    /// model itself, an embedding lookup) to the agent: it is added to the agent's `own` and to
+    /// the `subtree` of the agent and every ancestor in one step, with a `usage` event, and
+    /// counts against `max_subtree_tokens` like a turn's usage. It costs one registry
+    /// transaction whatever the agent's depth.
+    ///
+    /// ```
+    /// # tokio_test_block_on(async {
+    /// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+    /// use agent_tree_actors::{Catalog, Tree};
+    /// use agent_tree_protocol::{AgentDefinition, AgentId, SpawnRequest, Usage};
+    ///
+    /// let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    /// let tree = Tree::builder()
+    ///     .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+    ///     .model(model)
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// let agent = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap().id();
+    /// tree.charge(agent, Usage::tokens(10, 5)).unwrap();
+    /// assert_eq!(tree.record(AgentId::ROOT).unwrap().subtree, Usage::tokens(10, 5));
+    /// tree.shutdown().await;
+    /// assert!(tree.charge(agent, Usage::tokens(1, 1)).is_err(), "settled: nothing more is billed");
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id, [`ControlError::WrongStatus`] for an
+    /// agent that is not live (its usage is final once it settled).
+    pub fn charge(&self, id: AgentId, usage: Usage) -> Result<(), ControlError> {
+        self.shared.registry.charge(id, usage)
     }
 
     /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:

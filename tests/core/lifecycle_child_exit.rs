@@ -52,7 +52,7 @@ async fn owner_keeps_running_after_children_exit() {
     let at_turn: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
     let (hook_probe, hook_log) = (probe.clone(), at_turn.clone());
     let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type == "lead" {
+        if request.agent_type() == "lead" {
             hook_log.lock().push((request.turn, hook_probe.snapshot()));
         }
         None

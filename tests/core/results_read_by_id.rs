@@ -57,7 +57,7 @@ fn scripted() -> ScriptedModel {
 
 /// The lead's last turn: its answer quotes the results it read in turns 3 and 4.
 fn answer_from_results(request: &ModelRequest) -> Option<Result<ModelResponse, ModelError>> {
-    if request.agent_type != "lead" || request.turn != 5 {
+    if request.agent_type() != "lead" || request.turn != 5 {
         return None;
     }
     let results = crate::support::tool_results(&request.messages);

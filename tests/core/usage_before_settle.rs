@@ -89,7 +89,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
     let lead_turns: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
     let (hook_probe, hook_log) = (probe.clone(), lead_turns.clone());
     let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type == "lead" {
+        if request.agent_type() == "lead" {
             hook_log.lock().push((request.turn, hook_probe.snapshot()));
         }
         None
@@ -233,7 +233,7 @@ impl Model for BlockingVictim {
         &self,
         request: ModelRequest,
     ) -> agent_tree::BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        if request.agent_type != "victim" {
+        if request.agent_type() != "victim" {
             return self.inner.turn(request);
         }
         Box::pin(async move {
@@ -265,7 +265,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
         ]),
     ))
     .with_hook(move |request| {
-        if request.agent_type == "lead" && request.turn == 2 {
+        if request.agent_type() == "lead" && request.turn == 2 {
             if let Some(tx) = told_tx.lock().take() {
                 let _ = tx.send(hook_probe.snapshot());
             }
@@ -394,7 +394,7 @@ struct ReturnsAsKilled {
 
 impl Model for ReturnsAsKilled {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        if request.agent_type != "victim" {
+        if request.agent_type() != "victim" {
             return self.inner.turn(request);
         }
         let (cell, returned, id) = (self.cell.clone(), self.returned.clone(), request.agent);
@@ -508,7 +508,7 @@ struct YieldingVictim {
 
 impl Model for YieldingVictim {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        if request.agent_type != "victim" {
+        if request.agent_type() != "victim" {
             return self.inner.turn(request);
         }
         let spins = self.spins.load(std::sync::atomic::Ordering::SeqCst);

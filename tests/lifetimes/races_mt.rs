@@ -92,7 +92,7 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
                 .script("child", Script::new([Turn::hang(), Turn::hang()])),
         )
         .with_hook(|request| {
-            (request.agent_type == "child" && request.incarnation == 2)
+            (request.agent_type() == "child" && request.incarnation == 2)
                 .then(|| Ok(agent_tree::ModelResponse::text("back again")))
         });
         let tree = Arc::new(

@@ -252,12 +252,12 @@ impl Model for RecordingModel {
             let mut calls = self.log.calls.lock();
             calls.push(ModelCall {
                 agent,
-                agent_type: request.agent_type.clone(),
+                agent_type: request.agent_type().to_owned(),
                 depth: request.depth,
                 incarnation: request.incarnation,
                 turn,
-                system: request.system.clone(),
-                messages: request.messages.clone(),
+                system: request.system().to_owned(),
+                messages: request.messages.to_vec(),
                 tools: request.tools.iter().map(|t| t.name.clone()).collect(),
                 at: Instant::now(),
                 ended_at: None,

@@ -86,20 +86,18 @@ impl AgentState {
         }
         // Published at every turn boundary (not under the registry lock), so a resume after
         // a kill (which keeps nothing) still continues this run's conversation.
-        let messages = self.conversation.clone();
-        *self.conversation_cell.lock() = Arc::new(messages.clone());
+        let messages: Arc<[Message]> = self.conversation.as_slice().into();
+        *self.conversation_cell.lock() = messages.clone();
         self.turns += 1;
         let turn = self.turns;
         let request = ModelRequest {
             agent: self.id,
-            agent_type: self.definition.name.clone(),
+            definition: self.definition.clone(),
             depth: self.depth,
             incarnation: self.incarnation,
             turn,
-            model: self.definition.model.clone(),
-            system: self.definition.prompt.clone(),
             messages,
-            tools: self.offered.to_vec(),
+            tools: self.offered.clone(),
         };
         let model = self.shared.model.clone();
         let shared = self.shared.clone();

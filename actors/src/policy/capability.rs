@@ -18,7 +18,7 @@ use agent_tree_protocol::AgentDefinition;
 use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
 
 /// The tools one agent holds.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub(crate) struct Capabilities {
     /// User tools, in toolbox order.
     pub(crate) user_tools: Vec<String>,

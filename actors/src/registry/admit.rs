@@ -252,7 +252,7 @@ impl Registry {
         let Some(spec) = entry.spec.clone() else {
             return Err(not_yours());
         };
-        let conversation = entry.conversation.lock().as_ref().clone();
+        let conversation = entry.conversation.lock().to_vec();
         let (detached, depth, incarnation) = (record.detached, record.depth, record.incarnation);
         let (Some(owner_entry), Some(owner_record)) = (inner.entry(owner), inner.rec(owner)) else {
             return Err(SpawnError::OwnerClosed(owner));

@@ -2,8 +2,6 @@
 //! shutdown leaves. Messages to actors (`Cancel`, `Shutdown`) are collected under the lock and
 //! sent after it.
 
-use std::sync::Arc;
-
 use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome};
 use ractor::{ActorCell, ActorId};
 use tokio::sync::watch;
@@ -49,7 +47,7 @@ impl Registry {
         if entry.runs != run {
             return None;
         }
-        *entry.conversation.lock() = Arc::new(conversation);
+        *entry.conversation.lock() = conversation.into();
         let actor = entry.actor.as_ref().map(|a| a.get_id());
         if !inner.settle(id, outcome, now) {
             return None;
@@ -152,6 +150,10 @@ impl Registry {
             // restarted.
             entry.held = entry.abort_reason.is_none();
             entry.abort_reason.get_or_insert(EndReason::Aborted);
+            if entry.token.is_cancelled() {
+                // Whoever cancelled it told its token subtree then (see `abort`).
+                return;
+            }
             entry.token.cancel();
             inner.token_subtree_actors(id)
         };
@@ -167,6 +169,11 @@ impl Registry {
             let queued = inner.status_of(id) == Some(AgentStatus::Queued);
             let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
             entry.abort_reason.get_or_insert(reason);
+            // A token cancelled before was cancelled here, by a shutdown or by an ancestor's
+            // abort, each of which told every live actor of its token subtree then; an actor
+            // started since checks its token before its first turn. Telling them again would
+            // make a chain's shutdown quadratic (each owner aborts its child's whole subtree).
+            let told = entry.token.is_cancelled();
             entry.token.cancel();
             let release = entry.deferred && !entry.held;
             let mut notice = None;
@@ -179,7 +186,12 @@ impl Registry {
                 inner.release(id);
                 notice = inner.final_notice(id);
             }
-            (inner.token_subtree_actors(id), notice)
+            let cells = if told {
+                Vec::new()
+            } else {
+                inner.token_subtree_actors(id)
+            };
+            (cells, notice)
         };
         tell(cells, || AgentMsg::Cancel);
         send_notices(notice);
@@ -293,23 +305,31 @@ impl Registry {
         start
     }
 
-    /// At a shutdown's deadline: if `id` is still in run `run` and live, settles it killed
-    /// (for good) and returns its actor to kill. A run started after the shutdown began (a
-    /// resume) is not the shutdown's to kill.
-    pub(crate) fn kill_run(&self, id: AgentId, run: u32) -> Option<Option<ActorCell>> {
+    /// At a shutdown's deadline, in one transaction: every agent of `runs` still in that run
+    /// and live settles killed (for good). Returns those agents, in order, and the actors to
+    /// kill: theirs, and those of the other runs that have an actor (one still running after
+    /// it settled, which ractor would otherwise leave stopping). A run started after the
+    /// shutdown began (a resume) is not the shutdown's to kill.
+    pub(crate) fn kill_runs(&self, runs: &[(AgentId, u32)]) -> (Vec<AgentId>, Vec<ActorCell>) {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let entry = inner.entry(id)?;
-        if entry.runs != run || inner.status_of(id)?.is_terminal() {
-            return None;
+        let (mut killed, mut cells) = (Vec::new(), Vec::new());
+        for &(id, run) in runs {
+            let Some(entry) = inner.entry(id).filter(|e| e.runs == run) else {
+                continue;
+            };
+            let actor = entry.actor.clone();
+            if inner.status_of(id).is_some_and(AgentStatus::is_live) {
+                inner.settle_final(
+                    id,
+                    Outcome::ended(AgentStatus::Killed, EndReason::Killed),
+                    now,
+                );
+                killed.push(id);
+            }
+            cells.extend(actor);
         }
-        let actor = entry.actor.clone();
-        inner.settle_final(
-            id,
-            Outcome::ended(AgentStatus::Killed, EndReason::Killed),
-            now,
-        );
-        Some(actor)
+        (killed, cells)
     }
 
     /// Settles every live non-detached descendant of `id` killed: `id`'s actor is stopping
@@ -425,8 +445,11 @@ impl Inner {
             let (Some(entry), Some(record)) = (self.entry(child), self.rec(child)) else {
                 continue;
             };
-            // A detached subtree is linked under the root actor, so it was not killed.
-            if record.detached {
+            // A detached subtree is linked under the root actor, so it was not killed. A
+            // settled agent's non-detached descendants are settled (an agent settles after
+            // its children; a kill settles a whole subtree in one transaction), so the walk
+            // stops there: a cascade of kills down a chain stays linear.
+            if record.detached || record.status.is_terminal() {
                 continue;
             }
             stack.extend(record.children.iter().copied());

@@ -11,12 +11,27 @@ use crate::policy::capability::Capabilities;
 use crate::shared::SharedRef;
 
 /// The tool specs an agent with `capabilities` is offered: its user tools, then the
-/// orchestration tools it holds.
+/// orchestration tools it holds. Built once per distinct set in the tree and shared by every
+/// agent holding it and every turn they take.
 pub(crate) fn offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
+    // A leaf lock: only the map is read or written under it (building a set runs outside).
+    if let Some(specs) = shared.offered.lock().get(capabilities) {
+        return specs.clone();
+    }
+    let specs = build_offered(shared, capabilities);
+    shared
+        .offered
+        .lock()
+        .entry(capabilities.clone())
+        .or_insert(specs)
+        .clone()
+}
+
+fn build_offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
     capabilities
         .user_tools
         .iter()
-        .filter_map(|name| shared.toolbox.get(name).map(|t| t.spec()))
+        .filter_map(|name| shared.toolbox.spec(name).cloned())
         .chain(
             Orchestration::ALL
                 .into_iter()
