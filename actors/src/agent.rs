@@ -160,8 +160,11 @@ impl Actor for AgentActor {
             return Ok(());
         }
         match message {
+            // The paths that await (a turn's calls spawn children; a child's end may restart
+            // one) are boxed: inlined, their futures would make every agent's processing loop
+            // several kilobytes larger, whatever it is doing.
             AgentMsg::TurnFinished { turn, result } => {
-                state.on_turn_finished(&myself, turn, result).await
+                Box::pin(state.on_turn_finished(&myself, turn, result)).await;
             }
             AgentMsg::ToolFinished {
                 turn,
@@ -183,9 +186,7 @@ impl Actor for AgentActor {
                 outcome,
                 deferred,
             } => {
-                state
-                    .on_child_ended(&myself, child, run, outcome, deferred)
-                    .await;
+                Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred)).await;
             }
             AgentMsg::ChildAsked { child, question } => state.on_asked(&myself, child, question),
             AgentMsg::QuestionRefused { reason } => state.on_question_refused(&myself, reason),
@@ -202,7 +203,7 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         // Never stop because a child ended (ractor's default): a child that settled is
         // heard of by its own notice; one that died without settling is settled here.
-        state.on_supervision_event(&myself, event).await;
+        Box::pin(state.on_supervision_event(&myself, event)).await;
         Ok(())
     }
 

@@ -91,7 +91,11 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
         first.extend(children.map(|c| Call::spawn_background(type_name(c), "build")));
         model = model.script(
             type_name(i),
-            Script::new([Turn::calls(first), parked(), Turn::hang()]),
+            Script::new([
+                Turn::calls(first).usage(Usage::tokens(1, 1)),
+                parked(),
+                Turn::hang(),
+            ]),
         );
         definitions.push(
             AgentDefinition::new(type_name(i), "").with_allowed_subagents(SubagentAllowance::All),
@@ -111,7 +115,8 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
             .await
             .unwrap();
     }
-    // Every agent has started and reported its first turn: it is parked (or about to be).
+    // Every agent has started and reported its first turn (its usage): it is parked (or
+    // about to be).
     wait_events(&mut events, NODES, |e| {
         matches!(e.kind, EventKind::UsageReported { .. })
     })

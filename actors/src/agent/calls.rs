@@ -2,6 +2,8 @@
 //! (never by the model's call id alone, which need not be unique), and user tools run as
 //! tasks.
 
+use std::collections::HashMap;
+
 use agent_tree_protocol::{AgentId, Message, Outcome, ToolCall, WaitPolicy};
 use ractor::ActorRef;
 use tokio::task::AbortHandle;
@@ -14,10 +16,17 @@ use crate::policy::wait as wait_policy;
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
 
-/// The calls of one turn, in call order.
+/// The calls of one turn, in call order, with an index of which open calls wait on which
+/// agent, so a child's end finds its waiters without a scan and a turn of N calls stays
+/// linear in N. Every change goes through these methods, which keep the index and the count
+/// of open calls in step.
 #[derive(Debug)]
 pub(super) struct Calls {
     calls: Vec<PendingCall>,
+    /// Open calls waiting on each agent (a call waiting on a set is under each agent of it).
+    waiters: HashMap<AgentId, Vec<usize>>,
+    /// Calls without a result yet.
+    open: usize,
 }
 
 /// One call of the turn.
@@ -28,7 +37,7 @@ pub(super) struct PendingCall {
     /// The result text and whether it is an error, once known.
     result: Option<(String, bool)>,
     /// The task answering it (a user tool, a timed or non-child wait, a question watch).
-    pub(super) task: Option<AbortHandle>,
+    task: Option<AbortHandle>,
     /// What it waits for, if it is not answered at once.
     pub(super) waiting: Waiting,
 }
@@ -62,6 +71,8 @@ impl Calls {
                     waiting: Waiting::Nothing,
                 })
                 .collect(),
+            waiters: HashMap::new(),
+            open: calls.len(),
         }
     }
 
@@ -70,31 +81,76 @@ impl Calls {
         self.calls.get_mut(index).filter(|c| c.result.is_none())
     }
 
-    /// Every unanswered call.
-    pub(super) fn open_calls(&mut self) -> impl Iterator<Item = (usize, &mut PendingCall)> {
+    /// The unanswered call at `index` is answered by `task` (aborted when it is answered
+    /// another way) and waits for `waiting`.
+    pub(super) fn wait(&mut self, index: usize, task: Option<AbortHandle>, waiting: Waiting) {
+        let Some(call) = self.calls.get_mut(index).filter(|c| c.result.is_none()) else {
+            return;
+        };
+        if let Waiting::Agents { agents, .. } = &waiting {
+            for &agent in agents {
+                let waiters = self.waiters.entry(agent).or_default();
+                if !waiters.contains(&index) {
+                    waiters.push(index);
+                }
+            }
+        }
+        call.task = task;
+        call.waiting = waiting;
+    }
+
+    /// The index of the unanswered call waiting for its owner's answer, if there is one.
+    pub(super) fn asking_index(&self) -> Option<usize> {
         self.calls
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, c)| c.result.is_none())
+            .iter()
+            .position(|c| c.result.is_none() && matches!(c.waiting, Waiting::Owner))
     }
 
     /// Whether an `ask_owner` of this turn waits for its answer.
     pub(super) fn asking(&self) -> bool {
-        self.calls
-            .iter()
-            .any(|c| c.result.is_none() && matches!(c.waiting, Waiting::Owner))
+        self.asking_index().is_some()
+    }
+
+    /// The unanswered calls waiting on `agent`, in call order.
+    pub(super) fn waiting_on(&self, agent: AgentId) -> Vec<usize> {
+        let mut out = self.waiters.get(&agent).cloned().unwrap_or_default();
+        out.sort_unstable();
+        out
     }
 
     /// Whether any unanswered call waits on `agent`.
     pub(super) fn waits_on(&self, agent: AgentId) -> bool {
-        self.calls.iter().any(|c| {
-            c.result.is_none()
-                && matches!(&c.waiting, Waiting::Agents { agents, .. } if agents.contains(&agent))
-        })
+        self.waiters.get(&agent).is_some_and(|w| !w.is_empty())
     }
 
     fn all_answered(&self) -> bool {
-        self.calls.iter().all(|c| c.result.is_some())
+        self.open == 0
+    }
+
+    /// Records the result of the unanswered call at `index` and stops its task. Returns the
+    /// agents it waited on (`None` when it was answered already).
+    pub(super) fn answer(
+        &mut self,
+        index: usize,
+        text: String,
+        is_error: bool,
+    ) -> Option<Vec<AgentId>> {
+        let call = self.calls.get_mut(index).filter(|c| c.result.is_none())?;
+        call.result = Some((text, is_error));
+        self.open -= 1;
+        if let Some(task) = call.task.take() {
+            task.abort();
+        }
+        let agents = match std::mem::take(&mut call.waiting) {
+            Waiting::Agents { agents, .. } => agents,
+            _ => Vec::new(),
+        };
+        for agent in &agents {
+            if let Some(waiters) = self.waiters.get_mut(agent) {
+                waiters.retain(|&i| i != index);
+            }
+        }
+        Some(agents)
     }
 
     /// Stops every call's task.
@@ -113,28 +169,14 @@ impl Calls {
     }
 }
 
-impl PendingCall {
-    /// Records the result and stops the call's task. Returns the agents it waited on.
-    pub(super) fn answer(&mut self, text: String, is_error: bool) -> Vec<AgentId> {
-        self.result = Some((text, is_error));
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-        match std::mem::take(&mut self.waiting) {
-            Waiting::Agents { agents, .. } => agents,
-            _ => Vec::new(),
-        }
-    }
-}
-
 impl AgentState {
     /// Records the result of call `index` of turn `turn`. The children it waited on whose
     /// outcome is final now count as read (a wait cut short by its timeout reads nothing).
     pub(super) fn answer_call(&mut self, turn: u32, index: usize, text: String, is_error: bool) {
-        let Some(call) = self.phase.calls_mut(turn).and_then(|c| c.open(index)) else {
+        let Some(calls) = self.phase.calls_mut(turn) else {
             return;
         };
-        for agent in call.answer(text, is_error) {
+        for agent in calls.answer(index, text, is_error).unwrap_or_default() {
             self.children.mark_read(agent);
         }
     }
@@ -180,13 +222,13 @@ impl AgentState {
         let Some(calls) = self.phase.current_calls() else {
             return false;
         };
-        for (index, call) in calls.open_calls() {
+        for index in calls.waiting_on(child) {
+            let Some(call) = calls.open(index) else {
+                continue;
+            };
             let Waiting::Agents { agents, set } = &mut call.waiting else {
                 continue;
             };
-            if !agents.contains(&child) {
-                continue;
-            }
             match set {
                 Some((policy, outcomes)) => {
                     // A set may name the same agent twice: every place of it is answered.
@@ -225,10 +267,12 @@ impl AgentState {
         }
         let any = !answered.is_empty();
         for (index, text) in answered {
-            if let Some(call) = self.phase.current_calls().and_then(|c| c.open(index)) {
-                for agent in call.answer(text, false) {
-                    self.children.mark_read(agent);
-                }
+            let agents = self
+                .phase
+                .current_calls()
+                .and_then(|c| c.answer(index, text, false));
+            for agent in agents.unwrap_or_default() {
+                self.children.mark_read(agent);
             }
         }
         any
@@ -288,8 +332,8 @@ impl AgentState {
                 result,
             });
         });
-        if let Some(call) = self.phase.calls_mut(turn).and_then(|c| c.open(index)) {
-            call.task = Some(task.abort_handle());
+        if let Some(calls) = self.phase.calls_mut(turn) {
+            calls.wait(index, Some(task.abort_handle()), Waiting::Nothing);
         }
     }
 }

@@ -7,6 +7,8 @@
 //! [`SETTLED`], so its supervision event is told apart from a death. Each end is keyed by the
 //! child's run, so a late notice of an earlier run (before a restart or resume) is ignored.
 
+use std::collections::HashMap;
+
 use agent_tree_protocol::{AgentId, EndReason, Outcome};
 use ractor::{ActorId, ActorRef, SupervisionEvent};
 
@@ -17,10 +19,16 @@ use crate::msg::{AgentMsg, SETTLED};
 use crate::policy::settle;
 use crate::supervision::Action;
 
-/// An agent's children, in start order.
+/// An agent's children, in start order, indexed by id and by their current run's actor, with
+/// a count of the non-detached ones whose outcome is not final: a child's end, the settle
+/// check and a supervision event each cost O(1), whatever the number of children.
 #[derive(Debug, Default)]
 pub(super) struct Children {
     list: Vec<Child>,
+    by_id: HashMap<AgentId, usize>,
+    by_actor: HashMap<ActorId, usize>,
+    /// Non-detached children not in [`ChildState::Final`].
+    unsettled: usize,
 }
 
 /// One child, as its owner knows it.
@@ -59,30 +67,82 @@ impl Children {
         detached: bool,
         background: bool,
     ) {
-        match self.list.iter_mut().find(|c| c.id == id) {
-            Some(child) => {
+        let index = match self.by_id.get(&id) {
+            Some(&index) => {
+                let child = &mut self.list[index];
+                if let Some(old) = child.actor.take() {
+                    self.by_actor.remove(&old);
+                }
                 child.run = run;
-                child.actor = actor;
                 child.background = background;
-                child.state = ChildState::Running;
+                index
             }
-            None => self.list.push(Child {
-                id,
-                run,
-                actor,
-                detached,
-                background,
-                state: ChildState::Running,
-            }),
+            None => {
+                self.list.push(Child {
+                    id,
+                    run,
+                    actor: None,
+                    detached,
+                    background,
+                    // Counted as running by the `set_state` below.
+                    state: ChildState::Final {
+                        outcome: Outcome::completed(""),
+                        read: true,
+                    },
+                });
+                self.by_id.insert(id, self.list.len() - 1);
+                self.list.len() - 1
+            }
+        };
+        self.list[index].actor = actor;
+        if let Some(actor) = actor {
+            self.by_actor.insert(actor, index);
+        }
+        self.set_state(index, ChildState::Running);
+    }
+
+    /// Moves the child at `index` to `state`, keeping the unsettled count.
+    fn set_state(&mut self, index: usize, state: ChildState) {
+        let child = &mut self.list[index];
+        let was = !child.detached && !matches!(child.state, ChildState::Final { .. });
+        let is = !child.detached && !matches!(state, ChildState::Final { .. });
+        child.state = state;
+        match (was, is) {
+            (false, true) => self.unsettled += 1,
+            (true, false) => self.unsettled -= 1,
+            _ => {}
         }
     }
 
+    /// Child `id`'s outcome is final: `outcome`.
+    pub(super) fn set_final(&mut self, id: AgentId, outcome: Outcome) {
+        if let Some(&index) = self.by_id.get(&id) {
+            let state = ChildState::Final {
+                outcome,
+                read: false,
+            };
+            self.set_state(index, state);
+        }
+    }
+
+    /// Child `id`'s run ended and waits for this owner's restart decision.
+    fn set_deferred(&mut self, id: AgentId, outcome: Outcome) {
+        if let Some(&index) = self.by_id.get(&id) {
+            self.set_state(index, ChildState::Deferred(outcome));
+        }
+    }
+
+    /// Whether every non-detached child's outcome is final.
+    pub(super) fn all_settled(&self) -> bool {
+        self.unsettled == 0
+    }
+
     pub(super) fn get(&self, id: AgentId) -> Option<&Child> {
-        self.list.iter().find(|c| c.id == id)
+        self.by_id.get(&id).map(|&i| &self.list[i])
     }
 
     fn get_mut(&mut self, id: AgentId) -> Option<&mut Child> {
-        self.list.iter_mut().find(|c| c.id == id)
+        self.by_id.get(&id).map(|&i| &mut self.list[i])
     }
 
     /// The final outcome of child `id`, if it has one.
@@ -114,10 +174,8 @@ impl Children {
 
     /// The child whose current run runs on `actor`.
     fn by_actor(&self, actor: ActorId) -> Option<(AgentId, u32)> {
-        self.list
-            .iter()
-            .find(|c| c.actor == Some(actor) && matches!(c.state, ChildState::Running))
-            .map(|c| (c.id, c.run))
+        let child = &self.list[*self.by_actor.get(&actor)?];
+        matches!(child.state, ChildState::Running).then_some((child.id, child.run))
     }
 
     /// Non-detached children whose outcome is not final yet.
@@ -138,15 +196,11 @@ impl Children {
 
     /// Makes a deferred child's outcome final.
     fn finalize(&mut self, id: AgentId) -> Option<Outcome> {
-        let child = self.get_mut(id)?;
-        let ChildState::Deferred(outcome) = &child.state else {
+        let ChildState::Deferred(outcome) = &self.get(id)?.state else {
             return None;
         };
         let outcome = outcome.clone();
-        child.state = ChildState::Final {
-            outcome: outcome.clone(),
-            read: false,
-        };
+        self.set_final(id, outcome.clone());
         Some(outcome)
     }
 }
@@ -162,7 +216,7 @@ impl AgentState {
         outcome: Outcome,
         deferred: bool,
     ) {
-        let Some(entry) = self.children.get_mut(child) else {
+        let Some(entry) = self.children.get(child) else {
             return;
         };
         if entry.run != run {
@@ -170,12 +224,9 @@ impl AgentState {
             return;
         }
         match &entry.state {
-            ChildState::Running if deferred => entry.state = ChildState::Deferred(outcome),
+            ChildState::Running if deferred => self.children.set_deferred(child, outcome),
             ChildState::Running => {
-                entry.state = ChildState::Final {
-                    outcome: outcome.clone(),
-                    read: false,
-                };
+                self.children.set_final(child, outcome.clone());
                 self.child_final(child, &outcome);
             }
             // The registry made a deferred exit final (an abort or a shutdown landed before
@@ -230,12 +281,7 @@ impl AgentState {
                         .started(id, run, Some(actor), detached, background);
                 }
                 Action::StartFailed(id, outcome) => {
-                    if let Some(child) = self.children.get_mut(id) {
-                        child.state = ChildState::Final {
-                            outcome: outcome.clone(),
-                            read: false,
-                        };
-                    }
+                    self.children.set_final(id, outcome.clone());
                     self.child_final(id, &outcome);
                 }
                 Action::Escalate(cause) => escalated = Some(cause),

@@ -198,7 +198,7 @@ impl AgentState {
     pub(super) fn try_settle(&mut self, myself: &ActorRef<AgentMsg>) {
         // A cancelled turn still reports back (promptly: it was cancelled); until it has, it
         // might record usage, which must precede the settle.
-        if self.turn_in_flight.is_some() || self.children.unsettled().next().is_some() {
+        if self.turn_in_flight.is_some() || !self.children.all_settled() {
             return;
         }
         let Some(outcome) = self.phase.settle() else {

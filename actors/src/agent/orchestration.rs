@@ -134,12 +134,12 @@ pub(super) async fn dispatch(
             let own_child = state.children.get(agent).is_some();
             let task = (!own_child || timeout.is_some())
                 .then(|| wait_task(state, myself, turn, index, agent, timeout));
-            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
-                call.task = task;
-                call.waiting = Waiting::Agents {
+            if let Some(calls) = state.phase.calls_mut(turn) {
+                let waiting = Waiting::Agents {
                     agents: vec![agent],
                     set: None,
                 };
+                calls.wait(index, task, waiting);
             }
             if own_child && let Some(outcome) = state.children.final_outcome(agent).cloned() {
                 state.answer_waits_on(agent, &outcome);
@@ -147,21 +147,20 @@ pub(super) async fn dispatch(
         }
         Answer::Owner => {
             let task = owner_gone_task(state, myself);
-            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
-                call.task = task;
-                call.waiting = Waiting::Owner;
+            if let Some(calls) = state.phase.calls_mut(turn) {
+                calls.wait(index, task, Waiting::Owner);
             }
         }
         Answer::Set(agents, policy) => {
             let own = agents.iter().all(|&a| state.children.get(a).is_some());
             let task = (!own).then(|| set_task(state, myself, turn, index, agents.clone(), policy));
             let set = own.then(|| (policy, vec![None; agents.len()]));
-            if let Some(call) = state.phase.calls_mut(turn).and_then(|c| c.open(index)) {
-                call.task = task;
-                call.waiting = Waiting::Agents {
+            if let Some(calls) = state.phase.calls_mut(turn) {
+                let waiting = Waiting::Agents {
                     agents: agents.clone(),
                     set,
                 };
+                calls.wait(index, task, waiting);
             }
             if own {
                 // Outcomes already final count at once, in order.

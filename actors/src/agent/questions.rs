@@ -4,7 +4,6 @@
 use agent_tree_protocol::{AgentId, AgentStatus, EventKind};
 use ractor::{ActorRef, RpcReplyPort};
 
-use super::calls::Waiting;
 use super::{AgentState, Inbound};
 use crate::error::ControlError;
 use crate::msg::{AgentMsg, SteerReceipt};
@@ -52,13 +51,10 @@ impl AgentState {
         let Some(calls) = self.phase.current_calls() else {
             return Err(text);
         };
-        let Some((_, ask)) = calls
-            .open_calls()
-            .find(|(_, c)| matches!(c.waiting, Waiting::Owner))
-        else {
+        let Some(index) = calls.asking_index() else {
             return Err(text);
         };
-        ask.answer(text, is_error);
+        calls.answer(index, text, is_error);
         Ok(())
     }
 
@@ -94,11 +90,8 @@ impl AgentState {
         )));
         self.children.asked(child);
         if let Some(calls) = self.phase.current_calls() {
-            for (_, call) in calls.open_calls() {
-                let waits = matches!(&call.waiting, Waiting::Agents { agents, .. } if agents.contains(&child));
-                if waits {
-                    call.answer(asking(child, &question), false);
-                }
+            for index in calls.waiting_on(child) {
+                calls.answer(index, asking(child, &question), false);
             }
         }
         self.after_answer(myself);

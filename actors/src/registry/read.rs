@@ -63,20 +63,27 @@ impl Registry {
         }
     }
 
-    /// The actor of `id` while it is still in run `run`.
-    pub(crate) fn run_actor(&self, id: AgentId, run: u32) -> Option<ActorCell> {
+    /// The actors of `runs` (agents still in that run) that have not stopped, in one
+    /// transaction.
+    pub(crate) fn running_actors(&self, runs: &[(AgentId, u32)]) -> Vec<ActorCell> {
         let inner = self.lock();
-        inner
-            .entry(id)
-            .filter(|e| e.runs == run)
-            .and_then(|e| e.actor.clone())
+        runs.iter()
+            .filter_map(|&(id, run)| inner.entry(id).filter(|e| e.runs == run))
+            .filter_map(|e| e.actor.clone())
+            .filter(|cell| cell.get_status() != ractor::ActorStatus::Stopped)
+            .collect()
     }
 
-    /// Whether `id` is still in run `run` and ended killed.
-    pub(crate) fn killed_in_run(&self, id: AgentId, run: u32) -> bool {
+    /// For each of `runs`, whether the agent is still in that run and ended killed, in one
+    /// transaction.
+    pub(crate) fn killed_in_runs(&self, runs: &[(AgentId, u32)]) -> Vec<bool> {
         let inner = self.lock();
-        inner.status_of(id) == Some(AgentStatus::Killed)
-            && inner.entry(id).is_some_and(|e| e.runs == run)
+        runs.iter()
+            .map(|&(id, run)| {
+                inner.status_of(id) == Some(AgentStatus::Killed)
+                    && inner.entry(id).is_some_and(|e| e.runs == run)
+            })
+            .collect()
     }
 
     /// `id`'s current run and a receiver of the last run of it that ended.
@@ -226,6 +233,10 @@ impl Registry {
     /// its run settled (its actor was killed meanwhile, or it was restarted) is dropped, with
     /// a warning, so the records and the event stream always agree.
     pub(crate) fn add_usage(&self, id: AgentId, run: u32, delta: Usage) {
+        if delta == Usage::default() {
+            // Nothing to record: no lock, no event, no walk up the ancestors.
+            return;
+        }
         let now = self.now_ms();
         let mut inner = self.lock();
         let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
@@ -238,6 +249,20 @@ impl Registry {
         }
         // The fold adds the delta to the agent's own and every ancestor's subtree.
         inner.emit(id, EventKind::UsageReported { delta }, now);
+    }
+
+    /// Bills `delta`, spent on `id`'s behalf outside its model turns, to `id`'s current run.
+    pub(crate) fn charge(&self, id: AgentId, delta: Usage) -> Result<(), ControlError> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
+        if !status.is_live() {
+            return Err(ControlError::WrongStatus(id, status));
+        }
+        if delta != Usage::default() {
+            inner.emit(id, EventKind::UsageReported { delta }, now);
+        }
+        Ok(())
     }
 
     /// Announces an event about `id` that changes no record.

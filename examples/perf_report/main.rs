@@ -1,0 +1,285 @@
+//! The performance report: every scenario of `docs/performance.md` as agent-tree ("ours")
+//! and as raw ractor, side by side in one process, variants interleaved, medians over
+//! repetitions; memory in fresh child processes.
+//!
+//! ```text
+//! cargo run --release --example perf_report
+//! ```
+//!
+//! Prints one `perf …` line per scenario: `ours` and `raw` medians, `ratio` (ours / raw) and
+//! the target the ratio must stay under; an `info …` line gives the raw tokio median of the
+//! same scenario. The run fails (exit 1) when a line misses its target.
+
+mod scenarios;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use scenarios::{Shape, Variant};
+
+/// How many repetitions of each variant a timed scenario runs.
+const REPS_1K: usize = 9;
+const REPS_10K: usize = 5;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--memory") {
+        // A child process: one memory measurement, printed as bytes per node.
+        let variant = match args.get(2).map(String::as_str) {
+            Some("ours") => Variant::Ours,
+            Some("raw_ractor") => Variant::RawRactor,
+            _ => Variant::RawTokio,
+        };
+        let shape = args
+            .get(3)
+            .and_then(|s| Shape::parse(s))
+            .unwrap_or(Shape::Wide);
+        let n = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+        let bytes = runtime().block_on(scenarios::memory_per_node(variant, shape, n));
+        println!("{bytes}");
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--profile") {
+        // For `perf record`: only agent-tree's side of one tree scenario, repeated.
+        let shape = args
+            .get(2)
+            .and_then(|s| Shape::parse(s))
+            .unwrap_or(Shape::Wide);
+        let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+        let reps = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(10);
+        let rt = runtime();
+        for _ in 0..reps {
+            let run = rt.block_on(scenarios::tree_run(Variant::Ours, shape, n));
+            println!(
+                "spawn={:?} shutdown={:?} killed={}",
+                run.spawn, run.shutdown, run.killed
+            );
+        }
+        return;
+    }
+    if cfg!(debug_assertions) {
+        eprintln!("perf_report measures an optimised build: run it with --release");
+    }
+    let started = Instant::now();
+    let rt = runtime();
+    let mut report = Report::default();
+
+    for (shape, n, reps) in [
+        (Shape::Wide, 1_000, REPS_1K),
+        (Shape::Wide, 10_000, REPS_10K),
+        (Shape::Fan4, 1_000, REPS_1K),
+        (Shape::Fan4, 10_000, REPS_10K),
+        (Shape::Chain, 1_000, REPS_1K),
+        (Shape::Burst, 1_000, REPS_1K),
+        (Shape::Burst, 10_000, REPS_10K),
+    ] {
+        let runs = interleave(reps, |variant| {
+            rt.block_on(scenarios::tree_run(variant, shape, n))
+        });
+        let label = format!("{}_{}", shape.name(), size(n));
+        report.timed(&format!("spawn_{label}"), &runs.map(|r| r.spawn), 1.5);
+        report.timed(&format!("shutdown_{label}"), &runs.map(|r| r.shutdown), 1.5);
+        let killed: usize = runs.ours.iter().map(|r| r.killed).sum();
+        assert_eq!(
+            killed, 0,
+            "{label}: a graceful shutdown with nothing hanging killed agents"
+        );
+    }
+
+    for (depth, target) in [(5, 1.0), (50, 0.2), (1000, 0.05)] {
+        let runs = interleave(REPS_1K, |variant| {
+            rt.block_on(scenarios::usage_run(variant, depth, 1_000))
+        });
+        report.timed(&format!("usage_depth_{depth}"), &runs, target);
+    }
+
+    let runs = interleave(REPS_1K, |variant| {
+        rt.block_on(scenarios::steer_run(variant, 1_000))
+    });
+    report.timed("steer_round_trip", &runs, 2.0);
+
+    for shape in [Shape::Wide, Shape::Fan4] {
+        let mut ours = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..3 {
+            ours.push(memory_child(Variant::Ours, shape));
+            raw.push(memory_child(Variant::RawRactor, shape));
+        }
+        let (ours, raw) = (median(&mut ours), median(&mut raw));
+        report.line(format!(
+            "perf memory_per_agent_{} ours={ours} raw={raw} ratio={:.2} target=1.50",
+            shape.name(),
+            ours as f64 / raw as f64
+        ));
+        report.check(ours as f64 / raw as f64 <= 1.5);
+    }
+
+    // 100k agents: the snapshot, then a graceful shutdown of the same tree.
+    let (per_record, render, shutdown) = rt.block_on(async {
+        let tree = scenarios::fan4_tree(100_000).await;
+        let mut per_record: Vec<f64> = (0..5)
+            .map(|_| scenarios::snapshot_ns_per_record(&tree))
+            .collect();
+        let mut render: Vec<f64> = (0..3)
+            .map(|_| scenarios::render_ns_per_record(&tree))
+            .collect();
+        let start = Instant::now();
+        let report = tree.shutdown().await;
+        (
+            median_f(&mut per_record),
+            median_f(&mut render),
+            (report.killed.len(), start.elapsed()),
+        )
+    });
+    report.line(format!(
+        "perf snapshot_per_record ours={per_record:.0} raw=200 ratio={:.2} target=1.00",
+        per_record / 200.0
+    ));
+    report.check(per_record <= 200.0);
+    report.info(format!("info render_text_per_record ours={render:.0}ns"));
+    report.line(format!(
+        "perf graceful_shutdown_100k_fan4 killed={} elapsed_ms={} grace_ms=3000",
+        shutdown.0,
+        shutdown.1.as_millis()
+    ));
+    report.check(shutdown.0 == 0);
+
+    let chain = rt.block_on(scenarios::ours_tree_run(Shape::Chain, 10_000, false));
+    report.line(format!(
+        "perf graceful_shutdown_10k_chain killed={} elapsed_ms={} grace_ms=3000",
+        chain.killed,
+        chain.shutdown.as_millis()
+    ));
+    report.check(chain.killed == 0);
+
+    let hung = rt.block_on(scenarios::ours_tree_run(Shape::Fan4, 100_000, true));
+    report.line(format!(
+        "perf hung_shutdown_100k elapsed_ms={} grace_ms=3000 target_ms=3200",
+        hung.shutdown.as_millis()
+    ));
+    report.check(hung.shutdown <= Duration::from_millis(3200));
+
+    report.info(format!(
+        "info total_seconds={:.1}",
+        started.elapsed().as_secs_f64()
+    ));
+    if report.missed > 0 {
+        eprintln!("{} perf line(s) missed their target", report.missed);
+        std::process::exit(1);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn size(n: usize) -> String {
+    if n % 1000 == 0 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Results per variant.
+struct PerVariant<T> {
+    ours: Vec<T>,
+    raw: Vec<T>,
+    tokio: Vec<T>,
+}
+
+impl<T: Copy> PerVariant<T> {
+    fn map<U>(&self, f: impl Fn(&T) -> U) -> PerVariant<U> {
+        PerVariant {
+            ours: self.ours.iter().map(&f).collect(),
+            raw: self.raw.iter().map(&f).collect(),
+            tokio: self.tokio.iter().map(&f).collect(),
+        }
+    }
+}
+
+/// Runs `reps` rounds of every variant, interleaved (ours, raw ractor, raw tokio, ours, …),
+/// after one warm-up round.
+fn interleave<T>(reps: usize, mut run: impl FnMut(Variant) -> T) -> PerVariant<T> {
+    for variant in Variant::ALL {
+        run(variant);
+    }
+    let mut out = PerVariant {
+        ours: Vec::new(),
+        raw: Vec::new(),
+        tokio: Vec::new(),
+    };
+    for _ in 0..reps {
+        out.ours.push(run(Variant::Ours));
+        out.raw.push(run(Variant::RawRactor));
+        out.tokio.push(run(Variant::RawTokio));
+    }
+    out
+}
+
+fn median<T: Ord + Copy>(values: &mut [T]) -> T {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+fn median_f(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1}us", d.as_secs_f64() * 1e6)
+}
+
+/// Resident bytes per idle node, measured in a fresh process.
+fn memory_child(variant: Variant, shape: Shape) -> usize {
+    let exe = std::env::current_exe().expect("this program's path");
+    let output = Command::new(exe)
+        .args(["--memory", variant.name(), shape.name(), "10000"])
+        .output()
+        .expect("the memory child runs");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("memory child failed: {output:?}"))
+}
+
+/// Prints the lines and counts the misses.
+#[derive(Default)]
+struct Report {
+    missed: usize,
+}
+
+impl Report {
+    fn timed(&mut self, scenario: &str, runs: &PerVariant<Duration>, target: f64) {
+        let ours = median(&mut runs.ours.clone());
+        let raw = median(&mut runs.raw.clone());
+        let tokio = median(&mut runs.tokio.clone());
+        let ratio = ours.as_secs_f64() / raw.as_secs_f64();
+        self.line(format!(
+            "perf {scenario} ours={} raw={} ratio={ratio:.2} target={target:.2}",
+            micros(ours),
+            micros(raw)
+        ));
+        self.check(ratio <= target);
+        self.info(format!("info {scenario} raw_tokio={}", micros(tokio)));
+    }
+
+    fn line(&mut self, line: String) {
+        println!("{line}");
+    }
+
+    fn info(&mut self, line: String) {
+        self.line(line);
+    }
+
+    fn check(&mut self, held: bool) {
+        if !held {
+            self.missed += 1;
+        }
+    }
+}
