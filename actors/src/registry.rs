@@ -151,7 +151,10 @@ struct Entry {
     shutdown: Option<crate::msg::ShutdownOrder>,
     /// The last run that ended (0 before any), so an `ask_owner` waiting on this agent's run
     /// hears when it ends.
-    ended_run: watch::Sender<u32>,
+    ///
+    /// Created on the first subscription (most agents never get one): its value then is
+    /// derived from the record ([`Inner::ended_value`]) and kept by every settle after.
+    ended_run: Option<watch::Sender<u32>>,
     /// Which run this is: 1 for the first, +1 for each restart and each resume.
     runs: u32,
     /// Steers sent before its session existed, handed to its actor when it starts.
@@ -159,7 +162,11 @@ struct Entry {
     /// Its conversation, for resume.
     conversation: ConversationCell,
     /// Set when its outcome becomes final; handles and waits watch it.
-    settled: watch::Sender<Option<Outcome>>,
+    /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
+    settled: Option<watch::Sender<Option<Outcome>>>,
+    /// The countdowns of the shutdowns waiting for this run to become final: each is told
+    /// once, when it is (or when the run is replaced).
+    shutdown_waits: Vec<Arc<watch::Sender<usize>>>,
 }
 
 impl Entry {
@@ -175,17 +182,20 @@ impl Entry {
             deferred: false,
             held: false,
             shutdown: None,
-            ended_run: watch::channel(0).0,
+            ended_run: None,
             runs: 1,
             pending_steers: Vec::new(),
             conversation: ConversationCell::default(),
-            settled: watch::channel(None).0,
+            settled: None,
+            shutdown_waits: Vec::new(),
         }
     }
 
     /// Forgets what belonged to the run that ended: a new run (restart or resume) is not
     /// under an old shutdown and is not held.
     fn new_run(&mut self, token: CancellationToken) {
+        // A shutdown waiting for the run that ended is done waiting for it.
+        self.count_down_shutdowns();
         self.runs += 1;
         self.shutdown = None;
         self.held = false;
@@ -193,6 +203,24 @@ impl Entry {
         self.token = token;
         self.abort_reason = None;
         self.actor = None;
+    }
+
+    /// Tells every shutdown waiting for this run that it is final.
+    fn count_down_shutdowns(&mut self) {
+        for left in self.shutdown_waits.drain(..) {
+            // Only the last one wakes the shutdown: one wake-up per shutdown, not per agent.
+            left.send_if_modified(|n| {
+                *n = n.saturating_sub(1);
+                *n == 0
+            });
+        }
+    }
+
+    /// Sends `outcome` to the outcome watchers, if any subscribed.
+    fn send_settled(&self, outcome: Option<Outcome>) {
+        if let Some(settled) = &self.settled {
+            settled.send_replace(outcome);
+        }
     }
 
     fn owner_view(&self, record: &AgentRecord) -> OwnerView {
@@ -290,6 +318,49 @@ impl Inner {
 
     fn status_of(&self, id: AgentId) -> Option<AgentStatus> {
         self.rec(id).map(|r| r.status)
+    }
+
+    /// What `id`'s outcome watchers see: its outcome once final (recorded, and not awaiting
+    /// its owner's restart decision), else `None`.
+    fn settled_value(&self, id: AgentId) -> Option<Outcome> {
+        let (entry, record) = (self.entry(id)?, self.rec(id)?);
+        (!entry.deferred && record.status.is_terminal())
+            .then(|| record.outcome.clone())
+            .flatten()
+    }
+
+    /// The last run of `id` that ended: its current one once its record is terminal, else
+    /// the one before (0 before any ended).
+    fn ended_value(&self, id: AgentId) -> u32 {
+        match (self.entry(id), self.rec(id)) {
+            (Some(entry), Some(record)) if record.status.is_terminal() => entry.runs,
+            (Some(entry), Some(_)) => entry.runs - 1,
+            _ => 0,
+        }
+    }
+
+    /// A receiver of `id`'s outcome once final (see [`Inner::settled_value`]).
+    fn watch_settled(&mut self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
+        let value = self.settled_value(id);
+        let entry = self.entry_mut(id)?;
+        Some(
+            entry
+                .settled
+                .get_or_insert_with(|| watch::channel(value).0)
+                .subscribe(),
+        )
+    }
+
+    /// A receiver of the last run of `id` that ended (see [`Inner::ended_value`]).
+    fn watch_ended(&mut self, id: AgentId) -> Option<watch::Receiver<u32>> {
+        let value = self.ended_value(id);
+        let entry = self.entry_mut(id)?;
+        Some(
+            entry
+                .ended_run
+                .get_or_insert_with(|| watch::channel(value).0)
+                .subscribe(),
+        )
     }
 
     /// Emits an event about an agent that has a record.
@@ -463,6 +534,31 @@ mod tests {
                 .is_none(),
             "terminal is sticky"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_usage_records_nothing_and_a_settled_agent_is_not_charged() {
+        let registry = registry();
+        let id = admit(&registry, RestartPolicy::Temporary);
+        let seq = registry.lock().seq;
+        let before = registry.lock_acquisitions();
+        registry.add_usage(id, 1, agent_tree_protocol::Usage::default());
+        assert_eq!(
+            registry.lock_acquisitions(),
+            before,
+            "no lock for zero usage"
+        );
+        registry
+            .charge(id, agent_tree_protocol::Usage::tokens(2, 3))
+            .expect("live");
+        assert_eq!(registry.lock().seq, seq + 1, "one usage event");
+        let root = registry.record(AgentId::ROOT).expect("root");
+        assert_eq!(root.subtree, agent_tree_protocol::Usage::tokens(2, 3));
+        registry.settle_run(id, 1, failed(), Vec::new());
+        assert!(matches!(
+            registry.charge(id, agent_tree_protocol::Usage::tokens(1, 1)),
+            Err(crate::error::ControlError::WrongStatus(..))
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -114,16 +114,12 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         killed: CancellationToken::new(),
     };
     let start = registry.begin_shutdown(top, &order);
-    let runs: Vec<(AgentId, u32)> = start
-        .waiting
-        .iter()
-        .map(|&(id, run, _)| (id, run))
-        .collect();
+    let runs = start.waiting;
 
     // 2. Hooks under the deadline: the agents run them and settle bottom-up.
     let all_settled = async {
-        for (_, _, mut settled) in start.waiting {
-            let _ = settled.wait_for(Option::is_some).await;
+        if let Some(mut left) = start.left {
+            let _ = left.wait_for(|&n| n == 0).await;
         }
     };
     let _ = tokio::time::timeout_at(deadline, all_settled).await;

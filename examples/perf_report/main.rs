@@ -231,6 +231,15 @@ fn median_f(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// A ratio with two decimals, or four below 0.1 (usage deltas run far under their raw cost).
+fn ratio_text(ratio: f64) -> String {
+    if ratio < 0.1 {
+        format!("{ratio:.4}")
+    } else {
+        format!("{ratio:.2}")
+    }
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1}us", d.as_secs_f64() * 1e6)
 }
@@ -261,9 +270,10 @@ impl Report {
         let tokio = median(&mut runs.tokio.clone());
         let ratio = ours.as_secs_f64() / raw.as_secs_f64();
         self.line(format!(
-            "perf {scenario} ours={} raw={} ratio={ratio:.2} target={target:.2}",
+            "perf {scenario} ours={} raw={} ratio={} target={target:.2}",
             micros(ours),
-            micros(raw)
+            micros(raw),
+            ratio_text(ratio)
         ));
         self.check(ratio <= target);
         self.info(format!("info {scenario} raw_tokio={}", micros(tokio)));

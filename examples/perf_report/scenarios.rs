@@ -5,7 +5,12 @@
 //! Every function runs one repetition and returns what it measured; the callers repeat and
 //! take medians.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    missing_debug_implementations,
+    missing_docs
+)]
 
 use std::future::Future;
 use std::pin::Pin;

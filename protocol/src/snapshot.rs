@@ -210,22 +210,48 @@ impl TreeSnapshot {
     /// appears at most once, even in a (malformed) snapshot whose children lists loop.
     pub fn depth_first(&self) -> Vec<&AgentRecord> {
         let mut out = Vec::with_capacity(self.records.len());
-        let mut seen = std::collections::HashSet::with_capacity(self.records.len());
-        let mut stack: Vec<AgentId> = self
+        // Records are visited by their place in `records` (a registry's ids are dense from
+        // a0, so the place is the id; a hand-made snapshot falls back to a map), and a bitmap
+        // of places marks the ones seen: linear, whatever the order of the ids.
+        let dense = self
+            .records
+            .iter()
+            .enumerate()
+            .all(|(i, r)| usize::try_from(r.id.get()).is_ok_and(|id| id == i));
+        let places: std::collections::HashMap<AgentId, usize> = if dense {
+            std::collections::HashMap::new()
+        } else {
+            self.records
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, r)| (r.id, i))
+                .collect()
+        };
+        let place = |id: AgentId| -> Option<usize> {
+            if dense {
+                usize::try_from(id.get())
+                    .ok()
+                    .filter(|&i| i < self.records.len())
+            } else {
+                places.get(&id).copied()
+            }
+        };
+        let mut seen = vec![false; self.records.len()];
+        let mut stack: Vec<usize> = self
             .records
             .iter()
             .filter(|r| r.parent.is_none())
-            .map(|r| r.id)
+            .filter_map(|r| place(r.id))
             .rev()
             .collect();
-        while let Some(id) = stack.pop() {
-            if !seen.insert(id) {
+        while let Some(at) = stack.pop() {
+            if std::mem::replace(&mut seen[at], true) {
                 continue;
             }
-            if let Some(record) = self.record(id) {
-                out.push(record);
-                stack.extend(record.children.iter().rev().copied());
-            }
+            let record = &self.records[at];
+            out.push(record);
+            stack.extend(record.children.iter().rev().filter_map(|&c| place(c)));
         }
         out
     }

@@ -270,7 +270,7 @@ impl Registry {
         entry.new_run(token.clone());
         // A resumed run bypasses the pool, like any run its owner waits on.
         entry.pooled = false;
-        entry.settled.send_replace(None);
+        entry.send_settled(None);
         let (run, cell) = (entry.runs, entry.conversation.clone());
         if let Some(owner) = inner.entry_mut(owner) {
             owner.live_children += 1;

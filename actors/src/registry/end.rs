@@ -2,6 +2,8 @@
 //! shutdown leaves. Messages to actors (`Cancel`, `Shutdown`) are collected under the lock and
 //! sent after it.
 
+use std::sync::Arc;
+
 use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome};
 use ractor::{ActorCell, ActorId};
 use tokio::sync::watch;
@@ -23,8 +25,10 @@ pub(crate) struct Settled {
 /// What [`Registry::begin_shutdown`] found.
 #[derive(Debug, Default)]
 pub(crate) struct ShutdownStart {
-    /// Agents to wait for, with their run and a watch on their outcome.
-    pub(crate) waiting: Vec<(AgentId, u32, watch::Receiver<Option<Outcome>>)>,
+    /// Agents to wait for, with their run.
+    pub(crate) waiting: Vec<(AgentId, u32)>,
+    /// How many of `waiting` are not final yet: counted down as each becomes final.
+    pub(crate) left: Option<watch::Receiver<usize>>,
     /// Agents the shutdown settled at once (queued, or awaiting a restart decision).
     pub(crate) settled_now: Vec<AgentId>,
 }
@@ -255,6 +259,7 @@ impl Registry {
             }
             let mut stack = vec![top];
             let mut start = ShutdownStart::default();
+            let left = Arc::new(watch::channel(0).0);
             let mut cells = Vec::new();
             while let Some(id) = stack.pop() {
                 let Some(record) = inner.rec(id) else {
@@ -290,11 +295,12 @@ impl Registry {
                     start.settled_now.push(id);
                 } else {
                     cells.extend(entry.actor.clone());
-                    start
-                        .waiting
-                        .push((id, entry.runs, entry.settled.subscribe()));
+                    entry.shutdown_waits.push(left.clone());
+                    start.waiting.push((id, entry.runs));
                 }
             }
+            left.send_replace(start.waiting.len());
+            start.left = Some(left.subscribe());
             (start, cells)
         };
         // Every agent at once: each runs its hooks under the one deadline.
@@ -349,7 +355,7 @@ impl Registry {
         {
             let outcome = Outcome::ended(AgentStatus::Completed, EndReason::Shutdown);
             inner.emit(AgentId::ROOT, EventKind::settled(outcome.clone()), now);
-            inner.entries[0].settled.send_replace(Some(outcome));
+            inner.entries[0].send_settled(Some(outcome));
         }
     }
 }
@@ -397,9 +403,11 @@ impl Inner {
         let Some(entry) = self.entry_mut(id) else {
             return false;
         };
-        entry.ended_run.send_replace(runs);
+        if let Some(ended) = &entry.ended_run {
+            ended.send_replace(runs);
+        }
         if id.is_root() {
-            entry.settled.send_replace(Some(outcome));
+            entry.send_settled(Some(outcome));
             return true;
         }
         // The pure rule (policy::restart::deferred): only a live owner decides, and only for
@@ -483,7 +491,8 @@ impl Inner {
         };
         entry.deferred = false;
         entry.held = false;
-        entry.settled.send_replace(outcome);
+        entry.send_settled(outcome);
+        entry.count_down_shutdowns();
         let pooled = entry.pooled;
         self.live = self.live.saturating_sub(1);
         self.live_tx.send_replace(self.live);

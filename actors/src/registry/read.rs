@@ -88,8 +88,9 @@ impl Registry {
 
     /// `id`'s current run and a receiver of the last run of it that ended.
     pub(crate) fn watch_runs(&self, id: AgentId) -> Option<(u32, watch::Receiver<u32>)> {
-        let inner = self.lock();
-        inner.entry(id).map(|e| (e.runs, e.ended_run.subscribe()))
+        let mut inner = self.lock();
+        let runs = inner.entry(id)?.runs;
+        inner.watch_ended(id).map(|ended| (runs, ended))
     }
 
     /// Agents whose ractor actor is still alive, asking ractor (not our records).
@@ -188,7 +189,7 @@ impl Registry {
 
     /// A receiver that sees `id`'s outcome once it is final.
     pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
-        self.lock().entry(id).map(|e| e.settled.subscribe())
+        self.lock().watch_settled(id)
     }
 
     /// Live agents (depth ≥ 1).
