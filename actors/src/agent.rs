@@ -84,9 +84,12 @@ pub(crate) struct AgentState {
     /// Cancelled when the agent (or an ancestor, unless detached) is aborted.
     token: CancellationToken,
     settle: SettlePolicy,
+    /// Computed in `post_start` (off the spawner's path), before any handler runs.
     capabilities: Capabilities,
-    /// Tool specs offered to the model, computed once from `capabilities`.
+    /// Tool specs offered to the model, looked up once from `capabilities` in `post_start`.
     offered: Arc<[ToolSpec]>,
+    /// The owner's tools in attenuation mode, until `post_start` computes `capabilities`.
+    owner_capabilities: Option<Capabilities>,
     max_turns: u32,
     /// The conversation (the system prompt is sent separately).
     conversation: Vec<Message>,
@@ -141,6 +144,7 @@ impl Actor for AgentActor {
         myself: ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
+        state.compute_capabilities();
         state.start(&myself);
         Ok(())
     }
@@ -218,6 +222,20 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
+    /// The tools this run holds and the specs it is offered. Run in `post_start`: the
+    /// spawner's `spawn_linked` waits for `pre_start` only, and no handler runs before
+    /// `post_start` has.
+    fn compute_capabilities(&mut self) {
+        self.capabilities = capability::capabilities(
+            &self.definition,
+            self.depth,
+            self.branch.max_depth,
+            self.shared.toolbox.names(),
+            self.owner_capabilities.take().as_ref(),
+        );
+        self.offered = orchestration::offered(&self.shared, &self.capabilities);
+    }
+
     /// The state of a new run, from its ticket. Registers the actor (one registry
     /// transaction, which also hands over steers sent before the session existed).
     fn new(myself: ActorRef<AgentMsg>, args: AgentArgs) -> Result<Self, ActorProcessingErr> {
@@ -248,14 +266,6 @@ impl AgentState {
         } = start;
         // Children spawned during a resumed run never outlive it.
         settle = crate::policy::settle::effective(settle, resumed);
-        let capabilities = capability::capabilities(
-            &definition,
-            depth,
-            branch.max_depth,
-            shared.toolbox.names(),
-            owner_capabilities.as_ref(),
-        );
-        let offered = orchestration::offered(&shared, &capabilities);
         let max_turns = definition
             .max_turns
             .unwrap_or_else(|| capability::default_max_turns(depth));
@@ -282,8 +292,9 @@ impl AgentState {
             shared,
             token,
             settle,
-            capabilities,
-            offered,
+            capabilities: Capabilities::default(),
+            offered: Arc::from([]),
+            owner_capabilities,
             max_turns,
             conversation: context,
             conversation_cell,

@@ -101,11 +101,13 @@ struct Inner {
     records: Vec<AgentRecord>,
     /// The runtime's side of each agent, indexed like `records`.
     entries: Vec<Entry>,
-    /// ractor actor → agent: only the root uses it, for detached agents (linked under it)
-    /// whose actor died without settling. Owners find their children in their own table.
+    /// ractor actor → agent, for the actors linked under the root actor (top-level and
+    /// detached agents) only: the root uses it for those whose actor died without settling.
+    /// Owners find their children in their own table.
     by_actor: HashMap<ActorId, AgentId>,
     /// (owner, request id) → child, for replay-safe spawns.
-    by_request: HashMap<(AgentId, RequestId), AgentId>,
+    /// Keyed by owner first, so a lookup borrows the request id instead of copying it.
+    by_request: HashMap<AgentId, HashMap<RequestId, AgentId>>,
     tally: EventTally,
     seq: u64,
     /// Live agents (depth ≥ 1, admitted, not final).
@@ -361,6 +363,16 @@ impl Inner {
                 .get_or_insert_with(|| watch::channel(value).0)
                 .subscribe(),
         )
+    }
+
+    /// Publishes `live` to [`Registry::idle`]'s watchers: the value always, a wake-up only
+    /// when it reaches zero (the one value they wait for), not at every admission and settle.
+    fn publish_live(&mut self) {
+        let live = self.live;
+        self.live_tx.send_if_modified(|value| {
+            *value = live;
+            live == 0
+        });
     }
 
     /// Emits an event about an agent that has a record.

@@ -31,7 +31,7 @@
 //! until the blocking call returns. Run blocking work in a hook through
 //! `tokio::task::spawn_blocking`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use agent_tree_protocol::AgentId;
@@ -142,8 +142,10 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     let cut_off = deadline + SHUTDOWN_KILL_WAIT;
     wait_exits(&cells, cut_off).await;
     loop {
-        let mut left = registry.running_actors(&runs);
-        left.extend(registry.settled_but_alive(top));
+        // Every run of the shutdown is settled now (killed, or by itself), so the settled
+        // agents of the subtree whose actors are still alive include them all (an actor of a
+        // run that registers after the kill finds its record settled and does not start).
+        let left = registry.settled_but_alive(top);
         if left.is_empty() || Instant::now() >= cut_off {
             break;
         }
@@ -184,6 +186,35 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     }
 }
 
+/// A set of agent ids as a bitmap (a registry's ids are dense): membership in O(1) without
+/// hashing, for the 100,000-agent reports.
+struct IdSet(Vec<bool>);
+
+impl IdSet {
+    fn new(ids: &[AgentId]) -> Self {
+        let index = |id: &AgentId| usize::try_from(id.get()).unwrap_or(usize::MAX);
+        let len = ids
+            .iter()
+            .map(index)
+            .filter(|&i| i != usize::MAX)
+            .max()
+            .map_or(0, |m| m + 1);
+        let mut bits = vec![false; len];
+        for i in ids.iter().map(index).filter(|&i| i < len) {
+            bits[i] = true;
+        }
+        IdSet(bits)
+    }
+
+    fn contains(&self, id: &AgentId) -> bool {
+        usize::try_from(id.get())
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
 /// What the agents' shutdown hooks reported, for the report: failures in order, and a
 /// failure for each agent killed at the deadline while its hooks still ran.
 #[derive(Debug, Default)]
@@ -211,8 +242,8 @@ impl HookLedger {
     ) -> Vec<(AgentId, String)> {
         let finished: HashMap<AgentId, &Vec<String>> =
             self.finished.iter().map(|(id, f)| (*id, f)).collect();
-        let started: HashSet<AgentId> = self.started.iter().copied().collect();
-        let killed: HashSet<AgentId> = killed.iter().copied().collect();
+        let started = IdSet::new(&self.started);
+        let killed = IdSet::new(killed);
         let mut out = Vec::new();
         for &(id, _) in runs {
             match finished.get(&id) {

@@ -39,44 +39,99 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-/// Polls a future so that a synchronous block inside it (a blocking call where an await was
-/// expected) does not hold a runtime worker: on a multi-thread runtime each poll runs under
-/// [`tokio::task::block_in_place`], which hands the worker's other tasks to another thread for
-/// the duration of the poll. On a current-thread runtime (where that is impossible) the
-/// future is polled as it is.
+/// Where a tree's shutdown hooks run: on a multi-thread runtime, a small runtime of their own
+/// (two threads named `agent-tree-hooks`, built on the first shutdown that has hooks), so a
+/// hook that blocks its thread (a blocking call where an await was expected) holds one of
+/// those threads, never a worker the shutdown's deadline timer and kill path need. On a
+/// current-thread runtime (tests under paused time), where a second runtime's clock would
+/// not be the test's, a hook runs as a task of the caller's runtime.
 ///
-/// Shutdown hooks run under this, so a hook that blocks its thread cannot stop the shutdown's
-/// deadline timer and kill path from running.
-pub(crate) struct OffWorker<F> {
-    inner: Pin<Box<F>>,
-    hand_off: bool,
+/// Spawning a hook there costs what spawning a task costs. (It used to poll each hook under
+/// `block_in_place`, a thread hand-off per poll: 100,000 agents' hooks kept both cores busy
+/// for the whole grace.)
+#[derive(Default)]
+pub(crate) struct HookRuntime {
+    runtime: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
 }
 
-impl<F: Future> OffWorker<F> {
-    pub(crate) fn new(future: F) -> Self {
-        let hand_off = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+impl std::fmt::Debug for HookRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookRuntime")
+            .field("started", &self.runtime.get().is_some_and(Option::is_some))
+            .finish()
+    }
+}
+
+impl HookRuntime {
+    /// Runs `future` where hooks run; the returned future resolves with its output (`Err`
+    /// with a message if it panicked) and cancels it when dropped.
+    pub(crate) fn run<F>(&self, future: F) -> HookRun<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|h| {
             matches!(
                 h.runtime_flavor(),
                 tokio::runtime::RuntimeFlavor::MultiThread
             )
         });
-        OffWorker {
-            inner: Box::pin(future),
-            hand_off,
+        let runtime = multi_thread
+            .then(|| {
+                self.runtime.get_or_init(|| {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .thread_name("agent-tree-hooks")
+                        .enable_all()
+                        .build()
+                        .inspect_err(|error| {
+                            tracing::warn!(%error, "no hook runtime; shutdown hooks run on the tree's");
+                        })
+                        .ok()
+                })
+            })
+            .and_then(Option::as_ref);
+        let handle = match runtime {
+            Some(runtime) => runtime.spawn(future),
+            None => tokio::spawn(future),
+        };
+        HookRun { handle }
+    }
+}
+
+impl Drop for HookRuntime {
+    fn drop(&mut self) {
+        // A runtime may not be dropped where blocking is not allowed (the last handle of a tree
+        // can go inside a task); its threads are let go instead, and a hook still blocking one
+        // ends with it.
+        if let Some(Some(runtime)) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
 
-impl<F: Future> Future for OffWorker<F> {
-    type Output = F::Output;
+/// A hook run started by [`HookRuntime::run`]; dropping it cancels the run.
+#[derive(Debug)]
+pub(crate) struct HookRun<T> {
+    handle: tokio::task::JoinHandle<T>,
+}
+
+impl<T> Future for HookRun<T> {
+    type Output = Result<T, String>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.hand_off {
-            let inner = self.inner.as_mut();
-            tokio::task::block_in_place(|| inner.poll(cx))
-        } else {
-            self.inner.as_mut().poll(cx)
-        }
+        Pin::new(&mut self.handle).poll(cx).map(|joined| {
+            joined.map_err(|error| match error.try_into_panic() {
+                Ok(payload) => panic_message(payload.as_ref()),
+                Err(error) => error.to_string(),
+            })
+        })
+    }
+}
+
+impl<T> Drop for HookRun<T> {
+    fn drop(&mut self) {
+        self.handle.abort();
     }
 }
 

@@ -40,16 +40,18 @@ fn main() {
         return;
     }
     if args.get(1).map(String::as_str) == Some("--profile") {
-        // For `perf record`: only agent-tree's side of one tree scenario, repeated.
+        // For `perf record`: only agent-tree's side of one tree scenario, repeated
+        // (`--profile <shape> <n> <reps> [hung]`, `hung`: every shutdown hook hangs).
         let shape = args
             .get(2)
             .and_then(|s| Shape::parse(s))
             .unwrap_or(Shape::Wide);
         let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(10_000);
         let reps = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(10);
+        let hanging_hooks = args.get(5).map(String::as_str) == Some("hung");
         let rt = runtime();
         for _ in 0..reps {
-            let run = rt.block_on(scenarios::tree_run(Variant::Ours, shape, n));
+            let run = rt.block_on(scenarios::ours_tree_run(shape, n, hanging_hooks));
             println!(
                 "spawn={:?} shutdown={:?} killed={}",
                 run.spawn, run.shutdown, run.killed

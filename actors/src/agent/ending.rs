@@ -11,7 +11,6 @@ use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::hooks::{self, HookContext};
 use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
 use crate::policy::settle;
-use crate::util::OffWorker;
 
 impl AgentState {
     /// The agent's own run ended with `outcome`: deal with live children per the settle
@@ -130,14 +129,18 @@ impl AgentState {
         // backstop.
         let cut_off = order.deadline + SHUTDOWN_KILL_WAIT;
         let _ = order.reports.send(HookReport::Started(id));
+        // On the hook runtime: a hook that blocks its thread cannot hold up the deadline.
+        let run = self
+            .shared
+            .hook_runtime
+            .run(async move { hooks::run_all(&shutdown_hooks, &context, false).await });
         let task = self.shared.spawn(async move {
-            // Off the worker: a hook that blocks its thread cannot hold up the deadline.
-            let run = OffWorker::new(hooks::run_all(&shutdown_hooks, &context, false));
             let failures = tokio::select! {
                 biased;
                 () = order.killed.cancelled() => return,
                 r = tokio::time::timeout_at(cut_off, run) => match r {
-                    Ok(failures) => failures,
+                    Ok(Ok(failures)) => failures,
+                    Ok(Err(panic)) => vec![format!("hook panicked: {panic}")],
                     Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],
                 },
             };

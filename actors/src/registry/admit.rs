@@ -48,7 +48,11 @@ impl Registry {
         let now = self.now_ms();
         let mut inner = self.lock();
         if let Some(request_id) = &admission.request_id {
-            if let Some(&existing) = inner.by_request.get(&(admission.owner, request_id.clone())) {
+            let existing = inner
+                .by_request
+                .get(&admission.owner)
+                .and_then(|ids| ids.get(request_id));
+            if let Some(&existing) = existing {
                 return Ok(Admitted::Existing(existing));
             }
         }
@@ -98,11 +102,13 @@ impl Registry {
         owner.spawned = owner.spawned.saturating_add(1);
         inner.live += 1;
         inner.peak_live = inner.peak_live.max(inner.live);
-        inner.live_tx.send_replace(inner.live);
+        inner.publish_live();
         if let Some(request_id) = &admission.request_id {
             inner
                 .by_request
-                .insert((admission.owner, request_id.clone()), id);
+                .entry(admission.owner)
+                .or_default()
+                .insert(request_id.clone(), id);
         }
         let (agent_type, request_id, detached) = (
             admission.agent_type.to_owned(),
@@ -277,7 +283,7 @@ impl Registry {
         }
         inner.live += 1;
         inner.peak_live = inner.peak_live.max(inner.live);
-        inner.live_tx.send_replace(inner.live);
+        inner.publish_live();
         inner.emit(id, EventKind::Resumed, now);
         Ok(StartTicket {
             id,
@@ -318,7 +324,10 @@ impl Registry {
             agent_type: record.agent_type.clone(),
             incarnation: record.incarnation,
         };
-        inner.by_actor.insert(actor.get_id(), id);
+        if record.parent == Some(AgentId::ROOT) || record.detached {
+            // Linked under the root actor: the root finds it by its actor.
+            inner.by_actor.insert(actor.get_id(), id);
+        }
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);

@@ -46,12 +46,14 @@ impl Registry {
         conversation: Vec<Message>,
     ) -> Option<Settled> {
         let now = self.now_ms();
+        let conversation: std::sync::Arc<[Message]> = conversation.into();
         let mut inner = self.lock();
         let entry = inner.entry(id)?;
         if entry.runs != run {
             return None;
         }
-        *entry.conversation.lock() = conversation.into();
+        // The conversation the cell held is freed after the registry lock is released.
+        let replaced = std::mem::replace(&mut *entry.conversation.lock(), conversation);
         let actor = entry.actor.as_ref().map(|a| a.get_id());
         if !inner.settle(id, outcome, now) {
             return None;
@@ -66,6 +68,8 @@ impl Registry {
             .and_then(|r| r.parent)
             .and_then(|p| inner.entry(p))
             .and_then(|o| o.actor.clone());
+        drop(inner);
+        drop(replaced);
         Some(Settled { deferred, owner })
     }
 
@@ -285,7 +289,12 @@ impl Registry {
                 }
                 entry.shutdown = Some(order.clone());
                 entry.abort_reason.get_or_insert(EndReason::Shutdown);
-                entry.token.cancel();
+                // The top's cancel reaches its non-detached descendants' tokens: only the
+                // others (detached ones) need their own, and a cancel that has nothing to do
+                // still takes the token's lock.
+                if !entry.token.is_cancelled() {
+                    entry.token.cancel();
+                }
                 if status == AgentStatus::Queued {
                     inner.settle(
                         id,
@@ -453,11 +462,16 @@ impl Inner {
             let (Some(entry), Some(record)) = (self.entry(child), self.rec(child)) else {
                 continue;
             };
-            // A detached subtree is linked under the root actor, so it was not killed. A
-            // settled agent's non-detached descendants are settled (an agent settles after
+            // A detached subtree is linked under the root actor, so it was not killed.
+            if record.detached {
+                continue;
+            }
+            // A settled agent's non-detached descendants are settled (an agent settles after
             // its children; a kill settles a whole subtree in one transaction), so the walk
-            // stops there: a cascade of kills down a chain stays linear.
-            if record.detached || record.status.is_terminal() {
+            // stops there: a cascade of kills down a chain stays linear. An exit that awaited
+            // this owner's restart decision is final now: nobody is left to decide.
+            if record.status.is_terminal() {
+                self.release(child);
                 continue;
             }
             stack.extend(record.children.iter().copied());
@@ -495,7 +509,7 @@ impl Inner {
         entry.count_down_shutdowns();
         let pooled = entry.pooled;
         self.live = self.live.saturating_sub(1);
-        self.live_tx.send_replace(self.live);
+        self.publish_live();
         if pooled {
             if before == AgentStatus::Queued {
                 self.pool_queue.retain(|&q| q != id);

@@ -63,17 +63,6 @@ impl Registry {
         }
     }
 
-    /// The actors of `runs` (agents still in that run) that have not stopped, in one
-    /// transaction.
-    pub(crate) fn running_actors(&self, runs: &[(AgentId, u32)]) -> Vec<ActorCell> {
-        let inner = self.lock();
-        runs.iter()
-            .filter_map(|&(id, run)| inner.entry(id).filter(|e| e.runs == run))
-            .filter_map(|e| e.actor.clone())
-            .filter(|cell| cell.get_status() != ractor::ActorStatus::Stopped)
-            .collect()
-    }
-
     /// For each of `runs`, whether the agent is still in that run and ended killed, in one
     /// transaction.
     pub(crate) fn killed_in_runs(&self, runs: &[(AgentId, u32)]) -> Vec<bool> {
