@@ -1,5 +1,5 @@
 //! A snapshot of a live fan-out-4 tree of 10k and 100k agents (records out of id order
-//! across parents), walked depth first, and its text rendering. There is no raw counterpart:
+//! across parents), alone and walked depth first, and its text rendering. There is no raw counterpart:
 //! the target is an absolute 200 ns per record (`docs/performance.md`).
 
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     for n in [10_000usize, 100_000] {
         let tree = rt.block_on(fan4_tree(n));
+        group.bench_with_input(BenchmarkId::new("snapshot", n), &n, |b, _| {
+            b.iter(|| std::hint::black_box(tree.snapshot().records.len()))
+        });
         group.bench_with_input(BenchmarkId::new("snapshot_walk", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let start = Instant::now();

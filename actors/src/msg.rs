@@ -63,6 +63,13 @@ pub(crate) struct ShutdownOrder {
     pub(crate) reports: mpsc::UnboundedSender<HookReport>,
     /// Cancelled at the deadline, after the kill: hook tasks still running end with it.
     pub(crate) killed: CancellationToken,
+    /// Cancelled a little after the deadline by one timer of the shutdown's (a backstop,
+    /// should the shutdown itself be dropped before its kill): hook tasks still running then
+    /// report that their hooks did not finish, and their agents end. One timer per
+    /// shutdown, not one per agent.
+    pub(crate) overdue: CancellationToken,
+    /// Where the shutdown's hook tasks run; stopped at the kill.
+    pub(crate) hooks: std::sync::Arc<crate::util::HookRuntime>,
 }
 
 /// Messages of the tree's actors.

@@ -60,6 +60,7 @@ use crate::policy::admission::OwnerView;
 use crate::spawn::PendingStart;
 
 pub(crate) use admit::{Admission, Admitted};
+pub(crate) use end::KilledRuns;
 
 pub(crate) use read::SteerRoute;
 
@@ -97,8 +98,9 @@ pub(crate) struct Registry {
 #[derive(Debug)]
 struct Inner {
     /// The records, indexed by agent id (dense from the root's `a0`). Written only by
-    /// [`Inner::emit`].
-    records: Vec<AgentRecord>,
+    /// [`Inner::emit`]. Shared with snapshots: one is a reference per record, and the fold
+    /// copies a record only when it changes while a snapshot still holds it.
+    records: Vec<Arc<AgentRecord>>,
     /// The runtime's side of each agent, indexed like `records`.
     entries: Vec<Entry>,
     /// ractor actor → agent, for the actors linked under the root actor (top-level and
@@ -252,7 +254,7 @@ impl Registry {
             session,
             epoch: Instant::now(),
             inner: Mutex::new(Inner {
-                records: vec![AgentRecord::root()],
+                records: vec![Arc::new(AgentRecord::root())],
                 entries: vec![Entry::new(root_token)],
                 by_actor: HashMap::new(),
                 by_request: HashMap::new(),
@@ -316,6 +318,7 @@ impl Inner {
         usize::try_from(id.get())
             .ok()
             .and_then(|i| self.records.get(i))
+            .map(|r| &**r)
     }
 
     fn status_of(&self, id: AgentId) -> Option<AgentStatus> {

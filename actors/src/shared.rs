@@ -38,8 +38,6 @@ pub(crate) struct Shared {
     /// The tool specs offered per distinct capability set, built once and shared by every
     /// agent's every turn. A leaf lock: only the map is touched under it.
     pub(crate) offered: Mutex<HashMap<Capabilities, Arc<[ToolSpec]>>>,
-    /// Where shutdown hooks run.
-    pub(crate) hook_runtime: crate::util::HookRuntime,
 }
 
 impl Shared {

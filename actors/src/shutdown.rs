@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::msg::{HookReport, ShutdownOrder};
-use crate::registry::Registry;
+use crate::registry::{KilledRuns, Registry};
 
 /// What a shutdown did.
 ///
@@ -112,6 +112,15 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         deadline,
         reports,
         killed: CancellationToken::new(),
+        overdue: CancellationToken::new(),
+        hooks: std::sync::Arc::default(),
+    };
+    let backstop = {
+        let overdue = order.overdue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline + SHUTDOWN_KILL_WAIT).await;
+            overdue.cancel();
+        })
     };
     let start = registry.begin_shutdown(top, &order);
     let runs = start.waiting;
@@ -124,15 +133,28 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     };
     let _ = tokio::time::timeout_at(deadline, all_settled).await;
 
-    // 3. Kill: whatever is alive is killed, owners included, and so is any actor still
-    // running (ractor would skip one that is already stopping). A run started after the
+    // 3. Kill: whatever is alive is settled killed in one transaction, owners included, and
+    // the tops of it are killed: ractor stops every linked child of an exiting actor, so the
+    // rest dies with them, signalled once. Any other actor of the runs still running is
+    // killed too (ractor would skip one that is already stopping). A run started after the
     // shutdown began (a resume) is not the shutdown's. Their owners hear of it from ractor
     // (a killed actor's termination), by the one path a lost child takes.
-    let (killed, cells) = registry.kill_runs(&runs);
-    kill_all(&cells);
-    // Hook tasks still running die with their agents: nothing of them outlives the call.
-    order.killed.cancel();
+    // From here the shutdown cancels the hook tasks itself: the backstop is not needed.
+    backstop.abort();
+    let KilledRuns {
+        killed,
+        tops,
+        actors: cells,
+        ended_killed,
+    } = registry.kill_runs(&runs);
+    kill_all(&tops);
+    // Hook tasks still running die with their agents: nothing of them outlives the call. The
+    // cancel wakes every one of them (100,000 agents: tens of milliseconds), so it runs as a
+    // task of its own while this one waits and reports, and is awaited before returning.
+    order.hooks.stop();
+    let hooks_killed = order.killed.clone();
     drop(order);
+    let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });
 
     // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
     // that registered after the kill above (a run that was still starting), and so does any
@@ -141,12 +163,12 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // (a resume) is live, so it is neither killed nor waited for.
     let cut_off = deadline + SHUTDOWN_KILL_WAIT;
     wait_exits(&cells, cut_off).await;
-    loop {
-        // Every run of the shutdown is settled now (killed, or by itself), so the settled
-        // agents of the subtree whose actors are still alive include them all (an actor of a
-        // run that registers after the kill finds its record settled and does not start).
+    // Every run of the shutdown is settled now (killed, or by itself), so the settled agents
+    // of the subtree whose actors are still alive include them all (an actor of a run that
+    // registers after the kill finds its record settled and does not start).
+    while Instant::now() < cut_off {
         let left = registry.settled_but_alive(top);
-        if left.is_empty() || Instant::now() >= cut_off {
+        if left.is_empty() {
             break;
         }
         kill_all(&left);
@@ -158,17 +180,14 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     while let Ok(report) = hook_reports.try_recv() {
         hooks.add(report);
     }
-    let ends = runs
-        .iter()
-        .zip(registry.killed_in_runs(&runs))
-        .map(|(&(id, _), killed)| {
-            let end = if killed {
-                RunEnd::Killed
-            } else {
-                RunEnd::Settled
-            };
-            (id, end)
-        });
+    let ends = runs.iter().zip(ended_killed).map(|(&(id, _), killed)| {
+        let end = if killed {
+            RunEnd::Killed
+        } else {
+            RunEnd::Settled
+        };
+        (id, end)
+    });
     let at_once = start.settled_now.iter().map(|&id| {
         let end = if registry.status(id) == Some(agent_tree_protocol::AgentStatus::Killed) {
             RunEnd::Killed
@@ -178,6 +197,8 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         (id, end)
     });
     let (graceful, killed_report) = classify(ends, at_once);
+    // The hook tasks' cancel was only handed to another task (see step 3).
+    let _ = hooks_cut.await;
     ShutdownReport {
         hook_failures: hooks.failures(&runs, &killed),
         graceful,

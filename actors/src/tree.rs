@@ -161,7 +161,6 @@ impl TreeBuilder {
             root: std::sync::OnceLock::new(),
             tasks: std::sync::atomic::AtomicU64::new(0),
             offered: parking_lot::Mutex::default(),
-            hook_runtime: crate::util::HookRuntime::default(),
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await

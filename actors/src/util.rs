@@ -39,99 +39,90 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-/// Where a tree's shutdown hooks run: on a multi-thread runtime, a small runtime of their own
-/// (two threads named `agent-tree-hooks`, built on the first shutdown that has hooks), so a
-/// hook that blocks its thread (a blocking call where an await was expected) holds one of
-/// those threads, never a worker the shutdown's deadline timer and kill path need. On a
-/// current-thread runtime (tests under paused time), where a second runtime's clock would
-/// not be the test's, a hook runs as a task of the caller's runtime.
+/// Where one shutdown's hook tasks run: on a multi-thread runtime, a small runtime of their
+/// own (two threads named `agent-tree-hooks`, built when the first agent starts its hooks),
+/// so a hook that blocks its thread (a blocking call where an await was expected) holds one
+/// of those threads, never a worker the shutdown's deadline timer and kill path need; at the
+/// kill, [`HookRuntime::stop`] ends every hook task of the shutdown at once, without waking
+/// each. On a current-thread runtime (tests under paused time), where a second runtime's
+/// clock would not be the test's, a hook task is a task of the caller's runtime, ended by the
+/// shutdown's kill token.
 ///
-/// Spawning a hook there costs what spawning a task costs. (It used to poll each hook under
-/// `block_in_place`, a thread hand-off per poll: 100,000 agents' hooks kept both cores busy
-/// for the whole grace.)
+/// (Hooks used to be polled under `block_in_place`, a thread hand-off per poll: 100,000
+/// agents' hooks kept both cores busy for the whole grace.)
 #[derive(Default)]
 pub(crate) struct HookRuntime {
-    runtime: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+    /// Where to spawn: set once, on the first spawn (`None`: on the caller's runtime).
+    handle: std::sync::OnceLock<Option<tokio::runtime::Handle>>,
+    /// The runtime itself, until it is stopped. A leaf lock: only taken to store the runtime
+    /// once and to take it at the stop.
+    runtime: parking_lot::Mutex<Option<tokio::runtime::Runtime>>,
 }
 
 impl std::fmt::Debug for HookRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookRuntime")
-            .field("started", &self.runtime.get().is_some_and(Option::is_some))
+            .field("own", &self.handle.get().is_some_and(Option::is_some))
             .finish()
     }
 }
 
 impl HookRuntime {
-    /// Runs `future` where hooks run; the returned future resolves with its output (`Err`
-    /// with a message if it panicked) and cancels it when dropped.
-    pub(crate) fn run<F>(&self, future: F) -> HookRun<F::Output>
+    /// Spawns a hook task.
+    pub(crate) fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<()>
     where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
     {
-        let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|h| {
-            matches!(
-                h.runtime_flavor(),
-                tokio::runtime::RuntimeFlavor::MultiThread
-            )
+        let handle = self.handle.get_or_init(|| {
+            let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+                matches!(
+                    h.runtime_flavor(),
+                    tokio::runtime::RuntimeFlavor::MultiThread
+                )
+            });
+            if !multi_thread {
+                return None;
+            }
+            let built = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("agent-tree-hooks")
+                .enable_all()
+                .build();
+            match built {
+                Ok(runtime) => {
+                    let handle = runtime.handle().clone();
+                    *self.runtime.lock() = Some(runtime);
+                    Some(handle)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "no hook runtime; shutdown hooks run on the tree's");
+                    None
+                }
+            }
         });
-        let runtime = multi_thread
-            .then(|| {
-                self.runtime.get_or_init(|| {
-                    tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(2)
-                        .thread_name("agent-tree-hooks")
-                        .enable_all()
-                        .build()
-                        .inspect_err(|error| {
-                            tracing::warn!(%error, "no hook runtime; shutdown hooks run on the tree's");
-                        })
-                        .ok()
-                })
-            })
-            .and_then(Option::as_ref);
-        let handle = match runtime {
-            Some(runtime) => runtime.spawn(future),
+        match handle {
+            Some(handle) => handle.spawn(future),
             None => tokio::spawn(future),
-        };
-        HookRun { handle }
+        }
     }
-}
 
-impl Drop for HookRuntime {
-    fn drop(&mut self) {
-        // A runtime may not be dropped where blocking is not allowed (the last handle of a tree
-        // can go inside a task); its threads are let go instead, and a hook still blocking one
-        // ends with it.
-        if let Some(Some(runtime)) = self.runtime.take() {
+    /// Ends every task spawned on the hook runtime: none is polled again. (On the caller's
+    /// runtime there is nothing to stop; the kill token ends those tasks.)
+    pub(crate) fn stop(&self) {
+        let runtime = self.runtime.lock().take();
+        if let Some(runtime) = runtime {
+            // Returns at once: the runtime's own threads drop the tasks. A hook blocking one
+            // of them ends with that thread.
             runtime.shutdown_background();
         }
     }
 }
 
-/// A hook run started by [`HookRuntime::run`]; dropping it cancels the run.
-#[derive(Debug)]
-pub(crate) struct HookRun<T> {
-    handle: tokio::task::JoinHandle<T>,
-}
-
-impl<T> Future for HookRun<T> {
-    type Output = Result<T, String>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.handle).poll(cx).map(|joined| {
-            joined.map_err(|error| match error.try_into_panic() {
-                Ok(payload) => panic_message(payload.as_ref()),
-                Err(error) => error.to_string(),
-            })
-        })
-    }
-}
-
-impl<T> Drop for HookRun<T> {
+impl Drop for HookRuntime {
     fn drop(&mut self) {
-        self.handle.abort();
+        // Not a plain drop: a runtime may not be dropped where blocking is not allowed (the
+        // last order of a shutdown can go inside a task).
+        self.stop();
     }
 }
 

@@ -117,10 +117,13 @@ fn main() {
     }
 
     // 100k agents: the snapshot, then a graceful shutdown of the same tree.
-    let (per_record, render, shutdown) = rt.block_on(async {
+    let (per_record, walk, render, shutdown) = rt.block_on(async {
         let tree = scenarios::fan4_tree(100_000).await;
         let mut per_record: Vec<f64> = (0..5)
             .map(|_| scenarios::snapshot_ns_per_record(&tree))
+            .collect();
+        let mut walk: Vec<f64> = (0..5)
+            .map(|_| scenarios::walk_ns_per_record(&tree))
             .collect();
         let mut render: Vec<f64> = (0..3)
             .map(|_| scenarios::render_ns_per_record(&tree))
@@ -129,6 +132,7 @@ fn main() {
         let report = tree.shutdown().await;
         (
             median_f(&mut per_record),
+            median_f(&mut walk),
             median_f(&mut render),
             (report.killed.len(), start.elapsed()),
         )
@@ -138,6 +142,7 @@ fn main() {
         per_record / 200.0
     ));
     report.check(per_record <= 200.0);
+    report.info(format!("info depth_first_per_record ours={walk:.0}ns"));
     report.info(format!("info render_text_per_record ours={render:.0}ns"));
     report.line(format!(
         "perf graceful_shutdown_100k_fan4 killed={} elapsed_ms={} grace_ms=3000",

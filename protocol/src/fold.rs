@@ -18,6 +18,8 @@
 //! * Events that change no record (`steered`, `asked`, `context_dropped`) are accepted as
 //!   they are.
 
+use std::sync::Arc;
+
 use crate::event::{Event, EventKind, EventTally};
 use crate::ids::AgentId;
 use crate::snapshot::AgentRecord;
@@ -68,6 +70,56 @@ pub enum FoldError {
     },
 }
 
+/// Where [`apply`] keeps records, indexed by agent id: a plain `Vec<AgentRecord>`, or
+/// `Vec<Arc<AgentRecord>>`, shared records changed copy-on-write, as the runtime's registry
+/// keeps them so that a [`TreeSnapshot`](crate::TreeSnapshot) shares every record instead of
+/// copying it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_tree_protocol::{AgentRecord, RecordStore};
+/// let mut shared: Vec<Arc<AgentRecord>> = vec![Arc::new(AgentRecord::root())];
+/// let snapshot = shared.clone();
+/// shared.record_mut(0).unwrap().incarnation = 2; // copies the root once: the snapshot keeps its own
+/// assert_eq!((snapshot[0].incarnation, shared[0].incarnation), (1, 2));
+/// ```
+pub trait RecordStore {
+    /// How many records there are.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The record at `index`, to change.
+    fn record_mut(&mut self, index: usize) -> Option<&mut AgentRecord>;
+    /// Adds a record at the end.
+    fn push(&mut self, record: AgentRecord);
+}
+
+impl RecordStore for Vec<AgentRecord> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    fn record_mut(&mut self, index: usize) -> Option<&mut AgentRecord> {
+        self.get_mut(index)
+    }
+    fn push(&mut self, record: AgentRecord) {
+        Vec::push(self, record);
+    }
+}
+
+impl RecordStore for Vec<Arc<AgentRecord>> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    fn record_mut(&mut self, index: usize) -> Option<&mut AgentRecord> {
+        self.get_mut(index).map(Arc::make_mut)
+    }
+    fn push(&mut self, record: AgentRecord) {
+        Vec::push(self, Arc::new(record));
+    }
+}
+
 /// Applies one event to `records` (indexed by agent id).
 ///
 /// ```
@@ -87,7 +139,7 @@ pub enum FoldError {
 /// # Errors
 ///
 /// A [`FoldError`] when the event does not fit the records; the records are unchanged then.
-pub fn apply(records: &mut Vec<AgentRecord>, event: &Event) -> Result<(), FoldError> {
+pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<(), FoldError> {
     let (seq, agent) = (event.seq, event.agent);
     let index = |id: AgentId| usize::try_from(id.get()).ok();
     match &event.kind {
@@ -111,7 +163,9 @@ pub fn apply(records: &mut Vec<AgentRecord>, event: &Event) -> Result<(), FoldEr
             } else {
                 AgentStatus::Starting
             };
-            records[parent].children.push(agent);
+            if let Some(parent) = records.record_mut(parent) {
+                parent.children.push(agent);
+            }
             records.push(AgentRecord {
                 id: agent,
                 agent_type: agent_type.clone(),
@@ -139,7 +193,7 @@ pub fn apply(records: &mut Vec<AgentRecord>, event: &Event) -> Result<(), FoldEr
             record.own += *delta;
             let mut cursor = Some(agent);
             while let Some(at) = cursor {
-                let Some(record) = index(at).and_then(|i| records.get_mut(i)) else {
+                let Some(record) = index(at).and_then(|i| records.record_mut(i)) else {
                     break;
                 };
                 record.subtree += *delta;
@@ -190,18 +244,22 @@ fn reopen(record: &mut AgentRecord) {
     record.ended_ms = None;
 }
 
-fn record_mut(
-    records: &mut [AgentRecord],
+fn record_mut<S: RecordStore + ?Sized>(
+    records: &mut S,
     seq: u64,
     agent: AgentId,
 ) -> Result<&mut AgentRecord, FoldError> {
     usize::try_from(agent.get())
         .ok()
-        .and_then(|i| records.get_mut(i))
+        .and_then(|i| records.record_mut(i))
         .ok_or(FoldError::UnknownAgent { seq, agent })
 }
 
-fn advance(records: &mut [AgentRecord], event: &Event, to: AgentStatus) -> Result<(), FoldError> {
+fn advance<S: RecordStore + ?Sized>(
+    records: &mut S,
+    event: &Event,
+    to: AgentStatus,
+) -> Result<(), FoldError> {
     let record = record_mut(records, event.seq, event.agent)?;
     record.status = record
         .status

@@ -32,7 +32,7 @@ pub use definition::{
 };
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
-pub use fold::{Fold, FoldError, apply};
+pub use fold::{Fold, FoldError, RecordStore, apply};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use message::{Message, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};

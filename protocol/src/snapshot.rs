@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -98,8 +99,10 @@ pub struct TreeSnapshot {
     pub session: SessionId,
     /// When the snapshot was taken, in ms since the tree started.
     pub taken_ms: u64,
-    /// Every record, in id order, the root first.
-    pub records: Vec<AgentRecord>,
+    /// Every record, in id order, the root first. Shared with the registry that took the
+    /// snapshot (a snapshot costs a reference per record, not a copy); the registry copies a
+    /// record only when it changes while a snapshot still holds it.
+    pub records: Vec<Arc<AgentRecord>>,
     /// Events emitted so far, by kind.
     pub tally: EventTally,
     /// The most agents (depth ≥ 1) that were live at once.
@@ -130,6 +133,7 @@ impl TreeSnapshot {
             .and_then(|i| self.records.get(i))
             .filter(|r| r.id == id)
             .or_else(|| self.records.iter().find(|r| r.id == id))
+            .map(|r| &**r)
     }
 
     /// The root record.
@@ -139,7 +143,7 @@ impl TreeSnapshot {
 
     /// Records of agents (depth ≥ 1).
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
-        self.records.iter().filter(|r| r.depth > 0)
+        self.records.iter().map(|r| &**r).filter(|r| r.depth > 0)
     }
 
     /// Agents not yet terminal.
@@ -249,7 +253,7 @@ impl TreeSnapshot {
             if std::mem::replace(&mut seen[at], true) {
                 continue;
             }
-            let record = &self.records[at];
+            let record = &*self.records[at];
             out.push(record);
             stack.extend(record.children.iter().rev().filter_map(|&c| place(c)));
         }

@@ -206,7 +206,7 @@ fn check(seed: u64, snapshot: &TreeSnapshot, events: &[Event]) {
     }
     assert_eq!(fold.tally(), &snapshot.tally, "seed {seed}: tally");
     for (folded, recorded) in fold.records().iter().zip(&snapshot.records) {
-        assert_eq!(folded, recorded, "seed {seed}: record {}", recorded.id);
+        assert_eq!(folded, &**recorded, "seed {seed}: record {}", recorded.id);
     }
     assert_eq!(
         fold.records().len(),

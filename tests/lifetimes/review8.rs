@@ -83,8 +83,8 @@ async fn a_deferred_child_of_a_killed_owner_becomes_final() {
 }
 
 /// The same race on worker threads, many times, with varied timing: the kill of the owner
-/// and the child's deferred failure land in either order. Whatever the order, the child ends
-/// with a final outcome and the tree becomes idle. Fails on the code it was written against
+/// and the child's deferred failure (or its restart) land in either order. Whatever the
+/// order, the child ends with a final outcome and the tree becomes idle. Fails on the code it was written against
 /// (for the reason above) in the runs where the failure is recorded first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_child_of_a_killed_owner_becomes_final_mt() {
@@ -112,8 +112,14 @@ async fn a_deferred_child_of_a_killed_owner_becomes_final_mt() {
         // The owner may already have restarted the child and ended it for good (a second
         // failure escalates): then it is no longer live, and that is fine.
         let _ = tree.kill(lead);
+        // Final either way: `failed` (the deferred exit released by the kill, or a restart
+        // that failed again), or `killed` (the owner restarted the child before the kill,
+        // which then took the new run with it).
         let got = outcome(&tree, flaky, REAL_GUARD).await;
-        assert_eq!(got.status, AgentStatus::Failed, "run {run}: {got:?}");
+        assert!(
+            matches!(got.status, AgentStatus::Failed | AgentStatus::Killed),
+            "run {run}: {got:?}"
+        );
         bounded(REAL_GUARD, "idle", tree.idle()).await;
         tree.shutdown().await;
     }

@@ -7,7 +7,6 @@ use ractor::ActorRef;
 use super::AgentState;
 use super::Inbound;
 use super::lifecycle::{AfterHooks, Phase};
-use crate::config::SHUTDOWN_KILL_WAIT;
 use crate::hooks::{self, HookContext};
 use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
 use crate::policy::settle;
@@ -125,24 +124,23 @@ impl AgentState {
         let reply_to = myself.clone();
         let id = self.id;
         // At the deadline the shutdown kills this agent if its hooks are still running and
-        // cancels `killed`, which ends this task; its own cut-off a little later is only a
+        // cancels `killed`, which ends this task; `overdue`, a little later, is only a
         // backstop.
-        let cut_off = order.deadline + SHUTDOWN_KILL_WAIT;
         let _ = order.reports.send(HookReport::Started(id));
-        // On the hook runtime: a hook that blocks its thread cannot hold up the deadline.
-        let run = self
-            .shared
-            .hook_runtime
-            .run(async move { hooks::run_all(&shutdown_hooks, &context, false).await });
-        let task = self.shared.spawn(async move {
+        // On the shutdown's hook runtime: a hook that blocks its thread cannot hold up the
+        // deadline, and the kill ends every hook task at once.
+        let hook_runtime = order.hooks.clone();
+        self.shared
+            .tasks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let task = hook_runtime.spawn(async move {
             let failures = tokio::select! {
                 biased;
                 () = order.killed.cancelled() => return,
-                r = tokio::time::timeout_at(cut_off, run) => match r {
-                    Ok(Ok(failures)) => failures,
-                    Ok(Err(panic)) => vec![format!("hook panicked: {panic}")],
-                    Err(_) => vec!["shutdown hook did not finish before the deadline".to_owned()],
-                },
+                () = order.overdue.cancelled() => {
+                    vec!["shutdown hook did not finish before the deadline".to_owned()]
+                }
+                failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
             };
             let _ = order
                 .reports

@@ -22,6 +22,20 @@ pub(crate) struct Settled {
     pub(crate) owner: Option<ActorCell>,
 }
 
+/// What [`Registry::kill_runs`] did.
+#[derive(Debug, Default)]
+pub(crate) struct KilledRuns {
+    /// The agents it settled killed, in the order of the runs.
+    pub(crate) killed: Vec<AgentId>,
+    /// The actors to kill: those whose owner was not killed with them.
+    pub(crate) tops: Vec<ActorCell>,
+    /// Every actor of the runs.
+    pub(crate) actors: Vec<ActorCell>,
+    /// For each run, whether it ended killed (here, by an overlapping shutdown or by
+    /// `Tree::kill`): every run is settled now, and a settled run's end never changes.
+    pub(crate) ended_killed: Vec<bool>,
+}
+
 /// What [`Registry::begin_shutdown`] found.
 #[derive(Debug, Default)]
 pub(crate) struct ShutdownStart {
@@ -321,14 +335,18 @@ impl Registry {
     }
 
     /// At a shutdown's deadline, in one transaction: every agent of `runs` still in that run
-    /// and live settles killed (for good). Returns those agents, in order, and the actors to
-    /// kill: theirs, and those of the other runs that have an actor (one still running after
-    /// it settled, which ractor would otherwise leave stopping). A run started after the
-    /// shutdown began (a resume) is not the shutdown's to kill.
-    pub(crate) fn kill_runs(&self, runs: &[(AgentId, u32)]) -> (Vec<AgentId>, Vec<ActorCell>) {
+    /// and live settles killed (for good). A run started after the shutdown began (a resume)
+    /// is not the shutdown's to kill.
+    ///
+    /// Returns those agents, in order; the actors to kill (the tops of what was killed: an
+    /// agent whose owner was killed here dies with its owner's actor, as ractor stops every
+    /// linked child of an actor that exits, so killing it too would only send a second
+    /// signal), and every actor of `runs` (to wait for).
+    pub(crate) fn kill_runs(&self, runs: &[(AgentId, u32)]) -> KilledRuns {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let (mut killed, mut cells) = (Vec::new(), Vec::new());
+        let mut out = KilledRuns::default();
+        let mut killed_here = vec![false; inner.entries.len()];
         for &(id, run) in runs {
             let Some(entry) = inner.entry(id).filter(|e| e.runs == run) else {
                 continue;
@@ -340,11 +358,38 @@ impl Registry {
                     Outcome::ended(AgentStatus::Killed, EndReason::Killed),
                     now,
                 );
-                killed.push(id);
+                out.killed.push(id);
+                if let Some(slot) = usize::try_from(id.get())
+                    .ok()
+                    .and_then(|i| killed_here.get_mut(i))
+                {
+                    *slot = true;
+                }
             }
-            cells.extend(actor);
+            out.actors.extend(actor);
         }
-        (killed, cells)
+        for &(id, run) in runs {
+            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+                continue;
+            };
+            let owner_killed = !record.detached
+                && record
+                    .parent
+                    .and_then(|p| usize::try_from(p.get()).ok())
+                    .and_then(|p| killed_here.get(p).copied())
+                    .unwrap_or(false);
+            if entry.runs == run && !owner_killed {
+                out.tops.extend(entry.actor.clone());
+            }
+        }
+        out.ended_killed = runs
+            .iter()
+            .map(|&(id, run)| {
+                inner.status_of(id) == Some(AgentStatus::Killed)
+                    && inner.entry(id).is_some_and(|e| e.runs == run)
+            })
+            .collect();
+        out
     }
 
     /// Settles every live non-detached descendant of `id` killed: `id`'s actor is stopping

@@ -63,18 +63,6 @@ impl Registry {
         }
     }
 
-    /// For each of `runs`, whether the agent is still in that run and ended killed, in one
-    /// transaction.
-    pub(crate) fn killed_in_runs(&self, runs: &[(AgentId, u32)]) -> Vec<bool> {
-        let inner = self.lock();
-        runs.iter()
-            .map(|&(id, run)| {
-                inner.status_of(id) == Some(AgentStatus::Killed)
-                    && inner.entry(id).is_some_and(|e| e.runs == run)
-            })
-            .collect()
-    }
-
     /// `id`'s current run and a receiver of the last run of it that ended.
     pub(crate) fn watch_runs(&self, id: AgentId) -> Option<(u32, watch::Receiver<u32>)> {
         let mut inner = self.lock();

@@ -401,7 +401,9 @@ fn golden_snapshot() -> TreeSnapshot {
     TreeSnapshot {
         session: SessionId::new("s1"),
         taken_ms: 100,
-        records: vec![root, planner, analyst, writer_record()],
+        records: [root, planner, analyst, writer_record()]
+            .map(std::sync::Arc::new)
+            .to_vec(),
         tally: EventTally {
             started: 4,
             restarted: 1,
@@ -685,11 +687,12 @@ fn decoded_snapshot() -> TreeSnapshot {
 }
 
 fn record_mut(snapshot: &mut TreeSnapshot, id: u64) -> &mut AgentRecord {
-    snapshot
+    let record = snapshot
         .records
         .iter_mut()
         .find(|r| r.id == AgentId::new(id))
-        .expect("record exists")
+        .expect("record exists");
+    std::sync::Arc::make_mut(record)
 }
 
 #[test]
