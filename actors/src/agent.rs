@@ -38,7 +38,7 @@ mod turn;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy, ToolSpec};
+use agent_tree_protocol::{AgentDefinition, AgentId, Message, SettlePolicy};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio_util::sync::CancellationToken;
 
@@ -84,12 +84,11 @@ pub(crate) struct AgentState {
     /// Cancelled when the agent (or an ancestor, unless detached) is aborted.
     token: CancellationToken,
     settle: SettlePolicy,
-    /// Computed in `post_start` (off the spawner's path), before any handler runs.
-    capabilities: Capabilities,
-    /// Tool specs offered to the model, looked up once from `capabilities` in `post_start`.
-    offered: Arc<[ToolSpec]>,
-    /// The owner's tools in attenuation mode, until `post_start` computes `capabilities`.
-    owner_capabilities: Option<Capabilities>,
+    /// What it holds and the specs offered to the model (shared by every agent holding the
+    /// same): computed in `post_start` (off the spawner's path), before any handler runs.
+    offer: Arc<orchestration::Offer>,
+    /// The owner's tools in attenuation mode, until `post_start` computes `offer`.
+    owner_capabilities: Option<Box<Capabilities>>,
     max_turns: u32,
     /// The conversation (the system prompt is sent separately).
     conversation: Vec<Message>,
@@ -100,21 +99,24 @@ pub(crate) struct AgentState {
     turns: u32,
     /// The lifecycle.
     phase: Phase,
-    /// The model turn whose task has not reported back yet, with its own token: until it
-    /// has, it might record usage, which must precede the settle.
-    turn_in_flight: Option<(u32, CancellationToken)>,
+    /// The model turn whose task has not reported back yet, with the handle that aborts it:
+    /// until it has, it might record usage, which must precede the settle. An aborted turn
+    /// task still reports back (`Cancelled`, from its drop guard), so exactly one report
+    /// arrives per turn.
+    turn_in_flight: Option<(u32, tokio::task::AbortHandle)>,
     /// Owned children, in start order.
     children: Children,
     /// Text for the conversation at the next turn boundary, in arrival order.
     inbox: VecDeque<Inbound>,
     /// The last text the model produced, kept as partial output.
     last_text: String,
-    /// Restart decisions for its children.
-    supervisor: ChildSupervisor,
+    /// Restart decisions for its children: made when a child's end first needs one (most
+    /// agents never have a child end, and the machine is a few hundred bytes).
+    supervisor: Option<Box<ChildSupervisor>>,
     /// Children whose `ask_owner` question has not been answered by a steer yet, with it.
     open_questions: BTreeMap<AgentId, String>,
-    /// The shutdown that reached this run, if one did.
-    shutdown: Option<ShutdownOrder>,
+    /// The shutdown that reached this run, if one did (boxed: most runs never see one).
+    shutdown: Option<Box<ShutdownOrder>>,
 }
 
 /// Text waiting for the next turn boundary.
@@ -222,18 +224,30 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
+    /// The restart machine for this run's children, made on first use.
+    fn supervisor(&mut self) -> &mut ChildSupervisor {
+        let definition = &self.definition;
+        self.supervisor.get_or_insert_with(|| {
+            Box::new(ChildSupervisor::new(
+                definition.strategy,
+                definition.max_restarts,
+                std::time::Duration::from_millis(definition.restart_period_ms),
+            ))
+        })
+    }
+
     /// The tools this run holds and the specs it is offered. Run in `post_start`: the
     /// spawner's `spawn_linked` waits for `pre_start` only, and no handler runs before
     /// `post_start` has.
     fn compute_capabilities(&mut self) {
-        self.capabilities = capability::capabilities(
+        let capabilities = capability::capabilities(
             &self.definition,
             self.depth,
             self.branch.max_depth,
             self.shared.toolbox.names(),
-            self.owner_capabilities.take().as_ref(),
+            self.owner_capabilities.take().as_deref(),
         );
-        self.offered = orchestration::offered(&self.shared, &self.capabilities);
+        self.offer = orchestration::offered(&self.shared, capabilities);
     }
 
     /// The state of a new run, from its ticket. Registers the actor (one registry
@@ -274,12 +288,10 @@ impl AgentState {
             .registry
             .started(id, run, myself.get_cell())
             .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
+        // Exactly one more: a first push would reserve room for four messages, and most
+        // agents never have a second (a leaf answers in one turn, or waits in it).
+        context.reserve_exact(1);
         context.push(Message::user(prompt));
-        let supervisor = ChildSupervisor::new(
-            definition.strategy,
-            definition.max_restarts,
-            std::time::Duration::from_millis(definition.restart_period_ms),
-        );
         Ok(AgentState {
             id,
             owner_id,
@@ -292,8 +304,7 @@ impl AgentState {
             shared,
             token,
             settle,
-            capabilities: Capabilities::default(),
-            offered: Arc::from([]),
+            offer: orchestration::Offer::none(),
             owner_capabilities,
             max_turns,
             conversation: context,
@@ -304,9 +315,9 @@ impl AgentState {
             children: Children::default(),
             inbox: early.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
-            supervisor,
+            supervisor: None,
             open_questions: BTreeMap::new(),
-            shutdown,
+            shutdown: shutdown.map(Box::new),
         })
     }
 }

@@ -84,6 +84,46 @@ pub(crate) struct StartTicket {
     pub(crate) start: PendingStart,
 }
 
+/// One owner's children by request id: a short list, and a map once it has more than a few
+/// (a map per delegating agent would cost more memory than its children's ids).
+#[derive(Debug)]
+enum ByRequest {
+    Few(Vec<(RequestId, AgentId)>),
+    Many(HashMap<RequestId, AgentId>),
+}
+
+impl Default for ByRequest {
+    fn default() -> Self {
+        ByRequest::Few(Vec::new())
+    }
+}
+
+impl ByRequest {
+    const FEW: usize = 16;
+
+    fn get(&self, request: &RequestId) -> Option<AgentId> {
+        match self {
+            ByRequest::Few(list) => list.iter().find(|(r, _)| r == request).map(|&(_, id)| id),
+            ByRequest::Many(map) => map.get(request).copied(),
+        }
+    }
+
+    fn insert(&mut self, request: RequestId, id: AgentId) {
+        match self {
+            ByRequest::Few(list) if list.len() < Self::FEW => list.push((request, id)),
+            ByRequest::Few(list) => {
+                let mut map: HashMap<RequestId, AgentId> =
+                    std::mem::take(list).into_iter().collect();
+                map.insert(request, id);
+                *self = ByRequest::Many(map);
+            }
+            ByRequest::Many(map) => {
+                map.insert(request, id);
+            }
+        }
+    }
+}
+
 /// The registry of one tree.
 #[derive(Debug)]
 pub(crate) struct Registry {
@@ -109,7 +149,7 @@ struct Inner {
     by_actor: HashMap<ActorId, AgentId>,
     /// (owner, request id) → child, for replay-safe spawns.
     /// Keyed by owner first, so a lookup borrows the request id instead of copying it.
-    by_request: HashMap<AgentId, HashMap<RequestId, AgentId>>,
+    by_request: HashMap<AgentId, ByRequest>,
     tally: EventTally,
     seq: u64,
     /// Live agents (depth ≥ 1, admitted, not final).
@@ -152,7 +192,7 @@ struct Entry {
     held: bool,
     /// The order of a shutdown that reached this run: nothing restarts under a shutdown, and
     /// an actor that registers after it began gets it at once.
-    shutdown: Option<crate::msg::ShutdownOrder>,
+    shutdown: Option<Box<crate::msg::ShutdownOrder>>,
     /// The last run that ended (0 before any), so an `ask_owner` waiting on this agent's run
     /// hears when it ends.
     ///

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
 
-use agent_tree_protocol::ToolSpec;
 use parking_lot::Mutex;
 use ractor::ActorRef;
 
@@ -37,7 +36,7 @@ pub(crate) struct Shared {
     pub(crate) tasks: AtomicU64,
     /// The tool specs offered per distinct capability set, built once and shared by every
     /// agent's every turn. A leaf lock: only the map is touched under it.
-    pub(crate) offered: Mutex<HashMap<Capabilities, Arc<[ToolSpec]>>>,
+    pub(crate) offered: Mutex<HashMap<Capabilities, Arc<crate::agent::orchestration::Offer>>>,
 }
 
 impl Shared {

@@ -19,7 +19,7 @@ pub(crate) struct SpawnSpec<'a> {
     pub(crate) owner: AgentId,
     pub(crate) owner_actor: &'a ActorRef<AgentMsg>,
     /// The owner's tools, in attenuation mode.
-    pub(crate) owner_capabilities: Option<Capabilities>,
+    pub(crate) owner_capabilities: Option<Box<Capabilities>>,
     /// The owner's conversation, offered to definitions that inherit context.
     pub(crate) owner_conversation: &'a [Message],
     pub(crate) definition: Arc<AgentDefinition>,
@@ -42,7 +42,7 @@ pub(crate) struct PendingStart {
     pub(crate) resumed: bool,
     /// Linked under the root actor instead of its owner's, so it can outlive its owner.
     pub(crate) detached: bool,
-    pub(crate) owner_capabilities: Option<Capabilities>,
+    pub(crate) owner_capabilities: Option<Box<Capabilities>>,
 }
 
 /// A started, queued or found child.

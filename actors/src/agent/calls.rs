@@ -16,18 +16,23 @@ use crate::policy::wait as wait_policy;
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
 
-/// The calls of one turn, in call order, with an index of which open calls wait on which
-/// agent, so a child's end finds its waiters without a scan and a turn of N calls stays
-/// linear in N. Every change goes through these methods, which keep the index and the count
-/// of open calls in step.
+/// The calls of one turn, in call order, with the count of open calls and, in a turn of more
+/// than [`INDEX_FROM`] calls, an index of which open calls wait on which agent, so a child's
+/// end finds its waiters without a scan and a turn of N calls stays linear in N (a scan of a
+/// few calls is cheaper than the map). Every change goes through these methods, which keep
+/// the index and the count in step.
 #[derive(Debug)]
 pub(super) struct Calls {
     calls: Vec<PendingCall>,
-    /// Open calls waiting on each agent (a call waiting on a set is under each agent of it).
-    waiters: HashMap<AgentId, Vec<usize>>,
+    /// Open calls waiting on each agent (a call waiting on a set is under each agent of it);
+    /// only in a turn of more than [`INDEX_FROM`] calls.
+    waiters: Option<Box<HashMap<AgentId, Vec<usize>>>>,
     /// Calls without a result yet.
     open: usize,
 }
+
+/// How many calls a turn has before its waits are indexed.
+const INDEX_FROM: usize = 16;
 
 /// One call of the turn.
 #[derive(Debug)]
@@ -71,7 +76,7 @@ impl Calls {
                     waiting: Waiting::Nothing,
                 })
                 .collect(),
-            waiters: HashMap::new(),
+            waiters: (calls.len() > INDEX_FROM).then(Box::default),
             open: calls.len(),
         }
     }
@@ -87,9 +92,9 @@ impl Calls {
         let Some(call) = self.calls.get_mut(index).filter(|c| c.result.is_none()) else {
             return;
         };
-        if let Waiting::Agents { agents, .. } = &waiting {
+        if let (Waiting::Agents { agents, .. }, Some(index_of)) = (&waiting, &mut self.waiters) {
             for &agent in agents {
-                let waiters = self.waiters.entry(agent).or_default();
+                let waiters = index_of.entry(agent).or_default();
                 if !waiters.contains(&index) {
                     waiters.push(index);
                 }
@@ -113,14 +118,31 @@ impl Calls {
 
     /// The unanswered calls waiting on `agent`, in call order.
     pub(super) fn waiting_on(&self, agent: AgentId) -> Vec<usize> {
-        let mut out = self.waiters.get(&agent).cloned().unwrap_or_default();
-        out.sort_unstable();
-        out
+        match &self.waiters {
+            Some(index_of) => {
+                let mut out = index_of.get(&agent).cloned().unwrap_or_default();
+                out.sort_unstable();
+                out
+            }
+            None => self
+                .calls
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.result.is_none() && c.waits_on(agent))
+                .map(|(i, _)| i)
+                .collect(),
+        }
     }
 
     /// Whether any unanswered call waits on `agent`.
     pub(super) fn waits_on(&self, agent: AgentId) -> bool {
-        self.waiters.get(&agent).is_some_and(|w| !w.is_empty())
+        match &self.waiters {
+            Some(index_of) => index_of.get(&agent).is_some_and(|w| !w.is_empty()),
+            None => self
+                .calls
+                .iter()
+                .any(|c| c.result.is_none() && c.waits_on(agent)),
+        }
     }
 
     fn all_answered(&self) -> bool {
@@ -145,9 +167,11 @@ impl Calls {
             Waiting::Agents { agents, .. } => agents,
             _ => Vec::new(),
         };
-        for agent in &agents {
-            if let Some(waiters) = self.waiters.get_mut(agent) {
-                waiters.retain(|&i| i != index);
+        if let Some(index_of) = &mut self.waiters {
+            for agent in &agents {
+                if let Some(waiters) = index_of.get_mut(agent) {
+                    waiters.retain(|&i| i != index);
+                }
             }
         }
         Some(agents)
@@ -166,6 +190,13 @@ impl Calls {
             let (text, is_error) = call.result.unwrap_or_default();
             Message::tool_result(call.call_id, text, is_error)
         })
+    }
+}
+
+impl PendingCall {
+    /// Whether it waits on `agent`.
+    fn waits_on(&self, agent: AgentId) -> bool {
+        matches!(&self.waiting, Waiting::Agents { agents, .. } if agents.contains(&agent))
     }
 }
 
@@ -288,7 +319,7 @@ impl AgentState {
         call: ToolCall,
     ) {
         if let Some(tool) = orchestration::Orchestration::named(&call.name) {
-            if self.capabilities.holds(&call.name) {
+            if self.offer.capabilities.holds(&call.name) {
                 orchestration::dispatch(self, myself, turn, index, tool, call).await;
             } else {
                 let text = format!("tool {:?} is not available to this agent", call.name);
@@ -297,6 +328,7 @@ impl AgentState {
             return;
         }
         let tool = self
+            .offer
             .capabilities
             .user_tools
             .iter()

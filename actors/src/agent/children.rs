@@ -19,16 +19,27 @@ use crate::msg::{AgentMsg, SETTLED};
 use crate::policy::settle;
 use crate::supervision::Action;
 
-/// An agent's children, in start order, indexed by id and by their current run's actor, with
-/// a count of the non-detached ones whose outcome is not final: a child's end, the settle
-/// check and a supervision event each cost O(1), whatever the number of children.
+/// An agent's children, in start order, with a count of the non-detached ones whose outcome
+/// is not final. Past [`INDEX_FROM`] children they are also indexed by id and by their current
+/// run's actor, so a child's end, the settle check and a supervision event each cost O(1)
+/// whatever the number of children; below it a scan of a few entries is cheaper than two maps
+/// per agent.
 #[derive(Debug, Default)]
 pub(super) struct Children {
     list: Vec<Child>,
-    by_id: HashMap<AgentId, usize>,
-    by_actor: HashMap<ActorId, usize>,
+    index: Option<Box<ChildIndex>>,
     /// Non-detached children not in [`ChildState::Final`].
     unsettled: usize,
+}
+
+/// How many children an agent has before its table is indexed.
+const INDEX_FROM: usize = 16;
+
+/// The places of the children in [`Children::list`].
+#[derive(Debug, Default)]
+struct ChildIndex {
+    by_id: HashMap<AgentId, usize>,
+    by_actor: HashMap<ActorId, usize>,
 }
 
 /// One child, as its owner knows it.
@@ -67,15 +78,16 @@ impl Children {
         detached: bool,
         background: bool,
     ) {
-        let index = match self.by_id.get(&id) {
-            Some(&index) => {
-                let child = &mut self.list[index];
-                if let Some(old) = child.actor.take() {
-                    self.by_actor.remove(&old);
-                }
+        let place = match self.place(id) {
+            Some(place) => {
+                let child = &mut self.list[place];
+                let old = child.actor.take();
                 child.run = run;
                 child.background = background;
-                index
+                if let (Some(index), Some(old)) = (self.index.as_mut(), old) {
+                    index.by_actor.remove(&old);
+                }
+                place
             }
             None => {
                 self.list.push(Child {
@@ -90,15 +102,42 @@ impl Children {
                         read: true,
                     },
                 });
-                self.by_id.insert(id, self.list.len() - 1);
-                self.list.len() - 1
+                let place = self.list.len() - 1;
+                match self.index.as_mut() {
+                    Some(index) => {
+                        index.by_id.insert(id, place);
+                    }
+                    None if self.list.len() > INDEX_FROM => self.build_index(),
+                    None => {}
+                }
+                place
             }
         };
-        self.list[index].actor = actor;
-        if let Some(actor) = actor {
-            self.by_actor.insert(actor, index);
+        self.list[place].actor = actor;
+        if let (Some(index), Some(actor)) = (self.index.as_mut(), actor) {
+            index.by_actor.insert(actor, place);
         }
-        self.set_state(index, ChildState::Running);
+        self.set_state(place, ChildState::Running);
+    }
+
+    /// Indexes the table (it grew past [`INDEX_FROM`]).
+    fn build_index(&mut self) {
+        let mut index = ChildIndex::default();
+        for (place, child) in self.list.iter().enumerate() {
+            index.by_id.insert(child.id, place);
+            if let Some(actor) = child.actor {
+                index.by_actor.insert(actor, place);
+            }
+        }
+        self.index = Some(Box::new(index));
+    }
+
+    /// The place of child `id` in the list.
+    fn place(&self, id: AgentId) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.by_id.get(&id).copied(),
+            None => self.list.iter().position(|c| c.id == id),
+        }
     }
 
     /// Moves the child at `index` to `state`, keeping the unsettled count.
@@ -116,7 +155,7 @@ impl Children {
 
     /// Child `id`'s outcome is final: `outcome`.
     pub(super) fn set_final(&mut self, id: AgentId, outcome: Outcome) {
-        if let Some(&index) = self.by_id.get(&id) {
+        if let Some(index) = self.place(id) {
             let state = ChildState::Final {
                 outcome,
                 read: false,
@@ -127,7 +166,7 @@ impl Children {
 
     /// Child `id`'s run ended and waits for this owner's restart decision.
     fn set_deferred(&mut self, id: AgentId, outcome: Outcome) {
-        if let Some(&index) = self.by_id.get(&id) {
+        if let Some(index) = self.place(id) {
             self.set_state(index, ChildState::Deferred(outcome));
         }
     }
@@ -138,11 +177,11 @@ impl Children {
     }
 
     pub(super) fn get(&self, id: AgentId) -> Option<&Child> {
-        self.by_id.get(&id).map(|&i| &self.list[i])
+        self.place(id).map(|i| &self.list[i])
     }
 
     fn get_mut(&mut self, id: AgentId) -> Option<&mut Child> {
-        self.by_id.get(&id).map(|&i| &mut self.list[i])
+        self.place(id).map(|i| &mut self.list[i])
     }
 
     /// The final outcome of child `id`, if it has one.
@@ -174,7 +213,10 @@ impl Children {
 
     /// The child whose current run runs on `actor`.
     fn by_actor(&self, actor: ActorId) -> Option<(AgentId, u32)> {
-        let child = &self.list[*self.by_actor.get(&actor)?];
+        let child = match &self.index {
+            Some(index) => &self.list[*index.by_actor.get(&actor)?],
+            None => self.list.iter().find(|c| c.actor == Some(actor))?,
+        };
         matches!(child.state, ChildState::Running).then_some((child.id, child.run))
     }
 
@@ -239,11 +281,13 @@ impl AgentState {
             // An end already handled.
             _ => return,
         }
-        if deferred || self.supervisor.is_active() {
+        let active = self.supervisor.as_ref().is_some_and(|s| s.is_active());
+        if deferred || active {
             let closing = self.phase.run_over() || self.token.is_cancelled();
+            let (shared, id) = (self.shared.clone(), self.id);
             let actions = self
-                .supervisor
-                .child_ended(&self.shared, self.id, myself, child, closing)
+                .supervisor()
+                .child_ended(&shared, id, myself, child, closing)
                 .await;
             if self.apply_supervision(myself, actions) {
                 return;

@@ -16,7 +16,7 @@ use serde_json::json;
 
 mod schema;
 
-pub(crate) use schema::{offered, result_text, set_result};
+pub(crate) use schema::{Offer, offered, result_text, set_result};
 
 use super::AgentState;
 use super::calls::Waiting;
@@ -314,7 +314,7 @@ async fn spawn_or_resume(
         .shared
         .config
         .attenuate_tools
-        .then(|| state.capabilities.clone());
+        .then(|| Box::new(state.offer.capabilities.clone()));
     let spawned = spawn::spawn(
         &state.shared,
         SpawnSpec {

@@ -97,18 +97,22 @@ impl AgentState {
             incarnation: self.incarnation,
             turn,
             messages,
-            tools: self.offered.clone(),
+            tools: self.offer.specs.clone(),
         };
         let model = self.shared.model.clone();
         let shared = self.shared.clone();
-        // The turn's own token: cancelled with the agent's, or alone when the run ends for
-        // another reason (an escalation). The task always reports back, so the agent never
-        // settles while a turn could still record usage.
-        let token = self.token.child_token();
-        self.turn_in_flight = Some((turn, token.clone()));
-        let myself = myself.clone();
+        // The turn ends with the agent's token, or alone (aborted) when the run ends for
+        // another reason (an escalation). Either way the task reports back exactly once (an
+        // aborted one from its drop guard, which cannot run between the usage and the report:
+        // there is no await between them), so the agent never settles while a turn could
+        // still record usage. No token of its own: an abort handle costs nothing to keep.
+        let token = self.token.clone();
+        let report = TurnReport {
+            myself: Some(myself.clone()),
+            turn,
+        };
         let (id, run) = (self.id, self.run);
-        self.shared.spawn(async move {
+        let task = self.shared.spawn(async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
             let call = async { CatchUnwind::new(model.turn(request)).await };
@@ -126,8 +130,9 @@ impl AgentState {
             if let TurnResult::Response(response) = &result {
                 shared.registry.add_usage(id, run, response.usage);
             }
-            let _ = myself.cast(AgentMsg::TurnFinished { turn, result });
+            report.send(result);
         });
+        self.turn_in_flight = Some((turn, task.abort_handle()));
         self.phase = Phase::Thinking { turn };
     }
 
@@ -193,5 +198,33 @@ impl AgentState {
             self.dispatch(myself, turn, index, call).await;
         }
         self.after_answer(myself);
+    }
+}
+
+/// A turn task's report: sent once, with the turn's result, or (when the task is aborted or
+/// dropped before it has one) as `Cancelled` when the guard is dropped.
+struct TurnReport {
+    myself: Option<ActorRef<AgentMsg>>,
+    turn: u32,
+}
+
+impl TurnReport {
+    fn send(mut self, result: TurnResult) {
+        if let Some(myself) = self.myself.take() {
+            let turn = self.turn;
+            let _ = myself.cast(AgentMsg::TurnFinished { turn, result });
+        }
+    }
+}
+
+impl Drop for TurnReport {
+    fn drop(&mut self) {
+        if let Some(myself) = self.myself.take() {
+            let result = TurnResult::Cancelled;
+            let _ = myself.cast(AgentMsg::TurnFinished {
+                turn: self.turn,
+                result,
+            });
+        }
     }
 }

@@ -52,7 +52,7 @@ impl Registry {
                 .by_request
                 .get(&admission.owner)
                 .and_then(|ids| ids.get(request_id));
-            if let Some(&existing) = existing {
+            if let Some(existing) = existing {
                 return Ok(Admitted::Existing(existing));
             }
         }
@@ -331,7 +331,7 @@ impl Registry {
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);
-        let shutdown = entry.shutdown.clone();
+        let shutdown = entry.shutdown.as_deref().cloned();
         inner.emit(id, kind, now);
         Some((steers, shutdown))
     }

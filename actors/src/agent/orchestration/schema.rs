@@ -10,20 +10,38 @@ use super::Orchestration;
 use crate::policy::capability::Capabilities;
 use crate::shared::SharedRef;
 
-/// The tool specs an agent with `capabilities` is offered: its user tools, then the
-/// orchestration tools it holds. Built once per distinct set in the tree and shared by every
-/// agent holding it and every turn they take.
-pub(crate) fn offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
-    // A leaf lock: only the map is read or written under it (building a set runs outside).
-    if let Some(specs) = shared.offered.lock().get(capabilities) {
-        return specs.clone();
+/// What an agent holds: its capabilities and the tool specs they offer the model (its user
+/// tools, then the orchestration tools it holds). One per distinct set in the tree, shared by
+/// every agent holding it and every turn they take.
+#[derive(Debug, Default)]
+pub(crate) struct Offer {
+    pub(crate) capabilities: Capabilities,
+    pub(crate) specs: Arc<[ToolSpec]>,
+}
+
+impl Offer {
+    /// The offer of nothing, shared: an agent's until `post_start` computes its own.
+    pub(crate) fn none() -> Arc<Offer> {
+        static NONE: std::sync::LazyLock<Arc<Offer>> = std::sync::LazyLock::new(Arc::default);
+        NONE.clone()
     }
-    let specs = build_offered(shared, capabilities);
+}
+
+/// The offer of `capabilities` in `shared`'s tree, built the first time a set is seen.
+pub(crate) fn offered(shared: &SharedRef, capabilities: Capabilities) -> Arc<Offer> {
+    // A leaf lock: only the map is read or written under it (building a set runs outside).
+    if let Some(offer) = shared.offered.lock().get(&capabilities) {
+        return offer.clone();
+    }
+    let offer = Arc::new(Offer {
+        specs: build_offered(shared, &capabilities),
+        capabilities: capabilities.clone(),
+    });
     shared
         .offered
         .lock()
-        .entry(capabilities.clone())
-        .or_insert(specs)
+        .entry(capabilities)
+        .or_insert(offer)
         .clone()
 }
 
