@@ -25,7 +25,9 @@ use crate::util::CatchUnwind;
 pub(super) struct Calls {
     calls: Vec<PendingCall>,
     /// Open calls waiting on each agent (a call waiting on a set is under each agent of it);
-    /// only in a turn of more than [`INDEX_FROM`] calls.
+    /// only in a turn of more than [`INDEX_FROM`] calls. Boxed so the table, inline in every
+    /// agent's lifecycle phase, stays a pointer wide without it.
+    #[allow(clippy::box_collection)]
     waiters: Option<Box<HashMap<AgentId, Vec<usize>>>>,
     /// Calls without a result yet.
     open: usize,
