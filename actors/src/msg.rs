@@ -68,8 +68,12 @@ pub(crate) struct ShutdownOrder {
     /// report that their hooks did not finish, and their agents end. One timer per
     /// shutdown, not one per agent.
     pub(crate) overdue: CancellationToken,
-    /// Where the shutdown's hook tasks run; stopped at the kill.
+    /// Where the shutdown's hook tasks run; stopped at the kill, or by the backstop.
     pub(crate) hooks: std::sync::Arc<crate::util::HookRuntime>,
+    /// The agents that started their hooks under this order: the backstop tells each its
+    /// hooks are over (a hook blocking its thread never sees `overdue`). A leaf lock: only
+    /// pushed to and drained.
+    pub(crate) hooked: std::sync::Arc<parking_lot::Mutex<Vec<ractor::ActorRef<AgentMsg>>>>,
 }
 
 /// Messages of the tree's actors.

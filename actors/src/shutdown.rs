@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SHUTDOWN_KILL_WAIT;
-use crate::msg::{HookReport, ShutdownOrder};
+use crate::msg::{AgentMsg, HookReport, ShutdownOrder};
 use crate::registry::{KilledRuns, Registry};
 
 /// What a shutdown did.
@@ -114,12 +114,23 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         killed: CancellationToken::new(),
         overdue: CancellationToken::new(),
         hooks: std::sync::Arc::default(),
+        hooked: std::sync::Arc::default(),
     };
+    // Should this shutdown be dropped before its kill, its hooks still end a little after the
+    // deadline: hook tasks that can see it stop at `overdue`, the hook runtime stops (so a
+    // blocked hook's task is abandoned and no thread of it outlives the shutdown's work),
+    // and every agent that started its hooks is told they are over (a duplicate is ignored).
     let backstop = {
-        let overdue = order.overdue.clone();
+        let order = order.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(deadline + SHUTDOWN_KILL_WAIT).await;
-            overdue.cancel();
+            order.overdue.cancel();
+            order.hooks.stop();
+            let hooked = std::mem::take(&mut *order.hooked.lock());
+            for agent in hooked {
+                let failures = vec!["shutdown hook did not finish before the deadline".to_owned()];
+                let _ = agent.cast(AgentMsg::ShutdownHooksFinished { failures });
+            }
         })
     };
     let start = registry.begin_shutdown(top, &order);
@@ -152,6 +163,9 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // cancel wakes every one of them (100,000 agents: tens of milliseconds), so it runs as a
     // task of its own while this one waits and reports, and is awaited before returning.
     order.hooks.stop();
+    // Nothing is owed to the hooked agents now (they were killed or have settled); the
+    // orders the registry keeps must not hold their actors.
+    order.hooked.lock().clear();
     let hooks_killed = order.killed.clone();
     drop(order);
     let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });

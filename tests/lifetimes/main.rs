@@ -14,5 +14,6 @@ mod lifetimes_drain_vs_abort;
 mod races_mt;
 mod review5;
 mod review8;
+mod review9;
 mod shutdown_one_deadline;
 mod wait_policies_outcomes;

@@ -127,6 +127,7 @@ impl AgentState {
         // cancels `killed`, which ends this task; `overdue`, a little later, is only a
         // backstop.
         let _ = order.reports.send(HookReport::Started(id));
+        order.hooked.lock().push(myself.clone());
         // On the shutdown's hook runtime: a hook that blocks its thread cannot hold up the
         // deadline, and the kill ends every hook task at once.
         let hook_runtime = order.hooks.clone();
