@@ -124,3 +124,24 @@ pub(crate) enum AgentMsg {
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
 }
+
+/// Sends `actor` the message `build` makes around a reply port and waits for the reply, or
+/// for the actor to exit (`None` then, or when the send is refused).
+///
+/// Never a bare `ractor::call!`: a message sent in the instant its actor exits can be left in
+/// the dead mailbox without being dropped (the channel lives as long as any reference to the
+/// actor, and the registry keeps one), so its reply port would never close and a caller
+/// waiting for the reply alone would wait forever.
+pub(crate) async fn ask<R: Send + 'static>(
+    actor: &ractor::ActorRef<AgentMsg>,
+    build: impl FnOnce(RpcReplyPort<R>) -> AgentMsg,
+) -> Option<R> {
+    let (tx, mut rx) = ractor::concurrency::oneshot();
+    actor.send_message(build(tx.into())).ok()?;
+    tokio::select! {
+        biased;
+        reply = &mut rx => reply.ok(),
+        // A reply sent just before the exit still counts.
+        () = async { let _ = actor.get_cell().wait(None).await; } => rx.try_recv().ok(),
+    }
+}

@@ -441,11 +441,12 @@ impl Tree {
                         .unwrap_or(AgentStatus::Completed);
                     ControlError::WrongStatus(id, status)
                 };
-                ractor::call!(actor, |reply| AgentMsg::Steer {
+                crate::msg::ask(&actor, |reply| AgentMsg::Steer {
                     text,
-                    reply: Some(reply)
+                    reply: Some(reply),
                 })
-                .map_err(|_| gone())?
+                .await
+                .ok_or_else(gone)?
             }
         }
     }

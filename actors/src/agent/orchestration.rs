@@ -463,13 +463,15 @@ async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
             // call never waits on an actor that waits on this one.
             let actor = ActorRef::<AgentMsg>::from(actor);
             let text = input.message;
-            match ractor::call!(actor, |reply| AgentMsg::Steer {
+            let reply = crate::msg::ask(&actor, |reply| AgentMsg::Steer {
                 text,
-                reply: Some(reply)
-            }) {
-                Ok(Ok(receipt)) => receipt,
-                Ok(Err(error)) => return refused(error),
-                Err(_) => {
+                reply: Some(reply),
+            })
+            .await;
+            match reply {
+                Some(Ok(receipt)) => receipt,
+                Some(Err(error)) => return refused(error),
+                None => {
                     let status = state
                         .shared
                         .registry
