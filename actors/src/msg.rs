@@ -45,21 +45,20 @@ pub enum SteerReceipt {
     Queued,
 }
 
-/// What the shutdown's hooks report to the shutdown that ordered them.
-#[derive(Debug)]
-pub(crate) enum HookReport {
-    /// The agent's shutdown hooks started.
-    Started(AgentId),
-    /// They finished (or hit the deadline), with their failures in order.
-    Finished(AgentId, Vec<String>),
-}
+/// What an agent's shutdown hooks report to the shutdown that ordered them when they finish
+/// (or hit the deadline): the agent and the failures, in order.
+pub(crate) type HookReport = (AgentId, Vec<String>);
+
+/// The agents that started their shutdown hooks under one order, with their actors.
+pub(crate) type Hooked =
+    std::sync::Arc<parking_lot::Mutex<Vec<(AgentId, ractor::ActorRef<AgentMsg>)>>>;
 
 /// A shutdown's order to every agent it reaches, all at once.
 #[derive(Clone, Debug)]
 pub(crate) struct ShutdownOrder {
     /// The one deadline of the whole subtree.
     pub(crate) deadline: Instant,
-    /// Where hook starts and failures go.
+    /// Where finished hooks' failures go.
     pub(crate) reports: mpsc::UnboundedSender<HookReport>,
     /// Cancelled at the deadline, after the kill: hook tasks still running end with it.
     pub(crate) killed: CancellationToken,
@@ -70,10 +69,10 @@ pub(crate) struct ShutdownOrder {
     pub(crate) overdue: CancellationToken,
     /// Where the shutdown's hook tasks run; stopped at the kill, or by the backstop.
     pub(crate) hooks: std::sync::Arc<crate::util::HookRuntime>,
-    /// The agents that started their hooks under this order: the backstop tells each its
-    /// hooks are over (a hook blocking its thread never sees `overdue`). A leaf lock: only
-    /// pushed to and drained.
-    pub(crate) hooked: std::sync::Arc<parking_lot::Mutex<Vec<ractor::ActorRef<AgentMsg>>>>,
+    /// The agents that started their hooks under this order: the shutdown's report counts
+    /// them as started, and the backstop tells each its hooks are over (a hook blocking its
+    /// thread never sees `overdue`). A leaf lock: only pushed to and drained.
+    pub(crate) hooked: Hooked,
 }
 
 /// Messages of the tree's actors.

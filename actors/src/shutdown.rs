@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SHUTDOWN_KILL_WAIT;
-use crate::msg::{AgentMsg, HookReport, ShutdownOrder};
+use crate::msg::{AgentMsg, ShutdownOrder};
 use crate::registry::{KilledRuns, Registry};
 
 /// What a shutdown did.
@@ -127,7 +127,7 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
             order.overdue.cancel();
             order.hooks.stop();
             let hooked = std::mem::take(&mut *order.hooked.lock());
-            for agent in hooked {
+            for (_, agent) in hooked {
                 let failures = vec!["shutdown hook did not finish before the deadline".to_owned()];
                 let _ = agent.cast(AgentMsg::ShutdownHooksFinished { failures });
             }
@@ -159,13 +159,15 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         ended_killed,
     } = registry.kill_runs(&runs);
     kill_all(&tops);
-    // Hook tasks still running die with their agents: nothing of them outlives the call. The
-    // cancel wakes every one of them (100,000 agents: tens of milliseconds), so it runs as a
-    // task of its own while this one waits and reports, and is awaited before returning.
+    // Hook tasks still running die with their agents: nothing of them outlives the call.
     order.hooks.stop();
-    // Nothing is owed to the hooked agents now (they were killed or have settled); the
-    // orders the registry keeps must not hold their actors.
-    order.hooked.lock().clear();
+    // The agents whose hooks started, for the report. Nothing more is owed to them (they were
+    // killed or have settled), and the orders the registry keeps must not hold their actors.
+    let hooked = std::mem::take(&mut *order.hooked.lock());
+    let mut hooks = HookLedger::new(hooked.into_iter().map(|(id, _)| id).collect());
+    // Hook tasks on the caller's runtime (current-thread) end with the kill token. Its cancel
+    // wakes every one of them (100,000 agents: tens of milliseconds), so it runs as a task of
+    // its own while this one waits and reports, and is awaited before returning.
     let hooks_killed = order.killed.clone();
     drop(order);
     let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });
@@ -190,9 +192,8 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     }
 
     // 5. Report.
-    let mut hooks = HookLedger::default();
-    while let Ok(report) = hook_reports.try_recv() {
-        hooks.add(report);
+    while let Ok((id, failures)) = hook_reports.try_recv() {
+        hooks.finished(id, failures);
     }
     let ends = runs.iter().zip(ended_killed).map(|(&(id, _), killed)| {
         let end = if killed {
@@ -259,11 +260,17 @@ pub(crate) struct HookLedger {
 }
 
 impl HookLedger {
-    pub(crate) fn add(&mut self, report: HookReport) {
-        match report {
-            HookReport::Started(id) => self.started.push(id),
-            HookReport::Finished(id, failures) => self.finished.push((id, failures)),
+    /// A ledger of the agents whose hooks `started`.
+    pub(crate) fn new(started: Vec<AgentId>) -> Self {
+        HookLedger {
+            started,
+            finished: Vec::new(),
         }
+    }
+
+    /// `id`'s hooks finished (or hit the deadline) with `failures`.
+    pub(crate) fn finished(&mut self, id: AgentId, failures: Vec<String>) {
+        self.finished.push((id, failures));
     }
 
     /// Hook failures of the shutdown's agents, in the order of `runs`.

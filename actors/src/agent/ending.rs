@@ -8,7 +8,7 @@ use super::AgentState;
 use super::Inbound;
 use super::lifecycle::{AfterHooks, Phase};
 use crate::hooks::{self, HookContext};
-use crate::msg::{AgentMsg, HookReport, SETTLED, ShutdownOrder};
+use crate::msg::{AgentMsg, SETTLED, ShutdownOrder};
 use crate::policy::settle;
 
 impl AgentState {
@@ -126,8 +126,7 @@ impl AgentState {
         // At the deadline the shutdown kills this agent if its hooks are still running and
         // cancels `killed`, which ends this task; `overdue`, a little later, is only a
         // backstop.
-        let _ = order.reports.send(HookReport::Started(id));
-        order.hooked.lock().push(myself.clone());
+        order.hooked.lock().push((id, myself.clone()));
         // On the shutdown's hook runtime: a hook that blocks its thread cannot hold up the
         // deadline, and the kill ends every hook task at once.
         let hook_runtime = order.hooks.clone();
@@ -143,9 +142,7 @@ impl AgentState {
                 }
                 failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
             };
-            let _ = order
-                .reports
-                .send(HookReport::Finished(id, failures.clone()));
+            let _ = order.reports.send((id, failures.clone()));
             let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
         });
         self.phase = Phase::Stopping {
