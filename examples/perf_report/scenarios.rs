@@ -387,50 +387,69 @@ impl Actor for RawNode {
     }
 }
 
-/// A raw supervisor holding `Wide` nodes: node 0 of a tree with no children of its own.
-async fn raw_ractor_tree_run(shape: Shape, n: usize) -> TreeRun {
-    let (arrivals, all_in) = Arrivals::new(n);
-    let start = Instant::now();
-    let top = if shape == Shape::Wide {
-        let (holder, arrived_holder) = Arrivals::new(1);
-        let args = RawArgs {
-            shape: Shape::Chain,
-            i: 0,
-            n: 1,
-            arrivals: holder,
-        };
-        let (top, _) = Actor::spawn(None, RawNode, (args, None, None))
+/// A raw node with no children of its own, started and waited for: linked under `parent`
+/// (which its usage deltas go to) if given, reporting deltas on `top` if given. Holders,
+/// chain links and chain roots.
+async fn raw_single(
+    parent: Option<&ActorRef<RawMsg>>,
+    top: Option<mpsc::UnboundedSender<u64>>,
+) -> ActorRef<RawMsg> {
+    let (arrivals, arrived) = Arrivals::new(1);
+    let args = RawArgs {
+        shape: Shape::Wide,
+        i: 0,
+        n: 1,
+        arrivals,
+    };
+    let node = match parent {
+        Some(parent) => {
+            Actor::spawn_linked(
+                None,
+                RawNode,
+                (args, Some(parent.clone()), top),
+                parent.get_cell(),
+            )
             .await
-            .expect("supervisor");
-        arrived_holder.await.expect("supervisor started");
-        for i in 0..n {
-            let args = RawArgs {
-                shape,
-                i,
-                n,
-                arrivals: arrivals.clone(),
-            };
-            Actor::spawn_linked(None, RawNode, (args, None, None), top.get_cell())
-                .await
-                .expect("node");
+            .expect("node")
+            .0
         }
-        top
-    } else {
+        None => {
+            Actor::spawn(None, RawNode, (args, None, top))
+                .await
+                .expect("node")
+                .0
+        }
+    };
+    arrived.await.expect("node started");
+    node
+}
+
+/// Starts the raw ractor nodes of `shape` under `holder`: every node for `Wide` (one after
+/// another, from here), else node 0, which spawns the rest.
+async fn start_raw_ractor(holder: &ActorRef<RawMsg>, shape: Shape, n: usize, arrivals: &Arrivals) {
+    let roots = if shape == Shape::Wide { 0..n } else { 0..1 };
+    for i in roots {
         let args = RawArgs {
             shape,
-            i: 0,
+            i,
             n,
-            arrivals,
+            arrivals: arrivals.clone(),
         };
-        Actor::spawn(None, RawNode, (args, None, None))
+        Actor::spawn_linked(None, RawNode, (args, None, None), holder.get_cell())
             .await
-            .expect("root node")
-            .0
-    };
+            .expect("node");
+    }
+}
+
+async fn raw_ractor_tree_run(shape: Shape, n: usize) -> TreeRun {
+    let (arrivals, all_in) = Arrivals::new(n);
+    let holder = raw_single(None, None).await;
+    let start = Instant::now();
+    start_raw_ractor(&holder, shape, n, &arrivals).await;
     all_in.await.expect("every node starts");
     let spawn = start.elapsed();
     let start = Instant::now();
-    top.stop_and_wait(None, None).await.expect("stops");
+    holder.stop_and_wait(None, None).await.expect("stops");
     TreeRun {
         spawn,
         shutdown: start.elapsed(),
@@ -465,23 +484,25 @@ fn raw_task(
     })
 }
 
+/// Starts the raw tokio tasks of `shape` under `token`: every node's for `Wide`, else node
+/// 0's, which spawns the rest.
+fn start_raw_tokio(
+    shape: Shape,
+    n: usize,
+    arrivals: &Arrivals,
+    token: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let roots = if shape == Shape::Wide { 0..n } else { 0..1 };
+    roots
+        .map(|i| tokio::spawn(raw_task(shape, i, n, arrivals.clone(), token.child_token())))
+        .collect()
+}
+
 async fn raw_tokio_tree_run(shape: Shape, n: usize) -> TreeRun {
     let (arrivals, all_in) = Arrivals::new(n);
     let token = CancellationToken::new();
     let start = Instant::now();
-    let tasks: Vec<_> = if shape == Shape::Wide {
-        (0..n)
-            .map(|i| tokio::spawn(raw_task(shape, i, n, arrivals.clone(), token.child_token())))
-            .collect()
-    } else {
-        vec![tokio::spawn(raw_task(
-            shape,
-            0,
-            n,
-            arrivals,
-            token.child_token(),
-        ))]
-    };
+    let tasks = start_raw_tokio(shape, n, &arrivals, &token);
     all_in.await.expect("every task starts");
     let spawn = start.elapsed();
     let start = Instant::now();
@@ -521,62 +542,16 @@ pub async fn memory_per_node(variant: Variant, shape: Shape, n: usize) -> usize 
             Box::new(tree)
         }
         Variant::RawRactor => {
-            let (holder, arrived_holder) = Arrivals::new(1);
-            let args = RawArgs {
-                shape: Shape::Chain,
-                i: 0,
-                n: 1,
-                arrivals: holder,
-            };
-            let (top, _) = Actor::spawn(None, RawNode, (args, None, None))
-                .await
-                .expect("holder");
-            arrived_holder.await.expect("holder started");
+            let holder = raw_single(None, None).await;
             before = resident_bytes();
-            if shape == Shape::Wide {
-                for i in 0..n {
-                    let args = RawArgs {
-                        shape,
-                        i,
-                        n,
-                        arrivals: arrivals.clone(),
-                    };
-                    Actor::spawn_linked(None, RawNode, (args, None, None), top.get_cell())
-                        .await
-                        .expect("node");
-                }
-            } else {
-                let args = RawArgs {
-                    shape,
-                    i: 0,
-                    n,
-                    arrivals,
-                };
-                Actor::spawn_linked(None, RawNode, (args, None, None), top.get_cell())
-                    .await
-                    .expect("node");
-            }
+            start_raw_ractor(&holder, shape, n, &arrivals).await;
             all_in.await.expect("every node starts");
-            Box::new(top)
+            Box::new(holder)
         }
         Variant::RawTokio => {
             let token = CancellationToken::new();
             before = resident_bytes();
-            let tasks: Vec<_> = if shape == Shape::Wide {
-                (0..n)
-                    .map(|i| {
-                        tokio::spawn(raw_task(shape, i, n, arrivals.clone(), token.child_token()))
-                    })
-                    .collect()
-            } else {
-                vec![tokio::spawn(raw_task(
-                    shape,
-                    0,
-                    n,
-                    arrivals,
-                    token.child_token(),
-                ))]
-            };
+            let tasks = start_raw_tokio(shape, n, &arrivals, &token);
             all_in.await.expect("every task starts");
             Box::new((token, tasks))
         }
@@ -618,36 +593,10 @@ pub async fn raw_chain(
     mpsc::UnboundedReceiver<u64>,
 ) {
     let (top_tx, top_rx) = mpsc::unbounded_channel();
-    let (arrivals, arrived) = Arrivals::new(1);
-    let args = RawArgs {
-        shape: Shape::Wide,
-        i: 0,
-        n: 1,
-        arrivals,
-    };
-    let (root, _) = Actor::spawn(None, RawNode, (args, None, Some(top_tx)))
-        .await
-        .expect("root");
-    arrived.await.expect("root started");
+    let root = raw_single(None, Some(top_tx)).await;
     let mut leaf = root.clone();
     for _ in 1..depth {
-        let (arrivals, arrived) = Arrivals::new(1);
-        let args = RawArgs {
-            shape: Shape::Wide,
-            i: 0,
-            n: 1,
-            arrivals,
-        };
-        let (next, _) = Actor::spawn_linked(
-            None,
-            RawNode,
-            (args, Some(leaf.clone()), None),
-            leaf.get_cell(),
-        )
-        .await
-        .expect("node");
-        arrived.await.expect("node started");
-        leaf = next;
+        leaf = raw_single(Some(&leaf), None).await;
     }
     (root, leaf, top_rx)
 }
