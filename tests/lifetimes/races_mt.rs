@@ -221,3 +221,65 @@ async fn resumes_on_worker_threads() {
         assert_folds(&tree, &events.drain(), run);
     }
 }
+
+/// An owner's run ends by escalation while its own model turn is in flight, on worker
+/// threads: the turn is aborted (its task has no token of its own; a drop guard reports it)
+/// or returns first with its usage, in either order. Whatever the order, the owner settles
+/// once, the usage it recorded is in the records before its terminal event, and the stream
+/// folds to the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
+    let (mut escalated, mut completed) = (0, 0);
+    for run in 0..150u64 {
+        let model = ScriptedModel::new()
+            .script(
+                "sup",
+                Script::new([
+                    Turn::spawn_background("child", "go"),
+                    Turn::answer("sup done")
+                        .after(Duration::from_micros(run % 6 * 250))
+                        .usage(Usage::tokens(1, 1)),
+                ]),
+            )
+            .script("child", Script::new([Turn::fail("boom")]));
+        let tree = Tree::builder()
+            .catalog(catalog([
+                // No restart allowed: the child's first failure escalates.
+                delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 0, 5_000),
+                leaf("child").with_restart(RestartPolicy::Transient),
+            ]))
+            .model(model)
+            .build()
+            .await
+            .expect("builds");
+        let mut events = tree.subscribe();
+        let outcome = bounded("the owner", tree.run(SpawnRequest::new("sup", "go")))
+            .await
+            .expect("admitted");
+        match (outcome.status, outcome.reason) {
+            (AgentStatus::Failed, agent_tree::protocol::EndReason::Escalated) => escalated += 1,
+            (AgentStatus::Completed, _) => completed += 1,
+            other => panic!("run {run}: {other:?} {outcome:?}"),
+        }
+        bounded("idle", tree.idle()).await;
+        tree.snapshot()
+            .check_usage()
+            .unwrap_or_else(|e| panic!("run {run}: {e:?}"));
+        tree.shutdown().await;
+        let events = events.drain();
+        let sup = AgentId::new(1);
+        let terminal = events
+            .iter()
+            .position(|e| e.agent == sup && e.kind.terminal_status().is_some())
+            .expect("the owner settled");
+        assert!(
+            !events[terminal..]
+                .iter()
+                .any(|e| e.agent == sup && matches!(e.kind, EventKind::UsageReported { .. })),
+            "run {run}: usage after the owner's terminal event"
+        );
+        assert_folds(&tree, &events, run as u32);
+    }
+    eprintln!("escalated {escalated}, completed {completed}");
+    assert!(escalated > 0, "the escalation never won the race");
+}
