@@ -103,13 +103,18 @@ pub(crate) struct AgentState {
     /// until it has, it might record usage, which must precede the settle. An aborted turn
     /// task still reports back (`Cancelled`, from its drop guard), so exactly one report
     /// arrives per turn.
-    turn_in_flight: Option<(u32, tokio::task::AbortHandle)>,
+    turn_in_flight: Option<InFlight>,
     /// Owned children, in start order.
     children: Children,
     /// Text for the conversation at the next turn boundary, in arrival order.
     inbox: VecDeque<Inbound>,
     /// The last text the model produced, kept as partial output.
     last_text: String,
+    /// The text of turns cut off at the length limit and continued, joined: the answer's
+    /// first part, once the model finishes it.
+    cut_text: String,
+    /// How many cut-off turns of this run were continued.
+    continuations: u32,
     /// Restart decisions for its children: made when a child's end first needs one (most
     /// agents never have a child end, and the machine is a few hundred bytes).
     supervisor: Option<Box<ChildSupervisor>>,
@@ -117,6 +122,15 @@ pub(crate) struct AgentState {
     open_questions: BTreeMap<AgentId, String>,
     /// The shutdown that reached this run, if one did (boxed: most runs never see one).
     shutdown: Option<Box<ShutdownOrder>>,
+}
+
+/// The model turn in flight: its number, the handle that aborts its task, and the sink it
+/// streams to (whose text is the partial output if the run ends now).
+#[derive(Debug)]
+struct InFlight {
+    turn: u32,
+    abort: tokio::task::AbortHandle,
+    sink: crate::model::TurnSink,
 }
 
 /// Text waiting for the next turn boundary.
@@ -315,6 +329,8 @@ impl AgentState {
             children: Children::default(),
             inbox: early.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
+            cut_text: String::new(),
+            continuations: 0,
             supervisor: None,
             open_questions: BTreeMap::new(),
             shutdown: shutdown.map(Box::new),

@@ -669,19 +669,13 @@ mod tests {
                  never blank",
             ),
             (
-                AgentDefinition {
-                    model: Some("  ".into()),
-                    ..AgentDefinition::new("x", "")
-                },
+                AgentDefinition::new("x", "").with_model(Some("  ".into())),
                 "model",
                 "expected a model name without white space around it, found \"  \" (leave the \
                  model out for the tree's default)",
             ),
             (
-                AgentDefinition {
-                    model: Some("Inherit".into()),
-                    ..AgentDefinition::new("x", "")
-                },
+                AgentDefinition::new("x", "").with_model(Some("Inherit".into())),
                 "model",
                 "expected a model name, found \"Inherit\", which means the tree's default \
                  (leave the model out)",
@@ -706,10 +700,11 @@ mod tests {
         let err = Catalog::new([
             AgentDefinition::new("a", "").with_max_turns(0),
             AgentDefinition::new("b", ""),
-            AgentDefinition {
-                restart_period_ms: 0,
-                ..AgentDefinition::new("", "")
-            },
+            AgentDefinition::new("", "").with_supervision(
+                agent_tree_protocol::Strategy::OneForOne,
+                agent_tree_protocol::DEFAULT_MAX_RESTARTS,
+                0,
+            ),
         ])
         .unwrap_err();
         let found: Vec<_> = definition_errors(err)

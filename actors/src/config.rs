@@ -34,6 +34,91 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 pub const SHUTDOWN_KILL_WAIT: Duration = Duration::from_millis(100);
 /// Deepest depth at which a definition's `inherit_context` is honoured.
 pub const INHERIT_CONTEXT_MAX_DEPTH: u32 = 2;
+/// Default cap on children one agent may spawn in its whole life.
+pub const DEFAULT_MAX_SPAWNS_PER_AGENT: u32 = 64;
+/// Default cap on agents a tree may spawn in its whole life.
+pub const DEFAULT_MAX_SPAWNS_PER_TREE: u64 = 10_000;
+/// Default cap on tool calls one model turn may make; the calls past it are answered with an
+/// error result, never run.
+pub const DEFAULT_MAX_TOOL_CALLS_PER_TURN: usize = 64;
+/// Default cap on steers one run of an agent may be sent.
+pub const DEFAULT_MAX_STEERS_PER_RUN: u32 = 100;
+/// Default cap on the size of one steer's text, in bytes.
+pub const DEFAULT_MAX_STEER_BYTES: usize = 32 * 1024;
+/// Default number of times a turn cut off at the length limit is continued.
+pub const DEFAULT_LENGTH_CONTINUATIONS: u32 = 2;
+
+/// How failed model calls of retryable kinds (rate-limited, transient) are tried again.
+///
+/// At most `max_attempts` calls per turn in all; between them, a provider's retry-after is
+/// waited exactly (unless longer than `max_wait`, which fails the call at once), else an
+/// exponential backoff from `initial_backoff`, doubling, capped at `max_backoff`, with equal
+/// jitter (each wait is between half and all of the backoff, drawn from the agent, run and
+/// turn, so the same tree waits the same). Each failed attempt's usage is billed; a
+/// `retrying` event names the attempt and the wait. The waits run on tokio's clock, so paused
+/// tests advance through them.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::{RetryPolicy, TreeConfig};
+/// let config = TreeConfig::default().with_retry(
+///     RetryPolicy::default()
+///         .with_max_attempts(6)
+///         .with_backoff(Duration::from_millis(200), Duration::from_secs(10)),
+/// );
+/// assert_eq!(config.retry.max_attempts, 6);
+/// assert_eq!(RetryPolicy::none().max_attempts, 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Calls per turn in all, the first included (1: never retry).
+    pub max_attempts: u32,
+    /// The first backoff.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+    /// The longest retry-after honoured; a longer one fails the call at once.
+    pub max_wait: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 4 attempts, backoff from 500 ms to 30 s, retry-after honoured up to 60 s.
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            max_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: every failure fails the agent.
+    pub fn none() -> Self {
+        RetryPolicy::default().with_max_attempts(1)
+    }
+
+    /// Sets the number of calls per turn in all.
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Sets the first and the longest backoff.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    /// Sets the longest retry-after honoured.
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+}
 
 /// Which agents an agent's control tools (result, steer, resume, abort) reach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,8 +154,25 @@ pub struct TreeConfig {
     pub max_total_agents: usize,
     /// Top-level background agents running at once (the rest wait, FIFO).
     pub max_concurrent: usize,
-    /// Children one agent may spawn in its whole life, if limited.
+    /// Children one agent may spawn in its whole life, if limited (by default
+    /// [`DEFAULT_MAX_SPAWNS_PER_AGENT`]).
     pub max_spawns_per_agent: Option<u32>,
+    /// Agents the whole tree may spawn in its life, the application's included.
+    pub max_spawns_per_tree: u64,
+    /// Tool calls one model turn may make; the calls past it get an error result.
+    pub max_tool_calls_per_turn: usize,
+    /// Steers one run of an agent may be sent (by its owner or the application).
+    pub max_steers_per_run: u32,
+    /// The largest steer, in bytes of text.
+    pub max_steer_bytes: usize,
+    /// How failed model calls are retried.
+    pub retry: RetryPolicy,
+    /// How many times a turn cut off at the length limit (without tool calls) is continued
+    /// (the model is asked to go on, and the pieces are joined into one answer) before the
+    /// agent fails with reason `length_limit`; 0 fails at the first cut-off.
+    pub length_continuations: u32,
+    /// Whether text a model streams reaches event subscribers as `text_delta` events.
+    pub stream_events: bool,
     /// Tokens (input + output) a subtree may use before its root may spawn no more, if
     /// limited.
     pub max_subtree_tokens: Option<u64>,
@@ -95,7 +197,14 @@ impl Default for TreeConfig {
             max_children_per_agent: DEFAULT_MAX_CHILDREN_PER_AGENT,
             max_total_agents: DEFAULT_MAX_TOTAL_AGENTS,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
-            max_spawns_per_agent: None,
+            max_spawns_per_agent: Some(DEFAULT_MAX_SPAWNS_PER_AGENT),
+            max_spawns_per_tree: DEFAULT_MAX_SPAWNS_PER_TREE,
+            max_tool_calls_per_turn: DEFAULT_MAX_TOOL_CALLS_PER_TURN,
+            max_steers_per_run: DEFAULT_MAX_STEERS_PER_RUN,
+            max_steer_bytes: DEFAULT_MAX_STEER_BYTES,
+            retry: RetryPolicy::default(),
+            length_continuations: DEFAULT_LENGTH_CONTINUATIONS,
+            stream_events: false,
             max_subtree_tokens: None,
             control_scope: ControlScope::Children,
             attenuate_tools: false,
@@ -200,6 +309,16 @@ settings! {
     max_total_agents: usize,
     max_concurrent: usize,
     max_spawns_per_agent: u32,
+    max_spawns_per_tree: u64,
+    max_tool_calls_per_turn: usize,
+    max_steers_per_run: u32,
+    max_steer_bytes: usize,
+    model_retry_attempts: u32,
+    model_retry_initial_ms: u64,
+    model_retry_max_ms: u64,
+    model_retry_max_wait_ms: u64,
+    length_continuations: u32,
+    stream_events: bool,
     max_subtree_tokens: u64,
     control_scope: ControlScope,
     attenuate_tools: bool,
@@ -309,7 +428,30 @@ impl TreeConfig {
             max_children_per_agent: s.max_children_per_agent.unwrap_or(d.max_children_per_agent),
             max_total_agents: s.max_total_agents.unwrap_or(d.max_total_agents),
             max_concurrent: s.max_concurrent.unwrap_or(d.max_concurrent),
-            max_spawns_per_agent: s.max_spawns_per_agent,
+            max_spawns_per_agent: s.max_spawns_per_agent.or(d.max_spawns_per_agent),
+            max_spawns_per_tree: s.max_spawns_per_tree.unwrap_or(d.max_spawns_per_tree),
+            max_tool_calls_per_turn: s
+                .max_tool_calls_per_turn
+                .unwrap_or(d.max_tool_calls_per_turn),
+            max_steers_per_run: s.max_steers_per_run.unwrap_or(d.max_steers_per_run),
+            max_steer_bytes: s.max_steer_bytes.unwrap_or(d.max_steer_bytes),
+            retry: RetryPolicy {
+                max_attempts: s.model_retry_attempts.unwrap_or(d.retry.max_attempts),
+                initial_backoff: s
+                    .model_retry_initial_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.retry.initial_backoff),
+                max_backoff: s
+                    .model_retry_max_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.retry.max_backoff),
+                max_wait: s
+                    .model_retry_max_wait_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.retry.max_wait),
+            },
+            length_continuations: s.length_continuations.unwrap_or(d.length_continuations),
+            stream_events: s.stream_events.unwrap_or(d.stream_events),
             max_subtree_tokens: s.max_subtree_tokens,
             control_scope: s.control_scope.unwrap_or(d.control_scope),
             attenuate_tools: s.attenuate_tools.unwrap_or(d.attenuate_tools),
@@ -358,6 +500,24 @@ impl TreeConfig {
         if self.root_restart_period.is_zero() {
             return Err(invalid("root_restart_period_ms", "must be more than 0"));
         }
+        if self.max_spawns_per_tree == 0 {
+            return Err(invalid("max_spawns_per_tree", "must be at least 1"));
+        }
+        if self.max_tool_calls_per_turn == 0 {
+            return Err(invalid("max_tool_calls_per_turn", "must be at least 1"));
+        }
+        if self.max_steer_bytes == 0 {
+            return Err(invalid("max_steer_bytes", "must be at least 1"));
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(invalid("model_retry_attempts", "must be at least 1"));
+        }
+        if self.retry.initial_backoff > self.retry.max_backoff {
+            return Err(invalid(
+                "model_retry_initial_ms",
+                "must not be more than model_retry_max_ms",
+            ));
+        }
         Ok(())
     }
 
@@ -388,6 +548,49 @@ impl TreeConfig {
     /// Limits how many children one agent may spawn in its life.
     pub fn with_max_spawns_per_agent(mut self, max: u32) -> Self {
         self.max_spawns_per_agent = Some(max);
+        self
+    }
+
+    /// Removes the cap on children one agent may spawn in its life.
+    pub fn with_unlimited_spawns_per_agent(mut self) -> Self {
+        self.max_spawns_per_agent = None;
+        self
+    }
+
+    /// Sets the cap on agents the tree may spawn in its life.
+    pub fn with_max_spawns_per_tree(mut self, max: u64) -> Self {
+        self.max_spawns_per_tree = max;
+        self
+    }
+
+    /// Sets the cap on tool calls per model turn.
+    pub fn with_max_tool_calls_per_turn(mut self, max: usize) -> Self {
+        self.max_tool_calls_per_turn = max;
+        self
+    }
+
+    /// Sets the caps on steers per run and on one steer's size in bytes.
+    pub fn with_steer_limits(mut self, per_run: u32, max_bytes: usize) -> Self {
+        self.max_steers_per_run = per_run;
+        self.max_steer_bytes = max_bytes;
+        self
+    }
+
+    /// Sets how failed model calls are retried.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets how many times a turn cut off at the length limit is continued.
+    pub fn with_length_continuations(mut self, continuations: u32) -> Self {
+        self.length_continuations = continuations;
+        self
+    }
+
+    /// Turns `text_delta` events on or off.
+    pub fn with_stream_events(mut self, on: bool) -> Self {
+        self.stream_events = on;
         self
     }
 

@@ -1,6 +1,9 @@
 //! Errors of the runtime, one enum per family.
 
-use agent_tree_protocol::AgentId;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::{AgentId, ModelErrorKind, Usage};
 
 /// A spawn (or resume) that was refused, or whose actor could not start.
 ///
@@ -127,20 +130,183 @@ pub enum ControlError {
     NoTurnsLeft(AgentId),
 }
 
-/// A model turn that failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("model error: {message}")]
+/// A model call that failed: what kind of failure, the provider's HTTP status and
+/// retry-after where there were any, the usage the provider reported for the failed call,
+/// and the underlying error.
+///
+/// The kind decides what the runtime does (see [`Model`](crate::Model)): rate-limited and
+/// transient failures are retried by the tree's [`RetryPolicy`](crate::RetryPolicy), every
+/// other kind fails the agent with reason `model_error`. The usage is billed either way.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::ModelError;
+/// use agent_tree_protocol::{ModelErrorKind, Usage};
+///
+/// let err = ModelError::from_status(429, "slow down")
+///     .with_retry_after(Duration::from_secs(2))
+///     .with_usage(Usage::tokens(12, 0));
+/// assert_eq!(err.kind, ModelErrorKind::RateLimited);
+/// assert!(err.is_retryable());
+/// assert_eq!(err.to_string(), "model error: rate_limited (HTTP 429): slow down");
+///
+/// // An error built from text alone is a provider error, shown as its text.
+/// assert_eq!(ModelError::new("boom").to_string(), "model error: boom");
+/// assert!(!ModelError::new("boom").is_retryable());
+/// ```
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("model error: {}", self.describe())]
+#[non_exhaustive]
 pub struct ModelError {
-    /// What went wrong.
+    /// What kind of failure it was.
+    pub kind: ModelErrorKind,
+    /// What went wrong, as the provider or adapter said it.
     pub message: String,
+    /// The HTTP status of the response, if there was one.
+    pub status: Option<u16>,
+    /// How long the provider asked to wait before trying again (`retry-after`).
+    pub retry_after: Option<Duration>,
+    /// What the provider reported the failed call used; billed like a turn's usage.
+    pub usage: Usage,
+    /// The underlying error (the HTTP client's, the decoder's), if any.
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl PartialEq for ModelError {
+    /// Errors are equal when every field but the underlying error is.
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+            && self.message == other.message
+            && self.status == other.status
+            && self.retry_after == other.retry_after
+            && self.usage == other.usage
+    }
 }
 
 impl ModelError {
-    /// A model error with `message`.
+    /// A [`ModelErrorKind::Provider`] error with `message`: not retried.
     pub fn new(message: impl Into<String>) -> Self {
+        ModelError::of_kind(ModelErrorKind::Provider, message)
+    }
+
+    /// An error of `kind` with `message`.
+    ///
+    /// ```
+    /// use agent_tree_actors::ModelError;
+    /// use agent_tree_protocol::ModelErrorKind;
+    /// let err = ModelError::of_kind(ModelErrorKind::Transient, "connection reset");
+    /// assert!(err.is_retryable());
+    /// assert_eq!(err.to_string(), "model error: transient: connection reset");
+    /// ```
+    pub fn of_kind(kind: ModelErrorKind, message: impl Into<String>) -> Self {
         ModelError {
+            kind,
             message: message.into(),
+            status: None,
+            retry_after: None,
+            usage: Usage::ZERO,
+            source: None,
         }
+    }
+
+    /// A transient failure (a timeout, a dropped connection): retried.
+    pub fn transient(message: impl Into<String>) -> Self {
+        ModelError::of_kind(ModelErrorKind::Transient, message)
+    }
+
+    /// A rate-limit refusal, with the wait the provider asked for if it gave one: retried.
+    pub fn rate_limited(message: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        ModelError {
+            retry_after,
+            ..ModelError::of_kind(ModelErrorKind::RateLimited, message)
+        }
+    }
+
+    /// The error an HTTP response with `status` means ([`ModelErrorKind::from_status`]),
+    /// with `body` (cut to [`ModelError::MAX_MESSAGE`] bytes) as its message.
+    ///
+    /// ```
+    /// use agent_tree_actors::ModelError;
+    /// use agent_tree_protocol::ModelErrorKind;
+    /// let err = ModelError::from_status(503, "x".repeat(10_000));
+    /// assert_eq!((err.kind, err.status), (ModelErrorKind::Transient, Some(503)));
+    /// assert!(err.message.len() <= ModelError::MAX_MESSAGE + 3);
+    /// ```
+    pub fn from_status(status: u16, body: impl Into<String>) -> Self {
+        let mut body = body.into();
+        cut_to(&mut body, ModelError::MAX_MESSAGE);
+        ModelError {
+            status: Some(status),
+            ..ModelError::of_kind(ModelErrorKind::from_status(status), body)
+        }
+    }
+
+    /// The longest message [`ModelError::from_status`] keeps of a response body, in bytes.
+    pub const MAX_MESSAGE: usize = 1024;
+
+    /// The same error with an HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// The same error with the wait the provider asked for.
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// The same error with the usage the provider reported for the failed call.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// The same error with its underlying cause, kept as [`std::error::Error::source`].
+    ///
+    /// ```
+    /// use agent_tree_actors::ModelError;
+    /// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timed out");
+    /// let err = ModelError::transient("request timed out").with_source(io);
+    /// assert!(std::error::Error::source(&err).unwrap().to_string().contains("read timed out"));
+    /// ```
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The same error of another kind.
+    pub fn with_kind(mut self, kind: ModelErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Whether the runtime retries this error ([`ModelErrorKind::is_retryable`]).
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+
+    /// The error as an agent's outcome shows it: the message alone for a plain provider
+    /// error, else the kind and status first (`rate_limited (HTTP 429): slow down`).
+    pub fn describe(&self) -> String {
+        match (self.kind, self.status) {
+            (ModelErrorKind::Provider, None) => self.message.clone(),
+            (kind, None) => format!("{kind}: {}", self.message),
+            (kind, Some(status)) => format!("{kind} (HTTP {status}): {}", self.message),
+        }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, marking the cut with `...`.
+pub(crate) fn cut_to(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
     }
 }
 

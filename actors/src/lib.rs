@@ -30,14 +30,16 @@ mod wait;
 
 pub use catalog::{Catalog, CatalogError, parse_agent_file};
 pub use config::{
-    ConfigError, ControlScope, DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_DEPTH, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE, INHERIT_CONTEXT_MAX_DEPTH,
-    SHUTDOWN_KILL_WAIT, TreeConfig,
+    ConfigError, ControlScope, DEFAULT_LENGTH_CONTINUATIONS, DEFAULT_MAX_CHILDREN_PER_AGENT,
+    DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_SPAWNS_PER_AGENT,
+    DEFAULT_MAX_SPAWNS_PER_TREE, DEFAULT_MAX_STEER_BYTES, DEFAULT_MAX_STEERS_PER_RUN,
+    DEFAULT_MAX_TOOL_CALLS_PER_TURN, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE,
+    INHERIT_CONTEXT_MAX_DEPTH, RetryPolicy, SHUTDOWN_KILL_WAIT, TreeConfig,
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
 pub use hooks::{Hook, HookContext, HookError};
-pub use model::{Model, ModelRequest, ModelResponse};
+pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;
 pub use shutdown::ShutdownReport;
 pub use tool::{

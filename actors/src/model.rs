@@ -5,11 +5,16 @@
 //! so the agent keeps handling steers, child results and aborts while a call is in flight;
 //! an abort drops the turn's future at its next await point.
 
+use std::fmt;
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentDefinition, AgentId, Message, ToolCall, ToolSpec, Usage};
+use agent_tree_protocol::{
+    AgentDefinition, AgentId, EventKind, FinishReason, Message, ToolCall, ToolSpec, Usage,
+};
+use parking_lot::Mutex;
 
 use crate::error::ModelError;
+use crate::shared::SharedRef;
 use crate::util::BoxFuture;
 
 /// What a model turn is given.
@@ -34,6 +39,8 @@ pub struct ModelRequest {
     pub messages: Arc<[Message]>,
     /// The tools the agent is offered.
     pub tools: Arc<[ToolSpec]>,
+    /// Where a streaming model reports text as it arrives and usage as it learns it.
+    pub sink: TurnSink,
 }
 
 impl ModelRequest {
@@ -73,7 +80,40 @@ impl ModelRequest {
             turn: 1,
             messages: Arc::from([]),
             tools: Arc::from([]),
+            sink: TurnSink::default(),
         }
+    }
+
+    /// The same request at `depth`.
+    pub fn with_depth(mut self, depth: u32) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// The same request as turn `turn` of run `incarnation`.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_tree_actors::ModelRequest;
+    /// # use agent_tree_protocol::{AgentDefinition, AgentId, Message};
+    /// let request = ModelRequest::new(AgentId::new(3), Arc::new(AgentDefinition::new("w", "")))
+    ///     .with_depth(2)
+    ///     .with_turn(2, 4)
+    ///     .with_messages(vec![Message::user("go")]);
+    /// assert_eq!((request.depth, request.incarnation, request.turn), (2, 2, 4));
+    /// assert_eq!(request.messages.len(), 1);
+    /// ```
+    pub fn with_turn(mut self, incarnation: u32, turn: u32) -> Self {
+        self.incarnation = incarnation;
+        self.turn = turn;
+        self
+    }
+
+    /// The same request reporting to `sink` (for a test of a streaming adapter: see
+    /// [`TurnSink::recording`]).
+    pub fn with_sink(mut self, sink: TurnSink) -> Self {
+        self.sink = sink;
+        self
     }
 
     /// The same request with `messages`.
@@ -90,7 +130,17 @@ impl ModelRequest {
 }
 
 /// What a model turn returns.
+///
+/// ```
+/// use agent_tree_actors::ModelResponse;
+/// use agent_tree_protocol::{FinishReason, Usage};
+/// let cut = ModelResponse::text("The first half")
+///     .with_finish_reason(FinishReason::Length)
+///     .with_usage(Usage::tokens(10, 4096));
+/// assert_eq!(cut.finish_reason, FinishReason::Length);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ModelResponse {
     /// The model's text. With no tool calls, this is the agent's final answer.
     pub text: String,
@@ -98,6 +148,9 @@ pub struct ModelResponse {
     pub tool_calls: Vec<ToolCall>,
     /// What the turn consumed.
     pub usage: Usage,
+    /// Why the model stopped. A turn cut off at [`FinishReason::Length`] without tool calls
+    /// is not a final answer: the tree's `length_cutoff` setting continues or fails it.
+    pub finish_reason: FinishReason,
 }
 
 impl ModelResponse {
@@ -117,18 +170,224 @@ impl ModelResponse {
         }
     }
 
+    /// A turn with both text and tool calls.
+    pub fn text_and_calls(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        ModelResponse {
+            text: text.into(),
+            tool_calls,
+            ..ModelResponse::default()
+        }
+    }
+
     /// The same response with `usage`.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
         self
     }
+
+    /// The same response with `finish_reason`.
+    pub fn with_finish_reason(mut self, finish_reason: FinishReason) -> Self {
+        self.finish_reason = finish_reason;
+        self
+    }
+}
+
+/// Where a model reports what it learns during a call: the text as it streams, and the usage
+/// so far. Every [`ModelRequest`] carries one ([`ModelRequest::sink`]).
+///
+/// A model that does not stream ignores it. A streaming model calls [`TurnSink::text`] with
+/// each text delta and [`TurnSink::usage`] whenever the provider reports usage. What that
+/// buys:
+///
+/// * An agent aborted mid-turn keeps the text streamed so far as its partial output.
+/// * A call that is aborted, or fails without usage of its own, is billed the usage last
+///   reported here (the provider billed it). A call that returns is billed its response's
+///   usage; a call that fails with usage in its [`ModelError`] is billed that.
+/// * With the tree's `stream_events` setting on, deltas reach event subscribers as
+///   `text_delta` events, joined into pieces of at least [`TurnSink::EVENT_BYTES`] bytes so
+///   a busy stream stays a few events.
+///
+/// Cheap to clone: clones report to the same turn. A sink made with `default()` records
+/// nothing.
+///
+/// ```
+/// use agent_tree_actors::TurnSink;
+/// use agent_tree_protocol::Usage;
+/// let sink = TurnSink::recording();
+/// sink.text("Hel");
+/// sink.text("lo");
+/// sink.usage(Usage::tokens(5, 2));
+/// assert_eq!(sink.streamed_text(), "Hello");
+/// assert_eq!(sink.reported_usage(), Usage::tokens(5, 2));
+/// assert_eq!(TurnSink::default().streamed_text(), "");
+/// ```
+#[derive(Clone, Default)]
+pub struct TurnSink {
+    inner: Option<Arc<SinkInner>>,
+}
+
+/// One turn's streamed state. The lock is a leaf: only these fields are touched under it,
+/// never an await, and an event is announced after it is released.
+struct SinkInner {
+    state: Mutex<SinkState>,
+    /// Where `text_delta` events go, when the tree streams events.
+    events: Option<(SharedRef, AgentId, u32)>,
+}
+
+#[derive(Default)]
+struct SinkState {
+    text: String,
+    /// Text not yet announced as an event.
+    pending: String,
+    usage: Usage,
+}
+
+impl fmt::Debug for TurnSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnSink")
+            .field("recording", &self.inner.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnSink {
+    /// The fewest bytes of text one `text_delta` event carries (the last of a turn may be
+    /// shorter).
+    pub const EVENT_BYTES: usize = 256;
+
+    /// A sink that keeps what it is told, for tests of a streaming adapter.
+    pub fn recording() -> Self {
+        TurnSink {
+            inner: Some(Arc::new(SinkInner {
+                state: Mutex::new(SinkState::default()),
+                events: None,
+            })),
+        }
+    }
+
+    /// The runtime's sink for one turn; `events` when the tree streams events.
+    pub(crate) fn for_turn(events: Option<(SharedRef, AgentId, u32)>) -> Self {
+        TurnSink {
+            inner: Some(Arc::new(SinkInner {
+                state: Mutex::new(SinkState::default()),
+                events,
+            })),
+        }
+    }
+
+    /// Reports text the model streamed.
+    pub fn text(&self, delta: &str) {
+        let Some(inner) = &self.inner else { return };
+        let ready = {
+            let mut state = inner.state.lock();
+            state.text.push_str(delta);
+            if inner.events.is_some() {
+                state.pending.push_str(delta);
+            }
+            (state.pending.len() >= TurnSink::EVENT_BYTES)
+                .then(|| std::mem::take(&mut state.pending))
+        };
+        if let Some(text) = ready {
+            inner.announce(text);
+        }
+    }
+
+    /// Reports the usage of the call so far (it replaces what was reported before).
+    pub fn usage(&self, usage: Usage) {
+        if let Some(inner) = &self.inner {
+            inner.state.lock().usage = usage;
+        }
+    }
+
+    /// The text streamed so far.
+    pub fn streamed_text(&self) -> String {
+        self.inner
+            .as_ref()
+            .map(|inner| inner.state.lock().text.clone())
+            .unwrap_or_default()
+    }
+
+    /// The usage last reported.
+    pub fn reported_usage(&self) -> Usage {
+        self.inner
+            .as_ref()
+            .map(|inner| inner.state.lock().usage)
+            .unwrap_or_default()
+    }
+
+    /// Whether any text was streamed.
+    pub(crate) fn has_text(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| !inner.state.lock().text.is_empty())
+    }
+
+    /// Starts a new attempt of the same turn: the text and usage of a failed attempt are
+    /// not the next one's.
+    pub(crate) fn reset(&self) {
+        if let Some(inner) = &self.inner {
+            let mut state = inner.state.lock();
+            state.text.clear();
+            state.pending.clear();
+            state.usage = Usage::ZERO;
+        }
+    }
+
+    /// Announces the text not yet announced (at the end of a call).
+    pub(crate) fn flush(&self) {
+        let Some(inner) = &self.inner else { return };
+        let text = std::mem::take(&mut inner.state.lock().pending);
+        if !text.is_empty() {
+            inner.announce(text);
+        }
+    }
+
+    /// Takes the usage last reported, so it is billed once.
+    pub(crate) fn take_usage(&self) -> Usage {
+        self.inner
+            .as_ref()
+            .map(|inner| std::mem::take(&mut inner.state.lock().usage))
+            .unwrap_or_default()
+    }
+}
+
+impl SinkInner {
+    fn announce(&self, text: String) {
+        if let Some((shared, agent, turn)) = &self.events {
+            shared
+                .registry
+                .announce(*agent, EventKind::TextDelta { turn: *turn, text });
+        }
+    }
 }
 
 /// A language model, as the tree sees it.
 ///
-/// Implement it for any LLM client. The future may borrow `self`; the runtime keeps the model
-/// alive (in an `Arc`) for as long as the turn runs, and drops the future when the agent is
-/// aborted.
+/// Implement it for any LLM client; the `agent-tree-models` crate has adapters for
+/// OpenAI-compatible servers and Anthropic. This is the contract between a model and the
+/// runtime, in the manner of tower's `Service`:
+///
+/// * **Concurrency.** `turn` takes `&self` and is called concurrently, by every agent of the
+///   tree at once (one call per agent at a time). Share connection pools inside; keep no
+///   per-agent state in the model, the request carries everything.
+/// * **Cancellation.** The returned future is dropped when the agent is aborted, shut down or
+///   escalated. Dropping it must cancel the call (an HTTP client's request future does: the
+///   connection is closed). Nothing after the last await point is guaranteed to run.
+/// * **Usage.** Report the provider's usage in [`ModelResponse::usage`], converted to the
+///   [`Usage`] contract: `input_tokens` excludes cached prompt tokens (subtract them for
+///   OpenAI and Gemini), `reasoning_tokens` is the part of `output_tokens` spent reasoning.
+///   For a failed call, put what the provider reported in [`ModelError::usage`]; a streaming
+///   model reports usage to [`ModelRequest::sink`] as it learns it, so an aborted call is
+///   billed too.
+/// * **Failures.** Return a [`ModelError`] of the right kind: `RateLimited` (with the
+///   provider's retry-after) and `Transient` are retried by the tree's retry policy
+///   (`TreeConfig::retry`), with backoff, under the same turn number; `ContextLength`,
+///   `Auth`, `InvalidRequest` and `Provider` fail the agent with reason `model_error`. Do not
+///   retry inside the model as well.
+/// * **Finish reason.** Set [`ModelResponse::finish_reason`]. `Length` without tool calls is
+///   continued or failed by the tree's `length_cutoff` setting, never taken as an answer.
+/// * **Panics.** A panic in `turn` or its future is caught: the agent fails with reason
+///   `panicked`, the rest of the tree carries on.
 ///
 /// ```
 /// use agent_tree_actors::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse};
@@ -149,6 +408,7 @@ pub trait Model: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// A [`ModelError`] fails the agent with reason `model_error`.
+    /// A [`ModelError`]: retried by the tree's retry policy when its kind is retryable,
+    /// else the agent fails with reason `model_error`.
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>>;
 }

@@ -105,11 +105,7 @@ where
     /// A tool named `name` that runs `f`, taking any JSON input.
     pub fn new(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
         FnTool {
-            spec: ToolSpec {
-                name: name.into(),
-                description: description.into(),
-                input_schema: serde_json::json!({ "type": "object" }),
-            },
+            spec: ToolSpec::new(name, description, serde_json::json!({ "type": "object" })),
             f,
         }
     }

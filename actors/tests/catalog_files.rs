@@ -112,22 +112,18 @@ fn pi_style_directory_loads_its_md_files_in_name_order() {
     let planner = catalog.get("planner").unwrap();
     assert_eq!(
         **planner,
-        AgentDefinition {
-            name: "planner".into(),
-            description: "Breaks a task into steps and delegates each step.".into(),
-            prompt: "You are a planner. Split the task into independent steps, give each step \
-                     to a\n`scout` or a `worker`, and merge their results."
-                .into(),
-            tools: ToolSet::only(["read", "grep", "find"]),
-            allowed_subagents: SubagentAllowance::only(["scout", "worker"]),
-            max_turns: Some(20),
-            restart: RestartPolicy::Transient,
-            strategy: Strategy::OneForAll,
-            max_restarts: 3,
-            restart_period_ms: 10_000,
-            settle: SettlePolicy::Drain,
-            ..AgentDefinition::default()
-        }
+        AgentDefinition::new(
+            "planner",
+            "You are a planner. Split the task into independent steps, give each step \
+             to a\n`scout` or a `worker`, and merge their results."
+        )
+        .with_description("Breaks a task into steps and delegates each step.")
+        .with_tools(ToolSet::only(["read", "grep", "find"]))
+        .with_allowed_subagents(SubagentAllowance::only(["scout", "worker"]))
+        .with_max_turns(20)
+        .with_restart(RestartPolicy::Transient)
+        .with_supervision(Strategy::OneForAll, 3, 10_000)
+        .with_settle(SettlePolicy::Drain)
     );
 
     let scout = catalog.get("scout").unwrap();

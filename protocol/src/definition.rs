@@ -240,6 +240,7 @@ pub enum SettlePolicy {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct AgentDefinition {
     /// The type name agents are spawned by.
     pub name: String,
@@ -394,6 +395,24 @@ impl AgentDefinition {
     /// Sets the settle policy.
     pub fn with_settle(mut self, settle: SettlePolicy) -> Self {
         self.settle = settle;
+        self
+    }
+
+    /// Sets the model name to ask for (`None`: the tree's default).
+    ///
+    /// ```
+    /// use agent_tree_protocol::AgentDefinition;
+    /// let d = AgentDefinition::new("w", "").with_model(Some("gpt-4o-mini".into()));
+    /// assert_eq!(d.model.as_deref(), Some("gpt-4o-mini"));
+    /// ```
+    pub fn with_model(mut self, model: Option<String>) -> Self {
+        self.model = model;
+        self
+    }
+
+    /// Sets whether the child sees its owner's conversation.
+    pub fn with_inherit_context(mut self, inherit: bool) -> Self {
+        self.inherit_context = inherit;
         self
     }
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::definition::AgentDefinition;
 use crate::ids::AgentId;
 use crate::ids::RequestId;
+use crate::message::ModelErrorKind;
 use crate::outcome::{EndReason, Outcome};
 use crate::status::AgentStatus;
 use crate::usage::Usage;
@@ -82,6 +83,26 @@ pub enum EventKind {
     UsageReported {
         /// The turn's delta.
         delta: Usage,
+    },
+    /// A model turn failed with a transient error and will be tried again after `delay_ms`
+    /// (the tree's retry policy). The failed attempt's usage, if any, was reported before.
+    Retrying {
+        /// The turn being retried.
+        turn: u32,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// What kind of failure it was.
+        error_kind: ModelErrorKind,
+        /// How long the runtime waits before the next attempt.
+        delay_ms: u64,
+    },
+    /// Text the model streamed during a turn (only when the tree's config enables
+    /// `stream_events`; several deltas may be joined into one event).
+    TextDelta {
+        /// The turn streaming.
+        turn: u32,
+        /// The text since the last delta.
+        text: String,
     },
     /// A steer reached the agent's conversation at a turn boundary.
     Steered,
@@ -187,6 +208,8 @@ impl EventKind {
             EventKind::Dequeued => "dequeued",
             EventKind::Started { .. } => "started",
             EventKind::UsageReported { .. } => "usage_reported",
+            EventKind::Retrying { .. } => "retrying",
+            EventKind::TextDelta { .. } => "text_delta",
             EventKind::Steered => "steered",
             EventKind::Asked { .. } => "asked",
             EventKind::Completing => "completing",
@@ -268,6 +291,10 @@ pub struct EventTally {
     pub started: u64,
     /// `usage_reported` events.
     pub usage_reported: u64,
+    /// `retrying` events.
+    pub retrying: u64,
+    /// `text_delta` events.
+    pub text_delta: u64,
     /// `steered` events.
     pub steered: u64,
     /// `asked` events.
@@ -299,6 +326,8 @@ impl EventTally {
             EventKind::Dequeued => &mut self.dequeued,
             EventKind::Started { .. } => &mut self.started,
             EventKind::UsageReported { .. } => &mut self.usage_reported,
+            EventKind::Retrying { .. } => &mut self.retrying,
+            EventKind::TextDelta { .. } => &mut self.text_delta,
             EventKind::Steered => &mut self.steered,
             EventKind::Asked { .. } => &mut self.asked,
             EventKind::Completing => &mut self.completing,
@@ -321,6 +350,8 @@ impl EventTally {
             self.dequeued,
             self.started,
             self.usage_reported,
+            self.retrying,
+            self.text_delta,
             self.steered,
             self.asked,
             self.completing,
@@ -340,14 +371,14 @@ impl EventTally {
 impl fmt::Display for EventTally {
     /// `started=.. completed=.. failed=.. aborted=.. killed=.. restarted=.. queued=..
     /// resumed=.. usage_reported=.. steered=.. asked=.. context_dropped=.. spawned=..
-    /// dequeued=.. completing=..` (the kinds added later come last, so older readers of the
+    /// dequeued=.. completing=.. retrying=.. text_delta=..` (the kinds added later come last, so older readers of the
     /// line keep their fields in place).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "started={} completed={} failed={} aborted={} killed={} restarted={} queued={} \
              resumed={} usage_reported={} steered={} asked={} context_dropped={} spawned={} \
-             dequeued={} completing={}",
+             dequeued={} completing={} retrying={} text_delta={}",
             self.started,
             self.completed,
             self.failed,
@@ -362,7 +393,9 @@ impl fmt::Display for EventTally {
             self.context_dropped,
             self.spawned,
             self.dequeued,
-            self.completing
+            self.completing,
+            self.retrying,
+            self.text_delta
         )
     }
 }

@@ -231,9 +231,11 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
             record.outcome = Some(outcome.clone());
             Ok(())
         }
-        EventKind::Steered | EventKind::Asked { .. } | EventKind::ContextDropped => {
-            record_mut(records, seq, agent).map(|_| ())
-        }
+        EventKind::Steered
+        | EventKind::Asked { .. }
+        | EventKind::ContextDropped
+        | EventKind::Retrying { .. }
+        | EventKind::TextDelta { .. } => record_mut(records, seq, agent).map(|_| ()),
     }
 }
 

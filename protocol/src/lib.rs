@@ -34,7 +34,7 @@ pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply};
 pub use ids::{AgentId, RequestId, SessionId};
-pub use message::{Message, Role, ToolCall, ToolSpec};
+pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};
 pub use request::{SpawnRequest, WaitPolicy};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};

@@ -33,6 +33,9 @@ pub enum EndReason {
     Escalated,
     /// A start hook failed.
     HookFailed,
+    /// The model's output was cut off at its length limit more often than the tree's
+    /// `length_cutoff` policy continues it.
+    LengthLimit,
 }
 
 impl EndReason {
@@ -50,6 +53,7 @@ impl EndReason {
             EndReason::Killed => "killed",
             EndReason::Escalated => "escalated",
             EndReason::HookFailed => "hook_failed",
+            EndReason::LengthLimit => "length_limit",
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::ids::RequestId;
 /// assert_eq!(forged.agent_type, "planner");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SpawnRequest {
     /// The agent type to resolve in the branch's catalog.
     #[serde(alias = "subagent_type", alias = "type")]

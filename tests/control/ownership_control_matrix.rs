@@ -105,6 +105,7 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
         .with_max_depth(MAX_HEIGHT + 2)
         .with_max_children_per_agent(MAX_FANOUT)
         .with_max_total_agents(NODES + 16)
+        .with_max_tool_calls_per_turn(4 * NODES)
         .with_control_scope(scope);
     let tree =
         crate::support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config)

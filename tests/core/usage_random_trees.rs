@@ -35,9 +35,10 @@ struct Node {
 }
 
 fn usage() -> impl Strategy<Value = Usage> {
-    (0u64..1_000, 0u64..500, 0u64..50, 0u64..5_000).prop_map(|(i, o, cache, cost)| Usage {
-        cache_read_tokens: cache,
-        ..Usage::tokens(i, o).with_cost_micros(cost)
+    (0u64..1_000, 0u64..500, 0u64..50, 0u64..5_000).prop_map(|(i, o, cache, cost)| {
+        Usage::tokens(i, o)
+            .with_cost_micros(cost)
+            .with_cache_read(cache)
     })
 }
 

@@ -236,10 +236,9 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let model = RecordingModel::new(scripted);
     let catalog = Catalog::new([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
-        AgentDefinition {
-            inherit_context: true,
-            ..AgentDefinition::new("heir", "").with_allowed_subagents(SubagentAllowance::All)
-        },
+        AgentDefinition::new("heir", "")
+            .with_allowed_subagents(SubagentAllowance::All)
+            .with_inherit_context(true),
     ])
     .unwrap();
     let tree = tree(

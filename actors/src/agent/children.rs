@@ -332,8 +332,7 @@ impl AgentState {
             }
         }
         if let Some(cause) = escalated {
-            let outcome =
-                Outcome::failed(EndReason::Escalated, cause).with_partial(self.last_text.clone());
+            let outcome = Outcome::failed(EndReason::Escalated, cause).with_partial(self.partial());
             self.end_run(myself, outcome);
             return true;
         }

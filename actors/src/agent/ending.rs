@@ -84,8 +84,7 @@ impl AgentState {
             self.cancel_tasks();
             return;
         }
-        let outcome =
-            Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.last_text.clone());
+        let outcome = Outcome::ended(AgentStatus::Aborted, reason).with_partial(self.partial());
         self.end_run(myself, outcome);
     }
 
@@ -103,7 +102,7 @@ impl AgentState {
         }
         if held.is_none() {
             let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
-                .with_partial(self.last_text.clone());
+                .with_partial(self.partial());
             self.end_run(myself, outcome);
         }
     }
@@ -165,7 +164,7 @@ impl AgentState {
             Some(AfterHooks::Settle) => self.try_settle(myself),
             Some(AfterHooks::EndRun) => {
                 let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
-                    .with_partial(self.last_text.clone());
+                    .with_partial(self.partial());
                 self.end_run(myself, outcome);
             }
             None => {}
@@ -184,8 +183,8 @@ impl AgentState {
     /// Stops whatever the current phase runs (hooks, the model turn, tool calls).
     pub(super) fn cancel_tasks(&mut self) {
         self.phase.abort_task();
-        if let Some((_, turn)) = &self.turn_in_flight {
-            turn.abort();
+        if let Some(in_flight) = &self.turn_in_flight {
+            in_flight.abort.abort();
         }
         if let Some(calls) = self.phase.current_calls() {
             calls.abort_tasks();
@@ -242,8 +241,8 @@ impl AgentState {
         }
         self.token.cancel();
         self.cancel_tasks();
-        let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown)
-            .with_partial(self.last_text.clone());
+        let outcome =
+            Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown).with_partial(self.partial());
         self.shared.registry.kill_descendants(self.id);
         let _ = self.record_end(outcome);
         self.phase = Phase::Done;

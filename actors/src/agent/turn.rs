@@ -1,17 +1,24 @@
 //! Model turns: the start hooks before the first, one task per turn, and what a turn's
 //! result does to the run.
 
-use agent_tree_protocol::{EndReason, EventKind, Message, Outcome};
+use agent_tree_protocol::{AgentId, EndReason, EventKind, FinishReason, Message, Outcome};
 use ractor::ActorRef;
 use std::sync::Arc;
 
 use super::calls::Calls;
 use super::lifecycle::Phase;
-use super::{AgentState, Inbound};
+use super::{AgentState, InFlight, Inbound};
 use crate::hooks;
-use crate::model::ModelRequest;
+use crate::model::{ModelRequest, TurnSink};
 use crate::msg::{AgentMsg, TurnResult};
+use crate::policy::retry;
+use crate::shared::SharedRef;
 use crate::util::CatchUnwind;
+
+/// What the model is told when its reply was cut off at the length limit and the run
+/// continues it.
+pub(crate) const CONTINUE_NOTICE: &str = "[runtime] Your reply was cut off at the output \
+    length limit. Continue exactly where it stopped, without repeating anything.";
 
 impl AgentState {
     /// Runs the start hooks (as a task, cancelled by an abort), then the first turn.
@@ -90,50 +97,73 @@ impl AgentState {
         *self.conversation_cell.lock() = messages.clone();
         self.turns += 1;
         let turn = self.turns;
+        let (id, run) = (self.id, self.run);
+        let events = self
+            .shared
+            .config
+            .stream_events
+            .then(|| (self.shared.clone(), id, turn));
+        let sink = TurnSink::for_turn(events);
         let request = ModelRequest {
-            agent: self.id,
+            agent: id,
             definition: self.definition.clone(),
             depth: self.depth,
             incarnation: self.incarnation,
             turn,
             messages,
             tools: self.offer.specs.clone(),
+            sink: sink.clone(),
         };
         let model = self.shared.model.clone();
         let shared = self.shared.clone();
         // The turn ends with the agent's token, or alone (aborted) when the run ends for
         // another reason (an escalation). Either way the task reports back exactly once (an
-        // aborted one from its drop guard, which cannot run between the usage and the report:
-        // there is no await between them), so the agent never settles while a turn could
-        // still record usage. No token of its own: an abort handle costs nothing to keep.
+        // aborted one from its drop guard, which bills what the sink was told first: there
+        // is no await between the usage and the report), so the agent never settles while
+        // a turn could still record usage. No token of its own: an abort handle costs
+        // nothing to keep.
         let token = self.token.clone();
         let report = TurnReport {
             myself: Some(myself.clone()),
             turn,
+            bill: (shared.clone(), id, run, sink.clone()),
         };
-        let (id, run) = (self.id, self.run);
         let task = self.shared.spawn(async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
-            let call = async { CatchUnwind::new(model.turn(request)).await };
+            let call = call_with_retries(&*model, request, &shared, id, run, turn);
             let result = tokio::select! {
                 biased;
                 () = token.cancelled() => TurnResult::Cancelled,
-                r = call => match r {
-                    Ok(Ok(response)) => TurnResult::Response(response),
-                    Ok(Err(error)) => TurnResult::Failed(error),
-                    Err(panic) => TurnResult::Panicked(panic),
-                },
+                r = call => r,
             };
             // Usage is recorded here, once, before the agent hears of the turn: nothing the
-            // agent does afterwards (abort, settle) can lose it or count it twice.
-            if let TurnResult::Response(response) = &result {
-                shared.registry.add_usage(id, run, response.usage);
-            }
+            // agent does afterwards (abort, settle) can lose it or count it twice. A failed
+            // attempt was billed when it failed; anything else not returned is billed what
+            // the model last reported to the sink.
+            let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
+            shared.registry.add_usage(id, run, billed);
+            sink.flush();
             report.send(result);
         });
-        self.turn_in_flight = Some((turn, task.abort_handle()));
+        self.turn_in_flight = Some(InFlight {
+            turn,
+            abort: task.abort_handle(),
+            sink,
+        });
         self.phase = Phase::Thinking { turn };
+    }
+
+    /// The output to keep as partial if the run ends now: the text the turn in flight has
+    /// streamed, else the model's last text.
+    pub(super) fn partial(&self) -> String {
+        match &self.turn_in_flight {
+            Some(in_flight) if in_flight.sink.has_text() => {
+                format!("{}{}", self.cut_text, in_flight.sink.streamed_text())
+            }
+            _ if !self.cut_text.is_empty() => format!("{}{}", self.cut_text, self.last_text),
+            _ => self.last_text.clone(),
+        }
     }
 
     /// A turn task reported back.
@@ -146,7 +176,7 @@ impl AgentState {
         if self
             .turn_in_flight
             .as_ref()
-            .is_some_and(|(t, _)| *t == turn)
+            .is_some_and(|in_flight| in_flight.turn == turn)
         {
             self.turn_in_flight = None;
         }
@@ -160,14 +190,15 @@ impl AgentState {
         let response = match result {
             TurnResult::Cancelled => return self.abort(myself),
             TurnResult::Failed(error) => {
-                let outcome = Outcome::failed(EndReason::ModelError, error.message)
-                    .with_partial(self.last_text.clone());
+                tracing::warn!(agent = %self.id, turn, error = %error, "model call failed");
+                let outcome = Outcome::failed(EndReason::ModelError, error.describe())
+                    .with_partial(self.partial());
                 return self.end_run(myself, outcome);
             }
             TurnResult::Panicked(panic) => {
                 let outcome =
                     Outcome::failed(EndReason::Panicked, format!("model panicked: {panic}"))
-                        .with_partial(self.last_text.clone());
+                        .with_partial(self.partial());
                 return self.end_run(myself, outcome);
             }
             TurnResult::Response(response) => response,
@@ -181,6 +212,27 @@ impl AgentState {
         let calls = response.tool_calls;
         self.conversation
             .push(Message::assistant(response.text.clone(), calls.clone()));
+        if calls.is_empty() && response.finish_reason == FinishReason::Length {
+            // Cut off: not an answer. Continue it while the policy and the turns allow, and
+            // join the pieces; else fail with the text so far as partial output.
+            self.cut_text.push_str(&response.text);
+            let allowed = self.shared.config.length_continuations;
+            if self.continuations < allowed && self.turns < self.max_turns {
+                self.continuations += 1;
+                self.conversation.push(Message::user(CONTINUE_NOTICE));
+                return self.next_turn(myself);
+            }
+            let outcome = Outcome::failed(
+                EndReason::LengthLimit,
+                format!(
+                    "the model's output was cut off at its length limit ({} continuation(s) \
+                     allowed)",
+                    allowed
+                ),
+            )
+            .with_partial(std::mem::take(&mut self.cut_text));
+            return self.end_run(myself, outcome);
+        }
         if calls.is_empty() {
             // A steer accepted during this turn must still be read: the model answers it in
             // one more turn (while turns remain) instead of the run ending over it.
@@ -188,24 +240,104 @@ impl AgentState {
             if steered && self.turns < self.max_turns {
                 return self.next_turn(myself);
             }
-            return self.end_run(myself, Outcome::completed(response.text));
+            let answer = if self.cut_text.is_empty() {
+                response.text
+            } else {
+                let mut joined = std::mem::take(&mut self.cut_text);
+                joined.push_str(&response.text);
+                joined
+            };
+            return self.end_run(myself, Outcome::completed(answer));
         }
         self.phase = Phase::Acting {
             turn,
             calls: Calls::new(&calls),
         };
+        let most = self.shared.config.max_tool_calls_per_turn;
         for (index, call) in calls.into_iter().enumerate() {
+            if index >= most {
+                let text = format!(
+                    "{{\"error\":\"too many tool calls in one turn: at most {most} run; this one \
+                     did not\"}}"
+                );
+                self.answer_call(turn, index, text, true);
+                continue;
+            }
             self.dispatch(myself, turn, index, call).await;
         }
         self.after_answer(myself);
     }
 }
 
+/// Calls the model for one turn, retrying retryable failures by the tree's retry policy.
+/// Each failed attempt is billed here (its error's usage, else what it reported to the
+/// sink), and each retry is announced as a `retrying` event.
+async fn call_with_retries(
+    model: &dyn crate::model::Model,
+    request: ModelRequest,
+    shared: &SharedRef,
+    id: AgentId,
+    run: u32,
+    turn: u32,
+) -> TurnResult {
+    let policy = shared.config.retry;
+    let seed = retry::seed(id.get(), run, turn);
+    let mut attempt = 1;
+    loop {
+        let error = match CatchUnwind::new(model.turn(request.clone())).await {
+            Ok(Ok(response)) => return TurnResult::Response(response),
+            Ok(Err(error)) => error,
+            Err(panic) => return TurnResult::Panicked(panic),
+        };
+        let reported = request.sink.take_usage();
+        let usage = if error.usage.is_zero() {
+            reported
+        } else {
+            error.usage
+        };
+        shared.registry.add_usage(id, run, usage);
+        let Some(wait) = retry::delay(&policy, attempt, error.kind, error.retry_after, seed) else {
+            return TurnResult::Failed(error);
+        };
+        let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        tracing::warn!(
+            agent = %id, turn, attempt, error = %error, delay_ms,
+            "model call failed; retrying"
+        );
+        shared.registry.announce(
+            id,
+            EventKind::Retrying {
+                turn,
+                attempt,
+                error_kind: error.kind,
+                delay_ms,
+            },
+        );
+        request.sink.flush();
+        request.sink.reset();
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+/// The usage to bill when a turn task ends with `result`: a response's own usage (what the
+/// sink was told is superseded), else what the sink was told last (a failed attempt took
+/// its own already, so the sink is empty then).
+fn sink_usage_or(sink: &TurnSink, result: &TurnResult) -> agent_tree_protocol::Usage {
+    let reported = sink.take_usage();
+    match result {
+        TurnResult::Response(response) => response.usage,
+        TurnResult::Failed(_) | TurnResult::Panicked(_) | TurnResult::Cancelled => reported,
+    }
+}
+
 /// A turn task's report: sent once, with the turn's result, or (when the task is aborted or
-/// dropped before it has one) as `Cancelled` when the guard is dropped.
+/// dropped before it has one) as `Cancelled` when the guard is dropped, after billing what
+/// the model reported to the sink.
 struct TurnReport {
     myself: Option<ActorRef<AgentMsg>>,
     turn: u32,
+    bill: (SharedRef, AgentId, u32, TurnSink),
 }
 
 impl TurnReport {
@@ -220,6 +352,8 @@ impl TurnReport {
 impl Drop for TurnReport {
     fn drop(&mut self) {
         if let Some(myself) = self.myself.take() {
+            let (shared, id, run, sink) = &self.bill;
+            shared.registry.add_usage(*id, *run, sink.take_usage());
             let result = TurnResult::Cancelled;
             let _ = myself.cast(AgentMsg::TurnFinished {
                 turn: self.turn,

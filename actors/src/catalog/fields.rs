@@ -298,25 +298,20 @@ You review.
 
 Twice.
 ";
-        let expected = AgentDefinition {
-            name: "reviewer".into(),
-            description: "Reviews changes.".into(),
-            prompt: "You review.\n\nTwice.".into(),
-            tools: ToolSet::only(["read", "grep"]),
-            disallowed_tools: vec!["bash".into()],
-            allowed_subagents: SubagentAllowance::only(["analyst", "writer"]),
-            isolated: true,
-            model: Some("large".into()),
-            max_turns: Some(12),
-            inherit_context: true,
-            run_in_background: true,
-            enabled: false,
-            restart: RestartPolicy::Permanent,
-            strategy: Strategy::RestForOne,
-            max_restarts: 0,
-            restart_period_ms: 250,
-            settle: SettlePolicy::Drain,
-        };
+        let expected = AgentDefinition::new("reviewer", "You review.\n\nTwice.")
+            .with_description("Reviews changes.")
+            .with_tools(ToolSet::only(["read", "grep"]))
+            .with_disallowed_tools(["bash"])
+            .with_allowed_subagents(SubagentAllowance::only(["analyst", "writer"]))
+            .isolated()
+            .with_model(Some("large".into()))
+            .with_max_turns(12)
+            .with_inherit_context(true)
+            .in_background()
+            .with_enabled(false)
+            .with_restart(RestartPolicy::Permanent)
+            .with_supervision(Strategy::RestForOne, 0, 250)
+            .with_settle(SettlePolicy::Drain);
         assert_eq!(parse_ok(text), expected);
     }
 

@@ -172,10 +172,8 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     let (yaml, body) = split_frontmatter(text).map_err(file_error)?;
     let fields = frontmatter_fields(path, yaml)?;
 
-    let mut definition = AgentDefinition {
-        prompt: body.trim().to_owned(),
-        ..AgentDefinition::default()
-    };
+    let mut definition = AgentDefinition::default();
+    definition.prompt = body.trim().to_owned();
     // Each error with the position of its key in the frontmatter, so the definition check's
     // refusals, found after reading, are reported in file order with the rest.
     let mut errors: Vec<(usize, CatalogError)> = Vec::new();
@@ -782,16 +780,12 @@ pub(super) mod tests {
                 tools.join(", "),
                 subagents.join(", "),
             );
-            let expected = AgentDefinition {
-                name: name.clone(),
-                prompt: prompt.trim().to_owned(),
-                tools: ToolSet::only(tools.clone()),
-                allowed_subagents: SubagentAllowance::only(subagents.clone()),
-                max_turns: Some(max_turns),
-                restart,
-                isolated,
-                ..AgentDefinition::default()
-            };
+            let mut expected = AgentDefinition::new(name.clone(), prompt.trim())
+                .with_tools(ToolSet::only(tools.clone()))
+                .with_allowed_subagents(SubagentAllowance::only(subagents.clone()))
+                .with_max_turns(max_turns)
+                .with_restart(restart);
+            expected.isolated = isolated;
             prop_assert_eq!(parse_agent_file(Path::new(FILE), &text).unwrap(), expected);
         }
     }

@@ -154,13 +154,10 @@ fn full_spawn_request() -> SpawnRequest {
 }
 
 fn turn_usage() -> Usage {
-    Usage {
-        input_tokens: 1_200,
-        output_tokens: 340,
-        cache_read_tokens: 800,
-        cache_write_tokens: 64,
-        cost_micros: 4_521,
-    }
+    Usage::tokens(1_200, 340)
+        .with_cache_read(800)
+        .with_cache_write(64)
+        .with_cost_micros(4_521)
 }
 
 fn event(seq: u64, agent: u64, parent: Option<u64>, depth: u32, kind: EventKind) -> Event {
@@ -317,13 +314,7 @@ fn record(id: u64, agent_type: &str, depth: u32, parent: Option<u64>) -> AgentRe
 
 /// The writer `a3`: restarted once, detached, aborted with partial output.
 fn writer_record() -> AgentRecord {
-    let usage = Usage {
-        input_tokens: 40,
-        output_tokens: 10,
-        cache_read_tokens: 0,
-        cache_write_tokens: 0,
-        cost_micros: 250,
-    };
+    let usage = Usage::tokens(40, 10).with_cost_micros(250);
     AgentRecord {
         status: AgentStatus::Aborted,
         own: usage,
@@ -348,32 +339,22 @@ fn golden_snapshot() -> TreeSnapshot {
     let root = AgentRecord {
         children: vec![AgentId::new(1), AgentId::new(3)],
         status: AgentStatus::Running,
-        subtree: Usage {
-            input_tokens: 290,
-            output_tokens: 60,
-            cache_read_tokens: 50,
-            cache_write_tokens: 10,
-            cost_micros: 1_850,
-        },
+        subtree: Usage::tokens(290, 60)
+            .with_cache_read(50)
+            .with_cache_write(10)
+            .with_cost_micros(1_850),
         started_ms: Some(0),
         ..record(0, "root", 0, None)
     };
     let planner = AgentRecord {
         children: vec![AgentId::new(2)],
-        own: Usage {
-            input_tokens: 100,
-            output_tokens: 20,
-            cache_read_tokens: 50,
-            cache_write_tokens: 0,
-            cost_micros: 700,
-        },
-        subtree: Usage {
-            input_tokens: 250,
-            output_tokens: 50,
-            cache_read_tokens: 50,
-            cache_write_tokens: 10,
-            cost_micros: 1_600,
-        },
+        own: Usage::tokens(100, 20)
+            .with_cache_read(50)
+            .with_cost_micros(700),
+        subtree: Usage::tokens(250, 50)
+            .with_cache_read(50)
+            .with_cache_write(10)
+            .with_cost_micros(1_600),
         request_id: Some(RequestId::derived(AgentId::ROOT, 1, "call_1")),
         created_ms: 1,
         started_ms: Some(2),
@@ -381,13 +362,9 @@ fn golden_snapshot() -> TreeSnapshot {
         outcome: Some(Outcome::completed("Plan: 3 steps, 2 risks.")),
         ..record(1, "planner", 1, Some(0))
     };
-    let analyst_usage = Usage {
-        input_tokens: 150,
-        output_tokens: 30,
-        cache_read_tokens: 0,
-        cache_write_tokens: 10,
-        cost_micros: 900,
-    };
+    let analyst_usage = Usage::tokens(150, 30)
+        .with_cache_write(10)
+        .with_cost_micros(900);
     let analyst = AgentRecord {
         own: analyst_usage,
         subtree: analyst_usage,
@@ -599,6 +576,8 @@ fn event_tally_golden() {
             failed: 1,
             aborted: 1,
             killed: 1,
+            retrying: 0,
+            text_delta: 0,
         }
     );
     assert_golden("event_tally.json", &tally);
@@ -638,10 +617,10 @@ fn tool_call_golden() {
 
 #[test]
 fn tool_spec_golden() {
-    let spec = ToolSpec {
-        name: "grep".to_owned(),
-        description: "Search files for a pattern.".to_owned(),
-        input_schema: json!({
+    let spec = ToolSpec::new(
+        "grep",
+        "Search files for a pattern.",
+        json!({
             "type": "object",
             "properties": {
                 "pattern": {"type": "string"},
@@ -649,7 +628,7 @@ fn tool_spec_golden() {
             },
             "required": ["pattern"]
         }),
-    };
+    );
     assert_golden("tool_spec.json", &spec);
 }
 
@@ -773,7 +752,7 @@ fn render_text_of_golden_snapshot() {
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
         "depth histogram: d1=2 d2=1",
         "event tally: started=4 completed=2 failed=0 aborted=1 killed=0 restarted=1 queued=0 \
-         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=0 dequeued=0 completing=0",
+         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=0 dequeued=0 completing=0 retrying=0 text_delta=0",
         "max concurrent agents: 2",
     ];
     for line in expected {

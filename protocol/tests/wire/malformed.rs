@@ -288,7 +288,7 @@ fn usage_wrong_types() {
         r#"{"input_tokens": null}"#,
         r#"{"cost_micros": 18446744073709551616}"#,
         r#"{"input_tokens": 1, "input_tokens": 2}"#,
-        "[1, 2, 3, 4, 5, 6]",
+        "[1, 2, 3, 4, 5, 6, 7]",
     ] {
         assert_rejects::<Usage>(text);
     }
@@ -355,7 +355,7 @@ fn agent_record_wrong_types() {
         ("own", Box::new(|v| v["own"]["input_tokens"] = json!("x"))),
         (
             "subtree",
-            Box::new(|v| v["subtree"] = json!([1, 2, 3, 4, 5, 6])),
+            Box::new(|v| v["subtree"] = json!([1, 2, 3, 4, 5, 6, 7])),
         ),
         ("children", Box::new(|v| v["children"] = json!("a1"))),
         ("incarnation", Box::new(|v| v["incarnation"] = Value::Null)),

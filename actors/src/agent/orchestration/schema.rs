@@ -126,11 +126,7 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
             }),
         ),
     };
-    ToolSpec {
-        name: tool.name().to_owned(),
-        description: description.to_owned(),
-        input_schema: schema,
-    }
+    ToolSpec::new(tool.name(), description, schema)
 }
 
 /// The result describing an agent: its id, status and outcome.
