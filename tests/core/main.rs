@@ -9,6 +9,7 @@ mod events_envelope;
 mod failure_isolation;
 mod fold_rebuilds_snapshot;
 mod lifecycle_child_exit;
+mod model_contract;
 mod records_persist;
 mod results_read_by_id;
 mod scripted_model_turns;

@@ -1,0 +1,388 @@
+//! The model contract, end to end: error kinds decide retries (rate-limited and transient
+//! ones, with backoff and retry-after, under paused time), every failed attempt is billed, a
+//! cut-off turn is continued or fails with `length_limit`, a streamed turn that is aborted
+//! keeps its text and is billed what it reported, stream events carry the deltas, and a turn
+//! of more tool calls than the cap runs only the cap.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EndReason, EventKind, FinishReason, Message, ModelErrorKind, Role};
+use agent_tree::{
+    BoxFuture, EventStream, FnTool, ModelError, ModelRequest, ModelResponse, RetryPolicy,
+};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// What the model does on one call.
+enum Step {
+    Respond(ModelResponse),
+    Fail(ModelError),
+    /// Streams these pieces and this usage to the sink, says so, then never returns.
+    StreamThenHang(Vec<&'static str>, Usage, Arc<Notify>),
+    /// Streams these pieces, then answers with their concatenation.
+    Stream(Vec<&'static str>, Usage),
+}
+
+/// A model answering every call (of any agent) with the next step, recording each request.
+#[derive(Clone, Default)]
+struct Steps {
+    steps: Arc<Mutex<VecDeque<Step>>>,
+    seen: Arc<Mutex<Vec<ModelRequest>>>,
+}
+
+impl Steps {
+    fn new(steps: impl IntoIterator<Item = Step>) -> Self {
+        Steps {
+            steps: Arc::new(Mutex::new(steps.into_iter().collect())),
+            seen: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.seen.lock().len()
+    }
+}
+
+impl Model for Steps {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        self.seen.lock().push(request.clone());
+        let step = self.steps.lock().pop_front();
+        Box::pin(async move {
+            match step {
+                None => Err(ModelError::new("script ran out")),
+                Some(Step::Respond(response)) => Ok(response),
+                Some(Step::Fail(error)) => Err(error),
+                Some(Step::Stream(pieces, usage)) => {
+                    let mut text = String::new();
+                    for piece in pieces {
+                        request.sink.text(piece);
+                        text.push_str(piece);
+                        tokio::task::yield_now().await;
+                    }
+                    request.sink.usage(usage);
+                    Ok(ModelResponse::text(text).with_usage(usage))
+                }
+                Some(Step::StreamThenHang(pieces, usage, ready)) => {
+                    for piece in pieces {
+                        request.sink.text(piece);
+                    }
+                    request.sink.usage(usage);
+                    ready.notify_one();
+                    std::future::pending().await
+                }
+            }
+        })
+    }
+}
+
+fn catalog() -> Catalog {
+    Catalog::new([AgentDefinition::new("worker", "You work.")]).unwrap()
+}
+
+async fn build(model: &Steps, config: TreeConfig) -> Tree {
+    Tree::builder()
+        .config(config)
+        .catalog(catalog())
+        .model(model.clone())
+        .tool(FnTool::new("read", "reads", |_, _| async {
+            Ok("read: ok".to_owned())
+        }))
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+fn retrying(tree: &Tree) -> EventStream {
+    tree.subscribe()
+}
+
+fn retries(events: &mut EventStream) -> Vec<(u32, u32, ModelErrorKind, u64)> {
+    events
+        .drain()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Retrying {
+                turn,
+                attempt,
+                error_kind,
+                delay_ms,
+            } => Some((turn, attempt, error_kind, delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limits_and_transient_failures_are_retried_and_every_attempt_is_billed() {
+    let model = Steps::new([
+        Step::Fail(
+            ModelError::rate_limited("slow down", Some(Duration::from_secs(7)))
+                .with_status(429)
+                .with_usage(Usage::tokens(5, 0)),
+        ),
+        Step::Fail(ModelError::transient("connection reset").with_usage(Usage::tokens(3, 1))),
+        Step::Respond(ModelResponse::text("done").with_usage(Usage::tokens(10, 2))),
+    ]);
+    let policy =
+        RetryPolicy::default().with_backoff(Duration::from_millis(400), Duration::from_secs(5));
+    let tree = build(&model, TreeConfig::default().with_retry(policy)).await;
+    let mut events = retrying(&tree);
+    let started = tokio::time::Instant::now();
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("done"), "{outcome:?}");
+    // 7 s as the provider asked, then a backoff of the second attempt: 400 ms doubled, with
+    // equal jitter, so between 400 and 800 ms.
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(7_400) && elapsed <= Duration::from_millis(7_800),
+        "{elapsed:?}"
+    );
+    let retries = retries(&mut events);
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(retries[0], (1, 1, ModelErrorKind::RateLimited, 7_000));
+    assert_eq!(
+        (retries[1].0, retries[1].1, retries[1].2),
+        (1, 2, ModelErrorKind::Transient)
+    );
+    // The same turn, three calls; every attempt billed: 5 + 3 + 10 in, 0 + 1 + 2 out.
+    let turns: Vec<u32> = model.seen.lock().iter().map(|r| r.turn).collect();
+    assert_eq!(turns, [1, 1, 1]);
+    let record = tree.record(AgentId::new(1)).unwrap();
+    assert_eq!(record.own, Usage::tokens(18, 3));
+    assert!(tree.snapshot().check_usage().is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_that_is_not_retryable_fails_at_once_with_its_kind_and_usage() {
+    let model = Steps::new([Step::Fail(
+        ModelError::from_status(401, "invalid api key").with_usage(Usage::tokens(4, 0)),
+    )]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let mut events = retrying(&tree);
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::ModelError);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("auth (HTTP 401): invalid api key")
+    );
+    assert_eq!(model.calls(), 1);
+    assert!(retries(&mut events).is_empty());
+    assert_eq!(
+        tree.record(AgentId::new(1)).unwrap().own,
+        Usage::tokens(4, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_after_max_attempts_and_a_long_retry_after_is_not_waited() {
+    let always = || Step::Fail(ModelError::transient("overloaded").with_status(529));
+    let model = Steps::new([always(), always(), always(), always()]);
+    let policy = RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    let tree = build(&model, TreeConfig::default().with_retry(policy)).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::ModelError);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("transient (HTTP 529): overloaded")
+    );
+    assert_eq!(model.calls(), 3);
+
+    let model = Steps::new([Step::Fail(ModelError::rate_limited(
+        "quota",
+        Some(Duration::from_secs(3_600)),
+    ))]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let started = tokio::time::Instant::now();
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::ModelError);
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "an hour's retry-after is not waited"
+    );
+    assert_eq!(model.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_turn_is_continued_and_its_pieces_joined_into_the_answer() {
+    let cut = |text: &'static str| {
+        Step::Respond(ModelResponse::text(text).with_finish_reason(FinishReason::Length))
+    };
+    let model = Steps::new([
+        cut("The plan: "),
+        cut("one, "),
+        Step::Respond(ModelResponse::text("two.")),
+    ]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("The plan: one, two."),
+        "{outcome:?}"
+    );
+    let seen = model.seen.lock();
+    let last: &Message = seen[1].messages.last().unwrap();
+    assert_eq!(last.role, Role::User);
+    assert!(last.content.contains("cut off"), "{}", last.content);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_cut_off_past_the_continuations_fails_with_length_limit() {
+    let cut = |text: &'static str| {
+        Step::Respond(ModelResponse::text(text).with_finish_reason(FinishReason::Length))
+    };
+    let model = Steps::new([cut("a"), cut("b"), cut("c")]);
+    let config = TreeConfig::default().with_length_continuations(1);
+    let tree = build(&model, config).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.status, AgentStatus::Failed);
+    assert_eq!(outcome.reason, EndReason::LengthLimit);
+    assert_eq!(outcome.partial.as_deref(), Some("ab"));
+    assert_eq!(model.calls(), 2);
+
+    // With no continuations, the first cut-off fails.
+    let model = Steps::new([cut("a")]);
+    let tree = build(&model, TreeConfig::default().with_length_continuations(0)).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::LengthLimit);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported() {
+    let ready = Arc::new(Notify::new());
+    let model = Steps::new([Step::StreamThenHang(
+        vec!["Half ", "an ", "answer"],
+        Usage::tokens(7, 3),
+        ready.clone(),
+    )]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
+    ready.notified().await;
+    tree.abort(handle.id()).unwrap();
+    let outcome = handle.outcome().await;
+    assert_eq!(outcome.status, AgentStatus::Aborted);
+    assert_eq!(outcome.partial.as_deref(), Some("Half an answer"));
+    assert_eq!(tree.record(handle.id()).unwrap().own, Usage::tokens(7, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stream_events_carry_the_deltas_in_pieces_and_the_response_bills_once() {
+    let long: &'static str = Box::leak("x".repeat(200).into_boxed_str());
+    let model = Steps::new([Step::Stream(vec![long, long, "tail"], Usage::tokens(9, 9))]);
+    let tree = build(&model, TreeConfig::default().with_stream_events(true)).await;
+    let mut events = tree.subscribe();
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert!(outcome.is_completed());
+    let deltas: Vec<String> = events
+        .drain()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TextDelta { turn: 1, text } => Some(text),
+            _ => None,
+        })
+        .collect();
+    // 400 bytes reach 256 at the second piece; the tail comes at the end of the call.
+    assert_eq!(deltas.len(), 2, "{deltas:?}");
+    assert_eq!(deltas[0].len(), 400);
+    assert_eq!(deltas[1], "tail");
+    assert_eq!(
+        tree.record(AgentId::new(1)).unwrap().own,
+        Usage::tokens(9, 9)
+    );
+
+    // Off by default: no delta events.
+    let model = Steps::new([Step::Stream(vec![long, long], Usage::ZERO)]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let mut events = tree.subscribe();
+    tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert!(
+        !events
+            .drain()
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::TextDelta { .. }))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_calls_past_the_per_turn_cap_get_an_error_result_and_never_run() {
+    let call = |id: &str| agent_tree::protocol::ToolCall::new(id, "read", serde_json::json!({}));
+    let model = Steps::new([
+        Step::Respond(ModelResponse::calls(vec![
+            call("c1"),
+            call("c2"),
+            call("c3"),
+        ])),
+        Step::Respond(ModelResponse::text("done")),
+    ]);
+    let tree = build(
+        &model,
+        TreeConfig::default().with_max_tool_calls_per_turn(2),
+    )
+    .await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert!(outcome.is_completed());
+    let seen = model.seen.lock();
+    let results: Vec<&Message> = seen[1]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .collect();
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0].content, "read: ok");
+    assert_eq!(results[1].content, "read: ok");
+    assert!(results[2].is_error);
+    assert!(
+        results[2].content.contains("too many tool calls"),
+        "{}",
+        results[2].content
+    );
+}
+
+/// An abort racing a turn in its retry backoff, on worker threads: the agent is aborted, the
+/// model is never called after the abort is seen, and every attempt the model failed is
+/// billed exactly once.
+#[test]
+fn an_abort_races_a_retrying_turn_on_worker_threads() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for round in 0..60u64 {
+        runtime.block_on(async {
+            let failing =
+                || Step::Fail(ModelError::transient("reset").with_usage(Usage::tokens(5, 0)));
+            let model = Steps::new((0..8).map(|_| failing()));
+            let policy = RetryPolicy::default()
+                .with_max_attempts(8)
+                .with_backoff(Duration::from_micros(50), Duration::from_micros(200));
+            let tree = build(&model, TreeConfig::default().with_retry(policy)).await;
+            let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
+            for _ in 0..(round % 7) {
+                tokio::task::yield_now().await;
+            }
+            let _ = tree.abort(handle.id());
+            let outcome = handle.outcome().await;
+            let calls = model.calls() as u64;
+            assert!(
+                matches!(outcome.status, AgentStatus::Aborted | AgentStatus::Failed),
+                "round {round}: {outcome:?}"
+            );
+            let own = tree.record(handle.id()).unwrap().own;
+            assert_eq!(own.input_tokens, 5 * calls, "round {round}: {calls} calls");
+            tokio::task::yield_now().await;
+            assert_eq!(
+                model.calls() as u64,
+                calls,
+                "round {round}: called after settling"
+            );
+            tree.shutdown().await;
+        });
+    }
+}
