@@ -260,6 +260,7 @@ impl AgentState {
             self.branch.max_depth,
             self.shared.toolbox.names(),
             self.owner_capabilities.take().as_deref(),
+            self.shared.hooks.questions.is_some(),
         );
         self.offer = orchestration::offered(&self.shared, capabilities);
     }

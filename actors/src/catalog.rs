@@ -14,7 +14,7 @@
 //!   loader runs the same check, then builds the catalog with [`Catalog::new`]). So a catalog
 //!   built in code refuses exactly what a file would, and names are unique.
 //! * Resolution is strict ([`Catalog::resolve`]): an exact name wins, else exactly one
-//!   case-insensitive match; blank, unknown, disabled and ambiguous names are refused, and no
+//!   ASCII-case-insensitive match (never Unicode folding, so confusables such as the Kelvin sign do not match); blank, unknown, disabled and ambiguous names are refused, and no
 //!   fallback type is ever substituted. The entries of an allowlist (`allowed_subagents`)
 //!   name types by the same rule ([`Catalog::resolve_for`]).
 
@@ -332,7 +332,7 @@ impl Catalog {
         self.inner.definitions.is_empty()
     }
 
-    /// Resolves `requested` strictly: exact name, else one case-insensitive match.
+    /// Resolves `requested` strictly: exact name, else one ASCII-case-insensitive match.
     ///
     /// # Errors
     ///
@@ -408,12 +408,13 @@ impl Catalog {
         if let Some(exact) = self.get(name) {
             return Lookup::Found(exact);
         }
-        let lower = name.to_lowercase();
+        // ASCII case only: Unicode folding would let confusables (the Kelvin sign `K`
+        // lower-cases to `k`) resolve to a type whose name the model never wrote.
         let mut matches = self
             .inner
             .definitions
             .iter()
-            .filter(|d| d.name.to_lowercase() == lower);
+            .filter(|d| d.name.eq_ignore_ascii_case(name));
         match (matches.next(), matches.next()) {
             (Some(one), None) => Lookup::Found(one),
             (Some(first), Some(second)) => {

@@ -69,11 +69,64 @@ where
     }
 }
 
+/// A question a top-level agent asked with `ask_owner`: its owner is the application.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Question {
+    /// The agent asking.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// The question.
+    pub question: String,
+}
+
+/// The application's answer to a top-level agent's `ask_owner` question
+/// ([`TreeBuilder::on_question`](crate::TreeBuilder::on_question)): `Ok(answer)` is the tool
+/// call's result; `Err(reason)` refuses the question, and the agent's model reads the reason
+/// as an error result. Implemented for every `Fn(Question) -> impl Future<Output =
+/// Result<String, String>>`.
+///
+/// The handler runs as a task while the agent waits (it keeps handling steers and aborts);
+/// it is dropped if the agent settles first. A panic in it refuses the question.
+///
+/// ```
+/// use agent_tree_actors::{Question, Tree};
+/// let builder = Tree::builder().on_question(|q: Question| async move {
+///     if q.question.contains("deploy") {
+///         Err("deploys are not decided by agents".to_owned())
+///     } else {
+///         Ok("Go ahead.".to_owned())
+///     }
+/// });
+/// # let _ = builder;
+/// ```
+pub trait QuestionHandler: Send + Sync + 'static {
+    /// Answers or refuses `question`.
+    ///
+    /// # Errors
+    ///
+    /// A refusal, with the reason the agent is told.
+    fn answer(&self, question: Question) -> BoxFuture<'static, Result<String, String>>;
+}
+
+impl<F, Fut> QuestionHandler for F
+where
+    F: Fn(Question) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, String>> + Send + 'static,
+{
+    fn answer(&self, question: Question) -> BoxFuture<'static, Result<String, String>> {
+        Box::pin(self(question))
+    }
+}
+
 /// The hooks of a tree.
 #[derive(Clone, Default)]
 pub(crate) struct Hooks {
     pub(crate) on_start: Vec<Arc<dyn Hook>>,
     pub(crate) on_shutdown: Vec<Arc<dyn Hook>>,
+    /// Who answers top-level agents' questions; with none, they are not offered `ask_owner`.
+    pub(crate) questions: Option<Arc<dyn QuestionHandler>>,
 }
 
 impl fmt::Debug for Hooks {
@@ -81,6 +134,7 @@ impl fmt::Debug for Hooks {
         f.debug_struct("Hooks")
             .field("on_start", &self.on_start.len())
             .field("on_shutdown", &self.on_shutdown.len())
+            .field("questions", &self.questions.is_some())
             .finish()
     }
 }

@@ -38,7 +38,7 @@ pub use config::{
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
-pub use hooks::{Hook, HookContext, HookError};
+pub use hooks::{Hook, HookContext, HookError, Question, QuestionHandler};
 pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;
 pub use shutdown::ShutdownReport;

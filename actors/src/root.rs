@@ -63,6 +63,56 @@ impl RootState {
     }
 }
 
+impl RootState {
+    /// Runs the application's question handler for `child`'s question as a task, and sends
+    /// the agent its answer (as a steer, which answers the pending call) or the refusal. The
+    /// task ends when the agent settles first.
+    fn asked(&self, child: AgentId, question: String) {
+        let shared = self.shared.clone();
+        let Some(handler) = shared.hooks.questions.clone() else {
+            let reason = "no one answers questions of top-level agents here".to_owned();
+            send_to(&shared, child, AgentMsg::QuestionRefused { reason });
+            return;
+        };
+        let Some(mut settled) = shared.registry.watch(child) else {
+            return;
+        };
+        let agent_type = shared
+            .registry
+            .record(child)
+            .map(|r| r.agent_type.clone())
+            .unwrap_or_default();
+        let asked = crate::hooks::Question {
+            agent: child,
+            agent_type,
+            question,
+        };
+        let task_shared = shared.clone();
+        shared.spawn(async move {
+            let answer = tokio::select! {
+                biased;
+                _ = settled.wait_for(Option::is_some) => return,
+                answer = crate::util::CatchUnwind::new(handler.answer(asked)) => answer,
+            };
+            let message = match answer {
+                Ok(Ok(text)) => AgentMsg::Steer { text, reply: None },
+                Ok(Err(reason)) => AgentMsg::QuestionRefused { reason },
+                Err(panic) => AgentMsg::QuestionRefused {
+                    reason: format!("the question handler panicked: {panic}"),
+                },
+            };
+            send_to(&task_shared, child, message);
+        });
+    }
+}
+
+/// Sends `message` to `agent`'s actor, if it has one.
+fn send_to(shared: &SharedRef, agent: AgentId, message: AgentMsg) {
+    if let Some((_, actor)) = shared.registry.actors_of(&[agent]).first() {
+        let _ = actor.send_message(message);
+    }
+}
+
 impl Actor for RootActor {
     type Msg = AgentMsg;
     type State = RootState;
@@ -94,8 +144,9 @@ impl Actor for RootActor {
             } => state.child_ended(&myself, child, deferred).await,
             // The pool grew: slots may be free.
             AgentMsg::PoolChanged => state.start_queued(&myself).await,
-            // Questions to the application are announced as `asked` events; the application
-            // answers with `Tree::steer`.
+            // A top-level agent's question: the application's handler answers it (the agent
+            // is offered `ask_owner` only when there is one); `Tree::steer` may answer too.
+            AgentMsg::ChildAsked { child, question } => state.asked(child, question),
             _ => {}
         }
         Ok(())

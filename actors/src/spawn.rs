@@ -77,12 +77,12 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     } = spec;
     let pending = PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
+        detached: request.detached || definition.detached,
         definition,
         branch,
         prompt: request.prompt,
         context: Vec::new(),
         resumed: false,
-        detached: request.detached,
         owner_capabilities,
     };
     // One registry transaction: the checks, the reservation, the record, the inherited
@@ -91,7 +91,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         owner,
         agent_type: &pending.definition.name.clone(),
         request_id: request.request_id.clone(),
-        detached: request.detached,
+        detached: pending.detached,
         max_depth: pending.branch.max_depth,
         config: &shared.config,
         spec: pending,

@@ -135,6 +135,16 @@ impl TreeBuilder {
         self
     }
 
+    /// Sets who answers the `ask_owner` questions of top-level agents (whose owner is the
+    /// application). Without a handler, top-level agents are not offered `ask_owner` at all,
+    /// so no question can wait for an answer no one gives; deeper agents ask their owner
+    /// agent either way. The application may still answer with [`Tree::steer`]; the first
+    /// answer wins.
+    pub fn on_question(mut self, handler: impl crate::hooks::QuestionHandler) -> Self {
+        self.hooks.questions = Some(Arc::new(handler));
+        self
+    }
+
     /// Sets the session id (one is generated otherwise).
     pub fn session(mut self, session: SessionId) -> Self {
         self.session = Some(session);

@@ -280,6 +280,10 @@ pub struct AgentDefinition {
     pub restart_period_ms: u64,
     /// What happens to live children when its run ends.
     pub settle: SettlePolicy,
+    /// Agents of this type are detached: an ordinary abort cascade from their owner skips
+    /// them, and they are supervised by the root. Only a definition or the application's
+    /// [`SpawnRequest`](crate::SpawnRequest) can detach an agent, never a model.
+    pub detached: bool,
 }
 
 /// The default restart intensity (Erlang's default).
@@ -307,6 +311,7 @@ impl Default for AgentDefinition {
             max_restarts: DEFAULT_MAX_RESTARTS,
             restart_period_ms: DEFAULT_RESTART_PERIOD_MS,
             settle: SettlePolicy::AbortChildren,
+            detached: false,
         }
     }
 }
@@ -395,6 +400,17 @@ impl AgentDefinition {
     /// Sets the settle policy.
     pub fn with_settle(mut self, settle: SettlePolicy) -> Self {
         self.settle = settle;
+        self
+    }
+
+    /// Makes agents of this type detached from ordinary abort cascades.
+    ///
+    /// ```
+    /// use agent_tree_protocol::AgentDefinition;
+    /// assert!(AgentDefinition::new("cron", "").detached().detached);
+    /// ```
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
         self
     }
 

@@ -74,7 +74,7 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
             .iter()
             .any(|m| m.role == Role::User
                 && m.content
-                    == "[question from subagent a2; answer with steer_subagent] which colour?")
+                    == r#"{"agent_id":"a2","answer_with":"steer_subagent","notice":"question","question":"which colour?"}"#)
     );
     let receipt = &results(&scripted, a(1), 2)[0];
     assert!(!receipt.is_error);
@@ -116,7 +116,14 @@ async fn a_top_level_agent_asks_the_application() {
             Turn::answer("deployed"),
         ]),
     );
-    let tree = tree(scripted.clone(), catalog(), TreeConfig::default()).await;
+    // The application's handler stays silent; the application answers with a steer.
+    let tree = Tree::builder()
+        .catalog(catalog())
+        .model(scripted.clone())
+        .on_question(|_: agent_tree::Question| std::future::pending())
+        .build()
+        .await
+        .unwrap();
     let mut events = tree.subscribe();
     let asker = tree
         .spawn(SpawnRequest::new("asker", "deploy"))
@@ -200,17 +207,21 @@ async fn completion_notices_go_to_the_direct_owner_only() {
             .unwrap()
             .messages
             .iter()
-            .filter(|m| m.role == Role::User && m.content.starts_with("[subagent "))
+            .filter(|m| m.role == Role::User && m.content.contains(r#""notice":"subagent_ended""#))
             .map(|m| m.content.clone())
             .collect()
     };
     assert_eq!(
         notices(mid),
-        [format!("[subagent {leaf} completed] leaf done")]
+        [format!(
+            r#"{{"agent_id":"{leaf}","notice":"subagent_ended","status":"completed","text":"leaf done"}}"#
+        )]
     );
     assert_eq!(
         notices(boss.id()),
-        [format!("[subagent {mid} completed] mid done")]
+        [format!(
+            r#"{{"agent_id":"{mid}","notice":"subagent_ended","status":"completed","text":"mid done"}}"#
+        )]
     );
     assert!(notices(observer.id()).is_empty());
     assert!(notices(leaf).is_empty());
@@ -219,7 +230,8 @@ async fn completion_notices_go_to_the_direct_owner_only() {
         for m in &request.messages {
             for top in [boss.id(), observer.id()] {
                 assert!(
-                    !m.content.starts_with(&format!("[subagent {top} ")),
+                    !m.content
+                        .starts_with(&format!(r#"{{"agent_id":"{top}","notice""#)),
                     "{} got a notice about top-level {top}",
                     request.agent
                 );
@@ -352,9 +364,7 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
             .script(
                 "boss",
                 Script::new([
-                    Turn::calls([
-                        Call::spawn_background("asker", "x").with_field("detached", json!(true))
-                    ]),
+                    Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(50)),
                 ]),
             )
@@ -365,8 +375,11 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
                     Turn::answer("ok"),
                 ]),
             );
-        let catalog =
-            Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap();
+        let catalog = Catalog::new([
+            delegator_of_all("boss"),
+            AgentDefinition::new("asker", "").detached(),
+        ])
+        .unwrap();
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(boss.is_completed());
@@ -391,9 +404,7 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
             .script(
                 "boss",
                 Script::new([
-                    Turn::calls([
-                        Call::spawn_background("asker", "x").with_field("detached", json!(true))
-                    ]),
+                    Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(4)),
                 ]),
             )
@@ -404,8 +415,11 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
                     Turn::answer("ok"),
                 ]),
             );
-        let catalog =
-            Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap();
+        let catalog = Catalog::new([
+            delegator_of_all("boss"),
+            AgentDefinition::new("asker", "").detached(),
+        ])
+        .unwrap();
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let _ = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(200), tree.idle())
@@ -476,9 +490,7 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("asker", "x").with_field("detached", json!(true))
-                ]),
+                Turn::calls([Call::spawn_background("asker", "x")]),
                 Turn::hang(),
                 // the restarted incarnation works on and on
                 Turn::hang(),
@@ -493,7 +505,7 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
         );
     let catalog = Catalog::new([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
-        AgentDefinition::new("asker", ""),
+        AgentDefinition::new("asker", "").detached(),
     ])
     .unwrap();
     let tree = tree(model, catalog, TreeConfig::default()).await;
@@ -522,17 +534,18 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("kid", "x").with_field("detached", json!(true))
-                ]),
+                Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(100)),
                 Turn::answer("end"),
             ]),
         )
         .script("kid", Script::new([Turn::hang()]));
     let recorder = RecordingModel::new(scripted);
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
+    let catalog = Catalog::new([
+        delegator_of_all("boss"),
+        AgentDefinition::new("kid", "").detached(),
+    ])
+    .unwrap();
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -547,7 +560,9 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
     let last = recorder.calls_of(a(1)).last().cloned().unwrap();
     let texts = user_texts(&last.messages);
     assert!(
-        texts.iter().any(|t| t.starts_with("[subagent a2 killed]")),
+        texts.iter().any(|t| t.starts_with(
+            r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#
+        )),
         "no notice of the killed detached child: {texts:?}"
     );
 }
@@ -583,7 +598,9 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
     let last = recorder.calls_of(a(1)).last().cloned().unwrap();
     let texts = user_texts(&last.messages);
     assert!(
-        texts.iter().any(|t| t.starts_with("[subagent a2 killed]")),
+        texts.iter().any(|t| t.starts_with(
+            r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#
+        )),
         "no notice of the killed detached child: {texts:?}"
     );
 }

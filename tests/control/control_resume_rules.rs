@@ -123,7 +123,10 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
     assert!(outcome.is_completed());
     let refused = &results(&model, a(1), 2)[0];
     assert!(refused.is_error);
-    assert_eq!(refused.content, "a2 cannot take this now: it is running");
+    assert_eq!(
+        refused.content,
+        r#"{"error":"a2 cannot take this now: it is running"}"#
+    );
     assert_eq!(
         model.calls_by(a(2)),
         1,

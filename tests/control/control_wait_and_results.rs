@@ -138,7 +138,10 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
     let third = &model.calls_of(a(1))[2].messages;
     let notice = third.last().unwrap();
     assert_eq!(notice.role, Role::User);
-    assert_eq!(notice.content, "[subagent a2 completed] quick done");
+    assert_eq!(
+        notice.content,
+        r#"{"agent_id":"a2","notice":"subagent_ended","status":"completed","text":"quick done"}"#
+    );
     tree.shutdown().await;
 }
 
@@ -167,8 +170,9 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
     // The owner got "running" from its wait, never the result: the completion must reach it.
     let last = &model.calls_of(a(1))[3].messages;
     assert!(
-        last.iter()
-            .any(|m| m.role == Role::User && m.content.starts_with("[subagent a2 completed]")),
+        last.iter().any(|m| m.role == Role::User
+            && m.content
+                .starts_with(r#"{"agent_id":"a2","notice":"subagent_ended","status":"completed""#)),
         "the owner never learned that a2 completed"
     );
     tree.shutdown().await;

@@ -11,4 +11,5 @@ mod control_foreign_ids;
 mod control_resume_rules;
 mod control_steer_receipts;
 mod control_wait_and_results;
+mod model_boundary;
 mod ownership_control_matrix;

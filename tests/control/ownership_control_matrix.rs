@@ -171,7 +171,7 @@ fn abort(target: &str) -> Call {
 }
 
 fn refused(result: &Message, target: &str) -> bool {
-    result.is_error && result.content == format!("no subagent {target} of yours")
+    result.is_error && result.content == format!(r#"{{"error":"no subagent {target} of yours"}}"#)
 }
 
 /// Checks `results` against the calls `op` made on every target, given who may reach whom.
@@ -265,7 +265,11 @@ async fn only_the_owner_reaches_its_children_with_every_control_tool() {
             &matrix[2 * ops..],
             &targets,
             is_child,
-            |r, t| r.is_error && r.content == format!("{t} cannot take this now: it is running"),
+            |r, t| {
+                r.is_error
+                    && crate::support::error_text(&r.content)
+                        == format!("{t} cannot take this now: it is running")
+            },
         );
         check(
             "abort",

@@ -1,4 +1,4 @@
-//! The detached boundary. A child spawned `detached` (the `Agent` tool's `"detached": true`)
+//! The detached boundary. A child spawned `detached` (its definition says `detached`)
 //! survives its owner's normal end and an ordinary abort of its owner or of an ancestor:
 //! its status stays `running` and its in-flight model call is not cancelled, and it later
 //! completes on its own. An explicit abort of the detached child (by the application or by
@@ -26,7 +26,7 @@ const LATER: Duration = Duration::from_secs(10);
 fn spawns() -> Turn {
     Turn::calls([
         Call::spawn_background("worker", "attached work"),
-        Call::spawn_background("worker", "detached work").with_field("detached", json!(true)),
+        Call::spawn_background("drifter", "detached work"),
     ])
     .usage(Usage::tokens(3, 3))
 }
@@ -46,7 +46,8 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
             "lead",
             Script::new(std::iter::once(spawns()).chain(lead_then)),
         )
-        .script("worker", hanging(2));
+        .script("worker", hanging(2))
+        .script("drifter", hanging(2));
     scripted.script_agent(
         a(4),
         Script::new([
@@ -61,8 +62,9 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
         model.clone(),
         catalog([
             delegator("boss", &["lead"]),
-            delegator("lead", &["worker"]),
+            delegator("lead", &["worker", "drifter"]),
             leaf("worker"),
+            leaf("drifter").detached(),
         ]),
         TreeConfig::default(),
     )
@@ -287,9 +289,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("kid", "x").with_field("detached", json!(true))
-                ]),
+                Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::fail("crash").after(Duration::from_millis(50)),
                 // restarted incarnation: resume the detached child, then finish
                 Turn::calls([Call::tool(
@@ -302,7 +302,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
         .script("kid", Script::new([Turn::answer("kid 1"), Turn::hang()]));
     let catalog = Catalog::new([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
-        AgentDefinition::new("kid", ""),
+        AgentDefinition::new("kid", "").detached(),
     ])
     .unwrap();
     let tree = tree(model, catalog, TreeConfig::default()).await;

@@ -173,15 +173,13 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     assert_drains(&tree_top, &mut events, a(1)).await;
     tree_top.shutdown().await;
 
-    // Nested: boss (a1) spawns the lead (a2) with `"settle": "drain"`; the lead's workers
+    // Nested: boss (a1) spawns the lead (a2), whose definition drains; the lead's workers
     // are a3 and a4.
     let scripted = ScriptedModel::new()
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("lead", "go").with_field("settle", json!("drain"))
-                ]),
+                Turn::calls([Call::spawn_background("lead", "go")]),
                 Turn::hang(),
             ]),
         )
@@ -204,7 +202,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
         nested.clone(),
         catalog([
             delegator("boss", &["lead"]),
-            lead(SettlePolicy::AbortChildren),
+            lead(SettlePolicy::Drain),
             leaf("worker"),
         ]),
         TreeConfig::default(),

@@ -152,9 +152,11 @@ async fn questions_to_the_application_on_worker_threads() {
                 Turn::answer("asked and answered"),
             ]),
         );
+        // A handler that never answers: the application answers with a steer.
         let tree = Tree::builder()
             .catalog(catalog([leaf("asker")]))
             .model(model)
+            .on_question(|_: agent_tree::Question| std::future::pending())
             .build()
             .await
             .expect("builds");

@@ -657,9 +657,7 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("slow", "x").with_field("detached", json!(true))
-                ]),
+                Turn::calls([Call::spawn_background("slow", "x")]),
                 Turn::hang(),
                 // the resumed run: a child, then it works on
                 Turn::calls([Call::spawn_background("kid", "y")]),
@@ -670,7 +668,7 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
         .script("kid", Script::new([Turn::hang()]));
     let catalog = Catalog::new([
         delegator_of_all("boss"),
-        AgentDefinition::new("slow", ""),
+        AgentDefinition::new("slow", "").detached(),
         AgentDefinition::new("kid", ""),
     ])
     .unwrap();
@@ -1127,7 +1125,7 @@ async fn shutdown_each(tree: &Tree, children: &[AgentId]) {
 
 /// Defect 4, another symptom of the same cause: a *background* child killed by
 /// `Tree::shutdown_agent` at its deadline is never noticed in its owner's conversation (no
-/// `[subagent aN killed]` notice at the owner's next turn), because the owner never reads the
+/// `subagent_ended` notice at the owner's next turn), because the owner never reads the
 /// child's exit. Worker threads, looped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d4_a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt() {
@@ -1185,10 +1183,11 @@ async fn d4_a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_
             .last()
             .cloned()
             .expect("the owner's requests");
-        let noticed = last
-            .messages
-            .iter()
-            .any(|m| m.role == Role::User && m.content.starts_with("[subagent a2 killed]"));
+        let noticed = last.messages.iter().any(|m| {
+            m.role == Role::User
+                && m.content
+                    .starts_with(r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#)
+        });
         if !noticed {
             missed.push(run);
         }

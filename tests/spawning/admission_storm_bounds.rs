@@ -205,10 +205,10 @@ async fn storm(seed: u64) -> Tally {
                 // At the depth cap the tool is not offered at all: not an admission.
                 assert_eq!(request.depth, MAX_DEPTH, "seed {seed}");
                 tally.not_offered += 1;
-            } else if result.content == child_limit(request.agent) {
+            } else if crate::support::error_text(&result.content) == child_limit(request.agent) {
                 tally.attempts += 1;
                 tally.child_limit += 1;
-            } else if result.content == total_limit {
+            } else if crate::support::error_text(&result.content) == total_limit {
                 tally.attempts += 1;
                 tally.total_limit += 1;
             } else {

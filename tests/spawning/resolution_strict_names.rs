@@ -61,9 +61,9 @@ fn type_of(tree: &Tree, result: &Message) -> String {
     tree.record(spawned_id(result)).unwrap().agent_type
 }
 
-fn refusal(result: &Message) -> &str {
+fn refusal(result: &Message) -> String {
     assert!(result.is_error, "not refused: {}", result.content);
-    &result.content
+    crate::support::error_text(&result.content)
 }
 
 fn no_fallback(tree: &Tree, model: &ScriptedModel) {

@@ -448,9 +448,7 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
         .script(
             "boss",
             Script::new([
-                Turn::calls([
-                    Call::spawn_background("flaky", "x").with_field("detached", json!(true))
-                ]),
+                Turn::calls([Call::spawn_background("flaky", "x")]),
                 Turn::answer("boss done"),
             ]),
         )
@@ -460,7 +458,9 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
         );
     let catalog = Catalog::new([
         delegator_of_all("boss"),
-        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("flaky", "")
+            .with_restart(RestartPolicy::Transient)
+            .detached(),
     ])
     .unwrap();
     let tree = tree(model, catalog, TreeConfig::default()).await;

@@ -163,3 +163,11 @@ pub mod lifetimes;
 
 /// The race-test helpers: guards, bounded waits, yield loops and the `slow` tool.
 pub mod races;
+
+/// The text of a refusal a tool call got (`{"error": "..."}`), or the content as it is.
+pub(crate) fn error_text(content: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(content)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| content.to_owned())
+}

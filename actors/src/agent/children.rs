@@ -356,11 +356,11 @@ impl AgentState {
             awaited: false,
         });
         if row.is_some_and(|row| settle::notice_due(&row)) {
-            self.inbox.push_back(Inbound::Notice(format!(
-                "[subagent {child} {}] {}",
-                outcome.status.as_str(),
-                outcome.summary()
-            )));
+            // Structured: the runtime's fields apart from the child's text, so a child's
+            // answer cannot pose as a notice about another agent.
+            let mut notice = super::orchestration::result_value(child, Some(outcome));
+            notice["notice"] = serde_json::json!("subagent_ended");
+            self.inbox.push_back(Inbound::Notice(notice.to_string()));
         }
     }
 

@@ -16,7 +16,7 @@ use serde_json::json;
 
 mod schema;
 
-pub(crate) use schema::{Offer, offered, result_text, set_result};
+pub(crate) use schema::{Offer, offered, result_text, result_value, set_result};
 
 use super::AgentState;
 use super::calls::Waiting;
@@ -92,8 +92,32 @@ enum Answer {
     Set(Vec<AgentId>, WaitPolicy),
 }
 
+/// The longest refusal text a model is shown, in bytes: a refusal quotes at most a short
+/// prefix of what the model sent, so a 16 MiB type name is not echoed back.
+const MAX_REFUSAL: usize = 512;
+
+/// A refusal, as the short JSON a model can act on: `{"error": "..."}`.
 fn refused(error: impl ToString) -> Answer {
-    Answer::Now(error.to_string(), true)
+    let mut text = error.to_string();
+    crate::error::cut_to(&mut text, MAX_REFUSAL);
+    Answer::Now(json!({ "error": text }).to_string(), true)
+}
+
+/// The input of a call, which must be a JSON object; `null` fields mean absent.
+fn input_of<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Answer> {
+    let serde_json::Value::Object(fields) = &call.input else {
+        return Err(refused(format!(
+            "invalid input: expected a JSON object of {}'s fields",
+            call.name
+        )));
+    };
+    let present: serde_json::Map<String, serde_json::Value> = fields
+        .iter()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    serde_json::from_value(serde_json::Value::Object(present))
+        .map_err(|error| refused(format!("invalid input: {error}")))
 }
 
 /// Runs orchestration tool `tool` for call `index` of turn `turn`.
@@ -273,14 +297,25 @@ fn wait_task(
         .abort_handle()
 }
 
+/// The `Agent` tool's input: everything a model may choose, and nothing that changes
+/// lifetimes (`detached` and the settle policy come from the definition or the
+/// application). Unknown fields (`detached`, `depth`) are ignored.
 #[derive(Deserialize)]
-struct ResumeInput {
-    resume: String,
+struct AgentInput {
+    #[serde(default, alias = "subagent_type", alias = "type")]
+    agent_type: Option<String>,
     #[serde(default)]
-    prompt: String,
+    prompt: Option<String>,
     #[serde(default)]
-    background: bool,
+    description: Option<String>,
+    #[serde(default, alias = "run_in_background")]
+    background: Option<bool>,
+    #[serde(default)]
+    resume: Option<String>,
 }
+
+/// The longest agent type name looked up, in bytes.
+const MAX_TYPE_NAME: usize = 128;
 
 async fn spawn_or_resume(
     state: &mut AgentState,
@@ -289,13 +324,30 @@ async fn spawn_or_resume(
     index: usize,
     call: &ToolCall,
 ) -> Answer {
-    if call.input.get("resume").is_some() {
-        return resume(state, myself, call).await;
-    }
-    let request: SpawnRequest = match serde_json::from_value(call.input.clone()) {
-        Ok(request) => request,
-        Err(error) => return refused(SpawnError::InvalidRequest(error.to_string())),
+    let input: AgentInput = match input_of(call) {
+        Ok(input) => input,
+        Err(answer) => return answer,
     };
+    if let Some(target) = input.resume {
+        let prompt = input.prompt.unwrap_or_default();
+        let background = input.background.unwrap_or(false);
+        return resume(state, myself, &target, prompt, background).await;
+    }
+    let (Some(agent_type), Some(prompt)) = (input.agent_type, input.prompt) else {
+        return refused(SpawnError::InvalidRequest(
+            "`agent_type` and `prompt` are required (or `resume` with an agent id)".to_owned(),
+        ));
+    };
+    if agent_type.len() > MAX_TYPE_NAME {
+        let mut shown = agent_type;
+        crate::error::cut_to(&mut shown, 64);
+        return refused(SpawnError::InvalidRequest(format!(
+            "agent type name too long: {shown:?}"
+        )));
+    }
+    let mut request = SpawnRequest::new(agent_type, prompt);
+    request.description = input.description;
+    request.background = input.background;
     let definition = match state
         .branch
         .catalog
@@ -309,7 +361,7 @@ async fn spawn_or_resume(
     // another owner's) to get that child back. They name the call by its place (turn and
     // position), never by the model's call id, which need not be unique.
     let request_id = RequestId::derived(state.id, state.run, &format!("t{turn}c{index}"));
-    let detached = request.detached;
+    let detached = definition.detached;
     let owner_capabilities = state
         .shared
         .config
@@ -355,39 +407,36 @@ fn answer_for(state: &AgentState, child: AgentId, background: bool) -> Answer {
     }
 }
 
-async fn resume(state: &mut AgentState, myself: &ActorRef<AgentMsg>, call: &ToolCall) -> Answer {
-    let input: ResumeInput = match serde_json::from_value(call.input.clone()) {
-        Ok(input) => input,
-        Err(error) => return refused(SpawnError::InvalidRequest(error.to_string())),
-    };
+async fn resume(
+    state: &mut AgentState,
+    myself: &ActorRef<AgentMsg>,
+    target: &str,
+    prompt: String,
+    background: bool,
+) -> Answer {
     // Resume re-creates the agent's actor under its owner, so only the owner may resume it,
     // whatever the control scope.
-    let target = match parse_id(&input.resume) {
+    let target = match parse_id(target) {
         Ok(target) => target,
         Err(error) => return refused(error),
     };
-    let ticket =
-        match state
-            .shared
-            .registry
-            .reopen(target, state.id, &state.shared.config, input.prompt)
-        {
-            Ok(ticket) => ticket,
-            Err(error) => return refused(error),
-        };
+    let ticket = match state
+        .shared
+        .registry
+        .reopen(target, state.id, &state.shared.config, prompt)
+    {
+        Ok(ticket) => ticket,
+        Err(error) => return refused(error),
+    };
     let (run, detached) = (ticket.run, ticket.start.detached);
     let actor = match spawn::start(&state.shared, ticket, myself).await {
         Ok(actor) => actor,
         Err(error) => return refused(error),
     };
-    state.children.started(
-        target,
-        run,
-        Some(actor.get_id()),
-        detached,
-        input.background,
-    );
-    answer_for(state, target, input.background)
+    state
+        .children
+        .started(target, run, Some(actor.get_id()), detached, background);
+    answer_for(state, target, background)
 }
 
 #[derive(Deserialize)]
@@ -411,8 +460,7 @@ fn parse_id(text: &str) -> Result<AgentId, ControlError> {
 
 /// The agent `call` names, if the caller may control it.
 fn target(state: &AgentState, call: &ToolCall) -> Result<(AgentId, TargetInput), Answer> {
-    let input = serde_json::from_value::<TargetInput>(call.input.clone())
-        .map_err(|error| refused(format!("invalid input: {error}")))?;
+    let input: TargetInput = input_of(call)?;
     let id = parse_id(&input.agent_id).map_err(refused)?;
     state
         .shared
@@ -514,9 +562,9 @@ struct SetInput {
 }
 
 fn wait_set(state: &mut AgentState, call: &ToolCall) -> Answer {
-    let input = match serde_json::from_value::<SetInput>(call.input.clone()) {
+    let input: SetInput = match input_of(call) {
         Ok(input) => input,
-        Err(error) => return refused(format!("invalid input: {error}")),
+        Err(answer) => return answer,
     };
     let mut agents = Vec::with_capacity(input.agent_ids.len());
     for text in &input.agent_ids {
@@ -543,9 +591,9 @@ struct AskInput {
 }
 
 fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
-    let input = match serde_json::from_value::<AskInput>(call.input.clone()) {
+    let input: AskInput = match input_of(call) {
         Ok(input) => input,
-        Err(error) => return refused(format!("invalid input: {error}")),
+        Err(answer) => return answer,
     };
     if state.phase.current_calls().is_some_and(|c| c.asking()) {
         // The owner answers a child's question with its next steer: one question at a time.

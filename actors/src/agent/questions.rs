@@ -85,9 +85,13 @@ impl AgentState {
             return;
         }
         self.open_questions.insert(child, question.clone());
-        self.inbox.push_back(Inbound::Notice(format!(
-            "[question from subagent {child}; answer with steer_subagent] {question}"
-        )));
+        let notice = serde_json::json!({
+            "notice": "question",
+            "agent_id": child,
+            "question": question,
+            "answer_with": "steer_subagent",
+        });
+        self.inbox.push_back(Inbound::Notice(notice.to_string()));
         self.children.asked(child);
         if let Some(calls) = self.phase.current_calls() {
             for index in calls.waiting_on(child) {

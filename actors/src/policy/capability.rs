@@ -58,13 +58,15 @@ fn denies(definition: &AgentDefinition, tool: &str) -> bool {
 /// The capabilities of `definition` at `depth`, given the user tools the tree has.
 ///
 /// With `owner` set (attenuation mode), user tools are further limited to those the owner
-/// holds.
+/// holds. `ask_owner` is offered only where someone answers: an owner agent (below depth 1),
+/// or, for a top-level agent, the application's question handler (`app_answers`).
 pub(crate) fn capabilities<'a>(
     definition: &AgentDefinition,
     depth: u32,
     max_depth: u32,
     available: impl IntoIterator<Item = &'a str>,
     owner: Option<&Capabilities>,
+    app_answers: bool,
 ) -> Capabilities {
     let user_tools = available
         .into_iter()
@@ -85,7 +87,7 @@ pub(crate) fn capabilities<'a>(
     Capabilities {
         user_tools,
         orchestration,
-        ask_owner: !denies(definition, ASK_OWNER_TOOL),
+        ask_owner: !denies(definition, ASK_OWNER_TOOL) && (depth > 1 || app_answers),
     }
 }
 
@@ -109,26 +111,26 @@ mod tests {
     #[test]
     fn opt_in_is_required() {
         let plain = AgentDefinition::new("worker", "");
-        let caps = capabilities(&plain, 1, 5, TOOLS, None);
+        let caps = capabilities(&plain, 1, 5, TOOLS, None, true);
         assert!(caps.orchestration.is_empty());
         assert_eq!(caps.user_tools, TOOLS);
         assert_eq!(
-            capabilities(&delegator(), 1, 5, TOOLS, None).orchestration,
+            capabilities(&delegator(), 1, 5, TOOLS, None, true).orchestration,
             ORCHESTRATION_TOOLS
         );
     }
 
     #[test]
     fn none_at_the_cap_isolated_or_denied() {
-        assert!(!capabilities(&delegator(), 5, 5, TOOLS, None).can_delegate());
-        assert!(capabilities(&delegator(), 4, 5, TOOLS, None).can_delegate());
+        assert!(!capabilities(&delegator(), 5, 5, TOOLS, None, true).can_delegate());
+        assert!(capabilities(&delegator(), 4, 5, TOOLS, None, true).can_delegate());
         for max_depth in [0, 1] {
-            assert!(!capabilities(&delegator(), 1, max_depth, TOOLS, None).can_delegate());
+            assert!(!capabilities(&delegator(), 1, max_depth, TOOLS, None, true).can_delegate());
         }
-        assert!(!capabilities(&delegator().isolated(), 1, 5, TOOLS, None).can_delegate());
+        assert!(!capabilities(&delegator().isolated(), 1, 5, TOOLS, None, true).can_delegate());
         let denied = delegator().with_disallowed_tools(["Agent"]);
         assert!(
-            capabilities(&denied, 1, 5, TOOLS, None)
+            capabilities(&denied, 1, 5, TOOLS, None, true)
                 .orchestration
                 .is_empty()
         );
@@ -137,11 +139,11 @@ mod tests {
     #[test]
     fn agent_is_inferred_into_an_allowlist() {
         let def = delegator().with_tools(ToolSet::only(["read"]));
-        let caps = capabilities(&def, 1, 5, TOOLS, None);
+        let caps = capabilities(&def, 1, 5, TOOLS, None, true);
         assert_eq!(caps.user_tools, ["read"]);
         assert!(caps.can_delegate());
         let denied = def.with_disallowed_tools(["Agent"]);
-        assert!(!capabilities(&denied, 1, 5, TOOLS, None).can_delegate());
+        assert!(!capabilities(&denied, 1, 5, TOOLS, None, true).can_delegate());
     }
 
     #[test]
@@ -151,7 +153,14 @@ mod tests {
             orchestration: vec![],
             ask_owner: true,
         };
-        let caps = capabilities(&AgentDefinition::new("w", ""), 2, 5, TOOLS, Some(&owner));
+        let caps = capabilities(
+            &AgentDefinition::new("w", ""),
+            2,
+            5,
+            TOOLS,
+            Some(&owner),
+            true,
+        );
         assert_eq!(caps.user_tools, ["read"]);
     }
 
@@ -162,5 +171,15 @@ mod tests {
         assert_eq!(default_max_turns(5), 10);
         assert_eq!(default_max_turns(6), 6);
         assert_eq!(default_max_turns(40), 6);
+    }
+
+    #[test]
+    fn ask_owner_is_offered_only_where_someone_answers() {
+        let plain = AgentDefinition::new("w", "");
+        assert!(!capabilities(&plain, 1, 5, TOOLS, None, false).ask_owner);
+        assert!(capabilities(&plain, 1, 5, TOOLS, None, true).ask_owner);
+        assert!(capabilities(&plain, 2, 5, TOOLS, None, false).ask_owner);
+        let denied = plain.with_disallowed_tools([ASK_OWNER_TOOL]);
+        assert!(!capabilities(&denied, 2, 5, TOOLS, None, true).ask_owner);
     }
 }
