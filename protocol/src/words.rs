@@ -903,7 +903,16 @@ mod tests {
                 "{written:?}"
             );
         }
-        for not in ["", "ext", "ext:", "ext: ", "ext:/x", "ext:x/", "extension:x", "é:x"] {
+        for not in [
+            "",
+            "ext",
+            "ext:",
+            "ext: ",
+            "ext:/x",
+            "ext:x/",
+            "extension:x",
+            "é:x",
+        ] {
             assert_eq!(ExtensionSelector::parse(not), None, "{not:?}");
         }
     }
