@@ -33,7 +33,8 @@ use crate::policy::capability::{ToolMatch, deny_names, match_tool_name};
 mod dirs;
 mod fields;
 mod frontmatter;
-pub use frontmatter::parse_agent_file;
+pub use dirs::{LoadedCatalog, MAX_AGENT_FILE_BYTES, SkipReason, Skipped};
+pub use frontmatter::{MAX_FRONTMATTER_EXPANDED_BYTES, MAX_FRONTMATTER_NODES, parse_agent_file};
 
 /// A definition or agent file that could not enter a catalog.
 ///
@@ -110,13 +111,42 @@ pub enum CatalogError {
         source: std::str::Utf8Error,
     },
     /// An agent file's frontmatter is not valid YAML.
-    #[error("{}: invalid YAML in frontmatter: {source}", .file.display())]
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use agent_tree_actors::{CatalogError, parse_agent_file};
+    /// let err = parse_agent_file(Path::new("a.md"), "---\ndescription: a: b\n---\n").unwrap_err();
+    /// assert!(matches!(err, CatalogError::Yaml { hint: Some(_), .. }));
+    /// assert!(err.to_string().ends_with("(quote the value: description: \"a: b\")"));
+    /// ```
+    #[error("{}: invalid YAML in frontmatter: {source}{}", .file.display(), parenthesized(.hint))]
     Yaml {
         /// The file.
         file: PathBuf,
         /// The YAML parser's error, with the line and column in the file.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+        /// How to fix a common mistake, when the error is one: an unquoted value holding
+        /// `: ` gives `quote the value: description: "a: b"`.
+        hint: Option<String>,
+    },
+    /// An agent file is not a regular file (or a link to one): a FIFO, a socket, a device, a
+    /// directory. It is refused without being opened.
+    #[error("{}: not a regular file ({kind}); agent files are regular files or links to them", .file.display())]
+    NotAFile {
+        /// The file.
+        file: PathBuf,
+        /// What it is: `FIFO`, `socket`, `character device`, `block device`, `directory`.
+        kind: &'static str,
+    },
+    /// An agent file is larger than [`MAX_AGENT_FILE_BYTES`](crate::MAX_AGENT_FILE_BYTES).
+    /// It is refused without reading more than the limit.
+    #[error("{}: larger than the {limit} bytes an agent file may have", .file.display())]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
     },
     /// Several problems; every one is kept, flat (never nested).
     #[error("{} problems in agent definitions:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
@@ -246,6 +276,11 @@ pub(crate) fn warn_tool_problems<'a>(
     for problem in catalog.tool_problems(registered) {
         tracing::warn!("{problem}");
     }
+}
+
+/// ` (hint)`, or nothing.
+fn parenthesized(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
 }
 
 /// One refusal of the definition check: the field (by its snake_case name) and why.

@@ -28,7 +28,10 @@ mod tree;
 mod util;
 mod wait;
 
-pub use catalog::{Catalog, CatalogError, ToolProblem, parse_agent_file};
+pub use catalog::{
+    Catalog, CatalogError, LoadedCatalog, MAX_AGENT_FILE_BYTES, MAX_FRONTMATTER_EXPANDED_BYTES,
+    MAX_FRONTMATTER_NODES, SkipReason, Skipped, ToolProblem, parse_agent_file,
+};
 pub use config::{
     ConfigError, ControlScope, DEFAULT_MAX_CHILDREN_PER_AGENT, DEFAULT_MAX_CONCURRENT,
     DEFAULT_MAX_DEPTH, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE, INHERIT_CONTEXT_MAX_DEPTH,
