@@ -198,7 +198,7 @@ pub enum ToolProblem {
         field: ListField,
         /// The name as written.
         tool: String,
-        /// Every registered user tool, in registration order.
+        /// Every registered user tool, in the order given.
         registered: Vec<String>,
     },
     /// The name equals several registered tools ignoring ASCII case and none exactly; the
@@ -215,7 +215,7 @@ pub enum ToolProblem {
         field: ListField,
         /// The name as written.
         tool: String,
-        /// The registered tools it equals ignoring case.
+        /// The registered tools it equals ignoring case, in the order given.
         candidates: Vec<String>,
     },
 }

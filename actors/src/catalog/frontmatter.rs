@@ -385,7 +385,7 @@ fn quote_hint(yaml: &str, error: &serde_yaml_ng::Error) -> Option<String> {
     const SHOWN: usize = 40;
     let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
     let shown = match escaped.char_indices().nth(SHOWN) {
-        Some((cut, _)) => format!("{}...", &escaped[..cut]),
+        Some((cut, _)) => format!("{}...", escaped[..cut].trim_end()),
         None => escaped,
     };
     Some(format!("quote the value: {key}: \"{shown}\""))
