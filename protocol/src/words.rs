@@ -243,9 +243,10 @@ impl fmt::Display for Keyword {
 /// `ext:<extension>/<tool>` (one of its tools).
 ///
 /// The prefix `ext:` ignores ASCII case; the extension and the tool must not be blank. In
-/// `tools`, `*` followed by selectors only is every tool (agent-tree's tools are all the
-/// application's, see the [module documentation](self)); a selector among names is kept as a
-/// name, and the runtime matches `ext:<extension>/<tool>` as the tool `<tool>`.
+/// `tools`, `*` followed by selectors only is every tool ([`ToolSet::All`]: agent-tree has no
+/// extension layer, every tool is one the application registered, so the selectors cannot
+/// narrow anything); a selector among names is kept as a name, and the runtime matches
+/// `ext:<extension>/<tool>` as the tool `<tool>`.
 ///
 /// ```
 /// use agent_tree_protocol::{ExtensionSelector, ToolSet, Written};

@@ -180,9 +180,12 @@ impl Catalog {
     /// Other files, hidden files and subdirectories are ignored; markdown files without
     /// frontmatter (a `README.md`) are skipped and listed. Each file is parsed as by
     /// [`parse_agent_file`], which describes the format: YAML frontmatter between `---` lines,
-    /// then the prompt. Files are read as untrusted input: see the [module
-    /// documentation](self) for what is refused (FIFOs, devices, files over
-    /// [`MAX_AGENT_FILE_BYTES`], ...). Each problem is logged as a `tracing` warning.
+    /// then the prompt. Files are read as untrusted input: anything but a regular file or a
+    /// link to one (a FIFO, a socket, a device) is refused without being opened
+    /// ([`CatalogError::NotAFile`]), a file over [`MAX_AGENT_FILE_BYTES`] without reading
+    /// more than the limit ([`CatalogError::TooLarge`]), and a frontmatter expanding beyond
+    /// its budget through YAML aliases before it is built (see [`parse_agent_file`]). Each
+    /// problem is logged as a `tracing` warning.
     ///
     /// ```
     /// use agent_tree_actors::Catalog;
