@@ -74,8 +74,9 @@ pub enum CatalogError {
         /// What is wrong with it.
         message: String,
     },
-    /// An agent file's frontmatter is missing, unterminated, too deeply nested or not a
-    /// mapping.
+    /// An agent file's frontmatter is missing, unterminated, too deeply nested, not a mapping,
+    /// or expands beyond its budget through YAML aliases
+    /// ([`MAX_FRONTMATTER_NODES`](crate::MAX_FRONTMATTER_NODES)).
     #[error("{}: {message}", .file.display())]
     File {
         /// The file.
@@ -132,6 +133,19 @@ pub enum CatalogError {
     },
     /// An agent file is not a regular file (or a link to one): a FIFO, a socket, a device, a
     /// directory. It is refused without being opened.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-not-a-file-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// # #[cfg(unix)] {
+    /// use agent_tree_actors::{Catalog, CatalogError};
+    /// std::os::unix::fs::symlink("/dev/zero", dir.join("zero.md"))?;
+    /// let loaded = Catalog::load_dir(&dir);
+    /// assert!(matches!(&loaded.problems[..], [CatalogError::NotAFile { kind: "character device", .. }]));
+    /// # }
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     #[error("{}: not a regular file ({kind}); agent files are regular files or links to them", .file.display())]
     NotAFile {
         /// The file.
@@ -141,6 +155,18 @@ pub enum CatalogError {
     },
     /// An agent file is larger than [`MAX_AGENT_FILE_BYTES`](crate::MAX_AGENT_FILE_BYTES).
     /// It is refused without reading more than the limit.
+    ///
+    /// ```
+    /// use agent_tree_actors::{Catalog, CatalogError, MAX_AGENT_FILE_BYTES};
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-too-large-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let body = "x".repeat(MAX_AGENT_FILE_BYTES as usize);
+    /// std::fs::write(dir.join("huge.md"), format!("---\n---\n{body}"))?;
+    /// let loaded = Catalog::load_dir(&dir);
+    /// assert!(matches!(&loaded.problems[..], [CatalogError::TooLarge { .. }]));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     #[error("{}: larger than the {limit} bytes an agent file may have", .file.display())]
     TooLarge {
         /// The file.

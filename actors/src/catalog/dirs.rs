@@ -85,6 +85,7 @@ pub const MAX_AGENT_FILE_BYTES: u64 = 256 * 1024;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 #[must_use = "a loaded catalog's problems are for someone to see"]
 pub struct LoadedCatalog {
     /// Every valid definition found.
@@ -145,6 +146,7 @@ impl LoadedCatalog {
 /// );
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Skipped {
     /// The file.
     pub file: PathBuf,
