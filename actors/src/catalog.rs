@@ -23,14 +23,18 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentDefinition, ListField, SubagentAllowance, ToolSet};
+use agent_tree_protocol::{
+    AgentDefinition, ExtensionSelector, ListField, SubagentAllowance, ToolSet,
+};
 
 use crate::error::SpawnError;
+use crate::policy::capability::{ToolMatch, deny_names, match_tool_name};
 
 mod dirs;
 mod fields;
 mod frontmatter;
-pub use frontmatter::parse_agent_file;
+pub use dirs::{LoadedCatalog, MAX_AGENT_FILE_BYTES, SkipReason, Skipped};
+pub use frontmatter::{MAX_FRONTMATTER_EXPANDED_BYTES, MAX_FRONTMATTER_NODES, parse_agent_file};
 
 /// A definition or agent file that could not enter a catalog.
 ///
@@ -70,8 +74,9 @@ pub enum CatalogError {
         /// What is wrong with it.
         message: String,
     },
-    /// An agent file's frontmatter is missing, unterminated, too deeply nested or not a
-    /// mapping.
+    /// An agent file's frontmatter is missing, unterminated, too deeply nested, not a mapping,
+    /// or expands beyond its budget through YAML aliases
+    /// ([`MAX_FRONTMATTER_NODES`](crate::MAX_FRONTMATTER_NODES)).
     #[error("{}: {message}", .file.display())]
     File {
         /// The file.
@@ -107,17 +112,201 @@ pub enum CatalogError {
         source: std::str::Utf8Error,
     },
     /// An agent file's frontmatter is not valid YAML.
-    #[error("{}: invalid YAML in frontmatter: {source}", .file.display())]
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use agent_tree_actors::{CatalogError, parse_agent_file};
+    /// let err = parse_agent_file(Path::new("a.md"), "---\ndescription: a: b\n---\n").unwrap_err();
+    /// assert!(matches!(err, CatalogError::Yaml { hint: Some(_), .. }));
+    /// assert!(err.to_string().ends_with("(quote the value: description: \"a: b\")"));
+    /// ```
+    #[error("{}: invalid YAML in frontmatter: {source}{}", .file.display(), parenthesized(.hint))]
     Yaml {
         /// The file.
         file: PathBuf,
         /// The YAML parser's error, with the line and column in the file.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+        /// How to fix a common mistake, when the error is one: an unquoted value holding
+        /// `: ` gives `quote the value: description: "a: b"`.
+        hint: Option<String>,
+    },
+    /// An agent file is not a regular file (or a link to one): a FIFO, a socket, a device, a
+    /// directory. It is refused without being opened.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-not-a-file-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// # #[cfg(unix)] {
+    /// use agent_tree_actors::{Catalog, CatalogError};
+    /// std::os::unix::fs::symlink("/dev/zero", dir.join("zero.md"))?;
+    /// let loaded = Catalog::load_dir(&dir);
+    /// assert!(matches!(&loaded.problems[..], [CatalogError::NotAFile { kind: "character device", .. }]));
+    /// # }
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[error("{}: not a regular file ({kind}); agent files are regular files or links to them", .file.display())]
+    NotAFile {
+        /// The file.
+        file: PathBuf,
+        /// What it is: `FIFO`, `socket`, `character device`, `block device`, `directory`.
+        kind: &'static str,
+    },
+    /// An agent file is larger than [`MAX_AGENT_FILE_BYTES`](crate::MAX_AGENT_FILE_BYTES).
+    /// It is refused without reading more than the limit.
+    ///
+    /// ```
+    /// use agent_tree_actors::{Catalog, CatalogError, MAX_AGENT_FILE_BYTES};
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-too-large-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let body = "x".repeat(MAX_AGENT_FILE_BYTES as usize);
+    /// std::fs::write(dir.join("huge.md"), format!("---\n---\n{body}"))?;
+    /// let loaded = Catalog::load_dir(&dir);
+    /// assert!(matches!(&loaded.problems[..], [CatalogError::TooLarge { .. }]));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[error("{}: larger than the {limit} bytes an agent file may have", .file.display())]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
     },
     /// Several problems; every one is kept, flat (never nested).
     #[error("{} problems in agent definitions:\n{}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many(Vec<CatalogError>),
+}
+
+/// A tool name of a definition that gives the agent no tool: it names no registered user
+/// tool, or several ignoring case and none exactly.
+///
+/// Found by [`Catalog::tool_problems`], and logged as a warning for every definition of the
+/// catalog when a tree is built ([`TreeBuilder::build`](crate::TreeBuilder::build)). Not an
+/// error: agent files name tools an application may not have (Claude Code's `WebFetch`), and
+/// such an agent runs with the tools that do match. Names match by the rule documented on
+/// [`ToolSet`]: the exact name, else the one ASCII-case-insensitive match.
+///
+/// ```
+/// use agent_tree_actors::{Catalog, ToolProblem};
+/// use agent_tree_protocol::{AgentDefinition, ToolSet};
+/// let catalog = Catalog::new([AgentDefinition::new("reviewer", "")
+///     .with_tools(ToolSet::only(["Read", "WebFetch"]))])?;
+/// let problems = catalog.tool_problems(["read", "bash"]);
+/// assert_eq!(problems.len(), 1, "`Read` is the tool `read`");
+/// assert!(matches!(&problems[0], ToolProblem::Unknown { tool, .. } if tool == "WebFetch"));
+/// assert_eq!(
+///     problems[0].to_string(),
+///     "agent type \"reviewer\": field `tools` names \"WebFetch\", which is no registered \
+///      tool (registered: read, bash)"
+/// );
+/// # Ok::<(), agent_tree_actors::CatalogError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolProblem {
+    /// The name matches no registered user tool (nor an orchestration tool).
+    #[error(
+        "agent type {agent_type:?}: field `{field}` names {tool:?}, which is no registered tool \
+         (registered: {}){}",
+        list(registered),
+        if ExtensionSelector::parse(tool).is_some_and(|s| s.tool.is_none()) {
+            "; agent-tree has no extensions: name the tools"
+        } else {
+            ""
+        }
+    )]
+    Unknown {
+        /// The definition.
+        agent_type: String,
+        /// `tools` or `disallowed_tools`.
+        field: ListField,
+        /// The name as written.
+        tool: String,
+        /// Every registered user tool, in the order given.
+        registered: Vec<String>,
+    },
+    /// The name equals several registered tools ignoring ASCII case and none exactly; the
+    /// agent gets none of them.
+    #[error(
+        "agent type {agent_type:?}: field `{field}` names {tool:?}, which matches several \
+         registered tools ignoring case ({}), so none is given; write one exactly",
+        list(candidates)
+    )]
+    Ambiguous {
+        /// The definition.
+        agent_type: String,
+        /// `tools` (a deny denies all of them, so it is never ambiguous).
+        field: ListField,
+        /// The name as written.
+        tool: String,
+        /// The registered tools it equals ignoring case, in the order given.
+        candidates: Vec<String>,
+    },
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The tool problems of `definition` against the registered user tools `registered`.
+fn tool_problems_of(definition: &AgentDefinition, registered: &[&str]) -> Vec<ToolProblem> {
+    let owned = || registered.iter().map(|t| (*t).to_owned()).collect();
+    let mut problems = Vec::new();
+    if let ToolSet::Only(names) = &definition.tools {
+        for name in names {
+            match match_tool_name(name, registered) {
+                ToolMatch::Tool(_) | ToolMatch::Orchestration => {}
+                ToolMatch::Unknown => problems.push(ToolProblem::Unknown {
+                    agent_type: definition.name.clone(),
+                    field: ListField::Tools,
+                    tool: name.clone(),
+                    registered: owned(),
+                }),
+                ToolMatch::Ambiguous(candidates) => problems.push(ToolProblem::Ambiguous {
+                    agent_type: definition.name.clone(),
+                    field: ListField::Tools,
+                    tool: name.clone(),
+                    candidates: candidates.into_iter().map(str::to_owned).collect(),
+                }),
+            }
+        }
+    }
+    for name in &definition.disallowed_tools {
+        let names_something = registered
+            .iter()
+            .chain(crate::tool::RESERVED_TOOLS.iter())
+            .any(|t| deny_names(name, t));
+        if !names_something {
+            problems.push(ToolProblem::Unknown {
+                agent_type: definition.name.clone(),
+                field: ListField::DisallowedTools,
+                tool: name.clone(),
+                registered: owned(),
+            });
+        }
+    }
+    problems
+}
+
+/// Logs a warning for each tool problem of `catalog` against `registered` (a tree's build).
+pub(crate) fn warn_tool_problems<'a>(
+    catalog: &Catalog,
+    registered: impl IntoIterator<Item = &'a str>,
+) {
+    for problem in catalog.tool_problems(registered) {
+        tracing::warn!("{problem}");
+    }
+}
+
+/// ` (hint)`, or nothing.
+fn parenthesized(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
 }
 
 /// One refusal of the definition check: the field (by its snake_case name) and why.
@@ -330,6 +519,36 @@ impl Catalog {
     /// Whether the catalog is empty.
     pub fn is_empty(&self) -> bool {
         self.inner.definitions.is_empty()
+    }
+
+    /// Every tool name of every definition (in `tools` and `disallowed_tools`) that gives no
+    /// tool against the registered user tools `registered`: names matching no tool, and names
+    /// matching several ignoring case and none exactly. In definition order, then field order.
+    ///
+    /// Orchestration tool names (`Agent`, `ask_owner`, ...) are never problems: the tree adds
+    /// those tools by its own rule. A tree logs these problems as warnings when it is built;
+    /// call this to act on them (refuse to start, show them to a user).
+    ///
+    /// ```
+    /// use agent_tree_actors::{Catalog, ToolProblem};
+    /// use agent_tree_protocol::{AgentDefinition, ToolSet};
+    /// let catalog = Catalog::new([
+    ///     AgentDefinition::new("a", "").with_tools(ToolSet::only(["Read", "Agent"])),
+    ///     AgentDefinition::new("b", "").with_tools(ToolSet::only(["Bash"])),
+    /// ])?;
+    /// assert!(catalog.tool_problems(["read", "bash"]).is_empty());
+    /// let problems = catalog.tool_problems(["bash", "BASH", "read"]);
+    /// assert!(matches!(&problems[..], [ToolProblem::Ambiguous { agent_type, .. }] if agent_type == "b"));
+    /// # Ok::<(), agent_tree_actors::CatalogError>(())
+    /// ```
+    pub fn tool_problems<'a>(
+        &self,
+        registered: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<ToolProblem> {
+        let registered: Vec<&str> = registered.into_iter().collect();
+        self.definitions()
+            .flat_map(|d| tool_problems_of(d, &registered))
+            .collect()
     }
 
     /// Resolves `requested` strictly: exact name, else one ASCII-case-insensitive match.
@@ -720,6 +939,75 @@ mod tests {
                 (String::new(), "restart_period_ms"),
             ]
         );
+    }
+
+    #[test]
+    fn tool_problems_name_the_definition_field_and_tool() {
+        let c = Catalog::new([
+            AgentDefinition::new("claude", "")
+                .with_tools(ToolSet::only([
+                    "Read",
+                    "WebFetch",
+                    "Agent",
+                    "Grep",
+                    "ext:web",
+                    "ext:mcp/search",
+                ]))
+                .with_disallowed_tools(["Write", "Bassh", "agent"]),
+            AgentDefinition::new("all", "").with_disallowed_tools(["bash"]),
+        ])
+        .unwrap();
+        let problems = c.tool_problems(["read", "grep", "GREP", "write", "bash"]);
+        let found: Vec<(&str, ListField, &str, bool)> = problems
+            .iter()
+            .map(|p| match p {
+                ToolProblem::Unknown {
+                    agent_type,
+                    field,
+                    tool,
+                    ..
+                } => (agent_type.as_str(), *field, tool.as_str(), false),
+                ToolProblem::Ambiguous {
+                    agent_type,
+                    field,
+                    tool,
+                    ..
+                } => (agent_type.as_str(), *field, tool.as_str(), true),
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("claude", ListField::Tools, "WebFetch", false),
+                ("claude", ListField::Tools, "Grep", true),
+                ("claude", ListField::Tools, "ext:web", false),
+                ("claude", ListField::Tools, "ext:mcp/search", false),
+                ("claude", ListField::DisallowedTools, "Bassh", false),
+            ]
+        );
+        assert_eq!(
+            problems[1].to_string(),
+            "agent type \"claude\": field `tools` names \"Grep\", which matches several \
+             registered tools ignoring case (grep, GREP), so none is given; write one exactly"
+        );
+        assert!(
+            problems[2]
+                .to_string()
+                .ends_with("agent-tree has no extensions: name the tools")
+        );
+        assert!(
+            problems[3]
+                .to_string()
+                .ends_with("(registered: read, grep, GREP, write, bash)")
+        );
+        let other = c.tool_problems(["search", "bash", "Bassh", "webfetch", "grep", "web"]);
+        let tools: Vec<String> = other
+            .into_iter()
+            .map(|p| match p {
+                ToolProblem::Unknown { tool, .. } | ToolProblem::Ambiguous { tool, .. } => tool,
+            })
+            .collect();
+        assert_eq!(tools, ["Read", "ext:web", "Write"]);
     }
 
     #[test]

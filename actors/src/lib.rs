@@ -28,7 +28,10 @@ mod tree;
 mod util;
 mod wait;
 
-pub use catalog::{Catalog, CatalogError, parse_agent_file};
+pub use catalog::{
+    Catalog, CatalogError, LoadedCatalog, MAX_AGENT_FILE_BYTES, MAX_FRONTMATTER_EXPANDED_BYTES,
+    MAX_FRONTMATTER_NODES, SkipReason, Skipped, ToolProblem, parse_agent_file,
+};
 pub use config::{
     ConfigError, ControlScope, DEFAULT_LENGTH_CONTINUATIONS, DEFAULT_MAX_CHILDREN_PER_AGENT,
     DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_SPAWNS_PER_AGENT,

@@ -160,6 +160,7 @@ impl TreeBuilder {
     pub async fn build(self) -> Result<Tree, TreeError> {
         let model = self.model.ok_or(TreeError::NoModel)?;
         self.config.validate()?;
+        crate::catalog::warn_tool_problems(&self.catalog, self.toolbox.names());
         let session = self.session.unwrap_or_else(new_session_id);
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use agent_tree_actors::{Catalog, CatalogError, SpawnError, parse_agent_file};
+use agent_tree_actors::{Catalog, CatalogError, SkipReason, SpawnError, parse_agent_file};
 use agent_tree_protocol::{
     AgentDefinition, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance, ToolSet, Wire,
 };
@@ -105,7 +105,7 @@ fn problems(error: CatalogError) -> Vec<Problem> {
 
 #[test]
 fn pi_style_directory_loads_its_md_files_in_name_order() {
-    let catalog = Catalog::load_dir(fixture("pi")).unwrap();
+    let catalog = Catalog::load_dir_strict(fixture("pi")).unwrap();
     // notes.txt and drafts/unfinished.md are not read.
     assert_eq!(names(&catalog), ["planner", "reviewer", "scout", "worker"]);
 
@@ -141,7 +141,7 @@ fn pi_style_directory_loads_its_md_files_in_name_order() {
 
 #[test]
 fn a_loaded_catalog_enforces_the_files_allowlists() {
-    let catalog = Catalog::load_dir(fixture("pi")).unwrap();
+    let catalog = Catalog::load_dir_strict(fixture("pi")).unwrap();
     let planner = catalog.get("planner").unwrap();
     assert_eq!(catalog.resolve_for(planner, "Scout").unwrap().name, "scout");
     assert!(matches!(
@@ -152,7 +152,7 @@ fn a_loaded_catalog_enforces_the_files_allowlists() {
 
 #[test]
 fn claude_style_directory_accepts_camel_case_lists_and_extra_keys() {
-    let catalog = Catalog::load_dir(fixture("claude")).unwrap();
+    let catalog = Catalog::load_dir_strict(fixture("claude")).unwrap();
     assert_eq!(
         names(&catalog),
         ["code-reviewer", "legacy", "orchestrator", "reviewer"]
@@ -197,7 +197,7 @@ fn claude_style_directory_accepts_camel_case_lists_and_extra_keys() {
 
 #[test]
 fn later_directories_override_earlier_ones_by_name() {
-    let catalog = Catalog::load_dirs([fixture("pi"), fixture("claude")]).unwrap();
+    let catalog = Catalog::load_dirs_strict([fixture("pi"), fixture("claude")]).unwrap();
     assert_eq!(
         names(&catalog),
         [
@@ -215,7 +215,7 @@ fn later_directories_override_earlier_ones_by_name() {
         Some("opus")
     );
 
-    let reversed = Catalog::load_dirs([fixture("claude"), fixture("pi")]).unwrap();
+    let reversed = Catalog::load_dirs_strict([fixture("claude"), fixture("pi")]).unwrap();
     assert_eq!(reversed.len(), 7);
     assert_eq!(
         reversed.get("reviewer").unwrap().model.as_deref(),
@@ -226,7 +226,7 @@ fn later_directories_override_earlier_ones_by_name() {
 #[test]
 fn a_missing_directory_fails_load_dir_but_is_skipped_by_load_dirs() {
     let missing = fixture("no-such-directory");
-    let err = Catalog::load_dir(&missing).unwrap_err();
+    let err = Catalog::load_dir_strict(&missing).unwrap_err();
     assert!(
         matches!(&err, CatalogError::ReadDir { dir, source }
             if dir == &missing && source.kind() == std::io::ErrorKind::NotFound),
@@ -245,10 +245,10 @@ fn a_missing_directory_fails_load_dir_but_is_skipped_by_load_dirs() {
         source.downcast_ref::<std::io::Error>().is_some(),
         "{source:?}"
     );
-    let catalog = Catalog::load_dirs([&missing, &fixture("pi"), &missing]).unwrap();
+    let catalog = Catalog::load_dirs_strict([&missing, &fixture("pi"), &missing]).unwrap();
     assert_eq!(catalog.len(), 4);
     assert!(
-        Catalog::load_dirs(Vec::<PathBuf>::new())
+        Catalog::load_dirs_strict(Vec::<PathBuf>::new())
             .unwrap()
             .is_empty()
     );
@@ -256,7 +256,7 @@ fn a_missing_directory_fails_load_dir_but_is_skipped_by_load_dirs() {
 
 #[test]
 fn every_problem_of_a_malformed_directory_is_reported_with_file_and_field() {
-    let err = Catalog::load_dir(fixture("malformed")).unwrap_err();
+    let err = Catalog::load_dir_strict(fixture("malformed")).unwrap_err();
     let text = err.to_string();
     let found = problems(err);
     let summary: Vec<(&str, Option<&str>)> = found
@@ -275,7 +275,6 @@ fn every_problem_of_a_malformed_directory_is_reported_with_file_and_field() {
             ("many-fields.md", Some("restart")),
             ("many-fields.md", Some("allowedSubagents")),
             ("many-fields.md", Some("tools")),
-            ("no-frontmatter.md", None),
             ("unterminated.md", None),
             ("wrong-tools.md", Some("disallowed-tools")),
         ]
@@ -309,7 +308,6 @@ fn every_problem_of_a_malformed_directory_is_reported_with_file_and_field() {
         "expected one of `permanent`, `transient`, `temporary`, found \"always\""
     );
     assert!(message("list-frontmatter.md", None).contains("must be a mapping"));
-    assert!(message("no-frontmatter.md", None).starts_with("missing frontmatter"));
     assert!(message("unterminated.md", None).starts_with("unterminated frontmatter"));
 
     // The rendered error carries every file and field too.
@@ -324,13 +322,28 @@ fn every_problem_of_a_malformed_directory_is_reported_with_file_and_field() {
 }
 
 #[test]
+fn the_lenient_load_of_a_malformed_directory_keeps_every_valid_file() {
+    let loaded = Catalog::load_dir(fixture("malformed"));
+    assert_eq!(names(&loaded.catalog), ["fine", "writer"]);
+    let strict = problems(Catalog::load_dir_strict(fixture("malformed")).unwrap_err());
+    let lenient: Vec<Problem> = loaded.problems.into_iter().flat_map(problems).collect();
+    assert_eq!(
+        lenient, strict,
+        "the same problems, flat, in the same order"
+    );
+    assert_eq!(loaded.skipped.len(), 1);
+    assert!(loaded.skipped[0].file.ends_with("no-frontmatter.md"));
+    assert_eq!(loaded.skipped[0].reason, SkipReason::NoFrontmatter);
+}
+
+#[test]
 fn load_dirs_reports_the_problems_of_every_directory_in_order() {
     let scratch = ScratchDir::new("every-directory");
     scratch.write("late.md", "---\nsettle: wait\n---\n");
-    let err =
-        Catalog::load_dirs([fixture("malformed"), fixture("pi"), scratch.0.clone()]).unwrap_err();
+    let err = Catalog::load_dirs_strict([fixture("malformed"), fixture("pi"), scratch.0.clone()])
+        .unwrap_err();
     let found = problems(err);
-    assert_eq!(found.len(), 13);
+    assert_eq!(found.len(), 12);
     assert_eq!(found[0].file, "bad-turns.md");
     let last = found.last().unwrap();
     assert_eq!(
@@ -344,7 +357,7 @@ fn one_problem_is_returned_as_itself() {
     let scratch = ScratchDir::new("one-problem");
     scratch.write("good.md", "---\n---\nYou are good.");
     let bad = scratch.write("bad.md", "---\nmaxTurns: -2\n---\n");
-    let err = Catalog::load_dir(&scratch.0).unwrap_err();
+    let err = Catalog::load_dir_strict(&scratch.0).unwrap_err();
     assert!(
         matches!(&err, CatalogError::Field { file, field, message }
             if file == &bad && field == "maxTurns"
@@ -364,7 +377,7 @@ fn unreadable_hidden_and_odd_entries() {
     #[cfg(unix)]
     std::os::unix::fs::symlink(scratch.0.join("gone"), scratch.0.join("dangling.md")).unwrap();
 
-    let found = problems(Catalog::load_dir(&scratch.0).unwrap_err());
+    let found = problems(Catalog::load_dir_strict(&scratch.0).unwrap_err());
     assert_eq!(found[0].file, "binary.md");
     assert!(
         found[0].message.starts_with("not valid UTF-8"),
@@ -381,7 +394,10 @@ fn unreadable_hidden_and_odd_entries() {
     fs::remove_file(binary).unwrap();
     #[cfg(unix)]
     fs::remove_file(scratch.0.join("dangling.md")).unwrap();
-    assert_eq!(names(&Catalog::load_dir(&scratch.0).unwrap()), ["valid"]);
+    assert_eq!(
+        names(&Catalog::load_dir_strict(&scratch.0).unwrap()),
+        ["valid"]
+    );
 }
 
 #[test]
@@ -491,7 +507,7 @@ fn catalog_new_refuses_what_a_file_refuses_with_the_same_message() {
         ("name: ' '", r#"{"name": " "}"#, "name"),
     ] {
         scratch.write("x.md", format!("---\n{frontmatter}\n---\n"));
-        let from_file = problems(Catalog::load_dir(&scratch.0).unwrap_err());
+        let from_file = problems(Catalog::load_dir_strict(&scratch.0).unwrap_err());
         assert_eq!(from_file.len(), 1, "{from_file:?}");
         assert_eq!(from_file[0].field.as_deref(), Some(field));
         // The same definition decoded from JSON (or built in code) is refused by Catalog::new.
@@ -520,7 +536,7 @@ fn allowlist_entries_from_files_resolve_case_insensitively() {
     );
     scratch.write("reviewer.md", "---\n---\nYou review.");
     scratch.write("writer.md", "---\n---\nYou write.");
-    let catalog = Catalog::load_dir(&scratch.0).unwrap();
+    let catalog = Catalog::load_dir_strict(&scratch.0).unwrap();
     let lead = catalog.get("lead").unwrap();
     // Before the fix: "agent type \"reviewer\" is not allowed here; allowed: none".
     assert_eq!(

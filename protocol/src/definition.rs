@@ -16,7 +16,16 @@ use crate::words::{self, Keyword, ListField, Written};
 /// Read from JSON, YAML or an agent file by the words rule of [`Written::tool_set`]: `all`
 /// and `*` are [`ToolSet::All`], `none`, `""` and `[]` are [`ToolSet::None`], anything else
 /// a list of names (`"read, grep"` or `["read", "grep"]`). Keywords ignore ASCII case, so
-/// `"All"` is every tool, never a tool named `All`.
+/// `"All"` is every tool, never a tool named `All`. pi's `"*, ext:mcp/search"` (`*` followed
+/// by extension selectors, see [`ExtensionSelector`](crate::ExtensionSelector)) is every tool
+/// too: agent-tree has no extension layer, every tool is one the application registered.
+///
+/// Names are kept as written. The runtime matches each to the application's registered tools
+/// by one rule: the exact name, else the one ASCII-case-insensitive match (Claude Code's
+/// `Read` gets a tool registered as `read`); `ext:<extension>/<tool>` is matched as `<tool>`.
+/// A name matching no registered tool, or several and none exactly, gives no tool and is
+/// reported (`Catalog::tool_problems` in `agent-tree-actors`, and a warning when a tree is
+/// built). [`ToolSet::contains`] is plain data comparison, exact.
 ///
 /// ```
 /// use agent_tree_protocol::ToolSet;
@@ -38,7 +47,8 @@ pub enum ToolSet {
 }
 
 impl ToolSet {
-    /// Whether the set holds `tool` (names compare exactly).
+    /// Whether the set holds `tool` (names compare exactly; the runtime's matching of names
+    /// to registered tools is wider, see [`ToolSet`]).
     ///
     /// ```
     /// use agent_tree_protocol::ToolSet;

@@ -17,13 +17,23 @@
 //!   is never a name: as the only item it stands for the whole value (`all`, `[all]`,
 //!   `"ALL"`), and among names it is refused (`read, all`). So no tool or agent type can be
 //!   called `all`, `None` or `True`.
-//! * Names keep their case: `Read` is the tool `Read`. (The runtime matches agent type names,
-//!   those of an allowlist included, exact name first, else one case-insensitive match.)
+//! * Names keep their case: `Read` is the tool `Read`. (The runtime matches them to what
+//!   exists by one rule: the exact name first, else the one ASCII-case-insensitive match; for
+//!   agent types, allowlist entries included, in the catalog, and for tool names among the
+//!   application's registered tools, so Claude Code's `Read` gets a tool registered as `read`.)
+//! * pi's extension selectors ([`ExtensionSelector`]): `ext:<extension>` and
+//!   `ext:<extension>/<tool>`. In `tools`, `*` (or `all`) may be followed by selectors only:
+//!   `*, ext:mcp/search` reads as every tool ([`ToolSet::All`]), because agent-tree has no
+//!   extension layer: every tool is one the application registered, and `*` grants them all
+//!   (pi would hide the tools of other extensions; here nothing tells them apart). Among
+//!   names, a selector is kept as written (`read, ext:mcp/search`), and the runtime matches
+//!   `ext:<extension>/<tool>` as the tool `<tool>`. Any other name beside `*` is refused.
 //! * A field left out, or given as null, takes its default.
 //!
 //! | written | `tools` | `disallowed_tools` | `allowed_subagents` |
 //! |---|---|---|---|
 //! | `all`, `*` | every tool | refused | every enabled type |
+//! | `*, ext:mcp/search` | every tool | refused | refused |
 //! | `none` | no tool | refused | none |
 //! | `true`, `false` (string or boolean) | refused | refused | every enabled type / none |
 //! | `""`, `[]` | no tool | no tool denied | none |
@@ -229,6 +239,59 @@ impl fmt::Display for Keyword {
     }
 }
 
+/// A pi extension selector in a tool list: `ext:<extension>` (every tool of an extension) or
+/// `ext:<extension>/<tool>` (one of its tools).
+///
+/// The prefix `ext:` ignores ASCII case; the extension and the tool must not be blank. In
+/// `tools`, `*` followed by selectors only is every tool ([`ToolSet::All`]: agent-tree has no
+/// extension layer, every tool is one the application registered, so the selectors cannot
+/// narrow anything); a selector among names is kept as a name, and the runtime matches
+/// `ext:<extension>/<tool>` as the tool `<tool>`.
+///
+/// ```
+/// use agent_tree_protocol::{ExtensionSelector, ToolSet, Written};
+/// let search = ExtensionSelector::parse("ext:mcp/search").unwrap();
+/// assert_eq!((search.extension, search.tool), ("mcp", Some("search")));
+/// assert_eq!(ExtensionSelector::parse("EXT:web").unwrap().tool, None);
+/// assert!(ExtensionSelector::parse("read").is_none());
+/// assert!(ExtensionSelector::parse("ext:").is_none());
+/// assert_eq!(Written::Text("*, ext:mcp/search".into()).tool_set()?, ToolSet::All);
+/// # Ok::<(), agent_tree_protocol::WordsError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExtensionSelector<'a> {
+    /// The extension's name.
+    pub extension: &'a str,
+    /// The tool, if the selector names one.
+    pub tool: Option<&'a str>,
+}
+
+impl<'a> ExtensionSelector<'a> {
+    /// The selector `name` is (after trimming), if it is one.
+    ///
+    /// ```
+    /// use agent_tree_protocol::ExtensionSelector;
+    /// assert_eq!(ExtensionSelector::parse(" ext:mcp ").unwrap().extension, "mcp");
+    /// assert!(ExtensionSelector::parse("ext:mcp/").is_none());
+    /// ```
+    pub fn parse(name: &'a str) -> Option<Self> {
+        let name = name.trim();
+        let prefix = name.get(..4)?;
+        if !prefix.eq_ignore_ascii_case("ext:") {
+            return None;
+        }
+        let rest = &name[4..];
+        let (extension, tool) = match rest.split_once('/') {
+            Some((extension, tool)) => (extension.trim(), Some(tool.trim())),
+            None => (rest.trim(), None),
+        };
+        if extension.is_empty() || tool.is_some_and(str::is_empty) {
+            return None;
+        }
+        Some(ExtensionSelector { extension, tool })
+    }
+}
+
 /// A list field's value as a format read it, before the words rule gives it a meaning.
 ///
 /// Every format reduces what it read to one of these shapes (or refuses it, naming what it
@@ -263,20 +326,29 @@ enum Reading {
 impl Written {
     /// Reads the value as `tools`.
     ///
+    /// `*` or `all` followed only by pi's extension selectors ([`ExtensionSelector`]) is
+    /// every tool, as `*` alone.
+    ///
     /// ```
     /// use agent_tree_protocol::{ToolSet, Written};
     /// assert_eq!(Written::Text("*".into()).tool_set()?, ToolSet::All);
+    /// assert_eq!(Written::Text("*, ext:mcp/search, ext:web".into()).tool_set()?, ToolSet::All);
     /// assert_eq!(Written::Text(String::new()).tool_set()?, ToolSet::None);
     /// assert!(Written::Text("true".into()).tool_set().is_err());
+    /// assert!(Written::Text("*, read".into()).tool_set().is_err());
     /// # Ok::<(), agent_tree_protocol::WordsError>(())
     /// ```
     ///
     /// # Errors
     ///
     /// [`WordsError::Shape`] for a boolean, [`WordsError::Refused`] for `true` or `false`,
-    /// [`WordsError::NotAlone`] for a keyword among names.
+    /// [`WordsError::NotAlone`] for a keyword among names (extension selectors after `*` or
+    /// `all` excepted).
     pub fn tool_set(self) -> Result<ToolSet, WordsError> {
         const FIELD: ListField = ListField::Tools;
+        if self.is_all_with_selectors() {
+            return Ok(ToolSet::All);
+        }
         Ok(match self.read()? {
             Reading::Bool(b) => return Err(shape(FIELD, b)),
             Reading::Word(Keyword::All | Keyword::Star) => ToolSet::All,
@@ -340,6 +412,24 @@ impl Written {
             }
             Reading::Names(names) => SubagentAllowance::only(names),
         })
+    }
+
+    /// Whether the value is pi's `*, ext:...`: one `*` or `all` first, then at least one
+    /// extension selector and nothing else.
+    fn is_all_with_selectors(&self) -> bool {
+        let names = match self {
+            Written::Bool(_) => return false,
+            Written::Text(text) => items(text.split(',')),
+            Written::List(list) => items(list.iter().map(String::as_str)),
+        };
+        match names.split_first() {
+            Some((first, rest)) => {
+                matches!(Keyword::parse(first), Some(Keyword::All | Keyword::Star))
+                    && !rest.is_empty()
+                    && rest.iter().all(|n| ExtensionSelector::parse(n).is_some())
+            }
+            None => false,
+        }
     }
 
     /// Splits, trims and drops blanks, and finds a lone keyword.
@@ -758,6 +848,74 @@ mod tests {
             text("read, ALL").tool_set().unwrap_err().to_string(),
             "`all` must stand alone, found it among names: read, ALL"
         );
+    }
+
+    #[test]
+    fn pi_star_with_extension_selectors() {
+        for all in [
+            text("*, ext:mcp/search"),
+            text(" ALL , ext:web , EXT:mcp/search"),
+            list(&["*", "ext:mcp"]),
+            list(&["all", "ext:a/b", "ext:c"]),
+        ] {
+            assert_eq!(all.clone().tool_set(), Ok(ToolSet::All), "{all:?}");
+        }
+        // Anything but selectors beside `*` is still refused, and so is `*` after them.
+        for refused in [
+            text("*, read"),
+            text("*, ext:mcp, read"),
+            text("ext:mcp, *"),
+            text("none, ext:mcp"),
+            text("*, ext:"),
+            text("*, *"),
+        ] {
+            assert!(
+                matches!(refused.clone().tool_set(), Err(WordsError::NotAlone { .. })),
+                "{refused:?}"
+            );
+        }
+        // Among names a selector is a name, kept as written.
+        assert_eq!(
+            text("read, ext:mcp/search").tool_set(),
+            Ok(ToolSet::only(["read", "ext:mcp/search"]))
+        );
+        // Only `tools` reads selectors after `*`.
+        assert!(text("*, ext:mcp").subagent_allowance().is_err());
+        assert_eq!(
+            text("*, ext:mcp").tool_names(),
+            Err(WordsError::Refused {
+                field: ListField::DisallowedTools,
+                word: Keyword::Star
+            })
+        );
+    }
+
+    #[test]
+    fn extension_selectors() {
+        for (written, extension, tool) in [
+            ("ext:mcp", "mcp", None),
+            ("Ext:mcp/search", "mcp", Some("search")),
+            (" ext: mcp / search ", "mcp", Some("search")),
+            ("ext:a/b/c", "a", Some("b/c")),
+        ] {
+            assert_eq!(
+                ExtensionSelector::parse(written),
+                Some(ExtensionSelector { extension, tool }),
+                "{written:?}"
+            );
+        }
+        for not in [
+            "",
+            "ext",
+            "ext:",
+            "ext: ",
+            "ext:/x",
+            "ext:x/",
+            "extension:x",
+            "é:x",
+        ] {
+            assert_eq!(ExtensionSelector::parse(not), None, "{not:?}");
+        }
     }
 
     #[test]

@@ -32,7 +32,6 @@ use agent_tree::protocol::{EndReason, Event, EventKind, RestartPolicy, Role, Str
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ControlError, HookContext, HookError, SHUTDOWN_KILL_WAIT};
 use parking_lot::Mutex;
-use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};

@@ -1,9 +1,12 @@
 //! Agent directories: the agent files of one directory or several, read into a [`Catalog`].
 //!
 //! [`Catalog::load_dir`] reads one directory and [`Catalog::load_dirs`] several, a later one
-//! overriding an earlier one by name. This module lists each directory's agent files, reads
-//! each file's bytes as UTF-8 text, and hands the text to [`parse_agent_file`], which documents
-//! the format; it gathers the definitions and every problem, then builds the catalog with
+//! overriding an earlier one by name; both load every valid file and report the others in a
+//! [`LoadedCatalog`]. [`Catalog::load_dir_strict`] and [`Catalog::load_dirs_strict`] fail
+//! instead when any file has a problem. This module lists each directory's agent files, reads
+//! each one safely (see below) as UTF-8 text, skips markdown files that have no frontmatter,
+//! and hands the text to [`parse_agent_file`], which documents the format; it gathers the
+//! definitions, the problems and the skipped files, then builds the catalog with
 //! [`Catalog::new`].
 //!
 //! It never parses a file's text or reads a field (that is the `frontmatter` module's and the
@@ -12,39 +15,179 @@
 //!
 //! # Invariants
 //!
-//! * A directory is read deterministically: only the `*.md` files directly in it (no
+//! * A directory is read deterministically: only the `*.md` entries directly in it (no
 //!   subdirectories, no hidden files), sorted by file name.
-//! * A directory that cannot be read is [`CatalogError::ReadDir`] (a missing one too, except
-//!   in [`Catalog::load_dirs`], which skips it). A file that cannot be read is
-//!   [`CatalogError::ReadFile`], one that is not UTF-8 [`CatalogError::Utf8`], each keeping the
-//!   underlying error as its source.
-//! * Every problem is reported: the errors of every file in every directory; one bad file
-//!   never hides another. One problem is returned as itself, several as one flat
-//!   [`CatalogError::Many`] (never nested), in directory order, then file-name order, then the
-//!   order of the fields in the file.
-//! * Two files of one directory defining the same name are an error naming both files; across
-//!   the directories given to [`Catalog::load_dirs`], a later directory overrides an earlier
-//!   one by name.
+//! * Files are untrusted. A file is refused, naming it, in bounded time and memory, when it is
+//!   not a regular file ([`CatalogError::NotAFile`]: a FIFO, socket or device, checked with
+//!   `fs::metadata` before it is opened, so a FIFO never blocks the loader; a symbolic link is
+//!   followed to what it points at, so a link to a regular file loads and a link to
+//!   `/dev/zero` is refused), when it is larger than [`MAX_AGENT_FILE_BYTES`]
+//!   ([`CatalogError::TooLarge`], checked before opening and again while reading, which never
+//!   reads more than the limit and one byte), when it cannot be read
+//!   ([`CatalogError::ReadFile`]) or is not UTF-8 ([`CatalogError::Utf8`]), and when its
+//!   frontmatter is too big once expanded (see [`parse_agent_file`]).
+//! * A markdown file that does not start with a `---` line (a `README.md`, an empty file) is
+//!   no agent file: it is skipped, listed in [`LoadedCatalog::skipped`] and logged at debug
+//!   level, never a problem, in the strict forms too.
+//! * Every problem is reported: every problem of every file in every directory, flat (never a
+//!   [`CatalogError::Many`]), in directory order, then file-name order, then the order of the
+//!   fields in the file, and each is logged as a `tracing` warning. One bad file never hides
+//!   another, and never keeps the valid files out of the catalog.
+//! * Two files of one directory defining the same name are a problem naming both files (the
+//!   first in file-name order is loaded); across the directories given to
+//!   [`Catalog::load_dirs`], a later directory overrides an earlier one by name. A file with a
+//!   problem defines nothing, so it overrides nothing.
 //! * A loaded catalog is built by [`Catalog::new`], so it holds the same checks as one built in
 //!   code.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs;
-use std::io;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use agent_tree_protocol::AgentDefinition;
 
-use super::frontmatter::parse_agent_file;
+use super::frontmatter::{has_frontmatter, parse_agent_file};
 use super::{Catalog, CatalogError, combine};
 
-impl Catalog {
-    /// Loads every agent file (`*.md`) directly in `dir`, in file-name order.
+/// The largest agent file the directory loaders read, in bytes (256 KiB). A larger file is
+/// refused ([`CatalogError::TooLarge`]) without reading more than this and one byte.
+///
+/// ```
+/// assert_eq!(agent_tree_actors::MAX_AGENT_FILE_BYTES, 256 * 1024);
+/// ```
+pub const MAX_AGENT_FILE_BYTES: u64 = 256 * 1024;
+
+/// What a directory loader found: the catalog of every valid agent file, every problem of the
+/// others, and the markdown files it skipped because they are no agent files.
+///
+/// Returned by [`Catalog::load_dir`] and [`Catalog::load_dirs`]. The catalog is usable
+/// whatever the problems; [`LoadedCatalog::into_strict`] turns any problem into an error, as
+/// [`Catalog::load_dir_strict`] does.
+///
+/// ```
+/// use agent_tree_actors::{Catalog, CatalogError};
+///
+/// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-loaded-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("writer.md"), "---\ndescription: Writes.\n---\nYou write.\n")?;
+/// std::fs::write(dir.join("broken.md"), "---\nmax_turns: ten\n---\nYou break.\n")?;
+/// std::fs::write(dir.join("README.md"), "# Our agents\n")?;
+///
+/// let loaded = Catalog::load_dir(&dir);
+/// assert_eq!(loaded.catalog.len(), 1);
+/// assert!(matches!(&loaded.problems[..], [CatalogError::Field { field, .. }] if field == "max_turns"));
+/// assert!(loaded.skipped[0].file.ends_with("README.md"));
+/// assert!(loaded.into_strict().is_err());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "a loaded catalog's problems are for someone to see"]
+pub struct LoadedCatalog {
+    /// Every valid definition found.
+    pub catalog: Catalog,
+    /// Every problem of every file that could not be loaded (and of a directory that could
+    /// not be read), flat, in directory, file-name and field order. Each names its file.
+    pub problems: Vec<CatalogError>,
+    /// The markdown files skipped as no agent files, in the same order.
+    pub skipped: Vec<Skipped>,
+}
+
+impl LoadedCatalog {
+    /// Whether every agent file loaded (skipped files aside).
     ///
-    /// Other files, hidden files and subdirectories are ignored. Each file is parsed as by
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-clean-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// std::fs::write(dir.join("README.md"), "Not an agent.")?;
+    /// assert!(agent_tree_actors::Catalog::load_dir(&dir).is_clean());
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The catalog if there was no problem, else every problem: one as itself, several as one
+    /// [`CatalogError::Many`]. Skipped files are not problems.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-strict-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// std::fs::write(dir.join("bad.md"), "---\nisolated: maybe\n---\n")?;
+    /// let err = agent_tree_actors::Catalog::load_dir(&dir).into_strict().unwrap_err();
+    /// assert!(err.to_string().ends_with("bad.md: field `isolated`: expected true or false, found \"maybe\""));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Every problem in [`LoadedCatalog::problems`].
+    pub fn into_strict(self) -> Result<Catalog, CatalogError> {
+        match combine(self.problems) {
+            Some(error) => Err(error),
+            None => Ok(self.catalog),
+        }
+    }
+}
+
+/// A markdown file a directory loader skipped because it is no agent file.
+///
+/// ```
+/// use agent_tree_actors::SkipReason;
+/// assert_eq!(
+///     SkipReason::NoFrontmatter.to_string(),
+///     "no frontmatter: the first line is not `---`"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// The file.
+    pub file: PathBuf,
+    /// Why it was skipped.
+    pub reason: SkipReason,
+}
+
+/// Why a markdown file is no agent file.
+///
+/// ```
+/// use agent_tree_actors::SkipReason;
+/// assert_ne!(SkipReason::NoFrontmatter.to_string(), "");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// It does not start with a `---` line (a `README.md`, notes, an empty file).
+    NoFrontmatter,
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::NoFrontmatter => f.write_str("no frontmatter: the first line is not `---`"),
+        }
+    }
+}
+
+impl Catalog {
+    /// Loads every valid agent file (`*.md`) directly in `dir`, in file-name order, and
+    /// reports the others.
+    ///
+    /// Other files, hidden files and subdirectories are ignored; markdown files without
+    /// frontmatter (a `README.md`) are skipped and listed. Each file is parsed as by
     /// [`parse_agent_file`], which describes the format: YAML frontmatter between `---` lines,
-    /// then the prompt.
+    /// then the prompt. Files are read as untrusted input: anything but a regular file or a
+    /// link to one (a FIFO, a socket, a device) is refused without being opened
+    /// ([`CatalogError::NotAFile`]), a file over [`MAX_AGENT_FILE_BYTES`] without reading
+    /// more than the limit ([`CatalogError::TooLarge`]), and a frontmatter expanding beyond
+    /// its budget through YAML aliases before it is built (see [`parse_agent_file`]). Each
+    /// problem is logged as a `tracing` warning.
     ///
     /// ```
     /// use agent_tree_actors::Catalog;
@@ -54,36 +197,53 @@ impl Catalog {
     /// std::fs::write(dir.join("writer.md"), "---\ndescription: Writes.\n---\nYou write.\n")?;
     /// std::fs::write(dir.join("notes.txt"), "not an agent file")?;
     ///
-    /// let catalog = Catalog::load_dir(&dir)?;
-    /// assert_eq!(catalog.len(), 1);
-    /// assert_eq!(catalog.resolve("writer")?.prompt, "You write.");
+    /// let loaded = Catalog::load_dir(&dir);
+    /// assert!(loaded.is_clean());
+    /// assert_eq!(loaded.catalog.len(), 1);
+    /// assert_eq!(loaded.catalog.resolve("writer")?.prompt, "You write.");
     /// # std::fs::remove_dir_all(&dir)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// # Errors
-    ///
-    /// Every problem of every file: [`CatalogError::ReadDir`] for a directory that cannot be
-    /// read (a missing `dir` included), [`CatalogError::ReadFile`], [`CatalogError::Utf8`],
-    /// [`CatalogError::Yaml`] and [`CatalogError::File`] for a file that cannot be read or has
-    /// malformed frontmatter, [`CatalogError::Field`] for a malformed or refused field or a
-    /// name two files define (the error names both files). Several problems come as one
-    /// [`CatalogError::Many`].
-    pub fn load_dir(dir: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
+    /// The problems ([`LoadedCatalog::problems`]): [`CatalogError::ReadDir`] for a directory
+    /// that cannot be read (a missing `dir` included; the catalog is then empty),
+    /// [`CatalogError::NotAFile`], [`CatalogError::TooLarge`], [`CatalogError::ReadFile`] and
+    /// [`CatalogError::Utf8`] for a file that cannot be read as an agent file,
+    /// [`CatalogError::Yaml`] and [`CatalogError::File`] for malformed frontmatter,
+    /// [`CatalogError::Field`] for a malformed or refused field or a name two files define
+    /// (the error names both files).
+    pub fn load_dir(dir: impl AsRef<Path>) -> LoadedCatalog {
         let mut loader = Loader::default();
         loader.add_dir(dir.as_ref(), IfMissing::Fail);
         loader.finish()
     }
 
-    /// Loads the agent files of several directories into one catalog; a later directory
-    /// overrides an earlier one by name.
+    /// [`Catalog::load_dir`], failing on any problem instead of reporting it. Skipped files
+    /// (no frontmatter) are not problems.
+    ///
+    /// ```
+    /// use agent_tree_actors::{Catalog, CatalogError};
+    /// let missing = std::env::temp_dir().join("agent-tree-doc-no-such-directory");
+    /// assert!(matches!(Catalog::load_dir_strict(&missing), Err(CatalogError::ReadDir { .. })));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Every problem [`Catalog::load_dir`] reports: one as itself, several as one
+    /// [`CatalogError::Many`].
+    pub fn load_dir_strict(dir: impl AsRef<Path>) -> Result<Catalog, CatalogError> {
+        Catalog::load_dir(dir).into_strict()
+    }
+
+    /// Loads the valid agent files of several directories into one catalog, a later directory
+    /// overriding an earlier one by name, and reports the others.
     ///
     /// Give the most general directory first: the user's `~/.claude/agents`, then the
     /// project's `.claude/agents` and `.pi/agents`, so a project's `writer.md` replaces the
     /// user's `writer`. An overridden definition is dropped; the catalog lists the remaining
     /// definitions in directory order, then file-name order. Each directory is read as by
-    /// [`Catalog::load_dir`], except that a directory which does not exist is skipped, since
-    /// most projects have only some of the conventional directories.
+    /// [`Catalog::load_dir`], except that a directory which does not exist is skipped (not a
+    /// problem), since most projects have only some of the conventional directories.
     ///
     /// ```
     /// use agent_tree_actors::Catalog;
@@ -96,7 +256,7 @@ impl Catalog {
     /// std::fs::write(user.join("critic.md"), "---\n---\nYou criticise.")?;
     /// std::fs::write(project.join("writer.md"), "---\nmodel: large\n---\nYou write well.")?;
     ///
-    /// let catalog = Catalog::load_dirs([&user, &project, &root.join("absent")])?;
+    /// let catalog = Catalog::load_dirs([&user, &project, &root.join("absent")]).into_strict()?;
     /// let names: Vec<_> = catalog.definitions().map(|d| d.name.as_str()).collect();
     /// assert_eq!(names, ["critic", "writer"]);
     /// assert_eq!(catalog.resolve("writer")?.model.as_deref(), Some("large"));
@@ -104,11 +264,9 @@ impl Catalog {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// # Errors
-    ///
-    /// As [`Catalog::load_dir`], for every directory; a missing directory is not an error.
-    /// Two files of the *same* directory defining one name are still an error.
-    pub fn load_dirs<I>(dirs: I) -> Result<Catalog, CatalogError>
+    /// The problems are those of [`Catalog::load_dir`], for every directory; a missing
+    /// directory is not one. Two files of the *same* directory defining one name still are.
+    pub fn load_dirs<I>(dirs: I) -> LoadedCatalog
     where
         I: IntoIterator,
         I::Item: AsRef<Path>,
@@ -118,6 +276,27 @@ impl Catalog {
             loader.add_dir(dir.as_ref(), IfMissing::Skip);
         }
         loader.finish()
+    }
+
+    /// [`Catalog::load_dirs`], failing on any problem instead of reporting it.
+    ///
+    /// ```
+    /// use agent_tree_actors::Catalog;
+    /// let none: [&str; 0] = [];
+    /// assert!(Catalog::load_dirs_strict(none)?.is_empty());
+    /// # Ok::<(), agent_tree_actors::CatalogError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Every problem [`Catalog::load_dirs`] reports: one as itself, several as one
+    /// [`CatalogError::Many`].
+    pub fn load_dirs_strict<I>(dirs: I) -> Result<Catalog, CatalogError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<Path>,
+    {
+        Catalog::load_dirs(dirs).into_strict()
     }
 }
 
@@ -130,7 +309,7 @@ enum IfMissing {
     Skip,
 }
 
-/// Definitions and problems gathered from directories, in the order they were read.
+/// Definitions, problems and skipped files gathered from directories, in the order read.
 #[derive(Debug, Default)]
 struct Loader {
     /// Every definition loaded, with its file, in load order; `None` once a later directory
@@ -139,7 +318,9 @@ struct Loader {
     /// Name → index in `loaded` of the definition holding that name now.
     by_name: HashMap<String, usize>,
     /// Every problem found, flat, in the order found.
-    errors: Vec<CatalogError>,
+    problems: Vec<CatalogError>,
+    /// Files skipped as no agent files.
+    skipped: Vec<Skipped>,
 }
 
 impl Loader {
@@ -153,7 +334,7 @@ impl Loader {
                 return;
             }
             Err(e) => {
-                self.errors.push(CatalogError::ReadDir {
+                self.problem(CatalogError::ReadDir {
                     dir: dir.to_owned(),
                     source: e,
                 });
@@ -165,14 +346,19 @@ impl Loader {
         let mut here: HashMap<String, PathBuf> = HashMap::new();
         for file in files {
             let definition = match read_agent_file(&file) {
-                Ok(definition) => definition,
+                Ok(Entry::Agent(definition)) => definition,
+                Ok(Entry::Skipped(reason)) => {
+                    tracing::debug!(file = %file.display(), %reason, "markdown file skipped");
+                    self.skipped.push(Skipped { file, reason });
+                    continue;
+                }
                 Err(e) => {
-                    self.push_error(e);
+                    self.problem(e);
                     continue;
                 }
             };
             if let Some(first) = here.get(&definition.name) {
-                self.errors.push(CatalogError::Field {
+                self.problem(CatalogError::Field {
                     message: format!(
                         "agent type {:?} is already defined in {}",
                         definition.name,
@@ -201,27 +387,49 @@ impl Loader {
         }
     }
 
-    /// Records `error`, flattening a [`CatalogError::Many`] so errors never nest.
-    fn push_error(&mut self, error: CatalogError) {
-        match error {
-            CatalogError::Many(errors) => self.errors.extend(errors),
-            other => self.errors.push(other),
+    /// Records and logs `error`, flattening a [`CatalogError::Many`] so problems never nest.
+    fn problem(&mut self, error: CatalogError) {
+        let errors = match error {
+            CatalogError::Many(errors) => errors,
+            other => vec![other],
+        };
+        for error in errors {
+            tracing::warn!("agent file refused: {error}");
+            self.problems.push(error);
         }
     }
 
-    /// The catalog of the surviving definitions, or every problem found.
-    fn finish(self) -> Result<Catalog, CatalogError> {
-        match combine(self.errors) {
-            Some(error) => Err(error),
-            None => Catalog::new(self.loaded.into_iter().flatten().map(|(_, d)| d)),
+    /// The catalog of the surviving definitions, with every problem and skipped file.
+    fn finish(mut self) -> LoadedCatalog {
+        let definitions = self.loaded.into_iter().flatten().map(|(_, d)| d);
+        // Every definition passed the check when its file was parsed and names are unique
+        // by construction, so this cannot fail; if it ever did, nothing is lost silently.
+        let catalog = match Catalog::new(definitions) {
+            Ok(catalog) => catalog,
+            Err(error) => {
+                let errors = match error {
+                    CatalogError::Many(errors) => errors,
+                    other => vec![other],
+                };
+                for error in errors {
+                    tracing::warn!("agent definition refused: {error}");
+                    self.problems.push(error);
+                }
+                Catalog::default()
+            }
+        };
+        LoadedCatalog {
+            catalog,
+            problems: self.problems,
+            skipped: self.skipped,
         }
     }
 }
 
-/// The `*.md` files directly in `dir`, hidden files excluded, sorted by file name.
+/// The `*.md` entries directly in `dir`, hidden files excluded, sorted by file name.
 ///
-/// Anything that is not a directory counts as a file, so a dangling link named `x.md` is
-/// listed and its read error reported rather than skipped silently.
+/// Anything that is not a directory counts as a file, so a dangling link or a FIFO named
+/// `x.md` is listed and refused by [`read_agent_file`] rather than skipped silently.
 fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut files: Vec<(OsString, PathBuf)> = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -229,6 +437,7 @@ fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
         let name = entry.file_name();
         let path = entry.path();
         let hidden = name.as_encoded_bytes().starts_with(b".");
+        // `Path::is_dir` follows links and reads metadata only: it never opens the entry.
         if !hidden && path.extension().is_some_and(|ext| ext == "md") && !path.is_dir() {
             files.push((name, path));
         }
@@ -237,15 +446,116 @@ fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(files.into_iter().map(|(_, path)| path).collect())
 }
 
-/// Reads and parses one agent file.
-fn read_agent_file(path: &Path) -> Result<AgentDefinition, CatalogError> {
-    let bytes = fs::read(path).map_err(|e| CatalogError::ReadFile {
+/// What one markdown file of a directory turned out to be.
+enum Entry {
+    Agent(AgentDefinition),
+    Skipped(SkipReason),
+}
+
+/// Reads and parses one agent file, or says why it is skipped.
+fn read_agent_file(path: &Path) -> Result<Entry, CatalogError> {
+    let text = read_text(path)?;
+    if !has_frontmatter(&text) {
+        return Ok(Entry::Skipped(SkipReason::NoFrontmatter));
+    }
+    parse_agent_file(path, &text).map(Entry::Agent)
+}
+
+/// The text of the regular file at `path` (a link followed), at most
+/// [`MAX_AGENT_FILE_BYTES`] long, read without ever opening anything but a regular file.
+fn read_text(path: &Path) -> Result<String, CatalogError> {
+    let read_error = |source| CatalogError::ReadFile {
         file: path.to_owned(),
-        source: e,
-    })?;
-    let text = String::from_utf8(bytes).map_err(|e| CatalogError::Utf8 {
+        source,
+    };
+    let too_large = || CatalogError::TooLarge {
+        file: path.to_owned(),
+        limit: MAX_AGENT_FILE_BYTES,
+    };
+    // Metadata first, following links: a FIFO is never opened (opening one blocks until a
+    // writer comes), a device never read.
+    let metadata = fs::metadata(path).map_err(read_error)?;
+    if let Some(kind) = not_a_file(&metadata) {
+        return Err(CatalogError::NotAFile {
+            file: path.to_owned(),
+            kind,
+        });
+    }
+    if metadata.len() > MAX_AGENT_FILE_BYTES {
+        return Err(too_large());
+    }
+    let file = File::open(path).map_err(read_error)?;
+    // What was opened is checked again (the entry may have been replaced meanwhile), and
+    // the read is bounded whatever the metadata said.
+    if let Some(kind) = file.metadata().ok().as_ref().and_then(not_a_file) {
+        return Err(CatalogError::NotAFile {
+            file: path.to_owned(),
+            kind,
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_AGENT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_AGENT_FILE_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|e| CatalogError::Utf8 {
         file: path.to_owned(),
         source: e.utf8_error(),
-    })?;
-    parse_agent_file(path, &text)
+    })
+}
+
+/// What `metadata` describes when it is not a regular file, as an error names it.
+fn not_a_file(metadata: &fs::Metadata) -> Option<&'static str> {
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        return None;
+    }
+    if kind.is_dir() {
+        return Some("directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return Some("FIFO");
+        }
+        if kind.is_socket() {
+            return Some("socket");
+        }
+        if kind.is_char_device() {
+            return Some("character device");
+        }
+        if kind.is_block_device() {
+            return Some("block device");
+        }
+    }
+    Some("unknown kind")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_decides_what_is_an_agent_file() {
+        for agent in ["---\n---\n", "\u{feff}---\r\nname: x\n---\n", "---  \n"] {
+            assert!(has_frontmatter(agent), "{agent:?}");
+        }
+        for not in ["", "# Agents\n", " ---\n", "----\n", "text\n---\n"] {
+            assert!(!has_frontmatter(not), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn a_kind_is_named_for_everything_but_a_regular_file() {
+        let dir = std::env::temp_dir();
+        assert_eq!(not_a_file(&fs::metadata(&dir).unwrap()), Some("directory"));
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            not_a_file(&fs::metadata("/dev/null").unwrap()),
+            Some("character device")
+        );
+    }
 }

@@ -34,6 +34,7 @@ pub(super) enum Field {
     DisallowedTools,
     AllowedSubagents,
     Isolated,
+    Detached,
     Model,
     MaxTurns,
     InheritContext,
@@ -59,6 +60,7 @@ impl Field {
                 Field::AllowedSubagents
             }
             "isolated" => Field::Isolated,
+            "detached" => Field::Detached,
             "model" => Field::Model,
             "max_turns" | "maxTurns" | "max-turns" => Field::MaxTurns,
             "inherit_context" | "inheritContext" | "inherit-context" => Field::InheritContext,
@@ -104,6 +106,7 @@ pub(super) fn apply(
             )?;
         }
         Field::Isolated => definition.isolated = boolean(value)?,
+        Field::Detached => definition.detached = boolean(value)?,
         Field::Model => {
             let model = string(value)?.trim();
             // Claude Code's `inherit` means "the main conversation's model": the default.

@@ -19,7 +19,13 @@
 //!   [`CatalogError::Yaml`] (the parser's error gives the line and column in the file),
 //!   keeping the parser's error as its source; a frontmatter missing, unterminated or not a
 //!   mapping is [`CatalogError::File`]. A frontmatter leaving more than 1000 `[` or `{` open is
-//!   refused before parsing, so no file makes the parser crawl.
+//!   refused before parsing, so no file makes the parser crawl. An unquoted value holding `: `
+//!   (`description: Use when: ...`) gets a hint to quote it.
+//! * Parsing takes time and memory bounded by the text's size: YAML aliases are expanded
+//!   within a budget for the whole document ([`MAX_FRONTMATTER_NODES`] nodes and
+//!   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars), counted while the parser replays
+//!   them and before any value is built, so an alias bomb ("billion laughs") is refused in
+//!   microseconds instead of exhausting memory.
 //! * Reading and judging are apart. The field table reads each value (its type, trimming, and
 //!   the words rule of `agent_tree_protocol::Written` for the list fields); the values are then
 //!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
@@ -35,7 +41,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use std::cell::Cell;
+
 use agent_tree_protocol::AgentDefinition;
+use serde::de::{self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde_yaml_ng::{Mapping, Value};
 
 use super::fields::{Field, apply, describe};
@@ -102,7 +111,12 @@ use super::{CatalogError, check, combine};
 ///   is an error. Unknown keys (`color`, `permissionMode`, ...) are ignored with a `tracing`
 ///   warning naming the file and the key.
 /// * YAML anchors and merge keys (`<<`) work and YAML tags are ignored (`!custom 3` is `3`); a
-///   byte-order mark and CRLF line ends are accepted.
+///   byte-order mark and CRLF line ends are accepted. A frontmatter may expand, aliases
+///   included, to at most [`MAX_FRONTMATTER_NODES`] YAML nodes and
+///   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars; beyond that it is refused
+///   ([`CatalogError::File`]) before any value is built.
+/// * An unquoted value holding `: ` is invalid YAML (`description: Use when: asked`); the
+///   error says to quote it.
 ///
 /// # Example
 ///
@@ -283,6 +297,16 @@ fn split_frontmatter(text: &str) -> Result<(&str, &str), String> {
     Err("unterminated frontmatter: no closing `---` line".into())
 }
 
+/// Whether `text` starts with a frontmatter fence (`---` as its first line, after a
+/// byte-order mark): whether it means to be an agent file at all. A markdown file without one
+/// (a `README.md`) is no agent file, and a directory loader skips it.
+pub(super) fn has_frontmatter(text: &str) -> bool {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    text.split_inclusive('\n')
+        .next()
+        .is_some_and(|first| first.trim_end() == "---")
+}
+
 /// Parses the frontmatter of `path` into its fields; an empty frontmatter has none.
 fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> {
     let file_error = |message| CatalogError::File {
@@ -291,6 +315,7 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
     };
     let yaml_error = |e: serde_yaml_ng::Error| CatalogError::Yaml {
         file: path.to_owned(),
+        hint: quote_hint(yaml, &e),
         source: Box::new(e),
     };
     if opens_too_deep(yaml) {
@@ -300,7 +325,19 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
     }
     // The newline stands for the opening `---` line, so the line numbers in the parser's
     // errors are the file's.
-    let mut value: Value = serde_yaml_ng::from_str(&format!("\n{yaml}")).map_err(yaml_error)?;
+    let text = format!("\n{yaml}");
+    // Count first, building nothing: only a document within the budget is built as a value.
+    let budget = Budget::default();
+    if let Err(e) = budget.count(&text) {
+        return Err(match budget.exceeded() {
+            Some(what) => file_error(format!(
+                "frontmatter expands to more than {what} through YAML aliases (`*name`); \
+                 agent files need no aliases"
+            )),
+            None => yaml_error(e),
+        });
+    }
+    let mut value: Value = serde_yaml_ng::from_str(&text).map_err(yaml_error)?;
     value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
         value = tagged.value;
@@ -312,6 +349,210 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
             "frontmatter must be a mapping of `field: value` lines, found {}",
             describe(&other)
         ))),
+    }
+}
+
+/// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
+/// holding `: ` (`description: Use when: asked`), which YAML reads as a mapping inside a
+/// value. The frontmatter `yaml` is the text the parser saw after its first line.
+fn quote_hint(yaml: &str, error: &serde_yaml_ng::Error) -> Option<String> {
+    if !error
+        .to_string()
+        .starts_with("mapping values are not allowed in this context")
+    {
+        return None;
+    }
+    const GENERAL: &str = "a value holding `: ` must be quoted";
+    // The parser's line 1 stands for the `---` line (see `frontmatter_fields`).
+    let line = error
+        .location()
+        .and_then(|l| l.line().checked_sub(2))
+        .and_then(|i| yaml.lines().nth(i));
+    let Some((key, value)) = line.and_then(|l| l.split_once(": ")) else {
+        return Some(GENERAL.into());
+    };
+    let value = value.trim();
+    let simple_key = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !simple_key || value.starts_with(['"', '\'']) {
+        return Some(GENERAL.into());
+    }
+    /// Longest value shown whole, in characters.
+    const SHOWN: usize = 40;
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    let shown = match escaped.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", escaped[..cut].trim_end()),
+        None => escaped,
+    };
+    Some(format!("quote the value: {key}: \"{shown}\""))
+}
+
+/// Most YAML nodes a frontmatter may expand to, aliases included, counted over the whole
+/// document. Agent files need a few dozen; no alias is ever needed.
+///
+/// ```
+/// use std::path::Path;
+/// use agent_tree_actors::{MAX_FRONTMATTER_NODES, parse_agent_file};
+/// let mut bomb = String::from("---\na: &a [x, x, x, x, x, x, x, x, x, x]\n");
+/// for (name, prev) in [("b", "a"), ("c", "b"), ("d", "c"), ("e", "d")] {
+///     bomb.push_str(&format!("{name}: &{name} [{}]\n", vec![format!("*{prev}"); 10].join(", ")));
+/// }
+/// bomb.push_str("---\n");
+/// let err = parse_agent_file(Path::new("bomb.md"), &bomb).unwrap_err();
+/// assert!(err.to_string().contains(&format!("more than {MAX_FRONTMATTER_NODES} YAML nodes")));
+/// ```
+pub const MAX_FRONTMATTER_NODES: usize = 10_000;
+
+/// Most bytes of scalars (strings, numbers, keys) a frontmatter may expand to, aliases
+/// included, counted over the whole document: four times the largest agent file
+/// ([`MAX_AGENT_FILE_BYTES`](crate::MAX_AGENT_FILE_BYTES)), so only aliases can exceed it.
+///
+/// ```
+/// assert_eq!(agent_tree_actors::MAX_FRONTMATTER_EXPANDED_BYTES, 1024 * 1024);
+/// ```
+pub const MAX_FRONTMATTER_EXPANDED_BYTES: usize = 4 * crate::catalog::MAX_AGENT_FILE_BYTES as usize;
+
+/// What is left of the expansion budget while a document is counted.
+#[derive(Debug)]
+struct Budget {
+    nodes: Cell<usize>,
+    bytes: Cell<usize>,
+    /// What ran out, once something did.
+    exceeded: Cell<Option<&'static str>>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            nodes: Cell::new(MAX_FRONTMATTER_NODES),
+            bytes: Cell::new(MAX_FRONTMATTER_EXPANDED_BYTES),
+            exceeded: Cell::new(None),
+        }
+    }
+}
+
+impl Budget {
+    /// Walks the YAML document `text` as the parser replays it (each alias expanded where it
+    /// is used), spending one node per node and the bytes of every scalar; stops with an
+    /// error at the first node beyond the budget. Builds nothing.
+    fn count(&self, text: &str) -> Result<(), serde_yaml_ng::Error> {
+        Count(self).deserialize(serde_yaml_ng::Deserializer::from_str(text))
+    }
+
+    /// What ran out (for the message), if anything did.
+    fn exceeded(&self) -> Option<String> {
+        self.exceeded.get().map(|what| match what {
+            "nodes" => format!("{MAX_FRONTMATTER_NODES} YAML nodes"),
+            _ => format!("{MAX_FRONTMATTER_EXPANDED_BYTES} bytes"),
+        })
+    }
+
+    fn spend<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let nodes = self.nodes.get();
+        let left = self.bytes.get();
+        if nodes == 0 {
+            self.exceeded.set(Some("nodes"));
+        } else if bytes > left {
+            self.exceeded.set(Some("bytes"));
+        } else {
+            self.nodes.set(nodes - 1);
+            self.bytes.set(left - bytes);
+            return Ok(());
+        }
+        Err(E::custom("the frontmatter's expansion budget is spent"))
+    }
+}
+
+/// The visitor of [`Budget::count`]: every node spends from the budget, nothing is kept.
+#[derive(Clone, Copy)]
+struct Count<'a>(&'a Budget);
+
+impl<'de> DeserializeSeed<'de> for Count<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Count<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.0.spend(1)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.0.spend(8)
+    }
+
+    fn visit_i128<E: de::Error>(self, _: i128) -> Result<(), E> {
+        self.0.spend(16)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.0.spend(8)
+    }
+
+    fn visit_u128<E: de::Error>(self, _: u128) -> Result<(), E> {
+        self.0.spend(16)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.0.spend(8)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.spend(v.len())
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<(), E> {
+        self.0.spend(v.len())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.spend(0)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.0.spend(0)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_newtype_struct<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.spend(0)?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.0.spend(0)?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        // A tagged value (`!tag value`): the tag, then the value.
+        let ((), variant) = data.variant_seed(self)?;
+        variant.newtype_variant_seed(self)
     }
 }
 
@@ -411,7 +652,7 @@ pub(super) mod tests {
                 message
             }
             Err(e @ CatalogError::Yaml { .. }) => {
-                let CatalogError::Yaml { file, source } = &e else {
+                let CatalogError::Yaml { file, source, .. } = &e else {
                     unreachable!()
                 };
                 assert_eq!(file, Path::new(FILE));
@@ -652,7 +893,107 @@ pub(super) mod tests {
             bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
         }
         bomb.push_str("---\n");
-        assert!(file_err(&bomb).contains("repetition limit exceeded"));
+        assert_eq!(
+            file_err(&bomb),
+            "frontmatter expands to more than 10000 YAML nodes through YAML aliases (`*name`); \
+             agent files need no aliases"
+        );
+    }
+
+    /// A "billion laughs" shaped to pass the parser's own repetition limit (which counts
+    /// alias jumps per event, so wide levels raise it): 41 KiB, 10^12 nodes once expanded.
+    fn wide_bomb() -> String {
+        let mut bomb = format!(
+            "---\nname: laughs\na: &a [{}]\n",
+            vec!["lol"; 2_600].join(",")
+        );
+        for (name, prev) in [("b", "a"), ("c", "b"), ("d", "c"), ("e", "d")] {
+            let refs = vec![format!("*{prev}"); 2_600].join(",");
+            bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        }
+        bomb.push_str("---\nYou laugh.\n");
+        bomb
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_in_bounded_time_and_memory() {
+        let bomb = wide_bomb();
+        assert!(bomb.len() > 40_000 && bomb.len() < 50_000, "{}", bomb.len());
+        let started = std::time::Instant::now();
+        let message = file_err(&bomb);
+        assert!(
+            message.starts_with("frontmatter expands to more than 10000 YAML nodes"),
+            "{message}"
+        );
+        // Microseconds in a release build; generous for a debug build on a busy machine.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+        // Few nodes, but each a long string repeated through aliases: the byte budget.
+        let long = "x".repeat(100_000);
+        let strings = format!(
+            "---\na: &a '{long}'\nb: [{}]\n---\n",
+            vec!["*a"; 20].join(",")
+        );
+        assert_eq!(
+            file_err(&strings),
+            "frontmatter expands to more than 1048576 bytes through YAML aliases (`*name`); \
+             agent files need no aliases"
+        );
+        // A few aliases within the budget still work.
+        let d = field_ok("x: &t 3\nmax_turns: *t\nm: &m big\nmodel: *m");
+        assert_eq!((d.max_turns, d.model.as_deref()), (Some(3), Some("big")));
+        // Tagged values are counted too, and still ignored as tags.
+        let tagged = field_ok("k: !t [a, !u b]\nj: !m {a: 1}\nmax_turns: !n 4");
+        assert_eq!(tagged.max_turns, Some(4));
+    }
+
+    #[test]
+    fn a_frontmatter_of_many_plain_nodes_within_the_budget_parses() {
+        let items = vec!["x"; MAX_FRONTMATTER_NODES - 10].join(",");
+        let d = field_ok(&format!("ignored: [{items}]\nmax_turns: 2"));
+        assert_eq!(d.max_turns, Some(2));
+        let items = vec!["x"; MAX_FRONTMATTER_NODES].join(",");
+        assert!(file_err(&format!("---\nignored: [{items}]\n---\n")).contains("10000 YAML nodes"));
+    }
+
+    #[test]
+    fn an_unquoted_value_holding_a_colon_gets_a_hint_to_quote_it() {
+        let err = with_fields("name: x\ndescription: a: b").unwrap_err();
+        assert!(matches!(&err, CatalogError::Yaml { hint: Some(h), .. }
+            if h == "quote the value: description: \"a: b\""));
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&format!(
+                "{FILE}: invalid YAML in frontmatter: mapping values"
+            )),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("at line 3 column 15 (quote the value: description: \"a: b\")"),
+            "{shown}"
+        );
+        // Quotes and backslashes in the value are escaped; a long value is cut.
+        let message = file_err("---\ndescription: Use when: the user says \"go\\now\"\n---\n");
+        assert!(
+            message.ends_with(
+                r#"(quote the value: description: "Use when: the user says \"go\\now\"")"#
+            ),
+            "{message}"
+        );
+        let message = file_err(&format!("---\ndescription: a: {}\n---\n", "b".repeat(100)));
+        assert!(message.ends_with("bbbbbbb...\")"), "{message}");
+        // Not a simple `key: value` line: the general advice.
+        let message = file_err("---\nlist:\n  - a: b: c\n---\n");
+        assert!(
+            message.ends_with("(a value holding `: ` must be quoted)"),
+            "{message}"
+        );
+        // Other YAML errors get no hint.
+        let err = with_fields("tools: [read").unwrap_err();
+        assert!(
+            matches!(err, CatalogError::Yaml { hint: None, .. }),
+            "{err:?}"
+        );
     }
 
     /// Every leaf error names `FILE` and is a field or file error.

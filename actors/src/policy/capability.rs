@@ -12,10 +12,102 @@
 //!   deny `Agent`. An explicit deny always wins, also over an allowlist.
 //! * With an explicit tool allowlist and delegation allowed, `Agent` is inferred: it need not
 //!   be listed.
+//! * A definition's tool names reach registered user tools by one rule, [`match_tool_name`]:
+//!   the exact name, else the one ASCII-case-insensitive match (Claude Code's `Read` is a tool
+//!   registered as `read`); a name matching several tools ignoring case, none exactly, gives
+//!   none of them. A deny (`disallowed_tools`) is wider: it names every tool equal to it
+//!   ignoring ASCII case, orchestration tools included, so a deny never misses by case.
 
-use agent_tree_protocol::AgentDefinition;
+use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
 
-use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
+use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS, RESERVED_TOOLS};
+
+/// What one tool name of a definition denotes among the registered user tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ToolMatch<'a> {
+    /// This registered tool: the exact name, or the only case-insensitive match.
+    Tool(&'a str),
+    /// An orchestration tool (`Agent`, `ask_owner`, ...), ignoring ASCII case: not a user
+    /// tool; the delegation rule decides whether the agent gets it.
+    Orchestration,
+    /// Several registered tools equal it ignoring ASCII case and none exactly: none is meant
+    /// more than another, so none is given.
+    Ambiguous(Vec<&'a str>),
+    /// No registered tool.
+    Unknown,
+}
+
+/// The rule matching a definition's tool name `name` to the registered user tools.
+///
+/// In order: a registered tool named exactly `name`; an orchestration tool named exactly
+/// `name`; the one registered tool equal to `name` ignoring ASCII case (several are
+/// [`ToolMatch::Ambiguous`]); an orchestration tool equal to it ignoring ASCII case. pi's
+/// `ext:<extension>/<tool>` is matched as `<tool>`; a whole extension (`ext:<extension>`)
+/// names no tool here (agent-tree has no extensions), so it is [`ToolMatch::Unknown`].
+pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMatch<'a> {
+    let name = name.trim();
+    let name = match ExtensionSelector::parse(name) {
+        Some(ExtensionSelector {
+            tool: Some(tool), ..
+        }) => tool,
+        Some(ExtensionSelector { tool: None, .. }) => return ToolMatch::Unknown,
+        None => name,
+    };
+    if let Some(&exact) = registered.iter().find(|t| **t == name) {
+        return ToolMatch::Tool(exact);
+    }
+    if RESERVED_TOOLS.contains(&name) {
+        return ToolMatch::Orchestration;
+    }
+    let folded: Vec<&'a str> = registered
+        .iter()
+        .copied()
+        .filter(|t| t.eq_ignore_ascii_case(name))
+        .collect();
+    match folded.as_slice() {
+        [one] => ToolMatch::Tool(one),
+        [] if RESERVED_TOOLS.iter().any(|t| t.eq_ignore_ascii_case(name)) => {
+            ToolMatch::Orchestration
+        }
+        [] => ToolMatch::Unknown,
+        _ => ToolMatch::Ambiguous(folded),
+    }
+}
+
+/// Whether the deny name `denied` denies the tool `tool`: equal ignoring ASCII case (pi's
+/// `ext:<extension>/<tool>` as `<tool>`).
+pub(crate) fn deny_names(denied: &str, tool: &str) -> bool {
+    let denied = denied.trim();
+    let denied = match ExtensionSelector::parse(denied) {
+        Some(ExtensionSelector {
+            tool: Some(tool), ..
+        }) => tool,
+        _ => denied,
+    };
+    denied.eq_ignore_ascii_case(tool)
+}
+
+/// The registered user tools `tools` grants, by [`match_tool_name`], in registration order.
+fn granted<'a>(tools: &ToolSet, registered: &[&'a str]) -> Vec<&'a str> {
+    match tools {
+        ToolSet::All => registered.to_vec(),
+        ToolSet::None => Vec::new(),
+        ToolSet::Only(names) => {
+            let named: Vec<&str> = names
+                .iter()
+                .filter_map(|n| match match_tool_name(n, registered) {
+                    ToolMatch::Tool(tool) => Some(tool),
+                    _ => None,
+                })
+                .collect();
+            registered
+                .iter()
+                .copied()
+                .filter(|t| named.contains(t))
+                .collect()
+        }
+    }
+}
 
 /// The tools one agent holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -52,7 +144,10 @@ pub(crate) fn may_delegate(definition: &AgentDefinition, depth: u32, max_depth: 
 }
 
 fn denies(definition: &AgentDefinition, tool: &str) -> bool {
-    definition.disallowed_tools.iter().any(|t| t == tool)
+    definition
+        .disallowed_tools
+        .iter()
+        .any(|denied| deny_names(denied, tool))
 }
 
 /// The capabilities of `definition` at `depth`, given the user tools the tree has.
@@ -68,9 +163,10 @@ pub(crate) fn capabilities<'a>(
     owner: Option<&Capabilities>,
     app_answers: bool,
 ) -> Capabilities {
-    let user_tools = available
+    let registered: Vec<&str> = available.into_iter().collect();
+    let user_tools = granted(&definition.tools, &registered)
         .into_iter()
-        .filter(|name| definition.tools.contains(name) && !denies(definition, name))
+        .filter(|name| !denies(definition, name))
         .filter(|name| owner.is_none_or(|o| o.holds(name)))
         .map(str::to_owned)
         .collect();
@@ -161,6 +257,120 @@ mod tests {
             Some(&owner),
             true,
         );
+        assert_eq!(caps.user_tools, ["read"]);
+    }
+
+    #[test]
+    fn exact_wins_then_the_one_case_insensitive_match() {
+        let registered = ["read", "bash", "Grep", "grep", "GREP"];
+        assert_eq!(
+            match_tool_name("read", &registered),
+            ToolMatch::Tool("read")
+        );
+        assert_eq!(
+            match_tool_name("Read", &registered),
+            ToolMatch::Tool("read")
+        );
+        assert_eq!(
+            match_tool_name(" BASH ", &registered),
+            ToolMatch::Tool("bash")
+        );
+        assert_eq!(
+            match_tool_name("Grep", &registered),
+            ToolMatch::Tool("Grep")
+        );
+        assert_eq!(
+            match_tool_name("grep", &registered),
+            ToolMatch::Tool("grep")
+        );
+        assert_eq!(
+            match_tool_name("gREP", &registered),
+            ToolMatch::Ambiguous(vec!["Grep", "grep", "GREP"])
+        );
+        assert_eq!(match_tool_name("WebFetch", &registered), ToolMatch::Unknown);
+        assert_eq!(match_tool_name("", &registered), ToolMatch::Unknown);
+        assert_eq!(match_tool_name("read", &[]), ToolMatch::Unknown);
+        // Case folding is ASCII only: `ſ` (long s) is not `s`.
+        assert_eq!(match_tool_name("baſh", &registered), ToolMatch::Unknown);
+    }
+
+    #[test]
+    fn orchestration_names_are_not_user_tools() {
+        let registered = ["read", "agent"];
+        for name in [
+            "Agent",
+            "ask_owner",
+            "get_subagent_result",
+            "ASK_OWNER",
+            "Wait_Subagents",
+        ] {
+            assert_eq!(
+                match_tool_name(name, &registered),
+                ToolMatch::Orchestration,
+                "{name}"
+            );
+        }
+        // A registered tool named exactly wins (`agent` is not reserved; `Agent` is).
+        assert_eq!(
+            match_tool_name("agent", &registered),
+            ToolMatch::Tool("agent")
+        );
+    }
+
+    #[test]
+    fn pi_extension_selectors_name_their_tool() {
+        let registered = ["read", "search"];
+        assert_eq!(
+            match_tool_name("ext:mcp/search", &registered),
+            ToolMatch::Tool("search")
+        );
+        assert_eq!(
+            match_tool_name("ext:mcp/Search", &registered),
+            ToolMatch::Tool("search")
+        );
+        assert_eq!(match_tool_name("ext:mcp", &registered), ToolMatch::Unknown);
+        assert!(deny_names("ext:mcp/search", "search"));
+        assert!(!deny_names("ext:mcp", "mcp"));
+    }
+
+    #[test]
+    fn claude_code_names_reach_lower_case_registrations() {
+        let claude = AgentDefinition::new("reviewer", "").with_tools(ToolSet::only([
+            "Read", "Write", "Edit", "Bash", "Glob", "Grep",
+        ]));
+        let caps = capabilities(&claude, 1, 5, TOOLS, None, true);
+        // In registration order, whatever the order the file lists them in.
+        assert_eq!(caps.user_tools, ["read", "write", "bash"]);
+        let ambiguous = ["read", "READ", "bash"];
+        let caps = capabilities(&claude, 1, 5, ambiguous, None, true);
+        assert_eq!(caps.user_tools, ["bash"], "ambiguous `Read` gives neither");
+        let exact = AgentDefinition::new("r", "").with_tools(ToolSet::only(["READ"]));
+        assert_eq!(
+            capabilities(&exact, 1, 5, ambiguous, None, true).user_tools,
+            ["READ"]
+        );
+    }
+
+    #[test]
+    fn a_deny_ignores_case_and_wins() {
+        let def = AgentDefinition::new("w", "").with_disallowed_tools(["BASH", "Write"]);
+        assert_eq!(
+            capabilities(&def, 1, 5, TOOLS, None, true).user_tools,
+            ["read"]
+        );
+        let both = ["read", "READ"];
+        let def = AgentDefinition::new("w", "").with_disallowed_tools(["Read"]);
+        assert!(
+            capabilities(&def, 1, 5, both, None, true)
+                .user_tools
+                .is_empty()
+        );
+        // An orchestration deny ignores case too, and still wins over an allowlist.
+        let denied = delegator()
+            .with_tools(ToolSet::only(["read", "Agent"]))
+            .with_disallowed_tools(["agent", "ASK_OWNER"]);
+        let caps = capabilities(&denied, 1, 5, TOOLS, None, true);
+        assert!(!caps.can_delegate() && !caps.ask_owner);
         assert_eq!(caps.user_tools, ["read"]);
     }
 
