@@ -262,7 +262,13 @@ impl AgentState {
             self.owner_capabilities.take().as_deref(),
             self.shared.hooks.questions.is_some(),
         );
-        self.offer = orchestration::offered(&self.shared, capabilities);
+        let caller = orchestration::Caller {
+            catalog: &self.branch.catalog,
+            definition: &self.definition,
+            depth: self.depth,
+            max_depth: self.branch.max_depth,
+        };
+        self.offer = orchestration::offered(&self.shared, capabilities, &caller);
     }
 
     /// The state of a new run, from its ticket. Registers the actor (one registry

@@ -614,6 +614,21 @@ impl Catalog {
         }
     }
 
+    /// The enabled types `caller` may spawn, in catalog order: what its `Agent` tool lists.
+    pub(crate) fn reachable_for(&self, caller: &AgentDefinition) -> Vec<&Arc<AgentDefinition>> {
+        let allowance = &caller.allowed_subagents;
+        self.inner
+            .definitions
+            .iter()
+            .filter(|d| d.enabled && self.permits(allowance, d))
+            .collect()
+    }
+
+    /// The address of the catalog's shared contents: equal for clones of one catalog.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     fn reachable(&self, reachable: impl Fn(&AgentDefinition) -> bool) -> Vec<String> {
         self.definitions()
             .filter(|d| d.enabled && reachable(d))

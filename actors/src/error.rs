@@ -78,6 +78,12 @@ pub enum SpawnError {
         /// The limit.
         limit: u64,
     },
+    /// The tree has spawned `max_spawns_per_tree` agents in its life.
+    #[error("max_spawns_per_tree {limit} reached")]
+    TreeSpawnBudget {
+        /// The limit.
+        limit: u64,
+    },
     /// The tree already has `max_total_agents` live agents.
     #[error("max_total_agents {limit} reached")]
     TotalLimit {
@@ -128,6 +134,24 @@ pub enum ControlError {
     /// a steer, so it is refused rather than receipted and never read.
     #[error("{0} is in its last turn and cannot read a steer")]
     NoTurnsLeft(AgentId),
+    /// The steer is larger than the tree's `max_steer_bytes`.
+    #[error("a steer of {bytes} bytes is over the limit of {limit} (max_steer_bytes)")]
+    SteerTooLarge {
+        /// The agent steered.
+        agent: AgentId,
+        /// The steer's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// This run of the agent has had the tree's `max_steers_per_run` steers.
+    #[error("{agent} has had {limit} steers this run (max_steers_per_run)")]
+    TooManySteers {
+        /// The agent steered.
+        agent: AgentId,
+        /// The limit.
+        limit: u32,
+    },
 }
 
 /// A model call that failed: what kind of failure, the provider's HTTP status and

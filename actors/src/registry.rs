@@ -201,6 +201,8 @@ struct Entry {
     ended_run: Option<watch::Sender<u32>>,
     /// Which run this is: 1 for the first, +1 for each restart and each resume.
     runs: u32,
+    /// Steers routed to this run, against `max_steers_per_run`.
+    steers: u32,
     /// Steers sent before its session existed, handed to its actor when it starts.
     pending_steers: Vec<String>,
     /// Its conversation, for resume.
@@ -228,6 +230,7 @@ impl Entry {
             shutdown: None,
             ended_run: None,
             runs: 1,
+            steers: 0,
             pending_steers: Vec::new(),
             conversation: ConversationCell::default(),
             settled: None,
@@ -241,6 +244,7 @@ impl Entry {
         // A shutdown waiting for the run that ended is done waiting for it.
         self.count_down_shutdowns();
         self.runs += 1;
+        self.steers = 0;
         self.shutdown = None;
         self.held = false;
         self.deferred = false;

@@ -11,8 +11,6 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use ractor::ActorRef;
 
-use crate::policy::capability::Capabilities;
-
 use crate::catalog::Catalog;
 use crate::config::TreeConfig;
 use crate::hooks::Hooks;
@@ -34,9 +32,12 @@ pub(crate) struct Shared {
     /// Tasks the runtime spawned (model turns, tools, waits, hooks): the cost model of
     /// `docs/architecture.md` counts them per agent, and a test holds the count.
     pub(crate) tasks: AtomicU64,
-    /// The tool specs offered per distinct capability set, built once and shared by every
-    /// agent's every turn. A leaf lock: only the map is touched under it.
-    pub(crate) offered: Mutex<HashMap<Capabilities, Arc<crate::agent::orchestration::Offer>>>,
+    /// The tool specs offered per distinct capability set (and, for agents that delegate,
+    /// per set of types they may reach), built once and shared by every agent's every turn.
+    /// A leaf lock: only the map is touched under it.
+    pub(crate) offered: Mutex<
+        HashMap<crate::agent::orchestration::OfferKey, Arc<crate::agent::orchestration::Offer>>,
+    >,
 }
 
 impl Shared {

@@ -440,7 +440,11 @@ impl Tree {
             return Err(ControlError::NotYours(id));
         }
         let text = text.into();
-        match self.shared.registry.route_steer(id, text.clone())? {
+        match self
+            .shared
+            .registry
+            .route_steer(id, text.clone(), &self.shared.config)?
+        {
             SteerRoute::Queued => Ok(SteerReceipt::Queued),
             SteerRoute::Actor(cell) => {
                 let actor = ActorRef::<AgentMsg>::from(cell);

@@ -246,3 +246,45 @@ async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
     assert!(r[0].is_error, "the Kelvin sign resolved: {}", r[0].content);
     assert!(!r[1].is_error, "{}", r[1].content);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_steer_flood_is_bounded_in_count_and_size() {
+    let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
+    let tree = tree(model, catalog(), TreeConfig::default()).await;
+    let worker = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
+    let big = "x".repeat(64 * 1024);
+    assert!(matches!(
+        tree.steer(worker.id(), big).await,
+        Err(agent_tree::ControlError::SteerTooLarge { limit, .. }) if limit == agent_tree::DEFAULT_MAX_STEER_BYTES
+    ));
+    let ten_k = "y".repeat(10 * 1024);
+    let mut delivered = 0;
+    let mut refused = 0;
+    for _ in 0..5_000 {
+        match tree.steer(worker.id(), ten_k.clone()).await {
+            Ok(_) => delivered += 1,
+            Err(agent_tree::ControlError::TooManySteers { limit, .. }) => {
+                assert_eq!(limit, agent_tree::DEFAULT_MAX_STEERS_PER_RUN);
+                refused += 1;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(delivered, agent_tree::DEFAULT_MAX_STEERS_PER_RUN);
+    assert_eq!(refused, 5_000 - delivered);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tree_lifetime_spawn_budget_holds_for_the_application_too() {
+    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("ok")]));
+    let config = TreeConfig::default().with_max_spawns_per_tree(3);
+    let tree = tree(model, catalog(), config).await;
+    for _ in 0..3 {
+        tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    }
+    let err = tree
+        .run(SpawnRequest::new("worker", "go"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "max_spawns_per_tree 3 reached");
+}

@@ -10,6 +10,7 @@ mod failure_isolation;
 mod fold_rebuilds_snapshot;
 mod lifecycle_child_exit;
 mod model_contract;
+mod model_facing_golden;
 mod records_persist;
 mod results_read_by_id;
 mod scripted_model_turns;

@@ -16,7 +16,7 @@ use serde_json::json;
 
 mod schema;
 
-pub(crate) use schema::{Offer, offered, result_text, result_value, set_result};
+pub(crate) use schema::{Caller, Offer, OfferKey, offered, result_text, result_value, set_result};
 
 use super::AgentState;
 use super::calls::Waiting;
@@ -498,39 +498,40 @@ async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
     };
     // A steer to a child with an open question is its answer.
     state.open_questions.remove(&agent);
-    let receipt = match state
-        .shared
-        .registry
-        .route_steer(agent, input.message.clone())
-    {
-        Ok(SteerRoute::Queued) => SteerReceipt::Queued,
-        Ok(SteerRoute::Actor(actor)) => {
-            // The receipt is the target's own answer: it says `delivered` only once the steer
-            // is in its inbox for a coming turn (or answered its question), and refuses a
-            // steer that crossed the end of its run. Steers only go down the tree, so this
-            // call never waits on an actor that waits on this one.
-            let actor = ActorRef::<AgentMsg>::from(actor);
-            let text = input.message;
-            let reply = crate::msg::ask(&actor, |reply| AgentMsg::Steer {
-                text,
-                reply: Some(reply),
-            })
-            .await;
-            match reply {
-                Some(Ok(receipt)) => receipt,
-                Some(Err(error)) => return refused(error),
-                None => {
-                    let status = state
-                        .shared
-                        .registry
-                        .status(agent)
-                        .unwrap_or(agent_tree_protocol::AgentStatus::Completed);
-                    return refused(ControlError::WrongStatus(agent, status));
+    let receipt =
+        match state
+            .shared
+            .registry
+            .route_steer(agent, input.message.clone(), &state.shared.config)
+        {
+            Ok(SteerRoute::Queued) => SteerReceipt::Queued,
+            Ok(SteerRoute::Actor(actor)) => {
+                // The receipt is the target's own answer: it says `delivered` only once the steer
+                // is in its inbox for a coming turn (or answered its question), and refuses a
+                // steer that crossed the end of its run. Steers only go down the tree, so this
+                // call never waits on an actor that waits on this one.
+                let actor = ActorRef::<AgentMsg>::from(actor);
+                let text = input.message;
+                let reply = crate::msg::ask(&actor, |reply| AgentMsg::Steer {
+                    text,
+                    reply: Some(reply),
+                })
+                .await;
+                match reply {
+                    Some(Ok(receipt)) => receipt,
+                    Some(Err(error)) => return refused(error),
+                    None => {
+                        let status = state
+                            .shared
+                            .registry
+                            .status(agent)
+                            .unwrap_or(agent_tree_protocol::AgentStatus::Completed);
+                        return refused(ControlError::WrongStatus(agent, status));
+                    }
                 }
             }
-        }
-        Err(error) => return refused(error),
-    };
+            Err(error) => return refused(error),
+        };
     Answer::Now(
         json!({ "agent_id": agent, "receipt": receipt }).to_string(),
         false,

@@ -42,11 +42,14 @@ pub(crate) enum Slot {
 }
 
 /// Checks the limits for one new child of `owner`, returning the child's depth.
+/// `spawned_total` is how many agents the tree has spawned in its life (0 for a resume,
+/// which spawns nothing).
 pub(crate) fn admit(
     config: &TreeConfig,
     max_depth: u32,
     owner: &OwnerView,
     live_total: usize,
+    spawned_total: u64,
 ) -> Result<u32, SpawnError> {
     if owner.status != AgentStatus::Running || owner.cancelled {
         return Err(SpawnError::OwnerClosed(owner.id));
@@ -84,6 +87,11 @@ pub(crate) fn admit(
     if live_total >= config.max_total_agents {
         return Err(SpawnError::TotalLimit {
             limit: config.max_total_agents,
+        });
+    }
+    if spawned_total >= config.max_spawns_per_tree {
+        return Err(SpawnError::TreeSpawnBudget {
+            limit: config.max_spawns_per_tree,
         });
     }
     Ok(depth)
@@ -124,9 +132,9 @@ mod tests {
     #[test]
     fn depth_cap_holds_for_nested_children_only() {
         let c = TreeConfig::default().with_max_depth(3);
-        assert_eq!(admit(&c, 3, &owner(2, 2), 0), Ok(3));
+        assert_eq!(admit(&c, 3, &owner(2, 2), 0, 0), Ok(3));
         assert_eq!(
-            admit(&c, 3, &owner(3, 3), 0),
+            admit(&c, 3, &owner(3, 3), 0, 0),
             Err(SpawnError::DepthLimit {
                 depth: 4,
                 max_depth: 3
@@ -134,12 +142,12 @@ mod tests {
         );
         for cap in [0, 1] {
             assert_eq!(
-                admit(&c, cap, &owner(0, 0), 0),
+                admit(&c, cap, &owner(0, 0), 0, 0),
                 Ok(1),
                 "top level at cap {cap}"
             );
             assert!(
-                admit(&c, cap, &owner(1, 1), 0).is_err(),
+                admit(&c, cap, &owner(1, 1), 0, 0).is_err(),
                 "nesting at cap {cap}"
             );
         }
@@ -153,23 +161,23 @@ mod tests {
         let mut o = owner(1, 1);
         o.live_children = 4;
         assert!(matches!(
-            admit(&c, 5, &o, 0),
+            admit(&c, 5, &o, 0, 0),
             Err(SpawnError::ChildLimit { limit: 4, .. })
         ));
         o.live_children = 0;
         assert!(matches!(
-            admit(&c, 5, &o, 32),
+            admit(&c, 5, &o, 32, 0),
             Err(SpawnError::TotalLimit { limit: 32 })
         ));
         o.spawned = 2;
         assert!(matches!(
-            admit(&c, 5, &o, 0),
+            admit(&c, 5, &o, 0, 0),
             Err(SpawnError::SpawnBudget { limit: 2, .. })
         ));
         o.spawned = 0;
         o.subtree_tokens = 100;
         assert!(matches!(
-            admit(&c, 5, &o, 0),
+            admit(&c, 5, &o, 0, 0),
             Err(SpawnError::UsageBudget { limit: 100, .. })
         ));
     }
@@ -185,14 +193,14 @@ mod tests {
             let mut o = owner(1, 1);
             o.status = status;
             assert_eq!(
-                admit(&c, 5, &o, 0),
+                admit(&c, 5, &o, 0, 0),
                 Err(SpawnError::OwnerClosed(AgentId::new(1)))
             );
         }
         let mut o = owner(1, 1);
         o.cancelled = true;
         assert_eq!(
-            admit(&c, 5, &o, 0),
+            admit(&c, 5, &o, 0, 0),
             Err(SpawnError::OwnerClosed(AgentId::new(1)))
         );
     }
@@ -207,5 +215,18 @@ mod tests {
     #[test]
     fn a_newcomer_queues_behind_the_queue_even_with_a_free_slot() {
         assert_eq!(slot(true, 9, 10, 1), Slot::Queue);
+    }
+
+    #[test]
+    fn the_tree_lifetime_spawn_budget_counts_every_spawn() {
+        let c = TreeConfig::default().with_max_spawns_per_tree(10);
+        let o = owner(1, 1);
+        assert!(admit(&c, 5, &o, 0, 9).is_ok());
+        assert_eq!(
+            admit(&c, 5, &o, 0, 10),
+            Err(SpawnError::TreeSpawnBudget { limit: 10 })
+        );
+        // The root's spawns count too.
+        assert!(admit(&c, 5, &owner(0, 0), 0, 10).is_err());
     }
 }

@@ -66,6 +66,8 @@ impl Registry {
             admission.max_depth,
             &owner.owner_view(owner_record),
             inner.live,
+            // Every record but the root's is an agent the tree spawned.
+            inner.records.len().saturating_sub(1) as u64,
         )?;
         let token = if admission.detached {
             inner.entries[0].token.child_token()
@@ -266,7 +268,7 @@ impl Registry {
         let mut view = owner_entry.owner_view(owner_record);
         // A resume is not a new spawn: it does not count against the lifetime budget.
         view.spawned = 0;
-        admission::admit(config, spec.branch.max_depth, &view, inner.live)?;
+        admission::admit(config, spec.branch.max_depth, &view, inner.live, 0)?;
         let token = if detached {
             inner.entries[0].token.child_token()
         } else {

@@ -24,12 +24,21 @@ pub(crate) enum SteerRoute {
 
 impl Registry {
     /// Routes a steer: queued in the registry while the agent has no session yet, else to its
-    /// actor.
+    /// actor. A steer larger than `max_steer_bytes`, or past `max_steers_per_run` steers of
+    /// this run, is refused here, whoever sent it.
     pub(crate) fn route_steer(
         &self,
         id: AgentId,
         text: String,
+        config: &crate::config::TreeConfig,
     ) -> Result<SteerRoute, ControlError> {
+        if text.len() > config.max_steer_bytes {
+            return Err(ControlError::SteerTooLarge {
+                agent: id,
+                bytes: text.len(),
+                limit: config.max_steer_bytes,
+            });
+        }
         let mut inner = self.lock();
         let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
@@ -37,6 +46,13 @@ impl Registry {
         if status.is_terminal() {
             return Err(ControlError::WrongStatus(id, status));
         }
+        if entry.steers >= config.max_steers_per_run {
+            return Err(ControlError::TooManySteers {
+                agent: id,
+                limit: config.max_steers_per_run,
+            });
+        }
+        entry.steers += 1;
         match &entry.actor {
             Some(actor) => Ok(SteerRoute::Actor(actor.clone())),
             None => {

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentId, Outcome, ToolSpec, WaitPolicy};
+use agent_tree_protocol::{AgentDefinition, AgentId, Outcome, ToolSpec, WaitPolicy};
 use serde_json::{Value, json};
 
 use super::Orchestration;
-use crate::policy::capability::Capabilities;
+use crate::catalog::Catalog;
+use crate::policy::capability::{self, Capabilities};
 use crate::shared::SharedRef;
 
 /// What an agent holds: its capabilities and the tool specs they offer the model (its user
@@ -17,6 +18,26 @@ use crate::shared::SharedRef;
 pub(crate) struct Offer {
     pub(crate) capabilities: Capabilities,
     pub(crate) specs: Arc<[ToolSpec]>,
+    /// The catalog the `Agent` spec lists types of, kept alive so its address (in the
+    /// [`OfferKey`]) is never reused while the offer is cached.
+    _catalog: Option<Catalog>,
+}
+
+/// What an offer depends on: the capabilities, and for an agent that delegates, where its
+/// `Agent` tool's list of types comes from (its branch's catalog, its type, its depth and
+/// the branch's depth cap, which says whether each type can delegate further).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct OfferKey {
+    capabilities: Capabilities,
+    reach: Option<(usize, String, u32, u32)>,
+}
+
+/// The caller an `Agent` spec is built for.
+pub(crate) struct Caller<'a> {
+    pub(crate) catalog: &'a Catalog,
+    pub(crate) definition: &'a AgentDefinition,
+    pub(crate) depth: u32,
+    pub(crate) max_depth: u32,
 }
 
 impl Offer {
@@ -27,25 +48,42 @@ impl Offer {
     }
 }
 
-/// The offer of `capabilities` in `shared`'s tree, built the first time a set is seen.
-pub(crate) fn offered(shared: &SharedRef, capabilities: Capabilities) -> Arc<Offer> {
+/// The offer of `capabilities` to `caller` in `shared`'s tree, built the first time a set is
+/// seen.
+pub(crate) fn offered(
+    shared: &SharedRef,
+    capabilities: Capabilities,
+    caller: &Caller<'_>,
+) -> Arc<Offer> {
+    let delegates = capabilities.holds(Orchestration::Agent.name());
+    let key = OfferKey {
+        reach: delegates.then(|| {
+            (
+                caller.catalog.identity(),
+                caller.definition.name.clone(),
+                caller.depth,
+                caller.max_depth,
+            )
+        }),
+        capabilities,
+    };
     // A leaf lock: only the map is read or written under it (building a set runs outside).
-    if let Some(offer) = shared.offered.lock().get(&capabilities) {
+    if let Some(offer) = shared.offered.lock().get(&key) {
         return offer.clone();
     }
     let offer = Arc::new(Offer {
-        specs: build_offered(shared, &capabilities),
-        capabilities: capabilities.clone(),
+        specs: build_offered(shared, &key.capabilities, delegates.then_some(caller)),
+        capabilities: key.capabilities.clone(),
+        _catalog: delegates.then(|| caller.catalog.clone()),
     });
-    shared
-        .offered
-        .lock()
-        .entry(capabilities)
-        .or_insert(offer)
-        .clone()
+    shared.offered.lock().entry(key).or_insert(offer).clone()
 }
 
-fn build_offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSpec]> {
+fn build_offered(
+    shared: &SharedRef,
+    capabilities: &Capabilities,
+    caller: Option<&Caller<'_>>,
+) -> Arc<[ToolSpec]> {
     capabilities
         .user_tools
         .iter()
@@ -54,9 +92,88 @@ fn build_offered(shared: &SharedRef, capabilities: &Capabilities) -> Arc<[ToolSp
             Orchestration::ALL
                 .into_iter()
                 .filter(|t| capabilities.holds(t.name()))
-                .map(|t| t.spec().clone()),
+                .map(|t| match (t, caller) {
+                    (Orchestration::Agent, Some(caller)) => agent_spec(caller),
+                    _ => t.spec().clone(),
+                }),
         )
         .collect()
+}
+
+/// The longest description of a type the `Agent` tool quotes, in bytes.
+const MAX_TYPE_DESCRIPTION: usize = 300;
+
+/// The `Agent` tool as `caller` sees it: the types it may start, each with its description
+/// and whether it can delegate further, and `agent_type` constrained to them.
+pub(crate) fn agent_spec(caller: &Caller<'_>) -> ToolSpec {
+    let reachable = caller.catalog.reachable_for(caller.definition);
+    let mut listing = String::new();
+    for definition in &reachable {
+        let mut description = definition.description.trim().replace('\n', " ");
+        if description.is_empty() {
+            description = "(no description)".to_owned();
+        }
+        crate::error::cut_to(&mut description, MAX_TYPE_DESCRIPTION);
+        let mut notes = Vec::new();
+        if capability::may_delegate(definition, caller.depth + 1, caller.max_depth) {
+            notes.push("can delegate further");
+        }
+        if definition.run_in_background {
+            notes.push("runs in the background by default");
+        }
+        let notes = if notes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", notes.join("; "))
+        };
+        listing.push_str(&format!("\n- {}: {description}{notes}", definition.name));
+    }
+    let names: Vec<&str> = reachable.iter().map(|d| d.name.as_str()).collect();
+    let description = format!(
+        "Start a subagent on a task, or resume one of your settled subagents. The subagent \
+         does not see your conversation: put everything it needs in `prompt`.\n\n\
+         Types you may start:{}\n\n\
+         In the foreground this call returns the subagent's result. With `background: true` \
+         it returns the subagent's id at once; read the result later with \
+         get_subagent_result or wait_subagents. To resume a settled subagent, give its id in \
+         `resume` and a new `prompt`.",
+        if listing.is_empty() {
+            " none (every type you may start is disabled)".to_owned()
+        } else {
+            listing
+        }
+    );
+    let mut agent_type = json!({
+        "type": "string",
+        "description": "The type of subagent to start (with `resume`: the resumed subagent's type)."
+    });
+    if !names.is_empty() {
+        agent_type["enum"] = json!(names);
+    }
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "agent_type": agent_type,
+            "prompt": {
+                "type": "string",
+                "description": "The task, with everything the subagent needs to know."
+            },
+            "description": {
+                "type": "string",
+                "description": "A short label for the task (3 to 5 words)."
+            },
+            "background": {
+                "type": "boolean",
+                "description": "Run in the background and get the subagent's id at once."
+            },
+            "resume": {
+                "type": "string",
+                "description": "The id of one of your settled subagents to run again with `prompt`."
+            }
+        },
+        "required": ["agent_type", "prompt"]
+    });
+    ToolSpec::new(Orchestration::Agent.name(), description, schema)
 }
 
 pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
@@ -74,6 +191,8 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
         schema
     };
     let (description, schema) = match tool {
+        // The spec of no particular caller; every agent that delegates is offered its own,
+        // listing its types ([`agent_spec`]).
         Orchestration::Agent => (
             "Start a subagent of an allowed type with a task, or resume one of your settled \
              subagents (`resume`: its id) with a new prompt. In the foreground the result comes \
@@ -87,7 +206,7 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
                     "background": { "type": "boolean" },
                     "resume": { "type": "string" }
                 },
-                "required": ["prompt"]
+                "required": ["agent_type", "prompt"]
             }),
         ),
         Orchestration::GetResult => (

@@ -1,0 +1,95 @@
+//! What a model sees: the spec (name, description, JSON schema) of every orchestration tool,
+//! for one delegating definition, compared with the fixtures in `tests/fixtures/model_facing`.
+//! The `Agent` tool lists exactly the types the caller may reach, with descriptions and
+//! whether each can delegate further, and constrains `agent_type` to them.
+//!
+//! Regenerate with `UPDATE_GOLDEN=1 cargo test --test core model_facing_golden`; review the
+//! diff before committing it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::ToolSpec;
+use agent_tree::{
+    BoxFuture, ModelError, ModelRequest, ModelResponse, ORCHESTRATION_TOOLS, Question,
+};
+use parking_lot::Mutex;
+
+/// Answers at once, keeping the tools of the first request.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Option<Vec<ToolSpec>>>>);
+
+impl Model for Capture {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        self.0.lock().get_or_insert_with(|| request.tools.to_vec());
+        Box::pin(async { Ok(ModelResponse::text("done")) })
+    }
+}
+
+fn catalog() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("planner", "You plan.")
+            .with_description("Breaks a task into steps and delegates each step.")
+            .with_allowed_subagents(SubagentAllowance::only(["scout", "writer", "retired"])),
+        AgentDefinition::new("scout", "You look.")
+            .with_description("Finds the files and facts a step needs. Read-only."),
+        AgentDefinition::new("writer", "You write.")
+            .with_description("Writes and edits code for one step.")
+            .with_allowed_subagents(SubagentAllowance::only(["scout"]))
+            .in_background(),
+        AgentDefinition::new("retired", "").with_enabled(false),
+        AgentDefinition::new("secret", "").with_description("Not for the planner."),
+    ])
+    .unwrap()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/model_facing")
+        .join(format!("{name}.json"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
+    let model = Capture::default();
+    let tree = Tree::builder()
+        .catalog(catalog())
+        .model(model.clone())
+        .on_question(|_: Question| async { Ok("yes".to_owned()) })
+        .build()
+        .await
+        .unwrap();
+    tree.run(SpawnRequest::new("planner", "plan"))
+        .await
+        .unwrap();
+    let tools = model.0.lock().clone().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let mut expected: Vec<&str> = ORCHESTRATION_TOOLS.to_vec();
+    expected.push("ask_owner");
+    assert_eq!(names, expected);
+    for spec in &tools {
+        let path = fixture(&spec.name);
+        let mut text = serde_json::to_string_pretty(spec).unwrap();
+        text.push('\n');
+        if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(text, golden, "{} differs from its fixture", spec.name);
+    }
+    // The Agent tool names the reachable, enabled types only, and constrains the choice.
+    let agent = &tools[0];
+    assert_eq!(
+        agent.input_schema["properties"]["agent_type"]["enum"],
+        serde_json::json!(["scout", "writer"])
+    );
+    assert_eq!(
+        agent.input_schema["required"],
+        serde_json::json!(["agent_type", "prompt"])
+    );
+    assert!(agent.description.contains("- scout: Finds the files"));
+    assert!(agent.description.contains("- writer: Writes and edits code for one step. (can delegate further; runs in the background by default)"));
+    assert!(!agent.description.contains("secret") && !agent.description.contains("retired"));
+}
