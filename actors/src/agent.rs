@@ -122,6 +122,8 @@ pub(crate) struct AgentState {
     open_questions: BTreeMap<AgentId, String>,
     /// The shutdown that reached this run, if one did (boxed: most runs never see one).
     shutdown: Option<Box<ShutdownOrder>>,
+    /// This run's span (see `docs/architecture.md`, tracing).
+    pub(crate) span: tracing::Span,
 }
 
 /// The model turn in flight: its number, the handle that aborts its task, and the sink it
@@ -298,7 +300,20 @@ impl AgentState {
             resumed,
             detached: _,
             owner_capabilities,
+            parent_span,
         } = start;
+        // One span per run, a child of its owner's: everything its turns, tools and hooks
+        // log names the agent. Field names follow OpenTelemetry's GenAI conventions.
+        let span = tracing::info_span!(
+            parent: &parent_span,
+            "invoke_agent",
+            "gen_ai.operation.name" = "invoke_agent",
+            "gen_ai.agent.id" = %id,
+            "gen_ai.agent.name" = %definition.name,
+            depth,
+            parent = %owner_id,
+            run,
+        );
         // Children spawned during a resumed run never outlive it.
         settle = crate::policy::settle::effective(settle, resumed);
         let max_turns = definition
@@ -341,6 +356,7 @@ impl AgentState {
             supervisor: None,
             open_questions: BTreeMap::new(),
             shutdown: shutdown.map(Box::new),
+            span,
         })
     }
 }

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) offered: Mutex<
         HashMap<crate::agent::orchestration::OfferKey, Arc<crate::agent::orchestration::Offer>>,
     >,
+    /// The tree's span: the parent of every top-level agent's span.
+    pub(crate) span: tracing::Span,
 }
 
 impl Shared {

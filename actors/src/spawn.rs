@@ -27,6 +27,8 @@ pub(crate) struct SpawnSpec<'a> {
     pub(crate) request: SpawnRequest,
     /// A top-level background agent: it takes a pool slot.
     pub(crate) pooled: bool,
+    /// The owner's span, the parent of the child's.
+    pub(crate) owner_span: tracing::Span,
 }
 
 /// How to start an agent's actor, kept while it waits for a pool slot.
@@ -43,6 +45,8 @@ pub(crate) struct PendingStart {
     /// Linked under the root actor instead of its owner's, so it can outlive its owner.
     pub(crate) detached: bool,
     pub(crate) owner_capabilities: Option<Box<Capabilities>>,
+    /// The span of the owner that spawned it: every run's span is its child.
+    pub(crate) parent_span: tracing::Span,
 }
 
 /// A started, queued or found child.
@@ -74,6 +78,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         branch,
         request,
         pooled,
+        owner_span,
     } = spec;
     let pending = PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
@@ -84,6 +89,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         context: Vec::new(),
         resumed: false,
         owner_capabilities,
+        parent_span: owner_span,
     };
     // One registry transaction: the checks, the reservation, the record, the inherited
     // context (or its drop) and the ticket the actor starts with.

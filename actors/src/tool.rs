@@ -38,7 +38,8 @@ pub const WAIT_TOOL: &str = "wait_subagents";
 /// Aborts a child and its subtree.
 pub const ABORT_TOOL: &str = "abort_subagent";
 /// Asks the agent's direct owner a question and waits for the answer. Offered to every
-/// agent unless its definition denies it.
+/// agent below depth 1 unless its definition denies it, and to top-level agents when the
+/// application has a question handler (`TreeBuilder::on_question`).
 pub const ASK_OWNER_TOOL: &str = "ask_owner";
 
 /// Who is calling a tool.
@@ -53,6 +54,40 @@ pub struct ToolContext {
     pub depth: u32,
     /// The model's id for this call.
     pub call_id: String,
+}
+
+impl ToolContext {
+    /// The context of call `call_id` by `agent` of `agent_type` at `depth`: for calling a
+    /// [`Tool`] directly (in a test of the tool).
+    ///
+    /// ```
+    /// use agent_tree_actors::{FnTool, Tool, ToolContext};
+    /// use agent_tree_protocol::AgentId;
+    /// # tokio_test_block_on(async {
+    /// let echo = FnTool::new("echo", "echoes", |ctx: ToolContext, input| async move {
+    ///     Ok(format!("{} says {input}", ctx.agent))
+    /// });
+    /// let context = ToolContext::new(AgentId::new(7), "writer", 1, "call_1");
+    /// let out = echo.call(context, serde_json::json!("hi")).await.unwrap();
+    /// assert_eq!(out, "a7 says \"hi\"");
+    /// # });
+    /// # fn tokio_test_block_on(f: impl std::future::Future<Output = ()>) {
+    /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    pub fn new(
+        agent: AgentId,
+        agent_type: impl Into<String>,
+        depth: u32,
+        call_id: impl Into<String>,
+    ) -> Self {
+        ToolContext {
+            agent,
+            agent_type: agent_type.into(),
+            depth,
+            call_id: call_id.into(),
+        }
+    }
 }
 
 /// A tool an agent may call.

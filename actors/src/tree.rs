@@ -162,6 +162,7 @@ impl TreeBuilder {
         self.config.validate()?;
         crate::catalog::warn_tool_problems(&self.catalog, self.toolbox.names());
         let session = self.session.unwrap_or_else(new_session_id);
+        let session_name = session.to_string();
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
             registry: Registry::new(session, root_token.clone(), self.config.max_concurrent),
@@ -172,6 +173,7 @@ impl TreeBuilder {
             root: std::sync::OnceLock::new(),
             tasks: std::sync::atomic::AtomicU64::new(0),
             offered: parking_lot::Mutex::default(),
+            span: tracing::info_span!("agent_tree", session = %session_name),
         });
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
@@ -302,6 +304,7 @@ impl Tree {
                 branch,
                 request,
                 pooled,
+                owner_span: self.shared.span.clone(),
             },
         )
         .await;

@@ -17,6 +17,7 @@ mod scripted_model_turns;
 mod snapshot_render;
 mod tool_calls_by_position;
 mod tools_unknown_name;
+mod tracing_spans;
 mod tree_depth_parent;
 mod usage_before_settle;
 mod usage_random_trees;

@@ -3,6 +3,7 @@
 
 use agent_tree_protocol::{AgentStatus, EndReason, Outcome};
 use ractor::ActorRef;
+use tracing::Instrument;
 
 use super::AgentState;
 use super::Inbound;
@@ -132,18 +133,21 @@ impl AgentState {
         self.shared
             .tasks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let task = hook_runtime.spawn(async move {
-            let failures = tokio::select! {
-                biased;
-                () = order.killed.cancelled() => return,
-                () = order.overdue.cancelled() => {
-                    vec!["shutdown hook did not finish before the deadline".to_owned()]
-                }
-                failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
-            };
-            let _ = order.reports.send((id, failures.clone()));
-            let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
-        });
+        let task = hook_runtime.spawn(
+            async move {
+                let failures = tokio::select! {
+                    biased;
+                    () = order.killed.cancelled() => return,
+                    () = order.overdue.cancelled() => {
+                        vec!["shutdown hook did not finish before the deadline".to_owned()]
+                    }
+                    failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
+                };
+                let _ = order.reports.send((id, failures.clone()));
+                let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
+            }
+            .instrument(self.span.clone()),
+        );
         self.phase = Phase::Stopping {
             task: task.abort_handle(),
             held,

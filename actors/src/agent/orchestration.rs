@@ -378,6 +378,7 @@ async fn spawn_or_resume(
             branch: state.branch.clone(),
             request: request.with_request_id(request_id),
             pooled: false,
+            owner_span: state.span.clone(),
         },
     )
     .await;

@@ -14,6 +14,7 @@ use crate::msg::{AgentMsg, TurnResult};
 use crate::policy::retry;
 use crate::shared::SharedRef;
 use crate::util::CatchUnwind;
+use tracing::Instrument;
 
 /// What the model is told when its reply was cut off at the length limit and the run
 /// continues it.
@@ -30,18 +31,22 @@ impl AgentState {
         let context = self.hook_context(None);
         let token = self.token.clone();
         let reply_to = myself.clone();
-        let task = self.shared.spawn(async move {
-            let failures = tokio::select! {
-                biased;
-                () = token.cancelled() => return,
-                failures = hooks::run_all(&start_hooks, &context, true) => failures,
-            };
-            let result = match failures.into_iter().next() {
-                Some(error) => Err(error),
-                None => Ok(()),
-            };
-            let _ = reply_to.cast(AgentMsg::StartHooksFinished { result });
-        });
+        let task = self.shared.spawn(
+            async move {
+                let failures = tokio::select! {
+                    biased;
+                    () = token.cancelled() => return,
+                    failures = hooks::run_all(&start_hooks, &context, true)
+                        .instrument(tracing::info_span!("start_hooks")) => failures,
+                };
+                let result = match failures.into_iter().next() {
+                    Some(error) => Err(error),
+                    None => Ok(()),
+                };
+                let _ = reply_to.cast(AgentMsg::StartHooksFinished { result });
+            }
+            .instrument(self.span.clone()),
+        );
         self.phase = Phase::Starting {
             task: task.abort_handle(),
         };
@@ -128,24 +133,47 @@ impl AgentState {
             turn,
             bill: (shared.clone(), id, run, sink.clone()),
         };
-        let task = self.shared.spawn(async move {
-            // The model is called only when this future is first polled, after the token
-            // was checked: a cancelled agent never calls it.
-            let call = call_with_retries(&*model, request, &shared, id, run, turn);
-            let result = tokio::select! {
-                biased;
-                () = token.cancelled() => TurnResult::Cancelled,
-                r = call => r,
-            };
-            // Usage is recorded here, once, before the agent hears of the turn: nothing the
-            // agent does afterwards (abort, settle) can lose it or count it twice. A failed
-            // attempt was billed when it failed; anything else not returned is billed what
-            // the model last reported to the sink.
-            let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
-            shared.registry.add_usage(id, run, billed);
-            sink.flush();
-            report.send(result);
-        });
+        let span = tracing::info_span!(
+            parent: &self.span,
+            "chat",
+            "gen_ai.operation.name" = "chat",
+            "gen_ai.request.model" = self.definition.model.as_deref().unwrap_or(""),
+            turn,
+            "gen_ai.usage.input_tokens" = tracing::field::Empty,
+            "gen_ai.usage.output_tokens" = tracing::field::Empty,
+            "gen_ai.response.finish_reasons" = tracing::field::Empty,
+        );
+        let task = self.shared.spawn(
+            async move {
+                // The model is called only when this future is first polled, after the token
+                // was checked: a cancelled agent never calls it.
+                let call = call_with_retries(&*model, request, &shared, id, run, turn);
+                let result = tokio::select! {
+                    biased;
+                    () = token.cancelled() => TurnResult::Cancelled,
+                    r = call => r,
+                };
+                // Usage is recorded here, once, before the agent hears of the turn: nothing the
+                // agent does afterwards (abort, settle) can lose it or count it twice. A failed
+                // attempt was billed when it failed; anything else not returned is billed what
+                // the model last reported to the sink.
+                let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
+                shared.registry.add_usage(id, run, billed);
+                let current = tracing::Span::current();
+                current.record("gen_ai.usage.input_tokens", billed.input_tokens);
+                current.record("gen_ai.usage.output_tokens", billed.output_tokens);
+                if let TurnResult::Response(response) = &result {
+                    let reason = serde_json::to_value(response.finish_reason).unwrap_or_default();
+                    current.record(
+                        "gen_ai.response.finish_reasons",
+                        reason.as_str().unwrap_or_default(),
+                    );
+                }
+                sink.flush();
+                report.send(result);
+            }
+            .instrument(span),
+        );
         self.turn_in_flight = Some(InFlight {
             turn,
             abort: task.abort_handle(),

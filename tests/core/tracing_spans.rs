@@ -1,0 +1,107 @@
+//! One span per agent, parented like the tree: what a model call, a tool or a hook logs
+//! carries its agent's id and type (OpenTelemetry GenAI field names), nested under its
+//! owner's span.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use agent_tree::prelude::*;
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::{BoxFuture, FnTool, ModelError, ModelRequest, ModelResponse};
+use parking_lot::Mutex;
+
+/// A writer collecting what the subscriber prints.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The scripted model, logging from inside each call as an HTTP client would.
+#[derive(Clone)]
+struct Logging(ScriptedModel);
+
+impl Model for Logging {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        tracing::info!("POST /v1/chat/completions");
+        self.0.turn(request)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn logs_inside_model_calls_and_tools_name_their_agent_under_its_owner() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
+        )
+        .script(
+            "worker",
+            Script::new([
+                Turn::calls([Call::tool("read", serde_json::json!({}))]),
+                Turn::answer("ok"),
+            ]),
+        );
+    let catalog = Catalog::new([
+        AgentDefinition::new("lead", "")
+            .with_allowed_subagents(SubagentAllowance::only(["worker"])),
+        AgentDefinition::new("worker", ""),
+    ])
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(Logging(model))
+        .tool(FnTool::new("read", "reads", |_, _| async {
+            tracing::info!("reading a file");
+            Ok("contents".to_owned())
+        }))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    drop(_guard);
+    let text = String::from_utf8(lines.0.lock().clone()).unwrap();
+    let model_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("POST /v1/chat/completions"))
+        .collect();
+    assert_eq!(model_lines.len(), 4, "{text}");
+    // The worker's calls are inside the lead's span, then its own, then the turn's.
+    let worker_call = model_lines
+        .iter()
+        .find(|l| l.contains("gen_ai.agent.id=a2"))
+        .unwrap_or_else(|| panic!("no model line names a2:\n{text}"));
+    let lead_at = worker_call
+        .find("gen_ai.agent.id=a1")
+        .expect("the owner's span first");
+    let worker_at = worker_call.find("gen_ai.agent.id=a2").unwrap();
+    assert!(lead_at < worker_at, "{worker_call}");
+    assert!(
+        worker_call.contains("gen_ai.agent.name=worker"),
+        "{worker_call}"
+    );
+    assert!(worker_call.contains("chat{"), "{worker_call}");
+    let tool_line = text
+        .lines()
+        .find(|l| l.contains("reading a file"))
+        .expect("the tool logged");
+    assert!(tool_line.contains("gen_ai.agent.id=a2"), "{tool_line}");
+    assert!(tool_line.contains("gen_ai.tool.name=read"), "{tool_line}");
+}
