@@ -119,12 +119,24 @@ pub(crate) fn request_error(error: reqwest::Error) -> ModelError {
     } else if error.is_body() || error.is_decode() {
         "the response was cut off"
     } else if error.is_builder() {
-        return ModelError::of_kind(ModelErrorKind::InvalidRequest, "the request is malformed")
-            .with_source(error);
+        "the request is malformed"
     } else {
         "the request failed"
     };
-    ModelError::transient(what).with_source(error)
+    // What the layers below said (`tcp connect error: Connection refused`), for the reader.
+    let mut message = what.to_owned();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    let kind = if error.is_builder() {
+        ModelErrorKind::InvalidRequest
+    } else {
+        ModelErrorKind::Transient
+    };
+    ModelError::of_kind(kind, message).with_source(error)
 }
 
 /// How long the provider asked to wait: `retry-after-ms` (milliseconds, OpenAI), else
