@@ -44,6 +44,26 @@ pub struct Anthropic {
 /// [`Anthropic::DEFAULT_MAX_TOKENS`] output tokens (the API requires a limit), API version
 /// [`Anthropic::API_VERSION`], a 600 s timeout, streaming off, responses capped at
 /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::DEFAULT_MAX_RESPONSE_BYTES).
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_models::Anthropic;
+/// let builder = Anthropic::builder()
+///     .base_url("https://gateway.example.com/anthropic/v1")
+///     .api_key("sk-ant-secret")
+///     .model("claude-sonnet-4-5")
+///     .max_tokens(8192)
+///     .timeout(Duration::from_secs(300))
+///     .header("anthropic-beta", "some-beta-2025-01-01")
+///     .version(Anthropic::API_VERSION)
+///     .streaming(true)
+///     .max_response_bytes(4 << 20);
+/// assert!(!format!("{builder:?}").contains("sk-ant-secret"));
+/// let model = builder.build()?;
+/// assert_eq!(model.default_model(), Some("claude-sonnet-4-5"));
+/// assert_eq!(model.url(), "https://gateway.example.com/anthropic/v1/messages");
+/// # Ok::<(), agent_tree_models::BuildError>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct AnthropicBuilder {

@@ -51,6 +51,24 @@ pub struct OpenAiCompat {
 /// whose definition names no model fails with `invalid_request`), no output limit sent,
 /// a 600 s timeout, streaming off, responses capped at
 /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::DEFAULT_MAX_RESPONSE_BYTES).
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_models::OpenAiCompat;
+/// let builder = OpenAiCompat::builder()
+///     .base_url("https://openrouter.ai/api/v1")
+///     .api_key("sk-or-secret")
+///     .model("meta-llama/llama-3.3-70b-instruct")
+///     .max_tokens(1024)
+///     .timeout(Duration::from_secs(90))
+///     .header("X-Title", "agent-tree")
+///     .streaming(true)
+///     .max_response_bytes(4 << 20);
+/// assert!(!format!("{builder:?}").contains("sk-or-secret"));
+/// let model = builder.build()?;
+/// assert_eq!(model.url(), "https://openrouter.ai/api/v1/chat/completions");
+/// # Ok::<(), agent_tree_models::BuildError>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct OpenAiCompatBuilder {

@@ -34,6 +34,7 @@ pub(crate) fn parse_arguments(raw: &str, tool: &str) -> Value {
 }
 
 /// The text kept by [`parse_arguments`] for arguments that were not JSON, if `input` is one.
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 pub(crate) fn raw_arguments(input: &Value) -> Option<&str> {
     let object = input.as_object()?;
     if object.len() != 1 {
@@ -44,6 +45,7 @@ pub(crate) fn raw_arguments(input: &Value) -> Option<&str> {
 
 /// An input as a JSON object, as Anthropic requires: an object as is, null as `{}`, any
 /// other value under [`RAW_ARGUMENTS_KEY`] as its JSON text.
+#[cfg_attr(not(feature = "anthropic"), allow(dead_code))]
 pub(crate) fn object_input(input: &Value) -> Value {
     match input {
         Value::Object(_) => input.clone(),
