@@ -178,7 +178,8 @@ fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
     Ok(url)
 }
 
-/// The HTTP client: rustls with ring, HTTP/1.1, a connect timeout. Installs ring as the
+/// The HTTP client: rustls with ring, HTTP/1.1, no retries, no redirects, a connect
+/// timeout. Installs ring as the
 /// process's rustls provider when none is installed yet (an application that installed its
 /// own keeps it).
 fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
@@ -187,6 +188,11 @@ fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
     reqwest::Client::builder()
+        // The tree's retry policy retries; the client does not (reqwest's default retries
+        // HTTP/2 refusals, which cannot occur on HTTP/1.1, but say it anyway).
+        .retry(reqwest::retry::never())
+        // A redirect would carry the key headers to wherever it points: a 3xx is an error.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(timeout.min(CONNECT_TIMEOUT))
         .user_agent(concat!("agent-tree-models/", env!("CARGO_PKG_VERSION")))
         .build()

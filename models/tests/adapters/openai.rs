@@ -518,3 +518,18 @@ async fn openai_garbage_and_oversized_bodies_are_provider_errors() {
         assert_eq!(error.kind, ModelErrorKind::Provider, "{error}");
     }
 }
+
+#[tokio::test]
+async fn openai_redirects_are_not_followed_so_the_key_stays_put() {
+    let elsewhere = Server::start(vec![text_reply("followed")]).await;
+    let location = format!("{}/chat/completions", elsewhere.base);
+    let server = Server::start(vec![
+        Reply::raw(307, "text/plain", Vec::new()).header("location", &location),
+    ])
+    .await;
+    let error = adapter(&server).turn(first_turn()).await.unwrap_err();
+    assert_eq!(error.status, Some(307));
+    assert_eq!(error.kind, ModelErrorKind::Provider);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(elsewhere.requests().is_empty());
+}
