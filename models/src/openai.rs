@@ -439,7 +439,13 @@ pub(crate) fn error_from_status(status: u16, body: &str) -> ModelError {
         .and_then(|d| text(d.get("message")).or_else(|| d.as_str()))
         .unwrap_or(body);
     let error = ModelError::from_status(status, message.trim());
-    if (400..500).contains(&status) && status != 429 && context_length(detail, message) {
+    let word = |name| detail.and_then(|d| text(d.get(name))).unwrap_or_default();
+    if status == 429
+        && (word("code") == "insufficient_quota" || word("type") == "insufficient_quota")
+    {
+        // Out of credit: waiting does not help, so it is not a rate limit to retry.
+        error.with_kind(ModelErrorKind::Provider)
+    } else if (400..500).contains(&status) && status != 429 && context_length(detail, message) {
         error.with_kind(ModelErrorKind::ContextLength)
     } else {
         error
