@@ -29,7 +29,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("scout", "find the config"), Turn::answer("done")]),
+            Script::new([
+                Turn::spawn("scout", "find the config"),
+                Turn::answer("done"),
+            ]),
         )
         .script(
             "scout",
@@ -46,13 +49,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tree = Tree::builder()
         .catalog(catalog)
         .model(Logged(model))
-        .tool(FnTool::new("read", "Reads a file.", |_, input| async move {
-            tracing::info!(%input, "reading");
-            Ok("[server]\nport = 8080".to_owned())
-        }))?
+        .tool(FnTool::new(
+            "read",
+            "Reads a file.",
+            |_, input| async move {
+                tracing::info!(%input, "reading");
+                Ok("[server]\nport = 8080".to_owned())
+            },
+        ))?
         .build()
         .await?;
-    let outcome = tree.run(SpawnRequest::new("lead", "where is the config?")).await?;
+    let outcome = tree
+        .run(SpawnRequest::new("lead", "where is the config?"))
+        .await?;
     println!("outcome: {}", outcome.summary());
     tree.shutdown().await;
     Ok(())

@@ -6,6 +6,10 @@ pub use agent_tree_protocol as protocol;
 
 pub use agent_tree_actors::*;
 
+/// Model adapters for real providers (features `openai`, `anthropic`).
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use agent_tree_models as models;
+
 /// The names most programs need.
 pub mod prelude {
     pub use agent_tree_actors::{

@@ -1,0 +1,233 @@
+//! Sending one request and reading its answer, as both adapters do: the error mapping of
+//! the HTTP layer (timeouts and dropped connections are transient, a status is its kind),
+//! `retry-after`, and reading bodies within a size limit.
+//!
+//! Nothing here retries: the tree's retry policy does. Dropping any future of this module
+//! drops reqwest's request or body, which closes the connection.
+
+use std::time::{Duration, SystemTime};
+
+use agent_tree_actors::ModelError;
+use agent_tree_protocol::ModelErrorKind;
+use bytes::Bytes;
+use reqwest::header::HeaderMap;
+
+use crate::settings::Endpoint;
+
+/// The most of an error response's body read (its message is cut to
+/// [`ModelError::MAX_MESSAGE`] anyway).
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// How a provider reads a failed response: its status and body into a [`ModelError`] (the
+/// retry-after is added here).
+pub(crate) type ErrorMapper = fn(u16, &str) -> ModelError;
+
+/// POSTs `body` to `endpoint` and returns the response once its status is a success.
+///
+/// Without streaming, the endpoint's timeout bounds the whole call (reqwest's request
+/// timeout, body included). With streaming it bounds the wait for the response's head here,
+/// and each wait for a piece of the body in [`next_chunk`].
+pub(crate) async fn post(
+    endpoint: &Endpoint,
+    body: Vec<u8>,
+    stream: bool,
+    on_error: ErrorMapper,
+) -> Result<reqwest::Response, ModelError> {
+    let mut builder = endpoint
+        .client
+        .post(endpoint.url.clone())
+        .headers(endpoint.headers.clone())
+        .body(body);
+    if !stream {
+        builder = builder.timeout(endpoint.timeout);
+    }
+    let sent = match tokio::time::timeout(endpoint.timeout, builder.send()).await {
+        Ok(sent) => sent,
+        Err(_) => return Err(timed_out(endpoint.timeout)),
+    };
+    let mut response = sent.map_err(request_error)?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(response.headers(), SystemTime::now());
+    // A body that cannot be read is no reason to lose the status: map what was read.
+    let body = read_body(&mut response, ERROR_BODY_BYTES, endpoint.timeout, true)
+        .await
+        .unwrap_or_default();
+    let mut error = on_error(status.as_u16(), &String::from_utf8_lossy(&body));
+    if let Some(wait) = retry_after {
+        error = error.with_retry_after(wait);
+    }
+    tracing::debug!(status = status.as_u16(), kind = %error.kind, "model call refused");
+    Err(error)
+}
+
+/// Reads the whole body, at most `max` bytes (`truncate`: keep the first `max` bytes and
+/// stop; else a body past `max` is a [`ModelErrorKind::Provider`] error).
+pub(crate) async fn read_body(
+    response: &mut reqwest::Response,
+    max: usize,
+    idle: Duration,
+    truncate: bool,
+) -> Result<Vec<u8>, ModelError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = next_chunk(response, idle).await? {
+        if body.len() + chunk.len() > max {
+            if truncate {
+                body.extend_from_slice(&chunk[..max - body.len()]);
+                return Ok(body);
+            }
+            return Err(too_large(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The next piece of the body, waiting at most `idle` for it; `None` at its end.
+pub(crate) async fn next_chunk(
+    response: &mut reqwest::Response,
+    idle: Duration,
+) -> Result<Option<Bytes>, ModelError> {
+    match tokio::time::timeout(idle, response.chunk()).await {
+        Ok(chunk) => chunk.map_err(request_error),
+        Err(_) => Err(timed_out(idle)),
+    }
+}
+
+/// The error of a response larger than `max` bytes.
+pub(crate) fn too_large(max: usize) -> ModelError {
+    ModelError::new(format!("the response is larger than {max} bytes"))
+}
+
+/// The error of a call that took longer than `timeout`.
+pub(crate) fn timed_out(timeout: Duration) -> ModelError {
+    ModelError::transient(format!("no response within {} ms", timeout.as_millis()))
+}
+
+/// The error reqwest reported for a request or a body read. Everything but a request that
+/// could not even be built is worth retrying: timeouts, refused or dropped connections,
+/// a body cut short.
+pub(crate) fn request_error(error: reqwest::Error) -> ModelError {
+    // The URL is left out: a base URL may carry credentials.
+    let error = error.without_url();
+    let what = if error.is_timeout() {
+        "the request timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else if error.is_body() || error.is_decode() {
+        "the response was cut off"
+    } else if error.is_builder() {
+        "the request is malformed"
+    } else {
+        "the request failed"
+    };
+    // What the layers below said (`tcp connect error: Connection refused`), for the reader.
+    let mut message = what.to_owned();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    let kind = if error.is_builder() {
+        ModelErrorKind::InvalidRequest
+    } else {
+        ModelErrorKind::Transient
+    };
+    ModelError::of_kind(kind, message).with_source(error)
+}
+
+/// How long the provider asked to wait: `retry-after-ms` (milliseconds, OpenAI), else
+/// `retry-after` as seconds or as an HTTP date (a date past is no wait).
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0) {
+            return Some(wait);
+        }
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Whether a failed call's text says the prompt does not fit the context window, in the
+/// words the common servers use.
+pub(crate) fn says_context_length(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "exceeds the context window",
+        "exceed_context_size",
+        "exceeds the available context size",
+        "context window",
+        "prompt is too long",
+        "input is too long",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_in_every_spelling() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let at = |pairs: &[(&'static str, &str)]| retry_after(&headers(pairs), now);
+        assert_eq!(at(&[("retry-after", "7")]), Some(Duration::from_secs(7)));
+        assert_eq!(
+            at(&[("retry-after", " 1.5 ")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            at(&[("retry-after-ms", "250"), ("retry-after", "9")]),
+            Some(Duration::from_millis(250))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(at(&[("retry-after", &date)]), Some(Duration::from_secs(30)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(at(&[("retry-after", &past)]), Some(Duration::ZERO));
+        assert_eq!(at(&[("retry-after", "soon")]), None);
+        assert_eq!(at(&[("retry-after", "-3")]), None);
+        assert_eq!(at(&[("retry-after-ms", "NaN")]), None);
+        assert_eq!(at(&[]), None);
+    }
+
+    #[test]
+    fn context_length_words() {
+        assert!(says_context_length(
+            "This model's maximum context length is 4096 tokens. However, you requested 5000"
+        ));
+        assert!(says_context_length(
+            "prompt is too long: 210000 tokens > 200000 maximum"
+        ));
+        assert!(!says_context_length("invalid tool schema"));
+    }
+}

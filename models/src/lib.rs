@@ -1,0 +1,57 @@
+//! Model adapters for agent-tree: OpenAI-compatible Chat Completions and Anthropic Messages.
+//!
+//! Each adapter implements [`agent_tree_actors::Model`] over a thin layer on `reqwest`
+//! (rustls, HTTP/1.1), so a tree can run on a real provider:
+//!
+//! * [`OpenAiCompat`] (feature `openai`) speaks Chat Completions: OpenAI itself, and by base
+//!   URL Ollama, vLLM, llama.cpp server, LM Studio, OpenRouter and other compatible servers.
+//! * [`Anthropic`] (feature `anthropic`) speaks the Anthropic Messages API.
+//!
+//! Both are built with a builder (base URL, API key, default model, max output tokens,
+//! request timeout, extra headers, streaming on or off), convert the provider's usage to the
+//! [`Usage`](agent_tree_protocol::Usage) contract, and map failures to
+//! [`ModelError`](agent_tree_actors::ModelError) kinds the tree's retry policy acts on. They
+//! never retry themselves. `docs/models.md` in the repository has the rules in full.
+//!
+//! ```no_run
+//! use agent_tree_actors::{Catalog, Tree};
+//! use agent_tree_models::OpenAiCompat;
+//! use agent_tree_protocol::{AgentDefinition, SpawnRequest};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = OpenAiCompat::builder()
+//!     .base_url("http://127.0.0.1:11434/v1") // a local Ollama
+//!     .model("qwen2.5:7b")
+//!     .build()?;
+//! let tree = Tree::builder()
+//!     .catalog(Catalog::new(vec![AgentDefinition::new("writer", "You write haiku.")])?)
+//!     .model(model)
+//!     .build()
+//!     .await?;
+//! let outcome = tree.run(SpawnRequest::new("writer", "A haiku about actors")).await?;
+//! println!("{}", outcome.summary());
+//! # Ok(()) }
+//! ```
+
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod http;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod settings;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod sse;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod tools;
+
+#[cfg(feature = "anthropic")]
+mod anthropic;
+#[cfg(feature = "openai")]
+mod openai;
+
+#[cfg(feature = "anthropic")]
+pub use anthropic::{Anthropic, AnthropicBuilder};
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiCompat, OpenAiCompatBuilder};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use settings::{BuildError, DEFAULT_MAX_RESPONSE_BYTES};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub use tools::RAW_ARGUMENTS_KEY;

@@ -1,0 +1,244 @@
+//! What both adapters' builders set, checked once at `build()` into an [`Endpoint`]: the
+//! HTTP client, the URL, the headers (the key among them, marked sensitive) and the limits.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// The largest response an adapter reads, in bytes, unless the builder sets another limit:
+/// a whole JSON body, one streamed event, and the text plus tool-call arguments a stream
+/// assembles are each held to it. A response past it fails the turn with a
+/// [`Provider`](agent_tree_protocol::ModelErrorKind::Provider) error instead of growing
+/// memory without bound.
+///
+/// ```
+/// assert_eq!(agent_tree_models::DEFAULT_MAX_RESPONSE_BYTES, 16 * 1024 * 1024);
+/// ```
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The default request timeout: a whole call without streaming, the wait for each piece of
+/// a stream with it.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The longest wait for a connection to be made.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An adapter that could not be built from its builder's settings.
+///
+/// ```
+/// use agent_tree_models::{BuildError, OpenAiCompat};
+/// let err = OpenAiCompat::builder().base_url("not a url").build().unwrap_err();
+/// assert!(matches!(err, BuildError::BaseUrl { .. }));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The base URL is not an absolute `http` or `https` URL.
+    #[error("invalid base URL {url:?}: {reason}")]
+    BaseUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An extra header (or the API key, as a header value) is not a valid HTTP header. The
+    /// value is never shown: it may be a secret.
+    #[error("invalid header {name:?} (its value is not shown)")]
+    Header {
+        /// The header's name.
+        name: String,
+    },
+    /// The HTTP client could not be built (its TLS setup failed).
+    #[error("the HTTP client could not be built: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The settings both builders share.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) timeout: Duration,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) streaming: bool,
+    pub(crate) max_response_bytes: usize,
+}
+
+impl Settings {
+    pub(crate) fn new(base_url: &str) -> Self {
+        Settings {
+            base_url: base_url.to_owned(),
+            api_key: None,
+            model: None,
+            max_tokens: None,
+            timeout: DEFAULT_TIMEOUT,
+            headers: Vec::new(),
+            streaming: false,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+impl fmt::Debug for Settings {
+    /// The key and the extra headers' values are never shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Settings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("max_tokens", &self.max_tokens)
+            .field("timeout", &self.timeout)
+            .field("headers", &header_names)
+            .field("streaming", &self.streaming)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+/// Where and how an adapter sends its requests: built once, shared by every turn.
+pub(crate) struct Endpoint {
+    pub(crate) client: reqwest::Client,
+    pub(crate) url: reqwest::Url,
+    pub(crate) headers: HeaderMap,
+    pub(crate) timeout: Duration,
+    pub(crate) max_response_bytes: usize,
+}
+
+impl fmt::Debug for Endpoint {
+    /// Only the URL and the limits: headers carry the key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url.as_str())
+            .field("timeout", &self.timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// The endpoint of `settings` at `path` below the base URL, with `auth` headers (each
+    /// marked sensitive, so it is never logged by the HTTP stack) before the extra ones.
+    pub(crate) fn new(
+        settings: &Settings,
+        path: &str,
+        auth: Vec<(&'static str, String)>,
+    ) -> Result<Endpoint, BuildError> {
+        let url = endpoint_url(&settings.base_url, path)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (name, value) in auth {
+            let mut value = HeaderValue::from_str(&value).map_err(|_| BuildError::Header {
+                name: name.to_owned(),
+            })?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static(name), value);
+        }
+        for (name, value) in &settings.headers {
+            let bad = || BuildError::Header { name: name.clone() };
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
+            // Extra headers may be keys too (Azure's `api-key`, a proxy's token).
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        Ok(Endpoint {
+            client: client(settings.timeout)?,
+            url,
+            headers,
+            timeout: settings.timeout,
+            max_response_bytes: settings.max_response_bytes.max(1),
+        })
+    }
+}
+
+/// `base` with `path` appended (a trailing slash of `base` is not doubled).
+fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
+    let bad = |reason: String| BuildError::BaseUrl {
+        url: base.to_owned(),
+        reason,
+    };
+    let joined = format!("{}{}", base.trim().trim_end_matches('/'), path);
+    let url = reqwest::Url::parse(&joined).map_err(|e| bad(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad(format!(
+            "scheme {:?} is not http or https",
+            url.scheme()
+        )));
+    }
+    if url.cannot_be_a_base() || url.host_str().is_none() {
+        return Err(bad("no host".to_owned()));
+    }
+    Ok(url)
+}
+
+/// The HTTP client: rustls with ring, HTTP/1.1, no retries, no redirects, a connect
+/// timeout. Installs ring as the
+/// process's rustls provider when none is installed yet (an application that installed its
+/// own keeps it).
+fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Fails only when another thread installed one meanwhile, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        // The tree's retry policy retries; the client does not (reqwest's default retries
+        // HTTP/2 refusals, which cannot occur on HTTP/1.1, but say it anyway).
+        .retry(reqwest::retry::never())
+        // A redirect would carry the key headers to wherever it points: a 3xx is an error.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(timeout.min(CONNECT_TIMEOUT))
+        .user_agent(concat!("agent-tree-models/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(BuildError::Client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_join_without_doubled_slashes() {
+        let url = endpoint_url("http://127.0.0.1:8080/v1/", "/chat/completions").unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:8080/v1/chat/completions");
+        assert!(endpoint_url("ftp://x/v1", "/m").is_err());
+        assert!(endpoint_url("127.0.0.1:8080", "/m").is_err());
+        assert!(endpoint_url("", "/m").is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key_or_header_values() {
+        let mut settings = Settings::new("http://127.0.0.1/v1");
+        settings.api_key = Some("sk-secret-123".into());
+        settings
+            .headers
+            .push(("api-key".into(), "hidden-456".into()));
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("sk-secret-123") && !shown.contains("hidden-456"));
+        assert!(shown.contains("<redacted>") && shown.contains("api-key"));
+        let endpoint = Endpoint::new(
+            &settings,
+            "/x",
+            vec![("authorization", "Bearer sk-secret-123".into())],
+        )
+        .unwrap();
+        assert!(!format!("{endpoint:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn a_bad_header_is_refused_without_its_value() {
+        let mut settings = Settings::new("http://127.0.0.1/v1");
+        settings
+            .headers
+            .push(("x-token".into(), "bad\nvalue".into()));
+        let err = Endpoint::new(&settings, "/x", Vec::new()).unwrap_err();
+        assert!(matches!(&err, BuildError::Header { name } if name == "x-token"));
+        assert!(!err.to_string().contains("bad"));
+    }
+}

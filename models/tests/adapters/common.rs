@@ -1,0 +1,67 @@
+//! What the adapter tests share: a request of each shape and a tree around a model.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_actors::{Catalog, Model, ModelRequest, RetryPolicy, Tree, TreeConfig};
+use agent_tree_protocol::{AgentDefinition, AgentId, Message, ToolCall, ToolSpec};
+use serde_json::json;
+
+/// The definition every test's agent has.
+pub(crate) fn definition() -> AgentDefinition {
+    AgentDefinition::new("writer", "You write short answers.")
+}
+
+/// A first-turn request: the task alone, no tools.
+pub(crate) fn first_turn() -> ModelRequest {
+    ModelRequest::new(AgentId::new(1), Arc::new(definition()))
+        .with_messages(vec![Message::user("Say hello")])
+}
+
+/// The tool every tool-using request offers.
+pub(crate) fn read_tool() -> ToolSpec {
+    ToolSpec::new(
+        "read_file",
+        "Reads a file.",
+        json!({
+            "type": "object",
+            "properties": { "path": { "type": "string" } },
+            "required": ["path"]
+        }),
+    )
+}
+
+/// A later turn: the task, an assistant turn that called two tools, their results (one an
+/// error), and a steer.
+pub(crate) fn later_turn() -> ModelRequest {
+    ModelRequest::new(AgentId::new(1), Arc::new(definition()))
+        .with_turn(1, 2)
+        .with_messages(vec![
+            Message::user("Summarise a.txt and b.txt"),
+            Message::assistant(
+                "Reading both.",
+                vec![
+                    ToolCall::new("call_a", "read_file", json!({"path": "a.txt"})),
+                    ToolCall::new("call_b", "read_file", json!({"path": "b.txt"})),
+                ],
+            ),
+            Message::tool_result("call_a", "alpha", false),
+            Message::tool_result("call_b", "no such file", true),
+            Message::user("Be brief."),
+        ])
+        .with_tools(vec![read_tool()])
+}
+
+/// A tree of one `writer` agent on `model`, retrying twice more with tiny real-time backoff.
+pub(crate) async fn tree(model: impl Model) -> Tree {
+    let retry = RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_backoff(Duration::from_millis(5), Duration::from_millis(20));
+    Tree::builder()
+        .config(TreeConfig::default().with_retry(retry))
+        .catalog(Catalog::new(vec![definition()]).expect("valid definition"))
+        .model(model)
+        .build()
+        .await
+        .expect("tree builds")
+}

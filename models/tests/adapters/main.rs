@@ -1,0 +1,8 @@
+//! The adapters against a local server speaking the providers' wire formats: one test
+//! binary, one module per adapter, and the tests that run them inside a real tree.
+
+mod anthropic;
+mod common;
+mod openai;
+mod server;
+mod tree;
