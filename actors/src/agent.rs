@@ -212,6 +212,7 @@ impl Actor for AgentActor {
             }
             AgentMsg::ChildAsked { child, question } => state.on_asked(&myself, child, question),
             AgentMsg::QuestionRefused { reason } => state.on_question_refused(&myself, reason),
+            AgentMsg::QuestionAnswered { answer } => state.on_question_answered(&myself, answer),
             AgentMsg::PoolChanged => {}
         }
         Ok(())

@@ -120,6 +120,9 @@ pub(crate) enum AgentMsg {
     ChildAsked { child: AgentId, question: String },
     /// The owner cannot answer the agent's pending `ask_owner` question.
     QuestionRefused { reason: String },
+    /// The application's question handler answered the agent's pending question (dropped
+    /// when a steer answered it first).
+    QuestionAnswered { answer: String },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
 }

@@ -65,8 +65,7 @@ impl RootState {
 
 impl RootState {
     /// Runs the application's question handler for `child`'s question as a task, and sends
-    /// the agent its answer (as a steer, which answers the pending call) or the refusal. The
-    /// task ends when the agent settles first.
+    /// the agent its answer or the refusal. The task ends when the agent settles first.
     fn asked(&self, child: AgentId, question: String) {
         let shared = self.shared.clone();
         let Some(handler) = shared.hooks.questions.clone() else {
@@ -95,7 +94,7 @@ impl RootState {
                 answer = crate::util::CatchUnwind::new(handler.answer(asked)) => answer,
             };
             let message = match answer {
-                Ok(Ok(text)) => AgentMsg::Steer { text, reply: None },
+                Ok(Ok(answer)) => AgentMsg::QuestionAnswered { answer },
                 Ok(Err(reason)) => AgentMsg::QuestionRefused { reason },
                 Err(panic) => AgentMsg::QuestionRefused {
                     reason: format!("the question handler panicked: {panic}"),

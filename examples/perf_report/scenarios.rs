@@ -199,7 +199,8 @@ pub async fn our_tree(shape: Shape, n: usize, arrivals: Arrivals, hanging_hooks:
         .with_max_total_agents(n + 1)
         .with_unlimited_spawns_per_agent()
         .with_max_spawns_per_tree(n as u64 + 1)
-        .with_max_tool_calls_per_turn(n + 1);
+        .with_max_tool_calls_per_turn(n + 1)
+        .with_steer_limits(u32::MAX, usize::MAX);
     let mut builder = Tree::builder()
         .config(config)
         .catalog(catalog)

@@ -288,3 +288,43 @@ async fn the_tree_lifetime_spawn_budget_holds_for_the_application_too() {
         .unwrap_err();
     assert_eq!(err.to_string(), "max_spawns_per_tree 3 reached");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer() {
+    let model = ScriptedModel::new().script(
+        "asker",
+        Script::new([
+            Turn::calls([Call::tool(ASK_OWNER_TOOL, json!({"question": "which?"}))]),
+            Turn::answer("answered").after(Duration::from_secs(60)),
+        ]),
+    );
+    let recorder = RecordingModel::new(model);
+    let tree = Tree::builder()
+        .catalog(catalog())
+        .model(recorder.clone())
+        .on_question(|_: Question| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok("late handler answer".to_owned())
+        })
+        .build()
+        .await
+        .unwrap();
+    let mut events = tree.subscribe();
+    let mut asker = tree.spawn(SpawnRequest::new("asker", "go")).await.unwrap();
+    crate::support::harness::wait_event(&mut events, |e| {
+        matches!(e.kind, agent_tree::protocol::EventKind::Asked { .. })
+    })
+    .await;
+    tree.steer(asker.id(), "steer answer").await.unwrap();
+    let outcome = asker.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("answered"));
+    let calls = recorder.calls_of(a(1));
+    assert_eq!(calls.len(), 2);
+    let seen: Vec<&str> = calls[1]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert!(seen.contains(&"steer answer"), "{seen:?}");
+    assert!(!seen.contains(&"late handler answer"), "{seen:?}");
+}

@@ -386,3 +386,112 @@ fn an_abort_races_a_retrying_turn_on_worker_threads() {
         });
     }
 }
+
+/// The streamed text survives an abort whichever reaches the agent first, the turn task's
+/// report or the abort itself: on worker threads, many times.
+#[test]
+fn streamed_text_is_the_partial_output_whatever_arrives_first_on_worker_threads() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for round in 0..80 {
+        runtime.block_on(async {
+            let ready = Arc::new(Notify::new());
+            let model = Steps::new([Step::StreamThenHang(
+                vec!["Half ", "an ", "answer"],
+                Usage::tokens(7, 3),
+                ready.clone(),
+            )]);
+            let tree = build(&model, TreeConfig::default()).await;
+            let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
+            ready.notified().await;
+            tree.abort(handle.id()).unwrap();
+            let outcome = handle.outcome().await;
+            assert_eq!(outcome.status, AgentStatus::Aborted, "round {round}");
+            assert_eq!(
+                outcome.partial.as_deref(),
+                Some("Half an answer"),
+                "round {round}"
+            );
+            assert_eq!(tree.record(handle.id()).unwrap().own, Usage::tokens(7, 3));
+            tree.shutdown().await;
+        });
+    }
+}
+
+/// A boss that spawns one background worker and then hangs; the worker streams, says so,
+/// and hangs.
+struct BossAndStreamingWorker {
+    ready: Arc<Notify>,
+    boss_turns: Mutex<u32>,
+}
+
+impl Model for BossAndStreamingWorker {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            if request.agent_type() == "worker" {
+                request.sink.text("streamed ");
+                request.sink.text("so far");
+                request.sink.usage(Usage::tokens(2, 2));
+                self.ready.notify_one();
+                return std::future::pending().await;
+            }
+            let first = {
+                let mut turns = self.boss_turns.lock();
+                *turns += 1;
+                *turns == 1
+            };
+            if first {
+                let spawn = agent_tree::protocol::ToolCall::new(
+                    "c1",
+                    "Agent",
+                    serde_json::json!({"agent_type": "worker", "prompt": "go", "background": true}),
+                );
+                return Ok(ModelResponse::calls(vec![spawn]));
+            }
+            std::future::pending().await
+        })
+    }
+}
+
+/// An abort that reaches a streaming child through its owner's cascade (its token, not a
+/// message of its own): the child's turn may report first, and its streamed text is still
+/// its partial output.
+#[tokio::test(start_paused = true)]
+async fn a_cascaded_abort_keeps_the_childs_streamed_text() {
+    let ready = Arc::new(Notify::new());
+    let model = BossAndStreamingWorker {
+        ready: ready.clone(),
+        boss_turns: Mutex::new(0),
+    };
+    let catalog = Catalog::new([
+        AgentDefinition::new("boss", "")
+            .with_allowed_subagents(agent_tree::protocol::SubagentAllowance::All),
+        AgentDefinition::new("worker", ""),
+    ])
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+    ready.notified().await;
+    tree.abort(boss.id()).unwrap();
+    boss.outcome().await;
+    tree.idle().await;
+    let child = tree.outcome(AgentId::new(2)).unwrap();
+    assert_eq!(child.status, AgentStatus::Aborted, "{child:?}");
+    assert_eq!(
+        child.partial.as_deref(),
+        Some("streamed so far"),
+        "{child:?}"
+    );
+    assert_eq!(
+        tree.record(AgentId::new(2)).unwrap().own,
+        Usage::tokens(2, 2)
+    );
+}

@@ -111,6 +111,11 @@ fn input_of<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Answer
             call.name
         )));
     };
+    if !fields.values().any(serde_json::Value::is_null) {
+        // The common case reads the input in place, copying only the fields it keeps.
+        return T::deserialize(&call.input)
+            .map_err(|error| refused(format!("invalid input: {error}")));
+    }
     let present: serde_json::Map<String, serde_json::Value> = fields
         .iter()
         .filter(|(_, value)| !value.is_null())

@@ -58,6 +58,14 @@ impl AgentState {
         Ok(())
     }
 
+    /// The application's handler answered the pending `ask_owner` call; an answer to a
+    /// question already answered (by a steer) is dropped, never read as a steer.
+    pub(super) fn on_question_answered(&mut self, myself: &ActorRef<AgentMsg>, answer: String) {
+        if self.answer_question(answer, false).is_ok() {
+            self.after_answer(myself);
+        }
+    }
+
     /// The owner cannot answer the pending `ask_owner` call: it gets an error result.
     pub(super) fn on_question_refused(&mut self, myself: &ActorRef<AgentMsg>, reason: String) {
         if self.answer_question(reason, true).is_ok() {

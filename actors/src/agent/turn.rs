@@ -201,12 +201,12 @@ impl AgentState {
         turn: u32,
         result: TurnResult,
     ) {
-        if self
-            .turn_in_flight
-            .as_ref()
-            .is_some_and(|in_flight| in_flight.turn == turn)
-        {
-            self.turn_in_flight = None;
+        if let Some(in_flight) = self.turn_in_flight.take_if(|f| f.turn == turn) {
+            // A turn that did not return keeps what it streamed as the last text: the run's
+            // partial output, whichever arrives first, this report or the abort.
+            if !matches!(result, TurnResult::Response(_)) && in_flight.sink.has_text() {
+                self.last_text = in_flight.sink.streamed_text();
+            }
         }
         if !self.phase.thinking(turn) {
             // The run ended while the turn was in flight: it may settle now.

@@ -18,26 +18,36 @@ use crate::shared::SharedRef;
 pub(crate) struct Offer {
     pub(crate) capabilities: Capabilities,
     pub(crate) specs: Arc<[ToolSpec]>,
-    /// The catalog the `Agent` spec lists types of, kept alive so its address (in the
-    /// [`OfferKey`]) is never reused while the offer is cached.
-    _catalog: Option<Catalog>,
+    /// The catalog the `Agent` spec lists types of and the caller's definition, kept alive
+    /// so their addresses (in the [`OfferKey`]) are never reused while the offer is cached.
+    _reach: Option<(Catalog, Arc<AgentDefinition>)>,
 }
 
 /// What an offer depends on: the capabilities, and for an agent that delegates, where its
-/// `Agent` tool's list of types comes from (its branch's catalog, its type, its depth and
-/// the branch's depth cap, which says whether each type can delegate further).
+/// `Agent` tool's list of types comes from: its branch's catalog and its definition (by
+/// address: both are kept alive by the offer), and whether its children are below the
+/// branch's depth cap, which is all the depth changes in the list (whether each type can
+/// delegate further). So a chain of a thousand agents of one type shares two offers, not a
+/// thousand.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct OfferKey {
     capabilities: Capabilities,
-    reach: Option<(usize, String, u32, u32)>,
+    reach: Option<(usize, usize, bool)>,
 }
 
 /// The caller an `Agent` spec is built for.
 pub(crate) struct Caller<'a> {
     pub(crate) catalog: &'a Catalog,
-    pub(crate) definition: &'a AgentDefinition,
+    pub(crate) definition: &'a Arc<AgentDefinition>,
     pub(crate) depth: u32,
     pub(crate) max_depth: u32,
+}
+
+impl Caller<'_> {
+    /// Whether its children are below the depth cap (they may delegate further).
+    fn children_nest(&self) -> bool {
+        self.depth + 1 < self.max_depth
+    }
 }
 
 impl Offer {
@@ -60,9 +70,8 @@ pub(crate) fn offered(
         reach: delegates.then(|| {
             (
                 caller.catalog.identity(),
-                caller.definition.name.clone(),
-                caller.depth,
-                caller.max_depth,
+                Arc::as_ptr(caller.definition) as usize,
+                caller.children_nest(),
             )
         }),
         capabilities,
@@ -74,7 +83,7 @@ pub(crate) fn offered(
     let offer = Arc::new(Offer {
         specs: build_offered(shared, &key.capabilities, delegates.then_some(caller)),
         capabilities: key.capabilities.clone(),
-        _catalog: delegates.then(|| caller.catalog.clone()),
+        _reach: delegates.then(|| (caller.catalog.clone(), caller.definition.clone())),
     });
     shared.offered.lock().entry(key).or_insert(offer).clone()
 }
