@@ -127,3 +127,20 @@ async fn openai_a_huge_retry_after_is_kept_as_a_long_wait() {
         error.retry_after
     );
 }
+
+/// Gemini's OpenAI-compatible endpoint says a prompt does not fit as "The input token count
+/// (1200293) exceeds the maximum number of tokens allowed (1048576)": a context-length
+/// error, so the application can compact instead of seeing a plain invalid request.
+#[tokio::test]
+async fn openai_gemini_input_token_count_over_the_maximum_is_context_length() {
+    let body = json!({
+        "error": {
+            "code": 400,
+            "message": "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).",
+            "status": "INVALID_ARGUMENT"
+        }
+    });
+    let server = Server::start(vec![Reply::json(400, body)]).await;
+    let error = openai(&server, false).turn(first_turn()).await.unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::ContextLength, "{error}");
+}
