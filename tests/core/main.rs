@@ -11,6 +11,7 @@ mod fold_rebuilds_snapshot;
 mod lifecycle_child_exit;
 mod model_contract;
 mod model_facing_golden;
+mod review_issue9;
 mod records_persist;
 mod results_read_by_id;
 mod scripted_model_turns;

@@ -4,5 +4,6 @@
 mod anthropic;
 mod common;
 mod openai;
+mod review;
 mod server;
 mod tree;
