@@ -210,9 +210,13 @@ impl Actor for AgentActor {
             } => {
                 Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred)).await;
             }
-            AgentMsg::ChildAsked { child, question } => state.on_asked(&myself, child, question),
+            AgentMsg::ChildAsked {
+                child, question, ..
+            } => state.on_asked(&myself, child, question),
             AgentMsg::QuestionRefused { reason } => state.on_question_refused(&myself, reason),
-            AgentMsg::QuestionAnswered { answer } => state.on_question_answered(&myself, answer),
+            AgentMsg::QuestionAnswered { answer, asked } => {
+                state.on_question_answered(&myself, answer, asked)
+            }
             AgentMsg::PoolChanged => {}
         }
         Ok(())

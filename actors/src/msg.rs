@@ -117,12 +117,17 @@ pub(crate) enum AgentMsg {
         deferred: bool,
     },
     /// A child asks its owner a question (`ask_owner`); a steer to the child answers it.
-    ChildAsked { child: AgentId, question: String },
+    ChildAsked {
+        child: AgentId,
+        question: String,
+        /// Which question: the asker's run and turn (one question per turn at most).
+        asked: (u32, u32),
+    },
     /// The owner cannot answer the agent's pending `ask_owner` question.
     QuestionRefused { reason: String },
     /// The application's question handler answered the agent's pending question (dropped
     /// when a steer answered it first).
-    QuestionAnswered { answer: String },
+    QuestionAnswered { answer: String, asked: (u32, u32) },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
 }

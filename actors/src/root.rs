@@ -66,7 +66,7 @@ impl RootState {
 impl RootState {
     /// Runs the application's question handler for `child`'s question as a task, and sends
     /// the agent its answer or the refusal. The task ends when the agent settles first.
-    fn asked(&self, child: AgentId, question: String) {
+    fn asked(&self, child: AgentId, question: String, tag: (u32, u32)) {
         let shared = self.shared.clone();
         let Some(handler) = shared.hooks.questions.clone() else {
             let reason = "no one answers questions of top-level agents here".to_owned();
@@ -94,7 +94,7 @@ impl RootState {
                 answer = crate::util::CatchUnwind::new(handler.answer(asked)) => answer,
             };
             let message = match answer {
-                Ok(Ok(answer)) => AgentMsg::QuestionAnswered { answer },
+                Ok(Ok(answer)) => AgentMsg::QuestionAnswered { answer, asked: tag },
                 Ok(Err(reason)) => AgentMsg::QuestionRefused { reason },
                 Err(panic) => AgentMsg::QuestionRefused {
                     reason: format!("the question handler panicked: {panic}"),
@@ -145,7 +145,11 @@ impl Actor for RootActor {
             AgentMsg::PoolChanged => state.start_queued(&myself).await,
             // A top-level agent's question: the application's handler answers it (the agent
             // is offered `ask_owner` only when there is one); `Tree::steer` may answer too.
-            AgentMsg::ChildAsked { child, question } => state.asked(child, question),
+            AgentMsg::ChildAsked {
+                child,
+                question,
+                asked,
+            } => state.asked(child, question, asked),
             _ => {}
         }
         Ok(())

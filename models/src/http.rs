@@ -148,8 +148,17 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // A wait too long for a `Duration` is the longest one, so the tree's `max_wait` refuses
+    // it at once instead of retrying after a short backoff; a negative or NaN one is none.
+    let seconds = |secs: f64| {
+        if secs.is_nan() || secs < 0.0 {
+            None
+        } else {
+            Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+        }
+    };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0) {
+        if let Some(wait) = seconds(ms / 1000.0) {
             return Some(wait);
         }
     }
@@ -157,8 +166,12 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
+    if value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
+        // Digits past u64: a wait of centuries.
+        return Some(Duration::MAX);
+    }
     if let Ok(secs) = value.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).ok();
+        return seconds(secs);
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -179,6 +192,11 @@ pub(crate) fn says_context_length(text: &str) -> bool {
         "prompt is too long",
         "input is too long",
         "too many tokens",
+        // Anthropic: "input length and `max_tokens` exceed context limit: ..."
+        "exceed context limit",
+        // Gemini's OpenAI endpoint: "The input token count (N) exceeds the maximum number
+        // of tokens allowed (M)"
+        "exceeds the maximum number of tokens",
     ]
     .iter()
     .any(|needle| text.contains(needle))

@@ -565,7 +565,13 @@ impl StreamState {
         let index = delta.get("index").and_then(Value::as_u64);
         let id = text(delta.get("id")).filter(|id| !id.is_empty());
         let position = match (index, id) {
-            (Some(index), _) => self.calls.iter().position(|c| c.index == Some(index)),
+            // The call at that index, unless it has another id: some servers (Ollama) send
+            // every call at index 0, told apart only by their ids.
+            (Some(index), Some(id)) => self
+                .calls
+                .iter()
+                .rposition(|c| c.index == Some(index) && (c.id.is_empty() || c.id == id)),
+            (Some(index), None) => self.calls.iter().rposition(|c| c.index == Some(index)),
             // Without an index: the call of the same id, else a new one when an id comes,
             // else the last one.
             (None, Some(id)) => self.calls.iter().position(|c| c.id == id),
@@ -616,8 +622,11 @@ impl StreamState {
                     .with_usage(usage),
             );
         }
-        let calls: Vec<ToolCall> = self
-            .calls
+        // In index order (calls may arrive interleaved); a stable sort keeps the arrival
+        // order of calls that share an index.
+        let mut calls = self.calls;
+        calls.sort_by_key(|c| c.index.unwrap_or(u64::MAX));
+        let calls: Vec<ToolCall> = calls
             .into_iter()
             .enumerate()
             .map(|(i, call)| {

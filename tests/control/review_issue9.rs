@@ -12,11 +12,7 @@ use crate::support::delegator_of_all;
 use crate::support::harness::{a, results, tree};
 
 fn catalog() -> Catalog {
-    Catalog::new([
-        delegator_of_all("boss"),
-        AgentDefinition::new("asker", ""),
-    ])
-    .unwrap()
+    Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap()
 }
 
 fn ask(question: &str) -> Call {
@@ -50,7 +46,9 @@ async fn a_late_handler_answer_does_not_answer_a_later_question() {
     let mut asker = tree.spawn(SpawnRequest::new("asker", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The application answers q1 itself.
-    let receipt = tree.steer(asker.id(), "the application's answer to q1").await;
+    let receipt = tree
+        .steer(asker.id(), "the application's answer to q1")
+        .await;
     assert_eq!(receipt, Ok(SteerReceipt::Delivered));
     let outcome = tokio::time::timeout(Duration::from_secs(600), asker.outcome())
         .await

@@ -97,7 +97,11 @@ async fn a_continuation_that_fails_keeps_the_cut_text_once_as_partial() {
     let tree = build(&model, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError, "{outcome:?}");
-    assert_eq!(outcome.partial.as_deref(), Some("The plan: "), "{outcome:?}");
+    assert_eq!(
+        outcome.partial.as_deref(),
+        Some("The plan: "),
+        "{outcome:?}"
+    );
 }
 
 /// The same for an abort that lands while the continuation turn is in flight (nothing
@@ -112,7 +116,11 @@ async fn an_abort_during_a_continuation_keeps_the_cut_text_once_as_partial() {
     tree.abort(handle.id()).unwrap();
     let outcome = handle.outcome().await;
     assert_eq!(outcome.status, AgentStatus::Aborted);
-    assert_eq!(outcome.partial.as_deref(), Some("The plan: "), "{outcome:?}");
+    assert_eq!(
+        outcome.partial.as_deref(),
+        Some("The plan: "),
+        "{outcome:?}"
+    );
 }
 
 /// A streamed turn cut by a shutdown keeps its streamed text as partial output, also when

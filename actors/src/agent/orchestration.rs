@@ -502,8 +502,6 @@ async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(found) => found,
         Err(answer) => return answer,
     };
-    // A steer to a child with an open question is its answer.
-    state.open_questions.remove(&agent);
     let receipt =
         match state
             .shared
@@ -538,6 +536,8 @@ async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
             }
             Err(error) => return refused(error),
         };
+    // A steer the child took answers its open question; a refused one leaves it open.
+    state.open_questions.remove(&agent);
     Answer::Now(
         json!({ "agent_id": agent, "receipt": receipt }).to_string(),
         false,
@@ -619,6 +619,7 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
     let asked = AgentMsg::ChildAsked {
         child: state.id,
         question: input.question,
+        asked: (state.run, state.turns),
     };
     match state.owner.cast(asked) {
         Ok(()) => Answer::Owner,

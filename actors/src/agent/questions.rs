@@ -58,10 +58,22 @@ impl AgentState {
         Ok(())
     }
 
-    /// The application's handler answered the pending `ask_owner` call; an answer to a
-    /// question already answered (by a steer) is dropped, never read as a steer.
-    pub(super) fn on_question_answered(&mut self, myself: &ActorRef<AgentMsg>, answer: String) {
-        if self.answer_question(answer, false).is_ok() {
+    /// The application's handler answered the question this run asked at turn `asked.1`;
+    /// an answer to a question already answered (by a steer), or to an earlier run's or
+    /// turn's question, is dropped, never read as a steer or as another question's answer.
+    pub(super) fn on_question_answered(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        answer: String,
+        asked: (u32, u32),
+    ) {
+        let (run, turn) = asked;
+        let pending = run == self.run
+            && self
+                .phase
+                .calls_mut(turn)
+                .is_some_and(|calls| calls.asking());
+        if pending && self.answer_question(answer, false).is_ok() {
             self.after_answer(myself);
         }
     }

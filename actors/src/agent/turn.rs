@@ -243,7 +243,9 @@ impl AgentState {
         if calls.is_empty() && response.finish_reason == FinishReason::Length {
             // Cut off: not an answer. Continue it while the policy and the turns allow, and
             // join the pieces; else fail with the text so far as partial output.
+            // The piece is kept once, in `cut_text`; the last text is what comes after it.
             self.cut_text.push_str(&response.text);
+            self.last_text.clear();
             let allowed = self.shared.config.length_continuations;
             if self.continuations < allowed && self.turns < self.max_turns {
                 self.continuations += 1;
@@ -298,8 +300,8 @@ impl AgentState {
 }
 
 /// Calls the model for one turn, retrying retryable failures by the tree's retry policy.
-/// Each failed attempt is billed here (its error's usage, else what it reported to the
-/// sink), and each retry is announced as a `retrying` event.
+/// The first attempt is inline; the retry loop (its backoff timer, the error it holds) is
+/// boxed, so the turn task of every agent is not the size of a retrying one.
 async fn call_with_retries(
     model: &dyn crate::model::Model,
     request: ModelRequest,
@@ -308,15 +310,29 @@ async fn call_with_retries(
     run: u32,
     turn: u32,
 ) -> TurnResult {
+    match CatchUnwind::new(model.turn(request.clone())).await {
+        Ok(Ok(response)) => TurnResult::Response(response),
+        Ok(Err(error)) => Box::pin(retry_after(model, request, shared, id, run, turn, error)).await,
+        Err(panic) => TurnResult::Panicked(panic),
+    }
+}
+
+/// After attempt 1 failed with `error`: bills each failed attempt (its error's usage, else
+/// what it reported to the sink), announces each retry as a `retrying` event, waits and
+/// tries again while the policy allows.
+async fn retry_after(
+    model: &dyn crate::model::Model,
+    request: ModelRequest,
+    shared: &SharedRef,
+    id: AgentId,
+    run: u32,
+    turn: u32,
+    mut error: crate::error::ModelError,
+) -> TurnResult {
     let policy = shared.config.retry;
     let seed = retry::seed(id.get(), run, turn);
     let mut attempt = 1;
     loop {
-        let error = match CatchUnwind::new(model.turn(request.clone())).await {
-            Ok(Ok(response)) => return TurnResult::Response(response),
-            Ok(Err(error)) => error,
-            Err(panic) => return TurnResult::Panicked(panic),
-        };
         let reported = request.sink.take_usage();
         let usage = if error.usage.is_zero() {
             reported
@@ -345,6 +361,11 @@ async fn call_with_retries(
         request.sink.reset();
         tokio::time::sleep(wait).await;
         attempt += 1;
+        error = match CatchUnwind::new(model.turn(request.clone())).await {
+            Ok(Ok(response)) => return TurnResult::Response(response),
+            Ok(Err(error)) => error,
+            Err(panic) => return TurnResult::Panicked(panic),
+        };
     }
 }
 

@@ -59,7 +59,11 @@ async fn openai_streamed_calls_reusing_index_zero_with_distinct_ids_stay_apart()
     ];
     let server = Server::start(vec![Reply::sse(events)]).await;
     let response = openai(&server, true)
-        .turn(first_turn().with_tools(vec![read_tool()]).with_sink(TurnSink::recording()))
+        .turn(
+            first_turn()
+                .with_tools(vec![read_tool()])
+                .with_sink(TurnSink::recording()),
+        )
         .await
         .expect("assembled");
     assert_eq!(
