@@ -122,8 +122,8 @@ pub(crate) struct AgentState {
     open_questions: BTreeMap<AgentId, String>,
     /// The shutdown that reached this run, if one did (boxed: most runs never see one).
     shutdown: Option<Box<ShutdownOrder>>,
-    /// This run's span (see `docs/architecture.md`, tracing).
-    pub(crate) span: tracing::Span,
+    /// This run's span (see `docs/architecture.md`, tracing), if enabled.
+    pub(crate) span: crate::util::SpanSlot,
 }
 
 /// The model turn in flight: its number, the handle that aborts its task, and the sink it
@@ -310,7 +310,7 @@ impl AgentState {
         // One span per run, a child of its owner's: everything its turns, tools and hooks
         // log names the agent. Field names follow OpenTelemetry's GenAI conventions.
         let span = tracing::info_span!(
-            parent: &parent_span,
+            parent: parent_span.id(),
             "invoke_agent",
             "gen_ai.operation.name" = "invoke_agent",
             "gen_ai.agent.id" = %id,
@@ -361,7 +361,7 @@ impl AgentState {
             supervisor: None,
             open_questions: BTreeMap::new(),
             shutdown: shutdown.map(Box::new),
-            span,
+            span: crate::util::SpanSlot::new(span),
         })
     }
 }

@@ -230,16 +230,25 @@ pub struct TurnSink {
 /// never an await, and an event is announced after it is released.
 struct SinkInner {
     state: Mutex<SinkState>,
-    /// Where `text_delta` events go, when the tree streams events.
-    events: Option<(SharedRef, AgentId, u32)>,
+    /// Where `text_delta` events go, when the tree streams events (boxed: most trees
+    /// don't, and every turn of every agent has a sink).
+    events: Option<Box<SinkEvents>>,
 }
 
 #[derive(Default)]
 struct SinkState {
     text: String,
-    /// Text not yet announced as an event.
+    /// Text not yet announced as an event (only when the sink has `events`).
     pending: String,
-    usage: Usage,
+    /// The usage last reported; boxed, as most models report none until they return.
+    usage: Option<Box<Usage>>,
+}
+
+/// Where a sink's `text_delta` events go.
+struct SinkEvents {
+    shared: SharedRef,
+    agent: AgentId,
+    turn: u32,
 }
 
 impl fmt::Debug for TurnSink {
@@ -270,7 +279,13 @@ impl TurnSink {
         TurnSink {
             inner: Some(Arc::new(SinkInner {
                 state: Mutex::new(SinkState::default()),
-                events,
+                events: events.map(|(shared, agent, turn)| {
+                    Box::new(SinkEvents {
+                        shared,
+                        agent,
+                        turn,
+                    })
+                }),
             })),
         }
     }
@@ -295,7 +310,7 @@ impl TurnSink {
     /// Reports the usage of the call so far (it replaces what was reported before).
     pub fn usage(&self, usage: Usage) {
         if let Some(inner) = &self.inner {
-            inner.state.lock().usage = usage;
+            inner.state.lock().usage = Some(Box::new(usage));
         }
     }
 
@@ -311,7 +326,7 @@ impl TurnSink {
     pub fn reported_usage(&self) -> Usage {
         self.inner
             .as_ref()
-            .map(|inner| inner.state.lock().usage)
+            .and_then(|inner| inner.state.lock().usage.as_deref().copied())
             .unwrap_or_default()
     }
 
@@ -329,7 +344,7 @@ impl TurnSink {
             let mut state = inner.state.lock();
             state.text.clear();
             state.pending.clear();
-            state.usage = Usage::ZERO;
+            state.usage = None;
         }
     }
 
@@ -346,17 +361,22 @@ impl TurnSink {
     pub(crate) fn take_usage(&self) -> Usage {
         self.inner
             .as_ref()
-            .map(|inner| std::mem::take(&mut inner.state.lock().usage))
+            .and_then(|inner| inner.state.lock().usage.take())
+            .map(|usage| *usage)
             .unwrap_or_default()
     }
 }
 
 impl SinkInner {
     fn announce(&self, text: String) {
-        if let Some((shared, agent, turn)) = &self.events {
-            shared
-                .registry
-                .announce(*agent, EventKind::TextDelta { turn: *turn, text });
+        if let Some(events) = &self.events {
+            events.shared.registry.announce(
+                events.agent,
+                EventKind::TextDelta {
+                    turn: events.turn,
+                    text,
+                },
+            );
         }
     }
 }

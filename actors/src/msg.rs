@@ -23,7 +23,8 @@ pub(crate) const SETTLED: &str = "agent-tree: settled";
 #[derive(Debug)]
 pub(crate) enum TurnResult {
     Response(ModelResponse),
-    Failed(ModelError),
+    /// Boxed: a model error is several times a response's size, and rare.
+    Failed(Box<ModelError>),
     Panicked(String),
     Cancelled,
 }

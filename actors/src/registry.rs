@@ -514,7 +514,7 @@ mod tests {
             resumed: false,
             detached: false,
             owner_capabilities: None,
-            parent_span: tracing::Span::none(),
+            parent_span: crate::util::SpanSlot::default(),
         }
     }
 

@@ -43,6 +43,24 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Spawns one of the runtime's tasks in `span`; a disabled span is not attached, so the
+    /// task is not a `Span` larger for it.
+    pub(crate) fn spawn_in<F>(
+        &self,
+        span: tracing::Span,
+        task: F,
+    ) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        if span.is_disabled() {
+            self.spawn(task)
+        } else {
+            self.spawn(tracing::Instrument::instrument(task, span))
+        }
+    }
+
     /// Spawns one of the runtime's tasks, counted in [`Shared::tasks`].
     pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
     where

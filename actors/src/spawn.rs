@@ -28,7 +28,7 @@ pub(crate) struct SpawnSpec<'a> {
     /// A top-level background agent: it takes a pool slot.
     pub(crate) pooled: bool,
     /// The owner's span, the parent of the child's.
-    pub(crate) owner_span: tracing::Span,
+    pub(crate) owner_span: crate::util::SpanSlot,
 }
 
 /// How to start an agent's actor, kept while it waits for a pool slot.
@@ -46,7 +46,7 @@ pub(crate) struct PendingStart {
     pub(crate) detached: bool,
     pub(crate) owner_capabilities: Option<Box<Capabilities>>,
     /// The span of the owner that spawned it: every run's span is its child.
-    pub(crate) parent_span: tracing::Span,
+    pub(crate) parent_span: crate::util::SpanSlot,
 }
 
 /// A started, queued or found child.

@@ -304,7 +304,7 @@ impl Tree {
                 branch,
                 request,
                 pooled,
-                owner_span: self.shared.span.clone(),
+                owner_span: crate::util::SpanSlot::new(self.shared.span.clone()),
             },
         )
         .await;

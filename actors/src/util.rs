@@ -136,3 +136,32 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         "panic with a non-string payload".to_owned()
     }
 }
+
+/// A span kept only when it is enabled: a disabled span (no subscriber wants it, the
+/// common case in production without tracing) costs a pointer instead of a `Span`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SpanSlot(Option<Box<tracing::Span>>);
+
+impl SpanSlot {
+    /// Keeps `span` if it is enabled.
+    pub(crate) fn new(span: tracing::Span) -> Self {
+        if span.is_disabled() {
+            SpanSlot(None)
+        } else {
+            SpanSlot(Some(Box::new(span)))
+        }
+    }
+
+    /// The span (a disabled one when none is kept).
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.0
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(tracing::Span::none)
+    }
+
+    /// The span's id, as the parent of a child span.
+    pub(crate) fn id(&self) -> Option<tracing::Id> {
+        self.0.as_deref().and_then(tracing::Span::id)
+    }
+}

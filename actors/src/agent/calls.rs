@@ -351,31 +351,28 @@ impl AgentState {
         let token = self.token.clone();
         let reply_to = myself.clone();
         let span = tracing::info_span!(
-            parent: &self.span,
+            parent: self.span.id(),
             "execute_tool",
             "gen_ai.operation.name" = "execute_tool",
             "gen_ai.tool.name" = %call.name,
             "gen_ai.tool.call.id" = %call.id,
         );
-        let task = self.shared.spawn(tracing::Instrument::instrument(
-            async move {
-                let result = tokio::select! {
-                    biased;
-                    () = token.cancelled() => return,
-                    r = CatchUnwind::new(tool.call(context, call.input)) => match r {
-                        Ok(Ok(text)) => Ok(text),
-                        Ok(Err(error)) => Err(error.message),
-                        Err(panic) => Err(format!("tool panicked: {panic}")),
-                    },
-                };
-                let _ = reply_to.cast(AgentMsg::ToolFinished {
-                    turn,
-                    index,
-                    result,
-                });
-            },
-            span,
-        ));
+        let task = self.shared.spawn_in(span, async move {
+            let result = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                r = CatchUnwind::new(tool.call(context, call.input)) => match r {
+                    Ok(Ok(text)) => Ok(text),
+                    Ok(Err(error)) => Err(error.message),
+                    Err(panic) => Err(format!("tool panicked: {panic}")),
+                },
+            };
+            let _ = reply_to.cast(AgentMsg::ToolFinished {
+                turn,
+                index,
+                result,
+            });
+        });
         if let Some(calls) = self.phase.calls_mut(turn) {
             calls.wait(index, Some(task.abort_handle()), Waiting::Nothing);
         }

@@ -146,7 +146,7 @@ impl AgentState {
                 let _ = order.reports.send((id, failures.clone()));
                 let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
             }
-            .instrument(self.span.clone()),
+            .instrument(self.span.span()),
         );
         self.phase = Phase::Stopping {
             task: task.abort_handle(),

@@ -31,22 +31,19 @@ impl AgentState {
         let context = self.hook_context(None);
         let token = self.token.clone();
         let reply_to = myself.clone();
-        let task = self.shared.spawn(
-            async move {
-                let failures = tokio::select! {
-                    biased;
-                    () = token.cancelled() => return,
-                    failures = hooks::run_all(&start_hooks, &context, true)
-                        .instrument(tracing::info_span!("start_hooks")) => failures,
-                };
-                let result = match failures.into_iter().next() {
-                    Some(error) => Err(error),
-                    None => Ok(()),
-                };
-                let _ = reply_to.cast(AgentMsg::StartHooksFinished { result });
-            }
-            .instrument(self.span.clone()),
-        );
+        let task = self.shared.spawn_in(self.span.span(), async move {
+            let failures = tokio::select! {
+                biased;
+                () = token.cancelled() => return,
+                failures = hooks::run_all(&start_hooks, &context, true)
+                    .instrument(tracing::info_span!("start_hooks")) => failures,
+            };
+            let result = match failures.into_iter().next() {
+                Some(error) => Err(error),
+                None => Ok(()),
+            };
+            let _ = reply_to.cast(AgentMsg::StartHooksFinished { result });
+        });
         self.phase = Phase::Starting {
             task: task.abort_handle(),
         };
@@ -134,7 +131,7 @@ impl AgentState {
             bill: (shared.clone(), id, run, sink.clone()),
         };
         let span = tracing::info_span!(
-            parent: &self.span,
+            parent: self.span.id(),
             "chat",
             "gen_ai.operation.name" = "chat",
             "gen_ai.request.model" = self.definition.model.as_deref().unwrap_or(""),
@@ -143,37 +140,34 @@ impl AgentState {
             "gen_ai.usage.output_tokens" = tracing::field::Empty,
             "gen_ai.response.finish_reasons" = tracing::field::Empty,
         );
-        let task = self.shared.spawn(
-            async move {
-                // The model is called only when this future is first polled, after the token
-                // was checked: a cancelled agent never calls it.
-                let call = call_with_retries(&*model, request, &shared, id, run, turn);
-                let result = tokio::select! {
-                    biased;
-                    () = token.cancelled() => TurnResult::Cancelled,
-                    r = call => r,
-                };
-                // Usage is recorded here, once, before the agent hears of the turn: nothing the
-                // agent does afterwards (abort, settle) can lose it or count it twice. A failed
-                // attempt was billed when it failed; anything else not returned is billed what
-                // the model last reported to the sink.
-                let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
-                shared.registry.add_usage(id, run, billed);
-                let current = tracing::Span::current();
-                current.record("gen_ai.usage.input_tokens", billed.input_tokens);
-                current.record("gen_ai.usage.output_tokens", billed.output_tokens);
-                if let TurnResult::Response(response) = &result {
-                    let reason = serde_json::to_value(response.finish_reason).unwrap_or_default();
-                    current.record(
-                        "gen_ai.response.finish_reasons",
-                        reason.as_str().unwrap_or_default(),
-                    );
-                }
-                sink.flush();
-                report.send(result);
+        let task = self.shared.spawn_in(span, async move {
+            // The model is called only when this future is first polled, after the token
+            // was checked: a cancelled agent never calls it.
+            let call = call_with_retries(&*model, request, &shared, id, run, turn);
+            let result = tokio::select! {
+                biased;
+                () = token.cancelled() => TurnResult::Cancelled,
+                r = call => r,
+            };
+            // Usage is recorded here, once, before the agent hears of the turn: nothing the
+            // agent does afterwards (abort, settle) can lose it or count it twice. A failed
+            // attempt was billed when it failed; anything else not returned is billed what
+            // the model last reported to the sink.
+            let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
+            shared.registry.add_usage(id, run, billed);
+            let current = tracing::Span::current();
+            current.record("gen_ai.usage.input_tokens", billed.input_tokens);
+            current.record("gen_ai.usage.output_tokens", billed.output_tokens);
+            if let TurnResult::Response(response) = &result {
+                let reason = serde_json::to_value(response.finish_reason).unwrap_or_default();
+                current.record(
+                    "gen_ai.response.finish_reasons",
+                    reason.as_str().unwrap_or_default(),
+                );
             }
-            .instrument(span),
-        );
+            sink.flush();
+            report.send(result);
+        });
         self.turn_in_flight = Some(InFlight {
             turn,
             abort: task.abort_handle(),
@@ -341,7 +335,7 @@ async fn retry_after(
         };
         shared.registry.add_usage(id, run, usage);
         let Some(wait) = retry::delay(&policy, attempt, error.kind, error.retry_after, seed) else {
-            return TurnResult::Failed(error);
+            return TurnResult::Failed(Box::new(error));
         };
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         tracing::warn!(
