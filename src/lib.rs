@@ -13,11 +13,11 @@ pub use agent_tree_models as models;
 /// The names most programs need.
 pub mod prelude {
     pub use agent_tree_actors::{
-        AgentHandle, Catalog, Model, ModelError, ModelRequest, ModelResponse, SpawnError, Tool,
-        Tree, TreeConfig,
+        AgentHandle, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, Question,
+        RetryPolicy, SpawnError, Tool, ToolContext, ToolError, Tree, TreeConfig,
     };
     pub use agent_tree_protocol::{
-        AgentDefinition, AgentId, AgentStatus, Outcome, RestartPolicy, SettlePolicy, SpawnRequest,
-        SubagentAllowance, ToolSet, Usage, WaitPolicy,
+        AgentDefinition, AgentId, AgentStatus, FinishReason, ModelErrorKind, Outcome,
+        RestartPolicy, SettlePolicy, SpawnRequest, SubagentAllowance, ToolSet, Usage, WaitPolicy,
     };
 }

@@ -139,9 +139,9 @@ impl OpenAiCompat {
 
     /// The Chat Completions request of one turn.
     fn request_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ModelError> {
-        let model = request
-            .model()
-            .or(self.settings.model.as_deref())
+        let model = self
+            .settings
+            .model_for(request.model())
             .ok_or_else(no_model)?;
         let mut body = Map::new();
         body.insert("model".into(), json!(model));
@@ -197,6 +197,32 @@ impl OpenAiCompatBuilder {
     /// The model of agents whose definition names none (a definition's `model` wins).
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.settings.model = Some(model.into());
+        self
+    }
+
+    /// Sends `to` for agents whose definition names the model `from` (matched ignoring
+    /// ASCII case): agent files written for one provider name its models (Claude Code's
+    /// `model: sonnet`), which another provider does not know.
+    ///
+    /// ```
+    /// use agent_tree_models::OpenAiCompat;
+    /// let adapter = OpenAiCompat::builder()
+    ///     .model("qwen2.5:7b")
+    ///     .model_alias("sonnet", "qwen2.5:7b")
+    ///     .model_alias("haiku", "qwen2.5:3b")
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = adapter;
+    /// ```
+    pub fn model_alias(mut self, from: impl Into<String>, to: impl Into<String>) -> Self {
+        self.settings.model_aliases.push((from.into(), to.into()));
+        self
+    }
+
+    /// Whether a definition's `model` is sent (the default) or ignored, so every agent runs
+    /// on the builder's [`model`](Self::model).
+    pub fn definition_models(mut self, honour: bool) -> Self {
+        self.settings.definition_models = honour;
         self
     }
 

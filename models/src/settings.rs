@@ -65,9 +65,28 @@ pub(crate) struct Settings {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) streaming: bool,
     pub(crate) max_response_bytes: usize,
+    /// Model names as definitions write them (`sonnet`, from a Claude Code file) → the names
+    /// this provider knows.
+    pub(crate) model_aliases: Vec<(String, String)>,
+    /// Whether a definition's `model` is sent at all (else the builder's always is).
+    pub(crate) definition_models: bool,
 }
 
 impl Settings {
+    /// The model a turn asks for: the definition's (through the aliases, matched ignoring
+    /// ASCII case) unless definitions' models are ignored, else the builder's.
+    pub(crate) fn model_for<'a>(&'a self, definition: Option<&'a str>) -> Option<&'a str> {
+        match definition.filter(|_| self.definition_models) {
+            Some(name) => Some(
+                self.model_aliases
+                    .iter()
+                    .find(|(from, _)| from.eq_ignore_ascii_case(name))
+                    .map_or(name, |(_, to)| to.as_str()),
+            ),
+            None => self.model.as_deref(),
+        }
+    }
+
     pub(crate) fn new(base_url: &str) -> Self {
         Settings {
             base_url: base_url.to_owned(),
@@ -78,6 +97,8 @@ impl Settings {
             headers: Vec::new(),
             streaming: false,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            model_aliases: Vec::new(),
+            definition_models: true,
         }
     }
 }
@@ -95,6 +116,8 @@ impl fmt::Debug for Settings {
             .field("headers", &header_names)
             .field("streaming", &self.streaming)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("model_aliases", &self.model_aliases)
+            .field("definition_models", &self.definition_models)
             .finish()
     }
 }
@@ -164,7 +187,10 @@ fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
         url: base.to_owned(),
         reason,
     };
-    let joined = format!("{}{}", base.trim().trim_end_matches('/'), path);
+    let base = base.trim().trim_end_matches('/');
+    // A base URL copied as the whole endpoint (`.../v1/chat/completions`) is taken as meant.
+    let base = base.strip_suffix(path).unwrap_or(base);
+    let joined = format!("{base}{path}");
     let url = reqwest::Url::parse(&joined).map_err(|e| bad(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!(
@@ -240,5 +266,37 @@ mod tests {
         let err = Endpoint::new(&settings, "/x", Vec::new()).unwrap_err();
         assert!(matches!(&err, BuildError::Header { name } if name == "x-token"));
         assert!(!err.to_string().contains("bad"));
+    }
+
+    #[test]
+    fn definition_models_go_through_the_aliases_or_are_ignored() {
+        let mut settings = Settings::new("http://127.0.0.1:1/v1");
+        settings.model = Some("qwen2.5:7b".into());
+        assert_eq!(settings.model_for(Some("sonnet")), Some("sonnet"));
+        assert_eq!(settings.model_for(None), Some("qwen2.5:7b"));
+        settings
+            .model_aliases
+            .push(("sonnet".into(), "qwen2.5:14b".into()));
+        assert_eq!(settings.model_for(Some("Sonnet")), Some("qwen2.5:14b"));
+        assert_eq!(settings.model_for(Some("haiku")), Some("haiku"));
+        settings.definition_models = false;
+        assert_eq!(settings.model_for(Some("sonnet")), Some("qwen2.5:7b"));
+    }
+
+    #[test]
+    fn a_base_url_copied_as_the_whole_endpoint_is_taken_as_meant() {
+        for base in [
+            "http://127.0.0.1:8080/v1",
+            "http://127.0.0.1:8080/v1/",
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "http://127.0.0.1:8080/v1/chat/completions/",
+        ] {
+            let url = endpoint_url(base, "/chat/completions").unwrap();
+            assert_eq!(
+                url.as_str(),
+                "http://127.0.0.1:8080/v1/chat/completions",
+                "{base}"
+            );
+        }
     }
 }

@@ -328,3 +328,43 @@ async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer
     assert!(seen.contains(&"steer answer"), "{seen:?}");
     assert!(!seen.contains(&"late handler answer"), "{seen:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered_tools() {
+    let model = ScriptedModel::new().script(
+        "worker",
+        Script::new([
+            Turn::calls([Call::tool("Read", json!({})), Call::tool("Bash", json!({}))]),
+            Turn::answer("done"),
+        ]),
+    );
+    let tree =
+        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
+            .await;
+    tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    let r = results(&model, a(1), 1);
+    assert!(!r[0].is_error, "{}", r[0].content);
+    assert_eq!(r[0].content, "read: ok");
+    // `bash` is registered too: `Bash` is it.
+    assert!(!r[1].is_error, "{}", r[1].content);
+
+    let model = ScriptedModel::new().script(
+        "worker",
+        Script::new([
+            Turn::calls([Call::tool("Grep", json!({}))]),
+            Turn::answer("done"),
+        ]),
+    );
+    let tree =
+        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
+            .await;
+    tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    let r = results(&model, a(1), 1);
+    assert!(r[0].is_error);
+    let refusal: serde_json::Value = serde_json::from_str(&r[0].content).unwrap();
+    assert_eq!(
+        refusal["error"],
+        "tool \"Grep\" is not available to this agent"
+    );
+    assert_eq!(refusal["available"], json!(["bash", "read", "write"]));
+}

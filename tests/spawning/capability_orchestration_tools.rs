@@ -86,7 +86,10 @@ async fn none_at_the_depth_cap() {
     assert!(has_orchestration(&tools(&model, a(2), 0)).is_empty());
     let attempt = results(&model, a(2), 1);
     assert!(attempt[0].is_error);
-    assert_eq!(attempt[0].content, NOT_AVAILABLE);
+    assert_eq!(
+        crate::support::error_text(&attempt[0].content),
+        NOT_AVAILABLE
+    );
     assert_eq!(
         tree.snapshot().agents().count(),
         2,
@@ -131,7 +134,11 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
         );
         let attempt = results(&model, id, 1);
         assert!(attempt[0].is_error, "{agent_type} spawned");
-        assert_eq!(attempt[0].content, NOT_AVAILABLE, "{agent_type}");
+        assert_eq!(
+            crate::support::error_text(&attempt[0].content),
+            NOT_AVAILABLE,
+            "{agent_type}"
+        );
         assert!(tree.record(id).unwrap().children.is_empty());
     }
     tree.shutdown().await;
@@ -210,7 +217,10 @@ async fn allowed_subagents_is_not_inherited_by_children() {
     assert!(has_orchestration(&tools(&model, a(2), 0)).is_empty());
     let attempt = results(&model, a(2), 1);
     assert!(attempt[0].is_error);
-    assert_eq!(attempt[0].content, NOT_AVAILABLE);
+    assert_eq!(
+        crate::support::error_text(&attempt[0].content),
+        NOT_AVAILABLE
+    );
     assert!(plain.children.is_empty());
     assert_eq!(tree.snapshot().agents().count(), 2);
     tree.shutdown().await;

@@ -51,7 +51,10 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     }
     let refused = results(&model, a(5), 1);
     assert!(refused[0].is_error);
-    assert_eq!(refused[0].content, NOT_AVAILABLE);
+    assert_eq!(
+        crate::support::error_text(&refused[0].content),
+        NOT_AVAILABLE
+    );
     tree.shutdown().await;
 }
 
@@ -70,7 +73,10 @@ async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
         assert!(outcome.is_completed(), "cap {cap}: {}", outcome.summary());
         assert_eq!(tree.record(a(1)).unwrap().depth, 1);
         assert!(!offers_agent(&model, a(1)), "cap {cap}");
-        assert_eq!(results(&model, a(1), 1)[0].content, NOT_AVAILABLE);
+        assert_eq!(
+            crate::support::error_text(&results(&model, a(1), 1)[0].content),
+            NOT_AVAILABLE
+        );
         assert_eq!(tree.snapshot().agents().count(), 1, "cap {cap}");
         tree.shutdown().await;
     }
@@ -139,7 +145,10 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     assert_eq!(model.calls_of(child)[0].system, "v2");
     assert!(model.calls_of(top)[0].tools.iter().any(|t| t == "Agent"));
     assert!(!model.calls_of(child)[0].tools.iter().any(|t| t == "Agent"));
-    assert_eq!(results(&scripted, child, 1)[0].content, NOT_AVAILABLE);
+    assert_eq!(
+        crate::support::error_text(&results(&scripted, child, 1)[0].content),
+        NOT_AVAILABLE
+    );
     tree.shutdown().await;
 }
 
@@ -201,7 +210,11 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
         assert!(!offers_agent(&model, child), "{child} escaped the cap");
         let attempt = results(&model, child, 1);
         assert_eq!(attempt.len(), 2);
-        assert!(attempt.iter().all(|r| r.content == NOT_AVAILABLE));
+        assert!(
+            attempt
+                .iter()
+                .all(|r| crate::support::error_text(&r.content) == NOT_AVAILABLE)
+        );
         assert_eq!(
             outcome_of(&tree, child).await.status,
             AgentStatus::Completed

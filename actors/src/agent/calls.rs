@@ -311,6 +311,33 @@ impl AgentState {
         any
     }
 
+    /// The name of the offered tool `name` means: itself, else the one offered tool equal
+    /// to it ignoring ASCII case (none when several are).
+    fn offered_name(&self, name: &str) -> Option<&str> {
+        let offered = || self.offer.specs.iter().map(|spec| spec.name.as_str());
+        if let Some(exact) = offered().find(|n| *n == name) {
+            return Some(exact);
+        }
+        let mut folded = offered().filter(|n| n.eq_ignore_ascii_case(name));
+        match (folded.next(), folded.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The error result of a call of a tool this agent is not offered: short JSON naming
+    /// the tools it is offered, so the model can correct itself.
+    fn not_available(&self, name: &str) -> String {
+        let mut shown = name.to_owned();
+        crate::error::cut_to(&mut shown, 64);
+        let offered: Vec<&str> = self.offer.specs.iter().map(|s| s.name.as_str()).collect();
+        serde_json::json!({
+            "error": format!("tool {shown:?} is not available to this agent"),
+            "available": offered,
+        })
+        .to_string()
+    }
+
     /// Starts one tool call. Orchestration tools are answered by [`orchestration`]; user
     /// tools run as tasks.
     pub(super) async fn dispatch(
@@ -318,13 +345,20 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         turn: u32,
         index: usize,
-        call: ToolCall,
+        mut call: ToolCall,
     ) {
+        // A model that writes a tool's name in another case (`Grep` for `grep`, as the
+        // prompts of agent files do) means the one offered tool of that name.
+        if let Some(name) = self.offered_name(&call.name) {
+            if name != call.name {
+                call.name = name.to_owned();
+            }
+        }
         if let Some(tool) = orchestration::Orchestration::named(&call.name) {
             if self.offer.capabilities.holds(&call.name) {
                 orchestration::dispatch(self, myself, turn, index, tool, call).await;
             } else {
-                let text = format!("tool {:?} is not available to this agent", call.name);
+                let text = self.not_available(&call.name);
                 self.answer_call(turn, index, text, true);
             }
             return;
@@ -338,7 +372,7 @@ impl AgentState {
             .then(|| self.shared.toolbox.get(&call.name).cloned())
             .flatten();
         let Some(tool) = tool else {
-            let text = format!("tool {:?} is not available to this agent", call.name);
+            let text = self.not_available(&call.name);
             self.answer_call(turn, index, text, true);
             return;
         };

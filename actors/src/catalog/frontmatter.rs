@@ -354,30 +354,38 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
 
 /// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
 /// holding `: ` (`description: Use when: asked`), which YAML reads as a mapping inside a
-/// value. The frontmatter `yaml` is the text the parser saw after its first line.
+/// value, or one starting with `*` or `&` (pi's `tools: *, ext:search`), which YAML reads as
+/// an alias or an anchor. The frontmatter `yaml` is the text the parser saw after its first
+/// line.
 fn quote_hint(yaml: &str, error: &serde_yaml_ng::Error) -> Option<String> {
-    if !error
-        .to_string()
-        .starts_with("mapping values are not allowed in this context")
-    {
+    let message = error.to_string();
+    let general = if message.starts_with("mapping values are not allowed in this context") {
+        "a value holding `: ` must be quoted"
+    } else if message.contains("scanning an alias") || message.contains("scanning an anchor") {
+        "a value starting with `*` or `&` must be quoted"
+    } else {
         return None;
-    }
-    const GENERAL: &str = "a value holding `: ` must be quoted";
+    };
+    let hint = |line: Option<&str>| quoted_line(line).unwrap_or_else(|| general.to_owned());
     // The parser's line 1 stands for the `---` line (see `frontmatter_fields`).
     let line = error
         .location()
         .and_then(|l| l.line().checked_sub(2))
         .and_then(|i| yaml.lines().nth(i));
-    let Some((key, value)) = line.and_then(|l| l.split_once(": ")) else {
-        return Some(GENERAL.into());
-    };
+    Some(hint(line))
+}
+
+/// `quote the value: key: "value"` for a `key: value` line with a simple key and an
+/// unquoted value.
+fn quoted_line(line: Option<&str>) -> Option<String> {
+    let (key, value) = line?.split_once(": ")?;
     let value = value.trim();
     let simple_key = !key.is_empty()
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !simple_key || value.starts_with(['"', '\'']) {
-        return Some(GENERAL.into());
+        return None;
     }
     /// Longest value shown whole, in characters.
     const SHOWN: usize = 40;
@@ -1128,6 +1136,20 @@ pub(super) mod tests {
                 .with_restart(restart);
             expected.isolated = isolated;
             prop_assert_eq!(parse_agent_file(Path::new(FILE), &text).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn an_unquoted_star_gets_a_hint_to_quote_it() {
+        for (line, quoted) in [
+            ("tools: *, ext:mcp/search", "tools: \"*, ext:mcp/search\""),
+            ("tools: *", "tools: \"*\""),
+        ] {
+            let message = file_err(&format!("---\nname: x\n{line}\n---\n"));
+            assert!(
+                message.ends_with(&format!("(quote the value: {quoted})")),
+                "{message}"
+            );
         }
     }
 }

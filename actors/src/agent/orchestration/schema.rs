@@ -144,8 +144,10 @@ pub(crate) fn agent_spec(caller: &Caller<'_>) -> ToolSpec {
          Types you may start:{}\n\n\
          In the foreground this call returns the subagent's result. With `background: true` \
          it returns the subagent's id at once; read the result later with \
-         get_subagent_result or wait_subagents. To resume a settled subagent, give its id in \
-         `resume` and a new `prompt`.",
+         get_subagent_result or wait_subagents. Your run ends when you answer without tool \
+         calls, and subagents still running then are stopped: wait for those whose results \
+         you need first. To resume a settled subagent, give its id in `resume` and a new \
+         `prompt`.",
         if listing.is_empty() {
             " none (every type you may start is disabled)".to_owned()
         } else {
@@ -189,7 +191,12 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
     let target = |extra: Value| {
         let mut schema = json!({
             "type": "object",
-            "properties": { "agent_id": { "type": "string" } },
+            "properties": {
+                "agent_id": {
+                    "type": "string",
+                    "description": "The subagent's id, as the Agent tool returned it (a2)."
+                }
+            },
             "required": ["agent_id"]
         });
         if let (Some(props), Some(extra)) =
@@ -221,12 +228,27 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
         Orchestration::GetResult => (
             "Read the result of one of your subagents by id; with `wait`, wait for it to settle \
              (at most `timeout_ms` if given; the subagent keeps running either way).",
-            target(json!({ "wait": { "type": "boolean" }, "timeout_ms": { "type": "integer" } })),
+            target(json!({
+                "wait": {
+                    "type": "boolean",
+                    "description": "Wait for the subagent to settle instead of reading its status now."
+                },
+                "timeout_ms": {
+                    "type": "integer",
+                    "description": "With `wait`: the longest wait, in milliseconds."
+                }
+            })),
         ),
         Orchestration::Steer => (
             "Send guidance to one of your running subagents; it arrives at its next turn, or \
              answers its pending question.",
-            target(json!({ "message": { "type": "string" } })),
+            {
+                let mut schema = target(json!({
+                    "message": { "type": "string", "description": "The guidance, or the answer to its question." }
+                }));
+                schema["required"] = json!(["agent_id", "message"]);
+                schema
+            },
         ),
         Orchestration::Abort => (
             "Abort one of your subagents and everything below it.",
@@ -239,8 +261,16 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
             json!({
                 "type": "object",
                 "properties": {
-                    "agent_ids": { "type": "array", "items": { "type": "string" } },
-                    "policy": { "type": "string", "enum": ["all_settled", "fail_fast"] }
+                    "agent_ids": {
+                        "type": "array",
+                        "items": { "type": "string" },
+                        "description": "The ids of the subagents to wait for."
+                    },
+                    "policy": {
+                        "type": "string",
+                        "enum": ["all_settled", "fail_fast"],
+                        "description": "How the wait ends (default all_settled)."
+                    }
                 },
                 "required": ["agent_ids"]
             }),
@@ -249,7 +279,9 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
             "Ask the agent that started you a question and wait for its answer.",
             json!({
                 "type": "object",
-                "properties": { "question": { "type": "string" } },
+                "properties": {
+                    "question": { "type": "string", "description": "What you need to know to go on." }
+                },
                 "required": ["question"]
             }),
         ),
