@@ -366,6 +366,8 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
                 Script::new([
                     Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(50)),
+                    // A question that arrived during that turn gets one more (not answered).
+                    Turn::answer("boss done"),
                 ]),
             )
             .script(

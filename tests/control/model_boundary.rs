@@ -368,3 +368,34 @@ async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered
     );
     assert_eq!(refusal["available"], json!(["bash", "read", "write"]));
 }
+
+/// A background child that ends while its owner takes what it meant as its last turn is not
+/// lost: the notice gets the owner one more turn (as a steer does), in which the model reads
+/// the result.
+#[tokio::test(start_paused = true)]
+async fn a_childs_end_during_the_owners_last_turn_gets_the_owner_one_more_turn() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("worker", "read the docs"),
+                Turn::answer("I started a worker and will wait for it")
+                    .after(Duration::from_millis(600)),
+                Turn::answer("the docs say: ok"),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("ok").after(Duration::from_millis(200))]),
+        );
+    let recorder = RecordingModel::new(model);
+    let tree = tree(recorder.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("the docs say: ok"));
+    let calls = recorder.calls_of(a(1));
+    assert_eq!(calls.len(), 3);
+    let last = calls[2].messages.last().unwrap();
+    let notice: serde_json::Value = serde_json::from_str(&last.content).unwrap();
+    assert_eq!(notice["notice"], "subagent_ended");
+    assert_eq!(notice["text"], "ok");
+}

@@ -228,6 +228,8 @@ async fn only_the_owner_reaches_its_children_with_every_control_tool() {
                 Turn::calls(matrix),
                 Turn::calls(targets.iter().map(|t| abort(t))).after(wait),
                 Turn::answer("done").after(END),
+                // The aborted children's ends, noticed during that turn, get one more.
+                Turn::answer("done"),
             ]),
         );
     }
@@ -239,7 +241,11 @@ async fn only_the_owner_reaches_its_children_with_every_control_tool() {
     let mut owned = 0;
     for &caller in &ids {
         let log = model.log_of(caller);
-        assert_eq!(log.len(), 5, "{caller} took every turn");
+        assert!(
+            (5..=6).contains(&log.len()),
+            "{caller} took {} turns",
+            log.len()
+        );
         let is_child = |t: &str| owner.get(t) == Some(&caller);
         let matrix = &log[3].results;
         assert_eq!(matrix.len(), 3 * ops);

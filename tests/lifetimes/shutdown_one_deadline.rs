@@ -516,6 +516,8 @@ async fn shutdown_agent_stops_only_that_subtree() {
             Script::new([
                 Turn::spawn_background("helper", "help"),
                 Turn::answer("other done").after(Duration::from_secs(5)),
+                // The helper's completion arrives during that turn: one more to read it.
+                Turn::answer("other done"),
             ]),
         )
         .script(

@@ -158,7 +158,7 @@ impl AgentState {
             let current = tracing::Span::current();
             current.record("gen_ai.usage.input_tokens", billed.input_tokens);
             current.record("gen_ai.usage.output_tokens", billed.output_tokens);
-            if let TurnResult::Response(response) = &result {
+            if let (false, TurnResult::Response(response)) = (current.is_disabled(), &result) {
                 let reason = serde_json::to_value(response.finish_reason).unwrap_or_default();
                 current.record(
                     "gen_ai.response.finish_reasons",
@@ -258,10 +258,12 @@ impl AgentState {
             return self.end_run(myself, outcome);
         }
         if calls.is_empty() {
-            // A steer accepted during this turn must still be read: the model answers it in
-            // one more turn (while turns remain) instead of the run ending over it.
-            let steered = self.inbox.iter().any(|i| matches!(i, Inbound::Steer(_)));
-            if steered && self.turns < self.max_turns {
+            // A steer accepted during this turn, or a child's completion or question that
+            // arrived during it, must still be read: the model answers it in one more turn
+            // (while turns remain) instead of the run ending over it, which would drop a
+            // background child's result the model meant to read, or refuse a child's
+            // question the model never saw.
+            if !self.inbox.is_empty() && self.turns < self.max_turns {
                 return self.next_turn(myself);
             }
             let answer = if self.cut_text.is_empty() {
