@@ -22,6 +22,8 @@ mod shared;
 mod shutdown;
 mod spawn;
 mod supervision;
+#[cfg(any(test, feature = "testkit"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 mod tool;
 mod tree;
