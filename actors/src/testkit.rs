@@ -1,4 +1,5 @@
-//! Test support: a scripted, deterministic model.
+//! Test support: a scripted, deterministic model, and a model a test drives turn by turn
+//! ([`pair`]).
 //!
 //! A [`ScriptedModel`] plays a [`Script`] of [`Turn`]s per agent type (or per agent): answer
 //! with text, call tools (spawn a child in the foreground or background, read or steer a
@@ -36,6 +37,9 @@ use agent_tree_protocol::{AgentId, Message, Role, ToolCall, Usage};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::time::Instant;
+
+mod driven;
+pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
 
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};

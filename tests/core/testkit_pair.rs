@@ -1,0 +1,133 @@
+//! The driven model (`testkit::pair`): a test awaits each model call, inspects it and
+//! answers it; calls it drops or never takes fail the test, naming the agent and the turn.
+
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EndReason, ToolCall};
+use agent_tree::testkit::{self, PendingTurn};
+use serde_json::json;
+
+fn catalog() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("lead", "You lead.")
+            .with_allowed_subagents(SubagentAllowance::only(["worker"])),
+        AgentDefinition::new("worker", "You work."),
+    ])
+    .unwrap()
+}
+
+async fn tree(model: testkit::DrivenModel, config: TreeConfig) -> Tree {
+    Tree::builder()
+        .config(config)
+        .catalog(catalog())
+        .model(model)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn spawn_call(prompt: &str) -> ToolCall {
+    ToolCall::new(
+        "c1",
+        "Agent",
+        json!({"agent_type": "worker", "prompt": prompt}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_test_drives_a_delegation_turn_by_turn() {
+    let (model, mut handle) = testkit::pair();
+    let tree = tree(model, TreeConfig::default()).await;
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "plan")).await.unwrap();
+
+    let turn = handle.expect_turn_of(lead.id()).await;
+    assert_eq!((turn.depth(), turn.turn(), turn.incarnation()), (1, 1, 1));
+    assert!(turn.tool_names().contains(&"Agent"));
+    assert_eq!(turn.request().system(), "You lead.");
+    turn.call_tools(vec![spawn_call("check the logs")], Usage::tokens(10, 5));
+
+    let worker = handle.expect_turn().await;
+    assert_eq!((worker.agent_type(), worker.depth()), ("worker", 2));
+    assert_eq!(worker.last_message().unwrap().content, "check the logs");
+    assert_eq!(worker.tool_names(), ["ask_owner"]);
+    worker.answer_text("logs are clean", Usage::tokens(7, 3));
+
+    let turn = handle.expect_turn_of(lead.id()).await;
+    assert_eq!(turn.turn(), 2);
+    let result = turn.last_message().unwrap();
+    assert!(
+        result.content.contains("logs are clean"),
+        "{}",
+        result.content
+    );
+    turn.answer_text("all clean", Usage::tokens(4, 2));
+
+    let outcome = lead.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("all clean"));
+    assert_eq!(
+        tree.record(lead.id()).unwrap().subtree,
+        Usage::tokens(21, 10)
+    );
+    handle.expect_no_turn();
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_of_any_kind_hangs_and_panics_reach_the_tree() {
+    let (model, mut handle) = testkit::pair();
+    let retry = agent_tree::RetryPolicy::default()
+        .with_backoff(Duration::from_millis(10), Duration::from_millis(10));
+    let tree = tree(model, TreeConfig::default().with_retry(retry)).await;
+
+    // A rate limit is retried: the same turn comes again.
+    let mut a = tree.spawn(SpawnRequest::new("worker", "x")).await.unwrap();
+    let first = handle.expect_turn().await;
+    first.fail(ModelError::rate_limited("slow down", None));
+    let again = handle.expect_turn().await;
+    assert_eq!((again.agent(), again.turn()), (a.id(), 1));
+    again.fail(ModelError::from_status(401, "bad key"));
+    assert_eq!(a.outcome().await.reason, EndReason::ModelError);
+
+    // A panic fails the agent, the tree carries on.
+    let mut b = tree.spawn(SpawnRequest::new("worker", "y")).await.unwrap();
+    handle.expect_turn().await.panic("the model blew up");
+    assert_eq!(b.outcome().await.reason, EndReason::Panicked);
+
+    // A hang lasts until the agent is aborted.
+    let mut c = tree.spawn(SpawnRequest::new("worker", "z")).await.unwrap();
+    handle.expect_turn().await.hang();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(tree.record(c.id()).unwrap().status, AgentStatus::Running);
+    tree.abort(c.id()).unwrap();
+    assert_eq!(c.outcome().await.status, AgentStatus::Aborted);
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(
+    expected = "the model call of a1 (worker) run 1 turn 1 was dropped without an answer"
+)]
+async fn a_call_dropped_unanswered_fails_the_test_naming_it() {
+    let (model, mut handle) = testkit::pair();
+    let tree = tree(model, TreeConfig::default()).await;
+    let _worker = tree.spawn(SpawnRequest::new("worker", "x")).await.unwrap();
+    let turn: PendingTurn = handle.expect_turn().await;
+    drop(turn);
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "model calls the test never took: a1 (worker) run 1 turn 1")]
+async fn calls_the_test_never_took_fail_it_when_the_handle_goes() {
+    let (model, handle) = testkit::pair();
+    let tree = tree(model, TreeConfig::default()).await;
+    let _worker = tree.spawn(SpawnRequest::new("worker", "x")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(handle);
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "expected a model call within 3600s, none came (after 0 calls)")]
+async fn waiting_for_a_call_that_never_comes_fails_in_virtual_time() {
+    let (model, mut handle) = testkit::pair();
+    let _tree = tree(model, TreeConfig::default()).await;
+    let _ = handle.expect_turn().await;
+}
