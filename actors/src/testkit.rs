@@ -39,7 +39,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 mod driven;
+mod probe;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
+pub use probe::EventProbe;
 
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};

@@ -17,6 +17,7 @@ mod review_issue9;
 mod scripted_model_turns;
 mod snapshot_render;
 mod testkit_pair;
+mod testkit_probe;
 mod tool_calls_by_position;
 mod tools_unknown_name;
 mod tracing_spans;

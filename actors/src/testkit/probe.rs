@@ -1,0 +1,185 @@
+//! Reading a tree's event stream with expectations whose failures say what was expected and
+//! everything that was seen instead.
+//!
+//! # Invariants
+//!
+//! * Every wait is bounded in virtual time: under a paused clock a bound is reached only
+//!   when nothing else can run, so an expectation never races the tree, and a missing event
+//!   fails the test instead of hanging it.
+//! * Every event read is kept ([`EventProbe::seen`]) and shown in a failure's text.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use agent_tree_protocol::{AgentId, Event, EventKind, Outcome};
+
+use crate::events::EventStream;
+use crate::tree::Tree;
+
+/// A subscription to a tree's events with expectations.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::testkit::{EventProbe, Script, ScriptedModel, Turn};
+/// use agent_tree_actors::{Catalog, Tree};
+/// use agent_tree_protocol::{AgentDefinition, EventKind, SpawnRequest};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+/// let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+/// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+/// let mut probe = EventProbe::new(&tree);
+/// let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+/// probe.expect_event("w started", |e| matches!(e.kind, EventKind::Started { .. })).await;
+/// let outcome = probe.expect_terminated(w.id()).await;
+/// assert_eq!(outcome.text.as_deref(), Some("ok"));
+/// probe.expect_no_event(Duration::from_secs(5), |_| true).await;
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct EventProbe {
+    stream: EventStream,
+    seen: Vec<Event>,
+    /// How many of `seen` an expectation has consumed.
+    read: usize,
+}
+
+impl EventProbe {
+    /// How long an expectation waits for its event (virtual time under a paused clock).
+    pub const EXPECT_WITHIN: Duration = Duration::from_secs(3600);
+
+    /// A probe of `tree`'s events from now on.
+    pub fn new(tree: &Tree) -> Self {
+        EventProbe {
+            stream: tree.subscribe(),
+            seen: Vec::new(),
+            read: 0,
+        }
+    }
+
+    /// Every event read so far, in order.
+    pub fn seen(&self) -> &[Event] {
+        &self.seen
+    }
+
+    /// The next event not yet consumed, waiting at most `within`.
+    async fn next_within(&mut self, within: Duration) -> Option<Event> {
+        if self.read < self.seen.len() {
+            self.read += 1;
+            return Some(self.seen[self.read - 1].clone());
+        }
+        let event = tokio::time::timeout(within, self.stream.next())
+            .await
+            .ok()??;
+        self.seen.push(event.clone());
+        self.read += 1;
+        Some(event)
+    }
+
+    /// The next event matching `matcher` (events before it are consumed), within
+    /// [`EventProbe::EXPECT_WITHIN`].
+    ///
+    /// # Panics
+    ///
+    /// When none comes: the message names `what` and lists every event seen.
+    pub async fn expect_event(&mut self, what: &str, matcher: impl Fn(&Event) -> bool) -> Event {
+        let deadline = tokio::time::Instant::now() + Self::EXPECT_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_within(left).await {
+                Some(event) if matcher(&event) => return event,
+                Some(_) => {}
+                None => self.fail(&format!("expected {what}")),
+            }
+        }
+    }
+
+    /// The next `n` events matching `matcher`, in order.
+    ///
+    /// # Panics
+    ///
+    /// When fewer come, as [`EventProbe::expect_event`].
+    pub async fn receive_n(
+        &mut self,
+        n: usize,
+        what: &str,
+        matcher: impl Fn(&Event) -> bool,
+    ) -> Vec<Event> {
+        let mut found = Vec::with_capacity(n);
+        while found.len() < n {
+            let label = format!("{what} ({} of {n})", found.len() + 1);
+            found.push(self.expect_event(&label, &matcher).await);
+        }
+        found
+    }
+
+    /// Asserts no event matching `matcher` comes within `within` (the events read meanwhile
+    /// are kept and consumed).
+    ///
+    /// # Panics
+    ///
+    /// Naming the event that came.
+    pub async fn expect_no_event(&mut self, within: Duration, matcher: impl Fn(&Event) -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.next_within(left).await {
+                Some(event) if matcher(&event) => self.fail(&format!(
+                    "expected no such event within {within:?}, got {}",
+                    line(&event)
+                )),
+                Some(_) => {}
+                None => return,
+            }
+        }
+    }
+
+    /// `agent`'s final outcome, from its terminal event.
+    ///
+    /// # Panics
+    ///
+    /// When it does not end within [`EventProbe::EXPECT_WITHIN`].
+    pub async fn expect_terminated(&mut self, agent: AgentId) -> Outcome {
+        let what = format!("{agent} to end");
+        let event = self
+            .expect_event(&what, |e| e.agent == agent && e.kind.outcome().is_some())
+            .await;
+        match event.kind {
+            EventKind::Completed { outcome }
+            | EventKind::Failed { outcome }
+            | EventKind::Aborted { outcome }
+            | EventKind::Killed { outcome } => outcome,
+            _ => unreachable!("matched a terminal event"),
+        }
+    }
+
+    fn fail(&self, expected: &str) -> ! {
+        let mut text = format!("{expected}; seen {} events:", self.seen.len());
+        for event in &self.seen {
+            let _ = write!(text, "\n  {}", line(event));
+        }
+        panic!("{text}")
+    }
+}
+
+/// `#7 a2 (depth 2, parent a1) at 120 ms: started`.
+fn line(event: &Event) -> String {
+    let parent = event
+        .parent
+        .map_or_else(|| "none".to_owned(), |p| p.to_string());
+    let mut text = format!(
+        "#{} {} (depth {}, parent {parent}) at {} ms: {}",
+        event.seq,
+        event.agent,
+        event.depth,
+        event.at_ms,
+        event.kind.name()
+    );
+    if let Some(outcome) = event.kind.outcome() {
+        let _ = write!(text, " {}", outcome.summary());
+    }
+    text
+}

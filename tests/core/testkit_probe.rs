@@ -1,0 +1,102 @@
+//! The event probe: expectations over a tree's events in virtual time, whose failures say
+//! what was expected and list everything seen.
+
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::EventKind;
+use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+
+async fn tree() -> Tree {
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([Turn::spawn("worker", "w"), Turn::answer("led")]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
+        );
+    let catalog = Catalog::new([
+        AgentDefinition::new("lead", "")
+            .with_allowed_subagents(SubagentAllowance::only(["worker"])),
+        AgentDefinition::new("worker", ""),
+    ])
+    .unwrap();
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn expectations_follow_a_run_in_virtual_time() {
+    let tree = tree().await;
+    let mut probe = EventProbe::new(&tree);
+    let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let started = probe
+        .receive_n(2, "a start", |e| {
+            matches!(e.kind, EventKind::Started { .. })
+        })
+        .await;
+    assert_eq!(started.iter().map(|e| e.depth).collect::<Vec<_>>(), [1, 2]);
+    // The worker takes 2 s of model time: nothing ends within 1 s.
+    probe
+        .expect_no_event(Duration::from_secs(1), |e| e.kind.outcome().is_some())
+        .await;
+    let outcome = probe.expect_terminated(lead.id()).await;
+    assert_eq!(outcome.text.as_deref(), Some("led"));
+    assert!(probe.seen().len() >= 6);
+}
+
+/// The text of the panic `task` ends with.
+async fn panic_text(task: impl std::future::Future<Output = ()> + Send + 'static) -> String {
+    let err = tokio::spawn(task).await.expect_err("the expectation fails");
+    let payload = err.into_panic();
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_else(|| payload.downcast_ref::<&str>().unwrap().to_string())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_expectation_says_what_was_expected_and_lists_what_was_seen() {
+    let tree = tree().await;
+    let mut probe = EventProbe::new(&tree);
+    tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    let text = panic_text(async move {
+        probe
+            .expect_event("a restart", |e| {
+                matches!(e.kind, EventKind::Restarted { .. })
+            })
+            .await;
+    })
+    .await;
+    assert!(text.starts_with("expected a restart; seen "), "{text}");
+    assert!(
+        text.contains("a1 (depth 1, parent a0) at 0 ms: spawned"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a2 (depth 2, parent a1) at 2000 ms: completed"),
+        "{text}"
+    );
+
+    let tree = self::tree().await;
+    let mut probe = EventProbe::new(&tree);
+    let text = panic_text(async move {
+        let _lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+        probe
+            .expect_no_event(Duration::from_secs(10), |e| {
+                matches!(e.kind, EventKind::Completed { .. })
+            })
+            .await;
+    })
+    .await;
+    assert!(
+        text.starts_with("expected no such event within 10s, got #"),
+        "{text}"
+    );
+}
