@@ -39,8 +39,10 @@ use serde_json::json;
 use tokio::time::Instant;
 
 mod driven;
+mod faults;
 mod probe;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
+pub use faults::{FaultyModel, FaultyTool, failing_hook, hanging_hook, panicking_hook};
 pub use probe::EventProbe;
 
 use crate::error::ModelError;

@@ -1,0 +1,297 @@
+//! Fault injection: a model or a tool that fails, panics, hangs or is slow by a plan, and
+//! hooks that hang, panic or fail.
+//!
+//! # Invariants
+//!
+//! * Faults are deterministic: "at turn n" counts the turns of each agent's run as the
+//!   runtime numbers them, and a seeded probability draws from (seed, agent, run, turn), so
+//!   the same tree under the same seed fails the same calls, whatever the interleaving.
+//! * The first fault of the plan that applies to a call wins; a call no fault applies to
+//!   goes to the wrapped model or tool unchanged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::ToolSpec;
+
+use crate::error::{ModelError, ToolError};
+use crate::hooks::{HookContext, HookError};
+use crate::model::{Model, ModelRequest, ModelResponse};
+use crate::policy::retry::splitmix64;
+use crate::tool::{Tool, ToolContext};
+use crate::util::BoxFuture;
+
+/// What a fault does to a call.
+#[derive(Clone, Debug)]
+enum FaultKind {
+    /// The call fails with this error.
+    Fail(ModelError),
+    /// The call panics.
+    Panic,
+    /// The call never returns (until the agent is aborted).
+    Hang,
+    /// The call is delayed by this long, then goes to the wrapped model.
+    Slow(Duration),
+}
+
+/// When a fault applies.
+#[derive(Clone, Debug)]
+enum When {
+    Turn(u32),
+    Always,
+    Probability { p: f64, seed: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct Fault {
+    when: When,
+    kind: FaultKind,
+    agent_type: Option<String>,
+}
+
+impl Fault {
+    fn applies(&self, request: &ModelRequest) -> bool {
+        if self
+            .agent_type
+            .as_deref()
+            .is_some_and(|t| t != request.agent_type())
+        {
+            return false;
+        }
+        match self.when {
+            When::Turn(turn) => request.turn == turn,
+            When::Always => true,
+            When::Probability { p, seed } => {
+                let draw = splitmix64(
+                    seed ^ request.agent.get().rotate_left(21)
+                        ^ (u64::from(request.incarnation) << 40)
+                        ^ u64::from(request.turn),
+                );
+                // 53 bits of the draw as a fraction in [0, 1).
+                ((draw >> 11) as f64 / (1u64 << 53) as f64) < p
+            }
+        }
+    }
+}
+
+/// A model wrapped in a fault plan.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::testkit::{FaultyModel, Script, ScriptedModel, Turn};
+/// use agent_tree_actors::ModelError;
+///
+/// let model = FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
+///     .fail_at_turn(1, ModelError::transient("connection reset"))
+///     .only_for("w")
+///     .fail_with_probability(0.1, 42, ModelError::new("flaky"))
+///     .slow(Duration::from_millis(200));
+/// # let _ = model;
+/// ```
+pub struct FaultyModel<M> {
+    inner: Arc<M>,
+    plan: Vec<Fault>,
+}
+
+impl<M> std::fmt::Debug for FaultyModel<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyModel")
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Model> FaultyModel<M> {
+    /// `inner` with no faults yet.
+    pub fn new(inner: M) -> Self {
+        FaultyModel {
+            inner: Arc::new(inner),
+            plan: Vec::new(),
+        }
+    }
+
+    fn with(mut self, when: When, kind: FaultKind) -> Self {
+        self.plan.push(Fault {
+            when,
+            kind,
+            agent_type: None,
+        });
+        self
+    }
+
+    /// Fails turn `turn` of every run with `error`.
+    pub fn fail_at_turn(self, turn: u32, error: ModelError) -> Self {
+        self.with(When::Turn(turn), FaultKind::Fail(error))
+    }
+
+    /// Fails each call with `probability`, drawn from `seed` and the call's agent, run and
+    /// turn.
+    pub fn fail_with_probability(self, probability: f64, seed: u64, error: ModelError) -> Self {
+        self.with(
+            When::Probability {
+                p: probability,
+                seed,
+            },
+            FaultKind::Fail(error),
+        )
+    }
+
+    /// Panics at turn `turn` of every run.
+    pub fn panic_at_turn(self, turn: u32) -> Self {
+        self.with(When::Turn(turn), FaultKind::Panic)
+    }
+
+    /// Hangs at turn `turn` of every run.
+    pub fn hang_at_turn(self, turn: u32) -> Self {
+        self.with(When::Turn(turn), FaultKind::Hang)
+    }
+
+    /// Delays every call by `delay`.
+    pub fn slow(self, delay: Duration) -> Self {
+        self.with(When::Always, FaultKind::Slow(delay))
+    }
+
+    /// Limits the fault added last to agents of `agent_type`.
+    pub fn only_for(mut self, agent_type: impl Into<String>) -> Self {
+        if let Some(last) = self.plan.last_mut() {
+            last.agent_type = Some(agent_type.into());
+        }
+        self
+    }
+}
+
+impl<M: Model> Model for FaultyModel<M> {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let fault = self
+            .plan
+            .iter()
+            .find(|f| f.applies(&request))
+            .map(|f| f.kind.clone());
+        Box::pin(async move {
+            match fault {
+                Some(FaultKind::Fail(error)) => Err(error),
+                Some(FaultKind::Panic) => {
+                    panic!("injected panic in {} turn {}", request.agent, request.turn)
+                }
+                Some(FaultKind::Hang) => std::future::pending().await,
+                Some(FaultKind::Slow(delay)) => {
+                    tokio::time::sleep(delay).await;
+                    self.inner.turn(request).await
+                }
+                None => self.inner.turn(request).await,
+            }
+        })
+    }
+}
+
+/// A tool wrapped in a fault: every call of it fails, panics, hangs or is slow.
+///
+/// ```
+/// use agent_tree_actors::testkit::FaultyTool;
+/// use agent_tree_actors::{FnTool, Tool};
+/// let read = FnTool::new("read", "reads", |_, _| async { Ok("text".to_owned()) });
+/// let broken = FaultyTool::failing(read, "disk on fire");
+/// assert_eq!(broken.spec().name, "read");
+/// ```
+pub struct FaultyTool<T> {
+    inner: T,
+    kind: ToolFault,
+}
+
+#[derive(Clone, Debug)]
+enum ToolFault {
+    Fail(String),
+    Panic,
+    Hang,
+    Slow(Duration),
+}
+
+impl<T> std::fmt::Debug for FaultyTool<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyTool")
+            .field("fault", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Tool> FaultyTool<T> {
+    /// `inner`, every call of which fails with `message`.
+    pub fn failing(inner: T, message: impl Into<String>) -> Self {
+        FaultyTool {
+            inner,
+            kind: ToolFault::Fail(message.into()),
+        }
+    }
+
+    /// `inner`, every call of which panics.
+    pub fn panicking(inner: T) -> Self {
+        FaultyTool {
+            inner,
+            kind: ToolFault::Panic,
+        }
+    }
+
+    /// `inner`, every call of which hangs until the agent is aborted.
+    pub fn hanging(inner: T) -> Self {
+        FaultyTool {
+            inner,
+            kind: ToolFault::Hang,
+        }
+    }
+
+    /// `inner`, every call of which is delayed by `delay`.
+    pub fn slow(inner: T, delay: Duration) -> Self {
+        FaultyTool {
+            inner,
+            kind: ToolFault::Slow(delay),
+        }
+    }
+}
+
+impl<T: Tool> Tool for FaultyTool<T> {
+    fn spec(&self) -> ToolSpec {
+        self.inner.spec()
+    }
+
+    fn call(
+        &self,
+        context: ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'_, Result<String, ToolError>> {
+        let kind = self.kind.clone();
+        Box::pin(async move {
+            match kind {
+                ToolFault::Fail(message) => Err(ToolError::new(message)),
+                ToolFault::Panic => panic!("injected panic in tool {}", self.inner.spec().name),
+                ToolFault::Hang => std::future::pending().await,
+                ToolFault::Slow(delay) => {
+                    tokio::time::sleep(delay).await;
+                    self.inner.call(context, input).await
+                }
+            }
+        })
+    }
+}
+
+/// A start or shutdown hook that never finishes (a shutdown's deadline cuts it off).
+pub fn hanging_hook() -> impl Fn(HookContext) -> BoxFuture<'static, Result<(), HookError>> {
+    |_| Box::pin(std::future::pending())
+}
+
+/// A hook that panics.
+pub fn panicking_hook() -> impl Fn(HookContext) -> BoxFuture<'static, Result<(), HookError>> {
+    |context: HookContext| {
+        Box::pin(async move { panic!("injected panic in {}'s hook", context.agent) })
+    }
+}
+
+/// A hook that fails with `message`.
+pub fn failing_hook(
+    message: impl Into<String>,
+) -> impl Fn(HookContext) -> BoxFuture<'static, Result<(), HookError>> {
+    let message = message.into();
+    move |_| {
+        let message = message.clone();
+        Box::pin(async move { Err(HookError(message)) })
+    }
+}
