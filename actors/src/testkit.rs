@@ -39,6 +39,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 mod driven;
+pub mod experiment;
 mod faults;
 mod probe;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};

@@ -16,6 +16,7 @@ mod results_read_by_id;
 mod review_issue9;
 mod scripted_model_turns;
 mod snapshot_render;
+mod testkit_experiment;
 mod testkit_faults;
 mod testkit_pair;
 mod testkit_probe;
