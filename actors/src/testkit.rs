@@ -40,6 +40,8 @@ use tokio::time::Instant;
 
 mod driven;
 pub mod experiment;
+#[doc = include_str!("../../docs/testing.md")]
+pub mod guide {}
 mod faults;
 mod probe;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};

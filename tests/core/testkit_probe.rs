@@ -74,7 +74,17 @@ async fn a_failed_expectation_says_what_was_expected_and_lists_what_was_seen() {
             .await;
     })
     .await;
-    assert!(text.starts_with("expected a restart; seen "), "{text}");
+    // The text docs/testing.md shows.
+    assert_eq!(
+        text,
+        "expected a restart; seen 6 events:\n  \
+         #1 a1 (depth 1, parent a0) at 0 ms: spawned\n  \
+         #2 a1 (depth 1, parent a0) at 0 ms: started\n  \
+         #3 a2 (depth 2, parent a1) at 0 ms: spawned\n  \
+         #4 a2 (depth 2, parent a1) at 0 ms: started\n  \
+         #5 a2 (depth 2, parent a1) at 2000 ms: completed worked\n  \
+         #6 a1 (depth 1, parent a0) at 2000 ms: completed led"
+    );
     assert!(
         text.contains("a1 (depth 1, parent a0) at 0 ms: spawned"),
         "{text}"
