@@ -36,10 +36,11 @@ use std::time::Duration;
 use agent_tree_protocol::{AgentId, Message, Role, ToolCall, Usage};
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::time::Instant;
 
 mod driven;
 pub mod experiment;
+mod log;
+pub use log::{CallEnd, CallLog, ModelCall};
 #[doc = include_str!("../../docs/testing.md")]
 pub mod guide {}
 mod faults;
@@ -293,26 +294,6 @@ impl Script {
     }
 }
 
-/// One logged model call.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModelCall {
-    /// The agent.
-    pub agent: AgentId,
-    /// Its type.
-    pub agent_type: String,
-    /// Its depth.
-    pub depth: u32,
-    /// The turn number within its run.
-    pub turn: u32,
-    /// When the call was made (tokio time).
-    pub at: Instant,
-    /// The names of the tools the agent was offered.
-    pub tools: Vec<String>,
-    /// The tool results the call received (the tool messages after the last assistant
-    /// message), with the error flag the runtime set.
-    pub results: Vec<Message>,
-}
-
 /// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
 #[derive(Clone, Default)]
 pub struct ScriptedModel {
@@ -324,7 +305,7 @@ struct Inner {
     by_type: Mutex<HashMap<String, Script>>,
     by_agent: Mutex<HashMap<AgentId, Script>>,
     cursors: Mutex<HashMap<AgentId, usize>>,
-    log: Mutex<Vec<ModelCall>>,
+    log: CallLog,
 }
 
 impl fmt::Debug for ScriptedModel {
@@ -358,33 +339,27 @@ impl ScriptedModel {
 
     /// Model calls made so far.
     pub fn calls(&self) -> usize {
-        self.inner.log.lock().len()
+        self.inner.log.len()
     }
 
     /// Model calls made by `agent`.
     pub fn calls_by(&self, agent: AgentId) -> usize {
-        self.inner
-            .log
-            .lock()
-            .iter()
-            .filter(|c| c.agent == agent)
-            .count()
+        self.inner.log.of(agent).len()
+    }
+
+    /// The call log itself (shared with clones of this model).
+    pub fn call_log(&self) -> CallLog {
+        self.inner.log.clone()
     }
 
     /// Every call, in the order made.
     pub fn log(&self) -> Vec<ModelCall> {
-        self.inner.log.lock().clone()
+        self.inner.log.calls()
     }
 
     /// The calls made by `agent`, in order.
     pub fn log_of(&self, agent: AgentId) -> Vec<ModelCall> {
-        self.inner
-            .log
-            .lock()
-            .iter()
-            .filter(|c| c.agent == agent)
-            .cloned()
-            .collect()
+        self.inner.log.of(agent)
     }
 
     fn next_turn(&self, request: &ModelRequest) -> Result<Turn, ModelError> {
@@ -420,16 +395,19 @@ fn pick(script: &Script, index: usize, whose: &str) -> Result<Turn, ModelError> 
 impl Model for ScriptedModel {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(async move {
-            self.inner.log.lock().push(ModelCall {
-                agent: request.agent,
-                agent_type: request.agent_type().to_owned(),
-                depth: request.depth,
-                turn: request.turn,
-                at: Instant::now(),
-                tools: request.tools.iter().map(|t| t.name.clone()).collect(),
-                results: latest_results(&request.messages),
-            });
-            let turn = self.next_turn(&request)?;
+            let logged = self.inner.log.start(&request);
+            let result = self.play(&request).await;
+            logged.finish(&result);
+            result
+        })
+    }
+}
+
+impl ScriptedModel {
+    /// Plays the agent's next scripted turn for `request`.
+    async fn play(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        {
+            let turn = self.next_turn(request)?;
             if !turn.delay.is_zero() {
                 tokio::time::sleep(turn.delay).await;
             }
@@ -439,7 +417,7 @@ impl Model for ScriptedModel {
                     let tool_calls = calls
                         .into_iter()
                         .enumerate()
-                        .map(|(i, call)| to_tool_call(&request, i, call))
+                        .map(|(i, call)| to_tool_call(request, i, call))
                         .collect();
                     Ok(ModelResponse::calls(tool_calls).with_usage(turn.usage))
                 }
@@ -447,7 +425,7 @@ impl Model for ScriptedModel {
                 Action::Hang => std::future::pending().await,
                 Action::Panic(message) => panic!("{message}"),
             }
-        })
+        }
     }
 }
 
@@ -488,19 +466,6 @@ fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
         }
         Call::Tool { name, input } => ToolCall::new(id, name, input),
     }
-}
-
-/// The tool messages after the last assistant message.
-fn latest_results(messages: &[Message]) -> Vec<Message> {
-    let start = messages
-        .iter()
-        .rposition(|m| m.role == Role::Assistant)
-        .map_or(messages.len(), |i| i + 1);
-    messages[start..]
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .cloned()
-        .collect()
 }
 
 /// The id text a target stands for, read from the conversation for [`Target::Spawned`].

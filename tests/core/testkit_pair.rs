@@ -131,3 +131,34 @@ async fn waiting_for_a_call_that_never_comes_fails_in_virtual_time() {
     let _tree = tree(model, TreeConfig::default()).await;
     let _ = handle.expect_turn().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_call_log_says_how_each_call_ended() {
+    use agent_tree::testkit::CallEnd;
+    let (model, mut handle) = testkit::pair();
+    let log = handle.log();
+    let tree = tree(
+        model,
+        TreeConfig::default().with_retry(agent_tree::RetryPolicy::none()),
+    )
+    .await;
+    let mut a = tree.spawn(SpawnRequest::new("worker", "x")).await.unwrap();
+    handle.expect_turn().await.answer_text("ok", Usage::ZERO);
+    a.outcome().await;
+    let mut b = tree.spawn(SpawnRequest::new("worker", "y")).await.unwrap();
+    handle.expect_turn().await.fail(ModelError::new("no"));
+    b.outcome().await;
+    let mut c = tree.spawn(SpawnRequest::new("worker", "z")).await.unwrap();
+    let pending = handle.expect_turn().await;
+    assert_eq!(log.of(c.id())[0].end, CallEnd::InFlight);
+    pending.hang();
+    tree.abort(c.id()).unwrap();
+    c.outcome().await;
+    let ends: Vec<CallEnd> = log.calls().iter().map(|call| call.end).collect();
+    assert_eq!(ends, [CallEnd::Returned, CallEnd::Failed, CallEnd::Dropped]);
+    let first = &log.calls()[0];
+    assert_eq!(
+        (first.agent_type.as_str(), first.turn, first.incarnation),
+        ("worker", 1, 1)
+    );
+}

@@ -23,6 +23,8 @@ use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};
 use crate::util::BoxFuture;
 
+use super::log::CallLog;
+
 /// A model and the handle that drives it.
 ///
 /// ```
@@ -46,7 +48,18 @@ use crate::util::BoxFuture;
 /// ```
 pub fn pair() -> (DrivenModel, ModelHandle) {
     let (sender, receiver) = mpsc::unbounded_channel();
-    (DrivenModel { sender }, ModelHandle { receiver, taken: 0 })
+    let log = CallLog::default();
+    (
+        DrivenModel {
+            sender,
+            log: log.clone(),
+        },
+        ModelHandle {
+            receiver,
+            taken: 0,
+            log,
+        },
+    )
 }
 
 /// The model half of a [`pair`]: every call goes to the [`ModelHandle`] and waits there for
@@ -54,6 +67,7 @@ pub fn pair() -> (DrivenModel, ModelHandle) {
 #[derive(Clone)]
 pub struct DrivenModel {
     sender: mpsc::UnboundedSender<PendingTurn>,
+    log: CallLog,
 }
 
 impl fmt::Debug for DrivenModel {
@@ -75,6 +89,17 @@ enum Reply {
 impl Model for DrivenModel {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(async move {
+            let logged = self.log.start(&request);
+            let result = self.ask(request).await;
+            logged.finish(&result);
+            result
+        })
+    }
+}
+
+impl DrivenModel {
+    async fn ask(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        {
             let (reply, answer) = oneshot::channel();
             let pending = PendingTurn {
                 request,
@@ -94,7 +119,7 @@ impl Model for DrivenModel {
                     "the test dropped this model call without answering it",
                 )),
             }
-        })
+        }
     }
 }
 
@@ -102,6 +127,7 @@ impl Model for DrivenModel {
 pub struct ModelHandle {
     receiver: mpsc::UnboundedReceiver<PendingTurn>,
     taken: usize,
+    log: CallLog,
 }
 
 impl fmt::Debug for ModelHandle {
@@ -113,6 +139,12 @@ impl fmt::Debug for ModelHandle {
 }
 
 impl ModelHandle {
+    /// Every call the model was asked, and how each ended (returned, failed, dropped by an
+    /// abort): the same log a [`ScriptedModel`](super::ScriptedModel) keeps.
+    pub fn log(&self) -> CallLog {
+        self.log.clone()
+    }
+
     /// How long [`ModelHandle::expect_turn`] waits (virtual time under a paused clock).
     pub const EXPECT_WITHIN: Duration = Duration::from_secs(3600);
 
