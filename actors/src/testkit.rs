@@ -47,7 +47,7 @@ mod faults;
 mod probe;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
 pub use faults::{FaultyModel, FaultyTool, failing_hook, hanging_hook, panicking_hook};
-pub use probe::EventProbe;
+pub use probe::{EventProbe, Fish};
 
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};

@@ -110,3 +110,38 @@ async fn a_failed_expectation_says_what_was_expected_and_lists_what_was_seen() {
         "{text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn fishing_skips_what_it_skips_and_fails_on_what_it_fails() {
+    use agent_tree::testkit::Fish;
+    let tree = tree().await;
+    let mut probe = EventProbe::new(&tree);
+    tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let depth = probe
+        .fish("the worker's end", |e| match &e.kind {
+            EventKind::Completed { outcome } if outcome.text.as_deref() == Some("worked") => {
+                Fish::Catch(e.depth)
+            }
+            EventKind::Failed { .. } => Fish::Fail("something failed".into()),
+            _ => Fish::Skip,
+        })
+        .await;
+    assert_eq!(depth, 2);
+
+    let tree = self::tree().await;
+    let mut probe = EventProbe::new(&tree);
+    let text = panic_text(async move {
+        tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+        probe
+            .fish("nothing", |e| match e.kind {
+                EventKind::Started { .. } => Fish::<()>::Fail("no agent may start".into()),
+                _ => Fish::Skip,
+            })
+            .await;
+    })
+    .await;
+    assert!(
+        text.starts_with("fishing for nothing: no agent may start at #2 a1 (depth 1, parent a0)"),
+        "{text}"
+    );
+}

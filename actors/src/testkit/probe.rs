@@ -137,6 +137,53 @@ impl EventProbe {
         }
     }
 
+    /// Reads events until `fish` catches one (returns [`Fish::Catch`]), skipping those it
+    /// skips and failing on one it fails, within [`EventProbe::EXPECT_WITHIN`]: Akka's
+    /// `fishForMessage`.
+    ///
+    /// # Panics
+    ///
+    /// When `fish` fails an event (with its reason), or nothing is caught in time.
+    ///
+    /// ```
+    /// use agent_tree_actors::testkit::{EventProbe, Fish, Script, ScriptedModel, Turn};
+    /// use agent_tree_actors::{Catalog, Tree};
+    /// use agent_tree_protocol::{AgentDefinition, EventKind, SpawnRequest, Usage};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+    /// let model = ScriptedModel::new()
+    ///     .script("w", Script::new([Turn::answer("ok").usage(Usage::tokens(3, 1))]));
+    /// let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    /// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+    /// let mut probe = EventProbe::new(&tree);
+    /// tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    /// let billed = probe
+    ///     .fish("the usage", |e| match &e.kind {
+    ///         EventKind::UsageReported { delta } => Fish::Catch(delta.total_tokens()),
+    ///         EventKind::Failed { .. } => Fish::Fail("failed before billing".into()),
+    ///         _ => Fish::Skip,
+    ///     })
+    ///     .await;
+    /// assert_eq!(billed, 4);
+    /// # });
+    /// ```
+    pub async fn fish<T>(&mut self, what: &str, mut fish: impl FnMut(&Event) -> Fish<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Self::EXPECT_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(event) = self.next_within(left).await else {
+                self.fail(&format!("expected to catch {what}"))
+            };
+            match fish(&event) {
+                Fish::Catch(caught) => return caught,
+                Fish::Skip => {}
+                Fish::Fail(reason) => {
+                    self.fail(&format!("fishing for {what}: {reason} at {}", line(&event)))
+                }
+            }
+        }
+    }
+
     /// `agent`'s final outcome, from its terminal event.
     ///
     /// # Panics
@@ -163,6 +210,17 @@ impl EventProbe {
         }
         panic!("{text}")
     }
+}
+
+/// What [`EventProbe::fish`] does with one event.
+#[derive(Debug)]
+pub enum Fish<T> {
+    /// This is the one: return it.
+    Catch(T),
+    /// Not this one: read on.
+    Skip,
+    /// This event should not have come: fail the test with this reason.
+    Fail(String),
 }
 
 /// `#7 a2 (depth 2, parent a1) at 120 ms: started`.
