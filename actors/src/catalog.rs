@@ -617,11 +617,7 @@ impl Catalog {
     /// The enabled types `caller` may spawn, in catalog order: what its `Agent` tool lists.
     pub(crate) fn reachable_for(&self, caller: &AgentDefinition) -> Vec<&Arc<AgentDefinition>> {
         let allowance = &caller.allowed_subagents;
-        self.inner
-            .definitions
-            .iter()
-            .filter(|d| d.enabled && self.permits(allowance, d))
-            .collect()
+        self.reachable_definitions(|d| self.permits(allowance, d))
     }
 
     /// The address of the catalog's shared contents: equal for clones of one catalog.
@@ -629,9 +625,22 @@ impl Catalog {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    fn reachable(&self, reachable: impl Fn(&AgentDefinition) -> bool) -> Vec<String> {
-        self.definitions()
+    /// The enabled definitions `reachable` admits, in catalog order.
+    fn reachable_definitions(
+        &self,
+        reachable: impl Fn(&AgentDefinition) -> bool,
+    ) -> Vec<&Arc<AgentDefinition>> {
+        self.inner
+            .definitions
+            .iter()
             .filter(|d| d.enabled && reachable(d))
+            .collect()
+    }
+
+    /// Their names, for error messages.
+    fn reachable(&self, reachable: impl Fn(&AgentDefinition) -> bool) -> Vec<String> {
+        self.reachable_definitions(reachable)
+            .into_iter()
             .map(|d| d.name.clone())
             .collect()
     }

@@ -12,6 +12,7 @@ use super::AgentState;
 use super::lifecycle::Phase;
 use super::orchestration;
 use crate::msg::AgentMsg;
+use crate::policy::capability::NameMatch;
 use crate::policy::wait as wait_policy;
 use crate::tool::ToolContext;
 use crate::util::CatchUnwind;
@@ -314,14 +315,10 @@ impl AgentState {
     /// The name of the offered tool `name` means: itself, else the one offered tool equal
     /// to it ignoring ASCII case (none when several are).
     fn offered_name(&self, name: &str) -> Option<&str> {
-        let offered = || self.offer.specs.iter().map(|spec| spec.name.as_str());
-        if let Some(exact) = offered().find(|n| *n == name) {
-            return Some(exact);
-        }
-        let mut folded = offered().filter(|n| n.eq_ignore_ascii_case(name));
-        match (folded.next(), folded.next()) {
-            (Some(one), None) => Some(one),
-            _ => None,
+        let offered = self.offer.specs.iter().map(|spec| spec.name.as_str());
+        match crate::policy::capability::match_name(name, offered) {
+            NameMatch::Exact(tool) | NameMatch::Folded(tool) => Some(tool),
+            NameMatch::Ambiguous(_) | NameMatch::None => None,
         }
     }
 

@@ -37,6 +37,41 @@ pub(crate) enum ToolMatch<'a> {
     Unknown,
 }
 
+/// What a name denotes among `candidates` by the one rule names follow here (tool names of
+/// definitions, tool names in a model's calls): the candidate equal to it, else the one
+/// equal to it ignoring ASCII case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NameMatch<'a> {
+    /// The candidate equal to the name.
+    Exact(&'a str),
+    /// The only candidate equal to it ignoring ASCII case.
+    Folded(&'a str),
+    /// Several equal to it ignoring ASCII case, none exactly.
+    Ambiguous(Vec<&'a str>),
+    /// None.
+    None,
+}
+
+/// Matches `name` among `candidates` ([`NameMatch`]).
+pub(crate) fn match_name<'a, I>(name: &str, candidates: I) -> NameMatch<'a>
+where
+    I: IntoIterator<Item = &'a str>,
+    I::IntoIter: Clone,
+{
+    let candidates = candidates.into_iter();
+    if let Some(exact) = candidates.clone().find(|c| *c == name) {
+        return NameMatch::Exact(exact);
+    }
+    let mut folded: Vec<&'a str> = candidates
+        .filter(|c| c.eq_ignore_ascii_case(name))
+        .collect();
+    match folded.len() {
+        0 => NameMatch::None,
+        1 => NameMatch::Folded(folded.remove(0)),
+        _ => NameMatch::Ambiguous(folded),
+    }
+}
+
 /// The rule matching a definition's tool name `name` to the registered user tools.
 ///
 /// In order: a registered tool named exactly `name`; an orchestration tool named exactly
@@ -53,24 +88,15 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
         Some(ExtensionSelector { tool: None, .. }) => return ToolMatch::Unknown,
         None => name,
     };
-    if let Some(&exact) = registered.iter().find(|t| **t == name) {
-        return ToolMatch::Tool(exact);
-    }
-    if RESERVED_TOOLS.contains(&name) {
-        return ToolMatch::Orchestration;
-    }
-    let folded: Vec<&'a str> = registered
-        .iter()
-        .copied()
-        .filter(|t| t.eq_ignore_ascii_case(name))
-        .collect();
-    match folded.as_slice() {
-        [one] => ToolMatch::Tool(one),
-        [] if RESERVED_TOOLS.iter().any(|t| t.eq_ignore_ascii_case(name)) => {
+    match match_name(name, registered.iter().copied()) {
+        NameMatch::Exact(tool) => ToolMatch::Tool(tool),
+        _ if RESERVED_TOOLS.contains(&name) => ToolMatch::Orchestration,
+        NameMatch::Folded(tool) => ToolMatch::Tool(tool),
+        NameMatch::Ambiguous(tools) => ToolMatch::Ambiguous(tools),
+        NameMatch::None if RESERVED_TOOLS.iter().any(|t| t.eq_ignore_ascii_case(name)) => {
             ToolMatch::Orchestration
         }
-        [] => ToolMatch::Unknown,
-        _ => ToolMatch::Ambiguous(folded),
+        NameMatch::None => ToolMatch::Unknown,
     }
 }
 
