@@ -330,13 +330,6 @@ impl TurnSink {
             .unwrap_or_default()
     }
 
-    /// Whether any text was streamed.
-    pub(crate) fn has_text(&self) -> bool {
-        self.inner
-            .as_ref()
-            .is_some_and(|inner| !inner.state.lock().text.is_empty())
-    }
-
     /// Starts a new attempt of the same turn: the text and usage of a failed attempt are
     /// not the next one's.
     pub(crate) fn reset(&self) {

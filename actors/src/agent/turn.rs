@@ -178,14 +178,19 @@ impl AgentState {
 
     /// The output to keep as partial if the run ends now: the text the turn in flight has
     /// streamed, else the model's last text.
+    /// Either after the pieces of cut-off turns it continued.
     pub(super) fn partial(&self) -> String {
-        match &self.turn_in_flight {
-            Some(in_flight) if in_flight.sink.has_text() => {
-                format!("{}{}", self.cut_text, in_flight.sink.streamed_text())
-            }
-            _ if !self.cut_text.is_empty() => format!("{}{}", self.cut_text, self.last_text),
-            _ => self.last_text.clone(),
-        }
+        let streamed = self
+            .turn_in_flight
+            .as_ref()
+            .map(|in_flight| in_flight.sink.streamed_text())
+            .unwrap_or_default();
+        let text = if streamed.is_empty() {
+            &self.last_text
+        } else {
+            &streamed
+        };
+        format!("{}{text}", self.cut_text)
     }
 
     /// A turn task reported back.
@@ -198,8 +203,11 @@ impl AgentState {
         if let Some(in_flight) = self.turn_in_flight.take_if(|f| f.turn == turn) {
             // A turn that did not return keeps what it streamed as the last text: the run's
             // partial output, whichever arrives first, this report or the abort.
-            if !matches!(result, TurnResult::Response(_)) && in_flight.sink.has_text() {
-                self.last_text = in_flight.sink.streamed_text();
+            if !matches!(result, TurnResult::Response(_)) {
+                let streamed = in_flight.sink.streamed_text();
+                if !streamed.is_empty() {
+                    self.last_text = streamed;
+                }
             }
         }
         if !self.phase.thinking(turn) {
