@@ -253,8 +253,9 @@ async fn a_turn_cut_off_past_the_continuations_fails_with_length_limit() {
     assert_eq!(outcome.reason, EndReason::LengthLimit);
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported() {
+/// A worker that streams "Half an answer" and reports usage 7/3, then hangs, aborted once
+/// it has: its outcome and its own usage.
+async fn abort_mid_stream() -> (Outcome, Usage) {
     let ready = Arc::new(Notify::new());
     let model = Steps::new([Step::StreamThenHang(
         vec!["Half ", "an ", "answer"],
@@ -266,9 +267,17 @@ async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported
     ready.notified().await;
     tree.abort(handle.id()).unwrap();
     let outcome = handle.outcome().await;
+    let own = tree.record(handle.id()).unwrap().own;
+    tree.shutdown().await;
+    (outcome, own)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported() {
+    let (outcome, own) = abort_mid_stream().await;
     assert_eq!(outcome.status, AgentStatus::Aborted);
     assert_eq!(outcome.partial.as_deref(), Some("Half an answer"));
-    assert_eq!(tree.record(handle.id()).unwrap().own, Usage::tokens(7, 3));
+    assert_eq!(own, Usage::tokens(7, 3));
 }
 
 #[tokio::test(start_paused = true)]
@@ -398,25 +407,14 @@ fn streamed_text_is_the_partial_output_whatever_arrives_first_on_worker_threads(
         .unwrap();
     for round in 0..80 {
         runtime.block_on(async {
-            let ready = Arc::new(Notify::new());
-            let model = Steps::new([Step::StreamThenHang(
-                vec!["Half ", "an ", "answer"],
-                Usage::tokens(7, 3),
-                ready.clone(),
-            )]);
-            let tree = build(&model, TreeConfig::default()).await;
-            let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
-            ready.notified().await;
-            tree.abort(handle.id()).unwrap();
-            let outcome = handle.outcome().await;
+            let (outcome, own) = abort_mid_stream().await;
             assert_eq!(outcome.status, AgentStatus::Aborted, "round {round}");
             assert_eq!(
                 outcome.partial.as_deref(),
                 Some("Half an answer"),
                 "round {round}"
             );
-            assert_eq!(tree.record(handle.id()).unwrap().own, Usage::tokens(7, 3));
-            tree.shutdown().await;
+            assert_eq!(own, Usage::tokens(7, 3), "round {round}");
         });
     }
 }

@@ -189,6 +189,138 @@ async fn questions_to_the_application_on_worker_threads() {
     }
 }
 
+/// A top-level question answered by the application's handler while, by turns, the
+/// application also steers the asker or aborts it: on worker threads the handler's answer,
+/// the steer and the abort arrive in any order. The run always ends; the question gets one
+/// answer, and the handler's answer is never read as a steer (a steer sent before the
+/// question was asked is a steer, read at the next turn); an abort ends the asker aborted or
+/// (when the answer won) completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_handler_races_steers_and_aborts_on_worker_threads() {
+    for run in 0..150u32 {
+        let scripted = ScriptedModel::new().script(
+            "asker",
+            Script::new([
+                Turn::calls([crate::support::ask("which branch?")]),
+                Turn::answer("answered"),
+                Turn::answer("answered again"),
+            ]),
+        );
+        let recorder = RecordingModel::new(scripted);
+        let tree = Tree::builder()
+            .catalog(catalog([leaf("asker")]))
+            .model(recorder.clone())
+            .on_question(|_: agent_tree::Question| async {
+                tokio::task::yield_now().await;
+                Ok("from the handler".to_owned())
+            })
+            .build()
+            .await
+            .expect("builds");
+        let mut all = tree.subscribe();
+        let mut asker = tree
+            .spawn(SpawnRequest::new("asker", "go"))
+            .await
+            .expect("admitted");
+        let id = asker.id();
+        match run % 3 {
+            0 => {
+                let _ = tree.steer(id, "from a steer").await;
+            }
+            1 => {
+                let _ = tree.abort(id);
+            }
+            _ => {}
+        }
+        let outcome = bounded("the asker", asker.outcome()).await;
+        let calls = recorder.calls_of(id);
+        // The handler's answer is only ever a tool result, never a user message.
+        assert!(
+            !calls.iter().any(|c| c.has_user_message("from the handler")),
+            "run {run}: the handler's answer was read as a steer"
+        );
+        match outcome.status {
+            AgentStatus::Completed => {
+                let answer = &calls[1]
+                    .messages
+                    .iter()
+                    .rfind(|m| m.role == agent_tree::protocol::Role::Tool)
+                    .expect("the ask_owner result")
+                    .content;
+                assert!(
+                    ["from the handler", "from a steer"].contains(&answer.as_str()),
+                    "run {run}: {answer}"
+                );
+                // A third turn only for a steer that came before the question, which the
+                // handler then answered.
+                if calls.len() == 3 {
+                    assert_eq!(answer, "from the handler", "run {run}");
+                    assert!(calls[2].has_user_message("from a steer"), "run {run}");
+                    assert_eq!(outcome.text.as_deref(), Some("answered again"));
+                } else {
+                    assert_eq!(calls.len(), 2, "run {run}");
+                    assert_eq!(outcome.text.as_deref(), Some("answered"), "run {run}");
+                }
+            }
+            AgentStatus::Aborted => assert_eq!(run % 3, 1, "run {run}: aborted unasked"),
+            other => panic!("run {run}: {other:?} {outcome:?}"),
+        }
+        tree.shutdown().await;
+        assert_folds(&tree, &all.drain(), run);
+    }
+}
+
+/// A background child that ends around its owner's last turn, on worker threads: the
+/// owner always completes, and when it took one more turn, that turn read the child's
+/// notice (the reason it was taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
+    for run in 0..150u32 {
+        let scripted = ScriptedModel::new()
+            .script(
+                "boss",
+                Script::new([
+                    Turn::spawn_background("worker", "w"),
+                    Turn::answer("boss done"),
+                    Turn::answer("boss done, with the result"),
+                ]),
+            )
+            .script("worker", Script::new([Turn::answer("worked")]));
+        let recorder = RecordingModel::new(scripted);
+        let tree = Tree::builder()
+            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
+            .model(recorder.clone())
+            .build()
+            .await
+            .expect("builds");
+        let mut all = tree.subscribe();
+        let mut boss = tree
+            .spawn(SpawnRequest::new("boss", "go"))
+            .await
+            .expect("admitted");
+        let outcome = bounded("the boss", boss.outcome()).await;
+        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        let calls = recorder.calls_of(boss.id());
+        assert!(
+            (2..=3).contains(&calls.len()),
+            "run {run}: {} calls",
+            calls.len()
+        );
+        tree.shutdown().await;
+        if calls.len() == 3 {
+            assert_eq!(outcome.text.as_deref(), Some("boss done, with the result"));
+            assert!(
+                calls[2]
+                    .messages
+                    .iter()
+                    .any(|m| m.content.contains(r#""notice":"subagent_ended""#)),
+                "run {run}: the extra turn read no notice"
+            );
+        }
+        assert_folds(&tree, &all.drain(), run);
+    }
+}
+
 /// A settled top-level agent resumed at once (its actor may still be stopping) runs again
 /// and completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
