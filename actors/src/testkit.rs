@@ -1,5 +1,7 @@
-//! Test support: a scripted, deterministic model, and a model a test drives turn by turn
-//! ([`pair`]).
+//! Test support: a scripted, deterministic model, a model a test drives turn by turn
+//! ([`pair`]), probes standing in for an agent's owner ([`OwnerProbe`]) or its children
+//! ([`probe_children`]), event expectations ([`EventProbe`]), fault injection and seeded
+//! experiments. The guide is [`guide`].
 //!
 //! A [`ScriptedModel`] plays a [`Script`] of [`Turn`]s per agent type (or per agent): answer
 //! with text, call tools (spawn a child in the foreground or background, read or steer a
@@ -43,15 +45,21 @@ mod log;
 pub use log::{CallEnd, CallLog, ModelCall};
 #[doc = include_str!("../../docs/testing.md")]
 pub mod guide {}
+mod children;
 mod faults;
+mod owner;
 mod probe;
+pub use children::{ChildProbe, ProbedModel, SpawnedChild, probe_children};
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
-pub use faults::{FaultyModel, FaultyTool, failing_hook, hanging_hook, panicking_hook};
+pub use faults::{
+    FaultyModel, FaultyTool, KillSwitch, failing_hook, hanging_hook, kill_when, panicking_hook,
+};
+pub use owner::{OwnerMessage, OwnerProbe, OwnerQuestion};
 pub use probe::{EventProbe, Fish};
 
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};
-use crate::tool::{AGENT_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};
+use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};
 use crate::util::BoxFuture;
 
 /// Which child a scripted call refers to.
@@ -178,6 +186,11 @@ impl Call {
             targets: targets.into_iter().collect(),
             policy,
         }
+    }
+
+    /// Asks the agent's owner `question` (`ask_owner`); the answer is the call's result.
+    pub fn ask_owner(question: impl Into<String>) -> Self {
+        Call::tool(ASK_OWNER_TOOL, json!({ "question": question.into() }))
     }
 
     /// Calls a tool by name.

@@ -410,19 +410,7 @@ impl Tree {
     /// [`ControlError::NotYours`] for an unknown id or the root; [`ControlError::WrongStatus`]
     /// for an agent without a running actor (settled, queued or still starting).
     pub fn kill(&self, id: AgentId) -> Result<(), ControlError> {
-        let status = self
-            .shared
-            .registry
-            .status(id)
-            .filter(|_| !id.is_root())
-            .ok_or(ControlError::NotYours(id))?;
-        match self.shared.registry.actors_of(&[id]).first() {
-            Some((_, actor)) if status.is_live() => {
-                actor.kill();
-                Ok(())
-            }
-            _ => Err(ControlError::WrongStatus(id, status)),
-        }
+        self.shared.registry.kill(id)
     }
 
     /// Steers any agent: the text enters its conversation at its next turn boundary, or

@@ -18,6 +18,7 @@ mod scripted_model_turns;
 mod snapshot_render;
 mod testkit_experiment;
 mod testkit_faults;
+mod testkit_owner;
 mod testkit_pair;
 mod testkit_probe;
 mod tool_calls_by_position;

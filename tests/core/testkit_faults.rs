@@ -1,12 +1,15 @@
 //! Fault injection: a model failing at turn n or by a seeded probability, panicking, hanging
-//! or slow; tools and hooks that fail, panic or hang.
+//! or slow; tools and hooks that fail, panic or hang; a kill at a picked event.
 
 use std::time::Duration;
 
+use agent_tree::ControlError;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
+use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook, hanging_hook,
+    Call, FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook, hanging_hook,
+    kill_when,
 };
 
 fn catalog() -> Catalog {
@@ -94,10 +97,7 @@ async fn tools_and_hooks_fail_by_plan() {
     let model = ScriptedModel::new().script(
         "w",
         Script::new([
-            Turn::calls([agent_tree::testkit::Call::tool(
-                "read",
-                serde_json::json!({}),
-            )]),
+            Turn::calls([Call::tool("read", serde_json::json!({}))]),
             Turn::answer("ok"),
         ]),
     );
@@ -136,4 +136,106 @@ async fn tools_and_hooks_fail_by_plan() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let report = tree.shutdown().await;
     assert!(report.killed.contains(&w.id()), "{report:?}");
+}
+
+/// A worker under a `one_for_one` supervisor, killed inside its first turn's tool call (at
+/// the turn's usage, which is billed before its tools run; the tool never returns): the
+/// kill is a crash, so the supervisor restarts it and the second run completes.
+async fn killed_in_its_first_run_and_restarted() {
+    let model = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([Turn::spawn("w", "work"), Turn::answer("supervised")]),
+        )
+        .script(
+            "w",
+            Script::new([
+                Turn::calls([Call::tool("block", serde_json::json!({}))])
+                    .usage(Usage::tokens(1, 1)),
+                Turn::answer("second run"),
+            ]),
+        );
+    let catalog = Catalog::new([
+        AgentDefinition::new("sup", "")
+            .with_allowed_subagents(SubagentAllowance::only(["w"]))
+            .with_supervision(Strategy::OneForOne, 3, 5_000),
+        AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient),
+    ])
+    .unwrap();
+    let block = FnTool::new("block", "blocks", |_, _| async { Ok(String::new()) });
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .tool(FaultyTool::hanging(block))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let mut switch = kill_when(&tree, |e| {
+        matches!(e.kind, EventKind::UsageReported { .. } if e.depth == 2).then_some(e.agent)
+    });
+    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let (killed, result) = switch.fired().await.expect("the switch fires");
+    assert_eq!(result, Ok(()));
+    assert_eq!(sup.outcome().await.text.as_deref(), Some("supervised"));
+    let record = tree.record(killed).unwrap();
+    assert_eq!(
+        (record.incarnation, record.status),
+        (2, AgentStatus::Completed)
+    );
+    assert_eq!(
+        tree.outcome(killed).unwrap().text.as_deref(),
+        Some("second run")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_when_kills_the_picked_agent_at_the_picked_event() {
+    killed_in_its_first_run_and_restarted().await;
+}
+
+#[test]
+fn kill_when_on_worker_threads() {
+    for _ in 0..25 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(30),
+                    killed_in_its_first_run_and_restarted(),
+                )
+                .await
+                .expect("the scenario finishes");
+            });
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
+    let tree = Tree::builder()
+        .catalog(catalog())
+        .model(answers())
+        .build()
+        .await
+        .unwrap();
+    // Picked at its end: nothing is left to kill.
+    let mut late = kill_when(&tree, |e| e.kind.outcome().map(|_| e.agent));
+    let w = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert!(w.is_completed());
+    let (agent, result) = late.fired().await.unwrap();
+    assert!(
+        matches!(result, Err(ControlError::WrongStatus(a, _)) if a == agent),
+        "{result:?}"
+    );
+
+    let mut never = kill_when(&tree, |e| {
+        matches!(e.kind, EventKind::Restarted { .. }).then_some(e.agent)
+    });
+    tree.run(SpawnRequest::new("v", "go")).await.unwrap();
+    tree.shutdown().await;
+    drop(tree);
+    assert_eq!(never.fired().await, None);
 }

@@ -165,6 +165,22 @@ impl Registry {
         self.lock().rec(id).cloned()
     }
 
+    /// Kills `id`'s actor at once ([`Tree::kill`](crate::Tree::kill)).
+    pub(crate) fn kill(&self, id: AgentId) -> Result<(), crate::error::ControlError> {
+        use crate::error::ControlError;
+        let status = self
+            .status(id)
+            .filter(|_| !id.is_root())
+            .ok_or(ControlError::NotYours(id))?;
+        match self.actors_of(&[id]).first() {
+            Some((_, actor)) if status.is_live() => {
+                actor.kill();
+                Ok(())
+            }
+            _ => Err(ControlError::WrongStatus(id, status)),
+        }
+    }
+
     /// `id`'s status.
     pub(crate) fn status(&self, id: AgentId) -> Option<AgentStatus> {
         self.lock().status_of(id)

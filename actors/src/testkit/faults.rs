@@ -1,5 +1,6 @@
-//! Fault injection: a model or a tool that fails, panics, hangs or is slow by a plan, and
-//! hooks that hang, panic or fail.
+//! Fault injection: a model or a tool that fails, panics, hangs or is slow by a plan, hooks
+//! that hang, panic or fail, and a kill of any agent at a moment the test picks
+//! ([`kill_when`]).
 //!
 //! # Invariants
 //!
@@ -293,5 +294,92 @@ pub fn failing_hook(
     move |_| {
         let message = message.clone();
         Box::pin(async move { Err(HookError(message)) })
+    }
+}
+
+/// Kills the agent `pick` names at the first event it picks: "kill the worker as its second
+/// run starts", "kill whoever reports usage first". The kill is [`Tree::kill`]
+/// (Erlang's `exit(Pid, kill)`), sent when the switch reads the event: the agent may have
+/// taken the steps its actor had already been sent (it cannot start another model call or
+/// tool in between on a paused current-thread runtime, where the switch runs as soon as the
+/// emitting actor yields). The switch holds the tree weakly and fires at most once.
+///
+/// ```
+/// use agent_tree_actors::testkit::{kill_when, Script, ScriptedModel, Turn};
+/// use agent_tree_actors::{Catalog, Tree};
+/// use agent_tree_protocol::{AgentDefinition, AgentStatus, EventKind, SpawnRequest};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+/// let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+/// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+/// let mut switch = kill_when(&tree, |e| matches!(e.kind, EventKind::Started { .. }).then_some(e.agent));
+/// let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+/// assert_eq!(switch.fired().await, Some((w.id(), Ok(()))));
+/// assert_eq!(w.outcome().await.status, AgentStatus::Killed);
+/// # });
+/// ```
+pub fn kill_when(
+    tree: &crate::Tree,
+    mut pick: impl FnMut(&agent_tree_protocol::Event) -> Option<agent_tree_protocol::AgentId>
+    + Send
+    + 'static,
+) -> KillSwitch {
+    let mut events = tree.subscribe();
+    let shared = Arc::downgrade(&tree.shared);
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            let Some(agent) = pick(&event) else { continue };
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let _ = sender.send((agent, shared.registry.kill(agent)));
+            return;
+        }
+    });
+    KillSwitch {
+        receiver,
+        task,
+        fired: None,
+    }
+}
+
+/// The switch [`kill_when`] set: whether and whom it killed. Dropping it disarms it.
+#[derive(Debug)]
+pub struct KillSwitch {
+    receiver: tokio::sync::oneshot::Receiver<Killed>,
+    task: tokio::task::JoinHandle<()>,
+    /// What the receiver gave, once it has (a oneshot is read once).
+    fired: Option<Option<Killed>>,
+}
+
+type Killed = (
+    agent_tree_protocol::AgentId,
+    Result<(), crate::ControlError>,
+);
+
+impl KillSwitch {
+    /// How long [`KillSwitch::fired`] waits (virtual time under a paused clock).
+    pub const EXPECT_WITHIN: Duration = Duration::from_secs(3600);
+
+    /// Waits until the switch fires: the agent it killed and the kill's result (an error
+    /// when the agent had no running actor by then). `None` when it does not fire within
+    /// [`KillSwitch::EXPECT_WITHIN`], or the tree ended first.
+    pub async fn fired(&mut self) -> Option<Killed> {
+        if self.fired.is_none() {
+            let fired = tokio::time::timeout(Self::EXPECT_WITHIN, &mut self.receiver).await;
+            match fired {
+                Ok(fired) => self.fired = Some(fired.ok()),
+                Err(_) => return None,
+            }
+        }
+        self.fired.clone().flatten()
+    }
+}
+
+impl Drop for KillSwitch {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
