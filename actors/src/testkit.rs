@@ -42,7 +42,7 @@ use serde_json::json;
 mod driven;
 pub mod experiment;
 mod log;
-pub use log::{CallEnd, CallLog, ModelCall};
+pub use log::{CallEnd, CallLog, LoggedCall, ModelCall};
 #[doc = include_str!("../../docs/testing.md")]
 pub mod guide {}
 mod children;
@@ -408,7 +408,7 @@ fn pick(script: &Script, index: usize, whose: &str) -> Result<Turn, ModelError> 
 impl Model for ScriptedModel {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(async move {
-            let logged = self.inner.log.start(&request);
+            let logged = self.inner.log.record(&request);
             let result = self.play(&request).await;
             logged.finish(&result);
             result

@@ -227,7 +227,7 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     assert!(notices(leaf).is_empty());
     // No conversation anywhere mentions a top-level agent's completion.
     for request in model.calls() {
-        for m in &request.messages {
+        for m in request.messages.iter() {
             for top in [boss.id(), observer.id()] {
                 assert!(
                     !m.content

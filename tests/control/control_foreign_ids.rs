@@ -13,7 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::{RecordingModel, ToolResult, catalog, delegator, leaf, record, within};
+use crate::support::{JsonContent, RecordingModel, catalog, delegator, leaf, record, within};
 
 const INNER_WORK: Duration = Duration::from_secs(20);
 
@@ -155,9 +155,10 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
 
     // What `right` was told about each probe.
     let turn3 = model.request(a6, 3);
-    let result_of = |index: usize| -> ToolResult {
+    let result_of = |index: usize| -> agent_tree::protocol::Message {
         turn3
             .tool_result(&format!("call_2_{index}"))
+            .cloned()
             .unwrap_or_else(|| panic!("no result for probe {index}"))
     };
     let mut refusals = Vec::new();

@@ -10,6 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
+use crate::support::JsonContent;
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, within,
 };

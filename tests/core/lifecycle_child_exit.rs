@@ -13,6 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::JsonContent;
 use crate::support::{
     RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
 };

@@ -10,6 +10,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::support::JsonContent;
 use crate::support::{RecordingModel, catalog, delegator, leaf, only_of_type, within};
 
 const FAST: Duration = Duration::from_secs(1);

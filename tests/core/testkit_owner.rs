@@ -255,3 +255,32 @@ async fn expect_spawn_refuses_a_later_turn() {
     first.into_turn().call_tools(vec![call], Usage::ZERO);
     checkers.expect_spawn().await;
 }
+
+/// The guide's failure text: the story, then a second question that never comes.
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "owner probe of a1: expected a question; seen 3 messages:
+  usage 48 tokens from a2
+  question \"publish?\"
+  ended completed: claim 3 holds")]
+async fn the_guides_failing_expectation() {
+    let script = ScriptedModel::new().script(
+        "reviewer",
+        Script::new([
+            Turn::spawn("evidence-checker", "check claim 3"),
+            Turn::calls([Call::ask_owner("publish?")]),
+            Turn::answer("claim 3 holds"),
+        ]),
+    );
+    let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
+    let builder = Tree::builder().catalog(reviewer_catalog()).model(model);
+    let (tree, mut owner) = OwnerProbe::build(builder).await.unwrap();
+    owner
+        .spawn(&tree, SpawnRequest::new("reviewer", "review"))
+        .await;
+    let checker = checkers.expect_spawn().await;
+    checker.returns("claim 3 holds", Usage::tokens(40, 8));
+    owner.expect_usage().await;
+    owner.expect_question().await.answer("yes");
+    owner.expect_result().await;
+    owner.expect_question().await;
+}

@@ -17,6 +17,7 @@ use agent_tree::{BoxFuture, FnTool};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::JsonContent;
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};

@@ -117,7 +117,11 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     assert_eq!(snapshot.depth_histogram_line(), "d1=1 d2=1 d3=1 d4=1 d5=1");
     for n in 1..=5u64 {
         let requests = model.calls_of(a(n));
-        assert_eq!(requests[0].system, "v1", "a{n} resolved in the new catalog");
+        assert_eq!(
+            requests[0].system(),
+            "v1",
+            "a{n} resolved in the new catalog"
+        );
         assert_eq!(
             requests[0].tools.iter().any(|t| t == "Agent"),
             n < 5,
@@ -141,8 +145,8 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
         7,
         "branch 2 stops at depth 2"
     );
-    assert_eq!(model.calls_of(top)[0].system, "v2");
-    assert_eq!(model.calls_of(child)[0].system, "v2");
+    assert_eq!(model.calls_of(top)[0].system(), "v2");
+    assert_eq!(model.calls_of(child)[0].system(), "v2");
     assert!(model.calls_of(top)[0].tools.iter().any(|t| t == "Agent"));
     assert!(!model.calls_of(child)[0].tools.iter().any(|t| t == "Agent"));
     assert_eq!(

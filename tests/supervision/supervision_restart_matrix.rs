@@ -164,7 +164,7 @@ async fn run_cell(cell: Cell) {
             assert_eq!(first.incarnation, 2, "{name}");
             assert_eq!(first.turn, 1, "{name}: the turn count restarts");
             assert_eq!(
-                first.messages,
+                first.messages.to_vec(),
                 vec![Message::user(TASK)],
                 "{name}: the new incarnation sees the original prompt only"
             );
@@ -344,7 +344,10 @@ async fn restart_event_sits_between_the_incarnations() {
         (record.incarnation, record.status),
         (2, AgentStatus::Completed)
     );
-    assert_eq!(model.calls_of(a(2))[1].messages, vec![Message::user(TASK)]);
+    assert_eq!(
+        model.calls_of(a(2))[1].messages.to_vec(),
+        vec![Message::user(TASK)]
+    );
     // The supervisor's wait got the second run's answer, not the first run's failure.
     let waited = &model.calls_of(a(1))[2].messages;
     let last = waited.last().expect("a wait result");

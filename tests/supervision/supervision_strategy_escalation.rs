@@ -126,7 +126,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
             assert_eq!(record.status, AgentStatus::Running, "{name}: {child}");
             assert_eq!(calls[1].incarnation, 2);
             assert_eq!(
-                calls[1].messages,
+                calls[1].messages.to_vec(),
                 vec![Message::user(format!("run {} #{i}", types[i]))],
                 "{name}: {child} re-runs its own request"
             );
@@ -419,7 +419,10 @@ async fn restarted_by_boss(rerun: Rerun) {
     model.until_calls(sup, 3).await;
     let first_again = &model.calls_of(sup)[2];
     assert_eq!(first_again.incarnation, 2);
-    assert_eq!(first_again.messages, vec![Message::user("supervise flaky")]);
+    assert_eq!(
+        first_again.messages.to_vec(),
+        vec![Message::user("supervise flaky")]
+    );
     // The new run spawns new children (a5, a6) and waits on the new flaky one, which hangs.
     let (flaky2, idle2) = (a(5), a(6));
     let spawn_results = |calls: &[crate::support::ModelCall]| -> Option<Vec<String>> {
@@ -514,7 +517,7 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
         (2, AgentStatus::Running)
     );
     assert_eq!(
-        model.calls_of(sup)[2].messages,
+        model.calls_of(sup)[2].messages.to_vec(),
         vec![Message::user("supervise flaky")]
     );
     tree.shutdown().await;

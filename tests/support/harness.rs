@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agent_tree::EventStream;
 use agent_tree::prelude::*;
-use agent_tree::protocol::{Event, EventKind, Message, Role, ToolCall};
+use agent_tree::protocol::{Event, EventKind, Message, ToolCall};
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{FnTool, ToolContext, ToolError};
 
@@ -167,23 +167,7 @@ pub fn id_of(tree: &Tree, agent_type: &str) -> AgentId {
 /// For each model request, the `(call, result)` pairs of the tool calls its conversation's
 /// last assistant message made, in call order.
 pub fn answered_calls(request: &ModelCall) -> Vec<(ToolCall, Message)> {
-    let Some(last) = request
-        .messages
-        .iter()
-        .rposition(|m| m.role == Role::Assistant)
-    else {
-        return Vec::new();
-    };
-    let tail = &request.messages[last + 1..];
-    request.messages[last]
-        .tool_calls
-        .iter()
-        .filter_map(|call| {
-            tail.iter()
-                .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&call.id))
-                .map(|m| (call.clone(), m.clone()))
-        })
-        .collect()
+    request.answered_calls()
 }
 
 /// A small deterministic PRNG (xorshift64*), so randomized tests replay from their seed.

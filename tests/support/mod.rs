@@ -156,7 +156,22 @@ pub mod harness;
 /// The recording model around the scripted one, and the weak tree cell.
 mod recording;
 #[allow(unused_imports)] // not every test binary uses all of them
-pub(crate) use recording::{CallEnd, ModelCall, RecordingModel, TreeCell};
+pub(crate) use agent_tree::testkit::{CallEnd, ModelCall};
+#[allow(unused_imports)]
+pub(crate) use recording::{RecordingModel, TreeCell};
+
+/// A tool result's content as JSON (orchestration results are JSON objects).
+pub(crate) trait JsonContent {
+    /// The content, parsed; panics naming the content when it is not JSON.
+    fn json(&self) -> serde_json::Value;
+}
+
+impl JsonContent for Message {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.content)
+            .unwrap_or_else(|e| panic!("tool result {:?} is not JSON: {e}", self.content))
+    }
+}
 
 /// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;

@@ -89,7 +89,7 @@ enum Reply {
 impl Model for DrivenModel {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(async move {
-            let logged = self.log.start(&request);
+            let logged = self.log.record(&request);
             let result = self.ask(request).await;
             logged.finish(&result);
             result

@@ -2,9 +2,11 @@
 //! when, and how it ended.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use agent_tree_protocol::{AgentId, Message, Role};
+use agent_tree_protocol::{AgentDefinition, AgentId, Message, Role, ToolCall};
 use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::model::ModelRequest;
@@ -38,8 +40,14 @@ pub struct ModelCall {
     pub incarnation: u32,
     /// The turn number within its run.
     pub turn: u32,
+    /// The agent's definition (shared with the request).
+    pub definition: Arc<AgentDefinition>,
+    /// The whole conversation sent (shared with the request, not copied).
+    pub messages: Arc<[Message]>,
     /// When the call was made (tokio time).
     pub at: Instant,
+    /// When it ended (returned, failed or was dropped), if it has.
+    pub ended_at: Option<Instant>,
     /// The names of the tools the agent was offered.
     pub tools: Vec<String>,
     /// The tool results the call received (the tool messages after the last assistant
@@ -49,9 +57,53 @@ pub struct ModelCall {
     pub end: CallEnd,
 }
 
+impl ModelCall {
+    /// The system prompt sent.
+    pub fn system(&self) -> &str {
+        &self.definition.prompt
+    }
+
+    /// The tool result answering the tool call `call_id`, anywhere in the conversation.
+    pub fn tool_result(&self, call_id: &str) -> Option<&Message> {
+        self.messages
+            .iter()
+            .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call_id))
+    }
+
+    /// Whether the conversation holds a user message of exactly `text` (a task, a steer).
+    pub fn has_user_message(&self, text: &str) -> bool {
+        self.messages
+            .iter()
+            .any(|m| m.role == Role::User && m.content == text)
+    }
+
+    /// The tool calls of the conversation's last assistant message, each with the result
+    /// that answered it, in call order (calls without a result are left out).
+    pub fn answered_calls(&self) -> Vec<(ToolCall, Message)> {
+        let Some(last) = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+        else {
+            return Vec::new();
+        };
+        let tail = &self.messages[last + 1..];
+        self.messages[last]
+            .tool_calls
+            .iter()
+            .filter_map(|call| {
+                tail.iter()
+                    .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(&call.id))
+                    .map(|m| (call.clone(), m.clone()))
+            })
+            .collect()
+    }
+}
+
 /// Every model call of a [`ScriptedModel`](super::ScriptedModel) or a
-/// [`DrivenModel`](super::DrivenModel), in the order made. Cheap to clone: clones share the
-/// log. The lock is a leaf: only the list is touched under it.
+/// [`DrivenModel`](super::DrivenModel), in the order made; a model wrapper of your own can
+/// log into one too ([`CallLog::record`]). Cheap to clone: clones share the log. The lock is
+/// a leaf: only the list is touched under it; waiters are woken after it is released.
 ///
 /// ```
 /// use agent_tree_actors::testkit::{CallEnd, Script, ScriptedModel, Turn};
@@ -70,18 +122,43 @@ pub struct ModelCall {
 /// assert_eq!(log.calls()[0].end, CallEnd::Dropped);
 /// # });
 /// ```
-#[derive(Clone, Debug, Default)]
-pub struct CallLog(Arc<Mutex<Vec<ModelCall>>>);
+#[derive(Clone, Debug)]
+pub struct CallLog(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    calls: Mutex<Vec<ModelCall>>,
+    /// Bumped after every change, for [`CallLog::until`].
+    changed: watch::Sender<u64>,
+}
+
+impl Default for CallLog {
+    fn default() -> Self {
+        CallLog(Arc::new(Shared {
+            calls: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+        }))
+    }
+}
 
 impl CallLog {
+    /// How long [`CallLog::until`] waits (virtual time under a paused clock).
+    pub const EXPECT_WITHIN: Duration = Duration::from_secs(3600);
+
+    /// An empty log.
+    pub fn new() -> Self {
+        CallLog::default()
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<ModelCall> {
-        self.0.lock().clone()
+        self.0.calls.lock().clone()
     }
 
     /// The calls of `agent`, in order.
     pub fn of(&self, agent: AgentId) -> Vec<ModelCall> {
         self.0
+            .calls
             .lock()
             .iter()
             .filter(|c| c.agent == agent)
@@ -89,49 +166,132 @@ impl CallLog {
             .collect()
     }
 
+    /// How many calls `agent` made.
+    pub fn count_of(&self, agent: AgentId) -> usize {
+        self.0
+            .calls
+            .lock()
+            .iter()
+            .filter(|c| c.agent == agent)
+            .count()
+    }
+
     /// How many calls were made.
     pub fn len(&self) -> usize {
-        self.0.lock().len()
+        self.0.calls.lock().len()
     }
 
     /// Whether no call was made.
     pub fn is_empty(&self) -> bool {
-        self.0.lock().is_empty()
+        self.0.calls.lock().is_empty()
     }
 
-    /// Logs the start of a call of `request`; the entry's end is set when the returned
-    /// guard is finished or dropped.
-    pub(crate) fn start(&self, request: &ModelRequest) -> LoggedCall {
-        let mut calls = self.0.lock();
-        calls.push(ModelCall {
-            agent: request.agent,
-            agent_type: request.agent_type().to_owned(),
-            depth: request.depth,
-            incarnation: request.incarnation,
-            turn: request.turn,
-            at: Instant::now(),
-            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
-            results: latest_results(&request.messages),
-            end: CallEnd::InFlight,
-        });
+    /// Waits until `done` holds over the calls (checked now and after every change), for
+    /// at most [`CallLog::EXPECT_WITHIN`]. `done` runs under the log's lock: it must only
+    /// look at the calls.
+    ///
+    /// # Panics
+    ///
+    /// When it does not hold in time, naming `what` and listing the calls made.
+    pub async fn until(&self, what: &str, mut done: impl FnMut(&[ModelCall]) -> bool) {
+        let mut changes = self.0.changed.subscribe();
+        let shared = self.0.clone();
+        let wait = changes.wait_for(move |_| done(&shared.calls.lock()));
+        if tokio::time::timeout(Self::EXPECT_WITHIN, wait)
+            .await
+            .is_err()
+        {
+            let calls: Vec<String> = self
+                .calls()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} ({}) run {} turn {} {:?}",
+                        c.agent, c.agent_type, c.incarnation, c.turn, c.end
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out waiting for {what}; {} calls made: {}",
+                calls.len(),
+                calls.join(", ")
+            );
+        }
+    }
+
+    /// Waits until `agent` has made at least `n` calls (as [`CallLog::until`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`CallLog::until`].
+    pub async fn until_calls(&self, agent: AgentId, n: usize) {
+        self.until(&format!("{agent} to make {n} model calls"), |calls| {
+            calls.iter().filter(|c| c.agent == agent).count() >= n
+        })
+        .await;
+    }
+
+    /// Logs the start of a call of `request`, for a model wrapper of your own: finish the
+    /// returned [`LoggedCall`] with the call's result; dropped unfinished, the call is logged
+    /// as dropped.
+    ///
+    /// ```
+    /// use agent_tree_actors::testkit::{CallEnd, CallLog};
+    /// use agent_tree_actors::{Model, ModelError, ModelRequest, ModelResponse, BoxFuture};
+    ///
+    /// struct Echo(CallLog);
+    /// impl Model for Echo {
+    ///     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+    ///         let logged = self.0.record(&request);
+    ///         Box::pin(async move {
+    ///             let result = Ok(ModelResponse::text(request.messages[0].content.clone()));
+    ///             logged.finish(&result);
+    ///             result
+    ///         })
+    ///     }
+    /// }
+    /// # let _ = (Echo(CallLog::new()), CallEnd::Returned);
+    /// ```
+    pub fn record(&self, request: &ModelRequest) -> LoggedCall {
+        let index = {
+            let mut calls = self.0.calls.lock();
+            calls.push(ModelCall {
+                agent: request.agent,
+                agent_type: request.agent_type().to_owned(),
+                depth: request.depth,
+                incarnation: request.incarnation,
+                turn: request.turn,
+                definition: request.definition.clone(),
+                messages: request.messages.clone(),
+                at: Instant::now(),
+                ended_at: None,
+                tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+                results: latest_results(&request.messages),
+                end: CallEnd::InFlight,
+            });
+            calls.len() - 1
+        };
+        self.0.changed.send_modify(|n| *n += 1);
         LoggedCall {
             log: self.clone(),
-            index: calls.len() - 1,
+            index,
             done: false,
         }
     }
 }
 
-/// A call in the log: [`LoggedCall::finish`] records how it ended; dropped unfinished, it
-/// was dropped.
-pub(crate) struct LoggedCall {
+/// A call in a [`CallLog`]: [`LoggedCall::finish`] records how it ended; dropped
+/// unfinished, it was dropped.
+#[derive(Debug)]
+pub struct LoggedCall {
     log: CallLog,
     index: usize,
     done: bool,
 }
 
 impl LoggedCall {
-    pub(crate) fn finish<T, E>(mut self, result: &Result<T, E>) {
+    /// Records the call's end: returned, or failed.
+    pub fn finish<T, E>(mut self, result: &Result<T, E>) {
         self.set(if result.is_ok() {
             CallEnd::Returned
         } else {
@@ -141,9 +301,11 @@ impl LoggedCall {
 
     fn set(&mut self, end: CallEnd) {
         self.done = true;
-        if let Some(call) = self.log.0.lock().get_mut(self.index) {
+        if let Some(call) = self.log.0.calls.lock().get_mut(self.index) {
             call.end = end;
+            call.ended_at = Some(Instant::now());
         }
+        self.log.0.changed.send_modify(|n| *n += 1);
     }
 }
 
