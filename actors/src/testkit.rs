@@ -57,6 +57,34 @@ pub use faults::{
 pub use owner::{OwnerMessage, OwnerProbe, OwnerQuestion};
 pub use probe::{EventProbe, Fish};
 
+/// Moves virtual time forward by `by` under a paused clock, running everything that comes
+/// due meanwhile in order, each timer at its own instant: "the worker's two seconds pass".
+/// It is a sleep of the test's task, so work due at the very end of `by` may still be in
+/// flight when it returns (advance a millisecond more to see it done), and on a real clock
+/// it takes real time.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::testkit::{advance, Script, ScriptedModel, Turn};
+/// use agent_tree_actors::{Catalog, Tree};
+/// use agent_tree_protocol::{AgentDefinition, SpawnRequest};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// let model = ScriptedModel::new()
+///     .script("w", Script::new([Turn::answer("ok").after(Duration::from_secs(2))]));
+/// let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+/// let tree = Tree::builder().catalog(catalog).model(model).build().await.unwrap();
+/// let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+/// advance(Duration::from_millis(1999)).await;
+/// assert!(w.try_outcome().is_none());
+/// advance(Duration::from_millis(2)).await;
+/// assert_eq!(w.try_outcome().unwrap().text.as_deref(), Some("ok"));
+/// # });
+/// ```
+pub async fn advance(by: Duration) {
+    tokio::time::sleep(by).await;
+}
+
 use crate::error::ModelError;
 use crate::model::{Model, ModelRequest, ModelResponse};
 use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, GET_RESULT_TOOL, STEER_TOOL, WAIT_TOOL};

@@ -62,7 +62,10 @@ pub fn probe_children<'a>(
             driven,
             types: Arc::new(types.into_iter().map(str::to_owned).collect()),
         },
-        ChildProbe { handle },
+        ChildProbe {
+            handle,
+            started: HashSet::new(),
+        },
     )
 }
 
@@ -97,22 +100,26 @@ impl Model for ProbedModel {
 #[derive(Debug)]
 pub struct ChildProbe {
     handle: ModelHandle,
+    /// The runs whose first turn was taken: a call of one again is a retry, not a start.
+    started: HashSet<(AgentId, u32)>,
 }
 
 impl ChildProbe {
     /// The next probed call, which must be a child's first turn of a run (a new child, or a
-    /// restarted one).
+    /// restarted one), at its first attempt.
     ///
     /// # Panics
     ///
     /// When no call comes within [`ModelHandle::EXPECT_WITHIN`], or the call is a later
-    /// turn (naming it).
+    /// turn or a retry of a first turn (naming it).
     pub async fn expect_spawn(&mut self) -> SpawnedChild {
         let turn = self.handle.expect_turn().await;
-        if turn.turn() != 1 {
+        let first = turn.turn() == 1;
+        if !first || !self.started.insert((turn.agent(), turn.incarnation())) {
             let what = turn.describe();
             turn.answer(ModelResponse::text(""));
-            panic!("expected a probed child to start, got {what}");
+            let retry = if first { "a retry of " } else { "" };
+            panic!("expected a probed child to start, got {retry}{what}");
         }
         SpawnedChild { turn }
     }
@@ -123,7 +130,11 @@ impl ChildProbe {
     ///
     /// As [`ModelHandle::expect_turn`].
     pub async fn expect_turn(&mut self) -> PendingTurn {
-        self.handle.expect_turn().await
+        let turn = self.handle.expect_turn().await;
+        if turn.turn() == 1 {
+            self.started.insert((turn.agent(), turn.incarnation()));
+        }
+        turn
     }
 
     /// Asserts no probed call is waiting now.
@@ -168,13 +179,17 @@ impl SpawnedChild {
         self.turn.incarnation()
     }
 
-    /// The task it was given: the conversation's first user message.
+    /// The task it was given. The conversation of a first turn is an inherited context or a
+    /// resumed conversation, if any (each ends with an assistant turn), then the task, then
+    /// any steers that waited for the start: the task is the first user message after the
+    /// last message that is not one.
     pub fn prompt(&self) -> &str {
-        self.turn
-            .messages()
+        let messages = self.turn.messages();
+        let start = messages
             .iter()
-            .find(|m| m.role == Role::User)
-            .map_or("", |m| m.content.as_str())
+            .rposition(|m| m.role != Role::User)
+            .map_or(0, |i| i + 1);
+        messages.get(start).map_or("", |m| m.content.as_str())
     }
 
     /// The first turn itself, to inspect or answer in any other way.

@@ -81,6 +81,7 @@ impl fmt::Debug for DrivenModel {
 /// What the test said to do with one call.
 enum Reply {
     Respond(ModelResponse),
+    After(Duration, ModelResponse),
     Fail(ModelError),
     Hang,
     Panic(String),
@@ -112,6 +113,10 @@ impl DrivenModel {
             }
             match answer.await {
                 Ok(Reply::Respond(response)) => Ok(response),
+                Ok(Reply::After(delay, response)) => {
+                    tokio::time::sleep(delay).await;
+                    Ok(response)
+                }
                 Ok(Reply::Fail(error)) => Err(error),
                 Ok(Reply::Hang) => std::future::pending().await,
                 Ok(Reply::Panic(message)) => panic!("{message}"),
@@ -150,6 +155,7 @@ impl ModelHandle {
 
     /// The next model call, or `None` once every [`DrivenModel`] is dropped (the tree is
     /// gone) and no call is left.
+    #[doc(alias = "next_request")]
     pub async fn next_turn(&mut self) -> Option<PendingTurn> {
         let turn = self.receiver.recv().await;
         self.taken += usize::from(turn.is_some());
@@ -162,6 +168,7 @@ impl ModelHandle {
     /// # Panics
     ///
     /// When no call comes, saying how many calls came before.
+    #[doc(alias = "expect_request")]
     pub async fn expect_turn(&mut self) -> PendingTurn {
         match tokio::time::timeout(Self::EXPECT_WITHIN, self.next_turn()).await {
             Ok(Some(turn)) => turn,
@@ -308,6 +315,12 @@ impl PendingTurn {
     /// Answers with `response`.
     pub fn answer(self, response: ModelResponse) {
         self.send(Reply::Respond(response));
+    }
+
+    /// Answers with `response` after `delay` of model time (virtual under a paused clock):
+    /// a slow model, without holding up the test.
+    pub fn answer_after(self, delay: Duration, response: ModelResponse) {
+        self.send(Reply::After(delay, response));
     }
 
     /// Answers with a final text and its usage.

@@ -5,15 +5,17 @@
 //! # Invariants
 //!
 //! * Faults are deterministic: "at turn n" counts the turns of each agent's run as the
-//!   runtime numbers them, and a seeded probability draws from (seed, agent, run, turn), so
-//!   the same tree under the same seed fails the same calls, whatever the interleaving.
+//!   runtime numbers them (every attempt at turn n fails: a retried turn keeps its number),
+//!   and a seeded probability draws once per call from (seed, agent, run, turn, attempt), so
+//!   the same tree under the same seed fails the same calls, whatever the interleaving, and
+//!   a retry of a failed call draws anew.
 //! * The first fault of the plan that applies to a call wins; a call no fault applies to
 //!   goes to the wrapped model or tool unchanged.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_tree_protocol::ToolSpec;
+use agent_tree_protocol::{AgentId, ToolSpec};
 
 use crate::error::{ModelError, ToolError};
 use crate::hooks::{HookContext, HookError};
@@ -51,7 +53,7 @@ struct Fault {
 }
 
 impl Fault {
-    fn applies(&self, request: &ModelRequest) -> bool {
+    fn applies(&self, request: &ModelRequest, attempt: u32) -> bool {
         if self
             .agent_type
             .as_deref()
@@ -66,6 +68,7 @@ impl Fault {
                 let draw = splitmix64(
                     seed ^ request.agent.get().rotate_left(21)
                         ^ (u64::from(request.incarnation) << 40)
+                        ^ (u64::from(attempt - 1) << 56)
                         ^ u64::from(request.turn),
                 );
                 // 53 bits of the draw as a fraction in [0, 1).
@@ -92,6 +95,9 @@ impl Fault {
 pub struct FaultyModel<M> {
     inner: Arc<M>,
     plan: Vec<Fault>,
+    /// Calls so far per (agent, run, turn): the attempt a call is. A leaf lock, only
+    /// counted under.
+    attempts: Arc<parking_lot::Mutex<std::collections::HashMap<(AgentId, u32, u32), u32>>>,
 }
 
 impl<M> std::fmt::Debug for FaultyModel<M> {
@@ -108,6 +114,7 @@ impl<M: Model> FaultyModel<M> {
         FaultyModel {
             inner: Arc::new(inner),
             plan: Vec::new(),
+            attempts: Arc::default(),
         }
     }
 
@@ -120,13 +127,14 @@ impl<M: Model> FaultyModel<M> {
         self
     }
 
-    /// Fails turn `turn` of every run with `error`.
+    /// Fails turn `turn` of every run with `error` (every attempt at it, when the tree
+    /// retries a transient error).
     pub fn fail_at_turn(self, turn: u32, error: ModelError) -> Self {
         self.with(When::Turn(turn), FaultKind::Fail(error))
     }
 
-    /// Fails each call with `probability`, drawn from `seed` and the call's agent, run and
-    /// turn.
+    /// Fails each call with `probability`, drawn from `seed` and the call's agent, run,
+    /// turn and attempt (a retry draws anew).
     pub fn fail_with_probability(self, probability: f64, seed: u64, error: ModelError) -> Self {
         self.with(
             When::Probability {
@@ -163,10 +171,18 @@ impl<M: Model> FaultyModel<M> {
 
 impl<M: Model> Model for FaultyModel<M> {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let attempt = {
+            let mut attempts = self.attempts.lock();
+            let n = attempts
+                .entry((request.agent, request.incarnation, request.turn))
+                .or_insert(0);
+            *n += 1;
+            *n
+        };
         let fault = self
             .plan
             .iter()
-            .find(|f| f.applies(&request))
+            .find(|f| f.applies(&request, attempt))
             .map(|f| f.kind.clone());
         Box::pin(async move {
             match fault {

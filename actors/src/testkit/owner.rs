@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 use std::fmt::{self, Write as _};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agent_tree_protocol::{AgentId, EventKind, Outcome, SpawnRequest, Usage};
@@ -153,6 +154,9 @@ type Asked = (Question, oneshot::Sender<Result<String, String>>);
 pub struct OwnerProbe {
     events: EventStream,
     questions: mpsc::UnboundedReceiver<Asked>,
+    /// The agent under test, shared with the question handler, which refuses every other
+    /// agent's question.
+    owned: Arc<OnceLock<AgentId>>,
     agent: Option<AgentId>,
     /// The agent under test and its descendants seen so far.
     subtree: HashSet<AgentId>,
@@ -174,18 +178,34 @@ impl OwnerProbe {
     pub const EXPECT_WITHIN: Duration = Duration::from_secs(3600);
 
     /// Builds the tree with the probe as the application's question handler (replacing any
-    /// other) and subscribed to its events.
+    /// other) and subscribed to its events. Questions of other top-level agents than the
+    /// one under test are refused.
     ///
     /// # Errors
     ///
     /// As [`TreeBuilder::build`].
     pub async fn build(builder: TreeBuilder) -> Result<(Tree, OwnerProbe), crate::TreeError> {
         let (sender, questions) = mpsc::unbounded_channel::<Asked>();
+        let owned: Arc<OnceLock<AgentId>> = Arc::new(OnceLock::new());
+        let handler_owned = owned.clone();
         let tree = builder
             .on_question(move |question: Question| {
                 let (reply, answer) = oneshot::channel();
-                let sent = sender.send((question, reply));
+                // Before the spawn has returned the owned agent is not known yet: the probe
+                // itself refuses strangers' questions then, as it reads them.
+                let mine = handler_owned.get().is_none_or(|a| *a == question.agent);
+                let asker = question.agent;
+                let sent = if mine {
+                    sender.send((question, reply)).map_err(|_| ())
+                } else {
+                    Err(())
+                };
                 async move {
+                    if !mine {
+                        return Err(format!(
+                            "the test's owner probe owns another agent, not {asker}"
+                        ));
+                    }
                     sent.map_err(|_| "the test's owner probe is gone".to_owned())?;
                     answer
                         .await
@@ -200,6 +220,7 @@ impl OwnerProbe {
             OwnerProbe {
                 events,
                 questions,
+                owned,
                 agent: None,
                 subtree: HashSet::new(),
                 seen: Vec::new(),
@@ -223,6 +244,7 @@ impl OwnerProbe {
             .await
             .unwrap_or_else(|e| panic!("the owner probe could not spawn a {what}: {e}"));
         self.agent = Some(handle.id());
+        let _ = self.owned.set(handle.id());
         self.subtree.insert(handle.id());
         handle.id()
     }
@@ -281,23 +303,36 @@ impl OwnerProbe {
     }
 
     /// The question an `asked` event announced: the tree's handler hands it over right after
-    /// the event. If the agent settles first, the handler never runs; the question comes
-    /// without a reply then, and answering it does nothing.
+    /// the event; a stranger's question read meanwhile is refused. Should it not
+    /// come (the root drops a question whose asker settled first), the question comes
+    /// without a reply, and answering it does nothing.
     async fn question(&mut self, text: String, deadline: tokio::time::Instant) -> OwnerQuestion {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match tokio::time::timeout(left, self.questions.recv()).await {
-            Ok(Some((question, reply))) => OwnerQuestion {
-                question,
-                reply: Some(reply),
+        let agent = self.agent();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.questions.recv()).await {
+                Ok(Some((question, reply))) if question.agent == agent => {
+                    return OwnerQuestion {
+                        question,
+                        reply: Some(reply),
+                    };
+                }
+                Ok(Some((stranger, reply))) => {
+                    let _ = reply.send(Err(format!(
+                        "the test's owner probe owns {agent}, not {}",
+                        stranger.agent
+                    )));
+                }
+                _ => break,
+            }
+        }
+        OwnerQuestion {
+            question: Question {
+                agent,
+                agent_type: String::new(),
+                question: text,
             },
-            _ => OwnerQuestion {
-                question: Question {
-                    agent: self.agent(),
-                    agent_type: String::new(),
-                    question: text,
-                },
-                reply: None,
-            },
+            reply: None,
         }
     }
 

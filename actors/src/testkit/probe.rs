@@ -36,12 +36,22 @@ use crate::tree::Tree;
 /// probe.expect_no_event(Duration::from_secs(5), |_| true).await;
 /// # });
 /// ```
-#[derive(Debug)]
 pub struct EventProbe {
     stream: EventStream,
+    /// The tree, held weakly, for agents' final outcomes.
+    tree: std::sync::Weak<crate::shared::Shared>,
     seen: Vec<Event>,
     /// How many of `seen` an expectation has consumed.
     read: usize,
+}
+
+impl std::fmt::Debug for EventProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventProbe")
+            .field("seen", &self.seen.len())
+            .field("read", &self.read)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EventProbe {
@@ -52,6 +62,7 @@ impl EventProbe {
     pub fn new(tree: &Tree) -> Self {
         EventProbe {
             stream: tree.subscribe(),
+            tree: std::sync::Arc::downgrade(&tree.shared),
             seen: Vec::new(),
             read: 0,
         }
@@ -83,7 +94,23 @@ impl EventProbe {
     ///
     /// When none comes: the message names `what` and lists every event seen.
     pub async fn expect_event(&mut self, what: &str, matcher: impl Fn(&Event) -> bool) -> Event {
-        let deadline = tokio::time::Instant::now() + Self::EXPECT_WITHIN;
+        self.expect_event_within(what, Self::EXPECT_WITHIN, matcher)
+            .await
+    }
+
+    /// The next event matching `matcher` (events before it are consumed), which must come
+    /// within `within`.
+    ///
+    /// # Panics
+    ///
+    /// When none comes in time, naming `what` and listing every event seen.
+    pub async fn expect_event_within(
+        &mut self,
+        what: &str,
+        within: Duration,
+        matcher: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match self.next_within(left).await {
@@ -184,16 +211,69 @@ impl EventProbe {
         }
     }
 
-    /// `agent`'s final outcome, from its terminal event.
+    /// `agent`'s final outcome (after any restarts), within [`EventProbe::EXPECT_WITHIN`];
+    /// the events up to its final terminal event are consumed.
     ///
     /// # Panics
     ///
-    /// When it does not end within [`EventProbe::EXPECT_WITHIN`].
+    /// When it does not end in time.
     pub async fn expect_terminated(&mut self, agent: AgentId) -> Outcome {
-        let what = format!("{agent} to end");
-        let event = self
-            .expect_event(&what, |e| e.agent == agent && e.kind.outcome().is_some())
-            .await;
+        self.expect_terminated_within(agent, Self::EXPECT_WITHIN)
+            .await
+    }
+
+    /// `agent`'s final outcome (after any restarts), which must come within `within`; the
+    /// events up to its final terminal event are consumed. A run its supervisor restarts
+    /// has a terminal event too: this skips those, by the run the agent's record ends in.
+    ///
+    /// # Panics
+    ///
+    /// When it does not end in time, listing every event seen.
+    pub async fn expect_terminated_within(&mut self, agent: AgentId, within: Duration) -> Outcome {
+        let what = format!("{agent} to end within {within:?}");
+        let deadline = tokio::time::Instant::now() + within;
+        // The final run, once the agent is final; without the tree, its next end.
+        let final_run = match self.tree.upgrade() {
+            Some(shared) => {
+                let settled = shared.registry.watch(agent);
+                let record = || shared.registry.record(agent).map(|r| r.incarnation);
+                match settled {
+                    Some(mut settled) => {
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        let ended = tokio::time::timeout(left, settled.wait_for(Option::is_some));
+                        if !matches!(ended.await, Ok(Ok(_))) {
+                            self.fail(&format!("expected {what}"));
+                        }
+                        record()
+                    }
+                    None => record(),
+                }
+            }
+            None => None,
+        };
+        // The run each of the agent's events belongs to, from its `started` and `restarted`
+        // events (unknown until one is seen).
+        let mut run: Option<u32> = None;
+        let event = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(event) = self.next_within(left).await else {
+                self.fail(&format!("expected {what}"))
+            };
+            if event.agent != agent {
+                continue;
+            }
+            match event.kind {
+                EventKind::Started { incarnation, .. } | EventKind::Restarted { incarnation } => {
+                    run = Some(incarnation);
+                }
+                ref kind if kind.outcome().is_some() => {
+                    if final_run.is_none() || run.is_none() || run == final_run {
+                        break event;
+                    }
+                }
+                _ => {}
+            }
+        };
         match event.kind {
             EventKind::Completed { outcome }
             | EventKind::Failed { outcome }
