@@ -10,9 +10,10 @@
 //! child (detached or not) and the later completion of a foreground child that asked reach
 //! the owner as notices.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
-use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree, wait_event};
+use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
 use crate::support::{RecordingModel, WAIT_LIMIT, ask, delegator_of_all, user_texts};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
@@ -124,12 +125,14 @@ async fn a_top_level_agent_asks_the_application() {
         .build()
         .await
         .unwrap();
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let asker = tree
         .spawn(SpawnRequest::new("asker", "deploy"))
         .await
         .unwrap();
-    let asked = wait_event(&mut events, |e| matches!(e.kind, EventKind::Asked { .. })).await;
+    let asked = events
+        .expect_event("a question", |e| matches!(e.kind, EventKind::Asked { .. }))
+        .await;
     assert_eq!((asked.agent, asked.parent), (asker.id(), Some(a(0))));
     assert_eq!(
         asked.kind,
@@ -511,9 +514,10 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
     ])
     .unwrap();
     let tree = tree(model, catalog, TreeConfig::default()).await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let _boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
-    crate::support::harness::wait_event(&mut events, |e| matches!(e.kind, EventKind::Asked { .. }))
+    events
+        .expect_event("a question", |e| matches!(e.kind, EventKind::Asked { .. }))
         .await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     tree.kill(a(1)).unwrap();

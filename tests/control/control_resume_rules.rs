@@ -4,9 +4,10 @@
 //! whatever the definition's settle policy; and only the owner may resume. Resuming a run
 //! that was killed continues that run's conversation, not an older one.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
-use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree, wait_event};
+use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
 use crate::support::{RecordingModel, WAIT_LIMIT, user_texts};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
@@ -150,7 +151,7 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let running = tree
         .spawn(SpawnRequest::new("boss", "hold").background())
         .await
@@ -159,12 +160,13 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
         .spawn(SpawnRequest::new("sleeper", "wait").background())
         .await
         .unwrap();
-    wait_event(&mut events, started(running.id())).await;
-    let nested = wait_event(&mut events, |e| {
-        e.parent == Some(running.id()) && matches!(e.kind, EventKind::Started { .. })
-    })
-    .await
-    .agent;
+    events.expect_event("a start", started(running.id())).await;
+    let nested = events
+        .expect_event("a child of the running boss starting", |e| {
+            e.parent == Some(running.id()) && matches!(e.kind, EventKind::Started { .. })
+        })
+        .await
+        .agent;
 
     let err = tree.resume(running.id(), "again").await.unwrap_err();
     assert_eq!(err.to_string(), "a1 cannot take this now: it is running");

@@ -7,9 +7,10 @@
 //! from a tool or the application, even as the agent's run ends (paused time, and looped on
 //! worker threads).
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
-use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event};
+use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf};
@@ -38,12 +39,12 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
     );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), worker_and_blocker(), TreeConfig::default()).await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let worker = tree
         .spawn(SpawnRequest::new("worker", "task"))
         .await
         .unwrap();
-    wait_event(&mut events, started(worker.id())).await;
+    events.expect_event("a start", started(worker.id())).await;
     assert_eq!(
         tree.steer(worker.id(), "use the fast path").await.unwrap(),
         SteerReceipt::Delivered

@@ -5,6 +5,7 @@
 //! or the tool is absent); one turn of 10,000 spawns is bounded; name matching folds ASCII
 //! case only.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -309,12 +310,13 @@ async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer
         .build()
         .await
         .unwrap();
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let mut asker = tree.spawn(SpawnRequest::new("asker", "go")).await.unwrap();
-    crate::support::harness::wait_event(&mut events, |e| {
-        matches!(e.kind, agent_tree::protocol::EventKind::Asked { .. })
-    })
-    .await;
+    events
+        .expect_event("a question", |e| {
+            matches!(e.kind, agent_tree::protocol::EventKind::Asked { .. })
+        })
+        .await;
     tree.steer(asker.id(), "steer answer").await.unwrap();
     let outcome = asker.outcome().await;
     assert_eq!(outcome.text.as_deref(), Some("answered"));

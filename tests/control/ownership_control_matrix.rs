@@ -13,10 +13,11 @@
 //! turn, which deeper agents take first (their turns end earlier), so no owner aborts a
 //! subtree before its agents have made their calls.
 
+use agent_tree::testkit::EventProbe;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::support::harness::{GUARD, Rng, a, idle, status_of, wait_events};
+use crate::support::harness::{GUARD, Rng, a, idle, status_of};
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Message};
@@ -110,7 +111,7 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
     let tree =
         crate::support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config)
             .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     for i in 0..TOP_LEVEL {
         tree.spawn(SpawnRequest::new(type_name(i), "build").background())
             .await
@@ -118,10 +119,11 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
     }
     // Every agent has started and reported its first turn (its usage): it is parked (or
     // about to be).
-    wait_events(&mut events, NODES, |e| {
-        matches!(e.kind, EventKind::UsageReported { .. })
-    })
-    .await;
+    events
+        .receive_n(NODES, "every agent's first usage", |e| {
+            matches!(e.kind, EventKind::UsageReported { .. })
+        })
+        .await;
 
     let snapshot = tree.snapshot();
     assert_eq!(snapshot.agents().count(), NODES);

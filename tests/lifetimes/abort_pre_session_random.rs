@@ -27,11 +27,12 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, ToolCall};
+use agent_tree::testkit::EventProbe;
 use agent_tree::{AGENT_TOOL, BoxFuture, HookContext, HookError};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::harness::{GUARD, Rng, started, wait_event};
+use crate::support::harness::{GUARD, Rng, started};
 use crate::support::{catalog, delegator, leaf};
 
 /// A tiny model: an owner spawns a target, a target spawns a child; every later turn
@@ -194,7 +195,7 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
     // Model calls of each aborted agent at the moment of its abort.
     let mut at_abort: Vec<(AgentId, u32)> = Vec::new();
     let status_at_abort: AgentStatus;
-    let mut events = mode.nested().then(|| tree.subscribe());
+    let mut events = mode.nested().then(|| EventProbe::new(&tree));
 
     match mode {
         Mode::RightAfterSpawn => {
@@ -227,7 +228,9 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
                 .await
                 .expect("admitted");
             let events = events.as_mut().expect("subscribed");
-            wait_event(events, started(target)).await;
+            events
+                .expect_event("the target's start", started(target))
+                .await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
             at_abort.push((owner, bench.model.count(owner)));

@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, SettlePolicy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, HookContext, HookError};
 use serde_json::json;
 
-use crate::support::harness::{a, tree, wait_event};
+use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms, terminal};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
@@ -97,10 +97,10 @@ async fn abort_children_aborts_live_children_when_the_owner_answers() {
     tree.shutdown().await;
 }
 
-async fn assert_drains(tree: &Tree, events: &mut agent_tree::EventStream, lead: AgentId) {
+async fn assert_drains(tree: &Tree, events: &mut EventProbe, lead: AgentId) {
     let mut log = Vec::new();
     // The lead's run ended at 1 s; at 2 s, when w1 completes, it still holds.
-    let w1_end = wait_event(events, terminal(a(2))).await;
+    let w1_end = events.expect_event("w1's end", terminal(a(2))).await;
     log.push(w1_end.clone());
     assert_eq!((w1_end.kind.name(), w1_end.at_ms), ("completed", 2000));
     let record = tree.record(lead).expect("lead");
@@ -146,7 +146,7 @@ async fn drain_holds_the_owner_completing_until_its_children_settle() {
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("lead", "go"))
         .await
         .expect("admitted");
@@ -165,7 +165,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree_top.subscribe();
+    let mut events = EventProbe::new(&tree_top);
     tree_top
         .spawn(SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain))
         .await

@@ -17,6 +17,7 @@
 //! Paused-time tests are deterministic; worker-thread tests (`_mt`) loop a race and assert
 //! the correct outcome every time. Every wait is bounded, so a hang fails with a message.
 
+use agent_tree::testkit::EventProbe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -532,7 +533,7 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let worker = tree
         .spawn(SpawnRequest::new("worker", "go"))
         .await
@@ -542,11 +543,12 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
     // allows is an error result at once (its answer could only be read by a next turn), so
     // no steer is ever receipted for it. Either the question is refused, or it is asked and
     // a `delivered` answer is read.
-    let asked_or_ended = crate::support::harness::wait_event(&mut events, |e| {
-        e.agent == worker
-            && (matches!(e.kind, EventKind::Asked { .. }) || e.kind.terminal_status().is_some())
-    })
-    .await;
+    let asked_or_ended = events
+        .expect_event("the worker's question or end", |e| {
+            e.agent == worker
+                && (matches!(e.kind, EventKind::Asked { .. }) || e.kind.terminal_status().is_some())
+        })
+        .await;
     if matches!(asked_or_ended.kind, EventKind::Asked { .. }) {
         let receipt = bounded(GUARD, "the steer", tree.steer(worker, "the number is 42")).await;
         let got = outcome(&tree, worker, GUARD).await;

@@ -6,6 +6,7 @@
 //!
 //! Paused-time tests are deterministic; `_mt` tests loop a race on worker threads.
 
+use agent_tree::testkit::EventProbe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,17 +162,17 @@ async fn a_handle_taken_during_a_deferred_exit_sees_the_restarted_outcome() {
         leaf("flaky").with_restart(RestartPolicy::Transient),
     ]);
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let lead = tree
         .spawn(SpawnRequest::new("lead", "go"))
         .await
         .expect("admitted");
     let flaky = a(2);
-    let mut log = Vec::new();
-    crate::support::lifetimes::collect_until(&mut events, &mut log, |e| {
-        e.agent == flaky && e.kind.terminal_status() == Some(AgentStatus::Failed)
-    })
-    .await;
+    events
+        .expect_event("the flaky child's failure", |e| {
+            e.agent == flaky && e.kind.terminal_status() == Some(AgentStatus::Failed)
+        })
+        .await;
     // Taken while the failure awaits the owner's decision (or just after the restart).
     let handle = tree.handle(flaky).expect("exists");
     assert_eq!(handle.try_outcome(), None, "a deferred exit is no outcome");

@@ -7,6 +7,7 @@
 //!
 //! Paused-time tests are deterministic; `_mt` tests build a real multi-thread runtime.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -51,13 +52,15 @@ fn dropped_shutdown_with_blocking_hook(
             .build()
             .await
             .expect("the tree builds");
-        let mut events = tree.subscribe();
+        let mut events = EventProbe::new(&tree);
         let w = tree
             .spawn(SpawnRequest::new("w", "go"))
             .await
             .expect("admitted")
             .id();
-        crate::support::harness::wait_event(&mut events, crate::support::harness::started(w)).await;
+        events
+            .expect_event("a start", crate::support::harness::started(w))
+            .await;
         // The caller gives up on the shutdown before its deadline: the future is dropped.
         let gave_up = tokio::time::timeout(ms(20), tree.shutdown_agent(w)).await;
         assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
@@ -167,13 +170,15 @@ async fn an_earlier_snapshot_never_changes() {
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let w = tree
         .spawn(SpawnRequest::new("w", "hang"))
         .await
         .expect("w")
         .id();
-    crate::support::harness::wait_event(&mut events, crate::support::harness::started(w)).await;
+    events
+        .expect_event("a start", crate::support::harness::started(w))
+        .await;
     let before = tree.snapshot();
     let frozen = serde_json::to_string(&before).expect("json");
     let done = tree
@@ -239,13 +244,15 @@ fn dropped_shutdown_stops_its_hook_runtime_after_the_backstop_mt() {
             .build()
             .await
             .expect("the tree builds");
-        let mut events = tree.subscribe();
+        let mut events = EventProbe::new(&tree);
         let w = tree
             .spawn(SpawnRequest::new("w", "go"))
             .await
             .expect("admitted")
             .id();
-        crate::support::harness::wait_event(&mut events, crate::support::harness::started(w)).await;
+        events
+            .expect_event("a start", crate::support::harness::started(w))
+            .await;
         let gave_up = tokio::time::timeout(ms(20), tree.shutdown_agent(w)).await;
         assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
         let got = outcome(&tree, w, Duration::from_secs(2)).await;

@@ -4,10 +4,11 @@
 //! defaults change under it; and depth, parent or root fields forged into an `Agent` tool
 //! input are ignored.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::RecordingModel;
-use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree, wait_event};
+use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -97,12 +98,12 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     let model = RecordingModel::new(scripted.clone());
     let old = Catalog::new([link("v1")]).unwrap();
     let tree = tree(model.clone(), old, TreeConfig::default()).await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let mut first = tree
         .spawn(SpawnRequest::new("link", "branch 1"))
         .await
         .unwrap();
-    wait_event(&mut events, started(a(1))).await;
+    events.expect_event("a start", started(a(1))).await;
 
     let new = Catalog::new([link("v2")]).unwrap();
     tree.set_branch_defaults(new, 2);

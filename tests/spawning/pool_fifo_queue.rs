@@ -3,11 +3,12 @@
 //! agent never starts; nested children bypass the pool, so a pooled agent can delegate while
 //! the pool is full. A freed slot goes to the head of the queue, never to a newcomer.
 
+use agent_tree::testkit::EventProbe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::WAIT_LIMIT;
-use crate::support::harness::{a, idle, outcome_of, started, tree, wait_event, wait_events};
+use crate::support::harness::{a, idle, outcome_of, started, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
@@ -100,27 +101,27 @@ async fn raising_the_limit_drains_the_queue() {
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     for n in 1..=4 {
         tree.spawn(SpawnRequest::new("worker", format!("job {n}")).background())
             .await
             .unwrap();
     }
-    wait_event(&mut events, started(a(1))).await;
-    let queued = wait_events(&mut events, 3, is_queued).await;
+    events.expect_event("a start", started(a(1))).await;
+    let queued = events.receive_n(3, "a queued agent", is_queued).await;
     assert_eq!(
         queued.iter().map(|e| e.agent).collect::<Vec<_>>(),
         [a(2), a(3), a(4)]
     );
     tree.set_max_concurrent(3);
-    let drained = wait_events(&mut events, 2, is_started).await;
+    let drained = events.receive_n(2, "a dequeued start", is_started).await;
     assert_eq!(
         drained.iter().map(|e| e.agent).collect::<Vec<_>>(),
         [a(2), a(3)]
     );
     assert_eq!(tree.record(a(4)).unwrap().status, AgentStatus::Queued);
     tree.set_max_concurrent(10);
-    wait_event(&mut events, started(a(4))).await;
+    events.expect_event("a start", started(a(4))).await;
     tree.shutdown().await;
 }
 
@@ -135,7 +136,7 @@ async fn an_aborted_queued_agent_never_starts() {
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let blocker = tree
         .spawn(SpawnRequest::new("boss", "hold the slot").background())
         .await
@@ -148,7 +149,7 @@ async fn an_aborted_queued_agent_never_starts() {
         .spawn(SpawnRequest::new("worker", "runs").background())
         .await
         .unwrap();
-    wait_event(&mut events, started(blocker.id())).await;
+    events.expect_event("a start", started(blocker.id())).await;
     assert_eq!(
         tree.record(victim.id()).unwrap().status,
         AgentStatus::Queued

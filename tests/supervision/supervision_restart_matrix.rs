@@ -14,6 +14,7 @@
 //! restart follows an abort, wherever the restart decision stood when it landed, and a
 //! restartable detached child whose owner already ended settles for good.
 
+use agent_tree::testkit::EventProbe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,8 +24,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use agent_tree::{HookContext, HookError};
 use serde_json::json;
 
-use crate::support::harness::{GUARD, a, tree, wait_event};
-use crate::support::lifetimes::{collect_until, hanging, restarted, restarts};
+use crate::support::harness::{GUARD, a, tree};
+use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within,
 };
@@ -121,7 +122,7 @@ async fn run_cell(cell: Cell) {
         config,
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     let (sup, child) = match cell.owner {
         Owner::Agent => {
             tree.spawn(SpawnRequest::new("sup", "supervise"))
@@ -150,7 +151,7 @@ async fn run_cell(cell: Cell) {
     let mut handle = tree.handle(child).expect("the child exists");
     let restarted_now = tokio::select! {
         outcome = handle.outcome() => Err(outcome),
-        _ = wait_event(&mut events, restarted(child, 2)) => Ok(()),
+        _ = events.expect_event("the child's restart", restarted(child, 2)) => Ok(()),
         () = tokio::time::sleep(GUARD) => panic!("{name}: neither restarted nor settled"),
     };
     let expected = restart_expected(cell.policy, cell.exit);
@@ -413,7 +414,7 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
                     .await
                     .expect("the tree builds"),
             );
-            let mut events = tree.subscribe();
+            let mut events = EventProbe::new(&tree);
             let top = if owner == Owner::Agent {
                 "sup"
             } else {
@@ -428,12 +429,13 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             let record = tree.record(stuck).expect("record");
             assert_eq!(record.status, AgentStatus::Killed, "{name}");
             assert_eq!(record.incarnation, 1, "{name}: never restarted");
-            let mut log = Vec::new();
-            collect_until(&mut events, &mut log, |e| {
-                e.agent == stuck && matches!(e.kind, EventKind::Killed { .. })
-            })
-            .await;
-            log.extend(events.drain());
+            events
+                .expect_event("the stuck child's kill", |e| {
+                    e.agent == stuck && matches!(e.kind, EventKind::Killed { .. })
+                })
+                .await;
+            events.drain();
+            let log = events.seen().to_vec();
             assert!(restarts(&log).is_empty(), "{name}: {log:?}");
             assert_eq!(model.count_of(stuck), 1, "{name}: no second run");
             assert!(tree.alive_actors().is_empty(), "{name}");

@@ -12,6 +12,7 @@
 //! every agent is aborted, stranding no queued agent. A queued sibling, or one a shutdown
 //! reaches meanwhile, does not hold up a restart plan.
 
+use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use agent_tree::HookContext;
@@ -21,7 +22,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{collect_until, hanging, restarted, terminal};
+use crate::support::lifetimes::{hanging, restarted, terminal};
 use crate::support::{CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,7 +85,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("sup", "supervise"))
         .await
         .expect("admitted");
@@ -92,8 +93,10 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
         Some(Step::Restarted(id)) => *id,
         other => panic!("the plan must end with a restart: {other:?}"),
     };
-    let mut log = Vec::new();
-    collect_until(&mut events, &mut log, restarted(last, 2)).await;
+    events
+        .expect_event("the last restart", restarted(last, 2))
+        .await;
+    let log = events.seen().to_vec();
     let name = format!("{strategy:?}");
     assert_eq!(steps(&log, &children), expected, "{name}: {log:#?}");
 
@@ -400,13 +403,15 @@ async fn restarted_by_boss(rerun: Rerun) {
         TreeConfig::default(),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("boss", "delegate"))
         .await
         .expect("admitted");
     let (boss, sup) = (a(1), a(2));
-    let mut log = Vec::new();
-    collect_until(&mut events, &mut log, restarted(sup, 2)).await;
+    events
+        .expect_event("the supervisor's restart", restarted(sup, 2))
+        .await;
+    let log = events.seen().to_vec();
     let escalation = log
         .iter()
         .find(|e| terminal(sup)(e))
@@ -497,13 +502,15 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
         TreeConfig::default().with_root_supervision(Strategy::OneForOne, 3, Duration::from_secs(5)),
     )
     .await;
-    let mut events = tree.subscribe();
+    let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("sup", "supervise flaky"))
         .await
         .expect("admitted");
     let sup = a(1);
-    let mut log = Vec::new();
-    collect_until(&mut events, &mut log, restarted(sup, 2)).await;
+    events
+        .expect_event("the supervisor's restart", restarted(sup, 2))
+        .await;
+    let log = events.seen().to_vec();
     let escalation = log.iter().find(|e| terminal(sup)(e)).expect("sup failed");
     assert_eq!(escalation.at_ms, 200);
     assert!(

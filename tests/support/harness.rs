@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use agent_tree::EventStream;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Message, ToolCall};
 use agent_tree::testkit::ScriptedModel;
@@ -100,34 +99,6 @@ pub fn status_of(result: &Message) -> String {
     let value: serde_json::Value = serde_json::from_str(&result.content)
         .unwrap_or_else(|_| panic!("not JSON: {}", result.content));
     value["status"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Waits (under [`GUARD`]) for the next event matching `pred`, skipping the others.
-pub async fn wait_event(events: &mut EventStream, mut pred: impl FnMut(&Event) -> bool) -> Event {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            match events.next().await {
-                Some(event) if pred(&event) => return event,
-                Some(_) => {}
-                None => panic!("the event stream closed"),
-            }
-        }
-    })
-    .await
-    .expect("timed out waiting for an event")
-}
-
-/// Waits (under [`GUARD`]) until `n` events match `pred`; returns them.
-pub async fn wait_events(
-    events: &mut EventStream,
-    n: usize,
-    mut pred: impl FnMut(&Event) -> bool,
-) -> Vec<Event> {
-    let mut seen = Vec::with_capacity(n);
-    while seen.len() < n {
-        seen.push(wait_event(events, &mut pred).await);
-    }
-    seen
 }
 
 /// Waits (under [`GUARD`]) until no agent is live.

@@ -9,12 +9,9 @@
 
 use std::time::Duration;
 
-use agent_tree::EventStream;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, Turn};
-
-use super::harness::GUARD;
 
 /// A script of `n` turns that each hang until cancelled.
 pub fn hanging(n: usize) -> Script {
@@ -44,30 +41,6 @@ pub fn terminals_of(events: &[Event], agent: AgentId) -> Vec<Event> {
         .filter(|e| e.agent == agent && e.kind.terminal_status().is_some())
         .cloned()
         .collect()
-}
-
-/// Reads events until one matches `pred`, keeping every event read (the match included) in
-/// `log`.
-pub async fn collect_until(
-    events: &mut EventStream,
-    log: &mut Vec<Event>,
-    mut pred: impl FnMut(&Event) -> bool,
-) -> Event {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            match events.next().await {
-                Some(event) => {
-                    log.push(event.clone());
-                    if pred(&event) {
-                        return event;
-                    }
-                }
-                None => panic!("the event stream closed"),
-            }
-        }
-    })
-    .await
-    .expect("timed out waiting for an event")
 }
 
 /// Whether `event` is a `restarted` event of `agent` with `incarnation`.

@@ -73,6 +73,15 @@ impl EventProbe {
         &self.seen
     }
 
+    /// Every event not yet consumed that has already arrived (none is waited for), now
+    /// consumed: "what happened so far".
+    pub fn drain(&mut self) -> Vec<Event> {
+        self.seen.extend(self.stream.drain());
+        let fresh = self.seen[self.read..].to_vec();
+        self.read = self.seen.len();
+        fresh
+    }
+
     /// The next event not yet consumed, waiting at most `within`.
     async fn next_within(&mut self, within: Duration) -> Option<Event> {
         if self.read < self.seen.len() {
@@ -93,8 +102,12 @@ impl EventProbe {
     /// # Panics
     ///
     /// When none comes: the message names `what` and lists every event seen.
-    pub async fn expect_event(&mut self, what: &str, matcher: impl Fn(&Event) -> bool) -> Event {
-        self.expect_event_within(what, Self::EXPECT_WITHIN, matcher)
+    pub async fn expect_event(
+        &mut self,
+        what: &str,
+        mut matcher: impl FnMut(&Event) -> bool,
+    ) -> Event {
+        self.expect_event_within(what, Self::EXPECT_WITHIN, &mut matcher)
             .await
     }
 
@@ -108,7 +121,7 @@ impl EventProbe {
         &mut self,
         what: &str,
         within: Duration,
-        matcher: impl Fn(&Event) -> bool,
+        mut matcher: impl FnMut(&Event) -> bool,
     ) -> Event {
         let deadline = tokio::time::Instant::now() + within;
         loop {
@@ -130,12 +143,12 @@ impl EventProbe {
         &mut self,
         n: usize,
         what: &str,
-        matcher: impl Fn(&Event) -> bool,
+        mut matcher: impl FnMut(&Event) -> bool,
     ) -> Vec<Event> {
         let mut found = Vec::with_capacity(n);
         while found.len() < n {
             let label = format!("{what} ({} of {n})", found.len() + 1);
-            found.push(self.expect_event(&label, &matcher).await);
+            found.push(self.expect_event(&label, &mut matcher).await);
         }
         found
     }
@@ -146,7 +159,11 @@ impl EventProbe {
     /// # Panics
     ///
     /// Naming the event that came.
-    pub async fn expect_no_event(&mut self, within: Duration, matcher: impl Fn(&Event) -> bool) {
+    pub async fn expect_no_event(
+        &mut self,
+        within: Duration,
+        mut matcher: impl FnMut(&Event) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
