@@ -97,8 +97,11 @@ pub struct FaultyModel<M> {
     plan: Vec<Fault>,
     /// Calls so far per (agent, run, turn): the attempt a call is. A leaf lock, only
     /// counted under.
-    attempts: Arc<parking_lot::Mutex<std::collections::HashMap<(AgentId, u32, u32), u32>>>,
+    attempts: Arc<parking_lot::Mutex<Attempts>>,
 }
+
+/// Calls so far per (agent, run, turn).
+type Attempts = std::collections::HashMap<(AgentId, u32, u32), u32>;
 
 impl<M> std::fmt::Debug for FaultyModel<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

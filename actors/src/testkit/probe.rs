@@ -283,10 +283,11 @@ impl EventProbe {
                 EventKind::Started { incarnation, .. } | EventKind::Restarted { incarnation } => {
                     run = Some(incarnation);
                 }
-                ref kind if kind.outcome().is_some() => {
-                    if final_run.is_none() || run.is_none() || run == final_run {
-                        break event;
-                    }
+                ref kind
+                    if kind.outcome().is_some()
+                        && (final_run.is_none() || run.is_none() || run == final_run) =>
+                {
+                    break event;
                 }
                 _ => {}
             }
