@@ -317,7 +317,7 @@ pub fn failing_hook(
 }
 
 /// Kills the agent `pick` names at the first event it picks: "kill the worker as its second
-/// run starts", "kill whoever reports usage first". The kill is [`Tree::kill`]
+/// run starts", "kill whoever reports usage first". The kill is [`Tree::kill`](crate::Tree::kill)
 /// (Erlang's `exit(Pid, kill)`), sent when the switch reads the event: the agent may have
 /// taken the steps its actor had already been sent (it cannot start another model call or
 /// tool in between on a paused current-thread runtime, where the switch runs as soon as the

@@ -128,7 +128,12 @@ impl Drop for OwnerQuestion {
 
 type Asked = (Question, oneshot::Sender<Result<String, String>>);
 
-/// The owner of one agent under test (see the [module docs](self)).
+/// The owner of one agent under test: the agent runs as a top-level agent of a real tree,
+/// and the probe takes the owner's side of the edge. It reads usage billed to the agent's
+/// subtree, the agent's `ask_owner` questions, and each run's end and restart, as
+/// [`OwnerMessage`]s in the order of the tree's events; every wait is bounded
+/// ([`OwnerProbe::EXPECT_WITHIN`]) and a failure lists every message seen. A question the
+/// test passes over or drops unanswered is refused, so the agent never waits on a probe.
 ///
 /// ```
 /// use agent_tree_actors::testkit::{Call, OwnerProbe, Script, ScriptedModel, Turn};
