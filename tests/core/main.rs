@@ -23,6 +23,7 @@ mod testkit_owner;
 mod testkit_pair;
 mod testkit_probe;
 mod tool_calls_by_position;
+mod trial_issue10;
 mod tools_unknown_name;
 mod tracing_spans;
 mod tree_depth_parent;
