@@ -18,6 +18,7 @@ mod error;
 mod event;
 mod fold;
 mod ids;
+mod journal;
 mod message;
 mod outcome;
 mod request;
@@ -34,6 +35,9 @@ pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply};
 pub use ids::{AgentId, RequestId, SessionId};
+pub use journal::{
+    JOURNAL_VERSION, JournalEntry, LineError, Replay, ReplayError, crc32, definition_hash, replay,
+};
 pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};
 pub use request::{SpawnRequest, WaitPolicy};

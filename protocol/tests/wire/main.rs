@@ -3,4 +3,5 @@
 //! `tests/fixtures/`.
 
 mod golden;
+mod journal;
 mod malformed;

@@ -1,0 +1,460 @@
+//! The journal's line format: one checksummed JSON entry per line, and the pure replay of a
+//! journal's bytes into records, outcomes, definitions, spawn requests and conversations.
+//!
+//! A line is `<CRC-32 of the JSON, 8 lower-case hex digits> <JSON>\n`, the JSON one
+//! [`JournalEntry`] tagged by `entry` (`header`, `event`, `definition`, `spawn`,
+//! `conversation`, `checkpoint`).
+//!
+//! # Invariants
+//!
+//! * A journal starts with one header line naming its format version and its tree's session.
+//! * Event lines carry dense sequence numbers from 1 (or from a checkpoint's): a missing or
+//!   repeated line is detected, not folded over.
+//! * Only the last line may be incomplete: a process killed mid-write leaves at most a partial
+//!   last line (no newline, or a tail of zero bytes), which replay drops and reports. Any
+//!   other line that fails its checksum or does not parse is an error naming its line.
+//! * Replay never panics, whatever the bytes.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::definition::AgentDefinition;
+use crate::event::Event;
+use crate::fold::{FoldError, apply};
+use crate::ids::{AgentId, SessionId};
+use crate::message::Message;
+use crate::outcome::Outcome;
+use crate::request::SpawnRequest;
+use crate::snapshot::AgentRecord;
+
+/// The format version this build writes and reads.
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// One line of a journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum JournalEntry {
+    /// The first line: the format version and the tree it belongs to.
+    Header {
+        /// [`JOURNAL_VERSION`] of the writer.
+        version: u32,
+        /// The tree's session.
+        session: SessionId,
+    },
+    /// A lifecycle event, as the tree emitted it.
+    Event {
+        /// The event.
+        event: Event,
+    },
+    /// An agent definition an agent was started with, by name and content hash.
+    Definition {
+        /// The content hash ([`definition_hash`]).
+        hash: String,
+        /// The definition.
+        definition: AgentDefinition,
+    },
+    /// The request an agent was admitted with, and the definition (by hash) it resolved to.
+    Spawn {
+        /// The agent.
+        agent: AgentId,
+        /// Its definition's hash.
+        definition: String,
+        /// The request.
+        request: SpawnRequest,
+    },
+    /// An agent's conversation as of a turn boundary of run `run` (the latest one wins).
+    Conversation {
+        /// The agent.
+        agent: AgentId,
+        /// Its run.
+        run: u32,
+        /// The whole conversation.
+        messages: Vec<Message>,
+    },
+    /// A compaction point: the records as of event `seq`, replacing every event before it.
+    Checkpoint {
+        /// The last event folded into `records`.
+        seq: u64,
+        /// Every record, indexed by id from the root.
+        records: Vec<AgentRecord>,
+    },
+}
+
+/// The content hash of a definition: FNV-1a 64 of its JSON, as 16 hex digits.
+///
+/// ```
+/// use agent_tree_protocol::{definition_hash, AgentDefinition};
+/// let a = AgentDefinition::new("w", "You write.");
+/// assert_eq!(definition_hash(&a), definition_hash(&a.clone()));
+/// assert_ne!(definition_hash(&a), definition_hash(&AgentDefinition::new("w", "You edit.")));
+/// ```
+pub fn definition_hash(definition: &AgentDefinition) -> String {
+    let json = serde_json::to_vec(definition).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in json {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// CRC-32 (IEEE) of `bytes`.
+///
+/// ```
+/// assert_eq!(agent_tree_protocol::crc32(b"123456789"), 0xcbf4_3926);
+/// ```
+pub fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            table[i] = c;
+            i += 1;
+        }
+        table
+    };
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc = TABLE[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+impl JournalEntry {
+    /// The entry as one journal line, newline included.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{JournalEntry, SessionId, JOURNAL_VERSION};
+    /// let header = JournalEntry::Header { version: JOURNAL_VERSION, session: SessionId::new("s1") };
+    /// let line = header.to_line();
+    /// assert!(line.ends_with("{\"entry\":\"header\",\"version\":1,\"session\":\"s1\"}\n"));
+    /// assert_eq!(JournalEntry::from_line(line.trim_end()).unwrap(), header);
+    /// ```
+    pub fn to_line(&self) -> String {
+        // Journal entries hold only strings, numbers, maps with string keys and JSON values,
+        // which serde_json always encodes.
+        let json = serde_json::to_string(self).unwrap_or_default();
+        format!("{:08x} {json}\n", crc32(json.as_bytes()))
+    }
+
+    /// Decodes one line (without its newline).
+    ///
+    /// # Errors
+    ///
+    /// [`LineError`]: no checksum, a checksum that does not match, JSON that does not parse,
+    /// or an entry or event kind this version does not know.
+    pub fn from_line(line: &str) -> Result<Self, LineError> {
+        let (sum, json) = line.split_once(' ').ok_or(LineError::NoChecksum)?;
+        // Exactly the 8 lower-case digits `to_line` writes: a flipped case bit is corruption
+        // too.
+        if sum.len() != 8 || !sum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(LineError::NoChecksum);
+        }
+        let expected = u32::from_str_radix(sum, 16).map_err(|_| LineError::NoChecksum)?;
+        let actual = crc32(json.as_bytes());
+        if expected != actual {
+            return Err(LineError::Checksum { expected, actual });
+        }
+        serde_json::from_str(json).map_err(|e| {
+            let text = e.to_string();
+            if text.contains("unknown variant") {
+                LineError::UnknownKind(text)
+            } else {
+                LineError::Json(text)
+            }
+        })
+    }
+}
+
+/// Why one line does not decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LineError {
+    /// The line does not start with 8 hex digits and a space.
+    #[error("not a journal line (no checksum)")]
+    NoChecksum,
+    /// The checksum does not match: the line was changed after it was written.
+    #[error("checksum mismatch (line says {expected:08x}, content is {actual:08x}): corrupted")]
+    Checksum {
+        /// The checksum on the line.
+        expected: u32,
+        /// The checksum of its content.
+        actual: u32,
+    },
+    /// The checksum matches but the JSON is not an entry.
+    #[error("malformed entry: {0}")]
+    Json(String),
+    /// An entry or event kind this version does not know.
+    #[error("an entry or event kind this version does not know (written by a newer one?): {0}")]
+    UnknownKind(String),
+}
+
+/// Why a journal cannot be replayed: what, and on which line (from 1).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// A line that does not decode (and is not a torn last line).
+    #[error("line {line}: {source}")]
+    Line {
+        /// The line.
+        line: usize,
+        /// Why.
+        #[source]
+        source: LineError,
+    },
+    /// The journal is empty, or does not start with a header.
+    #[error("line 1: not a journal (no header)")]
+    NoHeader,
+    /// The header's version is newer than this build's.
+    #[error("line 1: journal version {found} is newer than this build's {JOURNAL_VERSION}")]
+    NewerVersion {
+        /// The version found.
+        found: u32,
+    },
+    /// The journal belongs to another tree.
+    #[error("line 1: journal of session {found}, not {expected}")]
+    OtherTree {
+        /// The journal's session.
+        found: SessionId,
+        /// The session asked for.
+        expected: SessionId,
+    },
+    /// An event whose sequence number is not the next one: a line is missing or repeated.
+    #[error(
+        "line {line}: event {found} where event {expected} was due (a line is missing or repeated)"
+    )]
+    Sequence {
+        /// The line.
+        line: usize,
+        /// The sequence number due.
+        expected: u64,
+        /// The one found.
+        found: u64,
+    },
+    /// An event the records cannot take.
+    #[error("line {line}: {source}")]
+    Fold {
+        /// The line.
+        line: usize,
+        /// Why.
+        #[source]
+        source: FoldError,
+    },
+    /// A second header, or an entry the replay cannot place.
+    #[error("line {line}: {what}")]
+    Misplaced {
+        /// The line.
+        line: usize,
+        /// What was wrong.
+        what: String,
+    },
+}
+
+/// A journal replayed: what a tree rebuilds itself from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Replay {
+    /// The tree's session.
+    pub session: Option<SessionId>,
+    /// Every record, indexed by id from the root: the fold of the events (from the last
+    /// checkpoint on).
+    pub records: Vec<AgentRecord>,
+    /// The last event's sequence number (0 for none).
+    pub last_seq: u64,
+    /// Definitions by hash.
+    pub definitions: HashMap<String, AgentDefinition>,
+    /// Each agent's admission request and definition hash.
+    pub spawns: HashMap<AgentId, (String, SpawnRequest)>,
+    /// Each agent's latest journaled conversation, with its run.
+    pub conversations: HashMap<AgentId, (u32, Vec<Message>)>,
+    /// Lines read (the torn one excluded).
+    pub lines: usize,
+    /// The line number of a torn last line that was dropped, if there was one.
+    pub torn: Option<usize>,
+}
+
+impl Replay {
+    /// The final outcome of each settled agent, by id: what a recovered tree still reads.
+    pub fn outcomes(&self) -> impl Iterator<Item = (AgentId, &Outcome)> {
+        self.records
+            .iter()
+            .filter_map(|r| r.outcome.as_ref().map(|o| (r.id, o)))
+    }
+
+    /// The agents that were live when the journal ends (admitted, not terminal): those a
+    /// crash interrupted.
+    pub fn unfinished(&self) -> impl Iterator<Item = &AgentRecord> {
+        self.records
+            .iter()
+            .skip(1)
+            .filter(|r| !r.status.is_terminal())
+    }
+}
+
+impl fmt::Display for Replay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} lines, {} agents, last event {}",
+            self.lines,
+            self.records.len().saturating_sub(1),
+            self.last_seq
+        )?;
+        if let Some(line) = self.torn {
+            write!(f, ", torn line {line} dropped")?;
+        }
+        Ok(())
+    }
+}
+
+/// Replays a journal's bytes. `session`, when given, must be the journal's.
+///
+/// ```
+/// use agent_tree_protocol::{replay, Event, EventKind, JournalEntry, SessionId, JOURNAL_VERSION, AgentId};
+/// let mut bytes = JournalEntry::Header { version: JOURNAL_VERSION, session: SessionId::new("s") }.to_line();
+/// let event = Event { seq: 1, agent: AgentId::new(1), parent: Some(AgentId::ROOT), depth: 1, at_ms: 0,
+///     kind: EventKind::Spawned { agent_type: "w".into(), request_id: None, detached: false } };
+/// bytes += &JournalEntry::Event { event }.to_line();
+/// bytes += "91c2d0"; // a torn last line
+/// let replay = replay(bytes.as_bytes(), None).unwrap();
+/// assert_eq!((replay.records.len(), replay.last_seq, replay.torn), (2, 1, Some(3)));
+/// ```
+///
+/// # Errors
+///
+/// [`ReplayError`], naming the line.
+pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, ReplayError> {
+    let mut replay = Replay {
+        records: vec![AgentRecord::root()],
+        ..Replay::default()
+    };
+    let mut rest = bytes;
+    let mut line_no = 0;
+    while !rest.is_empty() {
+        line_no += 1;
+        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                (line, true)
+            }
+            None => {
+                let line = rest;
+                rest = &[];
+                (line, false)
+            }
+        };
+        // A partial last line: no newline, or the zero bytes a file system may leave after
+        // a crash. Only the very end may be torn.
+        let zeros = line.iter().all(|&b| b == 0);
+        if (!complete || zeros) && rest.iter().all(|&b| b == 0 || b == b'\n') {
+            replay.torn = Some(line_no);
+            break;
+        }
+        let text = std::str::from_utf8(line).map_err(|_| ReplayError::Line {
+            line: line_no,
+            source: LineError::NoChecksum,
+        })?;
+        let entry = JournalEntry::from_line(text).map_err(|source| ReplayError::Line {
+            line: line_no,
+            source,
+        })?;
+        replay.take(entry, line_no, session)?;
+        replay.lines = line_no;
+    }
+    if replay.session.is_none() {
+        return Err(ReplayError::NoHeader);
+    }
+    Ok(replay)
+}
+
+impl Replay {
+    fn take(
+        &mut self,
+        entry: JournalEntry,
+        line: usize,
+        session: Option<&SessionId>,
+    ) -> Result<(), ReplayError> {
+        if self.session.is_none() && !matches!(entry, JournalEntry::Header { .. }) {
+            return Err(ReplayError::NoHeader);
+        }
+        match entry {
+            JournalEntry::Header {
+                version,
+                session: found,
+            } => {
+                if self.session.is_some() {
+                    return Err(ReplayError::Misplaced {
+                        line,
+                        what: "a second header".into(),
+                    });
+                }
+                if version > JOURNAL_VERSION {
+                    return Err(ReplayError::NewerVersion { found: version });
+                }
+                if let Some(expected) = session {
+                    if *expected != found {
+                        return Err(ReplayError::OtherTree {
+                            found,
+                            expected: expected.clone(),
+                        });
+                    }
+                }
+                self.session = Some(found);
+            }
+            JournalEntry::Event { event } => {
+                let expected = self.last_seq + 1;
+                if event.seq != expected {
+                    return Err(ReplayError::Sequence {
+                        line,
+                        expected,
+                        found: event.seq,
+                    });
+                }
+                apply(&mut self.records, &event)
+                    .map_err(|source| ReplayError::Fold { line, source })?;
+                self.last_seq = event.seq;
+            }
+            JournalEntry::Definition { hash, definition } => {
+                self.definitions.insert(hash, definition);
+            }
+            JournalEntry::Spawn {
+                agent,
+                definition,
+                request,
+            } => {
+                self.spawns.insert(agent, (definition, request));
+            }
+            JournalEntry::Conversation {
+                agent,
+                run,
+                messages,
+            } => {
+                self.conversations.insert(agent, (run, messages));
+            }
+            JournalEntry::Checkpoint { seq, records } => {
+                if records.first().map(|r| r.id) != Some(AgentId::ROOT) {
+                    return Err(ReplayError::Misplaced {
+                        line,
+                        what: "a checkpoint without the root record".into(),
+                    });
+                }
+                self.records = records;
+                self.last_seq = seq;
+            }
+        }
+        Ok(())
+    }
+}

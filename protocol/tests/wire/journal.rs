@@ -1,0 +1,307 @@
+//! The journal's line format and replay: round trips, and every kind of bad input refused
+//! with its line named, or dropped when it is a torn last line.
+
+use agent_tree_protocol::{
+    AgentDefinition, AgentId, AgentStatus, Event, EventKind, JOURNAL_VERSION, JournalEntry,
+    LineError, Message, Outcome, ReplayError, SessionId, SpawnRequest, ToolCall, Usage,
+    definition_hash, replay,
+};
+use proptest::prelude::*;
+
+fn header(session: &str) -> JournalEntry {
+    JournalEntry::Header {
+        version: JOURNAL_VERSION,
+        session: SessionId::new(session),
+    }
+}
+
+fn event(seq: u64, agent: u64, kind: EventKind) -> JournalEntry {
+    JournalEntry::Event {
+        event: Event {
+            seq,
+            agent: AgentId::new(agent),
+            parent: Some(AgentId::ROOT),
+            depth: 1,
+            at_ms: seq * 10,
+            kind,
+        },
+    }
+}
+
+fn spawned() -> EventKind {
+    EventKind::Spawned {
+        agent_type: "w".into(),
+        request_id: None,
+        detached: false,
+    }
+}
+
+fn started() -> EventKind {
+    EventKind::Started {
+        agent_type: "w".into(),
+        incarnation: 1,
+    }
+}
+
+/// A small journal: a1 completes with usage, a2 is still running at the end.
+fn journal() -> Vec<JournalEntry> {
+    let definition = AgentDefinition::new("w", "You work.");
+    vec![
+        header("s1"),
+        JournalEntry::Definition {
+            hash: definition_hash(&definition),
+            definition: definition.clone(),
+        },
+        event(1, 1, spawned()),
+        JournalEntry::Spawn {
+            agent: AgentId::new(1),
+            definition: definition_hash(&definition),
+            request: SpawnRequest::new("w", "first"),
+        },
+        event(2, 1, started()),
+        event(
+            3,
+            1,
+            EventKind::UsageReported {
+                delta: Usage::tokens(10, 5),
+            },
+        ),
+        JournalEntry::Conversation {
+            agent: AgentId::new(1),
+            run: 1,
+            messages: vec![Message::user("first")],
+        },
+        event(4, 1, EventKind::settled(Outcome::completed("done"))),
+        event(5, 2, spawned()),
+        event(6, 2, started()),
+    ]
+}
+
+fn bytes(entries: &[JournalEntry]) -> String {
+    entries.iter().map(JournalEntry::to_line).collect()
+}
+
+#[test]
+fn a_journal_replays_its_records_outcomes_and_side_entries() {
+    let replay = replay(bytes(&journal()).as_bytes(), Some(&SessionId::new("s1"))).unwrap();
+    assert_eq!(replay.last_seq, 6);
+    assert_eq!(replay.records.len(), 3);
+    assert_eq!(replay.records[1].status, AgentStatus::Completed);
+    assert_eq!(replay.records[0].subtree, Usage::tokens(10, 5));
+    let outcomes: Vec<_> = replay.outcomes().map(|(id, o)| (id, o.clone())).collect();
+    assert_eq!(outcomes, [(AgentId::new(1), Outcome::completed("done"))]);
+    let unfinished: Vec<AgentId> = replay.unfinished().map(|r| r.id).collect();
+    assert_eq!(unfinished, [AgentId::new(2)]);
+    assert_eq!(replay.spawns[&AgentId::new(1)].1.prompt, "first");
+    assert_eq!(replay.conversations[&AgentId::new(1)].0, 1);
+    assert_eq!(replay.definitions.len(), 1);
+    assert_eq!(replay.torn, None);
+}
+
+#[test]
+fn a_torn_last_line_is_dropped_at_every_cut() {
+    let entries = journal();
+    let text = bytes(&entries);
+    let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i + 1).collect();
+    // Cut the journal at every byte after the header: the complete lines replay, the partial
+    // one is reported torn.
+    for cut in ends[0]..text.len() {
+        let replay =
+            replay(&text.as_bytes()[..cut], None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let complete = ends.iter().filter(|&&end| end <= cut).count();
+        assert_eq!(replay.lines, complete, "cut at {cut}");
+        let torn = !ends.contains(&cut);
+        assert_eq!(replay.torn.is_some(), torn, "cut at {cut}");
+        // The records are those of the complete lines.
+        let expected =
+            agent_tree_protocol::replay(&text.as_bytes()[..ends[complete - 1]], None).unwrap();
+        assert_eq!(replay.records, expected.records, "cut at {cut}");
+    }
+}
+
+#[test]
+fn a_tail_of_zero_bytes_is_a_torn_end() {
+    let mut text = bytes(&journal()).into_bytes();
+    text.extend_from_slice(&[0; 4096]);
+    let replay = replay(&text, None).unwrap();
+    assert_eq!((replay.last_seq, replay.torn), (6, Some(11)));
+}
+
+#[test]
+fn a_flipped_byte_is_a_checksum_error_naming_its_line() {
+    let text = bytes(&journal());
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    // Flip one bit in the middle of line 5's JSON.
+    let at = line_starts[4] + 20;
+    let mut broken = text.clone().into_bytes();
+    broken[at] ^= 0x01;
+    match replay(&broken, None) {
+        Err(ReplayError::Line {
+            line: 5,
+            source: LineError::Checksum { .. },
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let error = replay(&broken, None).unwrap_err().to_string();
+    assert!(error.starts_with("line 5: checksum mismatch"), "{error}");
+}
+
+#[test]
+fn garbage_an_unknown_kind_a_newer_version_and_another_tree_are_refused() {
+    let mut text = bytes(&journal()[..3]);
+    text.push_str("hello world\n");
+    text.push_str(&bytes(&journal()[3..]));
+    assert!(matches!(
+        replay(text.as_bytes(), None),
+        Err(ReplayError::Line {
+            line: 4,
+            source: LineError::NoChecksum
+        })
+    ));
+
+    // An event kind of a newer version, with a valid checksum.
+    let json = r#"{"entry":"event","event":{"seq":1,"agent":"a1","parent":"a0","depth":1,"at_ms":0,"event":"teleported"}}"#;
+    let line = format!(
+        "{:08x} {json}\n",
+        agent_tree_protocol::crc32(json.as_bytes())
+    );
+    let text = bytes(&[header("s1")]) + &line;
+    let error = replay(text.as_bytes(), None).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ReplayError::Line {
+                line: 2,
+                source: LineError::UnknownKind(_)
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("newer"), "{error}");
+
+    let newer = JournalEntry::Header {
+        version: JOURNAL_VERSION + 1,
+        session: SessionId::new("s1"),
+    };
+    assert_eq!(
+        replay(newer.to_line().as_bytes(), None),
+        Err(ReplayError::NewerVersion {
+            found: JOURNAL_VERSION + 1
+        })
+    );
+
+    let other = replay(bytes(&journal()).as_bytes(), Some(&SessionId::new("s2")));
+    assert_eq!(
+        other.unwrap_err().to_string(),
+        "line 1: journal of session s1, not s2"
+    );
+
+    assert_eq!(replay(b"", None), Err(ReplayError::NoHeader));
+    let no_header = bytes(&journal()[2..]);
+    assert_eq!(
+        replay(no_header.as_bytes(), None),
+        Err(ReplayError::NoHeader)
+    );
+}
+
+#[test]
+fn a_missing_or_repeated_line_breaks_the_sequence() {
+    let mut entries = journal();
+    entries.remove(4); // event 2
+    let error = replay(bytes(&entries).as_bytes(), None).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "line 5: event 3 where event 2 was due (a line is missing or repeated)"
+    );
+    let mut entries = journal();
+    let again = entries[4].clone();
+    entries.insert(5, again);
+    assert!(matches!(
+        replay(bytes(&entries).as_bytes(), None),
+        Err(ReplayError::Sequence { line: 6, .. })
+    ));
+}
+
+#[test]
+fn a_checkpoint_replaces_the_events_before_it() {
+    let full = replay(bytes(&journal()).as_bytes(), None).unwrap();
+    let compacted = vec![
+        header("s1"),
+        JournalEntry::Checkpoint {
+            seq: full.last_seq,
+            records: full.records.clone(),
+        },
+        event(7, 2, EventKind::settled(Outcome::completed("late"))),
+    ];
+    let replay = replay(bytes(&compacted).as_bytes(), None).unwrap();
+    assert_eq!(replay.last_seq, 7);
+    assert_eq!(replay.records[2].status, AgentStatus::Completed);
+    assert_eq!(replay.records[1], full.records[1]);
+}
+
+#[test]
+fn floats_and_odd_text_round_trip_exactly() {
+    let values = [
+        0.1f64,
+        1.0 / 3.0,
+        f64::MIN_POSITIVE,
+        f64::MAX,
+        -2.5e-308,
+        123_456_789.123_456_79,
+    ];
+    for value in values {
+        let call = ToolCall::new(
+            "c\u{0}1",
+            "calc",
+            serde_json::json!({ "x": value, "s": "line\nbreak \u{2028} \"quoted\"" }),
+        );
+        let entry = JournalEntry::Conversation {
+            agent: AgentId::new(3),
+            run: 2,
+            messages: vec![Message::assistant("é\u{1F600}", vec![call])],
+        };
+        let line = entry.to_line();
+        assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
+        let back = JournalEntry::from_line(line.trim_end_matches('\n')).unwrap();
+        assert_eq!(back, entry);
+        let JournalEntry::Conversation { messages, .. } = back else {
+            unreachable!()
+        };
+        let x = messages[0].tool_calls[0].input["x"].as_f64().unwrap();
+        assert_eq!(x.to_bits(), value.to_bits(), "{value}");
+    }
+}
+
+proptest! {
+    /// Whatever the bytes, replay answers without panicking.
+    #[test]
+    fn replay_never_panics(noise in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = replay(&noise, None);
+        let mut text = bytes(&journal()).into_bytes();
+        text.extend_from_slice(&noise);
+        let _ = replay(&text, None);
+    }
+
+    /// A flipped byte anywhere in a complete line is an error or, in the last line, a torn
+    /// end: never a replay that silently differs in the lines before it.
+    #[test]
+    fn a_flipped_byte_never_passes_unnoticed(at in 0usize..2000, bit in 0u8..8) {
+        let text = bytes(&journal()).into_bytes();
+        let at = at % text.len();
+        let mut broken = text.clone();
+        broken[at] ^= 1 << bit;
+        let full = replay(&text, None).unwrap();
+        if let Ok(replayed) = replay(&broken, None) {
+            // Only a flip that turned a newline into something else, making the rest one
+            // torn last line, or a flip in the last line's newline, replays at all; what it
+            // replays is a prefix of the original.
+            prop_assert!(replayed.torn.is_some());
+            prop_assert!(replayed.last_seq <= full.last_seq);
+            let kept = text[..at].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let prefix = replay(&text[..kept], None).unwrap();
+            prop_assert_eq!(replayed.records, prefix.records);
+        }
+    }
+}
