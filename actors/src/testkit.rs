@@ -52,7 +52,8 @@ mod probe;
 pub use children::{ChildProbe, ProbedModel, SpawnedChild, probe_children};
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
 pub use faults::{
-    FaultyModel, FaultyTool, KillSwitch, failing_hook, hanging_hook, kill_when, panicking_hook,
+    FaultyModel, FaultyTool, KillSwitch, Killed, failing_hook, hanging_hook, kill_when,
+    panicking_hook,
 };
 pub use owner::{OwnerMessage, OwnerProbe, OwnerQuestion};
 pub use probe::{EventProbe, Fish};
@@ -470,7 +471,7 @@ impl ScriptedModel {
     }
 }
 
-fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
+pub(crate) fn to_tool_call(request: &ModelRequest, index: usize, call: Call) -> ToolCall {
     let id = format!("call_{}_{}", request.turn, index);
     match call {
         Call::Spawn {

@@ -239,3 +239,23 @@ async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
     drop(tree);
     assert_eq!(never.fired().await, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
+    let model = FaultyModel::new(answers())
+        .fail_at_turn(1, ModelError::new("first run only"))
+        .only_in_run(1);
+    let catalog =
+        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
+            .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let outcome = w.outcome().await;
+    assert!(outcome.is_completed(), "{outcome:?}");
+    assert_eq!(tree.record(w.id()).unwrap().incarnation, 2);
+}

@@ -175,7 +175,7 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
 
 #[tokio::test(start_paused = true)]
 #[should_panic(
-    expected = "owner probe of a1: expected a question as the next message; seen 1 messages:\n  usage 12 tokens from a1"
+    expected = "owner probe of a1: expected a question as the next message; seen 1 message:\n  usage 12 tokens from a1"
 )]
 async fn a_failed_owner_expectation_lists_what_came() {
     let script = ScriptedModel::new().script(

@@ -162,3 +162,46 @@ async fn the_call_log_says_how_each_call_ended() {
         ("worker", 1, 1)
     );
 }
+
+/// A driven turn answers with the scripted model's calls, resolved against its own
+/// conversation, and with a delay of model time.
+#[tokio::test(start_paused = true)]
+async fn a_driven_turn_answers_with_scripted_calls_and_after_a_delay() {
+    use agent_tree::testkit::{Call, Target};
+    let (model, mut handle) = testkit::pair();
+    let tree = tree(model, TreeConfig::default()).await;
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "plan")).await.unwrap();
+    handle
+        .expect_turn_of(lead.id())
+        .await
+        .calls([Call::spawn_background("worker", "w")], Usage::ZERO);
+    // The lead's second turn and the worker's first, in either order.
+    let (first, second) = (handle.expect_turn().await, handle.expect_turn().await);
+    let (turn, worker) = if first.agent() == lead.id() {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let worker_id = worker.agent();
+    worker.hang();
+    turn.calls([Call::steer(Target::Spawned(0), "faster")], Usage::ZERO);
+    let started = tokio::time::Instant::now();
+    handle
+        .expect_turn_of(lead.id())
+        .await
+        .answer_after(Duration::from_secs(5), ModelResponse::text("planned"));
+    assert_eq!(lead.outcome().await.text.as_deref(), Some("planned"));
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    // The lead's end stopped the hanging worker.
+    assert_eq!(
+        tree.outcome(worker_id).unwrap().reason,
+        EndReason::OwnerEnded
+    );
+    // The steer named the worker the spawn returned.
+    let steered = &handle.log().of(lead.id())[2].results[0];
+    assert!(!steered.is_error, "{steered:?}");
+    assert!(
+        steered.content.contains(&worker_id.to_string()),
+        "{steered:?}"
+    );
+}

@@ -333,6 +333,26 @@ impl PendingTurn {
         self.answer(ModelResponse::calls(calls).with_usage(usage));
     }
 
+    /// Answers with the scripted model's [`Call`](super::Call)s (a spawn, a steer, a read,
+    /// a wait, any tool), written as the scripted model writes them: `Target::Spawned(n)`
+    /// resolves from this call's conversation.
+    ///
+    /// ```
+    /// # use agent_tree_actors::testkit::{Call, PendingTurn, Target};
+    /// # use agent_tree_protocol::Usage;
+    /// # fn answer(turn: PendingTurn) {
+    /// turn.calls([Call::steer(Target::Spawned(0), "use the logs")], Usage::tokens(20, 4));
+    /// # }
+    /// ```
+    pub fn calls(self, calls: impl IntoIterator<Item = super::Call>, usage: Usage) {
+        let tool_calls = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, call)| super::to_tool_call(&self.request, i, call))
+            .collect();
+        self.call_tools(tool_calls, usage);
+    }
+
     /// Fails the call with `error` (any kind: a rate limit is retried by the tree).
     pub fn fail(self, error: ModelError) {
         self.send(Reply::Fail(error));

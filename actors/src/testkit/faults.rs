@@ -50,6 +50,7 @@ struct Fault {
     when: When,
     kind: FaultKind,
     agent_type: Option<String>,
+    run: Option<u32>,
 }
 
 impl Fault {
@@ -59,6 +60,9 @@ impl Fault {
             .as_deref()
             .is_some_and(|t| t != request.agent_type())
         {
+            return false;
+        }
+        if self.run.is_some_and(|run| run != request.incarnation) {
             return false;
         }
         match self.when {
@@ -126,6 +130,7 @@ impl<M: Model> FaultyModel<M> {
             when,
             kind,
             agent_type: None,
+            run: None,
         });
         self
     }
@@ -167,6 +172,15 @@ impl<M: Model> FaultyModel<M> {
     pub fn only_for(mut self, agent_type: impl Into<String>) -> Self {
         if let Some(last) = self.plan.last_mut() {
             last.agent_type = Some(agent_type.into());
+        }
+        self
+    }
+
+    /// Limits the fault added last to run `run` of each agent (1 for the first): "fails
+    /// once, then recovers after its restart" is `.fail_at_turn(1, e).only_in_run(1)`.
+    pub fn only_in_run(mut self, run: u32) -> Self {
+        if let Some(last) = self.plan.last_mut() {
+            last.run = Some(run);
         }
         self
     }
@@ -373,7 +387,8 @@ pub struct KillSwitch {
     fired: Option<Option<Killed>>,
 }
 
-type Killed = (
+/// What a [`KillSwitch`] did: the agent it killed, and the kill's result.
+pub type Killed = (
     agent_tree_protocol::AgentId,
     Result<(), crate::ControlError>,
 );

@@ -447,8 +447,9 @@ impl OwnerProbe {
     fn fail(&self, expected: &str) -> ! {
         let agent = self.agent.map_or_else(|| "-".to_owned(), |a| a.to_string());
         let mut text = format!(
-            "owner probe of {agent}: {expected}; seen {} messages:",
-            self.seen.len()
+            "owner probe of {agent}: {expected}; seen {} message{}:",
+            self.seen.len(),
+            if self.seen.len() == 1 { "" } else { "s" }
         );
         for message in &self.seen {
             let _ = write!(text, "\n  {message}");
