@@ -364,4 +364,7 @@ pub enum TreeError {
     /// The config is invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The journal cannot be read, recovered or opened for writing.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
 }

@@ -13,6 +13,7 @@ mod cost_tests;
 mod error;
 mod events;
 mod hooks;
+mod journal;
 mod model;
 mod msg;
 mod policy;
@@ -44,6 +45,9 @@ pub use config::{
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
 pub use hooks::{Hook, HookContext, HookError, Question, QuestionHandler};
+pub use journal::{
+    Durability, FileJournal, JournalConfig, JournalError, JournalStore, read_journal,
+};
 pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;
 pub use shutdown::ShutdownReport;

@@ -164,6 +164,8 @@ struct Inner {
     max_concurrent: usize,
     /// Top-level background agents waiting for a slot, FIFO.
     pool_queue: VecDeque<AgentId>,
+    /// The journal every event goes to, after the subscribers (queued: never blocks).
+    journal: Option<crate::journal::JournalTap>,
 }
 
 /// The registry's side of one agent: what admission, restarts, resumes, aborts and the
@@ -311,9 +313,15 @@ impl Registry {
                 pool_running: 0,
                 max_concurrent,
                 pool_queue: VecDeque::new(),
+                journal: None,
             }),
             acquisitions: AtomicU64::new(0),
         }
+    }
+
+    /// Sends every event from now on to `journal` too (set once, before any agent).
+    pub(crate) fn set_journal(&self, journal: crate::journal::JournalTap) {
+        self.lock().journal = Some(journal);
     }
 
     /// Takes the registry lock. Every acquisition goes through here.
@@ -458,6 +466,9 @@ impl Inner {
         self.tally.count(&event.kind);
         // Sending on an unbounded channel never blocks; closed subscribers are dropped here.
         self.subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+        if let Some(journal) = &self.journal {
+            journal.event(&event);
+        }
     }
 
     /// The live actors of the token subtree of `id` (itself and its non-detached
@@ -530,6 +541,7 @@ mod tests {
             spec: spec(restart),
             pooled: false,
             inherited: &[],
+            journaled: None,
         }) {
             Ok(Admitted::New(ticket)) => ticket.id,
             other => panic!("not admitted: {other:?}"),

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     >,
     /// The tree's span: the parent of every top-level agent's span.
     pub(crate) span: tracing::Span,
+    /// The journal, when the tree keeps one.
+    pub(crate) journal: Option<crate::journal::JournalTap>,
 }
 
 impl Shared {

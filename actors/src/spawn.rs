@@ -80,6 +80,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         pooled,
         owner_span,
     } = spec;
+    let journaled = shared.journal.as_ref().map(|_| request.clone());
     let pending = PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
         detached: request.detached || definition.detached,
@@ -103,6 +104,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         spec: pending,
         pooled,
         inherited: owner_conversation,
+        journaled,
     })?;
     match admitted {
         Admitted::Existing(id) => Ok(Spawned::Existing(id)),

@@ -17,6 +17,7 @@ use crate::config::{SHUTDOWN_KILL_WAIT as KILL_WAIT, TreeConfig};
 use crate::error::{ControlError, SpawnError, TreeError};
 use crate::events::EventStream;
 use crate::hooks::{Hook, Hooks};
+use crate::journal::{JournalConfig, JournalError, JournalStore};
 use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
 use crate::registry::{Registry, SteerRoute};
@@ -72,6 +73,7 @@ pub struct TreeBuilder {
     toolbox: Toolbox,
     session: Option<SessionId>,
     hooks: Hooks,
+    journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
 }
 
 impl std::fmt::Debug for TreeBuilder {
@@ -145,6 +147,21 @@ impl TreeBuilder {
         self
     }
 
+    /// Keeps a journal of the tree at `config`'s path (see [`JournalConfig`] for what each
+    /// durability policy can lose). A new or empty file gets a header; a journal with
+    /// agents in it is recovered from (not yet: building refuses it, naming the file).
+    pub fn journal(mut self, config: JournalConfig) -> Self {
+        self.journal = Some((config, None));
+        self
+    }
+
+    /// As [`TreeBuilder::journal`], writing to `store` instead of the file (a slow disk in a
+    /// test, a store of your own); `store` should be empty.
+    pub fn journal_store(mut self, config: JournalConfig, store: impl JournalStore) -> Self {
+        self.journal = Some((config, Some(Box::new(store))));
+        self
+    }
+
     /// Sets the session id (one is generated otherwise).
     pub fn session(mut self, session: SessionId) -> Self {
         self.session = Some(session);
@@ -161,7 +178,7 @@ impl TreeBuilder {
         let model = self.model.ok_or(TreeError::NoModel)?;
         self.config.validate()?;
         crate::catalog::warn_tool_problems(&self.catalog, self.toolbox.names());
-        let session = self.session.unwrap_or_else(new_session_id);
+        let (session, journal) = open_journal(self.journal, self.session)?;
         let session_name = session.to_string();
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
@@ -174,7 +191,11 @@ impl TreeBuilder {
             tasks: std::sync::atomic::AtomicU64::new(0),
             offered: parking_lot::Mutex::default(),
             span: tracing::info_span!("agent_tree", session = %session_name),
+            journal,
         });
+        if let Some(journal) = &shared.journal {
+            shared.registry.set_journal(journal.clone());
+        }
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
             .map_err(|e| TreeError::Startup(Box::new(e)))?;
@@ -191,6 +212,56 @@ impl TreeBuilder {
             stopped: std::sync::atomic::AtomicBool::new(false),
         })
     }
+}
+
+/// Opens the journal, if the tree keeps one: the tree's session (the journal's, for an
+/// existing one) and the tap the registry and the agents write to.
+fn open_journal(
+    journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
+    session: Option<SessionId>,
+) -> Result<(SessionId, Option<crate::journal::JournalTap>), TreeError> {
+    let Some((config, store)) = journal else {
+        return Ok((session.unwrap_or_else(new_session_id), None));
+    };
+    let (session, store, replay) = match store {
+        Some(store) => {
+            let session = session.unwrap_or_else(new_session_id);
+            let replay = agent_tree_protocol::Replay::new(session.clone());
+            (session, store, replay)
+        }
+        None => {
+            let path = config.path();
+            let existing = std::fs::metadata(path)
+                .map(|m| m.len() > 0)
+                .unwrap_or(false);
+            let replay = if existing {
+                let replay = crate::journal::read_journal(path, session.as_ref())?;
+                if replay.last_seq > 0 || replay.records.len() > 1 {
+                    return Err(JournalError {
+                        path: path.to_owned(),
+                        line: None,
+                        what: format!(
+                            "holds a tree ({replay}); recovering a tree from its journal is not \
+                             built yet: start with a new journal file"
+                        ),
+                    }
+                    .into());
+                }
+                replay
+            } else {
+                agent_tree_protocol::Replay::new(session.clone().unwrap_or_else(new_session_id))
+            };
+            let session = replay.session.clone().unwrap_or_else(new_session_id);
+            let store = crate::journal::FileJournal::open(path).map_err(|e| JournalError {
+                path: path.to_owned(),
+                line: None,
+                what: format!("cannot open for appending: {e}"),
+            })?;
+            (session, Box::new(store) as Box<dyn JournalStore>, replay)
+        }
+    };
+    let tap = crate::journal::JournalTap::start(&config, store, &session, replay)?;
+    Ok((session, Some(tap)))
 }
 
 fn new_session_id() -> SessionId {
@@ -290,6 +361,9 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
+        if let Some(journal) = &self.shared.journal {
+            journal.room().await;
+        }
         let branch = self.branch.read().clone();
         let definition = branch.catalog.resolve(&request.agent_type)?.clone();
         let pooled = request.background.unwrap_or(definition.run_in_background);
@@ -522,7 +596,30 @@ impl Tree {
         self.shared.registry.settle_root();
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
+        // Everything the shutdown emitted is on disk before it returns (outside the grace:
+        // agents are done by now).
+        self.flush_journal().await;
         report
+    }
+
+    /// Writes and syncs everything the journal has been handed so far, whatever its
+    /// durability policy (a no-op without a journal). [`Tree::shutdown`] ends with it.
+    pub async fn flush_journal(&self) {
+        if let Some(journal) = &self.shared.journal {
+            journal.flush().await;
+        }
+    }
+
+    /// Entries handed to the journal and not yet written (0 without a journal): how far
+    /// the writer is behind.
+    pub fn journal_backlog(&self) -> usize {
+        self.shared.journal.as_ref().map_or(0, |j| j.queued())
+    }
+
+    /// Why the journal stopped, if its writer met an I/O error (the tree goes on without it;
+    /// the error is also logged).
+    pub fn journal_error(&self) -> Option<String> {
+        self.shared.journal.as_ref().and_then(|j| j.error())
     }
 
     /// Shuts down the subtree of `id` (detached descendants included) the same way, under

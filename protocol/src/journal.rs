@@ -72,7 +72,7 @@ pub enum JournalEntry {
         /// Its run.
         run: u32,
         /// The whole conversation.
-        messages: Vec<Message>,
+        messages: std::sync::Arc<[Message]>,
     },
     /// A compaction point: the records as of event `seq`, replacing every event before it.
     Checkpoint {
@@ -278,7 +278,7 @@ pub struct Replay {
     /// Each agent's admission request and definition hash.
     pub spawns: HashMap<AgentId, (String, SpawnRequest)>,
     /// Each agent's latest journaled conversation, with its run.
-    pub conversations: HashMap<AgentId, (u32, Vec<Message>)>,
+    pub conversations: HashMap<AgentId, (u32, std::sync::Arc<[Message]>)>,
     /// Lines read (the torn one excluded).
     pub lines: usize,
     /// The line number of a torn last line that was dropped, if there was one.
@@ -381,6 +381,28 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
 }
 
 impl Replay {
+    /// An empty replay of a new journal of `session`: the root record alone.
+    pub fn new(session: SessionId) -> Self {
+        Replay {
+            session: Some(session),
+            records: vec![AgentRecord::root()],
+            ..Replay::default()
+        }
+    }
+
+    /// Folds one more entry, as the next line: a writer keeps its journal's replay current
+    /// this way.
+    ///
+    /// # Errors
+    ///
+    /// As [`replay`], for this entry.
+    pub fn take_entry(&mut self, entry: JournalEntry) -> Result<(), ReplayError> {
+        let line = self.lines + 1;
+        self.take(entry, line, None)?;
+        self.lines = line;
+        Ok(())
+    }
+
     fn take(
         &mut self,
         entry: JournalEntry,

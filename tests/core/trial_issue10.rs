@@ -584,7 +584,7 @@ async fn shutdown_cuts_a_hanging_hook_off_at_one_deadline() {
     let ends: Vec<_> = log
         .calls()
         .iter()
-        .map(|c| (c.agent_type.clone(), c.turn, c.end.clone()))
+        .map(|c| (c.agent_type.clone(), c.turn, c.end))
         .collect();
     assert_eq!(
         ends,

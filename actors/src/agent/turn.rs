@@ -97,6 +97,9 @@ impl AgentState {
         // a kill (which keeps nothing) still continues this run's conversation.
         let messages: Arc<[Message]> = self.conversation.as_slice().into();
         *self.conversation_cell.lock() = messages.clone();
+        if let Some(journal) = &self.shared.journal {
+            journal.conversation(self.id, self.run, &messages);
+        }
         self.turns += 1;
         let turn = self.turns;
         let (id, run) = (self.id, self.run);
@@ -143,7 +146,13 @@ impl AgentState {
         let task = self.shared.spawn_in(span, async move {
             // The model is called only when this future is first polled, after the token
             // was checked: a cancelled agent never calls it.
-            let call = call_with_retries(&*model, request, &shared, id, run, turn);
+            let call = async {
+                // Backpressure: no new model turn while the journal is too far behind.
+                if let Some(journal) = &shared.journal {
+                    journal.room().await;
+                }
+                call_with_retries(&*model, request, &shared, id, run, turn).await
+            };
             let result = tokio::select! {
                 biased;
                 () = token.cancelled() => TurnResult::Cancelled,

@@ -27,6 +27,8 @@ pub(crate) struct Admission<'a> {
     /// The owner's conversation, for a definition that inherits it (only within
     /// `INHERIT_CONTEXT_MAX_DEPTH`; deeper, a `context_dropped` event says it was dropped).
     pub(crate) inherited: &'a [Message],
+    /// The request as made, for the journal (only when the tree keeps one).
+    pub(crate) journaled: Option<agent_tree_protocol::SpawnRequest>,
 }
 
 /// The result of an admission.
@@ -117,6 +119,10 @@ impl Registry {
             admission.request_id,
             admission.detached,
         );
+        if let (Some(journal), Some(request)) = (&inner.journal, admission.journaled) {
+            // Before the admission event: recovery finds the request of every record.
+            journal.admission(id, &spec.definition, request);
+        }
         // The admission event creates the record (and its place in its owner's children).
         let (kind, admitted) = match slot {
             Slot::Run => {

@@ -69,7 +69,7 @@ fn journal() -> Vec<JournalEntry> {
         JournalEntry::Conversation {
             agent: AgentId::new(1),
             run: 1,
-            messages: vec![Message::user("first")],
+            messages: vec![Message::user("first")].into(),
         },
         event(4, 1, EventKind::settled(Outcome::completed("done"))),
         event(5, 2, spawned()),
@@ -260,7 +260,7 @@ fn floats_and_odd_text_round_trip_exactly() {
         let entry = JournalEntry::Conversation {
             agent: AgentId::new(3),
             run: 2,
-            messages: vec![Message::assistant("é\u{1F600}", vec![call])],
+            messages: vec![Message::assistant("é\u{1F600}", vec![call])].into(),
         };
         let line = entry.to_line();
         assert_eq!(line.matches('\n').count(), 1, "one line: {line}");

@@ -1,0 +1,685 @@
+//! The journal: an append-only file of the tree's event stream, plus what the fold needs
+//! that events do not carry (definitions by hash, spawn requests, conversations), one
+//! checksummed JSON line per entry (the format is `agent_tree_protocol::JournalEntry`).
+//!
+//! # Writing
+//!
+//! The registry hands each event to the journal in the same transaction that folds it into
+//! the records, and admissions hand over their definition and request just before their
+//! admission event; agents hand over their conversation at each turn boundary. All of it goes
+//! onto an unbounded channel (sending never blocks, so no actor and no registry transaction
+//! ever waits on the disk) to one writer thread, which encodes, writes and syncs by the
+//! [`Durability`] policy, and rotates the file by compacting it when it grows past
+//! [`JournalConfig::rotate_at`].
+//!
+//! **Backpressure, not loss.** The channel counts what it holds. When the writer falls
+//! more than [`JournalConfig::max_queue`] entries behind (a disk slower than the tree), new
+//! work waits: a model turn does not start, and [`Tree::spawn`](crate::Tree::spawn) does not
+//! admit, until the writer has caught up below the bound. Entries already on their way are
+//! never dropped; the queue can exceed its bound by what turns already in flight emit.
+//!
+//! # What each policy can lose
+//!
+//! | policy | process killed (SIGKILL, OOM, panic) | machine crash or power loss |
+//! | --- | --- | --- |
+//! | [`Durability::EveryEntry`] | the entries queued, not yet written | the same: each entry is synced before the next is written |
+//! | [`Durability::Group`] | the entries queued, not yet written | also what was written since the last sync: at most `max_entries` entries or `max_delay` of them |
+//! | [`Durability::None`] | the entries queued, not yet written | whatever the OS had not flushed |
+//!
+//! In every case a crash leaves at most a partial last line, which recovery drops (and
+//! reports); nothing before it is lost or changed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agent_tree_protocol::{
+    AgentDefinition, AgentId, Event, JOURNAL_VERSION, JournalEntry, Message, Replay, SessionId,
+    SpawnRequest, definition_hash,
+};
+use parking_lot::Mutex;
+
+/// When the writer syncs what it wrote to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Each entry is written and synced (`fsync`) before the next: slowest, loses only what
+    /// was still queued.
+    EveryEntry,
+    /// Entries are written as they come and synced once `max_entries` are unsynced or the
+    /// oldest unsynced one is `max_delay` old (group commit).
+    Group {
+        /// Unsynced entries that force a sync.
+        max_entries: usize,
+        /// The age of the oldest unsynced entry that forces a sync.
+        max_delay: Duration,
+    },
+    /// Entries are written as they come, never synced but at rotation and close: a process
+    /// crash loses nothing written, a machine crash what the OS had not flushed.
+    None,
+}
+
+impl Default for Durability {
+    /// Group commit every 64 entries or 50 ms.
+    fn default() -> Self {
+        Durability::Group {
+            max_entries: 64,
+            max_delay: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Where and how a tree journals ([`TreeBuilder::journal`](crate::TreeBuilder::journal)).
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::{Durability, JournalConfig};
+/// let config = JournalConfig::new("/var/lib/agents/tree.journal")
+///     .durability(Durability::Group { max_entries: 128, max_delay: Duration::from_millis(20) })
+///     .max_queue(10_000)
+///     .rotate_at(64 << 20);
+/// assert_eq!(config.path().file_name().unwrap(), "tree.journal");
+/// ```
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    path: PathBuf,
+    durability: Durability,
+    max_queue: usize,
+    rotate_at: Option<u64>,
+}
+
+impl JournalConfig {
+    /// A journal at `path`: group commit, a queue of 4096 entries, no rotation.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        JournalConfig {
+            path: path.into(),
+            durability: Durability::default(),
+            max_queue: 4096,
+            rotate_at: None,
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sets the sync policy.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// How many entries the writer may fall behind before new work waits (at least 1).
+    pub fn max_queue(mut self, entries: usize) -> Self {
+        self.max_queue = entries.max(1);
+        self
+    }
+
+    /// Compacts the file (a checkpoint of the records, then what recovery needs besides)
+    /// once it grows past `bytes`.
+    pub fn rotate_at(mut self, bytes: u64) -> Self {
+        self.rotate_at = Some(bytes);
+        self
+    }
+}
+
+/// A journal that cannot be read or written: the file, the line (0 when none), and why.
+#[derive(Debug, thiserror::Error)]
+#[error("journal {}{}: {what}", path.display(), line.map_or_else(String::new, |l| format!(":{l}")))]
+pub struct JournalError {
+    /// The file.
+    pub path: PathBuf,
+    /// The line, for a line that does not decode or fold.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl JournalError {
+    fn io(path: &Path, what: &str, error: &io::Error) -> Self {
+        JournalError {
+            path: path.to_owned(),
+            line: None,
+            what: format!("{what}: {error}"),
+        }
+    }
+}
+
+/// Reads and replays the journal at `path` (the same fold as the registry's): the records,
+/// outcomes, definitions, requests and conversations it holds. `session`, when given, must
+/// be the journal's. A torn last line is dropped with a warning.
+///
+/// # Errors
+///
+/// [`JournalError`] naming the file and, for a bad line, the line: a missing or unreadable
+/// file, a corrupted, garbage or unknown line, a newer version, another tree's journal.
+pub fn read_journal(path: &Path, session: Option<&SessionId>) -> Result<Replay, JournalError> {
+    let bytes = std::fs::read(path).map_err(|e| JournalError::io(path, "cannot read", &e))?;
+    let replay = agent_tree_protocol::replay(&bytes, session).map_err(|e| {
+        let line = match &e {
+            agent_tree_protocol::ReplayError::Line { line, .. }
+            | agent_tree_protocol::ReplayError::Sequence { line, .. }
+            | agent_tree_protocol::ReplayError::Fold { line, .. }
+            | agent_tree_protocol::ReplayError::Misplaced { line, .. } => Some(*line),
+            _ => Some(1),
+        };
+        let text = e.to_string();
+        // The error's own text starts with "line N: "; the file's name carries the line.
+        let what = text
+            .split_once(": ")
+            .filter(|(head, _)| head.starts_with("line "))
+            .map_or(text.clone(), |(_, rest)| rest.to_owned());
+        JournalError {
+            path: path.to_owned(),
+            line,
+            what,
+        }
+    })?;
+    if let Some(line) = replay.torn {
+        tracing::warn!(
+            path = %path.display(),
+            line,
+            "journal ends in a torn line (a write cut off by a crash); dropped"
+        );
+    }
+    Ok(replay)
+}
+
+/// The storage a journal writes to: appends, syncs, and a compaction that replaces the whole
+/// content at once. [`FileJournal`] is the file implementation; tests wrap it to be slow.
+pub trait JournalStore: Send + 'static {
+    /// Appends `bytes` (whole lines).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes everything appended durable.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    fn sync(&mut self) -> io::Result<()>;
+    /// Replaces the whole content with `bytes`, atomically: after a crash either the old
+    /// content or the new one is there, never a mix.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    fn replace(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// The content's size in bytes.
+    fn size(&self) -> u64;
+}
+
+/// A journal file, appended to; compaction writes a new file beside it, syncs it and renames
+/// it over the old one.
+#[derive(Debug)]
+pub struct FileJournal {
+    path: PathBuf,
+    file: File,
+    size: u64,
+}
+
+impl FileJournal {
+    /// Opens (or creates) the file at `path` for appending.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let size = file.metadata()?.len();
+        Ok(FileJournal {
+            path: path.to_owned(),
+            file,
+            size,
+        })
+    }
+}
+
+impl JournalStore for FileJournal {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)?;
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".compacting");
+        let tmp = PathBuf::from(tmp);
+        {
+            let mut file = File::create(&tmp)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The rename is durable once the directory is synced (where a directory can be
+            // opened: not on every platform).
+            if let Ok(dir) = File::open(dir) {
+                let _ = dir.sync_all();
+            }
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.size = bytes.len() as u64;
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// How far the writer is behind, and who waits for it to catch up.
+#[derive(Debug)]
+struct Backlog {
+    queued: AtomicUsize,
+    bound: usize,
+    room: tokio::sync::Notify,
+    /// Set when the writer stopped on an I/O error: nothing waits for it any more.
+    failed: AtomicBool,
+}
+
+/// What the writer thread is told.
+enum Command {
+    /// Boxed: an entry is large, and most of the channel's traffic.
+    Entry(Box<JournalEntry>),
+    /// Sync everything and answer (a clean shutdown, or a test).
+    Flush(std::sync::mpsc::SyncSender<()>),
+}
+
+/// The tree's side of its journal: cheap to clone, shared by the registry (events,
+/// admissions) and the agents (conversations).
+#[derive(Clone, Debug)]
+pub(crate) struct JournalTap {
+    sender: mpsc::Sender<Command>,
+    backlog: Arc<Backlog>,
+    /// Definitions already journaled, by address (each kept alive here, so an address is
+    /// never reused for another): a definition is written once, not per spawn. A leaf lock.
+    written: Arc<Mutex<Written>>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// Definitions journaled so far, with their hashes.
+type Written = Vec<(Arc<AgentDefinition>, String)>;
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Entry(_) => f.write_str("Entry"),
+            Command::Flush(_) => f.write_str("Flush"),
+        }
+    }
+}
+
+impl JournalTap {
+    /// Starts the writer thread on `store`, writing a header first when the store is empty.
+    pub(crate) fn start(
+        config: &JournalConfig,
+        mut store: Box<dyn JournalStore>,
+        session: &SessionId,
+        replay: Replay,
+    ) -> Result<Self, JournalError> {
+        let path = config.path.clone();
+        if store.size() == 0 {
+            let header = JournalEntry::Header {
+                version: JOURNAL_VERSION,
+                session: session.clone(),
+            };
+            store
+                .append(header.to_line().as_bytes())
+                .and_then(|()| store.sync())
+                .map_err(|e| JournalError::io(&path, "cannot write the header", &e))?;
+        }
+        let backlog = Arc::new(Backlog {
+            queued: AtomicUsize::new(0),
+            bound: config.max_queue,
+            room: tokio::sync::Notify::new(),
+            failed: AtomicBool::new(false),
+        });
+        let error = Arc::new(Mutex::new(None));
+        let (sender, receiver) = mpsc::channel();
+        let mut writer = Writer {
+            store,
+            durability: config.durability,
+            rotate_at: config.rotate_at,
+            backlog: backlog.clone(),
+            error: error.clone(),
+            path,
+            state: replay,
+            session: session.clone(),
+            unsynced: 0,
+            oldest_unsynced: None,
+        };
+        std::thread::Builder::new()
+            .name("agent-tree-journal".into())
+            .spawn(move || writer.run(&receiver))
+            .map_err(|e| JournalError::io(&config.path, "cannot start the writer", &e))?;
+        Ok(JournalTap {
+            sender,
+            backlog,
+            written: Arc::default(),
+            error,
+        })
+    }
+
+    fn send(&self, entry: JournalEntry) {
+        if self.backlog.failed.load(Ordering::Acquire) {
+            return;
+        }
+        self.backlog.queued.fetch_add(1, Ordering::AcqRel);
+        if self.sender.send(Command::Entry(Box::new(entry))).is_err() {
+            self.backlog.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// An event, as the registry emits it (under its lock: this only queues).
+    pub(crate) fn event(&self, event: &Event) {
+        self.send(JournalEntry::Event {
+            event: event.clone(),
+        });
+    }
+
+    /// An admission: the definition (once), then the request, before its admission event.
+    pub(crate) fn admission(
+        &self,
+        agent: AgentId,
+        definition: &Arc<AgentDefinition>,
+        request: SpawnRequest,
+    ) {
+        let (hash, new) = {
+            let mut written = self.written.lock();
+            match written.iter().find(|(d, _)| Arc::ptr_eq(d, definition)) {
+                Some((_, hash)) => (hash.clone(), false),
+                None => {
+                    let hash = definition_hash(definition);
+                    written.push((definition.clone(), hash.clone()));
+                    (hash, true)
+                }
+            }
+        };
+        if new {
+            self.send(JournalEntry::Definition {
+                hash: hash.clone(),
+                definition: (**definition).clone(),
+            });
+        }
+        self.send(JournalEntry::Spawn {
+            agent,
+            definition: hash,
+            request,
+        });
+    }
+
+    /// An agent's conversation at a turn boundary of run `run`.
+    pub(crate) fn conversation(&self, agent: AgentId, run: u32, messages: &Arc<[Message]>) {
+        self.send(JournalEntry::Conversation {
+            agent,
+            run,
+            messages: messages.clone(),
+        });
+    }
+
+    /// Waits until the writer is less than the bound behind (backpressure); at once when it
+    /// is, or when it has stopped on an error.
+    pub(crate) async fn room(&self) {
+        loop {
+            let notified = self.backlog.room.notified();
+            if self.backlog.queued.load(Ordering::Acquire) < self.backlog.bound
+                || self.backlog.failed.load(Ordering::Acquire)
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Entries queued and not yet written.
+    pub(crate) fn queued(&self) -> usize {
+        self.backlog.queued.load(Ordering::Acquire)
+    }
+
+    /// Writes and syncs everything queued so far, waiting on a blocking thread.
+    pub(crate) async fn flush(&self) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self.sender.send(Command::Flush(tx)).is_err() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+    }
+
+    /// Why the writer stopped, if it did.
+    pub(crate) fn error(&self) -> Option<String> {
+        self.error.lock().clone()
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    store: Box<dyn JournalStore>,
+    durability: Durability,
+    rotate_at: Option<u64>,
+    backlog: Arc<Backlog>,
+    error: Arc<Mutex<Option<String>>>,
+    path: PathBuf,
+    /// The journal's content folded so far, for compaction.
+    state: Replay,
+    session: SessionId,
+    unsynced: usize,
+    oldest_unsynced: Option<Instant>,
+}
+
+impl Writer {
+    /// The most entries written per batch.
+    const BATCH: usize = 512;
+
+    fn run(&mut self, receiver: &mpsc::Receiver<Command>) {
+        let mut buffer = Vec::with_capacity(64 * 1024);
+        loop {
+            // Wait for work; with unsynced entries under group commit, no longer than their
+            // deadline.
+            let first = match self.sync_deadline() {
+                Some(deadline) => {
+                    match receiver.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    {
+                        Ok(command) => command,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            self.sync_now();
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                None => match receiver.recv() {
+                    Ok(command) => command,
+                    Err(_) => break,
+                },
+            };
+            let mut commands = vec![first];
+            while commands.len() < Self::BATCH {
+                match receiver.try_recv() {
+                    Ok(command) => commands.push(command),
+                    Err(_) => break,
+                }
+            }
+            let mut written = 0;
+            for command in commands {
+                match command {
+                    Command::Entry(entry) => {
+                        buffer.extend_from_slice(entry.to_line().as_bytes());
+                        self.fold(*entry);
+                        written += 1;
+                        if self.durability == Durability::EveryEntry {
+                            self.write(&mut buffer, 1);
+                            self.sync_now();
+                        }
+                    }
+                    Command::Flush(done) => {
+                        self.write(&mut buffer, 0);
+                        self.sync_now();
+                        let _ = done.send(());
+                    }
+                }
+            }
+            if self.durability != Durability::EveryEntry {
+                self.write(&mut buffer, written);
+            }
+            self.release(written);
+            self.maybe_sync();
+            self.maybe_rotate();
+            if self.backlog.failed.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        self.write(&mut buffer, 0);
+        self.sync_now();
+    }
+
+    /// Keeps what compaction needs.
+    fn fold(&mut self, entry: JournalEntry) {
+        if let Err(error) = self.state.take_entry(entry) {
+            // The writer's own entries always fold (the registry folded them first).
+            tracing::error!(%error, "journal entry did not fold");
+        }
+    }
+
+    fn write(&mut self, buffer: &mut Vec<u8>, entries: usize) {
+        if buffer.is_empty() || self.backlog.failed.load(Ordering::Acquire) {
+            buffer.clear();
+            return;
+        }
+        match self.store.append(buffer) {
+            Ok(()) => {
+                self.unsynced += entries.max(1);
+                self.oldest_unsynced.get_or_insert_with(Instant::now);
+            }
+            Err(error) => self.fail("cannot append", &error),
+        }
+        buffer.clear();
+    }
+
+    /// Entries written: the backlog shrinks, and waiters wake once it is under the bound.
+    fn release(&self, written: usize) {
+        let before = self.backlog.queued.fetch_sub(written, Ordering::AcqRel);
+        if before.saturating_sub(written) < self.backlog.bound {
+            self.backlog.room.notify_waiters();
+        }
+    }
+
+    fn sync_deadline(&self) -> Option<Instant> {
+        match self.durability {
+            Durability::Group { max_delay, .. } => self.oldest_unsynced.map(|t| t + max_delay),
+            _ => None,
+        }
+    }
+
+    fn maybe_sync(&mut self) {
+        if let Durability::Group {
+            max_entries,
+            max_delay,
+        } = self.durability
+        {
+            let old = self
+                .oldest_unsynced
+                .is_some_and(|t| t.elapsed() >= max_delay);
+            if self.unsynced >= max_entries || old {
+                self.sync_now();
+            }
+        }
+    }
+
+    fn sync_now(&mut self) {
+        if self.unsynced == 0 || self.backlog.failed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(error) = self.store.sync() {
+            self.fail("cannot sync", &error);
+        }
+        self.unsynced = 0;
+        self.oldest_unsynced = None;
+    }
+
+    /// Compacts the file once it is past `rotate_at`: a header, a checkpoint of the records,
+    /// the definitions, the requests, and each agent's latest conversation.
+    fn maybe_rotate(&mut self) {
+        let Some(limit) = self.rotate_at else { return };
+        if self.store.size() <= limit || self.backlog.failed.load(Ordering::Acquire) {
+            return;
+        }
+        self.sync_now();
+        let compacted = compact(&self.state, &self.session);
+        match self.store.replace(&compacted) {
+            Ok(()) => tracing::debug!(
+                path = %self.path.display(),
+                bytes = compacted.len(),
+                "journal compacted"
+            ),
+            Err(error) => self.fail("cannot compact", &error),
+        }
+    }
+
+    fn fail(&mut self, what: &str, error: &io::Error) {
+        let text = format!("journal {}: {what}: {error}", self.path.display());
+        tracing::error!("{text}; the tree goes on without it");
+        *self.error.lock() = Some(text);
+        self.backlog.failed.store(true, Ordering::Release);
+        self.backlog.room.notify_waiters();
+    }
+}
+
+/// The compacted content of a journal whose replay is `state`.
+pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
+    let mut out = String::new();
+    out += &JournalEntry::Header {
+        version: JOURNAL_VERSION,
+        session: session.clone(),
+    }
+    .to_line();
+    out += &JournalEntry::Checkpoint {
+        seq: state.last_seq,
+        records: state.records.clone(),
+    }
+    .to_line();
+    let mut hashes: Vec<&String> = state.definitions.keys().collect();
+    hashes.sort();
+    for hash in hashes {
+        out += &JournalEntry::Definition {
+            hash: hash.clone(),
+            definition: state.definitions[hash].clone(),
+        }
+        .to_line();
+    }
+    let mut agents: Vec<&AgentId> = state.spawns.keys().collect();
+    agents.sort();
+    for agent in agents {
+        let (definition, request) = &state.spawns[agent];
+        out += &JournalEntry::Spawn {
+            agent: *agent,
+            definition: definition.clone(),
+            request: request.clone(),
+        }
+        .to_line();
+    }
+    let mut agents: Vec<&AgentId> = state.conversations.keys().collect();
+    agents.sort();
+    for agent in agents {
+        let (run, messages) = &state.conversations[agent];
+        out += &JournalEntry::Conversation {
+            agent: *agent,
+            run: *run,
+            messages: messages.clone(),
+        }
+        .to_line();
+    }
+    out.into_bytes()
+}

@@ -1,0 +1,407 @@
+//! The journal as a tree writes it: every event, the requests and conversations recovery
+//! needs, read back by the same fold as the registry's; the durability policies' syncs; a
+//! slow disk holding new work back instead of losing entries; a failing disk; compaction.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::{Durability, FileJournal, JournalConfig, JournalStore, read_journal};
+use parking_lot::{Condvar, Mutex};
+
+use crate::support::{catalog, delegator, leaf};
+
+/// A fresh directory under the system's temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "agent-tree-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn team() -> (ScriptedModel, Catalog) {
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::spawn("worker", "part one").usage(Usage::tokens(5, 1)),
+                Turn::spawn("worker", "part two"),
+                Turn::answer("both parts done").usage(Usage::tokens(2, 2)),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("part done").usage(Usage::tokens(3, 1))]),
+        );
+    (
+        model,
+        catalog([delegator("lead", &["worker"]), leaf("worker")]),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_journal_folds_to_the_trees_own_records() {
+    let dir = TempDir::new("fold");
+    let path = dir.file("tree.journal");
+    let (model, catalog) = team();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal(JournalConfig::new(&path).durability(Durability::EveryEntry))
+        .build()
+        .await
+        .unwrap();
+    let outcome = tree
+        .run(SpawnRequest::new("lead", "build it"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("both parts done"));
+    tree.shutdown().await;
+    let snapshot = tree.snapshot();
+
+    let replay = read_journal(&path, Some(tree.session())).unwrap();
+    let records: Vec<_> = snapshot.records.iter().map(|r| (**r).clone()).collect();
+    assert_eq!(
+        replay.records, records,
+        "the journal's fold is the tree's records"
+    );
+    assert_eq!(replay.torn, None);
+    assert_eq!(replay.records[0].subtree, Usage::tokens(13, 5));
+    // Each agent's request and definition, and the lead's conversation to its last turn.
+    assert_eq!(replay.spawns.len(), 3);
+    let (hash, request) = &replay.spawns[&AgentId::new(2)];
+    assert_eq!(request.prompt, "part one");
+    assert_eq!(replay.definitions[hash].name, "worker");
+    assert_eq!(replay.definitions.len(), 2, "each definition once");
+    let (run, messages) = &replay.conversations[&AgentId::new(1)];
+    assert_eq!(*run, 1);
+    assert_eq!(messages[0].content, "build it");
+    assert!(messages.iter().any(|m| m.content.contains("part done")));
+    assert_eq!(tree.journal_error(), None);
+}
+
+/// A store that counts what it is asked, and can hold its appends (a slow disk) or fail them.
+#[derive(Clone, Default)]
+struct Counting {
+    inner: Arc<CountingInner>,
+}
+
+#[derive(Default)]
+struct CountingInner {
+    bytes: Mutex<Vec<u8>>,
+    appends: AtomicUsize,
+    syncs: AtomicUsize,
+    /// While true, appends wait (the disk is "slow" until the test opens it).
+    held: Mutex<bool>,
+    opened: Condvar,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl Counting {
+    fn hold(&self) {
+        *self.inner.held.lock() = true;
+    }
+
+    fn open(&self) {
+        *self.inner.held.lock() = false;
+        self.inner.opened.notify_all();
+    }
+
+    fn lines(&self) -> usize {
+        self.inner
+            .bytes
+            .lock()
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+    }
+
+    fn replay(&self) -> agent_tree::protocol::Replay {
+        agent_tree::protocol::replay(&self.inner.bytes.lock(), None).unwrap()
+    }
+}
+
+impl JournalStore for Counting {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut held = self.inner.held.lock();
+        while *held {
+            self.inner.opened.wait(&mut held);
+        }
+        drop(held);
+        if self.inner.fail.load(Ordering::Acquire) {
+            return Err(io::Error::other("disk full"));
+        }
+        self.inner.appends.fetch_add(1, Ordering::AcqRel);
+        self.inner.bytes.lock().extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.inner.syncs.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
+        *self.inner.bytes.lock() = bytes.to_vec();
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.bytes.lock().len() as u64
+    }
+}
+
+async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
+    let (model, catalog) = team();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal_store(config, store)
+        .build()
+        .await
+        .unwrap();
+    tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    tree.shutdown().await;
+    tree
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_policy_syncs_as_it_says() {
+    let every = Counting::default();
+    run_team_on(
+        every.clone(),
+        JournalConfig::new("every").durability(Durability::EveryEntry),
+    )
+    .await;
+    let lines = every.lines();
+    assert!(lines > 20, "{lines} lines");
+    // The header, then one sync per entry.
+    assert_eq!(every.inner.syncs.load(Ordering::Acquire), lines);
+
+    let group = Counting::default();
+    let policy = Durability::Group {
+        max_entries: 10,
+        max_delay: Duration::from_secs(3600),
+    };
+    run_team_on(
+        group.clone(),
+        JournalConfig::new("group").durability(policy),
+    )
+    .await;
+    let syncs = group.inner.syncs.load(Ordering::Acquire);
+    assert!(
+        syncs >= 2 && syncs <= group.lines() / 10 + 2,
+        "{syncs} syncs of {} lines",
+        group.lines()
+    );
+
+    let none = Counting::default();
+    run_team_on(
+        none.clone(),
+        JournalConfig::new("none").durability(Durability::None),
+    )
+    .await;
+    // The header's, and the shutdown's flush.
+    assert_eq!(none.inner.syncs.load(Ordering::Acquire), 2);
+    assert_eq!(none.replay().records, every.replay().records);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
+    let store = Counting::default();
+    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal_store(JournalConfig::new("slow").max_queue(8), store.clone())
+        .build()
+        .await
+        .unwrap();
+    // The header is written; from now on the disk does not answer.
+    store.hold();
+    // The writer is stuck: spawn until a spawn waits for it (a whole virtual hour passes
+    // without it being admitted), which must happen once the backlog reaches the bound.
+    let mut handles = Vec::new();
+    loop {
+        let spawn = tree.spawn(SpawnRequest::new("w", format!("task {}", handles.len())));
+        match tokio::time::timeout(Duration::from_secs(3600), spawn).await {
+            Ok(handle) => handles.push(handle.unwrap()),
+            Err(_) => break,
+        }
+        assert!(handles.len() < 8, "never held back");
+    }
+    assert!(tree.journal_backlog() >= 8, "{}", tree.journal_backlog());
+    store.open();
+    let late = tree.spawn(SpawnRequest::new("w", "late")).await.unwrap();
+    handles.push(late);
+    for handle in &mut handles {
+        assert!(handle.outcome().await.is_completed());
+    }
+    tree.shutdown().await;
+    assert_eq!(tree.journal_backlog(), 0);
+    let records: Vec<_> = tree
+        .snapshot()
+        .records
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    assert_eq!(store.replay().records, records, "nothing was lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_disk_stops_the_journal_not_the_tree() {
+    // A disk that fails at once fails the build (the header cannot be written).
+    let store = Counting::default();
+    store.inner.fail.store(true, Ordering::Release);
+    let (model, catalog) = team();
+    let error = Tree::builder()
+        .catalog(catalog.clone())
+        .model(model.clone())
+        .journal_store(JournalConfig::new("full"), store)
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "journal full: cannot write the header: disk full"
+    );
+    // One that fails later stops the journal, and the tree goes on.
+    let store = Counting::default();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal_store(JournalConfig::new("full"), store.clone())
+        .build()
+        .await
+        .unwrap();
+    store.inner.fail.store(true, Ordering::Release);
+    tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    tree.shutdown().await;
+    let error = tree.journal_error().expect("the writer stopped");
+    assert!(error.contains("disk full"), "{error}");
+    assert_eq!(tree.snapshot().agents().count(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
+    let dir = TempDir::new("rotate");
+    let path = dir.file("tree.journal");
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("ok").usage(Usage::tokens(1, 1))]),
+    );
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal(JournalConfig::new(&path).rotate_at(4096))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..40 {
+        tree.run(SpawnRequest::new("w", format!("task {i}")))
+            .await
+            .unwrap();
+    }
+    tree.shutdown().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"entry\":\"checkpoint\""), "compacted");
+    let events = text.matches("\"entry\":\"event\"").count();
+    assert!(events < 40 * 4, "{events} events left after compaction");
+    let replay = read_journal(&path, None).unwrap();
+    let records: Vec<_> = tree
+        .snapshot()
+        .records
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    assert_eq!(replay.records, records);
+    assert_eq!(replay.spawns.len(), 40);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_existing_tree_journal_or_a_bad_path_is_refused_naming_the_file() {
+    let dir = TempDir::new("existing");
+    let path = dir.file("tree.journal");
+    let (model, catalog) = team();
+    let tree = Tree::builder()
+        .catalog(catalog.clone())
+        .model(model.clone())
+        .journal(JournalConfig::new(&path))
+        .build()
+        .await
+        .unwrap();
+    tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    tree.shutdown().await;
+    drop(tree);
+    let error = Tree::builder()
+        .catalog(catalog.clone())
+        .model(model.clone())
+        .journal(JournalConfig::new(&path))
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(&format!("journal {}", path.display())),
+        "{error}"
+    );
+
+    // A header-only journal is taken over, with its session.
+    let fresh = dir.file("fresh.journal");
+    std::fs::write(
+        &fresh,
+        agent_tree::protocol::JournalEntry::Header {
+            version: agent_tree::protocol::JOURNAL_VERSION,
+            session: agent_tree::protocol::SessionId::new("kept"),
+        }
+        .to_line(),
+    )
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog.clone())
+        .model(model.clone())
+        .journal(JournalConfig::new(&fresh))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(tree.session().to_string(), "kept");
+    drop(tree);
+
+    let missing = dir.file("no/such/dir/tree.journal");
+    let error = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal(JournalConfig::new(&missing))
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("no/such/dir/tree.journal") && error.contains("cannot open"),
+        "{error}"
+    );
+    // The file journal itself, directly.
+    assert!(FileJournal::open(&missing).is_err());
+}
