@@ -332,7 +332,11 @@ impl AgentState {
         // Exactly one more: a first push would reserve room for four messages, and most
         // agents never have a second (a leaf answers in one turn, or waits in it).
         context.reserve_exact(1);
-        context.push(Message::user(prompt));
+        // A resume with no prompt continues the conversation as it is (a run a crash
+        // interrupted re-runs its lost turn, at the same places).
+        if !(resumed && prompt.is_empty()) {
+            context.push(Message::user(prompt));
+        }
         Ok(AgentState {
             id,
             owner_id,

@@ -41,6 +41,7 @@
 mod admit;
 mod end;
 mod read;
+mod recover;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

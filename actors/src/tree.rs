@@ -148,8 +148,13 @@ impl TreeBuilder {
     }
 
     /// Keeps a journal of the tree at `config`'s path (see [`JournalConfig`] for what each
-    /// durability policy can lose). A new or empty file gets a header; a journal with
-    /// agents in it is recovered from (not yet: building refuses it, naming the file).
+    /// durability policy can lose). A new or empty file gets a header. A journal that holds
+    /// a tree is recovered from, by the same fold as the registry's: every record, owner
+    /// edge, usage total and settled outcome comes back; agents that were live come back
+    /// `aborted` with reason `interrupted` ([`Tree::interrupted`]), to be resumed or
+    /// abandoned, never re-run on their own; a resumed owner that re-issues a spawn at the
+    /// same place in its conversation gets the existing child. The journal goes on from
+    /// there. A bad journal fails the build, naming the file and line.
     pub fn journal(mut self, config: JournalConfig) -> Self {
         self.journal = Some((config, None));
         self
@@ -178,7 +183,7 @@ impl TreeBuilder {
         let model = self.model.ok_or(TreeError::NoModel)?;
         self.config.validate()?;
         crate::catalog::warn_tool_problems(&self.catalog, self.toolbox.names());
-        let (session, journal) = open_journal(self.journal, self.session)?;
+        let (session, journal, recovered) = open_journal(self.journal, self.session)?;
         let session_name = session.to_string();
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
@@ -196,14 +201,23 @@ impl TreeBuilder {
         if let Some(journal) = &shared.journal {
             shared.registry.set_journal(journal.clone());
         }
+        let branch = Arc::new(Branch {
+            catalog: self.catalog,
+            max_depth: shared.config.max_depth,
+        });
+        if let Some(replay) = &recovered {
+            let interrupted = shared.registry.recover(replay, &branch);
+            tracing::info!(
+                agents = replay.records.len() - 1,
+                interrupted = interrupted.len(),
+                "tree recovered from its journal"
+            );
+        }
         let (root, _) = Actor::spawn(None, RootActor, shared.clone())
             .await
             .map_err(|e| TreeError::Startup(Box::new(e)))?;
         let _ = shared.root.set(root.clone());
-        let branch = RwLock::new(Arc::new(Branch {
-            catalog: self.catalog,
-            max_depth: shared.config.max_depth,
-        }));
+        let branch = RwLock::new(branch);
         Ok(Tree {
             shared,
             root,
@@ -216,12 +230,21 @@ impl TreeBuilder {
 
 /// Opens the journal, if the tree keeps one: the tree's session (the journal's, for an
 /// existing one) and the tap the registry and the agents write to.
+type Opened = (
+    SessionId,
+    Option<crate::journal::JournalTap>,
+    Option<agent_tree_protocol::Replay>,
+);
+
+/// Opens the journal, if the tree keeps one: the tree's session (the journal's, for an
+/// existing one), the tap the registry and the agents write to, and the replay of an
+/// existing journal holding a tree, to recover from.
 fn open_journal(
     journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
     session: Option<SessionId>,
-) -> Result<(SessionId, Option<crate::journal::JournalTap>), TreeError> {
+) -> Result<Opened, TreeError> {
     let Some((config, store)) = journal else {
-        return Ok((session.unwrap_or_else(new_session_id), None));
+        return Ok((session.unwrap_or_else(new_session_id), None, None));
     };
     let (session, store, replay) = match store {
         Some(store) => {
@@ -235,19 +258,7 @@ fn open_journal(
                 .map(|m| m.len() > 0)
                 .unwrap_or(false);
             let replay = if existing {
-                let replay = crate::journal::read_journal(path, session.as_ref())?;
-                if replay.last_seq > 0 || replay.records.len() > 1 {
-                    return Err(JournalError {
-                        path: path.to_owned(),
-                        line: None,
-                        what: format!(
-                            "holds a tree ({replay}); recovering a tree from its journal is not \
-                             built yet: start with a new journal file"
-                        ),
-                    }
-                    .into());
-                }
-                replay
+                crate::journal::read_journal(path, session.as_ref())?
             } else {
                 agent_tree_protocol::Replay::new(session.clone().unwrap_or_else(new_session_id))
             };
@@ -260,8 +271,9 @@ fn open_journal(
             (session, Box::new(store) as Box<dyn JournalStore>, replay)
         }
     };
+    let recovered = (replay.last_seq > 0 || replay.records.len() > 1).then(|| replay.clone());
     let tap = crate::journal::JournalTap::start(&config, store, &session, replay)?;
-    Ok((session, Some(tap)))
+    Ok((session, Some(tap), recovered))
 }
 
 fn new_session_id() -> SessionId {
@@ -398,6 +410,11 @@ impl Tree {
     /// new run, with the definition, catalog and depth cap its branch started with; children
     /// spawned during that run are aborted when it ends. A refused resume changes nothing.
     ///
+    /// An empty prompt adds no message: the conversation continues as it is. For an agent a
+    /// crash interrupted ([`Tree::interrupted`]) that re-runs the turn the crash cut off,
+    /// and the spawns it re-issues (at the same places) find the children the lost turn
+    /// started.
+    ///
     /// # Errors
     ///
     /// [`SpawnError::Control`] when the agent is not top-level or is still live (running or
@@ -414,6 +431,21 @@ impl Tree {
         spawn::start(&self.shared, ticket, &self.root).await?;
         self.handle(id)
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
+    }
+
+    /// The agents a crash interrupted and recovery settled `aborted` (reason
+    /// `interrupted`), not resumed since, in id order: what the application (top-level
+    /// ones, [`Tree::resume`]) or their owners resume or abandon.
+    pub fn interrupted(&self) -> Vec<AgentId> {
+        self.snapshot()
+            .agents()
+            .filter(|r| {
+                r.outcome
+                    .as_ref()
+                    .is_some_and(|o| o.reason == EndReason::Interrupted)
+            })
+            .map(|r| r.id)
+            .collect()
     }
 
     /// Starts a top-level agent and waits for its outcome.

@@ -100,12 +100,14 @@ impl RequestId {
         RequestId(id.into())
     }
 
-    /// The id derived from an owner, which run of the owner (1 for its first; restarts and
-    /// resumes count up) and the tool call that asked for the spawn: `a3/1/call_1`. A
-    /// replayed call of the same run finds its child; a new run's calls never do, even when
-    /// a model reuses its call ids.
-    pub fn derived(owner: AgentId, run: u32, tool_call_id: &str) -> Self {
-        RequestId(format!("{owner}/{run}/{tool_call_id}"))
+    /// The id derived from an owner, which incarnation of the owner (1 for its first;
+    /// restarts count up) and the place of the tool call that asked for the spawn
+    /// (`m4c0`: the first call of the conversation's message 4): `a3/1/m4c0`. A replayed
+    /// call at the same place finds its child (a run resumed after a crash, continuing its
+    /// journaled conversation); a restart's calls never do, nor a later turn's, even when a
+    /// model reuses its call ids.
+    pub fn derived(owner: AgentId, incarnation: u32, place: &str) -> Self {
+        RequestId(format!("{owner}/{incarnation}/{place}"))
     }
 
     /// The text of the id.

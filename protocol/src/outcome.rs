@@ -36,6 +36,9 @@ pub enum EndReason {
     /// The model's output was cut off at its length limit more often than the tree's
     /// `length_cutoff` policy continues it.
     LengthLimit,
+    /// The process running it stopped (a crash) while it was live; its tree was recovered
+    /// from the journal with it aborted, to be resumed or abandoned, never silently re-run.
+    Interrupted,
 }
 
 impl EndReason {
@@ -54,6 +57,7 @@ impl EndReason {
             EndReason::Escalated => "escalated",
             EndReason::HookFailed => "hook_failed",
             EndReason::LengthLimit => "length_limit",
+            EndReason::Interrupted => "interrupted",
         }
     }
 }

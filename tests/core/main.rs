@@ -8,6 +8,7 @@ mod support;
 mod events_envelope;
 mod failure_isolation;
 mod fold_rebuilds_snapshot;
+mod journal_recovery;
 mod journal_writes;
 mod lifecycle_child_exit;
 mod model_contract;

@@ -135,7 +135,7 @@ pub(super) async fn dispatch(
     call: ToolCall,
 ) {
     let answer = match tool {
-        Orchestration::Agent => spawn_or_resume(state, myself, turn, index, &call).await,
+        Orchestration::Agent => spawn_or_resume(state, myself, index, &call).await,
         Orchestration::GetResult => read_result(state, &call),
         Orchestration::Steer => steer(state, &call).await,
         Orchestration::Abort => abort(state, &call),
@@ -325,7 +325,6 @@ const MAX_TYPE_NAME: usize = 128;
 async fn spawn_or_resume(
     state: &mut AgentState,
     myself: &ActorRef<AgentMsg>,
-    turn: u32,
     index: usize,
     call: &ToolCall,
 ) -> Answer {
@@ -363,9 +362,17 @@ async fn spawn_or_resume(
     };
     let background = request.background.unwrap_or(definition.run_in_background);
     // Idempotency keys are the runtime's: a model cannot name another run's request (or
-    // another owner's) to get that child back. They name the call by its place (turn and
-    // position), never by the model's call id, which need not be unique.
-    let request_id = RequestId::derived(state.id, state.run, &format!("t{turn}c{index}"));
+    // another owner's) to get that child back. They name the call by its place (the
+    // assistant message's position in the conversation, and the call's in the message),
+    // never by the model's call id, which need not be unique: a conversation resumed after a
+    // crash re-issues a lost turn's calls at the same places, and finds their children.
+    let message = state
+        .conversation
+        .iter()
+        .rposition(|m| m.role == agent_tree_protocol::Role::Assistant)
+        .unwrap_or(0);
+    let request_id =
+        RequestId::derived(state.id, state.incarnation, &format!("m{message}c{index}"));
     let detached = definition.detached;
     let owner_capabilities = state
         .shared

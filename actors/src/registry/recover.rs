@@ -1,0 +1,104 @@
+//! Recovery: a registry seeded from a journal's replay, the same fold's records, with the
+//! runtime's side of each agent rebuilt and every agent the crash interrupted settled
+//! `aborted` with reason `interrupted`.
+
+use std::sync::Arc;
+
+use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Outcome, Replay};
+use tokio_util::sync::CancellationToken;
+
+use super::{Entry, Registry};
+use crate::shared::Branch;
+use crate::spawn::PendingStart;
+
+impl Registry {
+    /// Seeds this fresh registry from `replay`: its records (the journal's fold), each
+    /// agent's request, definition and conversation (for resumes), the request ids (for
+    /// replay-safe spawns), the owners' spawn counts; then settles every agent the journal
+    /// leaves live as interrupted, one event each, journaled like any other. Returns those
+    /// agents, children before owners.
+    pub(crate) fn recover(&self, replay: &Replay, branch: &Arc<Branch>) -> Vec<AgentId> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        inner.records = replay.records.iter().cloned().map(Arc::new).collect();
+        inner.seq = replay.last_seq;
+        let root = inner.entries.swap_remove(0);
+        let mut entries = Vec::with_capacity(replay.records.len());
+        entries.push(root);
+        for record in replay.records.iter().skip(1) {
+            // Owners precede their children (ids are dense in admission order).
+            let owner = match record.parent {
+                Some(parent) if !record.detached => parent.get() as usize,
+                _ => 0,
+            };
+            let token = entries
+                .get(owner)
+                .map_or_else(CancellationToken::new, |e: &Entry| e.token.child_token());
+            let mut entry = Entry::new(token);
+            let conversation = replay.conversations.get(&record.id);
+            entry.runs = conversation
+                .map_or(record.incarnation, |(run, _)| {
+                    (*run).max(record.incarnation)
+                })
+                .max(1);
+            if let Some((_, messages)) = conversation {
+                *entry.conversation.lock() = messages.clone();
+            }
+            entry.spec = spec_of(replay, record, branch);
+            entries.push(entry);
+        }
+        for record in replay.records.iter().skip(1) {
+            if let Some(parent) = record.parent {
+                if let Some(owner) = entries.get_mut(parent.get() as usize) {
+                    owner.spawned = owner.spawned.saturating_add(1);
+                }
+                if let Some(request_id) = &record.request_id {
+                    inner
+                        .by_request
+                        .entry(parent)
+                        .or_default()
+                        .insert(request_id.clone(), record.id);
+                }
+            }
+        }
+        inner.entries = entries;
+        let interrupted: Vec<AgentId> = replay
+            .records
+            .iter()
+            .skip(1)
+            .rev()
+            .filter(|r| !r.status.is_terminal())
+            .map(|r| r.id)
+            .collect();
+        for &id in &interrupted {
+            let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Interrupted);
+            inner.emit(id, EventKind::Aborted { outcome }, now);
+        }
+        interrupted
+    }
+}
+
+/// How `record`'s agent was started, for a resume: its journaled request and definition (or
+/// the catalog's definition of its type, should the journal lack it).
+fn spec_of(
+    replay: &Replay,
+    record: &agent_tree_protocol::AgentRecord,
+    branch: &Arc<Branch>,
+) -> Option<PendingStart> {
+    let (hash, request) = replay.spawns.get(&record.id)?;
+    let definition = match replay.definitions.get(hash) {
+        Some(definition) => Arc::new(definition.clone()),
+        None => branch.catalog.resolve(&record.agent_type).ok()?.clone(),
+    };
+    Some(PendingStart {
+        settle: request.settle.unwrap_or(definition.settle),
+        definition,
+        branch: branch.clone(),
+        prompt: request.prompt.clone(),
+        context: Vec::new(),
+        resumed: false,
+        detached: record.detached,
+        owner_capabilities: None,
+        parent_span: crate::util::SpanSlot::default(),
+    })
+}

@@ -1,0 +1,288 @@
+//! Recovery from a journal: every status comes back by the same fold, live agents come back
+//! interrupted, a resumed owner re-issuing a lost turn's spawn gets the existing child, and
+//! the journal goes on from where it was. A "crash" here is a copy of the journal file taken
+//! while the tree runs (everything handed to the writer flushed first).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::EndReason;
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::{JournalConfig, read_journal};
+
+use crate::support::{catalog, delegator, leaf};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "agent-tree-recovery-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The journal as a crash right now would leave it.
+async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
+    tree.flush_journal().await;
+    std::fs::copy(from, to).unwrap();
+}
+
+async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
+    Tree::builder()
+        .config(config)
+        .catalog(catalog)
+        .model(model)
+        .journal(JournalConfig::new(path))
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
+    let dir = TempDir::new("statuses");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let model = ScriptedModel::new()
+        .script(
+            "done",
+            Script::new([Turn::answer("finished").usage(Usage::tokens(4, 2))]),
+        )
+        .script("broken", Script::new([Turn::fail("model down")]))
+        .script("hung", Script::new([Turn::hang()]))
+        .script(
+            "busy",
+            Script::new([Turn::hang().usage(Usage::tokens(9, 9))]),
+        );
+    let types = ["done", "broken", "hung", "busy"];
+    let catalog = catalog(types.map(leaf));
+    let config = TreeConfig::default().with_max_concurrent(1);
+    let tree = build(model.clone(), catalog.clone(), &live, config.clone()).await;
+    let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
+    assert!(done.is_completed());
+    tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
+    let aborted = tree
+        .spawn(SpawnRequest::new("hung", "c"))
+        .await
+        .unwrap()
+        .id();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    tree.abort(aborted).unwrap();
+    let killed = tree
+        .spawn(SpawnRequest::new("hung", "d"))
+        .await
+        .unwrap()
+        .id();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    tree.kill(killed).unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let running = tree
+        .spawn(SpawnRequest::new("busy", "e"))
+        .await
+        .unwrap()
+        .id();
+    // Background: takes the one pool slot; the next one queues behind it.
+    let pooled = tree
+        .spawn(SpawnRequest::new("hung", "f").background())
+        .await
+        .unwrap()
+        .id();
+    let queued = tree
+        .spawn(SpawnRequest::new("hung", "g").background())
+        .await
+        .unwrap()
+        .id();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(tree.record(queued).unwrap().status, AgentStatus::Queued);
+    crash_copy(&tree, &live, &crashed).await;
+    let before = tree.snapshot();
+    drop(tree);
+
+    let tree = build(model, catalog, &crashed, config).await;
+    let after = tree.snapshot();
+    assert_eq!(after.agents().count(), 7);
+    let status = |id: AgentId| tree.record(id).unwrap().status;
+    assert_eq!(status(AgentId::new(1)), AgentStatus::Completed);
+    assert_eq!(
+        tree.outcome(AgentId::new(1)).unwrap().text.as_deref(),
+        Some("finished")
+    );
+    assert_eq!(
+        tree.outcome(AgentId::new(2)).unwrap().error.as_deref(),
+        Some("model down")
+    );
+    assert_eq!(status(aborted), AgentStatus::Aborted);
+    assert_eq!(tree.outcome(aborted).unwrap().reason, EndReason::Aborted);
+    assert_eq!(status(killed), AgentStatus::Killed);
+    for id in [running, pooled, queued] {
+        let outcome = tree.outcome(id).unwrap();
+        assert_eq!(
+            (outcome.status, outcome.reason),
+            (AgentStatus::Aborted, EndReason::Interrupted),
+            "{id}"
+        );
+    }
+    assert_eq!(tree.interrupted(), [running, pooled, queued]);
+    // Usage spent before the crash is kept, the same totals everywhere.
+    assert_eq!(after.records[0].subtree, before.records[0].subtree);
+    assert_eq!(after.records[0].subtree, Usage::tokens(4, 2));
+    assert_eq!(tree.live(), 0);
+    // The tree goes on: new agents get the next ids, and the journal stays one fold.
+    let next = tree.run(SpawnRequest::new("done", "again")).await.unwrap();
+    assert!(next.is_completed());
+    assert_eq!(tree.snapshot().agents().count(), 8);
+    tree.shutdown().await;
+    let replay = read_journal(&crashed, None).unwrap();
+    let records: Vec<_> = tree
+        .snapshot()
+        .records
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    assert_eq!(replay.records, records);
+}
+
+/// The lead's turn 1 spawns a worker in the foreground and waits; the crash comes while the
+/// worker's turn hangs. Recovered, the lead is resumed with no prompt: its lost turn is
+/// re-run, its spawn (at the same place) returns the existing, interrupted worker instead of
+/// a new one, and the lead resumes it through the `Agent` tool to completion.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_owner_reissuing_a_lost_spawn_gets_the_existing_child() {
+    let dir = TempDir::new("reissue");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
+    let before = ScriptedModel::new()
+        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
+        .script("worker", Script::new([Turn::hang()]));
+    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let lead = tree
+        .spawn(SpawnRequest::new("lead", "find it"))
+        .await
+        .unwrap()
+        .id();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(tree.snapshot().agents().count(), 2);
+    crash_copy(&tree, &live, &crashed).await;
+    drop(tree);
+
+    let after = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                // The lost turn, re-run: the same spawn at the same place.
+                Turn::spawn("worker", "dig"),
+                // The worker was interrupted: resume it where it was.
+                Turn::calls([Call::tool(
+                    "Agent",
+                    serde_json::json!({"resume": "a2", "prompt": ""}),
+                )]),
+                Turn::answer("found it"),
+            ]),
+        )
+        .script("worker", Script::new([Turn::answer("dug")]));
+    let log = after.call_log();
+    let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
+    assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
+    let mut handle = tree.resume(lead, "").await.unwrap();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("found it"));
+    assert_eq!(tree.snapshot().agents().count(), 2, "no second worker");
+    let calls = log.of(lead);
+    // The lost turn was re-run on the journaled conversation, with no new prompt.
+    assert_eq!(calls[0].messages.len(), 1);
+    assert_eq!(calls[0].messages[0].content, "find it");
+    let reissued = &calls[1].results[0].content;
+    assert!(
+        reissued.contains("\"agent_id\":\"a2\"") && reissued.contains("interrupted"),
+        "{reissued}"
+    );
+    assert!(
+        calls[2].results[0].content.contains("dug"),
+        "{:?}",
+        calls[2].results
+    );
+    // The worker's resumed run continued its own conversation, also with no new prompt.
+    let worker = log.of(AgentId::new(2));
+    assert_eq!(worker[0].messages.len(), 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_line() {
+    let dir = TempDir::new("bad");
+    let path = dir.file("tree.journal");
+    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let tree = build(
+        model.clone(),
+        catalog([leaf("w")]),
+        &path,
+        TreeConfig::default(),
+    )
+    .await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    tree.shutdown().await;
+    drop(tree);
+    let good = std::fs::read(&path).unwrap();
+
+    // A write cut off mid-line: dropped, the rest recovers.
+    let torn = dir.file("torn.journal");
+    let mut bytes = good.clone();
+    bytes.extend_from_slice(b"0badc0de {\"entry\":\"ev");
+    std::fs::write(&torn, &bytes).unwrap();
+    let tree = build(
+        model.clone(),
+        catalog([leaf("w")]),
+        &torn,
+        TreeConfig::default(),
+    )
+    .await;
+    assert_eq!(
+        tree.record(AgentId::new(1)).unwrap().status,
+        AgentStatus::Completed
+    );
+    drop(tree);
+
+    // A flipped byte in line 3.
+    let corrupt = dir.file("corrupt.journal");
+    let mut bytes = good;
+    let third = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .map(|(i, _)| i + 20)
+        .unwrap();
+    bytes[third] ^= 0x04;
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let error = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal(JournalConfig::new(&corrupt))
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(&format!(
+            "journal {}:3: checksum mismatch",
+            corrupt.display()
+        )),
+        "{error}"
+    );
+}
