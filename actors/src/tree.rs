@@ -254,9 +254,20 @@ fn open_journal(
         }
         None => {
             let path = config.path();
-            let existing = std::fs::metadata(path)
+            let mut existing = std::fs::metadata(path)
                 .map(|m| m.len() > 0)
                 .unwrap_or(false);
+            if existing && !std::fs::read(path).is_ok_and(|b| b.contains(&b'\n')) {
+                // Not one whole line: a crash cut off the header itself. Nothing was
+                // journaled; start afresh.
+                tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
+                std::fs::File::create(path).map_err(|e| JournalError {
+                    path: path.to_owned(),
+                    line: None,
+                    what: format!("cannot truncate a torn header: {e}"),
+                })?;
+                existing = false;
+            }
             let replay = if existing {
                 crate::journal::read_journal(path, session.as_ref())?
             } else {

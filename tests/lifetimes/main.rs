@@ -9,6 +9,7 @@ mod support;
 mod abort_pre_session_random;
 mod abort_queued_never_starts;
 mod abort_subtree_cascade;
+mod crash_kill;
 mod lifetimes_detached_boundary;
 mod lifetimes_drain_vs_abort;
 mod races_mt;
