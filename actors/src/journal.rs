@@ -304,14 +304,13 @@ enum Command {
 pub(crate) struct JournalTap {
     sender: mpsc::Sender<Command>,
     backlog: Arc<Backlog>,
-    /// Definitions already journaled, by address (each kept alive here, so an address is
-    /// never reused for another): a definition is written once, not per spawn. A leaf lock.
-    written: Arc<Mutex<Written>>,
     error: Arc<Mutex<Option<String>>>,
 }
 
-/// Definitions journaled so far, with their hashes.
-type Written = Vec<(Arc<AgentDefinition>, String)>;
+/// The definitions journaled so far, by address, with their hashes (each kept alive here,
+/// so an address is never reused for another): a definition is written once, not per
+/// spawn. Owned by the registry, next to its tap, and only touched under its lock.
+pub(crate) type Written = Vec<(Arc<AgentDefinition>, String)>;
 
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -368,7 +367,6 @@ impl JournalTap {
         Ok(JournalTap {
             sender,
             backlog,
-            written: Arc::default(),
             error,
         })
     }
@@ -393,19 +391,17 @@ impl JournalTap {
     /// An admission: the definition (once), then the request, before its admission event.
     pub(crate) fn admission(
         &self,
+        written: &mut Written,
         agent: AgentId,
         definition: &Arc<AgentDefinition>,
         request: SpawnRequest,
     ) {
-        let (hash, new) = {
-            let mut written = self.written.lock();
-            match written.iter().find(|(d, _)| Arc::ptr_eq(d, definition)) {
-                Some((_, hash)) => (hash.clone(), false),
-                None => {
-                    let hash = definition_hash(definition);
-                    written.push((definition.clone(), hash.clone()));
-                    (hash, true)
-                }
+        let (hash, new) = match written.iter().find(|(d, _)| Arc::ptr_eq(d, definition)) {
+            Some((_, hash)) => (hash.clone(), false),
+            None => {
+                let hash = definition_hash(definition);
+                written.push((definition.clone(), hash.clone()));
+                (hash, true)
             }
         };
         if new {

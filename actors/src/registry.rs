@@ -165,8 +165,10 @@ struct Inner {
     max_concurrent: usize,
     /// Top-level background agents waiting for a slot, FIFO.
     pool_queue: VecDeque<AgentId>,
-    /// The journal every event goes to, after the subscribers (queued: never blocks).
+    /// The journal every event goes to, after the subscribers (queued: never blocks), and
+    /// the definitions already written to it.
     journal: Option<crate::journal::JournalTap>,
+    journaled_definitions: crate::journal::Written,
 }
 
 /// The registry's side of one agent: what admission, restarts, resumes, aborts and the
@@ -315,6 +317,7 @@ impl Registry {
                 max_concurrent,
                 pool_queue: VecDeque::new(),
                 journal: None,
+                journaled_definitions: Vec::new(),
             }),
             acquisitions: AtomicU64::new(0),
         }

@@ -119,9 +119,14 @@ impl Registry {
             admission.request_id,
             admission.detached,
         );
-        if let (Some(journal), Some(request)) = (&inner.journal, admission.journaled) {
+        if let (Some(journal), Some(request)) = (inner.journal.clone(), admission.journaled) {
             // Before the admission event: recovery finds the request of every record.
-            journal.admission(id, &spec.definition, request);
+            journal.admission(
+                &mut inner.journaled_definitions,
+                id,
+                &spec.definition,
+                request,
+            );
         }
         // The admission event creates the record (and its place in its owner's children).
         let (kind, admitted) = match slot {
