@@ -16,6 +16,7 @@ mod model_facing_golden;
 mod records_persist;
 mod results_read_by_id;
 mod review_issue10;
+mod review_issue11;
 mod review_issue9;
 mod scripted_model_turns;
 mod snapshot_render;

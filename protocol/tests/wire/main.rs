@@ -5,3 +5,4 @@
 mod golden;
 mod journal;
 mod malformed;
+mod review_issue11;
