@@ -90,6 +90,7 @@ pub struct JournalConfig {
     durability: Durability,
     max_queue: usize,
     rotate_at: Option<u64>,
+    retain_conversations: bool,
 }
 
 impl JournalConfig {
@@ -100,6 +101,7 @@ impl JournalConfig {
             durability: Durability::default(),
             max_queue: 4096,
             rotate_at: None,
+            retain_conversations: true,
         }
     }
 
@@ -117,6 +119,14 @@ impl JournalConfig {
     /// How many entries the writer may fall behind before new work waits (at least 1).
     pub fn max_queue(mut self, entries: usize) -> Self {
         self.max_queue = entries.max(1);
+        self
+    }
+
+    /// Whether a settled agent's conversation stays in memory (the default) or only in the
+    /// journal, read back from it (after a flush) when the agent is resumed: a tree that
+    /// runs for days then holds no settled agent's conversation.
+    pub fn retain_conversations(mut self, retain: bool) -> Self {
+        self.retain_conversations = retain;
         self
     }
 
@@ -214,6 +224,12 @@ pub trait JournalStore: Send + 'static {
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// The content's size in bytes.
     fn size(&self) -> u64;
+    /// The whole content, for reading back (a settled agent's conversation).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    fn read(&self) -> io::Result<Vec<u8>>;
 }
 
 /// A journal file, appended to; compaction writes a new file beside it, syncs it and renames
@@ -278,6 +294,10 @@ impl JournalStore for FileJournal {
     fn size(&self) -> u64 {
         self.size
     }
+
+    fn read(&self) -> io::Result<Vec<u8>> {
+        std::fs::read(&self.path)
+    }
 }
 
 /// How far the writer is behind, and who waits for it to catch up.
@@ -296,6 +316,8 @@ enum Command {
     Entry(Box<JournalEntry>),
     /// Sync everything and answer (a clean shutdown, or a test).
     Flush(std::sync::mpsc::SyncSender<()>),
+    /// Write everything, then answer with the whole content.
+    Read(std::sync::mpsc::SyncSender<io::Result<Vec<u8>>>),
 }
 
 /// The tree's side of its journal: cheap to clone, shared by the registry (events,
@@ -304,6 +326,8 @@ enum Command {
 pub(crate) struct JournalTap {
     sender: mpsc::Sender<Command>,
     backlog: Arc<Backlog>,
+    /// Whether settled agents keep their conversation in memory.
+    pub(crate) retain_conversations: bool,
     error: Arc<Mutex<Option<String>>>,
 }
 
@@ -317,6 +341,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Entry(_) => f.write_str("Entry"),
             Command::Flush(_) => f.write_str("Flush"),
+            Command::Read(_) => f.write_str("Read"),
         }
     }
 }
@@ -360,13 +385,28 @@ impl JournalTap {
             unsynced: 0,
             oldest_unsynced: None,
         };
+        let (died_backlog, died_error, died_path) =
+            (backlog.clone(), error.clone(), path_of(config));
         std::thread::Builder::new()
             .name("agent-tree-journal".into())
-            .spawn(move || writer.run(&receiver))
+            .spawn(move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    writer.run(&receiver);
+                }));
+                if ran.is_err() {
+                    // A store that panicked: the journal stops, and nothing waits on it.
+                    let text = format!("journal {}: the writer panicked", died_path.display());
+                    tracing::error!("{text}; the tree goes on without it");
+                    *died_error.lock() = Some(text);
+                    died_backlog.failed.store(true, Ordering::Release);
+                    died_backlog.room.notify_waiters();
+                }
+            })
             .map_err(|e| JournalError::io(&config.path, "cannot start the writer", &e))?;
         Ok(JournalTap {
             sender,
             backlog,
+            retain_conversations: config.retain_conversations,
             error,
         })
     }
@@ -395,6 +435,7 @@ impl JournalTap {
         agent: AgentId,
         definition: &Arc<AgentDefinition>,
         request: SpawnRequest,
+        context: &[Message],
     ) {
         let (hash, new) = match written.iter().find(|(d, _)| Arc::ptr_eq(d, definition)) {
             Some((_, hash)) => (hash.clone(), false),
@@ -414,6 +455,15 @@ impl JournalTap {
             agent,
             definition: hash,
             request,
+            context: context.into(),
+        });
+    }
+
+    /// An agent's run ended with `outcome`, which it holds while its children drain.
+    pub(crate) fn decided(&self, agent: AgentId, outcome: &agent_tree_protocol::Outcome) {
+        self.send(JournalEntry::Decided {
+            agent,
+            outcome: outcome.clone(),
         });
     }
 
@@ -431,6 +481,10 @@ impl JournalTap {
     pub(crate) async fn room(&self) {
         loop {
             let notified = self.backlog.room.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a wake-up between the check and the await is
+            // not missed.
+            notified.as_mut().enable();
             if self.backlog.queued.load(Ordering::Acquire) < self.backlog.bound
                 || self.backlog.failed.load(Ordering::Acquire)
             {
@@ -438,6 +492,11 @@ impl JournalTap {
             }
             notified.await;
         }
+    }
+
+    /// Whether the writer stopped on an I/O error.
+    pub(crate) fn failed(&self) -> bool {
+        self.backlog.failed.load(Ordering::Acquire)
     }
 
     /// Entries queued and not yet written.
@@ -452,6 +511,20 @@ impl JournalTap {
             return;
         }
         let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+    }
+
+    /// Agent `agent`'s latest journaled conversation, read back from the journal (after
+    /// everything queued is written). `None` when the journal cannot be read or holds none.
+    pub(crate) async fn read_conversation(&self, agent: AgentId) -> Option<Arc<[Message]>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.sender.send(Command::Read(tx)).ok()?;
+        let bytes = tokio::task::spawn_blocking(move || rx.recv())
+            .await
+            .ok()?
+            .ok()?
+            .ok()?;
+        let replay = agent_tree_protocol::replay(&bytes, None).ok()?;
+        replay.conversations.get(&agent).map(|(_, m)| m.clone())
     }
 
     /// Why the writer stopped, if it did.
@@ -524,6 +597,10 @@ impl Writer {
                         self.write(&mut buffer, 0);
                         self.sync_now();
                         let _ = done.send(());
+                    }
+                    Command::Read(reply) => {
+                        self.write(&mut buffer, 0);
+                        let _ = reply.send(self.store.read());
                     }
                 }
             }
@@ -633,6 +710,10 @@ impl Writer {
     }
 }
 
+fn path_of(config: &JournalConfig) -> PathBuf {
+    config.path.clone()
+}
+
 /// The compacted content of a journal whose replay is `state`.
 pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
     let mut out = String::new();
@@ -663,6 +744,20 @@ pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
             agent: *agent,
             definition: definition.clone(),
             request: request.clone(),
+            context: state
+                .contexts
+                .get(agent)
+                .cloned()
+                .unwrap_or_else(|| Vec::new().into()),
+        }
+        .to_line();
+    }
+    let mut agents: Vec<&AgentId> = state.decided.keys().collect();
+    agents.sort();
+    for agent in agents {
+        out += &JournalEntry::Decided {
+            agent: *agent,
+            outcome: state.decided[agent].clone(),
         }
         .to_line();
     }

@@ -60,7 +60,7 @@ use tokio_util::sync::CancellationToken;
 use crate::policy::admission::OwnerView;
 use crate::spawn::PendingStart;
 
-pub(crate) use admit::{Admission, Admitted};
+pub(crate) use admit::{Admission, Admitted, NEEDS_CONVERSATION};
 pub(crate) use end::KilledRuns;
 
 pub(crate) use read::SteerRoute;
@@ -212,6 +212,9 @@ struct Entry {
     pending_steers: Vec<String>,
     /// Its conversation, for resume.
     conversation: ConversationCell,
+    /// Its settled conversation was dropped from memory: the journal holds it, and a resume
+    /// reads it back from there.
+    conversation_journaled: bool,
     /// Set when its outcome becomes final; handles and waits watch it.
     /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
     settled: Option<watch::Sender<Option<Outcome>>>,
@@ -238,6 +241,7 @@ impl Entry {
             steers: 0,
             pending_steers: Vec::new(),
             conversation: ConversationCell::default(),
+            conversation_journaled: false,
             settled: None,
             shutdown_waits: Vec::new(),
         }
@@ -578,6 +582,58 @@ mod tests {
             registry.settle_run(id, 1, failed(), Vec::new()).is_none(),
             "the earlier run's settle is stale"
         );
+    }
+
+    /// A journal store in memory.
+    #[derive(Clone, Default)]
+    struct Memory(Arc<Mutex<Vec<u8>>>);
+
+    impl crate::journal::JournalStore for Memory {
+        fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(())
+        }
+        fn sync(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn replace(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+            *self.0.lock() = bytes.to_vec();
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.0.lock().len() as u64
+        }
+        fn read(&self) -> std::io::Result<Vec<u8>> {
+            Ok(self.0.lock().clone())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_settled_conversation_lives_in_the_journal_only_when_not_retained() {
+        for retain in [true, false] {
+            let registry = registry();
+            let config = crate::journal::JournalConfig::new("memory").retain_conversations(retain);
+            let session = agent_tree_protocol::SessionId::new("s");
+            let tap = crate::journal::JournalTap::start(
+                &config,
+                Box::new(Memory::default()),
+                &session,
+                agent_tree_protocol::Replay::new(session.clone()),
+            )
+            .unwrap();
+            registry.set_journal(tap.clone());
+            let id = admit(&registry, RestartPolicy::Temporary);
+            let conversation = vec![Message::user("go"), Message::assistant("done", vec![])];
+            registry
+                .settle_run(id, 1, Outcome::completed("done"), conversation.clone())
+                .expect("settles");
+            let held = registry.lock().entry(id).unwrap().conversation.lock().len();
+            assert_eq!(held, if retain { 2 } else { 0 }, "retain {retain}");
+            assert_eq!(registry.conversation_journaled(id), !retain);
+            // Either way the journal has its last state, and reads it back.
+            let read = tap.read_conversation(id).await.expect("journaled");
+            assert_eq!(&read[..], &conversation[..]);
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -121,6 +121,54 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     }
 }
 
+/// Reopens settled agent `id` for a resumed run under `owner` ([`Registry::reopen`]),
+/// reading its conversation back from the journal first when only the journal holds it.
+pub(crate) async fn reopen(
+    shared: &SharedRef,
+    id: AgentId,
+    owner: AgentId,
+    prompt: String,
+    owner_capabilities: Option<Box<Capabilities>>,
+) -> Result<StartTicket, SpawnError> {
+    let read = |shared: &SharedRef| {
+        let journal = shared.journal.clone();
+        async move {
+            match journal {
+                Some(journal) => journal.read_conversation(id).await,
+                None => None,
+            }
+        }
+    };
+    let mut journaled = None;
+    if shared.registry.conversation_journaled(id) {
+        journaled = read(shared).await;
+    }
+    match shared.registry.reopen(
+        id,
+        owner,
+        &shared.config,
+        prompt.clone(),
+        journaled.as_ref(),
+        owner_capabilities.clone(),
+    ) {
+        // It settled (and its conversation went to the journal) since the check.
+        Err(SpawnError::InvalidRequest(text))
+            if text == crate::registry::NEEDS_CONVERSATION && journaled.is_none() =>
+        {
+            let journaled = read(shared).await.unwrap_or_else(|| Vec::new().into());
+            shared.registry.reopen(
+                id,
+                owner,
+                &shared.config,
+                prompt,
+                Some(&journaled),
+                owner_capabilities,
+            )
+        }
+        other => other,
+    }
+}
+
 /// Starts the actor of `ticket`'s run, linked under `owner_actor` (under the root actor for a
 /// detached agent). If it cannot start, the agent fails for good.
 pub(crate) async fn start(

@@ -269,7 +269,20 @@ fn open_journal(
                 existing = false;
             }
             let replay = if existing {
-                crate::journal::read_journal(path, session.as_ref())?
+                let replay = crate::journal::read_journal(path, session.as_ref())?;
+                if replay.torn.is_some() {
+                    // Cut the torn tail off: what this tree appends must follow whole lines.
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .and_then(|f| f.set_len(replay.bytes as u64).and_then(|()| f.sync_all()))
+                        .map_err(|e| JournalError {
+                            path: path.to_owned(),
+                            line: None,
+                            what: format!("cannot cut off its torn last line: {e}"),
+                        })?;
+                }
+                replay
             } else {
                 agent_tree_protocol::Replay::new(session.clone().unwrap_or_else(new_session_id))
             };
@@ -435,10 +448,7 @@ impl Tree {
         id: AgentId,
         prompt: impl Into<String>,
     ) -> Result<AgentHandle, SpawnError> {
-        let ticket =
-            self.shared
-                .registry
-                .reopen(id, AgentId::ROOT, &self.shared.config, prompt.into())?;
+        let ticket = spawn::reopen(&self.shared, id, AgentId::ROOT, prompt.into(), None).await?;
         spawn::start(&self.shared, ticket, &self.root).await?;
         self.handle(id)
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))

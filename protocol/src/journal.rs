@@ -64,6 +64,9 @@ pub enum JournalEntry {
         definition: String,
         /// The request.
         request: SpawnRequest,
+        /// The owner's conversation it inherited, if its definition inherits one.
+        #[serde(default, skip_serializing_if = "<[Message]>::is_empty")]
+        context: std::sync::Arc<[Message]>,
     },
     /// An agent's conversation as of a turn boundary of run `run` (the latest one wins).
     Conversation {
@@ -73,6 +76,14 @@ pub enum JournalEntry {
         run: u32,
         /// The whole conversation.
         messages: std::sync::Arc<[Message]>,
+    },
+    /// An agent's run ended with `outcome`, held while its children drain (`completing`):
+    /// the outcome it settles with once they have.
+    Decided {
+        /// The agent.
+        agent: AgentId,
+        /// The outcome it holds.
+        outcome: Outcome,
     },
     /// A compaction point: the records as of event `seq`, replacing every event before it.
     Checkpoint {
@@ -277,10 +288,16 @@ pub struct Replay {
     pub definitions: HashMap<String, AgentDefinition>,
     /// Each agent's admission request and definition hash.
     pub spawns: HashMap<AgentId, (String, SpawnRequest)>,
+    /// The contexts agents inherited from their owners, where not empty.
+    pub contexts: HashMap<AgentId, std::sync::Arc<[Message]>>,
+    /// The outcomes agents held while their children drained.
+    pub decided: HashMap<AgentId, Outcome>,
     /// Each agent's latest journaled conversation, with its run.
     pub conversations: HashMap<AgentId, (u32, std::sync::Arc<[Message]>)>,
     /// Lines read (the torn one excluded).
     pub lines: usize,
+    /// The bytes those lines take: where a writer appending after a torn line must cut.
+    pub bytes: usize,
     /// The line number of a torn last line that was dropped, if there was one.
     pub torn: Option<usize>,
 }
@@ -373,6 +390,7 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
         })?;
         replay.take(entry, line_no, session)?;
         replay.lines = line_no;
+        replay.bytes = bytes.len() - rest.len();
     }
     if replay.session.is_none() {
         return Err(ReplayError::NoHeader);
@@ -456,8 +474,15 @@ impl Replay {
                 agent,
                 definition,
                 request,
+                context,
             } => {
+                if !context.is_empty() {
+                    self.contexts.insert(agent, context);
+                }
                 self.spawns.insert(agent, (definition, request));
+            }
+            JournalEntry::Decided { agent, outcome } => {
+                self.decided.insert(agent, outcome);
             }
             JournalEntry::Conversation {
                 agent,
@@ -467,10 +492,27 @@ impl Replay {
                 self.conversations.insert(agent, (run, messages));
             }
             JournalEntry::Checkpoint { seq, records } => {
-                if records.first().map(|r| r.id) != Some(AgentId::ROOT) {
+                // Records dense by id from the root, each parent before its child: what the
+                // fold itself guarantees, so nothing later walks a cycle or a gap.
+                let dense = records.iter().enumerate().all(|(i, r)| {
+                    r.id.get() == i as u64
+                        && match r.parent {
+                            None => i == 0,
+                            Some(parent) => parent.get() < i as u64,
+                        }
+                        && r.children.iter().all(|c| {
+                            usize::try_from(c.get())
+                                .ok()
+                                .and_then(|c| records.get(c))
+                                .is_some_and(|child| child.parent == Some(r.id))
+                        })
+                });
+                if records.is_empty() || !dense {
                     return Err(ReplayError::Misplaced {
                         line,
-                        what: "a checkpoint without the root record".into(),
+                        what: "a checkpoint whose records are not dense by id from the root, \
+                               with each parent before its children"
+                            .into(),
                     });
                 }
                 self.records = records;

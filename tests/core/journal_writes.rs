@@ -171,6 +171,10 @@ impl JournalStore for Counting {
     fn size(&self) -> u64 {
         self.inner.bytes.lock().len() as u64
     }
+
+    fn read(&self) -> io::Result<Vec<u8>> {
+        Ok(self.inner.bytes.lock().clone())
+    }
 }
 
 async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
@@ -402,4 +406,35 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
     );
     // The file journal itself, directly.
     assert!(FileJournal::open(&missing).is_err());
+}
+
+/// Part of bounded memory: with `retain_conversations(false)`, a settled agent's
+/// conversation is dropped from memory and read back from the journal when it is resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
+    let dir = TempDir::new("retention");
+    let path = dir.file("tree.journal");
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+    );
+    let log = model.call_log();
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal(JournalConfig::new(&path).retain_conversations(false))
+        .build()
+        .await
+        .unwrap();
+    let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(first.text.as_deref(), Some("first answer"));
+    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
+    assert_eq!(
+        resumed.outcome().await.text.as_deref(),
+        Some("second answer")
+    );
+    let second = &log.of(AgentId::new(1))[1];
+    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["go", "first answer", "follow up"]);
+    tree.shutdown().await;
 }

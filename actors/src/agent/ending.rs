@@ -53,7 +53,7 @@ impl AgentState {
                     let _ = self.shared.registry.abort(child, EndReason::OwnerEnded);
                 }
             }
-            settle::RunEnd::Drain(_) => self.shared.registry.completing(self.id),
+            settle::RunEnd::Drain(_) => self.shared.registry.completing(self.id, &outcome),
         }
         self.phase = Phase::Ending { outcome };
         self.try_settle(myself);

@@ -433,11 +433,13 @@ async fn resume(
         Ok(target) => target,
         Err(error) => return refused(error),
     };
-    let ticket = match state
+    // Attenuated by this owner's capabilities now, as a spawn is.
+    let capabilities = state
         .shared
-        .registry
-        .reopen(target, state.id, &state.shared.config, prompt)
-    {
+        .config
+        .attenuate_tools
+        .then(|| Box::new(state.offer.capabilities.clone()));
+    let ticket = match spawn::reopen(&state.shared, target, state.id, prompt, capabilities).await {
         Ok(ticket) => ticket,
         Err(error) => return refused(error),
     };

@@ -42,7 +42,18 @@ pub(crate) enum Admitted {
     Existing(AgentId),
 }
 
+/// What [`Registry::reopen`] says when the agent's conversation is only in the journal and
+/// was not read back first ([`crate::spawn::reopen`] reads it and tries again).
+pub(crate) const NEEDS_CONVERSATION: &str = "its conversation is in the journal";
+
 impl Registry {
+    /// Whether `id`'s settled conversation is only in the journal.
+    pub(crate) fn conversation_journaled(&self, id: AgentId) -> bool {
+        self.lock()
+            .entry(id)
+            .is_some_and(|e| e.conversation_journaled)
+    }
+
     /// Reserves a slot for a child of `owner`, atomically: the owner must be accepting
     /// children, and the depth, width and total limits must hold. On success the record
     /// exists (`spawned`, or `queued` behind the pool).
@@ -126,6 +137,7 @@ impl Registry {
                 id,
                 &spec.definition,
                 request,
+                &spec.context,
             );
         }
         // The admission event creates the record (and its place in its owner's children).
@@ -253,6 +265,8 @@ impl Registry {
         owner: AgentId,
         config: &TreeConfig,
         prompt: String,
+        journaled: Option<&std::sync::Arc<[Message]>>,
+        owner_capabilities: Option<Box<crate::policy::capability::Capabilities>>,
     ) -> Result<StartTicket, SpawnError> {
         let now = self.now_ms();
         let mut inner = self.lock();
@@ -268,10 +282,18 @@ impl Registry {
                 record.status,
             )));
         }
-        let Some(spec) = entry.spec.clone() else {
+        let Some(mut spec) = entry.spec.clone() else {
             return Err(not_yours());
         };
-        let conversation = entry.conversation.lock().to_vec();
+        if owner_capabilities.is_some() {
+            // The owner's capabilities now (after a recovery the journal has none).
+            spec.owner_capabilities = owner_capabilities;
+        }
+        let conversation = match (entry.conversation_journaled, journaled) {
+            (false, _) => entry.conversation.lock().to_vec(),
+            (true, Some(journaled)) => journaled.to_vec(),
+            (true, None) => return Err(SpawnError::InvalidRequest(NEEDS_CONVERSATION.into())),
+        };
         let (detached, depth, incarnation) = (record.detached, record.depth, record.incarnation);
         let (Some(owner_entry), Some(owner_record)) = (inner.entry(owner), inner.rec(owner)) else {
             return Err(SpawnError::OwnerClosed(owner));
@@ -287,6 +309,11 @@ impl Registry {
         };
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
+        entry.conversation_journaled = false;
+        if let Some(kept) = entry.spec.as_mut() {
+            // Its restarts attenuate as its resumed run does.
+            kept.owner_capabilities.clone_from(&spec.owner_capabilities);
+        }
         // A resumed run bypasses the pool, like any run its owner waits on.
         entry.pooled = false;
         entry.send_settled(None);

@@ -77,6 +77,21 @@ impl Registry {
             inner.by_actor.remove(&actor);
         }
         let deferred = inner.entry(id).is_some_and(|e| e.deferred);
+        let mut dropped = None;
+        if let Some(journal) = inner.journal.clone() {
+            // The run's last conversation (its final answer, steers it never read): what a
+            // resume continues, after a crash too.
+            let drop_it = !journal.retain_conversations && !deferred && !journal.failed();
+            if let Some(entry) = inner.entry_mut(id) {
+                let last = entry.conversation.lock().clone();
+                journal.conversation(id, run, &last);
+                if drop_it {
+                    // Final, and the journal holds it: memory does not keep it.
+                    dropped = Some(std::mem::take(&mut *entry.conversation.lock()));
+                    entry.conversation_journaled = true;
+                }
+            }
+        }
         let owner = inner
             .rec(id)
             .and_then(|r| r.parent)
@@ -84,6 +99,7 @@ impl Registry {
             .and_then(|o| o.actor.clone());
         drop(inner);
         drop(replaced);
+        drop(dropped);
         Some(Settled { deferred, owner })
     }
 

@@ -226,14 +226,18 @@ impl Registry {
         }
     }
 
-    /// Moves a live agent to `completing` (its run ended, its children drain).
-    pub(crate) fn completing(&self, id: AgentId) {
+    /// Moves a live agent to `completing` (its run ended with `outcome`, its children
+    /// drain); the journal keeps the outcome it holds.
+    pub(crate) fn completing(&self, id: AgentId, outcome: &Outcome) {
         let now = self.now_ms();
         let mut inner = self.lock();
         if inner
             .status_of(id)
             .is_some_and(|s| s.advance(AgentStatus::Completing).is_ok())
         {
+            if let Some(journal) = &inner.journal {
+                journal.decided(id, outcome);
+            }
             inner.emit(id, EventKind::Completing, now);
         }
     }

@@ -41,8 +41,16 @@ impl Registry {
                     (*run).max(record.incarnation)
                 })
                 .max(1);
-            if let Some((_, messages)) = conversation {
-                *entry.conversation.lock() = messages.clone();
+            let dropped = inner
+                .journal
+                .as_ref()
+                .is_some_and(|j| !j.retain_conversations)
+                && record.status.is_terminal();
+            match conversation {
+                // Settled, and the journal keeps it: read back on a resume.
+                Some(_) if dropped => entry.conversation_journaled = true,
+                Some((_, messages)) => *entry.conversation.lock() = messages.clone(),
+                None => {}
             }
             entry.spec = spec_of(replay, record, branch);
             entries.push(entry);
@@ -62,7 +70,7 @@ impl Registry {
             }
         }
         inner.entries = entries;
-        let interrupted: Vec<AgentId> = replay
+        let unfinished: Vec<AgentId> = replay
             .records
             .iter()
             .skip(1)
@@ -70,11 +78,36 @@ impl Registry {
             .filter(|r| !r.status.is_terminal())
             .map(|r| r.id)
             .collect();
-        for &id in &interrupted {
-            let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Interrupted);
-            inner.emit(id, EventKind::Aborted { outcome }, now);
+        let mut interrupted_now = Vec::with_capacity(unfinished.len());
+        for &id in &unfinished {
+            let completing = replay.records[id.get() as usize].status == AgentStatus::Completing;
+            match replay.decided.get(&id) {
+                // Its run had ended and it held its outcome while its children drained:
+                // that outcome stands (the children are interrupted).
+                Some(outcome) if completing => {
+                    inner.emit(id, EventKind::settled(outcome.clone()), now);
+                }
+                _ => {
+                    let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Interrupted);
+                    inner.emit(id, EventKind::Aborted { outcome }, now);
+                    interrupted_now.push(id);
+                }
+            }
         }
-        interrupted
+        // A tree that shut down (or failed) before: the root admits again.
+        if replay.records[0].status != AgentStatus::Running {
+            let agent_type = replay.records[0].agent_type.clone();
+            inner.emit(AgentId::ROOT, EventKind::Resumed, now);
+            inner.emit(
+                AgentId::ROOT,
+                EventKind::Started {
+                    agent_type,
+                    incarnation: replay.records[0].incarnation,
+                },
+                now,
+            );
+        }
+        interrupted_now
     }
 }
 
@@ -95,7 +128,11 @@ fn spec_of(
         definition,
         branch: branch.clone(),
         prompt: request.prompt.clone(),
-        context: Vec::new(),
+        context: replay
+            .contexts
+            .get(&record.id)
+            .map(|c| c.to_vec())
+            .unwrap_or_default(),
         resumed: false,
         detached: record.detached,
         owner_capabilities: None,

@@ -57,6 +57,7 @@ fn journal() -> Vec<JournalEntry> {
             agent: AgentId::new(1),
             definition: definition_hash(&definition),
             request: SpawnRequest::new("w", "first"),
+            context: Vec::new().into(),
         },
         event(2, 1, started()),
         event(
