@@ -10,7 +10,8 @@
 //! onto an unbounded channel (sending never blocks, so no actor and no registry transaction
 //! ever waits on the disk) to one writer thread, which encodes, writes and syncs by the
 //! [`Durability`] policy, and rotates the file by compacting it when it grows past
-//! [`JournalConfig::rotate_at`].
+//! [`JournalConfig::rotate_at`] (reading the file back and replaying it: the writer keeps no
+//! state of the tree in memory).
 //!
 //! **Backpressure, not loss.** The channel counts what it holds. When the writer falls
 //! more than [`JournalConfig::max_queue`] entries behind (a disk slower than the tree), new
@@ -352,7 +353,6 @@ impl JournalTap {
         config: &JournalConfig,
         mut store: Box<dyn JournalStore>,
         session: &SessionId,
-        replay: Replay,
     ) -> Result<Self, JournalError> {
         let path = config.path.clone();
         if store.size() == 0 {
@@ -380,7 +380,6 @@ impl JournalTap {
             backlog: backlog.clone(),
             error: error.clone(),
             path,
-            state: replay,
             session: session.clone(),
             unsynced: 0,
             oldest_unsynced: None,
@@ -541,8 +540,6 @@ struct Writer {
     backlog: Arc<Backlog>,
     error: Arc<Mutex<Option<String>>>,
     path: PathBuf,
-    /// The journal's content folded so far, for compaction.
-    state: Replay,
     session: SessionId,
     unsynced: usize,
     oldest_unsynced: Option<Instant>,
@@ -586,7 +583,6 @@ impl Writer {
                 match command {
                     Command::Entry(entry) => {
                         buffer.extend_from_slice(entry.to_line().as_bytes());
-                        self.fold(*entry);
                         written += 1;
                         if self.durability == Durability::EveryEntry {
                             self.write(&mut buffer, 1);
@@ -610,20 +606,11 @@ impl Writer {
             self.release(written);
             self.maybe_sync();
             self.maybe_rotate();
-            if self.backlog.failed.load(Ordering::Acquire) {
-                break;
-            }
+            // A failed writer writes nothing more, but keeps answering flushes and reads:
+            // a conversation it holds can still be read back where the store still reads.
         }
         self.write(&mut buffer, 0);
         self.sync_now();
-    }
-
-    /// Keeps what compaction needs.
-    fn fold(&mut self, entry: JournalEntry) {
-        if let Err(error) = self.state.take_entry(entry) {
-            // The writer's own entries always fold (the registry folded them first).
-            tracing::error!(%error, "journal entry did not fold");
-        }
     }
 
     fn write(&mut self, buffer: &mut Vec<u8>, entries: usize) {
@@ -650,6 +637,10 @@ impl Writer {
     }
 
     fn sync_deadline(&self) -> Option<Instant> {
+        if self.backlog.failed.load(Ordering::Acquire) {
+            // Nothing more is written, so nothing is due: wait for commands, not a timer.
+            return None;
+        }
         match self.durability {
             Durability::Group { max_delay, .. } => self.oldest_unsynced.map(|t| t + max_delay),
             _ => None,
@@ -690,7 +681,23 @@ impl Writer {
             return;
         }
         self.sync_now();
-        let compacted = compact(&self.state, &self.session);
+        // Compaction reads the file back and replays it, so the writer keeps no state of
+        // its own (no conversation held in memory for it).
+        let replayed = self
+            .store
+            .read()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                agent_tree_protocol::replay(&bytes, Some(&self.session)).map_err(|e| e.to_string())
+            });
+        let state = match replayed {
+            Ok(state) => state,
+            Err(error) => {
+                self.fail("cannot read back to compact", &io::Error::other(error));
+                return;
+            }
+        };
+        let compacted = compact(&state, &self.session);
         match self.store.replace(&compacted) {
             Ok(()) => tracing::debug!(
                 path = %self.path.display(),
@@ -705,6 +712,8 @@ impl Writer {
         let text = format!("journal {}: {what}: {error}", self.path.display());
         tracing::error!("{text}; the tree goes on without it");
         *self.error.lock() = Some(text);
+        self.unsynced = 0;
+        self.oldest_unsynced = None;
         self.backlog.failed.store(true, Ordering::Release);
         self.backlog.room.notify_waiters();
     }

@@ -614,13 +614,9 @@ mod tests {
             let registry = registry();
             let config = crate::journal::JournalConfig::new("memory").retain_conversations(retain);
             let session = agent_tree_protocol::SessionId::new("s");
-            let tap = crate::journal::JournalTap::start(
-                &config,
-                Box::new(Memory::default()),
-                &session,
-                agent_tree_protocol::Replay::new(session.clone()),
-            )
-            .unwrap();
+            let tap =
+                crate::journal::JournalTap::start(&config, Box::new(Memory::default()), &session)
+                    .unwrap();
             registry.set_journal(tap.clone());
             let id = admit(&registry, RestartPolicy::Temporary);
             let conversation = vec![Message::user("go"), Message::assistant("done", vec![])];

@@ -139,9 +139,15 @@ pub(crate) async fn reopen(
             }
         }
     };
+    let unreadable = || {
+        SpawnError::InvalidRequest(format!(
+            "{id}'s conversation is kept only in the journal, and the journal cannot be read \
+             back"
+        ))
+    };
     let mut journaled = None;
     if shared.registry.conversation_journaled(id) {
-        journaled = read(shared).await;
+        journaled = Some(read(shared).await.ok_or_else(unreadable)?);
     }
     match shared.registry.reopen(
         id,
@@ -155,7 +161,8 @@ pub(crate) async fn reopen(
         Err(SpawnError::InvalidRequest(text))
             if text == crate::registry::NEEDS_CONVERSATION && journaled.is_none() =>
         {
-            let journaled = read(shared).await.unwrap_or_else(|| Vec::new().into());
+            // Never an empty conversation in its place: its places would collide.
+            let journaled = read(shared).await.ok_or_else(unreadable)?;
             shared.registry.reopen(
                 id,
                 owner,

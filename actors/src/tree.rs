@@ -295,8 +295,8 @@ fn open_journal(
             (session, Box::new(store) as Box<dyn JournalStore>, replay)
         }
     };
-    let recovered = (replay.last_seq > 0 || replay.records.len() > 1).then(|| replay.clone());
-    let tap = crate::journal::JournalTap::start(&config, store, &session, replay)?;
+    let recovered = (replay.last_seq > 0 || replay.records.len() > 1).then_some(replay);
+    let tap = crate::journal::JournalTap::start(&config, store, &session)?;
     Ok((session, Some(tap), recovered))
 }
 

@@ -111,7 +111,10 @@ async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
     while tree.journal_error().is_none() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert!(tree.journal_error().is_some(), "the journal should have stopped");
+    assert!(
+        tree.journal_error().is_some(),
+        "the journal should have stopped"
+    );
 
     let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
     assert_eq!(
@@ -152,7 +155,9 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
         .await
         .unwrap();
     for i in 0..6 {
-        tree.run(SpawnRequest::new("w", format!("go {i}"))).await.unwrap();
+        tree.run(SpawnRequest::new("w", format!("go {i}")))
+            .await
+            .unwrap();
     }
     tree.flush_journal().await;
     std::fs::copy(&live, &crashed).unwrap();
