@@ -228,8 +228,7 @@ impl TreeBuilder {
     }
 }
 
-/// Opens the journal, if the tree keeps one: the tree's session (the journal's, for an
-/// existing one) and the tap the registry and the agents write to.
+/// What [`open_journal`] gives: the session, the tap, and a replay to recover from.
 type Opened = (
     SessionId,
     Option<crate::journal::JournalTap>,
