@@ -45,6 +45,11 @@ async fn logs_inside_model_calls_and_tools_name_their_agent_under_its_owner() {
         .with_max_level(tracing::Level::INFO)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests of this binary hit the same callsites on other threads, with no
+    // subscriber: a callsite whose interest was being cached as "never" while this
+    // subscriber registered could stay so (tracing-core's interest cache races with a
+    // concurrent registration). Rebuilding it now, with this subscriber alive, settles it.
+    tracing::callsite::rebuild_interest_cache();
 
     let model = ScriptedModel::new()
         .script(
