@@ -95,6 +95,8 @@ pub(crate) struct AgentState {
     /// Where the conversation is published at each turn boundary, for a resume after a
     /// kill.
     conversation_cell: ConversationCell,
+    /// How much of the conversation this run has journaled (with a journal on).
+    journaled: usize,
     /// Model turns taken in this run.
     turns: u32,
     /// The lifecycle.
@@ -354,6 +356,7 @@ impl AgentState {
             max_turns,
             conversation: context,
             conversation_cell,
+            journaled: 0,
             turns: 0,
             phase: Phase::Idle,
             turn_in_flight: None,

@@ -466,12 +466,26 @@ impl JournalTap {
         });
     }
 
-    /// An agent's conversation at a turn boundary of run `run`.
-    pub(crate) fn conversation(&self, agent: AgentId, run: u32, messages: &Arc<[Message]>) {
+    /// An agent's conversation at a turn boundary or the end of run `run`: only the
+    /// messages from `from` on are written (what was journaled before stays).
+    pub(crate) fn conversation(
+        &self,
+        agent: AgentId,
+        run: u32,
+        from: usize,
+        messages: &Arc<[Message]>,
+    ) {
+        let from = from.min(messages.len());
+        let tail: Arc<[Message]> = if from == 0 {
+            messages.clone()
+        } else {
+            messages[from..].into()
+        };
         self.send(JournalEntry::Conversation {
             agent,
             run,
-            messages: messages.clone(),
+            from,
+            messages: tail,
         });
     }
 
@@ -777,6 +791,7 @@ pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
         out += &JournalEntry::Conversation {
             agent: *agent,
             run: *run,
+            from: 0,
             messages: messages.clone(),
         }
         .to_line();

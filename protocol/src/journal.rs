@@ -68,13 +68,19 @@ pub enum JournalEntry {
         #[serde(default, skip_serializing_if = "<[Message]>::is_empty")]
         context: std::sync::Arc<[Message]>,
     },
-    /// An agent's conversation as of a turn boundary of run `run` (the latest one wins).
+    /// An agent's conversation as of a turn boundary or the end of run `run` (the latest
+    /// one wins): its messages from index `from` on, after the first `from` of the agent's
+    /// previous entry for the same run (0: the whole conversation). A turn writes only what
+    /// it added, so a long conversation costs its length, not its length squared.
     Conversation {
         /// The agent.
         agent: AgentId,
         /// Its run.
         run: u32,
-        /// The whole conversation.
+        /// Where `messages` start in the conversation.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        from: usize,
+        /// The messages from `from` on.
         messages: std::sync::Arc<[Message]>,
     },
     /// An agent's run ended with `outcome`, held while its children drain (`completing`):
@@ -92,6 +98,10 @@ pub enum JournalEntry {
         /// Every record, indexed by id from the root.
         records: Vec<AgentRecord>,
     },
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The content hash of a definition: FNV-1a 64 of its JSON, as 16 hex digits.
@@ -487,9 +497,30 @@ impl Replay {
             JournalEntry::Conversation {
                 agent,
                 run,
+                from,
                 messages,
             } => {
-                self.conversations.insert(agent, (run, messages));
+                let whole = if from == 0 {
+                    messages
+                } else {
+                    match self.conversations.get(&agent) {
+                        Some((same, before)) if *same == run && before.len() >= from => {
+                            let mut whole = before[..from].to_vec();
+                            whole.extend(messages.iter().cloned());
+                            whole.into()
+                        }
+                        _ => {
+                            return Err(ReplayError::Misplaced {
+                                line,
+                                what: format!(
+                                    "a conversation of {agent} continuing at message {from}, \
+                                     past what was journaled"
+                                ),
+                            });
+                        }
+                    }
+                };
+                self.conversations.insert(agent, (run, whole));
             }
             JournalEntry::Checkpoint { seq, records } => {
                 // Records dense by id from the root, each parent before its child: what the

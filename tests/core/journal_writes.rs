@@ -99,6 +99,10 @@ async fn the_journal_folds_to_the_trees_own_records() {
     assert_eq!(*run, 1);
     assert_eq!(messages[0].content, "build it");
     assert!(messages.iter().any(|m| m.content.contains("part done")));
+    // Each turn journals what it added, not the whole conversation again: the task is
+    // written in the request, at the first boundary and in the run's final conversation.
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches("\"build it\"").count(), 3, "{text}");
     assert_eq!(tree.journal_error(), None);
 }
 

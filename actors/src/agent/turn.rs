@@ -98,7 +98,9 @@ impl AgentState {
         let messages: Arc<[Message]> = self.conversation.as_slice().into();
         *self.conversation_cell.lock() = messages.clone();
         if let Some(journal) = &self.shared.journal {
-            journal.conversation(self.id, self.run, &messages);
+            // Only what this run added since its last boundary.
+            journal.conversation(self.id, self.run, self.journaled, &messages);
+            self.journaled = messages.len();
         }
         self.turns += 1;
         let turn = self.turns;

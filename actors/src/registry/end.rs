@@ -84,7 +84,7 @@ impl Registry {
             let drop_it = !journal.retain_conversations && !deferred && !journal.failed();
             if let Some(entry) = inner.entry_mut(id) {
                 let last = entry.conversation.lock().clone();
-                journal.conversation(id, run, &last);
+                journal.conversation(id, run, 0, &last);
                 if drop_it {
                     // Final, and the journal holds it: memory does not keep it.
                     dropped = Some(std::mem::take(&mut *entry.conversation.lock()));

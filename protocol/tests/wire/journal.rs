@@ -70,6 +70,7 @@ fn journal() -> Vec<JournalEntry> {
         JournalEntry::Conversation {
             agent: AgentId::new(1),
             run: 1,
+            from: 0,
             messages: vec![Message::user("first")].into(),
         },
         event(4, 1, EventKind::settled(Outcome::completed("done"))),
@@ -261,6 +262,7 @@ fn floats_and_odd_text_round_trip_exactly() {
         let entry = JournalEntry::Conversation {
             agent: AgentId::new(3),
             run: 2,
+            from: 0,
             messages: vec![Message::assistant("é\u{1F600}", vec![call])].into(),
         };
         let line = entry.to_line();
@@ -305,4 +307,41 @@ proptest! {
             prop_assert_eq!(replayed.records, prefix.records);
         }
     }
+}
+
+#[test]
+fn conversations_are_journaled_by_what_each_turn_added() {
+    let conversation = |from: usize, texts: &[&str]| JournalEntry::Conversation {
+        agent: AgentId::new(1),
+        run: 1,
+        from,
+        messages: texts
+            .iter()
+            .map(|t| Message::user(*t))
+            .collect::<Vec<_>>()
+            .into(),
+    };
+    let mut entries = journal();
+    entries.push(conversation(1, &["second", "third"]));
+    entries.push(conversation(2, &["third again", "fourth"]));
+    let replayed = replay(bytes(&entries).as_bytes(), None).unwrap();
+    let texts: Vec<&str> = replayed.conversations[&AgentId::new(1)]
+        .1
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(texts, ["first", "second", "third again", "fourth"]);
+    // Only `from` is written beyond the header's fields: a whole conversation has none.
+    assert!(!conversation(0, &["x"]).to_line().contains("\"from\""));
+
+    // Continuing past what was journaled is refused, naming the line.
+    let mut entries = journal();
+    entries.push(conversation(5, &["lost"]));
+    let error = replay(bytes(&entries).as_bytes(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("line 11: a conversation of a1 continuing at message 5"),
+        "{error}"
+    );
 }
