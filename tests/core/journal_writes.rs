@@ -3,7 +3,6 @@
 //! slow disk holding new work back instead of losing entries; a failing disk; compaction.
 
 use std::io;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -13,33 +12,8 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, JournalStore, read_journal};
 use parking_lot::{Condvar, Mutex};
 
+use crate::support::journal::TempDir;
 use crate::support::{catalog, delegator, leaf};
-
-/// A fresh directory under the system's temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "agent-tree-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()

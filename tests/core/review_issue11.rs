@@ -3,7 +3,6 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -12,37 +11,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, JournalStore, read_journal};
 
 use crate::support::harness::ok_tool;
+use crate::support::journal::{TempDir, crash_copy};
 use crate::support::{catalog, delegator, leaf};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "agent-tree-review11-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
-    tree.flush_journal().await;
-    std::fs::copy(from, to).unwrap();
-}
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()

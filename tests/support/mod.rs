@@ -173,6 +173,9 @@ impl JsonContent for Message {
     }
 }
 
+/// The journal-test helpers: a temporary directory and a crash copy.
+pub mod journal;
+
 /// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;
 
