@@ -152,7 +152,7 @@ pub struct JournalError {
 }
 
 impl JournalError {
-    fn io(path: &Path, what: &str, error: &io::Error) -> Self {
+    pub(crate) fn io(path: &Path, what: &str, error: &io::Error) -> Self {
         JournalError {
             path: path.to_owned(),
             line: None,
@@ -171,7 +171,16 @@ impl JournalError {
 /// file, a corrupted, garbage or unknown line, a newer version, another tree's journal.
 pub fn read_journal(path: &Path, session: Option<&SessionId>) -> Result<Replay, JournalError> {
     let bytes = std::fs::read(path).map_err(|e| JournalError::io(path, "cannot read", &e))?;
-    let replay = agent_tree_protocol::replay(&bytes, session).map_err(|e| {
+    replay_file(path, &bytes, session)
+}
+
+/// [`read_journal`] of bytes already read from `path`.
+pub(crate) fn replay_file(
+    path: &Path,
+    bytes: &[u8],
+    session: Option<&SessionId>,
+) -> Result<Replay, JournalError> {
+    let replay = agent_tree_protocol::replay(bytes, session).map_err(|e| {
         let line = match &e {
             agent_tree_protocol::ReplayError::Line { line, .. }
             | agent_tree_protocol::ReplayError::Sequence { line, .. }

@@ -130,24 +130,9 @@ pub(crate) async fn reopen(
     prompt: String,
     owner_capabilities: Option<Box<Capabilities>>,
 ) -> Result<StartTicket, SpawnError> {
-    let read = |shared: &SharedRef| {
-        let journal = shared.journal.clone();
-        async move {
-            match journal {
-                Some(journal) => journal.read_conversation(id).await,
-                None => None,
-            }
-        }
-    };
-    let unreadable = || {
-        SpawnError::InvalidRequest(format!(
-            "{id}'s conversation is kept only in the journal, and the journal cannot be read \
-             back"
-        ))
-    };
     let mut journaled = None;
     if shared.registry.conversation_journaled(id) {
-        journaled = Some(read(shared).await.ok_or_else(unreadable)?);
+        journaled = Some(read_back(shared, id).await?);
     }
     match shared.registry.reopen(
         id,
@@ -161,8 +146,7 @@ pub(crate) async fn reopen(
         Err(SpawnError::InvalidRequest(text))
             if text == crate::registry::NEEDS_CONVERSATION && journaled.is_none() =>
         {
-            // Never an empty conversation in its place: its places would collide.
-            let journaled = read(shared).await.ok_or_else(unreadable)?;
+            let journaled = read_back(shared, id).await?;
             shared.registry.reopen(
                 id,
                 owner,
@@ -174,6 +158,21 @@ pub(crate) async fn reopen(
         }
         other => other,
     }
+}
+
+/// `id`'s conversation, read back from the journal; never an empty one in its place (its
+/// places would collide with the earlier run's children).
+async fn read_back(shared: &SharedRef, id: AgentId) -> Result<Arc<[Message]>, SpawnError> {
+    let journal = shared.journal.as_ref();
+    match journal {
+        Some(journal) => journal.read_conversation(id).await,
+        None => None,
+    }
+    .ok_or_else(|| {
+        SpawnError::InvalidRequest(format!(
+            "{id}'s conversation is kept only in the journal, and the journal cannot be read back"
+        ))
+    })
 }
 
 /// Starts the actor of `ticket`'s run, linked under `owner_actor` (under the root actor for a

@@ -245,56 +245,50 @@ fn open_journal(
     let Some((config, store)) = journal else {
         return Ok((session.unwrap_or_else(new_session_id), None, None));
     };
-    let (session, store, replay) = match store {
-        Some(store) => {
-            let session = session.unwrap_or_else(new_session_id);
-            let replay = agent_tree_protocol::Replay::new(session.clone());
-            (session, store, replay)
-        }
+    let (store, recovered) = match store {
+        Some(store) => (store, None),
         None => {
             let path = config.path();
-            let mut existing = std::fs::metadata(path)
-                .map(|m| m.len() > 0)
-                .unwrap_or(false);
-            if existing && !std::fs::read(path).is_ok_and(|b| b.contains(&b'\n')) {
+            let io = |what: &str, e: &std::io::Error| JournalError::io(path, what, e);
+            // Read once: the torn-header check and the replay share the bytes.
+            let mut bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(io("cannot read", &e).into()),
+            };
+            if !bytes.is_empty() && !bytes.contains(&b'\n') {
                 // Not one whole line: a crash cut off the header itself. Nothing was
                 // journaled; start afresh.
                 tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
-                std::fs::File::create(path).map_err(|e| JournalError {
-                    path: path.to_owned(),
-                    line: None,
-                    what: format!("cannot truncate a torn header: {e}"),
-                })?;
-                existing = false;
+                std::fs::File::create(path).map_err(|e| io("cannot truncate a torn header", &e))?;
+                bytes.clear();
             }
-            let replay = if existing {
-                let replay = crate::journal::read_journal(path, session.as_ref())?;
+            let replay = if bytes.is_empty() {
+                None
+            } else {
+                let replay = crate::journal::replay_file(path, &bytes, session.as_ref())?;
                 if replay.torn.is_some() {
                     // Cut the torn tail off: what this tree appends must follow whole lines.
                     std::fs::OpenOptions::new()
                         .write(true)
                         .open(path)
                         .and_then(|f| f.set_len(replay.bytes as u64).and_then(|()| f.sync_all()))
-                        .map_err(|e| JournalError {
-                            path: path.to_owned(),
-                            line: None,
-                            what: format!("cannot cut off its torn last line: {e}"),
-                        })?;
+                        .map_err(|e| io("cannot cut off its torn last line", &e))?;
                 }
-                replay
-            } else {
-                agent_tree_protocol::Replay::new(session.clone().unwrap_or_else(new_session_id))
+                Some(replay)
             };
-            let session = replay.session.clone().unwrap_or_else(new_session_id);
-            let store = crate::journal::FileJournal::open(path).map_err(|e| JournalError {
-                path: path.to_owned(),
-                line: None,
-                what: format!("cannot open for appending: {e}"),
-            })?;
-            (session, Box::new(store) as Box<dyn JournalStore>, replay)
+            let store = crate::journal::FileJournal::open(path)
+                .map_err(|e| io("cannot open for appending", &e))?;
+            (Box::new(store) as Box<dyn JournalStore>, replay)
         }
     };
-    let recovered = (replay.last_seq > 0 || replay.records.len() > 1).then_some(replay);
+    // An existing journal's session is the tree's (a header-only one is taken over too).
+    let session = recovered
+        .as_ref()
+        .and_then(|r| r.session.clone())
+        .or(session)
+        .unwrap_or_else(new_session_id);
+    let recovered = recovered.filter(|r| r.last_seq > 0 || r.records.len() > 1);
     let tap = crate::journal::JournalTap::start(&config, store, &session)?;
     Ok((session, Some(tap), recovered))
 }

@@ -409,28 +409,6 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
 }
 
 impl Replay {
-    /// An empty replay of a new journal of `session`: the root record alone.
-    pub fn new(session: SessionId) -> Self {
-        Replay {
-            session: Some(session),
-            records: vec![AgentRecord::root()],
-            ..Replay::default()
-        }
-    }
-
-    /// Folds one more entry, as the next line: a writer keeps its journal's replay current
-    /// this way.
-    ///
-    /// # Errors
-    ///
-    /// As [`replay`], for this entry.
-    pub fn take_entry(&mut self, entry: JournalEntry) -> Result<(), ReplayError> {
-        let line = self.lines + 1;
-        self.take(entry, line, None)?;
-        self.lines = line;
-        Ok(())
-    }
-
     fn take(
         &mut self,
         entry: JournalEntry,
