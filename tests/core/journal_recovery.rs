@@ -134,19 +134,44 @@ async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
 /// a new one, and the lead resumes it through the `Agent` tool to completion.
 #[tokio::test(start_paused = true)]
 async fn a_resumed_owner_reissuing_a_lost_spawn_gets_the_existing_child() {
+    reissued_spawn_after_recovery().await;
+}
+
+/// The same crash, recovery and resume on two worker threads, many times: the resumes
+/// (the lead's by the application, the worker's by the lead) and the journal's writer
+/// interleave differently each time.
+#[test]
+fn a_reissued_spawn_after_recovery_on_worker_threads() {
+    for _ in 0..20 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), reissued_spawn_after_recovery())
+                    .await
+                    .expect("the scenario finishes");
+            });
+    }
+}
+
+async fn reissued_spawn_after_recovery() {
     let dir = TempDir::new("reissue");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
     let before = ScriptedModel::new()
         .script("lead", Script::new([Turn::spawn("worker", "dig")]))
         .script("worker", Script::new([Turn::hang()]));
+    let before_log = before.call_log();
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
     let lead = tree
         .spawn(SpawnRequest::new("lead", "find it"))
         .await
         .unwrap()
         .id();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // The crash comes once the worker's hanging turn has begun.
+    before_log.until_calls(AgentId::new(2), 1).await;
     assert_eq!(tree.snapshot().agents().count(), 2);
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
