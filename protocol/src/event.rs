@@ -143,6 +143,13 @@ pub enum EventKind {
         /// Its outcome (status `killed`).
         outcome: Outcome,
     },
+    /// A settled agent's output (its outcome's `text` and `partial`) was released from
+    /// memory under the journal's retention policy, after it was read: the record keeps
+    /// status, reason and error, and the journal the output, read back on demand.
+    Released {
+        /// The bytes released.
+        bytes: u64,
+    },
 }
 
 impl<'de> Deserialize<'de> for Event {
@@ -220,6 +227,7 @@ impl EventKind {
             EventKind::Failed { .. } => "failed",
             EventKind::Aborted { .. } => "aborted",
             EventKind::Killed { .. } => "killed",
+            EventKind::Released { .. } => "released",
         }
     }
 
@@ -315,6 +323,9 @@ pub struct EventTally {
     pub aborted: u64,
     /// `killed` events.
     pub killed: u64,
+    /// `released` events.
+    #[serde(default)]
+    pub released: u64,
 }
 
 impl EventTally {
@@ -338,6 +349,7 @@ impl EventTally {
             EventKind::Failed { .. } => &mut self.failed,
             EventKind::Aborted { .. } => &mut self.aborted,
             EventKind::Killed { .. } => &mut self.killed,
+            EventKind::Released { .. } => &mut self.released,
         };
         *slot += 1;
     }
@@ -362,6 +374,7 @@ impl EventTally {
             self.failed,
             self.aborted,
             self.killed,
+            self.released,
         ]
         .into_iter()
         .fold(0u64, u64::saturating_add)
@@ -371,14 +384,14 @@ impl EventTally {
 impl fmt::Display for EventTally {
     /// `started=.. completed=.. failed=.. aborted=.. killed=.. restarted=.. queued=..
     /// resumed=.. usage_reported=.. steered=.. asked=.. context_dropped=.. spawned=..
-    /// dequeued=.. completing=.. retrying=.. text_delta=..` (the kinds added later come last, so older readers of the
-    /// line keep their fields in place).
+    /// dequeued=.. completing=.. retrying=.. text_delta=.. released=..` (the kinds added later
+    /// come last, so older readers of the line keep their fields in place).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "started={} completed={} failed={} aborted={} killed={} restarted={} queued={} \
              resumed={} usage_reported={} steered={} asked={} context_dropped={} spawned={} \
-             dequeued={} completing={} retrying={} text_delta={}",
+             dequeued={} completing={} retrying={} text_delta={} released={}",
             self.started,
             self.completed,
             self.failed,
@@ -395,7 +408,8 @@ impl fmt::Display for EventTally {
             self.dequeued,
             self.completing,
             self.retrying,
-            self.text_delta
+            self.text_delta,
+            self.released
         )
     }
 }

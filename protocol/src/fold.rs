@@ -57,6 +57,14 @@ pub enum FoldError {
         /// The agent it names.
         agent: AgentId,
     },
+    /// An output released from an agent that has not settled.
+    #[error("event {seq}: output of {agent} released before it settled")]
+    NotSettled {
+        /// The event's sequence number.
+        seq: u64,
+        /// The agent it names.
+        agent: AgentId,
+    },
     /// A status change the agent's status does not allow (terminal is sticky).
     #[error("event {seq} on {agent}: {source}")]
     Transition {
@@ -230,6 +238,19 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
             record.ended_ms = Some(event.at_ms);
             record.outcome = Some(outcome.clone());
             Ok(())
+        }
+        EventKind::Released { .. } => {
+            let record = record_mut(records, seq, agent)?;
+            match record.outcome.take() {
+                Some(outcome) if record.status.is_terminal() => {
+                    record.outcome = Some(outcome.into_released());
+                    Ok(())
+                }
+                outcome => {
+                    record.outcome = outcome;
+                    Err(FoldError::NotSettled { seq, agent })
+                }
+            }
         }
         EventKind::Steered
         | EventKind::Asked { .. }

@@ -3,7 +3,7 @@
 //!
 //! A line is `<CRC-32 of the JSON, 8 lower-case hex digits> <JSON>\n`, the JSON one
 //! [`JournalEntry`] tagged by `entry` (`header`, `event`, `definition`, `spawn`,
-//! `conversation`, `checkpoint`).
+//! `conversation`, `decided`, `checkpoint`, `output`).
 //!
 //! # Invariants
 //!
@@ -92,11 +92,22 @@ pub enum JournalEntry {
         outcome: Outcome,
     },
     /// A compaction point: the records as of event `seq`, replacing every event before it.
+    /// A compaction writes the settled records' outcomes without their output (`text`,
+    /// `partial`) and each output on an [`JournalEntry::Output`] line of its own after it.
     Checkpoint {
         /// The last event folded into `records`.
         seq: u64,
         /// Every record, indexed by id from the root.
         records: Vec<AgentRecord>,
+    },
+    /// A settled agent's whole outcome, written by a compaction after its checkpoint, one
+    /// line per agent, so that one output can be read back alone. The record takes it back
+    /// unless its output was released (then the line is only where it is read back from).
+    Output {
+        /// The agent.
+        agent: AgentId,
+        /// Its whole outcome.
+        outcome: Outcome,
     },
 }
 
@@ -169,6 +180,23 @@ impl JournalEntry {
         // which serde_json always encodes.
         let json = serde_json::to_string(self).unwrap_or_default();
         format!("{:08x} {json}\n", crc32(json.as_bytes()))
+    }
+
+    /// The agent and whole outcome this entry holds, if it is a terminal event or an
+    /// [`JournalEntry::Output`]: what a released output is read back from.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentId, JournalEntry, Outcome};
+    /// let entry = JournalEntry::Output { agent: AgentId::new(3), outcome: Outcome::completed("42") };
+    /// let (agent, outcome) = entry.output().unwrap();
+    /// assert_eq!((agent, outcome.text.as_deref()), (AgentId::new(3), Some("42")));
+    /// ```
+    pub fn output(&self) -> Option<(AgentId, &Outcome)> {
+        match self {
+            JournalEntry::Event { event } => event.kind.outcome().map(|o| (event.agent, o)),
+            JournalEntry::Output { agent, outcome } => Some((*agent, outcome)),
+            _ => None,
+        }
     }
 
     /// Decodes one line (without its newline).
@@ -284,6 +312,15 @@ pub enum ReplayError {
     },
 }
 
+/// Where a line is in a journal: its first byte and its length, newline excluded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineSpan {
+    /// The offset of its first byte.
+    pub offset: u64,
+    /// Its length in bytes, without the newline.
+    pub len: u64,
+}
+
 /// A journal replayed: what a tree rebuilds itself from.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Replay {
@@ -304,6 +341,9 @@ pub struct Replay {
     pub decided: HashMap<AgentId, Outcome>,
     /// Each agent's latest journaled conversation, with its run.
     pub conversations: HashMap<AgentId, (u32, std::sync::Arc<[Message]>)>,
+    /// Where each settled agent's whole outcome is: the line of its terminal event, or of
+    /// a compaction's [`JournalEntry::Output`]. One output is read back from there alone.
+    pub outputs: HashMap<AgentId, LineSpan>,
     /// Lines read (the torn one excluded).
     pub lines: usize,
     /// The bytes those lines take: where a writer appending after a torn line must cut.
@@ -371,6 +411,7 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
     let mut line_no = 0;
     while !rest.is_empty() {
         line_no += 1;
+        let offset = (bytes.len() - rest.len()) as u64;
         let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
             Some(end) => {
                 let line = &rest[..end];
@@ -398,7 +439,11 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
             line: line_no,
             source,
         })?;
-        replay.take(entry, line_no, session)?;
+        let span = LineSpan {
+            offset,
+            len: line.len() as u64,
+        };
+        replay.take(entry, line_no, span, session)?;
         replay.lines = line_no;
         replay.bytes = bytes.len() - rest.len();
     }
@@ -413,6 +458,7 @@ impl Replay {
         &mut self,
         entry: JournalEntry,
         line: usize,
+        span: LineSpan,
         session: Option<&SessionId>,
     ) -> Result<(), ReplayError> {
         if self.session.is_none() && !matches!(entry, JournalEntry::Header { .. }) {
@@ -454,6 +500,16 @@ impl Replay {
                 apply(&mut self.records, &event)
                     .map_err(|source| ReplayError::Fold { line, source })?;
                 self.last_seq = event.seq;
+                match &event.kind {
+                    kind if kind.outcome().is_some() => {
+                        self.outputs.insert(event.agent, span);
+                    }
+                    crate::event::EventKind::Resumed
+                    | crate::event::EventKind::Restarted { .. } => {
+                        self.outputs.remove(&event.agent);
+                    }
+                    _ => {}
+                }
             }
             JournalEntry::Definition { hash, definition } => {
                 self.definitions.insert(hash, definition);
@@ -526,6 +582,21 @@ impl Replay {
                 }
                 self.records = records;
                 self.last_seq = seq;
+                self.outputs.clear();
+            }
+            JournalEntry::Output { agent, outcome } => {
+                let record = usize::try_from(agent.get())
+                    .ok()
+                    .and_then(|i| self.records.get_mut(i))
+                    .filter(|r| r.status.is_terminal() && r.outcome.is_some())
+                    .ok_or_else(|| ReplayError::Misplaced {
+                        line,
+                        what: format!("the output of {agent}, which has not settled"),
+                    })?;
+                if record.outcome.as_ref().is_some_and(|o| !o.released) {
+                    record.outcome = Some(outcome);
+                }
+                self.outputs.insert(agent, span);
             }
         }
         Ok(())

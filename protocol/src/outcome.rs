@@ -94,6 +94,11 @@ pub struct Outcome {
     /// The error, for a failed agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its output (`text` and `partial`) was released from memory under the journal's
+    /// retention policy: both are `None` here, and the journal holds them
+    /// (`Tree::read_outcome` reads them back). Status, reason and error stay.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 impl Outcome {
@@ -105,6 +110,7 @@ impl Outcome {
             text: Some(text.into()),
             partial: None,
             error: None,
+            released: false,
         }
     }
 
@@ -116,6 +122,7 @@ impl Outcome {
             text: None,
             partial: None,
             error: Some(error.into()),
+            released: false,
         }
     }
 
@@ -127,6 +134,7 @@ impl Outcome {
             text: None,
             partial: None,
             error: None,
+            released: false,
         }
     }
 
@@ -136,6 +144,32 @@ impl Outcome {
         if !partial.is_empty() {
             self.partial = Some(partial);
         }
+        self
+    }
+
+    /// The bytes of its output (`text` and `partial`): what releasing it frees.
+    ///
+    /// ```
+    /// use agent_tree_protocol::Outcome;
+    /// assert_eq!(Outcome::completed("four").output_bytes(), 4);
+    /// ```
+    pub fn output_bytes(&self) -> usize {
+        self.text.as_ref().map_or(0, String::len) + self.partial.as_ref().map_or(0, String::len)
+    }
+
+    /// The same outcome with its output released (its `released` field says so).
+    ///
+    /// ```
+    /// use agent_tree_protocol::Outcome;
+    /// let released = Outcome::completed("a long answer").into_released();
+    /// assert!(released.released && released.text.is_none());
+    /// assert!(released.is_completed());
+    /// ```
+    #[must_use]
+    pub fn into_released(mut self) -> Self {
+        self.text = None;
+        self.partial = None;
+        self.released = true;
         self
     }
 
@@ -152,6 +186,12 @@ impl Outcome {
             (None, None, Some(partial)) => {
                 format!(
                     "{} ({}); partial output: {partial}",
+                    self.status, self.reason
+                )
+            }
+            (None, None, None) if self.released => {
+                format!(
+                    "{} ({}); output released to the journal",
                     self.status, self.reason
                 )
             }

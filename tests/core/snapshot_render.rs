@@ -59,7 +59,7 @@ tree agents=3 live=0 usage=0/167
   - [d2] failer #a3 parent=a1 status=failed usage=0/0
 depth histogram: d1=1 d2=2
 event tally: started=3 completed=2 failed=1 aborted=0 killed=0 restarted=0 queued=0 \
-resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=3 dequeued=0 completing=0 retrying=0 text_delta=0
+resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=3 dequeued=0 completing=0 retrying=0 text_delta=0 released=0
 max concurrent agents: 3
 ";
     assert_eq!(snapshot.render_text(), expected_text);

@@ -47,6 +47,7 @@ const FIXTURES: &[&str] = &[
     "event_completed.json",
     "event_failed.json",
     "event_aborted.json",
+    "event_released.json",
     "event_tally.json",
     "agent_record.json",
     "tree_snapshot.json",
@@ -232,6 +233,10 @@ fn golden_events() -> Vec<(&'static str, Event)> {
                 2,
                 EventKind::settled(Outcome::ended(AgentStatus::Killed, EndReason::Killed)),
             ),
+        ),
+        (
+            "event_released.json",
+            event(12, 2, Some(1), 2, EventKind::Released { bytes: 1_048_576 }),
         ),
         (
             "event_usage_reported.json",
@@ -578,6 +583,7 @@ fn event_tally_golden() {
             killed: 1,
             retrying: 0,
             text_delta: 0,
+            released: 1,
         }
     );
     assert_golden("event_tally.json", &tally);
@@ -752,7 +758,7 @@ fn render_text_of_golden_snapshot() {
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
         "depth histogram: d1=2 d2=1",
         "event tally: started=4 completed=2 failed=0 aborted=1 killed=0 restarted=1 queued=0 \
-         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=0 dequeued=0 completing=0 retrying=0 text_delta=0",
+         resumed=0 usage_reported=3 steered=0 asked=0 context_dropped=0 spawned=0 dequeued=0 completing=0 retrying=0 text_delta=0 released=0",
         "max concurrent agents: 2",
     ];
     for line in expected {
