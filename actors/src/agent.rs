@@ -212,6 +212,9 @@ impl Actor for AgentActor {
             } => {
                 Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred)).await;
             }
+            AgentMsg::OutputRead { child, outcome } => {
+                state.on_output_read(&myself, child, outcome)
+            }
             AgentMsg::ChildAsked {
                 child, question, ..
             } => state.on_asked(&myself, child, question),

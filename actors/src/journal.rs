@@ -39,10 +39,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agent_tree_protocol::{
-    AgentDefinition, AgentId, Event, JOURNAL_VERSION, JournalEntry, Message, Replay, SessionId,
-    SpawnRequest, definition_hash,
+    AgentDefinition, AgentId, Event, JOURNAL_VERSION, JournalEntry, LineSpan, Message, Outcome,
+    Replay, SessionId, SpawnRequest, definition_hash,
 };
 use parking_lot::Mutex;
+
+use crate::policy::retention::OutputRetention;
 
 /// When the writer syncs what it wrote to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,10 +94,12 @@ pub struct JournalConfig {
     max_queue: usize,
     rotate_at: Option<u64>,
     retain_conversations: bool,
+    outputs: OutputRetention,
 }
 
 impl JournalConfig {
-    /// A journal at `path`: group commit, a queue of 4096 entries, no rotation.
+    /// A journal at `path`: group commit, a queue of 4096 entries, no rotation, read outputs
+    /// kept up to 64 MiB.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         JournalConfig {
             path: path.into(),
@@ -103,6 +107,10 @@ impl JournalConfig {
             max_queue: 4096,
             rotate_at: None,
             retain_conversations: true,
+            outputs: OutputRetention {
+                max_bytes: 64 << 20,
+                max_age: None,
+            },
         }
     }
 
@@ -128,6 +136,38 @@ impl JournalConfig {
     /// runs for days then holds no settled agent's conversation.
     pub fn retain_conversations(mut self, retain: bool) -> Self {
         self.retain_conversations = retain;
+        self
+    }
+
+    /// How many bytes of settled agents' outputs (their outcomes' `text` and `partial`)
+    /// stay in memory once read (64 MiB by default). Unread outputs always stay. Past the
+    /// budget, the oldest read are released: the record keeps status, reason and error, a
+    /// `released` event says so, and the output is read back from the journal on demand
+    /// ([`Tree::read_outcome`](crate::Tree::read_outcome), an [`AgentHandle`](crate::AgentHandle)'s
+    /// outcome, an owner's `get_subagent_result`). An output is read when a tool of its
+    /// owner returned it to the owner's model (a wait, a result, a notice of its end), or
+    /// when the application took it (a handle, [`Tree::outcome`](crate::Tree::outcome),
+    /// [`Tree::wait`](crate::Tree::wait), [`Tree::read_outcome`](crate::Tree::read_outcome)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_tree_actors::JournalConfig;
+    /// // A tree that runs for days: read outputs stay up to 8 MiB, and at most an hour.
+    /// let config = JournalConfig::new("tree.journal")
+    ///     .keep_read_outputs(8 << 20)
+    ///     .keep_read_outputs_for(Duration::from_secs(3600))
+    ///     .retain_conversations(false);
+    /// # let _ = config;
+    /// ```
+    pub fn keep_read_outputs(mut self, bytes: usize) -> Self {
+        self.outputs.max_bytes = bytes;
+        self
+    }
+
+    /// How long a read output stays in memory at most (no limit by default): it is released
+    /// at the first read or settle in the tree after `age` has passed since it was read.
+    pub fn keep_read_outputs_for(mut self, age: Duration) -> Self {
+        self.outputs.max_age = Some(age);
         self
     }
 
@@ -240,6 +280,22 @@ pub trait JournalStore: Send + 'static {
     ///
     /// The I/O error.
     fn read(&self) -> io::Result<Vec<u8>>;
+    /// `len` bytes from `offset`: one line, for reading one released output back. The
+    /// default reads the whole content; [`FileJournal`] reads only the range.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, or `UnexpectedEof` when the range is past the end.
+    fn read_range(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let all = self.read()?;
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(len).ok())
+            .and_then(|(start, len)| Some(start..start.checked_add(len)?))
+            .filter(|range| range.end <= all.len())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        Ok(all[range].to_vec())
+    }
 }
 
 /// A journal file, appended to; compaction writes a new file beside it, syncs it and renames
@@ -308,6 +364,15 @@ impl JournalStore for FileJournal {
     fn read(&self) -> io::Result<Vec<u8>> {
         std::fs::read(&self.path)
     }
+
+    fn read_range(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        use std::io::{Read as _, Seek as _};
+        let mut file = File::open(&self.path)?;
+        file.seek(io::SeekFrom::Start(offset))?;
+        let mut bytes = vec![0; usize::try_from(len).map_err(io::Error::other)?];
+        file.read_exact(&mut bytes)?;
+        Ok(bytes)
+    }
 }
 
 /// How far the writer is behind, and who waits for it to catch up.
@@ -328,6 +393,12 @@ enum Command {
     Flush(std::sync::mpsc::SyncSender<()>),
     /// Write everything, then answer with the whole content.
     Read(std::sync::mpsc::SyncSender<io::Result<Vec<u8>>>),
+    /// Write everything, then answer with the line holding the agent's whole outcome
+    /// (`None` when the journal has none).
+    ReadOutput(
+        AgentId,
+        std::sync::mpsc::SyncSender<io::Result<Option<Vec<u8>>>>,
+    ),
 }
 
 /// The tree's side of its journal: cheap to clone, shared by the registry (events,
@@ -338,6 +409,8 @@ pub(crate) struct JournalTap {
     backlog: Arc<Backlog>,
     /// Whether settled agents keep their conversation in memory.
     pub(crate) retain_conversations: bool,
+    /// How long read outputs stay in memory.
+    pub(crate) outputs: OutputRetention,
     error: Arc<Mutex<Option<String>>>,
 }
 
@@ -352,16 +425,20 @@ impl std::fmt::Debug for Command {
             Command::Entry(_) => f.write_str("Entry"),
             Command::Flush(_) => f.write_str("Flush"),
             Command::Read(_) => f.write_str("Read"),
+            Command::ReadOutput(..) => f.write_str("ReadOutput"),
         }
     }
 }
 
 impl JournalTap {
     /// Starts the writer thread on `store`, writing a header first when the store is empty.
+    /// `outputs` says where the store's settled outcomes are (a recovery's replay; empty for
+    /// a new journal).
     pub(crate) fn start(
         config: &JournalConfig,
         mut store: Box<dyn JournalStore>,
         session: &SessionId,
+        outputs: std::collections::HashMap<AgentId, LineSpan>,
     ) -> Result<Self, JournalError> {
         let path = config.path.clone();
         if store.size() == 0 {
@@ -392,6 +469,7 @@ impl JournalTap {
             session: session.clone(),
             unsynced: 0,
             oldest_unsynced: None,
+            outputs,
         };
         let (died_backlog, died_error, died_path) =
             (backlog.clone(), error.clone(), path_of(config));
@@ -415,6 +493,7 @@ impl JournalTap {
             sender,
             backlog,
             retain_conversations: config.retain_conversations,
+            outputs: config.outputs,
             error,
         })
     }
@@ -549,6 +628,44 @@ impl JournalTap {
         replay.conversations.get(&agent).map(|(_, m)| m.clone())
     }
 
+    /// Agent `agent`'s whole outcome, read back from the journal (after everything queued
+    /// is written): one line, found by the writer's index. `None` (with a warning) when the
+    /// journal cannot be read or holds none.
+    pub(crate) async fn read_outcome(&self, agent: AgentId) -> Option<Outcome> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.sender.send(Command::ReadOutput(agent, tx)).ok()?;
+        let read = tokio::task::spawn_blocking(move || rx.recv()).await;
+        let line = match read {
+            Ok(Ok(Ok(Some(line)))) => line,
+            Ok(Ok(Ok(None))) => {
+                tracing::warn!(%agent, "the journal holds no output of this agent");
+                return None;
+            }
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(%agent, %error, "cannot read an output back from the journal");
+                return None;
+            }
+            // The writer or the blocking pool is gone: the tree is closing.
+            _ => return None,
+        };
+        let entry = std::str::from_utf8(&line)
+            .map_err(|e| e.to_string())
+            .and_then(|text| JournalEntry::from_line(text).map_err(|e| e.to_string()));
+        match entry {
+            Ok(entry) => match entry.output() {
+                Some((found, outcome)) if found == agent => Some(outcome.clone()),
+                _ => {
+                    tracing::warn!(%agent, "the journal's line for this output holds another entry");
+                    None
+                }
+            },
+            Err(error) => {
+                tracing::warn!(%agent, %error, "the journal's line for this output does not decode");
+                None
+            }
+        }
+    }
+
     /// Why the writer stopped, if it did.
     pub(crate) fn error(&self) -> Option<String> {
         self.error.lock().clone()
@@ -566,14 +683,20 @@ struct Writer {
     session: SessionId,
     unsynced: usize,
     oldest_unsynced: Option<Instant>,
+    /// Where each settled agent's whole outcome is in the store (its latest terminal event,
+    /// or a compaction's output line): a released output is read back from its one line.
+    outputs: std::collections::HashMap<AgentId, LineSpan>,
 }
 
 impl Writer {
     /// The most entries written per batch.
     const BATCH: usize = 512;
+    /// The write buffer's usual capacity: a batch of large entries grows it, and it shrinks
+    /// back after, so one burst of large outputs does not stay allocated for the tree's life.
+    const BUFFER: usize = 64 * 1024;
 
     fn run(&mut self, receiver: &mpsc::Receiver<Command>) {
-        let mut buffer = Vec::with_capacity(64 * 1024);
+        let mut buffer = Vec::with_capacity(Self::BUFFER);
         loop {
             // Wait for work; with unsynced entries under group commit, no longer than their
             // deadline.
@@ -605,7 +728,15 @@ impl Writer {
             for command in commands {
                 match command {
                     Command::Entry(entry) => {
-                        buffer.extend_from_slice(entry.to_line().as_bytes());
+                        let line = entry.to_line();
+                        if let Some((agent, _)) = entry.output() {
+                            let span = LineSpan {
+                                offset: self.store.size() + buffer.len() as u64,
+                                len: line.len() as u64 - 1,
+                            };
+                            self.outputs.insert(agent, span);
+                        }
+                        buffer.extend_from_slice(line.as_bytes());
                         written += 1;
                         if self.durability == Durability::EveryEntry {
                             self.write(&mut buffer, 1);
@@ -620,6 +751,15 @@ impl Writer {
                     Command::Read(reply) => {
                         self.write(&mut buffer, 0);
                         let _ = reply.send(self.store.read());
+                    }
+                    Command::ReadOutput(agent, reply) => {
+                        self.write(&mut buffer, 0);
+                        let line = self
+                            .outputs
+                            .get(&agent)
+                            .map(|span| self.store.read_range(span.offset, span.len))
+                            .transpose();
+                        let _ = reply.send(line);
                     }
                 }
             }
@@ -639,6 +779,7 @@ impl Writer {
     fn write(&mut self, buffer: &mut Vec<u8>, entries: usize) {
         if buffer.is_empty() || self.backlog.failed.load(Ordering::Acquire) {
             buffer.clear();
+            buffer.shrink_to(Self::BUFFER);
             return;
         }
         match self.store.append(buffer) {
@@ -649,6 +790,7 @@ impl Writer {
             Err(error) => self.fail("cannot append", &error),
         }
         buffer.clear();
+        buffer.shrink_to(Self::BUFFER);
     }
 
     /// Entries written: the backlog shrinks, and waiters wake once it is under the bound.
@@ -711,22 +853,28 @@ impl Writer {
             .read()
             .map_err(|e| e.to_string())
             .and_then(|bytes| {
-                agent_tree_protocol::replay(&bytes, Some(&self.session)).map_err(|e| e.to_string())
+                let state = agent_tree_protocol::replay(&bytes, Some(&self.session))
+                    .map_err(|e| e.to_string())?;
+                Ok((bytes, state))
             });
-        let state = match replayed {
-            Ok(state) => state,
+        let (bytes, state) = match replayed {
+            Ok(read) => read,
             Err(error) => {
                 self.fail("cannot read back to compact", &io::Error::other(error));
                 return;
             }
         };
-        let compacted = compact(&state, &self.session);
+        let (compacted, outputs) = compact(&state, &self.session, &bytes);
+        drop(bytes);
         match self.store.replace(&compacted) {
-            Ok(()) => tracing::debug!(
-                path = %self.path.display(),
-                bytes = compacted.len(),
-                "journal compacted"
-            ),
+            Ok(()) => {
+                self.outputs = outputs;
+                tracing::debug!(
+                    path = %self.path.display(),
+                    bytes = compacted.len(),
+                    "journal compacted"
+                );
+            }
             Err(error) => self.fail("cannot compact", &error),
         }
     }
@@ -746,19 +894,57 @@ fn path_of(config: &JournalConfig) -> PathBuf {
     config.path.clone()
 }
 
-/// The compacted content of a journal whose replay is `state`.
-pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
+/// The compacted content of a journal whose replay is `state` (of `bytes`), and where each
+/// settled agent's whole outcome is in it: the checkpoint's records carry outcomes without
+/// their output, and each output has a line of its own after it (a released one taken from
+/// its line in `bytes`).
+pub(crate) fn compact(
+    state: &Replay,
+    session: &SessionId,
+    bytes: &[u8],
+) -> (Vec<u8>, std::collections::HashMap<AgentId, LineSpan>) {
     let mut out = String::new();
     out += &JournalEntry::Header {
         version: JOURNAL_VERSION,
         session: session.clone(),
     }
     .to_line();
+    let mut records = state.records.clone();
+    let mut whole = Vec::new();
+    for record in &mut records {
+        let Some(outcome) = record.outcome.as_mut() else {
+            continue;
+        };
+        if outcome.released {
+            match released_output(state, bytes, record.id) {
+                Some(full) => whole.push((record.id, full)),
+                None => tracing::warn!(
+                    agent = %record.id,
+                    "a released output is not in the journal any more; compaction drops it"
+                ),
+            }
+        } else if outcome.output_bytes() > 0 {
+            let full = outcome.clone();
+            outcome.text = None;
+            outcome.partial = None;
+            whole.push((record.id, full));
+        }
+    }
     out += &JournalEntry::Checkpoint {
         seq: state.last_seq,
-        records: state.records.clone(),
+        records,
     }
     .to_line();
+    let mut outputs = std::collections::HashMap::with_capacity(whole.len());
+    for (agent, outcome) in whole {
+        let line = JournalEntry::Output { agent, outcome }.to_line();
+        let span = LineSpan {
+            offset: out.len() as u64,
+            len: line.len() as u64 - 1,
+        };
+        outputs.insert(agent, span);
+        out += &line;
+    }
     let mut hashes: Vec<&String> = state.definitions.keys().collect();
     hashes.sort();
     for hash in hashes {
@@ -805,5 +991,16 @@ pub(crate) fn compact(state: &Replay, session: &SessionId) -> Vec<u8> {
         }
         .to_line();
     }
-    out.into_bytes()
+    (out.into_bytes(), outputs)
+}
+
+/// The whole outcome of `agent` from its line in `bytes`, where `state` (their replay) says
+/// it is.
+fn released_output(state: &Replay, bytes: &[u8], agent: AgentId) -> Option<Outcome> {
+    let span = state.outputs.get(&agent)?;
+    let start = usize::try_from(span.offset).ok()?;
+    let line = bytes.get(start..start.checked_add(usize::try_from(span.len).ok()?)?)?;
+    let entry = JournalEntry::from_line(std::str::from_utf8(line).ok()?).ok()?;
+    let (found, outcome) = entry.output()?;
+    (found == agent).then(|| outcome.clone())
 }

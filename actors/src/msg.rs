@@ -117,6 +117,9 @@ pub(crate) enum AgentMsg {
         outcome: Outcome,
         deferred: bool,
     },
+    /// A released output of a final child, read back from the journal for the calls that
+    /// wait on it.
+    OutputRead { child: AgentId, outcome: Outcome },
     /// A child asks its owner a question (`ask_owner`); a steer to the child answers it.
     ChildAsked {
         child: AgentId,

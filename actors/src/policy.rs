@@ -16,6 +16,7 @@
 //! * [`control`]: which agents an agent's control tools reach.
 //! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
 //!   and the restart intensity window.
+//! * [`retention`]: which read outputs a journaled tree releases from memory.
 //! * [`retry`]: whether a failed model call is tried again, and after how long.
 //! * [`settle`]: what a run's end does to the agent's live children (abort or drain), and
 //!   which settled children the owner's conversation hears of.
@@ -34,6 +35,7 @@ pub(crate) mod admission;
 pub(crate) mod capability;
 pub(crate) mod control;
 pub(crate) mod restart;
+pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod settle;
 pub(crate) mod strategy;

@@ -169,6 +169,18 @@ struct Inner {
     /// the definitions already written to it.
     journal: Option<crate::journal::JournalTap>,
     journaled_definitions: crate::journal::Written,
+    /// Read outputs still held in memory, oldest read first, and their bytes: what the
+    /// journal's retention policy releases from (`policy/retention.rs`).
+    read_outputs: VecDeque<ReadOutput>,
+    read_bytes: usize,
+}
+
+/// A read output held in memory: whose, of which run, its bytes and when it was read.
+#[derive(Debug)]
+struct ReadOutput {
+    agent: AgentId,
+    run: u32,
+    read: crate::policy::retention::Read,
 }
 
 /// The registry's side of one agent: what admission, restarts, resumes, aborts and the
@@ -215,6 +227,8 @@ struct Entry {
     /// Its settled conversation was dropped from memory: the journal holds it, and a resume
     /// reads it back from there.
     conversation_journaled: bool,
+    /// The run whose output is in [`Inner::read_outputs`] (0: none): read once is enough.
+    output_read: u32,
     /// Set when its outcome becomes final; handles and waits watch it.
     /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
     settled: Option<watch::Sender<Option<Outcome>>>,
@@ -242,6 +256,7 @@ impl Entry {
             pending_steers: Vec::new(),
             conversation: ConversationCell::default(),
             conversation_journaled: false,
+            output_read: 0,
             settled: None,
             shutdown_waits: Vec::new(),
         }
@@ -322,6 +337,8 @@ impl Registry {
                 pool_queue: VecDeque::new(),
                 journal: None,
                 journaled_definitions: Vec::new(),
+                read_outputs: VecDeque::new(),
+                read_bytes: 0,
             }),
             acquisitions: AtomicU64::new(0),
         }
@@ -479,6 +496,85 @@ impl Inner {
         }
     }
 
+    /// `id`'s final output was read: it joins the read outputs, and the retention policy
+    /// releases what is due. Only in a journaled tree whose journal still writes (the
+    /// journal is where a released output is read back from).
+    fn output_read(&mut self, id: AgentId, now: u64) {
+        if self.journal.as_ref().is_none_or(|j| j.failed()) {
+            return;
+        }
+        let (Some(entry), Some(record)) = (self.entry(id), self.rec(id)) else {
+            return;
+        };
+        let run = entry.runs;
+        let bytes = match &record.outcome {
+            Some(outcome)
+                if record.status.is_terminal()
+                    && !entry.deferred
+                    && !outcome.released
+                    && entry.output_read != run =>
+            {
+                outcome.output_bytes()
+            }
+            _ => return,
+        };
+        if bytes == 0 {
+            return;
+        }
+        if let Some(entry) = self.entry_mut(id) {
+            entry.output_read = run;
+        }
+        self.read_outputs.push_back(ReadOutput {
+            agent: id,
+            run,
+            read: crate::policy::retention::Read { bytes, at_ms: now },
+        });
+        self.read_bytes += bytes;
+        self.release_read_outputs(now);
+    }
+
+    /// Releases the read outputs the retention policy says are due at `now`: a `released`
+    /// event each (the fold drops the output from the record), and the outcome watchers see
+    /// the released outcome.
+    fn release_read_outputs(&mut self, now: u64) {
+        let Some(policy) = self
+            .journal
+            .as_ref()
+            .filter(|j| !j.failed())
+            .map(|j| j.outputs)
+        else {
+            return;
+        };
+        let due = crate::policy::retention::due(
+            self.read_outputs.iter().map(|r| r.read),
+            self.read_bytes,
+            &policy,
+            now,
+        );
+        for _ in 0..due {
+            let Some(held) = self.read_outputs.pop_front() else {
+                break;
+            };
+            self.read_bytes -= held.read.bytes;
+            // An output read in an earlier run (the agent was resumed since) is gone already.
+            let current = self
+                .entry(held.agent)
+                .is_some_and(|e| e.runs == held.run && !e.deferred)
+                && self.rec(held.agent).is_some_and(|r| {
+                    r.status.is_terminal() && r.outcome.as_ref().is_some_and(|o| !o.released)
+                });
+            if !current {
+                continue;
+            }
+            let bytes = held.read.bytes as u64;
+            self.emit(held.agent, EventKind::Released { bytes }, now);
+            let value = self.settled_value(held.agent);
+            if let Some(entry) = self.entry(held.agent) {
+                entry.send_settled(value);
+            }
+        }
+    }
+
     /// The live actors of the token subtree of `id` (itself and its non-detached
     /// descendants: exactly the agents a cancellation of its token reaches), to be told after
     /// the lock is released.
@@ -614,9 +710,13 @@ mod tests {
             let registry = registry();
             let config = crate::journal::JournalConfig::new("memory").retain_conversations(retain);
             let session = agent_tree_protocol::SessionId::new("s");
-            let tap =
-                crate::journal::JournalTap::start(&config, Box::new(Memory::default()), &session)
-                    .unwrap();
+            let tap = crate::journal::JournalTap::start(
+                &config,
+                Box::new(Memory::default()),
+                &session,
+                Default::default(),
+            )
+            .unwrap();
             registry.set_journal(tap.clone());
             let id = admit(&registry, RestartPolicy::Temporary);
             let conversation = vec![Message::user("go"), Message::assistant("done", vec![])];

@@ -63,6 +63,19 @@ impl Shared {
         }
     }
 
+    /// `outcome` of `id` whole: its output read back from the journal when it was released
+    /// (left released, with a warning logged, when the journal cannot give it back).
+    pub(crate) async fn whole_outcome(
+        &self,
+        id: agent_tree_protocol::AgentId,
+        outcome: agent_tree_protocol::Outcome,
+    ) -> agent_tree_protocol::Outcome {
+        match &self.journal {
+            Some(journal) if outcome.released => journal.read_outcome(id).await.unwrap_or(outcome),
+            _ => outcome,
+        }
+    }
+
     /// Spawns one of the runtime's tasks, counted in [`Shared::tasks`].
     pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
     where

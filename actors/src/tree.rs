@@ -289,7 +289,11 @@ fn open_journal(
         .or(session)
         .unwrap_or_else(new_session_id);
     let recovered = recovered.filter(|r| r.last_seq > 0 || r.records.len() > 1);
-    let tap = crate::journal::JournalTap::start(&config, store, &session)?;
+    let outputs = recovered
+        .as_ref()
+        .map(|r| r.outputs.clone())
+        .unwrap_or_default();
+    let tap = crate::journal::JournalTap::start(&config, store, &session, outputs)?;
     Ok((session, Some(tap), recovered))
 }
 
@@ -310,10 +314,15 @@ fn new_session_id() -> SessionId {
 
 /// A handle on one agent: its id and its eventual outcome. Waiting on it, or dropping it,
 /// never affects the agent.
+///
+/// In a journaled tree, taking the outcome reads it (for the journal's retention policy,
+/// [`JournalConfig::keep_read_outputs`]); a released output is read back from the journal.
 #[derive(Debug, Clone)]
 pub struct AgentHandle {
     id: AgentId,
     settled: watch::Receiver<Option<Outcome>>,
+    /// The tree, not kept alive by the handle: a dropped tree ends every wait.
+    shared: std::sync::Weak<Shared>,
 }
 
 impl AgentHandle {
@@ -322,20 +331,43 @@ impl AgentHandle {
         self.id
     }
 
-    /// Waits for the agent to settle and returns its outcome. Cancel-safe: dropping the
-    /// future leaves the agent running.
+    /// Waits for the agent to settle and returns its outcome, whole (a released output is
+    /// read back from the journal). Cancel-safe: dropping the future leaves the agent
+    /// running.
     pub async fn outcome(&mut self) -> Outcome {
-        match self.settled.wait_for(Option::is_some).await {
+        let outcome = match self.settled.wait_for(Option::is_some).await {
             Ok(outcome) => outcome.clone().unwrap_or_else(killed_outcome),
             // The registry is gone: the tree was dropped, which kills every agent.
-            Err(_) => killed_outcome(),
+            Err(_) => return killed_outcome(),
+        };
+        match self.shared.upgrade() {
+            Some(shared) => taken(&shared, self.id, outcome).await,
+            None => outcome,
         }
     }
 
-    /// The outcome, if the agent has settled.
+    /// The outcome, if the agent has settled: as held in memory, so a released output is
+    /// not in it (its `released` says so; [`AgentHandle::outcome`] reads it back).
     pub fn try_outcome(&self) -> Option<Outcome> {
-        self.settled.borrow().clone()
+        let outcome = self.settled.borrow().clone()?;
+        if let Some(shared) = self.shared.upgrade().filter(|s| s.journal.is_some()) {
+            shared.registry.output_read(self.id);
+        }
+        Some(outcome)
     }
+}
+
+/// The application took `id`'s final `outcome`: read, for the journal's retention policy,
+/// and whole (a released output read back).
+async fn taken(shared: &Shared, id: AgentId, outcome: Outcome) -> Outcome {
+    if shared.journal.is_none() {
+        return outcome;
+    }
+    if outcome.released {
+        return shared.whole_outcome(id, outcome).await;
+    }
+    shared.registry.output_read(id);
+    outcome
 }
 
 fn killed_outcome() -> Outcome {
@@ -475,7 +507,11 @@ impl Tree {
     /// A handle on any agent of the tree.
     pub fn handle(&self, id: AgentId) -> Option<AgentHandle> {
         let settled = self.shared.registry.watch(id)?;
-        Some(AgentHandle { id, settled })
+        Some(AgentHandle {
+            id,
+            settled,
+            shared: Arc::downgrade(&self.shared),
+        })
     }
 
     /// The authoritative snapshot of every record.
@@ -488,9 +524,48 @@ impl Tree {
         self.shared.registry.record(id)
     }
 
-    /// One agent's outcome, once settled. Reading never removes it.
+    /// One agent's outcome, once settled, as held in memory. Reading never removes it; in
+    /// a journaled tree it counts as read for the retention policy
+    /// ([`JournalConfig::keep_read_outputs`]), and an output released before is not in it
+    /// (its `released` says so: [`Tree::read_outcome`] reads it back).
     pub fn outcome(&self, id: AgentId) -> Option<Outcome> {
-        self.shared.registry.outcome(id)
+        self.shared.registry.read_outcome(id)
+    }
+
+    /// One agent's outcome, once settled, whole: an output the journal's retention policy
+    /// released from memory is read back from the journal (one line, without blocking an
+    /// actor). It counts as read, like [`Tree::outcome`].
+    ///
+    /// ```
+    /// # use agent_tree_actors::{Catalog, JournalConfig, Tree};
+    /// # use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+    /// # use agent_tree_protocol::{AgentDefinition, SpawnRequest};
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// # let path = std::env::temp_dir().join(format!("agent-tree-doc-read-outcome-{}", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("a long report")]));
+    /// let catalog = Catalog::new([AgentDefinition::new("writer", "You write.")])?;
+    /// let tree = Tree::builder()
+    ///     .model(model)
+    ///     .catalog(catalog)
+    ///     // Keep no read output in memory: each is released once read.
+    ///     .journal(JournalConfig::new(&path).keep_read_outputs(0))
+    ///     .build()
+    ///     .await?;
+    /// let mut writer = tree.spawn(SpawnRequest::new("writer", "report")).await?;
+    /// assert_eq!(writer.outcome().await.text.as_deref(), Some("a long report"));
+    /// // Read, so released: memory holds the status only; the journal holds the text.
+    /// assert!(tree.outcome(writer.id()).unwrap().released);
+    /// let whole = tree.read_outcome(writer.id()).await.unwrap();
+    /// assert_eq!(whole.text.as_deref(), Some("a long report"));
+    /// # tree.shutdown().await;
+    /// # let _ = std::fs::remove_file(&path);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn read_outcome(&self, id: AgentId) -> Option<Outcome> {
+        let outcome = self.shared.registry.read_outcome(id)?;
+        Some(self.shared.whole_outcome(id, outcome).await)
     }
 
     /// Subscribes to every lifecycle event from now on.
@@ -619,7 +694,12 @@ impl Tree {
     /// `all_settled` waits for all; `fail_fast` aborts the rest of the set at the first
     /// outcome that is not `completed`. Cancelling the wait leaves the agents running.
     pub async fn wait(&self, ids: &[AgentId], policy: WaitPolicy) -> Vec<Outcome> {
-        wait::wait_set(&self.shared.registry, ids, policy).await
+        let outcomes = wait::wait_set(&self.shared.registry, ids, policy).await;
+        let mut whole = Vec::with_capacity(outcomes.len());
+        for (&id, outcome) in ids.iter().zip(outcomes) {
+            whole.push(taken(&self.shared, id, outcome).await);
+        }
+        whole
     }
 
     /// Agents whose ractor actor is still alive, asked of ractor rather than read from the

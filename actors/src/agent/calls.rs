@@ -211,7 +211,7 @@ impl AgentState {
             return;
         };
         for agent in calls.answer(index, text, is_error).unwrap_or_default() {
-            self.children.mark_read(agent);
+            self.mark_read(agent);
         }
     }
 
@@ -306,7 +306,7 @@ impl AgentState {
                 .current_calls()
                 .and_then(|c| c.answer(index, text, false));
             for agent in agents.unwrap_or_default() {
-                self.children.mark_read(agent);
+                self.mark_read(agent);
             }
         }
         any

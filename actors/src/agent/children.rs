@@ -64,8 +64,9 @@ pub(super) enum ChildState {
     Running,
     /// Its run ended and waits for this owner's restart decision.
     Deferred(Outcome),
-    /// Its outcome is final; `read` once a tool returned it.
-    Final { outcome: Outcome, read: bool },
+    /// Its outcome is final (the registry holds it: one owner, so a released output is
+    /// released here too); `read` once a tool returned it.
+    Final { read: bool },
 }
 
 impl Children {
@@ -97,10 +98,7 @@ impl Children {
                     detached,
                     background,
                     // Counted as running by the `set_state` below.
-                    state: ChildState::Final {
-                        outcome: Outcome::completed(""),
-                        read: true,
-                    },
+                    state: ChildState::Final { read: true },
                 });
                 let place = self.list.len() - 1;
                 match self.index.as_mut() {
@@ -153,14 +151,10 @@ impl Children {
         }
     }
 
-    /// Child `id`'s outcome is final: `outcome`.
-    pub(super) fn set_final(&mut self, id: AgentId, outcome: Outcome) {
+    /// Child `id`'s outcome is final.
+    pub(super) fn set_final(&mut self, id: AgentId) {
         if let Some(index) = self.place(id) {
-            let state = ChildState::Final {
-                outcome,
-                read: false,
-            };
-            self.set_state(index, state);
+            self.set_state(index, ChildState::Final { read: false });
         }
     }
 
@@ -184,12 +178,10 @@ impl Children {
         self.place(id).map(|i| &mut self.list[i])
     }
 
-    /// The final outcome of child `id`, if it has one.
-    pub(super) fn final_outcome(&self, id: AgentId) -> Option<&Outcome> {
-        match &self.get(id)?.state {
-            ChildState::Final { outcome, .. } => Some(outcome),
-            _ => None,
-        }
+    /// Whether child `id`'s outcome is final.
+    pub(super) fn is_final(&self, id: AgentId) -> bool {
+        self.get(id)
+            .is_some_and(|c| matches!(c.state, ChildState::Final { .. }))
     }
 
     /// Child `id` asked a question: waits on it were answered with the question, so its end
@@ -200,14 +192,14 @@ impl Children {
         }
     }
 
-    /// Child `id`'s final outcome was returned by a tool.
-    pub(super) fn mark_read(&mut self, id: AgentId) {
-        if let Some(Child {
-            state: ChildState::Final { read, .. },
-            ..
-        }) = self.get_mut(id)
-        {
-            *read = true;
+    /// Child `id`'s final outcome was returned by a tool. Returns whether it was unread.
+    fn mark_read(&mut self, id: AgentId) -> bool {
+        match self.get_mut(id) {
+            Some(Child {
+                state: ChildState::Final { read },
+                ..
+            }) => !std::mem::replace(read, true),
+            _ => false,
         }
     }
 
@@ -242,7 +234,7 @@ impl Children {
             return None;
         };
         let outcome = outcome.clone();
-        self.set_final(id, outcome.clone());
+        self.set_final(id);
         Some(outcome)
     }
 }
@@ -268,7 +260,7 @@ impl AgentState {
         match &entry.state {
             ChildState::Running if deferred => self.children.set_deferred(child, outcome),
             ChildState::Running => {
-                self.children.set_final(child, outcome.clone());
+                self.children.set_final(child);
                 self.child_final(child, &outcome);
             }
             // The registry made a deferred exit final (an abort or a shutdown landed before
@@ -325,7 +317,7 @@ impl AgentState {
                         .started(id, run, Some(actor), detached, background);
                 }
                 Action::StartFailed(id, outcome) => {
-                    self.children.set_final(id, outcome.clone());
+                    self.children.set_final(id);
                     self.child_final(id, &outcome);
                 }
                 Action::Escalate(cause) => escalated = Some(cause),
@@ -361,6 +353,54 @@ impl AgentState {
             let mut notice = super::orchestration::result_value(child, Some(outcome));
             notice["notice"] = serde_json::json!("subagent_ended");
             self.inbox.push_back(Inbound::Notice(notice.to_string()));
+            // The notice carries the output to the model: read, for the retention policy
+            // (the table's flag stays: a notice is not a tool's answer).
+            if self.shared.journal.is_some() {
+                self.shared.registry.output_read(child);
+            }
+        }
+    }
+
+    /// Child `id`'s final outcome was returned by a tool: read, in the table and, in a
+    /// journaled tree, for the retention policy.
+    pub(super) fn mark_read(&mut self, id: AgentId) {
+        if self.children.mark_read(id) && self.shared.journal.is_some() {
+            self.shared.registry.output_read(id);
+        }
+    }
+
+    /// Answers the calls waiting on child `child`, whose outcome is final: from the
+    /// registry's record, or, when its output was released to the journal, once a task has
+    /// read it back ([`AgentMsg::OutputRead`]), so the actor never waits on the disk.
+    pub(super) fn answer_from_record(&mut self, myself: &ActorRef<AgentMsg>, child: AgentId) {
+        let Some(outcome) = self.shared.registry.outcome(child) else {
+            return;
+        };
+        if !outcome.released {
+            self.answer_waits_on(child, &outcome);
+            return;
+        }
+        let shared = self.shared.clone();
+        let reply_to = myself.clone();
+        self.shared.spawn(async move {
+            let outcome = shared.whole_outcome(child, outcome).await;
+            let _ = reply_to.cast(AgentMsg::OutputRead { child, outcome });
+        });
+    }
+
+    /// A released output of child `child` was read back: the calls still waiting on it
+    /// are answered (unless the child runs again: a resume came first).
+    pub(super) fn on_output_read(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        child: AgentId,
+        outcome: Outcome,
+    ) {
+        if !self.children.is_final(child) {
+            return;
+        }
+        if self.answer_waits_on(child, &outcome) && matches!(self.phase, Phase::Acting { .. }) {
+            self.after_answer(myself);
         }
     }
 

@@ -170,8 +170,8 @@ pub(super) async fn dispatch(
                 };
                 calls.wait(index, task, waiting);
             }
-            if own_child && let Some(outcome) = state.children.final_outcome(agent).cloned() {
-                state.answer_waits_on(agent, &outcome);
+            if own_child && state.children.is_final(agent) {
+                state.answer_from_record(myself, agent);
             }
         }
         Answer::Owner => {
@@ -194,8 +194,8 @@ pub(super) async fn dispatch(
             if own {
                 // Outcomes already final count at once, in order.
                 for agent in agents {
-                    if let Some(outcome) = state.children.final_outcome(agent).cloned() {
-                        state.answer_waits_on(agent, &outcome);
+                    if state.children.is_final(agent) {
+                        state.answer_from_record(myself, agent);
                     }
                 }
             }
@@ -250,7 +250,10 @@ fn set_task(
                 () = token.cancelled() => return,
                 outcomes = wait::wait_set(&shared.registry, &agents, policy) => outcomes,
             };
-            let list: Vec<(AgentId, Outcome)> = agents.iter().copied().zip(outcomes).collect();
+            let mut list: Vec<(AgentId, Outcome)> = Vec::with_capacity(agents.len());
+            for (&agent, outcome) in agents.iter().zip(outcomes) {
+                list.push((agent, shared.whole_outcome(agent, outcome).await));
+            }
             let _ = reply_to.cast(AgentMsg::ToolFinished {
                 turn,
                 index,
@@ -273,15 +276,17 @@ fn wait_task(
     let settled = state.shared.registry.watch(agent);
     let token = state.token.clone();
     let reply_to = myself.clone();
+    let shared = state.shared.clone();
     state
         .shared
         .spawn(async move {
             let Some(mut settled) = settled else { return };
             let wait = async {
-                match settled.wait_for(Option::is_some).await {
+                let outcome = match settled.wait_for(Option::is_some).await {
                     Ok(outcome) => outcome.clone(),
                     Err(_) => None,
-                }
+                }?;
+                Some(shared.whole_outcome(agent, outcome).await)
             };
             let outcome = tokio::select! {
                 biased;
@@ -408,15 +413,20 @@ async fn spawn_or_resume(
 }
 
 /// A background spawn answers with the child's id (and status) at once; a foreground one
-/// waits for the child.
+/// waits for the child. (A background spawn re-issued for a child that is final answers
+/// with its result; a released one is read back first, like a wait.)
 fn answer_for(state: &AgentState, child: AgentId, background: bool) -> Answer {
-    if background {
-        Answer::Now(
-            result_text(child, state.children.final_outcome(child)),
-            false,
-        )
-    } else {
-        Answer::Wait(child, None)
+    if !background {
+        return Answer::Wait(child, None);
+    }
+    let outcome = state
+        .children
+        .is_final(child)
+        .then(|| state.shared.registry.outcome(child))
+        .flatten();
+    match outcome {
+        Some(outcome) if outcome.released => Answer::Wait(child, None),
+        outcome => Answer::Now(result_text(child, outcome.as_ref()), false),
     }
 }
 
@@ -490,15 +500,17 @@ fn read_result(state: &mut AgentState, call: &ToolCall) -> Answer {
         Ok(found) => found,
         Err(answer) => return answer,
     };
-    // A child's outcome is in the child table; a descendant's (descendants scope) in the
-    // registry.
+    // A child's outcome once its table says it is final; a descendant's (descendants
+    // scope) once the registry has one. Both are the registry's.
     let outcome = match state.children.get(agent) {
-        Some(_) => state.children.final_outcome(agent).cloned(),
-        None => state.shared.registry.outcome(agent),
+        Some(_) if !state.children.is_final(agent) => None,
+        _ => state.shared.registry.outcome(agent),
     };
     match outcome {
+        // Released to the journal: read back by a wait, which answers at once.
+        Some(outcome) if outcome.released => Answer::Wait(agent, None),
         Some(outcome) => {
-            state.children.mark_read(agent);
+            state.mark_read(agent);
             Answer::Now(result_text(agent, Some(&outcome)), false)
         }
         None if input.wait => Answer::Wait(agent, input.timeout_ms.map(Duration::from_millis)),

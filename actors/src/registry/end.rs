@@ -92,6 +92,10 @@ impl Registry {
                 }
             }
         }
+        if !inner.read_outputs.is_empty() {
+            // Outputs read long enough ago go at the next settle, not only at the next read.
+            inner.release_read_outputs(now);
+        }
         let owner = inner
             .rec(id)
             .and_then(|r| r.parent)

@@ -196,6 +196,27 @@ impl Registry {
             .and_then(|_| inner.rec(id)?.outcome.clone())
     }
 
+    /// `id`'s outcome, once final, read: it counts as read for the journal's retention
+    /// policy ([`Inner::output_read`](super::Inner)). The output may have been released
+    /// before (the outcome says so); the journal holds it.
+    pub(crate) fn read_outcome(&self, id: AgentId) -> Option<Outcome> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let outcome = inner
+            .entry(id)
+            .filter(|e| !e.deferred)
+            .and_then(|_| inner.rec(id)?.outcome.clone())?;
+        inner.output_read(id, now);
+        Some(outcome)
+    }
+
+    /// `id`'s final output was read (by its owner's tools, or by the application through
+    /// a handle or a wait): see [`Registry::read_outcome`].
+    pub(crate) fn output_read(&self, id: AgentId) {
+        let now = self.now_ms();
+        self.lock().output_read(id, now);
+    }
+
     /// A receiver that sees `id`'s outcome once it is final.
     pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
         self.lock().watch_settled(id)
