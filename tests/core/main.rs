@@ -13,6 +13,7 @@ mod journal_writes;
 mod lifecycle_child_exit;
 mod model_contract;
 mod model_facing_golden;
+mod output_retention;
 mod records_persist;
 mod results_read_by_id;
 mod review_issue10;
