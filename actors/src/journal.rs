@@ -391,8 +391,11 @@ enum Command {
     Entry(Box<JournalEntry>),
     /// Sync everything and answer (a clean shutdown, or a test).
     Flush(std::sync::mpsc::SyncSender<()>),
-    /// Write everything, then answer with the whole content.
-    Read(std::sync::mpsc::SyncSender<io::Result<Vec<u8>>>),
+    /// Write everything, then answer with the lines of the agent's latest conversation.
+    ReadConversation(
+        AgentId,
+        std::sync::mpsc::SyncSender<io::Result<Vec<Vec<u8>>>>,
+    ),
     /// Write everything, then answer with the line holding the agent's whole outcome
     /// (`None` when the journal has none).
     ReadOutput(
@@ -414,6 +417,23 @@ pub(crate) struct JournalTap {
     error: Arc<Mutex<Option<String>>>,
 }
 
+/// Where a store's settled outcomes and conversations are, for reading one back alone.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub(crate) outputs: std::collections::HashMap<AgentId, LineSpan>,
+    pub(crate) conversations: Conversations,
+}
+
+impl Index {
+    /// The index of the store a replay read.
+    pub(crate) fn of(replay: &Replay) -> Self {
+        Index {
+            outputs: replay.outputs.clone(),
+            conversations: replay.conversation_lines.clone(),
+        }
+    }
+}
+
 /// The definitions journaled so far, by address, with their hashes (each kept alive here,
 /// so an address is never reused for another): a definition is written once, not per
 /// spawn. Owned by the registry, next to its tap, and only touched under its lock.
@@ -424,7 +444,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Entry(_) => f.write_str("Entry"),
             Command::Flush(_) => f.write_str("Flush"),
-            Command::Read(_) => f.write_str("Read"),
+            Command::ReadConversation(..) => f.write_str("ReadConversation"),
             Command::ReadOutput(..) => f.write_str("ReadOutput"),
         }
     }
@@ -432,13 +452,13 @@ impl std::fmt::Debug for Command {
 
 impl JournalTap {
     /// Starts the writer thread on `store`, writing a header first when the store is empty.
-    /// `outputs` says where the store's settled outcomes are (a recovery's replay; empty for
-    /// a new journal).
+    /// `index` says where the store's settled outcomes and conversations are (a recovery's
+    /// replay; empty for a new journal).
     pub(crate) fn start(
         config: &JournalConfig,
         mut store: Box<dyn JournalStore>,
         session: &SessionId,
-        outputs: std::collections::HashMap<AgentId, LineSpan>,
+        index: Index,
     ) -> Result<Self, JournalError> {
         let path = config.path.clone();
         if store.size() == 0 {
@@ -469,7 +489,8 @@ impl JournalTap {
             session: session.clone(),
             unsynced: 0,
             oldest_unsynced: None,
-            outputs,
+            outputs: index.outputs,
+            conversations: index.conversations,
         };
         let (died_backlog, died_error, died_path) =
             (backlog.clone(), error.clone(), path_of(config));
@@ -615,17 +636,37 @@ impl JournalTap {
     }
 
     /// Agent `agent`'s latest journaled conversation, read back from the journal (after
-    /// everything queued is written). `None` when the journal cannot be read or holds none.
+    /// everything queued is written): only its own lines, found by the writer's index.
+    /// `None` (with a warning) when the journal cannot be read or holds none.
     pub(crate) async fn read_conversation(&self, agent: AgentId) -> Option<Arc<[Message]>> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.sender.send(Command::Read(tx)).ok()?;
-        let bytes = tokio::task::spawn_blocking(move || rx.recv())
-            .await
-            .ok()?
-            .ok()?
+        self.sender
+            .send(Command::ReadConversation(agent, tx))
             .ok()?;
-        let replay = agent_tree_protocol::replay(&bytes, None).ok()?;
-        replay.conversations.get(&agent).map(|(_, m)| m.clone())
+        let lines = match tokio::task::spawn_blocking(move || rx.recv()).await {
+            Ok(Ok(Ok(lines))) if !lines.is_empty() => lines,
+            Ok(Ok(Ok(_))) => return None,
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(%agent, %error, "cannot read a conversation back from the journal");
+                return None;
+            }
+            _ => return None,
+        };
+        let entries: Result<Vec<JournalEntry>, String> = lines
+            .iter()
+            .map(|line| {
+                let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+                JournalEntry::from_line(text).map_err(|e| e.to_string())
+            })
+            .collect();
+        match entries.and_then(|entries| agent_tree_protocol::assemble_conversation(agent, entries))
+        {
+            Ok(messages) => Some(messages.into()),
+            Err(error) => {
+                tracing::warn!(%agent, %error, "the journal's conversation lines do not read back");
+                None
+            }
+        }
     }
 
     /// Agent `agent`'s whole outcome, read back from the journal (after everything queued
@@ -686,7 +727,13 @@ struct Writer {
     /// Where each settled agent's whole outcome is in the store (its latest terminal event,
     /// or a compaction's output line): a released output is read back from its one line.
     outputs: std::collections::HashMap<AgentId, LineSpan>,
+    /// Where each agent's latest conversation is: its run and its lines (a whole one, then
+    /// each turn's addition), read back alone on a resume.
+    conversations: Conversations,
 }
+
+/// Each agent's latest conversation in the store: its run and the lines that make it up.
+pub(crate) type Conversations = std::collections::HashMap<AgentId, (u32, Vec<LineSpan>)>;
 
 impl Writer {
     /// The most entries written per batch.
@@ -729,12 +776,22 @@ impl Writer {
                 match command {
                     Command::Entry(entry) => {
                         let line = entry.to_line();
+                        let span = LineSpan {
+                            offset: self.store.size() + buffer.len() as u64,
+                            len: line.len() as u64 - 1,
+                        };
                         if let Some((agent, _)) = entry.output() {
-                            let span = LineSpan {
-                                offset: self.store.size() + buffer.len() as u64,
-                                len: line.len() as u64 - 1,
-                            };
                             self.outputs.insert(agent, span);
+                        }
+                        if let JournalEntry::Conversation {
+                            agent, run, from, ..
+                        } = *entry
+                        {
+                            let lines = self.conversations.entry(agent).or_default();
+                            if from == 0 || lines.0 != run {
+                                *lines = (run, Vec::new());
+                            }
+                            lines.1.push(span);
                         }
                         buffer.extend_from_slice(line.as_bytes());
                         written += 1;
@@ -746,11 +803,24 @@ impl Writer {
                     Command::Flush(done) => {
                         self.write(&mut buffer, 0);
                         self.sync_now();
+                        // A rotation due is done before the answer: once a flush (a tree's
+                        // shutdown) returns, the writer does not touch the file again, so
+                        // a tree opened on it next reads what stays.
+                        self.maybe_rotate();
                         let _ = done.send(());
                     }
-                    Command::Read(reply) => {
+                    Command::ReadConversation(agent, reply) => {
                         self.write(&mut buffer, 0);
-                        let _ = reply.send(self.store.read());
+                        let lines = self.conversations.get(&agent).map_or_else(
+                            || Ok(Vec::new()),
+                            |(_, spans)| {
+                                spans
+                                    .iter()
+                                    .map(|span| self.store.read_range(span.offset, span.len))
+                                    .collect()
+                            },
+                        );
+                        let _ = reply.send(lines);
                     }
                     Command::ReadOutput(agent, reply) => {
                         self.write(&mut buffer, 0);
@@ -864,11 +934,12 @@ impl Writer {
                 return;
             }
         };
-        let (compacted, outputs) = compact(&state, &self.session, &bytes);
+        let (compacted, outputs, conversations) = compact(&state, &self.session, &bytes);
         drop(bytes);
         match self.store.replace(&compacted) {
             Ok(()) => {
                 self.outputs = outputs;
+                self.conversations = conversations;
                 tracing::debug!(
                     path = %self.path.display(),
                     bytes = compacted.len(),
@@ -902,7 +973,11 @@ pub(crate) fn compact(
     state: &Replay,
     session: &SessionId,
     bytes: &[u8],
-) -> (Vec<u8>, std::collections::HashMap<AgentId, LineSpan>) {
+) -> (
+    Vec<u8>,
+    std::collections::HashMap<AgentId, LineSpan>,
+    Conversations,
+) {
     let mut out = String::new();
     out += &JournalEntry::Header {
         version: JOURNAL_VERSION,
@@ -981,17 +1056,24 @@ pub(crate) fn compact(
     }
     let mut agents: Vec<&AgentId> = state.conversations.keys().collect();
     agents.sort();
+    let mut conversations = Conversations::with_capacity(agents.len());
     for agent in agents {
         let (run, messages) = &state.conversations[agent];
-        out += &JournalEntry::Conversation {
+        let line = JournalEntry::Conversation {
             agent: *agent,
             run: *run,
             from: 0,
             messages: messages.clone(),
         }
         .to_line();
+        let span = LineSpan {
+            offset: out.len() as u64,
+            len: line.len() as u64 - 1,
+        };
+        conversations.insert(*agent, (*run, vec![span]));
+        out += &line;
     }
-    (out.into_bytes(), outputs)
+    (out.into_bytes(), outputs, conversations)
 }
 
 /// The whole outcome of `agent` from its line in `bytes`, where `state` (their replay) says

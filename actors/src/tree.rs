@@ -289,11 +289,11 @@ fn open_journal(
         .or(session)
         .unwrap_or_else(new_session_id);
     let recovered = recovered.filter(|r| r.last_seq > 0 || r.records.len() > 1);
-    let outputs = recovered
+    let index = recovered
         .as_ref()
-        .map(|r| r.outputs.clone())
+        .map(crate::journal::Index::of)
         .unwrap_or_default();
-    let tap = crate::journal::JournalTap::start(&config, store, &session, outputs)?;
+    let tap = crate::journal::JournalTap::start(&config, store, &session, index)?;
     Ok((session, Some(tap), recovered))
 }
 
@@ -729,7 +729,8 @@ impl Tree {
     }
 
     /// Writes and syncs everything the journal has been handed so far, whatever its
-    /// durability policy (a no-op without a journal). [`Tree::shutdown`] ends with it.
+    /// durability policy, and finishes a compaction that is due (a no-op without a
+    /// journal). [`Tree::shutdown`] ends with it: after it the writer leaves the file alone.
     pub async fn flush_journal(&self) {
         if let Some(journal) = &self.shared.journal {
             journal.flush().await;

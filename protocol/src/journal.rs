@@ -344,6 +344,9 @@ pub struct Replay {
     /// Where each settled agent's whole outcome is: the line of its terminal event, or of
     /// a compaction's [`JournalEntry::Output`]. One output is read back from there alone.
     pub outputs: HashMap<AgentId, LineSpan>,
+    /// Where each agent's latest journaled conversation is: its run and the lines that
+    /// make it up (a whole one, then what each turn added), read back alone on a resume.
+    pub conversation_lines: HashMap<AgentId, (u32, Vec<LineSpan>)>,
     /// Lines read (the torn one excluded).
     pub lines: usize,
     /// The bytes those lines take: where a writer appending after a torn line must cut.
@@ -384,6 +387,52 @@ impl fmt::Display for Replay {
         }
         Ok(())
     }
+}
+
+/// Assembles one agent's conversation from its [`JournalEntry::Conversation`] lines, in
+/// order (the lines [`Replay::conversation_lines`] names): the first whole, each after it
+/// continuing where it says.
+///
+/// ```
+/// use agent_tree_protocol::{AgentId, JournalEntry, Message, assemble_conversation};
+/// let a = AgentId::new(1);
+/// let whole = JournalEntry::Conversation { agent: a, run: 1, from: 0, messages: vec![Message::user("go")].into() };
+/// let more = JournalEntry::Conversation { agent: a, run: 1, from: 1, messages: vec![Message::assistant("done", vec![])].into() };
+/// let messages = assemble_conversation(a, [whole, more]).unwrap();
+/// assert_eq!(messages.len(), 2);
+/// ```
+///
+/// # Errors
+///
+/// What is wrong: a line of another kind, agent or run, or one continuing past what came
+/// before it.
+pub fn assemble_conversation(
+    agent: AgentId,
+    entries: impl IntoIterator<Item = JournalEntry>,
+) -> Result<Vec<Message>, String> {
+    let mut messages: Vec<Message> = Vec::new();
+    let mut of_run = None;
+    for entry in entries {
+        let JournalEntry::Conversation {
+            agent: found,
+            run,
+            from,
+            messages: tail,
+        } = entry
+        else {
+            return Err("a line that is not a conversation".into());
+        };
+        if found != agent || of_run.is_some_and(|r| r != run) || from > messages.len() {
+            return Err(format!(
+                "a conversation line of {found} run {run} from {from} does not continue \
+                 {agent}'s"
+            ));
+        }
+        of_run = Some(run);
+        messages.truncate(from);
+        messages.extend(tail.iter().cloned());
+    }
+    Ok(messages)
 }
 
 /// Replays a journal's bytes. `session`, when given, must be the journal's.
@@ -555,6 +604,11 @@ impl Replay {
                     }
                 };
                 self.conversations.insert(agent, (run, whole));
+                let lines = self.conversation_lines.entry(agent).or_default();
+                if from == 0 || lines.0 != run {
+                    *lines = (run, Vec::new());
+                }
+                lines.1.push(span);
             }
             JournalEntry::Checkpoint { seq, records } => {
                 // Records dense by id from the root, each parent before its child: what the

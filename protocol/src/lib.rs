@@ -36,8 +36,8 @@ pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
-    JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, crc32,
-    definition_hash, replay,
+    JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, assemble_conversation,
+    crc32, definition_hash, replay,
 };
 pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolSpec};
 pub use outcome::{EndReason, Outcome};
