@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::protocol::EventKind;
+use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
@@ -27,6 +28,42 @@ async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: Tree
 
 #[tokio::test(start_paused = true)]
 async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
+    every_status_comes_back().await;
+}
+
+/// The same crash and recovery on two worker threads, many times: the aborts, the kill,
+/// the pool and the journal's writer interleave differently each time.
+#[test]
+fn every_status_comes_back_on_worker_threads() {
+    for _ in 0..10 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), every_status_comes_back())
+                    .await
+                    .expect("the scenario finishes");
+            });
+    }
+}
+
+/// Waits for every agent of `agents` to start its run (its first model turn may begin),
+/// in whatever order they do.
+async fn started(events: &mut EventProbe, agents: &[AgentId]) {
+    let mut left = agents.to_vec();
+    while !left.is_empty() {
+        let event = events
+            .expect_event("the agents' starts", |e| {
+                left.contains(&e.agent) && matches!(e.kind, EventKind::Started { .. })
+            })
+            .await;
+        left.retain(|&a| a != event.agent);
+    }
+}
+
+async fn every_status_comes_back() {
     let dir = TempDir::new("statuses");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new()
@@ -44,6 +81,7 @@ async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
     let catalog = catalog(types.map(leaf));
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = build(model.clone(), catalog.clone(), &live, config.clone()).await;
+    let mut events = EventProbe::new(&tree);
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
     tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
@@ -52,16 +90,17 @@ async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
         .await
         .unwrap()
         .id();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    started(&mut events, &[aborted]).await;
     tree.abort(aborted).unwrap();
+    events.expect_terminated(aborted).await;
     let killed = tree
         .spawn(SpawnRequest::new("hung", "d"))
         .await
         .unwrap()
         .id();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    started(&mut events, &[killed]).await;
     tree.kill(killed).unwrap();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    events.expect_terminated(killed).await;
     let running = tree
         .spawn(SpawnRequest::new("busy", "e"))
         .await
@@ -78,7 +117,7 @@ async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
         .await
         .unwrap()
         .id();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    started(&mut events, &[running, pooled]).await;
     assert_eq!(tree.record(queued).unwrap().status, AgentStatus::Queued);
     crash_copy(&tree, &live, &crashed).await;
     let before = tree.snapshot();

@@ -103,6 +103,31 @@ async fn a_journal_recovered_from_a_zero_tail_recovers_again() {
 /// restart of the process the tree can do nothing.
 #[tokio::test(start_paused = true)]
 async fn a_tree_recovered_after_a_graceful_shutdown_admits_and_resumes() {
+    recovered_after_a_graceful_shutdown().await;
+}
+
+/// Both scenarios on two worker threads, many times: the shutdown, the crash copy, the
+/// recovery, the resumes and the journal's writer interleave differently each time.
+#[test]
+fn recoveries_after_a_shutdown_and_while_completing_on_worker_threads() {
+    for _ in 0..10 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), async {
+                    recovered_after_a_graceful_shutdown().await;
+                    completing_agent_after_recovery().await;
+                })
+                .await
+                .expect("the scenarios finish");
+            });
+    }
+}
+
+async fn recovered_after_a_graceful_shutdown() {
     let dir = TempDir::new("after-shutdown");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
@@ -385,6 +410,10 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
 /// partial: the answer the model gave (and was billed for) is gone, and a resume re-runs it.
 #[tokio::test(start_paused = true)]
 async fn a_completing_agent_keeps_its_answer_after_recovery() {
+    completing_agent_after_recovery().await;
+}
+
+async fn completing_agent_after_recovery() {
     let dir = TempDir::new("completing");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let cat = catalog([
@@ -401,12 +430,17 @@ async fn a_completing_agent_keeps_its_answer_after_recovery() {
         )
         .script("worker", Script::new([Turn::hang()]));
     let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
+    let mut events = agent_tree::testkit::EventProbe::new(&tree);
     let lead = tree
         .spawn(SpawnRequest::new("lead", "go"))
         .await
         .unwrap()
         .id();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    events
+        .expect_event("the lead completing", |e| {
+            e.agent == lead && e.kind == agent_tree::protocol::EventKind::Completing
+        })
+        .await;
     assert_eq!(tree.record(lead).unwrap().status, AgentStatus::Completing);
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
