@@ -1008,6 +1008,8 @@ pub(crate) fn compact(
     out += &JournalEntry::Checkpoint {
         seq: state.last_seq,
         records,
+        tally: state.tally.clone(),
+        at_ms: state.last_ms,
     }
     .to_line();
     let mut outputs = std::collections::HashMap::with_capacity(whole.len());

@@ -46,6 +46,7 @@ mod recover;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally, Message, Outcome,
@@ -130,6 +131,9 @@ impl ByRequest {
 pub(crate) struct Registry {
     session: SessionId,
     epoch: Instant,
+    /// Milliseconds the tree had run before `epoch`: a recovered tree's clock goes on from
+    /// its journal's last event (set once, by recovery, before any agent runs).
+    before_ms: AtomicU64,
     inner: Mutex<Inner>,
     /// How many times the lock was taken: the cost model of `docs/architecture.md` counts
     /// acquisitions per agent, and a test holds the count.
@@ -321,6 +325,7 @@ impl Registry {
         Registry {
             session,
             epoch: Instant::now(),
+            before_ms: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 records: vec![Arc::new(AgentRecord::root())],
                 entries: vec![Entry::new(root_token)],
@@ -368,12 +373,14 @@ impl Registry {
 
     /// The instant every `*_ms` field counts from.
     pub(crate) fn epoch(&self) -> Instant {
-        self.epoch
+        let before = Duration::from_millis(self.before_ms.load(Ordering::Relaxed));
+        self.epoch.checked_sub(before).unwrap_or(self.epoch)
     }
 
     /// Milliseconds since the tree started, on tokio's clock.
     pub(crate) fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        let elapsed = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        elapsed.saturating_add(self.before_ms.load(Ordering::Relaxed))
     }
 }
 

@@ -21,7 +21,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::definition::AgentDefinition;
-use crate::event::Event;
+use crate::event::{Event, EventTally};
 use crate::fold::{FoldError, apply};
 use crate::ids::{AgentId, SessionId};
 use crate::message::Message;
@@ -99,6 +99,13 @@ pub enum JournalEntry {
         seq: u64,
         /// Every record, indexed by id from the root.
         records: Vec<AgentRecord>,
+        /// The events before it, by kind.
+        #[serde(default)]
+        tally: EventTally,
+        /// The latest event time before it (`at_ms`), so a recovered tree's clock goes on
+        /// from there.
+        #[serde(default)]
+        at_ms: u64,
     },
     /// A settled agent's whole outcome, written by a compaction after its checkpoint, one
     /// line per agent, so that one output can be read back alone. The record takes it back
@@ -331,6 +338,11 @@ pub struct Replay {
     pub records: Vec<AgentRecord>,
     /// The last event's sequence number (0 for none).
     pub last_seq: u64,
+    /// The events replayed (with those a checkpoint stands for), by kind.
+    pub tally: EventTally,
+    /// The latest event time (`at_ms`, ms since the tree started) replayed: where a
+    /// recovered tree's clock goes on from.
+    pub last_ms: u64,
     /// Definitions by hash.
     pub definitions: HashMap<String, AgentDefinition>,
     /// Each agent's admission request and definition hash.
@@ -549,6 +561,8 @@ impl Replay {
                 apply(&mut self.records, &event)
                     .map_err(|source| ReplayError::Fold { line, source })?;
                 self.last_seq = event.seq;
+                self.tally.count(&event.kind);
+                self.last_ms = self.last_ms.max(event.at_ms);
                 match &event.kind {
                     kind if kind.outcome().is_some() => {
                         self.outputs.insert(event.agent, span);
@@ -610,7 +624,12 @@ impl Replay {
                 }
                 lines.1.push(span);
             }
-            JournalEntry::Checkpoint { seq, records } => {
+            JournalEntry::Checkpoint {
+                seq,
+                records,
+                tally,
+                at_ms,
+            } => {
                 // Records dense by id from the root, each parent before its child: what the
                 // fold itself guarantees, so nothing later walks a cycle or a gap.
                 let dense = records.iter().enumerate().all(|(i, r)| {
@@ -636,6 +655,8 @@ impl Replay {
                 }
                 self.records = records;
                 self.last_seq = seq;
+                self.tally = tally;
+                self.last_ms = at_ms;
                 self.outputs.clear();
             }
             JournalEntry::Output { agent, outcome } => {

@@ -156,6 +156,24 @@ async fn every_status_comes_back() {
     let next = tree.run(SpawnRequest::new("done", "again")).await.unwrap();
     assert!(next.is_completed());
     assert_eq!(tree.snapshot().agents().count(), 8);
+    // The tally covers the tree's whole life, and its clock went on: nothing recorded
+    // before the crash is later than what came after.
+    let now = tree.snapshot();
+    let admitted = |t: &agent_tree::protocol::EventTally| t.spawned + t.queued;
+    assert_eq!(admitted(&now.tally), admitted(&before.tally) + 1);
+    assert!(now.tally.total() > before.tally.total());
+    let newest = now.record(AgentId::new(8)).unwrap().created_ms;
+    for record in &before.records {
+        let latest = record
+            .ended_ms
+            .or(record.started_ms)
+            .unwrap_or(record.created_ms);
+        assert!(
+            latest <= newest,
+            "{} at {latest} ms, a8 at {newest} ms",
+            record.id
+        );
+    }
     tree.shutdown().await;
     let replay = read_journal(&crashed, None).unwrap();
     let records: Vec<_> = tree

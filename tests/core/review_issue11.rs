@@ -511,7 +511,13 @@ fn crafted(path: &Path, records: Vec<AgentRecord>) {
         session: SessionId::new("crafted"),
     }
     .to_line();
-    text += &JournalEntry::Checkpoint { seq: 3, records }.to_line();
+    text += &JournalEntry::Checkpoint {
+        seq: 3,
+        records,
+        tally: Default::default(),
+        at_ms: 0,
+    }
+    .to_line();
     std::fs::write(path, text).unwrap();
 }
 

@@ -18,10 +18,15 @@ impl Registry {
     /// leaves live as interrupted, one event each, journaled like any other. Returns those
     /// agents, children before owners.
     pub(crate) fn recover(&self, replay: &Replay, branch: &Arc<Branch>) -> Vec<AgentId> {
+        // The clock and the tally go on from the journal's: times stay monotonic, counts
+        // cover the tree's whole life.
+        self.before_ms
+            .store(replay.last_ms, std::sync::atomic::Ordering::Relaxed);
         let now = self.now_ms();
         let mut inner = self.lock();
         inner.records = replay.records.iter().cloned().map(Arc::new).collect();
         inner.seq = replay.last_seq;
+        inner.tally = replay.tally.clone();
         let root = inner.entries.swap_remove(0);
         let mut entries = Vec::with_capacity(replay.records.len());
         entries.push(root);

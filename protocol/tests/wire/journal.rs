@@ -234,11 +234,16 @@ fn a_checkpoint_replaces_the_events_before_it() {
         JournalEntry::Checkpoint {
             seq: full.last_seq,
             records: full.records.clone(),
+            tally: full.tally.clone(),
+            at_ms: full.last_ms,
         },
         event(7, 2, EventKind::settled(Outcome::completed("late"))),
     ];
     let replay = replay(bytes(&compacted).as_bytes(), None).unwrap();
     assert_eq!(replay.last_seq, 7);
+    // The tally goes on from the checkpoint's: its events and the one after.
+    assert_eq!(replay.tally.total(), full.tally.total() + 1);
+    assert_eq!(replay.tally.completed, full.tally.completed + 1);
     assert_eq!(replay.records[2].status, AgentStatus::Completed);
     assert_eq!(replay.records[1], full.records[1]);
 }

@@ -15,7 +15,13 @@ fn checkpoint_then_usage(records: Vec<AgentRecord>) -> Vec<u8> {
         session: SessionId::new("s"),
     }
     .to_line();
-    bytes += &JournalEntry::Checkpoint { seq: 5, records }.to_line();
+    bytes += &JournalEntry::Checkpoint {
+        seq: 5,
+        records,
+        tally: Default::default(),
+        at_ms: 0,
+    }
+    .to_line();
     bytes += &JournalEntry::Event {
         event: Event {
             seq: 6,
