@@ -58,6 +58,7 @@ fn main() {
         total.corrupt += found.corrupt;
         total.interrupted += found.interrupted;
         total.reported += found.reported;
+        total.released += found.released;
         mid_work += u32::from(found.interrupted > 0);
         let _ = std::fs::remove_file(&journal);
     }
@@ -68,8 +69,9 @@ fn main() {
     );
     // How much the kills cut into (on stderr: stdout is the one line above).
     eprintln!(
-        "info: {mid_work} of {trials} kills came mid-work; {} agents interrupted, {} outcomes reported before the kills",
-        total.interrupted, total.reported
+        "info: {mid_work} of {trials} kills came mid-work; {} agents interrupted, {} outcomes \
+         reported before the kills, {} of them released and read back from the journal",
+        total.interrupted, total.reported, total.released
     );
     if (total.duplicates, total.lost_results, total.corrupt) != (0, 0, 0) {
         std::process::exit(1);

@@ -101,7 +101,13 @@ async fn tree(journal: &Path, seed: u64) -> Result<Tree, agent_tree::TreeError> 
     Tree::builder()
         .catalog(catalog())
         .model(Team { seed })
-        .journal(JournalConfig::new(journal).durability(Durability::EveryEntry))
+        // Every output is released from memory once read (the leads read their workers'),
+        // so what recovery checks is read back from the journal.
+        .journal(
+            JournalConfig::new(journal)
+                .durability(Durability::EveryEntry)
+                .keep_read_outputs(0),
+        )
         .build()
         .await
 }
@@ -147,6 +153,8 @@ pub struct Found {
     pub interrupted: usize,
     /// Outcomes the child reported before the kill.
     pub reported: usize,
+    /// Of those, the ones recovery held released (read back from the journal to check).
+    pub released: usize,
 }
 
 /// One trial: `child` starts the child process writing `journal`; it is killed after
@@ -203,16 +211,16 @@ async fn recover_and_check(
     };
     found.interrupted = tree.interrupted().len();
     found.reported = reported.len();
-    // Every outcome reported before the kill reads back the same.
+    // Every outcome reported before the kill reads back the same (a released one from the
+    // journal).
     for (agent, status, text) in reported {
-        let ok = tree.outcome(*agent).is_some_and(|o| {
+        found.released += usize::from(tree.outcome(*agent).is_some_and(|o| o.released));
+        let recovered = tree.read_outcome(*agent).await;
+        let ok = recovered.as_ref().is_some_and(|o| {
             o.status.to_string() == *status && o.text.clone().unwrap_or_default() == *text
         });
         if !ok {
-            eprintln!(
-                "lost: {agent} {status} {text:?}, recovered {:?}",
-                tree.outcome(*agent)
-            );
+            eprintln!("lost: {agent} {status} {text:?}, recovered {recovered:?}");
             found.lost_results += 1;
         }
     }

@@ -33,7 +33,7 @@ fn fifty_kills_recover_without_duplicates_or_losses() {
     let dir = std::env::temp_dir().join(format!("agent-tree-crash-kill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();
-    let mut mid_work = 0;
+    let (mut mid_work, mut released) = (0, 0);
     for n in 0..50u32 {
         let journal = scenario::journal_path(&dir, n);
         let seed = 0xc0ffee + u64::from(n);
@@ -55,8 +55,11 @@ fn fifty_kills_recover_without_duplicates_or_losses() {
             "trial {n} (seed {seed}, killed after {kill_after:?})"
         );
         mid_work += usize::from(found.interrupted > 0);
+        released += found.released;
     }
     let _ = std::fs::remove_dir_all(&dir);
     // The kills must have cut into work somewhere, or this tested nothing.
     assert!(mid_work > 0, "no kill came while agents were live");
+    // And released outputs must have been read back from the journal somewhere.
+    assert!(released > 0, "no trial recovered a released output");
 }
