@@ -99,14 +99,15 @@ pub struct JournalConfig {
 
 impl JournalConfig {
     /// A journal at `path`: group commit, a queue of 4096 entries, no rotation, read outputs
-    /// kept up to 64 MiB.
+    /// kept up to 64 MiB, settled conversations in the journal only: a journaled tree's
+    /// memory is bounded by default.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         JournalConfig {
             path: path.into(),
             durability: Durability::default(),
             max_queue: 4096,
             rotate_at: None,
-            retain_conversations: true,
+            retain_conversations: false,
             outputs: OutputRetention {
                 max_bytes: 64 << 20,
                 max_age: None,
@@ -131,9 +132,10 @@ impl JournalConfig {
         self
     }
 
-    /// Whether a settled agent's conversation stays in memory (the default) or only in the
-    /// journal, read back from it (after a flush) when the agent is resumed: a tree that
-    /// runs for days then holds no settled agent's conversation.
+    /// Whether a settled agent's conversation stays in memory, or only in the journal (the
+    /// default), read back from it (its own lines, after everything queued is written) when
+    /// the agent is resumed: a tree that runs for days then holds no settled agent's
+    /// conversation. Kept in memory anyway while the journal has failed.
     pub fn retain_conversations(mut self, retain: bool) -> Self {
         self.retain_conversations = retain;
         self
