@@ -34,7 +34,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -150,6 +150,9 @@ impl JournalConfig {
     /// owner returned it to the owner's model (a wait, a result, a notice of its end), or
     /// when the application took it (a handle, [`Tree::outcome`](crate::Tree::outcome),
     /// [`Tree::wait`](crate::Tree::wait), [`Tree::read_outcome`](crate::Tree::read_outcome)).
+    /// An output is released only once the journal has written its line (the journal is
+    /// then its only copy): at the first read, settle or
+    /// [`Tree::flush_journal`](crate::Tree::flush_journal) after that.
     ///
     /// ```
     /// use std::time::Duration;
@@ -157,8 +160,7 @@ impl JournalConfig {
     /// // A tree that runs for days: read outputs stay up to 8 MiB, and at most an hour.
     /// let config = JournalConfig::new("tree.journal")
     ///     .keep_read_outputs(8 << 20)
-    ///     .keep_read_outputs_for(Duration::from_secs(3600))
-    ///     .retain_conversations(false);
+    ///     .keep_read_outputs_for(Duration::from_secs(3600));
     /// # let _ = config;
     /// ```
     pub fn keep_read_outputs(mut self, bytes: usize) -> Self {
@@ -174,7 +176,9 @@ impl JournalConfig {
     }
 
     /// Compacts the file (a checkpoint of the records, then what recovery needs besides)
-    /// once it grows past `bytes`.
+    /// once it grows past `bytes` and past twice what the last compaction left (settled
+    /// outputs stay in the journal, so a long-lived tree's compacted file grows; it is not
+    /// rewritten at every write for it).
     pub fn rotate_at(mut self, bytes: u64) -> Self {
         self.rotate_at = Some(bytes);
         self
@@ -377,14 +381,34 @@ impl JournalStore for FileJournal {
     }
 }
 
+/// What the writer calls once it has written what a release waited for.
+pub(crate) type OnWritten = Box<dyn Fn() + Send + Sync>;
+
 /// How far the writer is behind, and who waits for it to catch up.
-#[derive(Debug)]
 struct Backlog {
     queued: AtomicUsize,
     bound: usize,
     room: tokio::sync::Notify,
     /// Set when the writer stopped on an I/O error: nothing waits for it any more.
     failed: AtomicBool,
+    /// Every event up to this sequence number is written to the store (appended: a
+    /// read-back finds it), so an output settled by then may be released from memory.
+    written_seq: AtomicU64,
+    /// Set by the registry when a release waits for a line to be written: the writer then
+    /// calls `on_written` after its next append (on its own thread, holding no lock).
+    release_waits: AtomicBool,
+    on_written: std::sync::OnceLock<OnWritten>,
+}
+
+impl std::fmt::Debug for Backlog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backlog")
+            .field("queued", &self.queued)
+            .field("bound", &self.bound)
+            .field("failed", &self.failed)
+            .field("written_seq", &self.written_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the writer thread is told.
@@ -419,11 +443,13 @@ pub(crate) struct JournalTap {
     error: Arc<Mutex<Option<String>>>,
 }
 
-/// Where a store's settled outcomes and conversations are, for reading one back alone.
+/// Where a store's settled outcomes and conversations are, for reading one back alone, and
+/// the last event it holds.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     pub(crate) outputs: std::collections::HashMap<AgentId, LineSpan>,
     pub(crate) conversations: Conversations,
+    pub(crate) last_seq: u64,
 }
 
 impl Index {
@@ -432,6 +458,7 @@ impl Index {
         Index {
             outputs: replay.outputs.clone(),
             conversations: replay.conversation_lines.clone(),
+            last_seq: replay.last_seq,
         }
     }
 }
@@ -478,6 +505,9 @@ impl JournalTap {
             bound: config.max_queue,
             room: tokio::sync::Notify::new(),
             failed: AtomicBool::new(false),
+            written_seq: AtomicU64::new(index.last_seq),
+            release_waits: AtomicBool::new(false),
+            on_written: std::sync::OnceLock::new(),
         });
         let error = Arc::new(Mutex::new(None));
         let (sender, receiver) = mpsc::channel();
@@ -493,6 +523,8 @@ impl JournalTap {
             oldest_unsynced: None,
             outputs: index.outputs,
             conversations: index.conversations,
+            buffered_seq: 0,
+            compacted_size: 0,
         };
         let (died_backlog, died_error, died_path) =
             (backlog.clone(), error.clone(), path_of(config));
@@ -618,6 +650,23 @@ impl JournalTap {
         }
     }
 
+    /// Every event up to this sequence number is written (a released output is read back
+    /// from what is written).
+    pub(crate) fn written_seq(&self) -> u64 {
+        self.backlog.written_seq.load(Ordering::Acquire)
+    }
+
+    /// A release waits for lines not written yet: the writer calls back after its next
+    /// append (under the registry lock: this only sets a flag).
+    pub(crate) fn release_waits(&self) {
+        self.backlog.release_waits.store(true, Ordering::Release);
+    }
+
+    /// What the writer calls when a waiting release may go on (set once, by the tree).
+    pub(crate) fn on_written(&self, call: OnWritten) {
+        let _ = self.backlog.on_written.set(call);
+    }
+
     /// Whether the writer stopped on an I/O error.
     pub(crate) fn failed(&self) -> bool {
         self.backlog.failed.load(Ordering::Acquire)
@@ -732,6 +781,10 @@ struct Writer {
     /// Where each agent's latest conversation is: its run and its lines (a whole one, then
     /// each turn's addition), read back alone on a resume.
     conversations: Conversations,
+    /// The last event in the buffer: written once the buffer is appended.
+    buffered_seq: u64,
+    /// The store's size after the last compaction (0 before any).
+    compacted_size: u64,
 }
 
 /// Each agent's latest conversation in the store: its run and the lines that make it up.
@@ -784,6 +837,9 @@ impl Writer {
                         };
                         if let Some((agent, _)) = entry.output() {
                             self.outputs.insert(agent, span);
+                        }
+                        if let JournalEntry::Event { event } = &*entry {
+                            self.buffered_seq = self.buffered_seq.max(event.seq);
                         }
                         if let JournalEntry::Conversation {
                             agent, run, from, ..
@@ -858,9 +914,20 @@ impl Writer {
             Ok(()) => {
                 self.unsynced += entries.max(1);
                 self.oldest_unsynced.get_or_insert_with(Instant::now);
+                self.backlog
+                    .written_seq
+                    .fetch_max(self.buffered_seq, Ordering::AcqRel);
+                if self.backlog.release_waits.swap(false, Ordering::AcqRel) {
+                    if let Some(call) = self.backlog.on_written.get() {
+                        // The registry's release check: it may hand the writer more
+                        // entries (the `released` events), which only queue.
+                        call();
+                    }
+                }
             }
             Err(error) => self.fail("cannot append", &error),
         }
+        self.buffered_seq = 0;
         buffer.clear();
         buffer.shrink_to(Self::BUFFER);
     }
@@ -914,7 +981,13 @@ impl Writer {
     /// the definitions, the requests, and each agent's latest conversation.
     fn maybe_rotate(&mut self) {
         let Some(limit) = self.rotate_at else { return };
-        if self.store.size() <= limit || self.backlog.failed.load(Ordering::Acquire) {
+        // Past the limit, and at least twice what the last compaction left: a journal whose
+        // settled outputs alone outweigh the limit is not rewritten at every batch.
+        let size = self.store.size();
+        if size <= limit
+            || size <= self.compacted_size.saturating_mul(2)
+            || self.backlog.failed.load(Ordering::Acquire)
+        {
             return;
         }
         self.sync_now();
@@ -942,6 +1015,7 @@ impl Writer {
             Ok(()) => {
                 self.outputs = outputs;
                 self.conversations = conversations;
+                self.compacted_size = compacted.len() as u64;
                 tracing::debug!(
                     path = %self.path.display(),
                     bytes = compacted.len(),

@@ -534,21 +534,32 @@ impl Inner {
         self.read_outputs.push_back(ReadOutput {
             agent: id,
             run,
-            read: crate::policy::retention::Read { bytes, at_ms: now },
+            read: crate::policy::retention::Read {
+                bytes,
+                at_ms: now,
+                seq: self.seq,
+            },
         });
         self.read_bytes += bytes;
         self.release_read_outputs(now);
     }
 
-    /// Releases the read outputs the retention policy says are due at `now`: a `released`
-    /// event each (the fold drops the output from the record), and the outcome watchers see
-    /// the released outcome.
+    /// Releases the read outputs the retention policy says are due at `now` and the journal
+    /// has written: a `released` event each (the fold drops the output from the record), and
+    /// the outcome watchers see the released outcome. Nothing once the tree has shut down.
     fn release_read_outputs(&mut self, now: u64) {
-        let Some(policy) = self
+        if self
+            .status_of(AgentId::ROOT)
+            .is_some_and(|s| s.is_terminal())
+        {
+            // The tree has shut down: its journal is final, nothing more is written.
+            return;
+        }
+        let Some((policy, written)) = self
             .journal
             .as_ref()
             .filter(|j| !j.failed())
-            .map(|j| j.outputs)
+            .map(|j| (j.outputs, j.written_seq()))
         else {
             return;
         };
@@ -557,7 +568,22 @@ impl Inner {
             self.read_bytes,
             &policy,
             now,
+            written,
         );
+        let due_once_written = crate::policy::retention::due(
+            self.read_outputs.iter().map(|r| r.read),
+            self.read_bytes,
+            &policy,
+            now,
+            u64::MAX,
+        );
+        if due_once_written > due {
+            // Due, but their lines are not written yet: checked again once the writer has
+            // appended.
+            if let Some(journal) = &self.journal {
+                journal.release_waits();
+            }
+        }
         for _ in 0..due {
             let Some(held) = self.read_outputs.pop_front() else {
                 break;

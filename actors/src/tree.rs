@@ -200,6 +200,18 @@ impl TreeBuilder {
         });
         if let Some(journal) = &shared.journal {
             shared.registry.set_journal(journal.clone());
+            // A release waiting for its line runs once the writer has written it: a task
+            // on the tree's runtime (its clock, not the writer thread's), started from the
+            // writer thread.
+            let (tree, runtime) = (Arc::downgrade(&shared), tokio::runtime::Handle::current());
+            journal.on_written(Box::new(move || {
+                let tree = tree.clone();
+                runtime.spawn(async move {
+                    if let Some(shared) = tree.upgrade() {
+                        shared.registry.release_due();
+                    }
+                });
+            }));
         }
         let branch = Arc::new(Branch {
             catalog: self.catalog,
@@ -554,7 +566,9 @@ impl Tree {
     ///     .await?;
     /// let mut writer = tree.spawn(SpawnRequest::new("writer", "report")).await?;
     /// assert_eq!(writer.outcome().await.text.as_deref(), Some("a long report"));
-    /// // Read, so released: memory holds the status only; the journal holds the text.
+    /// // Read, so released once the journal holds it (at the next read or settle, or
+    /// // flush): memory holds the status only; the journal holds the text.
+    /// tree.flush_journal().await;
     /// assert!(tree.outcome(writer.id()).unwrap().released);
     /// let whole = tree.read_outcome(writer.id()).await.unwrap();
     /// assert_eq!(whole.text.as_deref(), Some("a long report"));
@@ -734,6 +748,11 @@ impl Tree {
     pub async fn flush_journal(&self) {
         if let Some(journal) = &self.shared.journal {
             journal.flush().await;
+            // Everything is written now: read outputs that waited for their lines go, and
+            // their `released` events are written too (none once the tree has shut down).
+            if self.shared.registry.release_due() {
+                journal.flush().await;
+            }
         }
     }
 

@@ -218,6 +218,7 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
         let outcome = handles[index].outcome().await;
         assert_eq!(outcome.text.as_deref().map(str::len), Some(1002));
     }
+    tree.flush_journal().await;
     assert_eq!(held(&tree), [true, true, false, true]);
     let released = events
         .expect_event_within("a release", Duration::from_secs(5), |e| {
@@ -303,6 +304,7 @@ async fn an_owner_reads_a_released_result_back_whole() {
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(outcome.text.as_deref(), Some("read twice"));
     let worker = AgentId::new(2);
+    tree.flush_journal().await;
     assert!(tree.outcome(worker).unwrap().released);
     // Each of the lead's three reads carried the whole answer to its model.
     let calls = log.log();
@@ -357,7 +359,8 @@ async fn released_outputs_survive_compaction_and_recovery() {
         }
         ids.push(handle.id());
     }
-    // Unread ones stay in memory, read ones are released.
+    // Unread ones stay in memory, read ones are released (once the journal holds them).
+    tree.flush_journal().await;
     let snapshot = tree.snapshot();
     for (i, &id) in ids.iter().enumerate() {
         let outcome = snapshot.record(id).unwrap().outcome.clone().unwrap();

@@ -10,8 +10,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
 use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Target, Turn};
 use agent_tree::{
-    BoxFuture, FnTool, JournalConfig, JournalStore, Model, ModelError, ModelRequest,
-    ModelResponse, ToolError,
+    BoxFuture, FnTool, JournalConfig, JournalStore, Model, ModelError, ModelRequest, ModelResponse,
+    ToolError,
 };
 use parking_lot::{Condvar, Mutex};
 
@@ -148,7 +148,9 @@ async fn an_output_released_before_its_line_is_written_is_not_lost_when_the_writ
     store.open_gate();
     bounded("the flush", tree.flush_journal()).await;
     assert!(tree.journal_error().is_some(), "the journal failed");
-    let again = bounded("the read-back", tree.read_outcome(id)).await.unwrap();
+    let again = bounded("the read-back", tree.read_outcome(id))
+        .await
+        .unwrap();
     assert_eq!(
         again.text.as_deref(),
         Some(MARKER),
@@ -264,7 +266,10 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
     let first = bounded("the outcome", handle.outcome()).await;
     assert_eq!(first.text.as_deref(), Some("lost text"));
     let id = handle.id();
-    let again = bounded("read_outcome", tree.read_outcome(id)).await.unwrap();
+    tree.flush_journal().await;
+    let again = bounded("read_outcome", tree.read_outcome(id))
+        .await
+        .unwrap();
     assert!(again.released && again.text.is_none(), "{again:?}");
     let via_handle = bounded("handle", handle.outcome()).await;
     assert!(via_handle.released, "{via_handle:?}");
@@ -358,11 +363,13 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
         .unwrap();
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
-    assert_eq!(bounded("run 1", handle.outcome()).await.text, Some(first.clone()));
+    assert_eq!(
+        bounded("run 1", handle.outcome()).await.text,
+        Some(first.clone())
+    );
+    tree.flush_journal().await;
     assert!(tree.outcome(id).unwrap().released);
-    let mut resumed = bounded("resume", tree.resume(id, "again"))
-        .await
-        .unwrap();
+    let mut resumed = bounded("resume", tree.resume(id, "again")).await.unwrap();
     let outcome = bounded("run 2", resumed.outcome()).await;
     assert_eq!(outcome.text, Some(second.clone()));
     // The resumed run saw its first answer in its conversation.
@@ -375,9 +382,14 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
             .any(|m| m.role == Role::Assistant && m.content == first),
         "the resumed conversation holds the first answer"
     );
+    tree.flush_journal().await;
     assert!(tree.outcome(id).unwrap().released, "run 2 read: released");
     let back = bounded("read back", tree.read_outcome(id)).await.unwrap();
-    assert_eq!(back.text, Some(second.clone()), "run 2's output, not run 1's");
+    assert_eq!(
+        back.text,
+        Some(second.clone()),
+        "run 2's output, not run 1's"
+    );
     // The old handle sees the new run too.
     let old = bounded("old handle", handle.outcome()).await;
     assert_eq!(old.text, Some(second.clone()));
@@ -445,6 +457,7 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .await
         .unwrap();
     assert_eq!(outcome.text.as_deref(), Some("read"));
+    tree.flush_journal().await;
     for n in 2..5 {
         assert!(
             tree.outcome(AgentId::new(n)).unwrap().released,
@@ -529,7 +542,13 @@ async fn a_background_notice_then_a_result_of_a_released_child() {
         "{outcome:?}\n{:#?}",
         log.log_of(AgentId::new(1))
             .iter()
-            .map(|c| (c.turn, c.messages.iter().map(|m| (m.role, m.content.chars().take(90).collect::<String>())).collect::<Vec<_>>()))
+            .map(|c| (
+                c.turn,
+                c.messages
+                    .iter()
+                    .map(|m| (m.role, m.content.chars().take(90).collect::<String>()))
+                    .collect::<Vec<_>>()
+            ))
             .collect::<Vec<_>>()
     );
     let last = log.log_of(AgentId::new(1)).pop().unwrap();
@@ -539,10 +558,14 @@ async fn a_background_notice_then_a_result_of_a_released_child() {
         .find(|m| m.role == Role::User && m.content.contains("subagent_ended"))
         .expect("the end was noticed");
     assert!(notice.content.contains(&answer), "the notice is whole");
+    tree.flush_journal().await;
     assert!(tree.outcome(AgentId::new(2)).unwrap().released);
     let results = tool_messages(&log, AgentId::new(1));
     let read = results.last().unwrap();
-    assert!(read.contains(&answer), "the result is read back whole: {read}");
+    assert!(
+        read.contains(&answer),
+        "the result is read back whole: {read}"
+    );
     bounded("shutdown", tree.shutdown()).await;
 }
 
@@ -592,10 +615,18 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
         .await
         .unwrap();
     assert_eq!(outcome.text.as_deref(), Some("top done"));
-    assert!(tree.outcome(AgentId::new(3)).unwrap().released, "mid read it");
+    tree.flush_journal().await;
+    assert!(
+        tree.outcome(AgentId::new(3)).unwrap().released,
+        "mid read it"
+    );
     let results = tool_messages(&log, AgentId::new(1));
     assert_eq!(results.len(), 3, "{results:?}");
-    assert!(results[1].contains(&answer), "get_subagent_result: {}", results[1]);
+    assert!(
+        results[1].contains(&answer),
+        "get_subagent_result: {}",
+        results[1]
+    );
     assert!(results[2].contains(&answer), "the set: {}", results[2]);
     assert!(results[2].contains("mid done"), "the set: {}", results[2]);
     bounded("shutdown", tree.shutdown()).await;
@@ -659,6 +690,7 @@ async fn a_partial_output_is_released_and_read_back_and_an_error_stays() {
     let outcome = bounded("the abort", handle.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Aborted);
     assert_eq!(outcome.partial, Some(report("half", 800)), "{outcome:?}");
+    tree.flush_journal().await;
     let held = tree.outcome(id).unwrap();
     assert!(held.released && held.partial.is_none(), "{held:?}");
     assert_eq!(held.status, AgentStatus::Aborted);
@@ -687,10 +719,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Each worker answers with its id and run, so a wrong line shows.
     struct ById;
     impl Model for ById {
-        fn turn(
-            &self,
-            request: ModelRequest,
-        ) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
             let run = request
                 .messages
                 .iter()
@@ -733,6 +762,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
     }
+    tree.flush_journal().await;
     check(&tree, &expected, "in phase 1");
     bounded("shutdown", tree.shutdown()).await;
     drop(tree);
@@ -763,6 +793,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
             entry.1 = answer(n, 2);
         }
     }
+    tree.flush_journal().await;
     check(&tree, &expected, "in phase 2");
     for (n, text) in &expected {
         let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
@@ -821,13 +852,11 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
                 request: ModelRequest,
             ) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
                 let response = match (request.agent_type(), request.turn) {
-                    ("lead", 1) => ModelResponse::calls(vec![
-                        agent_tree::protocol::ToolCall::new(
-                            "c1",
-                            "Agent",
-                            serde_json::json!({ "agent_type": "worker", "prompt": "x" }),
-                        ),
-                    ]),
+                    ("lead", 1) => ModelResponse::calls(vec![agent_tree::protocol::ToolCall::new(
+                        "c1",
+                        "Agent",
+                        serde_json::json!({ "agent_type": "worker", "prompt": "x" }),
+                    )]),
                     ("lead", 2) => {
                         // Read the child again: released by the first read.
                         let child = child_of(&request);
@@ -918,6 +947,7 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
             }
         }
         bounded("idle", tree.idle()).await;
+        tree.flush_journal().await;
         let snapshot = tree.snapshot();
         for record in snapshot.agents() {
             let outcome = record.outcome.clone().unwrap();
@@ -963,7 +993,10 @@ async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapsh
     let mut probe = EventProbe::new(&tree);
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
-    assert_eq!(bounded("outcome", handle.outcome()).await.text, Some(text.clone()));
+    assert_eq!(
+        bounded("outcome", handle.outcome()).await.text,
+        Some(text.clone())
+    );
     let event = bounded("released", async {
         probe
             .expect_event("released", |e| matches!(e.kind, EventKind::Released { .. }))
@@ -990,7 +1023,6 @@ async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapsh
     assert_eq!(tree.snapshot().tally.released, 1, "still released once");
     bounded("shutdown", tree.shutdown()).await;
 }
-
 
 // ---------------------------------------------------------------------------------------
 // 10. Compaction after the flush.
@@ -1072,5 +1104,9 @@ async fn nothing_rewrites_the_journal_after_shutdown_returned() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(store.memory.all(), bytes, "the journal changed after shutdown");
+    assert_eq!(
+        store.memory.all(),
+        bytes,
+        "the journal changed after shutdown"
+    );
 }

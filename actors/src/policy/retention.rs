@@ -10,8 +10,9 @@
 //! # Invariants
 //!
 //! * Only read outputs are released, oldest read first; an unread one is never in the queue.
+//! * Only outputs the journal has written are released.
 //! * After the released ones are gone, the held bytes are at most `max_bytes`, and none is
-//!   older than `max_age` at `now`.
+//!   older than `max_age` at `now`, unless the journal has not written it yet.
 //! * Nothing here reads a clock: `now` is the caller's (the registry's milliseconds).
 
 use std::time::Duration;
@@ -25,20 +26,26 @@ pub(crate) struct OutputRetention {
     pub(crate) max_age: Option<Duration>,
 }
 
-/// One read output in the queue: its bytes and when it was read (ms on the caller's clock).
+/// One read output in the queue: its bytes, when it was read (ms on the caller's clock),
+/// and the event sequence number by which the journal holds it (the tree's last event when
+/// it was read: its terminal event came before).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Read {
     pub(crate) bytes: usize,
     pub(crate) at_ms: u64,
+    pub(crate) seq: u64,
 }
 
 /// How many of `queue`'s front (oldest read first) to release at `now_ms`, where `held` is
-/// the sum of the queue's bytes.
+/// the sum of the queue's bytes and the journal has written every event up to `written`:
+/// an output whose line may not be written yet is never released (the journal is the only
+/// place it would be left), nor is any read after it.
 pub(crate) fn due(
     queue: impl IntoIterator<Item = Read>,
     held: usize,
     policy: &OutputRetention,
     now_ms: u64,
+    written: u64,
 ) -> usize {
     let max_age_ms = policy
         .max_age
@@ -48,7 +55,7 @@ pub(crate) fn due(
     for read in queue {
         let too_much = left > policy.max_bytes;
         let too_old = max_age_ms.is_some_and(|age| now_ms.saturating_sub(read.at_ms) >= age);
-        if !too_much && !too_old {
+        if (!too_much && !too_old) || read.seq > written {
             break;
         }
         left = left.saturating_sub(read.bytes);
@@ -70,9 +77,15 @@ mod tests {
 
     fn reads(list: &[(usize, u64)]) -> Vec<Read> {
         list.iter()
-            .map(|&(bytes, at_ms)| Read { bytes, at_ms })
+            .map(|&(bytes, at_ms)| Read {
+                bytes,
+                at_ms,
+                seq: at_ms,
+            })
             .collect()
     }
+
+    const ALL: u64 = u64::MAX;
 
     fn held(queue: &[Read]) -> usize {
         queue.iter().map(|r| r.bytes).sum()
@@ -82,34 +95,43 @@ mod tests {
     fn within_the_budget_nothing_is_released() {
         let queue = reads(&[(10, 0), (20, 5)]);
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(30, None), 1_000),
+            due(queue.clone(), held(&queue), &policy(30, None), 1_000, ALL),
             0
         );
-        assert_eq!(due(Vec::new(), 0, &policy(0, Some(0)), 1_000), 0);
+        assert_eq!(due(Vec::new(), 0, &policy(0, Some(0)), 1_000, ALL), 0);
     }
 
     #[test]
     fn over_the_budget_the_oldest_read_go_first_until_it_fits() {
         let queue = reads(&[(10, 0), (20, 5), (30, 6)]);
         // 60 held, 35 allowed: the first two go (30 left).
-        assert_eq!(due(queue.clone(), held(&queue), &policy(35, None), 7), 2);
+        assert_eq!(
+            due(queue.clone(), held(&queue), &policy(35, None), 7, ALL),
+            2
+        );
         // 60 allowed: none; 0 allowed: all.
-        assert_eq!(due(queue.clone(), held(&queue), &policy(60, None), 7), 0);
-        assert_eq!(due(queue.clone(), held(&queue), &policy(0, None), 7), 3);
+        assert_eq!(
+            due(queue.clone(), held(&queue), &policy(60, None), 7, ALL),
+            0
+        );
+        assert_eq!(
+            due(queue.clone(), held(&queue), &policy(0, None), 7, ALL),
+            3
+        );
     }
 
     #[test]
     fn an_output_read_max_age_ago_goes_whatever_the_budget() {
         let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
         let keep = policy(usize::MAX, Some(100));
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 99), 0);
+        assert_eq!(due(queue.clone(), held(&queue), &keep, 99, ALL), 0);
         assert_eq!(
-            due(queue.clone(), held(&queue), &keep, 100),
+            due(queue.clone(), held(&queue), &keep, 100, ALL),
             1,
             "exactly max_age"
         );
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 150), 2);
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 10_000), 3);
+        assert_eq!(due(queue.clone(), held(&queue), &keep, 150, ALL), 2);
+        assert_eq!(due(queue.clone(), held(&queue), &keep, 10_000, ALL), 3);
     }
 
     #[test]
@@ -117,14 +139,44 @@ mod tests {
         let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
         // Age releases the first; size (40 allowed of 60) the first two.
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(40, Some(100)), 100),
+            due(
+                queue.clone(),
+                held(&queue),
+                &policy(40, Some(100)),
+                100,
+                ALL
+            ),
             2
         );
         // Size releases none; age the first two.
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(60, Some(100)), 150),
+            due(
+                queue.clone(),
+                held(&queue),
+                &policy(60, Some(100)),
+                150,
+                ALL
+            ),
             2
         );
+    }
+
+    #[test]
+    fn nothing_the_journal_has_not_written_is_released() {
+        // Read at seq 0, 50, 100; nothing allowed in memory.
+        let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
+        let none = policy(0, Some(0));
+        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 49), 1);
+        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 99), 2);
+        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 100), 3);
+        // Nothing written yet: nothing goes, however far over the budget.
+        assert_eq!(
+            due(queue.clone(), held(&queue), &none, 200, 0),
+            1,
+            "seq 0 is written"
+        );
+        let later = reads(&[(10, 5), (20, 50)]);
+        assert_eq!(due(later.clone(), held(&later), &none, 200, 4), 0);
     }
 
     #[test]
@@ -146,12 +198,13 @@ mod tests {
                     Read {
                         bytes: (next() % 100) as usize,
                         at_ms: at,
+                        seq: at,
                     }
                 })
                 .collect();
             let p = policy((next() % 300) as usize, Some(next() % 200));
             let now = at + next() % 100;
-            let released = due(queue.clone(), held(&queue), &p, now);
+            let released = due(queue.clone(), held(&queue), &p, now, ALL);
             let rest = &queue[released..];
             assert!(held(rest) <= p.max_bytes, "{queue:?} {p:?}");
             let age = p.max_age.unwrap().as_millis() as u64;

@@ -217,6 +217,20 @@ impl Registry {
         self.lock().output_read(id, now);
     }
 
+    /// Releases the read outputs that are due (see [`Registry::read_outcome`]): after a
+    /// journal flush, outputs read before their lines were written go now instead of at
+    /// the next read or settle.
+    /// Returns whether any was released.
+    pub(crate) fn release_due(&self) -> bool {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let before = inner.seq;
+        if !inner.read_outputs.is_empty() {
+            inner.release_read_outputs(now);
+        }
+        inner.seq != before
+    }
+
     /// A receiver that sees `id`'s outcome once it is final.
     pub(crate) fn watch(&self, id: AgentId) -> Option<watch::Receiver<Option<Outcome>>> {
         self.lock().watch_settled(id)

@@ -306,6 +306,15 @@ pub(crate) fn result_value(agent: AgentId, outcome: Option<&Outcome>) -> Value {
             if !outcome.is_completed() {
                 value["reason"] = json!(outcome.reason);
             }
+            if outcome.released {
+                value["released"] = json!(true);
+                // Only when the journal could not give the output back: say so, rather
+                // than pass for an agent that answered nothing.
+                value["error"] = json!(
+                    "the agent's output was released from memory to the journal and could \
+                     not be read back"
+                );
+            }
             value
         }
         None => json!({ "agent_id": agent, "status": "running" }),
