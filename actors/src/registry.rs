@@ -544,6 +544,16 @@ impl Inner {
         self.release_read_outputs(now);
     }
 
+    /// A new run of `id` begins: the output of its earlier run, if queued as read, is not
+    /// held any more (the run's reopen clears it), so it leaves the queue and the count.
+    fn forget_read_output(&mut self, id: AgentId) {
+        if let Some(place) = self.read_outputs.iter().position(|r| r.agent == id) {
+            if let Some(gone) = self.read_outputs.remove(place) {
+                self.read_bytes -= gone.read.bytes;
+            }
+        }
+    }
+
     /// Releases the read outputs the retention policy says are due at `now` and the journal
     /// has written: a `released` event each (the fold drops the output from the record), and
     /// the outcome watchers see the released outcome. Nothing once the tree has shut down.

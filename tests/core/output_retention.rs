@@ -421,3 +421,39 @@ async fn a_tree_without_a_journal_keeps_every_output() {
     assert_eq!(tree.snapshot().tally.released, 0);
     tree.shutdown().await;
 }
+
+/// A resumed agent's earlier output leaves the read queue (its record no longer holds it),
+/// so it does not count against the budget and release other agents' outputs early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_agents_old_output_does_not_count_against_the_budget() {
+    let dir = TempDir::new("retention-resumed");
+    let model = ScriptedModel::new()
+        .script("b", Script::new([Turn::answer(report("b", 598))]))
+        .script(
+            "a",
+            Script::new([Turn::answer(report("a", 998)), Turn::answer("again")]),
+        )
+        .script("c", Script::new([Turn::answer(report("c", 598))]));
+    let tree = Tree::builder()
+        .model(model)
+        .catalog(catalog([leaf("a"), leaf("b"), leaf("c")]))
+        .journal(journaled(&dir, "j").keep_read_outputs(2000))
+        .build()
+        .await
+        .unwrap();
+    let mut b = tree.spawn(SpawnRequest::new("b", "go")).await.unwrap();
+    b.outcome().await;
+    let mut a = tree.spawn(SpawnRequest::new("a", "go")).await.unwrap();
+    a.outcome().await;
+    // 1600 bytes read, within 2000. A runs again: its 1000 bytes are not held any more.
+    let mut again = tree.resume(a.id(), "more").await.unwrap();
+    assert_eq!(again.outcome().await.text.as_deref(), Some("again"));
+    let mut c = tree.spawn(SpawnRequest::new("c", "go")).await.unwrap();
+    c.outcome().await;
+    tree.flush_journal().await;
+    // Held: b (600), a's second answer (5), c (600): nothing is over the budget.
+    let b = tree.outcome(b.id()).unwrap();
+    assert!(!b.released, "b was released for bytes nobody holds: {b:?}");
+    assert_eq!(tree.snapshot().tally.released, 0);
+    tree.shutdown().await;
+}

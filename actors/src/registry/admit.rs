@@ -307,6 +307,7 @@ impl Registry {
         } else {
             owner_entry.token.child_token()
         };
+        inner.forget_read_output(id);
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
         entry.conversation_journaled = false;
