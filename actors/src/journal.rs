@@ -19,6 +19,16 @@
 //! admit, until the writer has caught up below the bound. Entries already on their way are
 //! never dropped; the queue can exceed its bound by what turns already in flight emit.
 //!
+//! # Reading back
+//!
+//! What memory does not keep (settled conversations by default, read outputs past the
+//! retention policy) is read back on demand. The writer indexes, as it writes, where each
+//! settled outcome's line is and which lines make up each agent's latest conversation (a
+//! recovery starts it from the replay, a compaction rebuilds it), so a read-back reads
+//! those lines only, through [`JournalStore::read_range`], after everything queued is
+//! written. It publishes the last event it has appended; the registry releases an output
+//! only once that covers it.
+//!
 //! # What each policy can lose
 //!
 //! | policy | process killed (SIGKILL, OOM, panic) | machine crash or power loss |
@@ -395,7 +405,8 @@ struct Backlog {
     /// read-back finds it), so an output settled by then may be released from memory.
     written_seq: AtomicU64,
     /// Set by the registry when a release waits for a line to be written: the writer then
-    /// calls `on_written` after its next append (on its own thread, holding no lock).
+    /// calls `on_written` after its next append (on its own thread, holding no lock; the
+    /// tree's call starts a task on its runtime, which takes the registry lock).
     release_waits: AtomicBool,
     on_written: std::sync::OnceLock<OnWritten>,
 }

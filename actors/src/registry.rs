@@ -27,6 +27,9 @@
 //!    change in the same transaction as the record change that defines them.
 //! 6. Each public operation is one lock acquisition: no caller needs two in a row to be
 //!    atomic.
+//! 7. An output leaves memory (its `released` event) only after it was read and the journal
+//!    has appended the event that settled it; never without a journal, after the journal
+//!    failed, or after the tree shut down.
 //!
 //! # Deadlock safety
 //!
