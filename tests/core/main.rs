@@ -20,6 +20,7 @@ mod review_issue10;
 mod review_issue11;
 mod review_issue11b;
 mod review_issue9;
+mod review_journal2;
 mod review_retention;
 mod scripted_model_turns;
 mod snapshot_render;
