@@ -289,10 +289,14 @@ impl Registry {
             // The owner's capabilities now (after a recovery the journal has none).
             spec.owner_capabilities = owner_capabilities;
         }
-        let conversation = match (entry.conversation_journaled, journaled) {
-            (false, _) => entry.conversation.lock().to_vec(),
-            (true, Some(journaled)) => journaled.to_vec(),
+        let read_back = match (entry.conversation_journaled, journaled) {
+            (false, _) => None,
+            (true, Some(journaled)) => Some(journaled.clone()),
             (true, None) => return Err(SpawnError::InvalidRequest(NEEDS_CONVERSATION.into())),
+        };
+        let conversation = match &read_back {
+            None => entry.conversation.lock().to_vec(),
+            Some(journaled) => journaled.to_vec(),
         };
         let (detached, depth, incarnation) = (record.detached, record.depth, record.incarnation);
         let (Some(owner_entry), Some(owner_record)) = (inner.entry(owner), inner.rec(owner)) else {
@@ -311,6 +315,12 @@ impl Registry {
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
         entry.conversation_journaled = false;
+        if let Some(journaled) = read_back {
+            // The cell holds the read-back conversation from now on: a run that ends before
+            // its first turn boundary (killed in its start hook, say) journals none, and the
+            // next resume continues this one, not an empty one.
+            *entry.conversation.lock() = journaled;
+        }
         if let Some(kept) = entry.spec.as_mut() {
             // Its restarts attenuate as its resumed run does.
             kept.owner_capabilities.clone_from(&spec.owner_capabilities);
