@@ -857,7 +857,7 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
             let back = bounded("read", tree.read_outcome(id)).await.unwrap();
             assert_eq!(back.text, Some(Steps::expected(id.get(), 4, pad)));
         }
-        let tree = Arc::try_unwrap(tree).ok().expect("one tree");
+        let tree = Arc::try_unwrap(tree).expect("one tree");
         bounded("shutdown", tree.shutdown()).await;
     }
 }
