@@ -13,6 +13,7 @@ use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
+use crate::support::races::on_worker_threads;
 use crate::support::{catalog, delegator, leaf};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
@@ -35,18 +36,7 @@ async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
 /// the pool and the journal's writer interleave differently each time.
 #[test]
 fn every_status_comes_back_on_worker_threads() {
-    for _ in 0..10 {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                tokio::time::timeout(Duration::from_secs(30), every_status_comes_back())
-                    .await
-                    .expect("the scenario finishes");
-            });
-    }
+    on_worker_threads(10, Duration::from_secs(30), every_status_comes_back);
 }
 
 /// Waits for every agent of `agents` to start its run (its first model turn may begin),
@@ -199,18 +189,7 @@ async fn a_resumed_owner_reissuing_a_lost_spawn_gets_the_existing_child() {
 /// interleave differently each time.
 #[test]
 fn a_reissued_spawn_after_recovery_on_worker_threads() {
-    for _ in 0..20 {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                tokio::time::timeout(Duration::from_secs(30), reissued_spawn_after_recovery())
-                    .await
-                    .expect("the scenario finishes");
-            });
-    }
+    on_worker_threads(20, Duration::from_secs(30), reissued_spawn_after_recovery);
 }
 
 async fn reissued_spawn_after_recovery() {

@@ -12,6 +12,7 @@ use agent_tree::{JournalConfig, JournalStore, read_journal};
 
 use crate::support::harness::ok_tool;
 use crate::support::journal::{TempDir, crash_copy};
+use crate::support::races::on_worker_threads;
 use crate::support::{catalog, delegator, leaf};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
@@ -110,21 +111,10 @@ async fn a_tree_recovered_after_a_graceful_shutdown_admits_and_resumes() {
 /// recovery, the resumes and the journal's writer interleave differently each time.
 #[test]
 fn recoveries_after_a_shutdown_and_while_completing_on_worker_threads() {
-    for _ in 0..10 {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                tokio::time::timeout(Duration::from_secs(30), async {
-                    recovered_after_a_graceful_shutdown().await;
-                    completing_agent_after_recovery().await;
-                })
-                .await
-                .expect("the scenarios finish");
-            });
-    }
+    on_worker_threads(10, Duration::from_secs(30), || async {
+        recovered_after_a_graceful_shutdown().await;
+        completing_agent_after_recovery().await;
+    });
 }
 
 async fn recovered_after_a_graceful_shutdown() {

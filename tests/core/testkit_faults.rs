@@ -12,6 +12,8 @@ use agent_tree::testkit::{
     kill_when,
 };
 
+use crate::support::races::on_worker_threads;
+
 fn catalog() -> Catalog {
     Catalog::new([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")]).unwrap()
 }
@@ -196,21 +198,11 @@ async fn kill_when_kills_the_picked_agent_at_the_picked_event() {
 
 #[test]
 fn kill_when_on_worker_threads() {
-    for _ in 0..25 {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(30),
-                    killed_in_its_first_run_and_restarted(),
-                )
-                .await
-                .expect("the scenario finishes");
-            });
-    }
+    on_worker_threads(
+        25,
+        Duration::from_secs(30),
+        killed_in_its_first_run_and_restarted,
+    );
 }
 
 #[tokio::test(start_paused = true)]

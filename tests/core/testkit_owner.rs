@@ -9,6 +9,7 @@ use agent_tree::testkit::{
     Call, Fish, OwnerMessage, OwnerProbe, Script, ScriptedModel, Target, Turn, probe_children,
 };
 
+use crate::support::races::on_worker_threads;
 use crate::support::{catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
@@ -71,18 +72,7 @@ async fn the_reviewer_story_with_a_probe_owner_and_a_probe_child() {
 
 #[test]
 fn the_reviewer_story_on_worker_threads() {
-    for _ in 0..25 {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async {
-                tokio::time::timeout(Duration::from_secs(30), reviewer_story())
-                    .await
-                    .expect("the story finishes");
-            });
-    }
+    on_worker_threads(25, Duration::from_secs(30), reviewer_story);
 }
 
 #[tokio::test(start_paused = true)]

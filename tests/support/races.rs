@@ -47,6 +47,28 @@ pub async fn outcome(tree: &Tree, id: AgentId, limit: Duration) -> Outcome {
     }
 }
 
+/// Runs `scenario` `times` times, each on a fresh runtime with two worker threads, where
+/// messages and the journal's writer interleave differently each time; a run that takes
+/// longer than `limit` (real time) fails the test as a hang.
+pub fn on_worker_threads<F, Fut>(times: usize, limit: Duration, mut scenario: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for run in 0..times {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(bounded(
+                limit,
+                &format!("run {run} of the scenario"),
+                scenario(),
+            ));
+    }
+}
+
 /// Yields to the runtime `n` times (varies the timing of a race).
 pub async fn yields(n: u64) {
     for _ in 0..n {
