@@ -54,22 +54,10 @@ const CHILD: &str = "AGENT_TREE_RETENTION_CHILD";
 /// on other threads while it counts.
 #[test]
 fn a_long_lived_tree_holds_read_outputs_within_its_budget() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "output_retention::measured_in_a_process_of_its_own",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the memory test failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "the memory test did not run:\n{text}"
+    crate::support::run_alone(
+        "output_retention::measured_in_a_process_of_its_own",
+        CHILD,
+        "the memory test",
     );
 }
 

@@ -44,22 +44,10 @@ const CHILD: &str = "AGENT_TREE_TRACING_CHILD";
 /// subscriber could stay disabled (it did, on CI, even with the cache rebuilt).
 #[test]
 fn logs_inside_model_calls_and_tools_name_their_agent_under_its_owner() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "tracing_spans::spans_in_a_process_of_their_own",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the span test failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "the span test did not run:\n{text}"
+    crate::support::run_alone(
+        "tracing_spans::spans_in_a_process_of_their_own",
+        CHILD,
+        "the span test",
     );
 }
 

@@ -182,6 +182,21 @@ pub mod lifetimes;
 /// The race-test helpers: guards, bounded waits, yield loops and the `slow` tool.
 pub mod races;
 
+/// Runs the ignored test `test` (its path in the binary) alone, in a child process of this
+/// test binary with `env` set (the test returns at once without it), and fails naming
+/// `what` unless it ran and passed. For tests that need the process to themselves.
+pub(crate) fn run_alone(test: &str, env: &str, what: &str) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{what} failed:\n{text}");
+    assert!(text.contains("1 passed"), "{what} did not run:\n{text}");
+}
+
 /// The text of a refusal a tool call got (`{"error": "..."}`), or the content as it is.
 pub(crate) fn error_text(content: &str) -> String {
     serde_json::from_str::<serde_json::Value>(content)
