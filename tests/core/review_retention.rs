@@ -43,72 +43,97 @@ fn tool_messages(model: &ScriptedModel, agent: AgentId) -> Vec<String> {
         .collect()
 }
 
-/// A store in memory; shared so a test can look at it.
+/// Closed until a test opens it.
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+/// A store in memory; shared so a test can look at it. Its faults, each off by default:
+/// an append carrying `fail_on`'s marker blocks until the gate opens and then fails (a disk
+/// that fills up while the line is on its way); `unreadable` fails every one-line read (a
+/// bad sector under an old line). It counts its compactions.
 #[derive(Clone, Default)]
 struct Memory {
     bytes: Arc<Mutex<Vec<u8>>>,
+    fail_on: Option<(&'static [u8], Gate)>,
+    unreadable: bool,
+    replaced: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Memory {
-    fn append(&self, bytes: &[u8]) {
-        self.bytes.lock().extend_from_slice(bytes);
+    /// Fails the append carrying `marker`, once the gate opens.
+    fn failing_on(marker: &'static str) -> Self {
+        Memory {
+            fail_on: Some((marker.as_bytes(), Arc::default())),
+            ..Memory::default()
+        }
     }
-    fn len(&self) -> u64 {
-        self.bytes.lock().len() as u64
+
+    /// Writes, but cannot read one line back.
+    fn unreadable() -> Self {
+        Memory {
+            unreadable: true,
+            ..Memory::default()
+        }
     }
+
+    fn open_gate(&self) {
+        if let Some((_, gate)) = &self.fail_on {
+            let (lock, cvar) = &**gate;
+            *lock.lock() = true;
+            cvar.notify_all();
+        }
+    }
+
     fn all(&self) -> Vec<u8> {
         self.bytes.lock().clone()
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// 1. A released output whose line the journal never wrote.
-// ---------------------------------------------------------------------------------------
-
-/// A store that blocks the append carrying `marker` until the gate opens, then fails it
-/// (a disk that fills up while the line is on its way).
-#[derive(Clone)]
-struct FailsOnMarker {
-    memory: Memory,
-    marker: &'static [u8],
-    gate: Arc<(Mutex<bool>, Condvar)>,
-}
-
-impl FailsOnMarker {
-    fn open_gate(&self) {
-        let (lock, cvar) = &*self.gate;
-        *lock.lock() = true;
-        cvar.notify_all();
-    }
-}
-
-impl JournalStore for FailsOnMarker {
+impl JournalStore for Memory {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if bytes.windows(self.marker.len()).any(|w| w == self.marker) {
-            let (lock, cvar) = &*self.gate;
-            let mut open = lock.lock();
-            while !*open {
-                cvar.wait(&mut open);
+        if let Some((marker, gate)) = &self.fail_on {
+            if bytes.windows(marker.len()).any(|w| w == *marker) {
+                let (lock, cvar) = &**gate;
+                let mut open = lock.lock();
+                while !*open {
+                    cvar.wait(&mut open);
+                }
+                return Err(io::Error::other("no space left on device"));
             }
-            return Err(io::Error::other("no space left on device"));
         }
-        self.memory.append(bytes);
+        self.bytes.lock().extend_from_slice(bytes);
         Ok(())
     }
     fn sync(&mut self) -> io::Result<()> {
         Ok(())
     }
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.memory.bytes.lock() = bytes.to_vec();
+        *self.bytes.lock() = bytes.to_vec();
+        self.replaced
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
     fn size(&self) -> u64 {
-        self.memory.len()
+        self.bytes.lock().len() as u64
     }
     fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.memory.all())
+        Ok(self.all())
+    }
+    fn read_range(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        if self.unreadable {
+            return Err(io::Error::other("input/output error"));
+        }
+        let all = self.all();
+        let start = usize::try_from(offset).map_err(io::Error::other)?;
+        let end = start + usize::try_from(len).map_err(io::Error::other)?;
+        all.get(start..end)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 1. A released output whose line the journal never wrote.
+// ---------------------------------------------------------------------------------------
 
 /// Rule: "Without a journal nothing is released (there is nowhere to read it back from),
 /// nor once the journal has failed"; a released output "is read back from the journal,
@@ -124,11 +149,7 @@ impl JournalStore for FailsOnMarker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_released_before_its_line_is_written_is_not_lost_when_the_write_fails() {
     const MARKER: &str = "UNWRITTEN-ANSWER-0123456789";
-    let store = FailsOnMarker {
-        memory: Memory::default(),
-        marker: MARKER.as_bytes(),
-        gate: Arc::new((Mutex::new(false), Condvar::new())),
-    };
+    let store = Memory::failing_on(MARKER);
     let model = ScriptedModel::new().script("worker", Script::new([Turn::answer(MARKER)]));
     let tree = Tree::builder()
         .model(model)
@@ -163,35 +184,6 @@ async fn an_output_released_before_its_line_is_written_is_not_lost_when_the_writ
 // 2. A journal whose read-back fails.
 // ---------------------------------------------------------------------------------------
 
-/// A store that writes, but cannot read one line back (a bad sector under an old line).
-#[derive(Clone, Default)]
-struct Unreadable {
-    memory: Memory,
-}
-
-impl JournalStore for Unreadable {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.memory.append(bytes);
-        Ok(())
-    }
-    fn sync(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.memory.bytes.lock() = bytes.to_vec();
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.memory.len()
-    }
-    fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.memory.all())
-    }
-    fn read_range(&self, _offset: u64, _len: u64) -> io::Result<Vec<u8>> {
-        Err(io::Error::other("input/output error"))
-    }
-}
-
 /// Rule (the brief; docs: the output is "read back from the journal ... by an owner's
 /// tools"): when the read-back fails, the tree does not hang or panic, and the owner's
 /// model is told clearly that the result is not available (an error, or a mark that the
@@ -224,7 +216,7 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
         .journal_store(
             JournalConfig::new("memory").keep_read_outputs(0),
-            Unreadable::default(),
+            Memory::unreadable(),
         )
         .build()
         .await
@@ -257,7 +249,7 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
         .catalog(catalog([leaf("worker")]))
         .journal_store(
             JournalConfig::new("memory").keep_read_outputs(0),
-            Unreadable::default(),
+            Memory::unreadable(),
         )
         .build()
         .await
@@ -1028,35 +1020,6 @@ async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapsh
 // 10. Compaction after the flush.
 // ---------------------------------------------------------------------------------------
 
-/// A store in memory that counts its compactions.
-#[derive(Clone, Default)]
-struct Counting {
-    memory: Memory,
-    replaced: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl JournalStore for Counting {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.memory.append(bytes);
-        Ok(())
-    }
-    fn sync(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.memory.bytes.lock() = bytes.to_vec();
-        self.replaced
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.memory.len()
-    }
-    fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.memory.all())
-    }
-}
-
 /// Rule: "`Tree::shutdown` ends with a flush": once it returns, the journal is what a new
 /// tree recovers from, and nothing rewrites it any more (a tree built on the same file
 /// right after must not have the file renamed away under it).
@@ -1070,7 +1033,7 @@ impl JournalStore for Counting {
 /// the old layout (`releases_survive_two_recoveries...` fails now and then for this).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_rewrites_the_journal_after_shutdown_returned() {
-    let store = Counting::default();
+    let store = Memory::default();
     let model =
         ScriptedModel::new().script("worker", Script::new([Turn::answer(report("w", 4000))]));
     let tree = Tree::builder()
@@ -1093,7 +1056,7 @@ async fn nothing_rewrites_the_journal_after_shutdown_returned() {
     bounded("shutdown", tree.shutdown()).await;
     let at_shutdown = store.replaced.load(std::sync::atomic::Ordering::SeqCst);
     assert!(at_shutdown > 0, "compacted while running");
-    let bytes = store.memory.all();
+    let bytes = store.all();
     // Real time is what is tested: the writer thread, left alone, must not touch it again.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while std::time::Instant::now() < deadline {
@@ -1104,9 +1067,5 @@ async fn nothing_rewrites_the_journal_after_shutdown_returned() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        store.memory.all(),
-        bytes,
-        "the journal changed after shutdown"
-    );
+    assert_eq!(store.all(), bytes, "the journal changed after shutdown");
 }
