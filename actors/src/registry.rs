@@ -583,21 +583,14 @@ impl Inner {
             now,
             written,
         );
-        let due_once_written = crate::policy::retention::due(
-            self.read_outputs.iter().map(|r| r.read),
-            self.read_bytes,
-            &policy,
-            now,
-            u64::MAX,
-        );
-        if due_once_written > due {
-            // Due, but their lines are not written yet: checked again once the writer has
+        if due.waits {
+            // Due, but its line is not written yet: checked again once the writer has
             // appended.
             if let Some(journal) = &self.journal {
                 journal.release_waits();
             }
         }
-        for _ in 0..due {
+        for _ in 0..due.now {
             let Some(held) = self.read_outputs.pop_front() else {
                 break;
             };

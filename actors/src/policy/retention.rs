@@ -36,17 +36,25 @@ pub(crate) struct Read {
     pub(crate) seq: u64,
 }
 
-/// How many of `queue`'s front (oldest read first) to release at `now_ms`, where `held` is
-/// the sum of the queue's bytes and the journal has written every event up to `written`:
-/// an output whose line may not be written yet is never released (the journal is the only
-/// place it would be left), nor is any read after it.
+/// What is due: how many of the queue's front to release now, and whether one after them
+/// is due too but waits for its line to be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) now: usize,
+    pub(crate) waits: bool,
+}
+
+/// What of `queue`'s front (oldest read first) to release at `now_ms`, where `held` is the
+/// sum of the queue's bytes and the journal has written every event up to `written`: an
+/// output whose line may not be written yet is never released (the journal is the only
+/// place it would be left), nor is any read after it; it `waits`.
 pub(crate) fn due(
     queue: impl IntoIterator<Item = Read>,
     held: usize,
     policy: &OutputRetention,
     now_ms: u64,
     written: u64,
-) -> usize {
+) -> Due {
     let max_age_ms = policy
         .max_age
         .map(|age| u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
@@ -55,13 +63,22 @@ pub(crate) fn due(
     for read in queue {
         let too_much = left > policy.max_bytes;
         let too_old = max_age_ms.is_some_and(|age| now_ms.saturating_sub(read.at_ms) >= age);
-        if (!too_much && !too_old) || read.seq > written {
+        if !too_much && !too_old {
             break;
+        }
+        if read.seq > written {
+            return Due {
+                now: release,
+                waits: true,
+            };
         }
         left = left.saturating_sub(read.bytes);
         release += 1;
     }
-    release
+    Due {
+        now: release,
+        waits: false,
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +104,17 @@ mod tests {
 
     const ALL: u64 = u64::MAX;
 
+    /// How many [`due`] releases now.
+    fn released(
+        queue: Vec<Read>,
+        held: usize,
+        policy: &OutputRetention,
+        now_ms: u64,
+        written: u64,
+    ) -> usize {
+        due(queue, held, policy, now_ms, written).now
+    }
+
     fn held(queue: &[Read]) -> usize {
         queue.iter().map(|r| r.bytes).sum()
     }
@@ -95,10 +123,10 @@ mod tests {
     fn within_the_budget_nothing_is_released() {
         let queue = reads(&[(10, 0), (20, 5)]);
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(30, None), 1_000, ALL),
+            released(queue.clone(), held(&queue), &policy(30, None), 1_000, ALL),
             0
         );
-        assert_eq!(due(Vec::new(), 0, &policy(0, Some(0)), 1_000, ALL), 0);
+        assert_eq!(released(Vec::new(), 0, &policy(0, Some(0)), 1_000, ALL), 0);
     }
 
     #[test]
@@ -106,16 +134,16 @@ mod tests {
         let queue = reads(&[(10, 0), (20, 5), (30, 6)]);
         // 60 held, 35 allowed: the first two go (30 left).
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(35, None), 7, ALL),
+            released(queue.clone(), held(&queue), &policy(35, None), 7, ALL),
             2
         );
         // 60 allowed: none; 0 allowed: all.
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(60, None), 7, ALL),
+            released(queue.clone(), held(&queue), &policy(60, None), 7, ALL),
             0
         );
         assert_eq!(
-            due(queue.clone(), held(&queue), &policy(0, None), 7, ALL),
+            released(queue.clone(), held(&queue), &policy(0, None), 7, ALL),
             3
         );
     }
@@ -124,14 +152,14 @@ mod tests {
     fn an_output_read_max_age_ago_goes_whatever_the_budget() {
         let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
         let keep = policy(usize::MAX, Some(100));
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 99, ALL), 0);
+        assert_eq!(released(queue.clone(), held(&queue), &keep, 99, ALL), 0);
         assert_eq!(
-            due(queue.clone(), held(&queue), &keep, 100, ALL),
+            released(queue.clone(), held(&queue), &keep, 100, ALL),
             1,
             "exactly max_age"
         );
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 150, ALL), 2);
-        assert_eq!(due(queue.clone(), held(&queue), &keep, 10_000, ALL), 3);
+        assert_eq!(released(queue.clone(), held(&queue), &keep, 150, ALL), 2);
+        assert_eq!(released(queue.clone(), held(&queue), &keep, 10_000, ALL), 3);
     }
 
     #[test]
@@ -139,7 +167,7 @@ mod tests {
         let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
         // Age releases the first; size (40 allowed of 60) the first two.
         assert_eq!(
-            due(
+            released(
                 queue.clone(),
                 held(&queue),
                 &policy(40, Some(100)),
@@ -150,7 +178,7 @@ mod tests {
         );
         // Size releases none; age the first two.
         assert_eq!(
-            due(
+            released(
                 queue.clone(),
                 held(&queue),
                 &policy(60, Some(100)),
@@ -166,17 +194,40 @@ mod tests {
         // Read at seq 0, 50, 100; nothing allowed in memory.
         let queue = reads(&[(10, 0), (20, 50), (30, 100)]);
         let none = policy(0, Some(0));
-        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 49), 1);
-        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 99), 2);
-        assert_eq!(due(queue.clone(), held(&queue), &none, 200, 100), 3);
+        assert_eq!(released(queue.clone(), held(&queue), &none, 200, 49), 1);
+        assert_eq!(released(queue.clone(), held(&queue), &none, 200, 99), 2);
+        assert_eq!(released(queue.clone(), held(&queue), &none, 200, 100), 3);
         // Nothing written yet: nothing goes, however far over the budget.
         assert_eq!(
-            due(queue.clone(), held(&queue), &none, 200, 0),
+            released(queue.clone(), held(&queue), &none, 200, 0),
             1,
             "seq 0 is written"
         );
         let later = reads(&[(10, 5), (20, 50)]);
-        assert_eq!(due(later.clone(), held(&later), &none, 200, 4), 0);
+        assert_eq!(released(later.clone(), held(&later), &none, 200, 4), 0);
+        // What waits for its line says so; what is not due does not.
+        assert_eq!(
+            due(later.clone(), held(&later), &none, 200, 4),
+            Due {
+                now: 0,
+                waits: true
+            }
+        );
+        assert_eq!(
+            due(later.clone(), held(&later), &none, 200, 50),
+            Due {
+                now: 2,
+                waits: false
+            }
+        );
+        let keep = policy(usize::MAX, None);
+        assert_eq!(
+            due(later.clone(), held(&later), &keep, 200, 0),
+            Due {
+                now: 0,
+                waits: false
+            }
+        );
     }
 
     #[test]
@@ -204,7 +255,7 @@ mod tests {
                 .collect();
             let p = policy((next() % 300) as usize, Some(next() % 200));
             let now = at + next() % 100;
-            let released = due(queue.clone(), held(&queue), &p, now, ALL);
+            let released = released(queue.clone(), held(&queue), &p, now, ALL);
             let rest = &queue[released..];
             assert!(held(rest) <= p.max_bytes, "{queue:?} {p:?}");
             let age = p.max_age.unwrap().as_millis() as u64;

@@ -189,11 +189,7 @@ impl Registry {
     /// `id`'s outcome, once settled.
     pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
         // An exit awaiting its owner's restart decision is not an outcome yet.
-        let inner = self.lock();
-        inner
-            .entry(id)
-            .filter(|e| !e.deferred)
-            .and_then(|_| inner.rec(id)?.outcome.clone())
+        self.lock().settled_value(id)
     }
 
     /// `id`'s outcome, once final, read: it counts as read for the journal's retention
@@ -202,10 +198,7 @@ impl Registry {
     pub(crate) fn read_outcome(&self, id: AgentId) -> Option<Outcome> {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let outcome = inner
-            .entry(id)
-            .filter(|e| !e.deferred)
-            .and_then(|_| inner.rec(id)?.outcome.clone())?;
+        let outcome = inner.settled_value(id)?;
         inner.output_read(id, now);
         Some(outcome)
     }
