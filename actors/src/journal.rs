@@ -688,38 +688,44 @@ impl JournalTap {
         self.backlog.queued.load(Ordering::Acquire)
     }
 
+    /// Sends the writer the command `command` builds around a reply channel and waits for
+    /// the answer on a blocking thread. `None` when the writer (or the blocking pool) is
+    /// gone: the tree is closing.
+    async fn ask<T: Send + 'static>(
+        &self,
+        command: impl FnOnce(std::sync::mpsc::SyncSender<T>) -> Command,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.sender.send(command(tx)).ok()?;
+        tokio::task::spawn_blocking(move || rx.recv())
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// Writes and syncs everything queued so far, waiting on a blocking thread.
     pub(crate) async fn flush(&self) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self.sender.send(Command::Flush(tx)).is_err() {
-            return;
-        }
-        let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+        self.ask(Command::Flush).await;
     }
 
     /// Agent `agent`'s latest journaled conversation, read back from the journal (after
     /// everything queued is written): only its own lines, found by the writer's index.
     /// `None` (with a warning) when the journal cannot be read or holds none.
     pub(crate) async fn read_conversation(&self, agent: AgentId) -> Option<Arc<[Message]>> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.sender
-            .send(Command::ReadConversation(agent, tx))
-            .ok()?;
-        let lines = match tokio::task::spawn_blocking(move || rx.recv()).await {
-            Ok(Ok(Ok(lines))) if !lines.is_empty() => lines,
-            Ok(Ok(Ok(_))) => return None,
-            Ok(Ok(Err(error))) => {
+        let lines = match self
+            .ask(|reply| Command::ReadConversation(agent, reply))
+            .await?
+        {
+            Ok(lines) if !lines.is_empty() => lines,
+            Ok(_) => return None,
+            Err(error) => {
                 tracing::warn!(%agent, %error, "cannot read a conversation back from the journal");
                 return None;
             }
-            _ => return None,
         };
         let entries: Result<Vec<JournalEntry>, String> = lines
             .iter()
-            .map(|line| {
-                let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
-                JournalEntry::from_line(text).map_err(|e| e.to_string())
-            })
+            .map(|line| JournalEntry::from_line_bytes(line).map_err(|e| e.to_string()))
             .collect();
         match entries.and_then(|entries| agent_tree_protocol::assemble_conversation(agent, entries))
         {
@@ -735,26 +741,18 @@ impl JournalTap {
     /// is written): one line, found by the writer's index. `None` (with a warning) when the
     /// journal cannot be read or holds none.
     pub(crate) async fn read_outcome(&self, agent: AgentId) -> Option<Outcome> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.sender.send(Command::ReadOutput(agent, tx)).ok()?;
-        let read = tokio::task::spawn_blocking(move || rx.recv()).await;
-        let line = match read {
-            Ok(Ok(Ok(Some(line)))) => line,
-            Ok(Ok(Ok(None))) => {
+        let line = match self.ask(|reply| Command::ReadOutput(agent, reply)).await? {
+            Ok(Some(line)) => line,
+            Ok(None) => {
                 tracing::warn!(%agent, "the journal holds no output of this agent");
                 return None;
             }
-            Ok(Ok(Err(error))) => {
+            Err(error) => {
                 tracing::warn!(%agent, %error, "cannot read an output back from the journal");
                 return None;
             }
-            // The writer or the blocking pool is gone: the tree is closing.
-            _ => return None,
         };
-        let entry = std::str::from_utf8(&line)
-            .map_err(|e| e.to_string())
-            .and_then(|text| JournalEntry::from_line(text).map_err(|e| e.to_string()));
-        match entry {
+        match JournalEntry::from_line_bytes(&line) {
             Ok(entry) => match entry.output() {
                 Some((found, outcome)) if found == agent => Some(outcome.clone()),
                 _ => {
@@ -1171,7 +1169,7 @@ fn released_output(state: &Replay, bytes: &[u8], agent: AgentId) -> Option<Outco
     let span = state.outputs.get(&agent)?;
     let start = usize::try_from(span.offset).ok()?;
     let line = bytes.get(start..start.checked_add(usize::try_from(span.len).ok()?)?)?;
-    let entry = JournalEntry::from_line(std::str::from_utf8(line).ok()?).ok()?;
+    let entry = JournalEntry::from_line_bytes(line).ok()?;
     let (found, outcome) = entry.output()?;
     (found == agent).then(|| outcome.clone())
 }

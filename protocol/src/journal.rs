@@ -206,6 +206,22 @@ impl JournalEntry {
         }
     }
 
+    /// [`JournalEntry::from_line`] of a line's bytes (without its newline): bytes that are
+    /// not UTF-8 are no journal line.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{JournalEntry, LineError};
+    /// assert_eq!(JournalEntry::from_line_bytes(&[0xff, 0x20]), Err(LineError::NoChecksum));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`JournalEntry::from_line`].
+    pub fn from_line_bytes(line: &[u8]) -> Result<Self, LineError> {
+        let text = std::str::from_utf8(line).map_err(|_| LineError::NoChecksum)?;
+        JournalEntry::from_line(text)
+    }
+
     /// Decodes one line (without its newline).
     ///
     /// # Errors
@@ -492,11 +508,7 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
             replay.torn = Some(line_no);
             break;
         }
-        let text = std::str::from_utf8(line).map_err(|_| ReplayError::Line {
-            line: line_no,
-            source: LineError::NoChecksum,
-        })?;
-        let entry = JournalEntry::from_line(text).map_err(|source| ReplayError::Line {
+        let entry = JournalEntry::from_line_bytes(line).map_err(|source| ReplayError::Line {
             line: line_no,
             source,
         })?;
