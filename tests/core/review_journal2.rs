@@ -138,6 +138,14 @@ async fn a_resumed_run_killed_before_its_first_turn_with_conversations_retained(
     killed_before_its_first_turn(|path| JournalConfig::new(path).retain_conversations(true)).await;
 }
 
+/// The kill, the resumes and the journal's writer in other orders: twenty more runs.
+#[test]
+fn a_resumed_run_killed_before_its_first_turn_many_times_on_worker_threads() {
+    crate::support::races::on_worker_threads(20, Duration::from_secs(30), || {
+        killed_before_its_first_turn(JournalConfig::new)
+    });
+}
+
 async fn killed_before_its_first_turn(config: fn(std::path::PathBuf) -> JournalConfig) {
     let dir = TempDir::new("review2-kill-resumed");
     let starts: Arc<Mutex<HashMap<AgentId, usize>>> = Arc::default();
