@@ -235,7 +235,9 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         // Never stop because a child ended (ractor's default): a child that settled is
         // heard of by its own notice; one that died without settling is settled here.
-        Box::pin(state.on_supervision_event(&myself, event)).await;
+        if let Some((child, run, outcome, deferred)) = state.on_supervision_event(&event) {
+            Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred)).await;
+        }
         Ok(())
     }
 

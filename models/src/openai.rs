@@ -331,7 +331,7 @@ fn message(message: &Message) -> Value {
                 .iter()
                 .map(|call| {
                     let arguments = raw_arguments(&call.input)
-                        .map_or_else(|| call.input.to_string(), str::to_owned);
+                        .unwrap_or_else(|| call.input.as_str().to_owned());
                     json!({
                         "id": call.id,
                         "type": "function",

@@ -1,6 +1,7 @@
 //! Tool-call arguments as the providers send them, and small readers of wire JSON shared by
 //! both adapters.
 
+use agent_tree_protocol::ToolInput;
 use serde_json::{Map, Value, json};
 
 /// The key under which a tool call's arguments are kept when the model wrote text that is
@@ -35,22 +36,32 @@ pub(crate) fn parse_arguments(raw: &str, tool: &str) -> Value {
 
 /// The text kept by [`parse_arguments`] for arguments that were not JSON, if `input` is one.
 #[cfg_attr(not(feature = "openai"), allow(dead_code))]
-pub(crate) fn raw_arguments(input: &Value) -> Option<&str> {
-    let object = input.as_object()?;
+pub(crate) fn raw_arguments(input: &ToolInput) -> Option<String> {
+    if !input.as_str().starts_with(r#"{"_raw":"#) {
+        return None;
+    }
+    let Value::Object(mut object) = input.to_value() else {
+        return None;
+    };
     if object.len() != 1 {
         return None;
     }
-    object.get(RAW_ARGUMENTS_KEY)?.as_str()
+    match object.remove(RAW_ARGUMENTS_KEY)? {
+        Value::String(text) => Some(text),
+        _ => None,
+    }
 }
 
 /// An input as a JSON object, as Anthropic requires: an object as is, null as `{}`, any
 /// other value under [`RAW_ARGUMENTS_KEY`] as its JSON text.
 #[cfg_attr(not(feature = "anthropic"), allow(dead_code))]
-pub(crate) fn object_input(input: &Value) -> Value {
-    match input {
-        Value::Object(_) => input.clone(),
-        Value::Null => Value::Object(Map::new()),
-        other => json!({ RAW_ARGUMENTS_KEY: other.to_string() }),
+pub(crate) fn object_input(input: &ToolInput) -> Value {
+    if input.is_object() {
+        return input.to_value();
+    }
+    match input.as_str() {
+        "null" => Value::Object(Map::new()),
+        other => json!({ RAW_ARGUMENTS_KEY: other }),
     }
 }
 
@@ -84,15 +95,19 @@ mod tests {
         assert_eq!(parse_arguments("  ", "read"), json!({}));
         let broken = parse_arguments(r#"{"path": "a"#, "read");
         assert_eq!(broken, json!({"_raw": "{\"path\": \"a"}));
-        assert_eq!(raw_arguments(&broken), Some("{\"path\": \"a"));
-        assert_eq!(raw_arguments(&json!({"_raw": "x", "y": 1})), None);
+        assert_eq!(
+            raw_arguments(&broken.into()).as_deref(),
+            Some("{\"path\": \"a")
+        );
+        assert_eq!(raw_arguments(&json!({"_raw": "x", "y": 1}).into()), None);
+        assert_eq!(raw_arguments(&json!({"_raw": 1}).into()), None);
     }
 
     #[test]
     fn inputs_become_objects() {
-        assert_eq!(object_input(&Value::Null), json!({}));
-        assert_eq!(object_input(&json!([1])), json!({"_raw": "[1]"}));
-        assert_eq!(object_input(&json!({"a": 1})), json!({"a": 1}));
+        assert_eq!(object_input(&Value::Null.into()), json!({}));
+        assert_eq!(object_input(&json!([1]).into()), json!({"_raw": "[1]"}));
+        assert_eq!(object_input(&json!({"a": 1}).into()), json!({"a": 1}));
     }
 
     #[test]

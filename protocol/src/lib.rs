@@ -39,7 +39,7 @@ pub use journal::{
     JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, assemble_conversation,
     crc32, definition_hash, replay,
 };
-pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolSpec};
+pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolInput, ToolSpec};
 pub use outcome::{EndReason, Outcome};
 pub use request::{SpawnRequest, WaitPolicy};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};

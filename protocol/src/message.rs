@@ -17,7 +17,19 @@ pub enum Role {
 }
 
 /// One tool call the model asked for.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// ```
+/// use agent_tree_protocol::ToolCall;
+/// use serde_json::json;
+/// let call = ToolCall::new("c1", "grep", json!({ "pattern": "fn main" }));
+/// assert_eq!(call.input.to_value(), json!({ "pattern": "fn main" }));
+/// // The wire form holds the input as JSON, not as a string.
+/// assert_eq!(
+///     serde_json::to_string(&call).unwrap(),
+///     r#"{"id":"c1","name":"grep","input":{"pattern":"fn main"}}"#
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCall {
     /// The model's id for the call; a result answers it by this id.
@@ -26,17 +38,140 @@ pub struct ToolCall {
     pub name: String,
     /// The tool's input.
     #[serde(default)]
-    pub input: serde_json::Value,
+    pub input: ToolInput,
 }
 
 impl ToolCall {
     /// A call of tool `name` with `input`.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, input: serde_json::Value) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: impl Into<ToolInput>,
+    ) -> Self {
         ToolCall {
             id: id.into(),
             name: name.into(),
-            input,
+            input: input.into(),
         }
+    }
+}
+
+/// A tool call's input: one JSON value, held as its compact text.
+///
+/// A call stays in its agent's conversation for the agent's life (every later turn sends it
+/// back to the model), so it is kept compact: as a [`serde_json::Value`], an object of even
+/// one field allocates a B-tree node of 632 bytes; as text, a small input is a few dozen.
+/// It is built from a `Value` (`From`), read as one ([`to_value`](Self::to_value)) or
+/// straight into a typed input ([`parse`](Self::parse)), and serializes as the JSON it
+/// holds, so a [`ToolCall`]'s wire form is `"input": {...}`, never a string.
+///
+/// The text is always the canonical compact JSON of its value (object keys sorted, as
+/// `serde_json` writes a `Value`), so two inputs are equal exactly when their values are.
+///
+/// ```
+/// use agent_tree_protocol::ToolInput;
+/// use serde_json::json;
+/// let input = ToolInput::from(json!({ "path": "a.rs", "line": 3 }));
+/// assert_eq!(input.as_str(), r#"{"line":3,"path":"a.rs"}"#);
+/// assert_eq!(input.to_value()["path"], "a.rs");
+/// #[derive(serde::Deserialize)]
+/// struct Read { path: String }
+/// assert_eq!(input.parse::<Read>().unwrap().path, "a.rs");
+/// assert_eq!(ToolInput::default().to_value(), serde_json::Value::Null);
+/// ```
+#[derive(Clone)]
+pub struct ToolInput(Box<serde_json::value::RawValue>);
+
+impl ToolInput {
+    /// The input as a JSON value (parsed from its text).
+    pub fn to_value(&self) -> serde_json::Value {
+        // The text was written from a `Value`, so it parses back to one.
+        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The input parsed into `T`, straight from its text.
+    ///
+    /// # Errors
+    ///
+    /// When the input does not have `T`'s shape.
+    pub fn parse<'de, T: Deserialize<'de>>(&'de self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The input's compact JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Whether the input is a JSON object (as most tools' inputs are).
+    pub fn is_object(&self) -> bool {
+        self.0.get().starts_with('{')
+    }
+}
+
+impl Default for ToolInput {
+    /// `null`: a call that gave no input.
+    fn default() -> Self {
+        ToolInput::from(serde_json::Value::Null)
+    }
+}
+
+impl From<serde_json::Value> for ToolInput {
+    fn from(value: serde_json::Value) -> Self {
+        ToolInput::from(&value)
+    }
+}
+
+impl From<&serde_json::Value> for ToolInput {
+    fn from(value: &serde_json::Value) -> Self {
+        // A `Value` always serializes, and its compact text is valid JSON.
+        let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
+        ToolInput(serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw()))
+    }
+}
+
+fn null_raw() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string("null".to_owned())
+        .unwrap_or_else(|_| unreachable!("`null` is JSON"))
+}
+
+impl PartialEq for ToolInput {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for ToolInput {}
+
+impl std::hash::Hash for ToolInput {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.get().hash(state);
+    }
+}
+
+impl std::fmt::Debug for ToolInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.get())
+    }
+}
+
+impl std::fmt::Display for ToolInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.get())
+    }
+}
+
+impl Serialize for ToolInput {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolInput {
+    /// Any JSON value, from any format: read as a `Value` and written compact, so the text
+    /// is canonical whatever the source's spacing and key order.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(ToolInput::from)
     }
 }
 
@@ -247,5 +382,58 @@ impl ModelErrorKind {
 impl std::fmt::Display for ModelErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_input_is_canonical_whatever_its_source() {
+        let written = r#"{"id":"c1","name":"t","input":{ "b": 1, "a": [1, 2.5, null] }}"#;
+        let call: ToolCall = serde_json::from_str(written).unwrap();
+        assert_eq!(call.input.as_str(), r#"{"a":[1,2.5,null],"b":1}"#);
+        assert_eq!(
+            call,
+            ToolCall::new("c1", "t", json!({"a": [1, 2.5, null], "b": 1}))
+        );
+        assert_ne!(
+            call,
+            ToolCall::new("c1", "t", json!({"a": [1, 2.5], "b": 1}))
+        );
+    }
+
+    #[test]
+    fn a_tool_input_keeps_its_json_on_the_wire() {
+        let call = ToolCall::new("c1", "t", json!({"q": "a \"quoted\" \u{e9}", "n": 1e300}));
+        let text = serde_json::to_string(&call).unwrap();
+        let back: ToolCall = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, call);
+        // As a `Value` too: the input is an object, not a string holding one.
+        let value = serde_json::to_value(&call).unwrap();
+        assert_eq!(value["input"]["n"], json!(1e300));
+        let again: ToolCall = serde_json::from_value(value).unwrap();
+        assert_eq!(again, call);
+    }
+
+    #[test]
+    fn a_missing_input_is_null_and_every_json_value_is_an_input() {
+        let call: ToolCall = serde_json::from_str(r#"{"id":"c1","name":"t"}"#).unwrap();
+        assert_eq!(call.input, ToolInput::default());
+        assert_eq!(call.input.as_str(), "null");
+        for value in [
+            json!(null),
+            json!(true),
+            json!(-3),
+            json!("s"),
+            json!([]),
+            json!({}),
+        ] {
+            let input = ToolInput::from(&value);
+            assert_eq!(input.to_value(), value);
+            assert_eq!(input.is_object(), value.is_object());
+        }
     }
 }

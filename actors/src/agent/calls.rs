@@ -392,7 +392,7 @@ impl AgentState {
             let result = tokio::select! {
                 biased;
                 () = token.cancelled() => return,
-                r = CatchUnwind::new(tool.call(context, call.input)) => match r {
+                r = CatchUnwind::new(tool.call(context, call.input.to_value())) => match r {
                     Ok(Ok(text)) => Ok(text),
                     Ok(Err(error)) => Err(error.message),
                     Err(panic) => Err(format!("tool panicked: {panic}")),

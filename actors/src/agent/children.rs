@@ -406,23 +406,25 @@ impl AgentState {
 
     /// A supervision event about a linked actor: a child that died without settling is
     /// settled (failed after an actor failure, killed otherwise) and handled as its end.
-    pub(super) async fn on_supervision_event(
+    /// A supervision event about a child: one that ended without settling (killed, failed,
+    /// panicked) is settled here, and what its owner must then handle is returned; every
+    /// other event (a start, a settled child's termination, ractor's own) is nothing to do.
+    /// Synchronous, so the owner's await path is entered (and its future boxed) only for a
+    /// lost child, not for each child's start.
+    pub(super) fn on_supervision_event(
         &mut self,
-        myself: &ActorRef<AgentMsg>,
-        event: SupervisionEvent,
-    ) {
-        let (actor, failure) = match &event {
-            SupervisionEvent::ActorTerminated(_, _, Some(reason)) if reason == SETTLED => return,
+        event: &SupervisionEvent,
+    ) -> Option<(AgentId, u32, Outcome, bool)> {
+        let (actor, failure) = match event {
+            SupervisionEvent::ActorTerminated(_, _, Some(reason)) if reason == SETTLED => {
+                return None;
+            }
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell.get_id(), None),
             SupervisionEvent::ActorFailed(cell, error) => (cell.get_id(), Some(error.to_string())),
-            _ => return,
+            _ => return None,
         };
-        let Some((child, run)) = self.children.by_actor(actor) else {
-            return;
-        };
-        if let Some((outcome, deferred)) = self.shared.registry.lost(child, run, failure) {
-            self.on_child_ended(myself, child, run, outcome, deferred)
-                .await;
-        }
+        let (child, run) = self.children.by_actor(actor)?;
+        let (outcome, deferred) = self.shared.registry.lost(child, run, failure)?;
+        Some((child, run, outcome, deferred))
     }
 }

@@ -105,21 +105,24 @@ fn refused(error: impl ToString) -> Answer {
 
 /// The input of a call, which must be a JSON object; `null` fields mean absent.
 fn input_of<T: serde::de::DeserializeOwned>(call: &ToolCall) -> Result<T, Answer> {
-    let serde_json::Value::Object(fields) = &call.input else {
+    if !call.input.is_object() {
         return Err(refused(format!(
             "invalid input: expected a JSON object of {}'s fields",
             call.name
         )));
-    };
-    if !fields.values().any(serde_json::Value::is_null) {
-        // The common case reads the input in place, copying only the fields it keeps.
-        return T::deserialize(&call.input)
-            .map_err(|error| refused(format!("invalid input: {error}")));
     }
+    // The common case reads the input straight from its text.
+    if let Ok(input) = call.input.parse::<T>() {
+        return Ok(input);
+    }
+    // Else without its `null` fields; and a refusal names what is wrong without a position
+    // in the text.
+    let serde_json::Value::Object(fields) = call.input.to_value() else {
+        return Err(refused("invalid input: not a JSON object"));
+    };
     let present: serde_json::Map<String, serde_json::Value> = fields
-        .iter()
+        .into_iter()
         .filter(|(_, value)| !value.is_null())
-        .map(|(key, value)| (key.clone(), value.clone()))
         .collect();
     serde_json::from_value(serde_json::Value::Object(present))
         .map_err(|error| refused(format!("invalid input: {error}")))

@@ -420,7 +420,7 @@ async fn anthropic_streamed_malformed_tool_input_passes_raw() {
         .await
         .expect("the turn does not fail");
     assert_eq!(
-        response.tool_calls[0].input,
+        response.tool_calls[0].input.to_value(),
         json!({ "_raw": "{\"path\": " })
     );
     // Sent back as an object, as the Messages API requires.

@@ -277,7 +277,9 @@ fn floats_and_odd_text_round_trip_exactly() {
         let JournalEntry::Conversation { messages, .. } = back else {
             unreachable!()
         };
-        let x = messages[0].tool_calls[0].input["x"].as_f64().unwrap();
+        let x = messages[0].tool_calls[0].input.to_value()["x"]
+            .as_f64()
+            .unwrap();
         assert_eq!(x.to_bits(), value.to_bits(), "{value}");
     }
 }
