@@ -235,8 +235,15 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         // Never stop because a child ended (ractor's default): a child that settled is
         // heard of by its own notice; one that died without settling is settled here.
-        if let Some((child, run, outcome, deferred)) = state.on_supervision_event(&event) {
-            Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred)).await;
+        // The lost child's handling is boxed before the await, so this handler's future
+        // holds a pointer, not the outcome.
+        let lost = state
+            .on_supervision_event(&event)
+            .map(|(child, run, outcome, deferred)| {
+                Box::pin(state.on_child_ended(&myself, child, run, outcome, deferred))
+            });
+        if let Some(handling) = lost {
+            handling.await;
         }
         Ok(())
     }
