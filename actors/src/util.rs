@@ -106,6 +106,12 @@ impl HookRuntime {
         }
     }
 
+    /// Whether hook tasks were spawned on the caller's runtime (a current-thread one), where
+    /// only the kill token ends them.
+    pub(crate) fn on_caller_runtime(&self) -> bool {
+        matches!(self.handle.get(), Some(None))
+    }
+
     /// Ends every task spawned on the hook runtime: none is polled again. (On the caller's
     /// runtime there is nothing to stop; the kill token ends those tasks.)
     pub(crate) fn stop(&self) {
