@@ -81,6 +81,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         owner_span,
     } = spec;
     let journaled = shared.journal.as_ref().map(|_| request.clone());
+    let definition_for_type = Arc::clone(&definition);
     let pending = PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
         detached: request.detached || definition.detached,
@@ -96,7 +97,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     // context (or its drop) and the ticket the actor starts with.
     let admitted = shared.registry.admit(Admission {
         owner,
-        agent_type: &pending.definition.name.clone(),
+        agent_type: &definition_for_type.name,
         request_id: request.request_id.clone(),
         detached: pending.detached,
         max_depth: pending.branch.max_depth,

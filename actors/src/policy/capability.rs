@@ -199,10 +199,14 @@ pub(crate) fn capabilities<'a>(
     // An allowlist need not name the orchestration tools (they are inferred with
     // `allowed_subagents`); a deny of any one of them removes it.
     let orchestration = if may_delegate(definition, depth, max_depth) {
-        ORCHESTRATION_TOOLS
-            .into_iter()
-            .filter(|tool| !denies(definition, tool))
-            .collect()
+        // Sized once: collected from a filter, the list would grow twice.
+        let mut tools = Vec::with_capacity(ORCHESTRATION_TOOLS.len());
+        tools.extend(
+            ORCHESTRATION_TOOLS
+                .into_iter()
+                .filter(|tool| !denies(definition, tool)),
+        );
+        tools
     } else {
         Vec::new()
     };
