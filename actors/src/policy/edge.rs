@@ -35,5 +35,6 @@
     )
 )]
 
+pub(crate) mod lease;
 pub(crate) mod seq;
 pub(crate) mod size;
