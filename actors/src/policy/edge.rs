@@ -36,5 +36,7 @@
 )]
 
 pub(crate) mod lease;
+pub(crate) mod mirror;
 pub(crate) mod seq;
+pub(crate) mod shutdown;
 pub(crate) mod size;
