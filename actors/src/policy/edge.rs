@@ -39,4 +39,6 @@ pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod seq;
 pub(crate) mod shutdown;
+#[cfg(test)]
+mod sim;
 pub(crate) mod size;
