@@ -177,7 +177,7 @@ impl OwnerLease {
 /// Whether the child's node may run its subtree at `now`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeaseState {
-    /// No lease granted yet: start nothing.
+    /// No lease granted yet: run nothing (what was admitted waits).
     Awaiting,
     /// Held until `until`.
     Held {
@@ -209,6 +209,9 @@ pub(crate) enum LeaseError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ChildLease {
     renew_every: Duration,
+    /// How long after its first request a node never granted gives up.
+    first_wait: Duration,
+    first_request: Option<Duration>,
     /// Outstanding requests: ticket and when it was sent, oldest first.
     tickets: VecDeque<(u64, Duration)>,
     next_ticket: u64,
@@ -218,10 +221,14 @@ pub(crate) struct ChildLease {
 }
 
 impl ChildLease {
-    /// A lease not yet granted, renewed every `renew_every` once it is.
-    pub(crate) fn new(renew_every: Duration) -> Self {
+    /// A lease not yet granted, asked for every `renew_every`; a node never granted within
+    /// `first_wait` of its first request lapses (it has run nothing, but what it admitted
+    /// must not wait for an owner forever).
+    pub(crate) fn new(renew_every: Duration, first_wait: Duration) -> Self {
         ChildLease {
             renew_every,
+            first_wait,
+            first_request: None,
             tickets: VecDeque::new(),
             next_ticket: 1,
             last_request: None,
@@ -240,6 +247,7 @@ impl ChildLease {
         }
         self.tickets.push_back((ticket, now));
         self.last_request = Some(now);
+        self.first_request.get_or_insert(now);
         ticket
     }
 
@@ -278,7 +286,14 @@ impl ChildLease {
             return LeaseState::Expired { at };
         }
         match self.until {
-            None => LeaseState::Awaiting,
+            None => match self.first_request {
+                Some(first) if now >= first.saturating_add(self.first_wait) => {
+                    let at = first.saturating_add(self.first_wait);
+                    self.lapsed = Some(at);
+                    LeaseState::Expired { at }
+                }
+                _ => LeaseState::Awaiting,
+            },
             Some(until) if now < until => LeaseState::Held { until },
             Some(until) => {
                 self.lapsed = Some(until);
@@ -348,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_child_holds_from_its_request_and_lapses_for_good() {
-        let mut child = ChildLease::new(ms(1_000));
+        let mut child = ChildLease::new(ms(1_000), ms(3_000));
         assert_eq!(child.check(ms(0)), LeaseState::Awaiting);
         let t1 = child.renew(ms(10)).unwrap();
         assert_eq!(child.renew(ms(500)), None, "not due yet");
@@ -380,8 +395,29 @@ mod tests {
     }
 
     #[test]
+    fn a_node_never_granted_gives_up_after_the_first_wait() {
+        let mut child = ChildLease::new(ms(1_000), ms(3_000));
+        assert_eq!(
+            child.check(ms(50_000)),
+            LeaseState::Awaiting,
+            "nothing asked yet"
+        );
+        let first = child.renew(ms(100)).unwrap();
+        assert_eq!(child.renew(ms(1_100)).map(|t| t > first), Some(true));
+        assert_eq!(child.check(ms(3_099)), LeaseState::Awaiting);
+        assert_eq!(
+            child.check(ms(3_100)),
+            LeaseState::Expired { at: ms(3_100) }
+        );
+        assert_eq!(
+            child.on_grant(terms().grant(first)),
+            Err(LeaseError::Lapsed)
+        );
+    }
+
+    #[test]
     fn a_grant_the_child_never_asked_for_is_refused() {
-        let mut child = ChildLease::new(ms(1_000));
+        let mut child = ChildLease::new(ms(1_000), ms(3_000));
         assert_eq!(
             child.on_grant(LeaseGrant {
                 ticket: 7,
@@ -400,7 +436,7 @@ mod tests {
             Ok(ms(5).saturating_add(Duration::from_millis(u64::MAX)))
         );
         // Only the last KEPT_TICKETS requests are remembered.
-        let mut child = ChildLease::new(ms(1));
+        let mut child = ChildLease::new(ms(1), ms(3_000));
         let first = child.request(ms(0));
         for i in 0..KEPT_TICKETS as u64 {
             child.request(ms(i));
@@ -415,7 +451,7 @@ mod tests {
         // outlasts the owner's declaration minus the grace.
         for pattern in [[5u64, 900, 20, 2_500], [0, 0, 0, 0], [2_999, 1, 1_500, 40]] {
             let mut owner = OwnerLease::new(terms(), ms(0));
-            let mut child = ChildLease::new(terms().renew_every());
+            let mut child = ChildLease::new(terms().renew_every(), terms().lease);
             for (i, request_at) in (0..20u64).map(|i| (i, i * 1_000)) {
                 let delay = pattern[(i % 4) as usize];
                 if i % 5 == 4 {

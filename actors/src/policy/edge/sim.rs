@@ -224,7 +224,7 @@ impl Child {
         Child {
             plan,
             end: Endpoint::new(limits, SizeGuard::default()),
-            lease: ChildLease::new(terms.renew_every()),
+            lease: ChildLease::new(terms.renew_every(), terms.lease),
             tree: Fold::new(),
             workers: Vec::new(),
             hosted: BTreeMap::new(),
@@ -1252,6 +1252,36 @@ fn the_lease_grant_is_only_a_length() {
     assert!((3_000..=4_100).contains(&until), "{until}");
     let grant: LeaseGrant = terms().grant(1);
     assert_eq!(grant.lease_ms, 3_000);
+}
+
+#[test]
+fn a_child_never_granted_a_lease_stops_what_it_admitted() {
+    // Found by the proptest: the child's node is frozen before its first request, the
+    // owner's node is frozen when it comes, and the grant is lost to a partition. The child
+    // admitted its top agent (the spawn came first) but never ran it; it must not hold it
+    // forever.
+    let mut sim = Sim::one(LinkConfig::default(), 241);
+    sim.freeze_child(0, 1_131);
+    sim.run(1);
+    sim.freeze_owner(1_749);
+    sim.run(1_130);
+    sim.edges[0].link.partitioned = true;
+    sim.run(8_000);
+    sim.check_invariants();
+    let e = &sim.edges[0];
+    assert!(e.child.turn_times.is_empty(), "never granted: never ran");
+    assert_eq!(e.child.tree.records()[1].status, AgentStatus::Killed);
+    assert!(
+        e.child
+            .stopped_at
+            .is_some_and(|at| at <= e.owner.declared_at.unwrap())
+    );
+    sim.edges[0].link.partitioned = false;
+    sim.run(4_000);
+    sim.check_invariants();
+    let e = &sim.edges[0];
+    assert!(e.owner.late.iter().all(|l| l.why == LateWhy::Declared));
+    assert_eq!(e.owner.mirror.records()[1].status, AgentStatus::Killed);
 }
 
 #[derive(Clone, Debug)]
