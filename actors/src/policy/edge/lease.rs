@@ -18,6 +18,8 @@
 //!   its subtree within `grace`).
 //! * Both sides are sticky: once the child's lease has lapsed no grant revives it, and once
 //!   the owner has declared no request is granted; a new edge is a new lease.
+//! * A node never granted runs nothing, and lapses one `first_wait` after its first
+//!   request, so what it admitted does not wait for an owner forever.
 //! * A grant names the request it answers; one the child's node never made (or forgot) is
 //!   an error, never an extension.
 //! * Times are [`Duration`]s since an epoch each side picks; they must not go backwards.
