@@ -14,6 +14,8 @@
 //!   and whether a top-level background agent runs or queues for a pool slot.
 //! * [`capability`]: which tools an agent is offered, and its default `max_turns`.
 //! * [`control`]: which agents an agent's control tools reach.
+//! * [`edge`]: the owner edge across nodes: exactly-once delivery, the lease, the mirror of
+//!   a remote subtree, the shutdown deadline across nodes, the frame size guard.
 //! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
 //!   and the restart intensity window.
 //! * [`retention`]: which read outputs a journaled tree releases from memory.
@@ -34,6 +36,7 @@
 pub(crate) mod admission;
 pub(crate) mod capability;
 pub(crate) mod control;
+pub(crate) mod edge;
 pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod retry;

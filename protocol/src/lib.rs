@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod definition;
+mod edge;
 mod error;
 mod event;
 mod fold;
@@ -31,6 +32,7 @@ pub use definition::{
     AgentDefinition, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, RestartPolicy, SettlePolicy,
     Strategy, SubagentAllowance, ToolSet,
 };
+pub use edge::{Command, DEFAULT_MAX_FRAME_BYTES, Down, Frame, LeaseGrant, TerminalReport, Up};
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply};

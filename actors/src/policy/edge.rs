@@ -1,0 +1,44 @@
+//! The owner edge across nodes (issue 12), as pure machines: what each end of an edge
+//! between an owner's node and its remote child's node decides, with `now` passed in.
+//!
+//! The frames are the protocol's (`agent_tree_protocol::{Frame, Down, Up}`); the failure
+//! semantics these machines implement are stated in `docs/cluster.md`. Nothing here sends
+//! anything: the ractor_cluster wiring (host actors, stand-ins, child-process nodes) is not
+//! built yet, and will call in the way the test link (`sim`) does.
+//!
+//! # Layout
+//!
+//! * [`seq`]: exactly-once delivery per direction: the [`seq::Outbox`] (numbers, keeps
+//!   until acknowledged, replays after a reconnect, bounded), the [`seq::Inbox`] (applies
+//!   each number once, refuses gaps), and the [`seq::Endpoint`] that is both for one end.
+//! * [`lease`]: the lease the child's node holds from the owner's node: when the child's
+//!   side must stop its subtree, and when the owner's side declares it killed.
+//! * [`mirror`]: the owner's side's records of the hosted subtree, folded from its events
+//!   with the journal's fold; late events reported; terminal reports checked.
+//! * [`shutdown`]: one shutdown deadline across nodes: who reported, who is counted killed.
+//! * [`size`]: the size guard refusing an oversized frame before it is sent.
+//!
+//! # Invariants
+//!
+//! * Pure, as all of `policy`: no clock, no I/O, no tasks; a peer's frames are untrusted
+//!   input and never panic a machine (they are errors or reported values).
+//! * Usage counts exactly once on the owner's side: a hosted usage event is folded only
+//!   when the inbox applies its frame, which it does once per number; what the mirror
+//!   cannot fold (after a terminal status, after a declaration) is returned, not dropped.
+//! * A hosted subtree never outlives, by more than its lease, the last time its owner's
+//!   node heard from it; the owner's node gives it up only `grace` after that.
+#![cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the ractor_cluster wiring that will drive these machines is not built yet"
+    )
+)]
+
+pub(crate) mod lease;
+pub(crate) mod mirror;
+pub(crate) mod seq;
+pub(crate) mod shutdown;
+#[cfg(test)]
+mod sim;
+pub(crate) mod size;

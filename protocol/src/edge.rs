@@ -1,0 +1,539 @@
+//! The owner edge across nodes: the frames that cross one owner edge between the owner's
+//! node and the node hosting the owner's remote child (issue 12).
+//!
+//! An edge has two directions. **Down** (owner's node → child's node) carries
+//! [`Command`]s, lease [`LeaseGrant`]s and acknowledgements; **up** (child's node → owner's
+//! node) carries the hosted subtree's lifecycle [`Event`]s, refusals of commands,
+//! [`TerminalReport`]s, lease renewal requests and acknowledgements. Every frame is a
+//! [`Frame`]: a per-direction sequence number, the cumulative acknowledgement of the other
+//! direction, and a body ([`Down`] or [`Up`]).
+//!
+//! What the numbers mean and how the two ends use them (outbox, inbox, lease, mirror) is
+//! behaviour, in `agent-tree-actors` (`policy::edge`); `docs/cluster.md` states the failure
+//! semantics. This module is only the data.
+//!
+//! # Invariants
+//!
+//! * **Sequenced bodies** ([`Down::is_sequenced`], [`Up::is_sequenced`]: commands, events,
+//!   refusals, terminal reports) are numbered `1, 2, 3, …` per direction, kept by the sender
+//!   until acknowledged, replayed in order after a reconnect, and applied by the receiver
+//!   exactly once. **Control bodies** (lease grants and renewals, acknowledgements) are not
+//!   numbered: they carry the sender's last assigned number as `seq` (so the receiver sees
+//!   what it has not received yet), are never replayed and never acknowledged.
+//! * `ack` is cumulative: every sequenced frame of the other direction up to and including
+//!   `ack` has been applied. An `ack` never decreases on one edge.
+//! * Agent ids in [`Up::Event`] and [`TerminalReport`] are those of the hosted tree: the
+//!   child's node hosts the edge's subtree as a tree of its own, whose root `a0` stands for
+//!   the remote owner, so the owner's node folds its events with the same
+//!   [`apply`](crate::apply) as a journal replay. Commands name agents by the owner's ids;
+//!   a spawn's `request_id` ties the two (the hosted `spawned` event carries it).
+//! * Times never cross the edge as instants: the two nodes' clocks are unrelated. A lease is
+//!   a length, measured by the child's node from when it asked ([`Up::Renew`]); a shutdown's
+//!   deadline is the time left when the command was sent.
+//! * Decoding is strict (unknown fields and kinds are errors) and never panics; a frame
+//!   encodes to at most [`DEFAULT_MAX_FRAME_BYTES`] unless the edge is configured otherwise
+//!   (ractor_cluster drops the whole connection at 16 MiB).
+//!
+//! ```
+//! use agent_tree_protocol::{Command, Down, Frame, Wire};
+//! let frame = Frame { seq: 1, ack: 0, body: Down::Command { command: Command::Abort { agent: "a3".parse().unwrap() } } };
+//! let text = frame.to_json();
+//! assert_eq!(Frame::<Down>::from_json(&text).unwrap(), frame);
+//! assert!(Frame::<Down>::from_json(r#"{"seq":1,"ack":0,"body":{"kind":"ack"},"x":1}"#).is_err());
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::Wire;
+use crate::event::Event;
+use crate::ids::{AgentId, RequestId};
+use crate::status::AgentStatus;
+use crate::usage::Usage;
+
+/// The largest encoded frame an edge sends by default: 8 MiB, half of ractor_cluster's
+/// 16 MiB frame limit (past which it drops the whole connection), so an envelope and the
+/// transport's own framing always fit.
+///
+/// ```
+/// use agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES;
+/// assert!(DEFAULT_MAX_FRAME_BYTES < 16 * 1024 * 1024);
+/// ```
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+
+/// One frame on an owner edge: a sequence number, the cumulative acknowledgement of the
+/// other direction, and a body ([`Down`] or [`Up`]).
+///
+/// For a sequenced body `seq` is its number (from 1); for a control body it is the sender's
+/// last assigned number (0 before the first).
+///
+/// ```
+/// use agent_tree_protocol::{Frame, Up, Wire};
+/// let ack = Frame { seq: 4, ack: 2, body: Up::Ack { resend: false } };
+/// assert_eq!(ack.to_json(), r#"{"seq":4,"ack":2,"body":{"kind":"ack"}}"#);
+/// assert!(!ack.body.is_sequenced());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame<B> {
+    /// The sender's sequence number (see the type's docs).
+    pub seq: u64,
+    /// Every sequenced frame of the other direction up to this one has been applied.
+    pub ack: u64,
+    /// What the frame carries.
+    pub body: B,
+}
+
+/// What travels down an edge, from the owner's node to the child's node.
+///
+/// ```
+/// use agent_tree_protocol::{Down, LeaseGrant};
+/// assert!(!Down::Grant { grant: LeaseGrant { ticket: 1, lease_ms: 3_000 } }.is_sequenced());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Down {
+    /// A command for the hosted subtree (sequenced).
+    Command {
+        /// The command.
+        command: Command,
+    },
+    /// A lease answering a renewal request (control).
+    Grant {
+        /// The grant.
+        grant: LeaseGrant,
+    },
+    /// An acknowledgement only (control); `resend` asks the child's node to replay every
+    /// frame after the envelope's `ack` (the owner's node saw a gap).
+    Ack {
+        /// Replay everything unacknowledged.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        resend: bool,
+    },
+}
+
+impl Down {
+    /// Whether the body is numbered, kept until acknowledged and replayed (a command), or a
+    /// control body (a grant, an acknowledgement).
+    ///
+    /// ```
+    /// use agent_tree_protocol::{Command, Down};
+    /// assert!(Down::Command { command: Command::Shutdown { within_ms: 3_000 } }.is_sequenced());
+    /// assert!(!Down::Ack { resend: true }.is_sequenced());
+    /// ```
+    pub const fn is_sequenced(&self) -> bool {
+        matches!(self, Down::Command { .. })
+    }
+}
+
+/// A command the owner's node sends for the hosted subtree. Agents are named by the
+/// owner's ids.
+///
+/// ```
+/// use agent_tree_protocol::{Command, RequestId};
+/// let spawn = Command::Spawn {
+///     agent: "a4".parse().unwrap(),
+///     incarnation: 1,
+///     definition: "worker".into(),
+///     prompt: "count the files".into(),
+///     request_id: RequestId::new("a1/1/m2c0"),
+/// };
+/// assert_eq!(spawn.agent().map(|a| a.to_string()).as_deref(), Some("a4"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Command {
+    /// Start the remote child `agent` (the owner's id for it) of definition `definition`
+    /// with task `prompt`. A restart is a new spawn with the same id and the next
+    /// incarnation; a second spawn with the same `request_id` and incarnation finds the
+    /// first.
+    Spawn {
+        /// The owner's id of the child.
+        agent: AgentId,
+        /// Which run: 1 for the first, restarts count up.
+        incarnation: u32,
+        /// The definition's name, resolved in the child's node's catalog.
+        definition: String,
+        /// The task.
+        prompt: String,
+        /// The spawn's idempotency key; the hosted `spawned` event carries it.
+        request_id: RequestId,
+    },
+    /// Steer `agent` at its next turn boundary.
+    Steer {
+        /// The agent (owner's id).
+        agent: AgentId,
+        /// The steering message.
+        message: String,
+    },
+    /// Abort `agent` and its subtree.
+    Abort {
+        /// The agent (owner's id).
+        agent: AgentId,
+    },
+    /// Answer the question `agent` asked its owner (`ask_owner`).
+    Answer {
+        /// The agent (owner's id).
+        agent: AgentId,
+        /// The answer.
+        answer: String,
+    },
+    /// Shut the hosted subtree down: hooks run, whatever is alive after `within_ms` is
+    /// killed. `within_ms` is what was left of the owner's deadline when the command was
+    /// sent; the owner's node counts a node that has not reported by its own deadline as
+    /// killed, whatever the child's node does later.
+    Shutdown {
+        /// Milliseconds left to the deadline at sending.
+        within_ms: u64,
+    },
+}
+
+impl Command {
+    /// The agent the command is about (`None` for a shutdown, which is about the whole
+    /// hosted subtree).
+    ///
+    /// ```
+    /// use agent_tree_protocol::Command;
+    /// assert_eq!(Command::Shutdown { within_ms: 10 }.agent(), None);
+    /// ```
+    pub const fn agent(&self) -> Option<AgentId> {
+        match self {
+            Command::Spawn { agent, .. }
+            | Command::Steer { agent, .. }
+            | Command::Abort { agent }
+            | Command::Answer { agent, .. } => Some(*agent),
+            Command::Shutdown { .. } => None,
+        }
+    }
+}
+
+/// A lease the owner's node grants in answer to the renewal request `ticket`: the child's
+/// node may keep its subtree running until `lease_ms` after it *sent* that request (by its
+/// own clock), never longer.
+///
+/// ```
+/// use agent_tree_protocol::{Down, Frame, LeaseGrant, Wire};
+/// let frame = Frame { seq: 0, ack: 3, body: Down::Grant { grant: LeaseGrant { ticket: 7, lease_ms: 3_000 } } };
+/// assert_eq!(Frame::<Down>::from_json(&frame.to_json()).unwrap(), frame);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrant {
+    /// The [`Up::Renew`] ticket it answers.
+    pub ticket: u64,
+    /// How long the lease lasts, from the request's sending.
+    pub lease_ms: u64,
+}
+
+/// What travels up an edge, from the child's node to the owner's node.
+///
+/// ```
+/// use agent_tree_protocol::Up;
+/// assert!(!Up::Renew { ticket: 1 }.is_sequenced());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Up {
+    /// A lifecycle event of the hosted tree, in its own order (sequenced).
+    Event {
+        /// The event, with the hosted tree's ids and sequence number.
+        event: Event,
+    },
+    /// A downward command that could not be carried out (sequenced).
+    Refused {
+        /// The command's downward sequence number.
+        command: u64,
+        /// Why.
+        error: String,
+    },
+    /// A run of a hosted agent settled, or (for `a0`) the whole hosted tree (sequenced).
+    Report {
+        /// The report.
+        report: TerminalReport,
+    },
+    /// A lease renewal request (control); the grant names the ticket.
+    Renew {
+        /// The request's number, increasing.
+        ticket: u64,
+    },
+    /// An acknowledgement only (control); `resend` asks the owner's node to replay every
+    /// frame after the envelope's `ack`.
+    Ack {
+        /// Replay everything unacknowledged.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        resend: bool,
+    },
+}
+
+impl Up {
+    /// Whether the body is numbered, kept until acknowledged and replayed (an event, a
+    /// refusal, a report), or a control body (a renewal request, an acknowledgement).
+    ///
+    /// ```
+    /// use agent_tree_protocol::Up;
+    /// assert!(Up::Refused { command: 2, error: "unknown type".into() }.is_sequenced());
+    /// assert!(!Up::Ack { resend: false }.is_sequenced());
+    /// ```
+    pub const fn is_sequenced(&self) -> bool {
+        matches!(
+            self,
+            Up::Event { .. } | Up::Refused { .. } | Up::Report { .. }
+        )
+    }
+}
+
+/// The child's node's account of a settled run (or, for `a0`, of the whole hosted tree):
+/// its status, its cumulative subtree usage and the last hosted event before it, which the
+/// owner's mirror checks against what it folded.
+///
+/// ```
+/// use agent_tree_protocol::{AgentStatus, TerminalReport, Usage};
+/// let report = TerminalReport {
+///     agent: "a1".parse().unwrap(),
+///     incarnation: 1,
+///     status: AgentStatus::Completed,
+///     usage: Usage::tokens(120, 30),
+///     last_event: 9,
+/// };
+/// assert_eq!(report.usage.total_tokens(), 150);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalReport {
+    /// The hosted agent (hosted tree's id; `a0` for the whole tree).
+    pub agent: AgentId,
+    /// Its run.
+    pub incarnation: u32,
+    /// Its terminal status (`running` for `a0`, which stands for the owner).
+    pub status: AgentStatus,
+    /// Its subtree's usage, every run so far.
+    pub usage: Usage,
+    /// The hosted tree's last event sequence number before the report.
+    pub last_event: u64,
+}
+
+impl Wire for Frame<Down> {
+    const WHAT: &'static str = "down frame";
+}
+
+impl Wire for Frame<Up> {
+    const WHAT: &'static str = "up frame";
+}
+
+impl Wire for TerminalReport {
+    const WHAT: &'static str = "terminal report";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EventKind, Outcome};
+    use proptest::prelude::*;
+
+    fn event() -> Event {
+        Event {
+            seq: 3,
+            agent: AgentId::new(1),
+            parent: Some(AgentId::ROOT),
+            depth: 1,
+            at_ms: 40,
+            kind: EventKind::settled(Outcome::completed("done")),
+        }
+    }
+
+    fn samples() -> (Vec<Frame<Down>>, Vec<Frame<Up>>) {
+        let a = AgentId::new(4);
+        let down = [
+            Down::Command {
+                command: Command::Spawn {
+                    agent: a,
+                    incarnation: 2,
+                    definition: "worker".into(),
+                    prompt: "p".into(),
+                    request_id: RequestId::new("a1/1/m2c0"),
+                },
+            },
+            Down::Command {
+                command: Command::Steer {
+                    agent: a,
+                    message: "hurry".into(),
+                },
+            },
+            Down::Command {
+                command: Command::Abort { agent: a },
+            },
+            Down::Command {
+                command: Command::Answer {
+                    agent: a,
+                    answer: "yes".into(),
+                },
+            },
+            Down::Command {
+                command: Command::Shutdown { within_ms: 3_000 },
+            },
+            Down::Grant {
+                grant: LeaseGrant {
+                    ticket: 9,
+                    lease_ms: 3_000,
+                },
+            },
+            Down::Ack { resend: true },
+            Down::Ack { resend: false },
+        ];
+        let up = [
+            Up::Event { event: event() },
+            Up::Refused {
+                command: 3,
+                error: "unknown type".into(),
+            },
+            Up::Report {
+                report: TerminalReport {
+                    agent: AgentId::new(1),
+                    incarnation: 1,
+                    status: AgentStatus::Completed,
+                    usage: Usage::tokens(5, 6),
+                    last_event: 3,
+                },
+            },
+            Up::Renew { ticket: 2 },
+            Up::Ack { resend: true },
+        ];
+        let frame = |i: usize| (i as u64 + 1, i as u64);
+        (
+            down.into_iter()
+                .enumerate()
+                .map(|(i, body)| Frame {
+                    seq: frame(i).0,
+                    ack: frame(i).1,
+                    body,
+                })
+                .collect(),
+            up.into_iter()
+                .enumerate()
+                .map(|(i, body)| Frame {
+                    seq: frame(i).0,
+                    ack: frame(i).1,
+                    body,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn every_body_round_trips() {
+        let (down, up) = samples();
+        for frame in down {
+            assert_eq!(Frame::<Down>::from_json(&frame.to_json()).unwrap(), frame);
+        }
+        for frame in up {
+            assert_eq!(Frame::<Up>::from_json(&frame.to_json()).unwrap(), frame);
+        }
+    }
+
+    #[test]
+    fn the_wire_form_is_stable() {
+        let frame = Frame {
+            seq: 2,
+            ack: 5,
+            body: Down::Command {
+                command: Command::Steer {
+                    agent: AgentId::new(3),
+                    message: "m".into(),
+                },
+            },
+        };
+        assert_eq!(
+            frame.to_json(),
+            r#"{"seq":2,"ack":5,"body":{"kind":"command","command":{"command":"steer","agent":"a3","message":"m"}}}"#
+        );
+        let renew = Frame {
+            seq: 0,
+            ack: 0,
+            body: Up::Renew { ticket: 1 },
+        };
+        assert_eq!(
+            renew.to_json(),
+            r#"{"seq":0,"ack":0,"body":{"kind":"renew","ticket":1}}"#
+        );
+    }
+
+    #[test]
+    fn decoding_is_strict() {
+        for text in [
+            // unknown envelope field
+            r#"{"seq":1,"ack":0,"body":{"kind":"ack"},"extra":1}"#,
+            // unknown body field, also on a body whose fields are all optional
+            r#"{"seq":1,"ack":0,"body":{"kind":"ack","resend":false,"x":1}}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"ack","x":1}}"#,
+            // unknown kind, missing kind
+            r#"{"seq":1,"ack":0,"body":{"kind":"ping"}}"#,
+            r#"{"seq":1,"ack":0,"body":{}}"#,
+            // a body of the other direction
+            r#"{"seq":1,"ack":0,"body":{"kind":"renew","ticket":1}}"#,
+            // negative and fractional numbers, missing fields
+            r#"{"seq":-1,"ack":0,"body":{"kind":"ack"}}"#,
+            r#"{"seq":1.5,"ack":0,"body":{"kind":"ack"}}"#,
+            r#"{"ack":0,"body":{"kind":"ack"}}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"grant","grant":{"ticket":1}}}"#,
+            // an unknown command, a command's unknown field, a bad agent id
+            r#"{"seq":1,"ack":0,"body":{"kind":"command","command":{"command":"reboot"}}}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"command","command":{"command":"abort","agent":"a1","why":"x"}}}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"command","command":{"command":"abort","agent":"a01"}}}"#,
+            "",
+            "null",
+            "[]",
+        ] {
+            assert!(Frame::<Down>::from_json(text).is_err(), "{text}");
+        }
+        for text in [
+            r#"{"seq":1,"ack":0,"body":{"kind":"ack"},"extra":1}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"command","command":{"command":"abort","agent":"a1"}}}"#,
+            // an event whose outcome does not match its kind (the event's own strictness)
+            r#"{"seq":1,"ack":0,"body":{"kind":"event","event":{"seq":1,"agent":"a1","parent":"a0","depth":1,"at_ms":0,"event":"completed","outcome":{"status":"failed","reason":"final_answer"}}}}"#,
+            r#"{"seq":1,"ack":0,"body":{"kind":"report","report":{"agent":"a1","incarnation":1,"status":"done","usage":{},"last_event":1}}}"#,
+        ] {
+            assert!(Frame::<Up>::from_json(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn only_content_is_sequenced() {
+        let (down, up) = samples();
+        let d: Vec<bool> = down.iter().map(|f| f.body.is_sequenced()).collect();
+        assert_eq!(d, [true, true, true, true, true, false, false, false]);
+        let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
+        assert_eq!(u, [true, true, true, false, false]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// No text panics the decoder, and whatever decodes re-encodes to the same frame.
+        #[test]
+        fn no_text_panics(text in ".{0,200}") {
+            if let Ok(frame) = Frame::<Down>::from_json(&text) {
+                prop_assert_eq!(Frame::<Down>::from_json(&frame.to_json()).unwrap(), frame);
+            }
+            if let Ok(frame) = Frame::<Up>::from_json(&text) {
+                prop_assert_eq!(Frame::<Up>::from_json(&frame.to_json()).unwrap(), frame);
+            }
+        }
+
+        /// Cutting a valid frame anywhere never panics and never decodes to something else.
+        #[test]
+        fn cuts_never_panic(pick in 0usize..13, cut in 0usize..400) {
+            let (down, up) = samples();
+            let texts: Vec<String> = down.iter().map(Wire::to_json)
+                .chain(up.iter().map(Wire::to_json)).collect();
+            let text = &texts[pick % texts.len()];
+            let cut = cut.min(text.len());
+            let head = &text[..cut];
+            if cut < text.len() {
+                prop_assert!(Frame::<Down>::from_json(head).is_err());
+                prop_assert!(Frame::<Up>::from_json(head).is_err());
+            }
+        }
+    }
+}
