@@ -365,10 +365,19 @@ impl Registry {
     pub(crate) fn kill_runs(&self, runs: &[(AgentId, u32)]) -> KilledRuns {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let mut out = KilledRuns::default();
+        let mut out = KilledRuns {
+            ended_killed: Vec::with_capacity(runs.len()),
+            ..KilledRuns::default()
+        };
         let mut killed_here = vec![false; inner.entries.len()];
+        let index = |id: AgentId| usize::try_from(id.get()).ok();
+        // One pass: `runs` lists an owner before its descendants (the shutdown's walk is
+        // depth-first, preorder), so whether an agent's owner was killed here is known when
+        // the agent is reached. (Out of that order, an agent would only be killed as a top
+        // too: a second signal, never a missed one.)
         for &(id, run) in runs {
             let Some(entry) = inner.entry(id).filter(|e| e.runs == run) else {
+                out.ended_killed.push(false);
                 continue;
             };
             let actor = entry.actor.clone();
@@ -379,36 +388,27 @@ impl Registry {
                     now,
                 );
                 out.killed.push(id);
-                if let Some(slot) = usize::try_from(id.get())
-                    .ok()
-                    .and_then(|i| killed_here.get_mut(i))
-                {
+                if let Some(slot) = index(id).and_then(|i| killed_here.get_mut(i)) {
                     *slot = true;
                 }
             }
-            out.actors.extend(actor);
-        }
-        for &(id, run) in runs {
-            let (Some(entry), Some(record)) = (inner.entry(id), inner.rec(id)) else {
+            let Some(record) = inner.rec(id) else {
+                out.ended_killed.push(false);
+                out.actors.extend(actor);
                 continue;
             };
             let owner_killed = !record.detached
                 && record
                     .parent
-                    .and_then(|p| usize::try_from(p.get()).ok())
+                    .and_then(index)
                     .and_then(|p| killed_here.get(p).copied())
                     .unwrap_or(false);
-            if entry.runs == run && !owner_killed {
-                out.tops.extend(entry.actor.clone());
+            out.ended_killed.push(record.status == AgentStatus::Killed);
+            if !owner_killed {
+                out.tops.extend(actor.clone());
             }
+            out.actors.extend(actor);
         }
-        out.ended_killed = runs
-            .iter()
-            .map(|&(id, run)| {
-                inner.status_of(id) == Some(AgentStatus::Killed)
-                    && inner.entry(id).is_some_and(|e| e.runs == run)
-            })
-            .collect();
         out
     }
 
