@@ -22,6 +22,7 @@ mod review_issue11b;
 mod review_issue9;
 mod review_journal2;
 mod review_retention;
+mod review_today;
 mod scripted_model_turns;
 mod snapshot_render;
 mod testkit_experiment;
