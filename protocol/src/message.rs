@@ -66,7 +66,10 @@ impl ToolCall {
 /// holds, so a [`ToolCall`]'s wire form is `"input": {...}`, never a string.
 ///
 /// The text is always the canonical compact JSON of its value (object keys sorted, as
-/// `serde_json` writes a `Value`), so two inputs are equal exactly when their values are.
+/// `serde_json` writes a `Value`). Two inputs are equal when their texts are: when their
+/// values are, except that `-0.0` and `0.0` differ. An input nested deeper than a JSON
+/// parser reads back ([`MAX_TEXT_DEPTH`](Self::MAX_TEXT_DEPTH)) is kept as its value too,
+/// so every input a model or a tool builds in code survives whole.
 ///
 /// ```
 /// use agent_tree_protocol::ToolInput;
@@ -80,13 +83,33 @@ impl ToolCall {
 /// assert_eq!(ToolInput::default().to_value(), serde_json::Value::Null);
 /// ```
 #[derive(Clone)]
-pub struct ToolInput(Box<serde_json::value::RawValue>);
+pub struct ToolInput(Held);
+
+#[derive(Clone)]
+enum Held {
+    /// The canonical text alone (read back by parsing it).
+    Text(Box<serde_json::value::RawValue>),
+    /// Nested deeper than `MAX_TEXT_DEPTH`: `serde_json` refuses to parse text nested
+    /// past 128 levels, so the value is kept beside its text.
+    Deep {
+        text: Box<str>,
+        value: Box<serde_json::Value>,
+    },
+}
 
 impl ToolInput {
-    /// The input as a JSON value (parsed from its text).
+    /// The deepest nesting (arrays and objects) an input is kept as text alone: below
+    /// `serde_json`'s parsing limit of 128 with room for the messages and journal lines it
+    /// sits in.
+    pub const MAX_TEXT_DEPTH: usize = 96;
+
+    /// The input as a JSON value.
     pub fn to_value(&self) -> serde_json::Value {
-        // The text was written from a `Value`, so it parses back to one.
-        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
+        match &self.0 {
+            // Written from a `Value` no deeper than the parser's limit: it parses back.
+            Held::Text(raw) => serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null),
+            Held::Deep { value, .. } => (**value).clone(),
+        }
     }
 
     /// The input parsed into `T`, straight from its text.
@@ -95,17 +118,23 @@ impl ToolInput {
     ///
     /// When the input does not have `T`'s shape.
     pub fn parse<'de, T: Deserialize<'de>>(&'de self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.0.get())
+        match &self.0 {
+            Held::Text(raw) => serde_json::from_str(raw.get()),
+            Held::Deep { value, .. } => T::deserialize(&**value),
+        }
     }
 
     /// The input's compact JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.get()
+        match &self.0 {
+            Held::Text(raw) => raw.get(),
+            Held::Deep { text, .. } => text,
+        }
     }
 
     /// Whether the input is a JSON object (as most tools' inputs are).
     pub fn is_object(&self) -> bool {
-        self.0.get().starts_with('{')
+        self.as_str().starts_with('{')
     }
 }
 
@@ -118,16 +147,45 @@ impl Default for ToolInput {
 
 impl From<serde_json::Value> for ToolInput {
     fn from(value: serde_json::Value) -> Self {
+        if deeper_than(&value, ToolInput::MAX_TEXT_DEPTH) {
+            let text = serde_json::to_string(&value).unwrap_or_else(|_| "null".to_owned());
+            return ToolInput(Held::Deep {
+                text: text.into_boxed_str(),
+                value: Box::new(value),
+            });
+        }
         ToolInput::from(&value)
     }
 }
 
 impl From<&serde_json::Value> for ToolInput {
     fn from(value: &serde_json::Value) -> Self {
+        if deeper_than(value, ToolInput::MAX_TEXT_DEPTH) {
+            return ToolInput::from(value.clone());
+        }
         // A `Value` always serializes, and its compact text is valid JSON.
         let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-        ToolInput(serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw()))
+        let raw = serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw());
+        ToolInput(Held::Text(raw))
     }
+}
+
+/// Whether `value` nests arrays and objects more than `limit` deep (walked without
+/// recursion, and no further than the limit).
+fn deeper_than(value: &serde_json::Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 0usize)];
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
+            serde_json::Value::Array(items) => Box::new(items.iter()),
+            serde_json::Value::Object(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        if depth + 1 > limit {
+            return true;
+        }
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    false
 }
 
 fn null_raw() -> Box<serde_json::value::RawValue> {
@@ -137,7 +195,7 @@ fn null_raw() -> Box<serde_json::value::RawValue> {
 
 impl PartialEq for ToolInput {
     fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
+        self.as_str() == other.as_str()
     }
 }
 
@@ -145,25 +203,28 @@ impl Eq for ToolInput {}
 
 impl std::hash::Hash for ToolInput {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.get().hash(state);
+        self.as_str().hash(state);
     }
 }
 
 impl std::fmt::Debug for ToolInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.get())
+        f.write_str(self.as_str())
     }
 }
 
 impl std::fmt::Display for ToolInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.get())
+        f.write_str(self.as_str())
     }
 }
 
 impl Serialize for ToolInput {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        match &self.0 {
+            Held::Text(raw) => raw.serialize(serializer),
+            Held::Deep { value, .. } => value.serialize(serializer),
+        }
     }
 }
 

@@ -39,7 +39,9 @@ fn journal_lines_written_before_decode_and_keep_their_input() {
         from: 0,
         messages: vec![agent_tree::protocol::Message::assistant(
             "",
-            (1..=6).map(|i| ToolCall::new(format!("c{i}"), "t", json!(0))).collect(),
+            (1..=6)
+                .map(|i| ToolCall::new(format!("c{i}"), "t", json!(0)))
+                .collect(),
         )]
         .into(),
     };
@@ -48,7 +50,9 @@ fn journal_lines_written_before_decode_and_keep_their_input() {
         Some(json!({"b": 1, "a": {"z": [1, 2.5, null], "y": "\u{e9}\n"}})),
         None,
         Some(json!(null)),
-        Some(json!({"big": 18446744073709551615u64, "neg": -9223372036854775808i64, "f": 1e300, "z": -0.0})),
+        Some(
+            json!({"big": 18446744073709551615u64, "neg": -9223372036854775808i64, "f": 1e300, "z": -0.0}),
+        ),
         Some(json!("a string")),
         Some(json!([1, "x"])),
     ];
@@ -85,38 +89,46 @@ fn journal_lines_written_before_decode_and_keep_their_input() {
         assert_eq!(call.input, ToolInput::from(input), "{}", call.id);
     }
     assert_eq!(calls[1].input.as_str(), "null");
-    assert_eq!(calls[0].input.as_str(), r#"{"a":{"y":"é\n","z":[1,2.5,null]},"b":1}"#);
+    assert_eq!(
+        calls[0].input.as_str(),
+        r#"{"a":{"y":"é\n","z":[1,2.5,null]},"b":1}"#
+    );
     // And back: the line written now decodes to the same entry, and its input is JSON.
     let again = serde_json::to_string(&from_text).unwrap();
     let back: JournalEntry = serde_json::from_str(&again).unwrap();
     assert_eq!(back, from_text);
     let as_value: Value = serde_json::from_str(&again).unwrap();
-    assert_eq!(as_value["messages"][0]["tool_calls"][0]["input"]["b"], json!(1));
+    assert_eq!(
+        as_value["messages"][0]["tool_calls"][0]["input"]["b"],
+        json!(1)
+    );
     assert_eq!(serde_json::to_value(&from_text).unwrap(), as_value);
 }
 
 #[test]
 fn equal_tool_calls_hash_equal_whatever_their_source_spacing() {
-    let a: ToolCall = serde_json::from_str(r#"{"id":"c","name":"t","input":{ "x" : 1 , "y":[ ] }}"#).unwrap();
+    let a: ToolCall =
+        serde_json::from_str(r#"{"id":"c","name":"t","input":{ "x" : 1 , "y":[ ] }}"#).unwrap();
     let b = ToolCall::new("c", "t", json!({"y": [], "x": 1}));
     assert_eq!(a, b);
     let set: HashSet<ToolInput> = [a.input.clone(), b.input.clone()].into_iter().collect();
     assert_eq!(set.len(), 1);
 }
 
-/// The type documents "two inputs are equal exactly when their values are"; `serde_json`
-/// holds `-0.0 == 0.0`, and a `ToolCall` compared them equal before today's change.
+/// `serde_json` holds `-0.0 == 0.0`; an input keeps the sign (it is sent back to the model
+/// as written), so the two are different inputs, as `ToolInput` documents.
 #[test]
-fn tool_inputs_are_equal_exactly_when_their_values_are_negative_zero() {
+fn negative_zero_keeps_its_sign_and_is_its_own_input() {
     let (neg, pos) = (json!({"x": -0.0}), json!({"x": 0.0}));
     assert_eq!(neg, pos, "serde_json's values are equal");
+    assert_eq!(ToolInput::from(&neg).as_str(), r#"{"x":-0.0}"#);
     assert_eq!(
-        ToolInput::from(&neg),
-        ToolInput::from(&pos),
-        "ToolInput: {} vs {}",
-        ToolInput::from(&neg),
-        ToolInput::from(&pos)
+        ToolInput::from(&neg).to_value()["x"]
+            .as_f64()
+            .map(f64::is_sign_negative),
+        Some(true)
     );
+    assert_ne!(ToolInput::from(&neg), ToolInput::from(&pos));
 }
 
 /// A deeply nested input (built in code: a `Value` has no depth limit) is kept as it was
@@ -161,7 +173,7 @@ async fn echo_tree(model: ScriptedModel, seen: Arc<Mutex<Vec<Value>>>) -> Tree {
 
 #[tokio::test(start_paused = true)]
 async fn a_user_tool_gets_the_input_the_model_gave() {
-    let inputs = vec![
+    let inputs = [
         json!({"path": "a.rs", "n": 3, "f": 0.1, "u": "\u{1F600}"}),
         json!(null),
         json!("text"),
@@ -245,7 +257,11 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
         "no text position: {}",
         answers[2].content
     );
-    assert!(!answers[3].is_error, "nulls are absent: {}", answers[3].content);
+    assert!(
+        !answers[3].is_error,
+        "nulls are absent: {}",
+        answers[3].content
+    );
 }
 
 // ---- Shutdown: no hook task outlives the call ----------------------------------------------
@@ -372,7 +388,11 @@ async fn a_subtree_shutdown_inside_a_tree_shutdown_leaves_no_hook() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(live.count(), 0, "hook futures still alive after both shutdowns");
+    assert_eq!(
+        live.count(),
+        0,
+        "hook futures still alive after both shutdowns"
+    );
     assert!(tree.alive_actors().is_empty());
 }
 
@@ -384,11 +404,18 @@ async fn a_dropped_shutdown_still_ends_its_hooks() {
     let tree = team_tree(3, Duration::from_millis(20), &live).await;
     let _ = tokio::time::timeout(Duration::from_millis(5), tree.shutdown()).await;
     assert_eq!(live.count(), 4, "every agent runs its hook");
-    tokio::time::sleep(Duration::from_millis(20) + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(1)).await;
+    tokio::time::sleep(
+        Duration::from_millis(20) + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(1),
+    )
+    .await;
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(live.count(), 0, "hooks of a dropped shutdown outlive its deadline");
+    assert_eq!(
+        live.count(),
+        0,
+        "hooks of a dropped shutdown outlive its deadline"
+    );
 }
 
 // ---- kill_runs: the report of a deep chain ------------------------------------------------
@@ -399,7 +426,10 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
     let mut model = ScriptedModel::new();
     model = model.script(
         "c",
-        Script::new([Turn::calls([Call::spawn_background("c", "deeper")]), Turn::hang()]),
+        Script::new([
+            Turn::calls([Call::spawn_background("c", "deeper")]),
+            Turn::hang(),
+        ]),
     );
     let live = Live::default();
     let tree = Tree::builder()
@@ -408,8 +438,9 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
                 .with_shutdown_grace(Duration::from_millis(10))
                 .with_max_depth(depth as u32),
         )
-        .catalog(catalog([AgentDefinition::new("c", "")
-            .with_allowed_subagents(SubagentAllowance::only(["c"]))]))
+        .catalog(catalog([
+            AgentDefinition::new("c", "").with_allowed_subagents(SubagentAllowance::only(["c"]))
+        ]))
         .model(model.clone())
         .on_shutdown(live.hook())
         .build()
@@ -433,6 +464,10 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
     assert!(tree.alive_actors().is_empty());
     let snapshot = tree.snapshot();
     for id in &report.killed {
-        assert_eq!(snapshot.record(*id).map(|r| r.status), Some(AgentStatus::Killed), "{id}");
+        assert_eq!(
+            snapshot.record(*id).map(|r| r.status),
+            Some(AgentStatus::Killed),
+            "{id}"
+        );
     }
 }
