@@ -115,6 +115,11 @@ impl HookRuntime {
     /// Ends every task spawned on the hook runtime: none is polled again. (On the caller's
     /// runtime there is nothing to stop; the kill token ends those tasks.)
     pub(crate) fn stop(&self) {
+        // A hook spawned after the stop (an agent that took its shutdown order only after
+        // the kill) must not build a runtime that nothing stops: if none was built yet, every
+        // later hook goes to the caller's runtime, where the kill token ends it. (Racing a
+        // first spawn, this waits for its runtime to be stored, and stops it below.)
+        let _ = self.handle.set(None);
         let runtime = self.runtime.lock().take();
         if let Some(runtime) = runtime {
             // Returns at once: the runtime's own threads drop the tasks. A hook blocking one
