@@ -170,7 +170,9 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // its own while this one waits and reports, and is awaited before returning. Hook tasks
     // on the hook runtime were ended by its stop above: their futures are dropped unpolled,
     // so the token has nobody to tell (and cancelling it anyway, while the hook runtime's
-    // threads drop 100,000 waiters of it, cost 150 ms of contention on its lock).
+    // threads drop 100,000 waiters of it, cost 150 ms of contention on its lock). Had no
+    // hook runtime been built by the stop, a hook started later goes to the caller's runtime
+    // (`HookRuntime::stop`), and the token is cancelled for it.
     let hooks_killed = order
         .hooks
         .on_caller_runtime()

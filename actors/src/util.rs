@@ -106,8 +106,8 @@ impl HookRuntime {
         }
     }
 
-    /// Whether hook tasks were spawned on the caller's runtime (a current-thread one), where
-    /// only the kill token ends them.
+    /// Whether hook tasks go to the caller's runtime (a current-thread one; or, after a stop
+    /// that found no hook runtime built, any runtime), where only the kill token ends them.
     pub(crate) fn on_caller_runtime(&self) -> bool {
         matches!(self.handle.get(), Some(None))
     }

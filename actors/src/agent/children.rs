@@ -405,10 +405,9 @@ impl AgentState {
     }
 
     /// A supervision event about a linked actor: a child that died without settling is
-    /// settled (failed after an actor failure, killed otherwise) and handled as its end.
-    /// A supervision event about a child: one that ended without settling (killed, failed,
-    /// panicked) is settled here, and what its owner must then handle is returned; every
-    /// other event (a start, a settled child's termination, ractor's own) is nothing to do.
+    /// settled here (failed after an actor failure, killed otherwise), and what its owner
+    /// must then handle as its end is returned; every other event (a start, a settled
+    /// child's termination, ractor's own) is nothing to do.
     /// Synchronous, so the owner's await path is entered (and its future boxed) only for a
     /// lost child, not for each child's start.
     pub(super) fn on_supervision_event(
