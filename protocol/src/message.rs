@@ -136,6 +136,21 @@ impl ToolInput {
     pub fn is_object(&self) -> bool {
         self.as_str().starts_with('{')
     }
+
+    /// The input of `value`: its canonical text, and the value itself only when it is
+    /// nested deeper than the text can be read back (copied then, if borrowed).
+    fn of(value: std::borrow::Cow<'_, serde_json::Value>) -> Self {
+        // A `Value` always serializes, and its compact text is valid JSON.
+        let text = serde_json::to_string(&*value).unwrap_or_else(|_| "null".to_owned());
+        if deeper_than(&value, ToolInput::MAX_TEXT_DEPTH) {
+            return ToolInput(Held::Deep {
+                text: text.into_boxed_str(),
+                value: Box::new(value.into_owned()),
+            });
+        }
+        let raw = serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw());
+        ToolInput(Held::Text(raw))
+    }
 }
 
 impl Default for ToolInput {
@@ -147,26 +162,13 @@ impl Default for ToolInput {
 
 impl From<serde_json::Value> for ToolInput {
     fn from(value: serde_json::Value) -> Self {
-        if deeper_than(&value, ToolInput::MAX_TEXT_DEPTH) {
-            let text = serde_json::to_string(&value).unwrap_or_else(|_| "null".to_owned());
-            return ToolInput(Held::Deep {
-                text: text.into_boxed_str(),
-                value: Box::new(value),
-            });
-        }
-        ToolInput::from(&value)
+        ToolInput::of(std::borrow::Cow::Owned(value))
     }
 }
 
 impl From<&serde_json::Value> for ToolInput {
     fn from(value: &serde_json::Value) -> Self {
-        if deeper_than(value, ToolInput::MAX_TEXT_DEPTH) {
-            return ToolInput::from(value.clone());
-        }
-        // A `Value` always serializes, and its compact text is valid JSON.
-        let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-        let raw = serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw());
-        ToolInput(Held::Text(raw))
+        ToolInput::of(std::borrow::Cow::Borrowed(value))
     }
 }
 
@@ -175,15 +177,23 @@ impl From<&serde_json::Value> for ToolInput {
 fn deeper_than(value: &serde_json::Value, limit: usize) -> bool {
     let mut stack = vec![(value, 0usize)];
     while let Some((value, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
-            serde_json::Value::Array(items) => Box::new(items.iter()),
-            serde_json::Value::Object(fields) => Box::new(fields.values()),
-            _ => continue,
-        };
-        if depth + 1 > limit {
-            return true;
+        // An array or object, even an empty one, is one level deeper than its holder.
+        let inside = depth + 1;
+        match value {
+            serde_json::Value::Array(items) => {
+                if inside > limit {
+                    return true;
+                }
+                stack.extend(items.iter().map(|item| (item, inside)));
+            }
+            serde_json::Value::Object(fields) => {
+                if inside > limit {
+                    return true;
+                }
+                stack.extend(fields.values().map(|field| (field, inside)));
+            }
+            _ => {}
         }
-        stack.extend(children.map(|child| (child, depth + 1)));
     }
     false
 }
