@@ -106,8 +106,14 @@ impl RequestId {
     /// call at the same place finds its child (a run resumed after a crash, continuing its
     /// journaled conversation); a restart's calls never do, nor a later turn's, even when a
     /// model reuses its call ids.
-    pub fn derived(owner: AgentId, incarnation: u32, place: &str) -> Self {
-        RequestId(format!("{owner}/{incarnation}/{place}"))
+    ///
+    /// `place` is anything displayed (a `&str`, or `format_args!("m{m}c{c}")` to write the
+    /// id into its one buffer without a string of the place first).
+    pub fn derived(owner: AgentId, incarnation: u32, place: impl fmt::Display) -> Self {
+        use fmt::Write as _;
+        let mut text = String::with_capacity(32);
+        let _ = write!(text, "{owner}/{incarnation}/{place}");
+        RequestId(text)
     }
 
     /// The text of the id.
@@ -173,6 +179,11 @@ mod tests {
         assert_eq!(
             RequestId::derived(AgentId::new(3), 1, "call_1").as_str(),
             "a3/1/call_1"
+        );
+        let (message, call) = (4, 0);
+        assert_eq!(
+            RequestId::derived(AgentId::new(3), 2, format_args!("m{message}c{call}")),
+            RequestId::derived(AgentId::new(3), 2, "m4c0")
         );
     }
 }

@@ -379,20 +379,10 @@ async fn spawn_or_resume(
         .iter()
         .rposition(|m| m.role == agent_tree_protocol::Role::Assistant)
         .unwrap_or(0);
-    // `RequestId::derived`'s text (`a3/1/m4c0`), written once into one buffer.
-    let request_id = {
-        use std::fmt::Write as _;
-        let mut text = String::with_capacity(32);
-        let _ = write!(
-            text,
-            "{}/{}/m{message}c{index}",
-            state.id, state.incarnation
-        );
-        RequestId::new(text)
-    };
-    debug_assert_eq!(
-        request_id,
-        RequestId::derived(state.id, state.incarnation, &format!("m{message}c{index}"))
+    let request_id = RequestId::derived(
+        state.id,
+        state.incarnation,
+        format_args!("m{message}c{index}"),
     );
     let detached = definition.detached;
     let owner_capabilities = state
