@@ -391,6 +391,21 @@ pub(crate) enum Received<B> {
     },
 }
 
+impl<B> Received<B> {
+    /// The acknowledgement this frame is answered with, once the caller has acted on it:
+    /// `Some(resend)` for [`Endpoint::ack_frame`]. A sequenced frame, fresh or duplicate,
+    /// is acknowledged (its sender may have lost the last ack); a gap, or a control frame
+    /// showing frames never received, asks for a replay when `resend`.
+    pub(crate) fn reply(&self) -> Option<bool> {
+        match self {
+            Received::Fresh { .. } | Received::Duplicate { .. } => Some(false),
+            Received::Gap { resend, .. } | Received::Control { resend, .. } => {
+                resend.then_some(true)
+            }
+        }
+    }
+}
+
 /// One end of an edge: the outbox of what it sends (`O`), the inbox of what it receives,
 /// and the size guard on everything it queues.
 #[derive(Clone, Debug)]
@@ -536,6 +551,23 @@ mod tests {
         OutboxLimits {
             max_frames,
             max_bytes,
+        }
+    }
+
+    #[test]
+    fn every_received_frame_gets_its_acknowledgement() {
+        let fresh: Received<()> = Received::Fresh { seq: 1, body: () };
+        assert_eq!(fresh.reply(), Some(false));
+        assert_eq!(Received::<()>::Duplicate { seq: 1 }.reply(), Some(false));
+        for resend in [false, true] {
+            let gap = Received::<()>::Gap {
+                expected: 2,
+                got: 4,
+                resend,
+            };
+            assert_eq!(gap.reply(), resend.then_some(true));
+            let control = Received::Control { body: (), resend };
+            assert_eq!(control.reply(), resend.then_some(true));
         }
     }
 

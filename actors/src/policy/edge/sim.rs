@@ -367,9 +367,13 @@ impl Child {
     }
 
     fn receive(&mut self, now: u64, frame: Frame<Down>) {
-        match self.end.receive(frame) {
-            Err(error) => self.errors.push(error.to_string()),
-            Ok(Received::Fresh { seq, body }) => {
+        let received = match self.end.receive(frame) {
+            Ok(received) => received,
+            Err(error) => return self.errors.push(error.to_string()),
+        };
+        let reply = received.reply();
+        match received {
+            Received::Fresh { seq, body } => {
                 assert!(
                     self.applied_down.insert(seq),
                     "down frame {seq} applied twice"
@@ -377,29 +381,19 @@ impl Child {
                 if let Down::Command { command } = body {
                     self.command(now, seq, command);
                 }
-                let ack = self.end.ack_frame(false);
-                self.controls.push(ack);
             }
-            Ok(Received::Duplicate { .. }) => {
-                let ack = self.end.ack_frame(false);
-                self.controls.push(ack);
+            Received::Control {
+                body: Down::Grant { grant },
+                ..
+            } => {
+                // A grant for a forgotten ticket, or after the lapse, is not taken.
+                let _ = self.lease.on_grant(grant);
             }
-            Ok(Received::Gap { resend, .. }) => {
-                if resend {
-                    let ask = self.end.ack_frame(true);
-                    self.controls.push(ask);
-                }
-            }
-            Ok(Received::Control { body, resend }) => {
-                if let Down::Grant { grant } = body {
-                    // A grant for a forgotten ticket, or after the lapse, is not taken.
-                    let _ = self.lease.on_grant(grant);
-                }
-                if resend {
-                    let ask = self.end.ack_frame(true);
-                    self.controls.push(ask);
-                }
-            }
+            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+        }
+        if let Some(resend) = reply {
+            let ack = self.end.ack_frame(resend);
+            self.controls.push(ack);
         }
     }
 
@@ -621,9 +615,13 @@ impl Owner {
 
     fn receive(&mut self, now: u64, frame: Frame<Up>) {
         self.lease.heard(ms(now));
-        match self.end.receive(frame) {
-            Err(error) => self.errors.push(error.to_string()),
-            Ok(Received::Fresh { seq, body }) => {
+        let received = match self.end.receive(frame) {
+            Ok(received) => received,
+            Err(error) => return self.errors.push(error.to_string()),
+        };
+        let reply = received.reply();
+        match received {
+            Received::Fresh { seq, body } => {
                 assert!(self.applied_up.insert(seq), "up frame {seq} applied twice");
                 match body {
                     Up::Event { event } => {
@@ -647,30 +645,20 @@ impl Owner {
                     Up::Refused { error, .. } => self.refused.push(error),
                     other => self.errors.push(format!("unexpected {other:?}")),
                 }
-                let ack = self.end.ack_frame(false);
-                self.controls.push(ack);
             }
-            Ok(Received::Duplicate { .. }) => {
-                let ack = self.end.ack_frame(false);
-                self.controls.push(ack);
-            }
-            Ok(Received::Gap { resend, .. }) => {
-                if resend {
-                    let ask = self.end.ack_frame(true);
-                    self.controls.push(ask);
+            Received::Control {
+                body: Up::Renew { ticket },
+                ..
+            } => {
+                if let Ok(grant) = self.lease.grant(ticket, ms(now)) {
+                    self.controls.push(self.end.control(Down::Grant { grant }));
                 }
             }
-            Ok(Received::Control { body, resend }) => {
-                if let Up::Renew { ticket } = body {
-                    if let Ok(grant) = self.lease.grant(ticket, ms(now)) {
-                        self.controls.push(self.end.control(Down::Grant { grant }));
-                    }
-                }
-                if resend {
-                    let ask = self.end.ack_frame(true);
-                    self.controls.push(ask);
-                }
-            }
+            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+        }
+        if let Some(resend) = reply {
+            let ack = self.end.ack_frame(resend);
+            self.controls.push(ack);
         }
     }
 
