@@ -400,25 +400,20 @@ mod tests {
             Up::Renew { ticket: 2 },
             Up::Ack { resend: true },
         ];
-        let frame = |i: usize| (i as u64 + 1, i as u64);
-        (
-            down.into_iter()
-                .enumerate()
-                .map(|(i, body)| Frame {
-                    seq: frame(i).0,
-                    ack: frame(i).1,
-                    body,
-                })
-                .collect(),
-            up.into_iter()
-                .enumerate()
-                .map(|(i, body)| Frame {
-                    seq: frame(i).0,
-                    ack: frame(i).1,
-                    body,
-                })
-                .collect(),
-        )
+        (numbered(down), numbered(up))
+    }
+
+    /// Frame `i` of `bodies` numbered `i + 1`, acknowledging `i`.
+    fn numbered<B>(bodies: impl IntoIterator<Item = B>) -> Vec<Frame<B>> {
+        bodies
+            .into_iter()
+            .zip(0u64..)
+            .map(|(body, i)| Frame {
+                seq: i + 1,
+                ack: i,
+                body,
+            })
+            .collect()
     }
 
     #[test]

@@ -39,6 +39,16 @@ struct Steps {
     pad: usize,
 }
 
+/// A tree of `worker`s driven by [`Steps`] with `pad`, holding the `noop` tool: the builder,
+/// for each test's journal and hooks.
+fn steps_tree(pad: usize) -> agent_tree::TreeBuilder {
+    Tree::builder()
+        .model(Steps { pad })
+        .catalog(catalog([leaf("worker")]))
+        .tool(noop())
+        .unwrap()
+}
+
 impl Steps {
     fn expected(agent: u64, run: usize, pad: usize) -> String {
         format!("a{agent}-run{run}-m{}{}", 4 * run - 1, ".".repeat(pad))
@@ -151,11 +161,7 @@ async fn killed_before_its_first_turn(config: fn(std::path::PathBuf) -> JournalC
     let starts: Arc<Mutex<HashMap<AgentId, usize>>> = Arc::default();
     let hooked = Arc::new(tokio::sync::Notify::new());
     let (hook_starts, hook_hooked) = (starts.clone(), hooked.clone());
-    let tree = Tree::builder()
-        .model(Steps::default())
-        .catalog(catalog([leaf("worker")]))
-        .tool(noop())
-        .unwrap()
+    let tree = steps_tree(0)
         .on_start(move |ctx: HookContext| {
             let n = {
                 let mut starts = hook_starts.lock();
@@ -219,11 +225,7 @@ async fn conversations_read_back_across_runs_compactions_and_two_recoveries() {
     let path = dir.file("j");
     let pad = 600;
     let build = || async {
-        Tree::builder()
-            .model(Steps { pad })
-            .catalog(catalog([leaf("worker")]))
-            .tool(noop())
-            .unwrap()
+        steps_tree(pad)
             .journal(
                 JournalConfig::new(&path)
                     .rotate_at(8 * 1024)
@@ -470,11 +472,7 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
     let dir = TempDir::new("review2-tally");
     let path = dir.file("j");
     let build = || async {
-        Tree::builder()
-            .model(Steps { pad: 400 })
-            .catalog(catalog([leaf("worker")]))
-            .tool(noop())
-            .unwrap()
+        steps_tree(400)
             .journal(
                 JournalConfig::new(&path)
                     .rotate_at(6 * 1024)
@@ -793,11 +791,7 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
     for iteration in 0..20 {
         let pad = 200;
         let tree = Arc::new(
-            Tree::builder()
-                .model(Steps { pad })
-                .catalog(catalog([leaf("worker")]))
-                .tool(noop())
-                .unwrap()
+            steps_tree(pad)
                 .journal_store(
                     JournalConfig::new("memory")
                         .max_queue(4)

@@ -323,18 +323,22 @@ mod tests {
         }
     }
 
-    /// a1 under a0 and a2 under a1, both running, a2 with usage 10+1 and a1 with 5+1.
-    fn running_pair() -> (Mirror, u64) {
-        let mut m = Mirror::new();
-        let events = [
+    /// The events of [`running_pair`].
+    fn pair_events() -> [Event; 6] {
+        [
             event(1, 1, 0, spawned()),
             event(2, 1, 0, started()),
             event(3, 2, 1, spawned()),
             event(4, 2, 1, started()),
             event(5, 2, 1, usage(10)),
             event(6, 1, 0, usage(5)),
-        ];
-        for e in &events {
+        ]
+    }
+
+    /// a1 under a0 and a2 under a1, both running, a2 with usage 10+1 and a1 with 5+1.
+    fn running_pair() -> (Mirror, u64) {
+        let mut m = Mirror::new();
+        for e in &pair_events() {
             assert_eq!(m.apply(e), Ok(Mirrored::Applied));
         }
         (m, 6)
@@ -344,14 +348,7 @@ mod tests {
     fn the_mirror_folds_as_the_journal_does() {
         let (m, _) = running_pair();
         let mut fold = Fold::new();
-        for e in [
-            event(1, 1, 0, spawned()),
-            event(2, 1, 0, started()),
-            event(3, 2, 1, spawned()),
-            event(4, 2, 1, started()),
-            event(5, 2, 1, usage(10)),
-            event(6, 1, 0, usage(5)),
-        ] {
+        for e in pair_events() {
             fold.apply(&e).unwrap();
         }
         assert_eq!(m.records(), fold.records());
