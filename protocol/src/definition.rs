@@ -294,6 +294,12 @@ pub struct AgentDefinition {
     /// them, and they are supervised by the root. Only a definition or the application's
     /// [`SpawnRequest`](crate::SpawnRequest) can detach an agent, never a model.
     pub detached: bool,
+    /// The node agents of this type run on (the name a node joined the tree with), when not
+    /// this one: the application's placement, never a model's (see `docs/cluster.md`). Needs
+    /// the runtime's `cluster` feature and a node attached to the tree; a spawn placed on a
+    /// node the tree cannot reach is refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// The default restart intensity (Erlang's default).
@@ -322,6 +328,7 @@ impl Default for AgentDefinition {
             restart_period_ms: DEFAULT_RESTART_PERIOD_MS,
             settle: SettlePolicy::AbortChildren,
             detached: false,
+            node: None,
         }
     }
 }
@@ -421,6 +428,18 @@ impl AgentDefinition {
     /// ```
     pub fn detached(mut self) -> Self {
         self.detached = true;
+        self
+    }
+
+    /// Places agents of this type on the node named `node` (see [`AgentDefinition::node`]).
+    ///
+    /// ```
+    /// use agent_tree_protocol::AgentDefinition;
+    /// let sandboxed = AgentDefinition::new("runner", "You run builds.").on_node("builder-1");
+    /// assert_eq!(sandboxed.node.as_deref(), Some("builder-1"));
+    /// ```
+    pub fn on_node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
         self
     }
 

@@ -52,6 +52,11 @@ pub struct SpawnRequest {
     /// Overrides the definition's settle policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle: Option<SettlePolicy>,
+    /// Places the agent on the node named `node`, overriding its definition's placement.
+    /// Only the application sets it: an agent's spawns are built by the runtime from its
+    /// model's typed `Agent` input, which has no such field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl SpawnRequest {
@@ -65,6 +70,7 @@ impl SpawnRequest {
             request_id: None,
             detached: false,
             settle: None,
+            node: None,
         }
     }
 
@@ -89,6 +95,18 @@ impl SpawnRequest {
     /// Detaches the child from ordinary abort cascades.
     pub fn detached(mut self) -> Self {
         self.detached = true;
+        self
+    }
+
+    /// Places the agent on the node named `node` (see [`SpawnRequest::node`]).
+    ///
+    /// ```
+    /// use agent_tree_protocol::SpawnRequest;
+    /// let request = SpawnRequest::new("runner", "build it").on_node("builder-1");
+    /// assert_eq!(request.node.as_deref(), Some("builder-1"));
+    /// ```
+    pub fn on_node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
         self
     }
 

@@ -346,7 +346,7 @@ impl Loader {
         let mut here: HashMap<String, PathBuf> = HashMap::new();
         for file in files {
             let definition = match read_agent_file(&file) {
-                Ok(Entry::Agent(definition)) => definition,
+                Ok(Entry::Agent(definition)) => *definition,
                 Ok(Entry::Skipped(reason)) => {
                     tracing::debug!(file = %file.display(), %reason, "markdown file skipped");
                     self.skipped.push(Skipped { file, reason });
@@ -448,7 +448,8 @@ fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// What one markdown file of a directory turned out to be.
 enum Entry {
-    Agent(AgentDefinition),
+    /// Boxed: a definition is a few hundred bytes, a skip none.
+    Agent(Box<AgentDefinition>),
     Skipped(SkipReason),
 }
 
@@ -458,7 +459,7 @@ fn read_agent_file(path: &Path) -> Result<Entry, CatalogError> {
     if !has_frontmatter(&text) {
         return Ok(Entry::Skipped(SkipReason::NoFrontmatter));
     }
-    parse_agent_file(path, &text).map(Entry::Agent)
+    parse_agent_file(path, &text).map(|d| Entry::Agent(Box::new(d)))
 }
 
 /// The text of the regular file at `path` (a link followed), at most

@@ -35,6 +35,7 @@ pub(super) enum Field {
     AllowedSubagents,
     Isolated,
     Detached,
+    Node,
     Model,
     MaxTurns,
     InheritContext,
@@ -61,6 +62,7 @@ impl Field {
             }
             "isolated" => Field::Isolated,
             "detached" => Field::Detached,
+            "node" => Field::Node,
             "model" => Field::Model,
             "max_turns" | "maxTurns" | "max-turns" => Field::MaxTurns,
             "inherit_context" | "inheritContext" | "inherit-context" => Field::InheritContext,
@@ -107,6 +109,10 @@ pub(super) fn apply(
         }
         Field::Isolated => definition.isolated = boolean(value)?,
         Field::Detached => definition.detached = boolean(value)?,
+        Field::Node => {
+            let node = string(value)?.trim();
+            definition.node = (!node.is_empty()).then(|| node.to_owned());
+        }
         Field::Model => {
             let model = string(value)?.trim();
             // Claude Code's `inherit` means "the main conversation's model": the default.
