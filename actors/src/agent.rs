@@ -223,6 +223,8 @@ impl Actor for AgentActor {
                 state.on_question_answered(&myself, answer, asked)
             }
             AgentMsg::PoolChanged => {}
+            #[cfg(feature = "cluster")]
+            AgentMsg::Edge(_) => {}
         }
         Ok(())
     }
@@ -320,6 +322,7 @@ impl AgentState {
             detached: _,
             owner_capabilities,
             parent_span,
+            node: _,
         } = start;
         // One span per run, a child of its owner's: everything its turns, tools and hooks
         // log names the agent. Field names follow OpenTelemetry's GenAI conventions.

@@ -7,6 +7,8 @@
 
 mod agent;
 mod catalog;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 mod config;
 #[cfg(test)]
 mod cost_tests;

@@ -134,7 +134,16 @@ pub(crate) enum AgentMsg {
     QuestionAnswered { answer: String, asked: (u32, u32) },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
+    /// Something for a remote child's stand-in (its edge's frames, ticks, the peer's
+    /// session coming and going); other actors ignore it.
+    #[cfg(feature = "cluster")]
+    Edge(crate::cluster::EdgeInput),
 }
+
+// With ractor's `cluster` feature on, ractor has no blanket `Message` impl. Never sent
+// across nodes: only the host's own message is.
+#[cfg(feature = "cluster")]
+impl ractor::Message for AgentMsg {}
 
 /// Sends `actor` the message `build` makes around a reply port and waits for the reply, or
 /// for the actor to exit (`None` then, or when the send is refused).

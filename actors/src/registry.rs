@@ -666,6 +666,7 @@ mod tests {
             settle: SettlePolicy::AbortChildren,
             context: Vec::new(),
             resumed: false,
+            node: None,
             detached: false,
             owner_capabilities: None,
             parent_span: crate::util::SpanSlot::default(),

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) span: tracing::Span,
     /// The journal, when the tree keeps one.
     pub(crate) journal: Option<crate::journal::JournalTap>,
+    /// The node the tree's remote children are reached through, when one is attached.
+    #[cfg(feature = "cluster")]
+    pub(crate) cluster: OnceLock<Arc<crate::cluster::NodeInner>>,
 }
 
 impl Shared {

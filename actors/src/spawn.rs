@@ -47,6 +47,9 @@ pub(crate) struct PendingStart {
     pub(crate) owner_capabilities: Option<Box<Capabilities>>,
     /// The span of the owner that spawned it: every run's span is its child.
     pub(crate) parent_span: crate::util::SpanSlot,
+    /// The node it runs on when not this one (the request's placement, else its
+    /// definition's): every run of it starts a stand-in here instead of an agent.
+    pub(crate) node: Option<Arc<str>>,
 }
 
 /// A started, queued or found child.
@@ -80,6 +83,14 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         pooled,
         owner_span,
     } = spec;
+    let node = request
+        .node
+        .as_deref()
+        .or(definition.node.as_deref())
+        .map(Arc::<str>::from);
+    if let Some(node) = &node {
+        check_placement(shared, &definition.name, node)?;
+    }
     let journaled = shared.journal.as_ref().map(|_| request.clone());
     let definition_for_type = Arc::clone(&definition);
     let pending = PendingStart {
@@ -92,6 +103,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         resumed: false,
         owner_capabilities,
         parent_span: owner_span,
+        node,
     };
     // One registry transaction: the checks, the reservation, the record, the inherited
     // context (or its drop) and the ticket the actor starts with.
@@ -119,6 +131,30 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
                 actor: actor.get_id(),
             })
         }
+    }
+}
+
+/// Whether an agent of `agent_type` can be placed on node `node`: the build has the
+/// `cluster` feature, the tree a node attached, and a session to `node` is ready.
+fn check_placement(shared: &SharedRef, agent_type: &str, node: &str) -> Result<(), SpawnError> {
+    #[cfg(feature = "cluster")]
+    {
+        let refused = match shared.cluster.get() {
+            None => "the tree has no cluster node attached (`TreeBuilder::node`)",
+            Some(cluster) if cluster.name() == node => return Ok(()),
+            Some(cluster) if cluster.reaches(node) => return Ok(()),
+            Some(_) => "no session to that node is ready",
+        };
+        Err(SpawnError::InvalidRequest(format!(
+            "{agent_type} is placed on node {node}, but {refused}"
+        )))
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = shared;
+        Err(SpawnError::InvalidRequest(format!(
+            "{agent_type} is placed on node {node}, but this build has no `cluster` feature"
+        )))
     }
 }
 
@@ -209,18 +245,29 @@ async fn start_run(
         _ => owner_actor.get_cell(),
     };
     let (id, run, token) = (ticket.id, ticket.run, ticket.token.clone());
+    let node = ticket.start.node.clone();
     let args = AgentArgs {
         ticket,
         owner: owner_actor.clone(),
         shared: shared.clone(),
     };
-    match Actor::spawn_linked(None, AgentActor, args, supervisor).await {
-        Ok((actor, _)) => Ok(actor),
-        Err(error) => {
+    let started = match node {
+        // Placed on this very node: an agent like any other.
+        #[cfg(feature = "cluster")]
+        Some(node) if shared.cluster.get().is_none_or(|c| c.name() != &*node) => {
+            crate::cluster::start_stand_in(args, node, supervisor).await
+        }
+        _ => Actor::spawn_linked(None, AgentActor, args, supervisor)
+            .await
+            .map(|(actor, _)| actor)
+            .map_err(|error| error.to_string()),
+    };
+    match started {
+        Ok(actor) => Ok(actor),
+        Err(message) => {
             // The actor may have run `pre_start` before the link failed: cancel the token so
             // nothing of it is left running.
             token.cancel();
-            let message = error.to_string();
             shared
                 .registry
                 .fail_start(id, run, message.clone(), restart);

@@ -74,6 +74,8 @@ pub struct TreeBuilder {
     session: Option<SessionId>,
     hooks: Hooks,
     journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
+    #[cfg(feature = "cluster")]
+    node: Option<std::sync::Arc<crate::cluster::NodeInner>>,
 }
 
 impl std::fmt::Debug for TreeBuilder {
@@ -173,6 +175,14 @@ impl TreeBuilder {
         self
     }
 
+    /// Attaches the tree to a cluster node (feature `cluster`): agents placed on other
+    /// nodes (a definition's or a request's `node`) are reached through it.
+    #[cfg(feature = "cluster")]
+    pub fn node(mut self, node: &crate::cluster::Node) -> Self {
+        self.node = Some(std::sync::Arc::clone(node.inner()));
+        self
+    }
+
     /// Starts the tree's root actor.
     ///
     /// # Errors
@@ -197,6 +207,8 @@ impl TreeBuilder {
             offered: parking_lot::Mutex::default(),
             span: tracing::info_span!("agent_tree", session = %session_name),
             journal,
+            #[cfg(feature = "cluster")]
+            cluster: self.node.map(std::sync::OnceLock::from).unwrap_or_default(),
         });
         if let Some(journal) = &shared.journal {
             shared.registry.set_journal(journal.clone());
@@ -728,7 +740,14 @@ impl Tree {
     /// returns after at most the grace plus a small constant. Records stay readable; the tree
     /// admits no new agent afterwards.
     pub async fn shutdown(&self) -> ShutdownReport {
-        let deadline = Instant::now() + self.shared.config.shutdown_grace;
+        self.shutdown_within(self.shared.config.shutdown_grace)
+            .await
+    }
+
+    /// As [`Tree::shutdown`], under a deadline `within` from now instead of the config's
+    /// grace (a hosted tree shuts down by its remote owner's deadline).
+    pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
+        let deadline = Instant::now() + within;
         let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
         // The root's stop shares the one small bound after the deadline.
         let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))

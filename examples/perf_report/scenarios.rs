@@ -288,6 +288,10 @@ pub enum RawMsg {
     Delta(u64),
 }
 
+// With ractor's `cluster` feature on in the build, ractor has no blanket `Message` impl.
+#[cfg(feature = "cluster")]
+impl ractor::Message for RawMsg {}
+
 pub struct RawState {
     args: RawArgs,
     parent: Option<ActorRef<RawMsg>>,

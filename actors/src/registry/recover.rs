@@ -128,6 +128,11 @@ fn spec_of(
         Some(definition) => Arc::new(definition.clone()),
         None => branch.catalog.resolve(&record.agent_type).ok()?.clone(),
     };
+    let node = request
+        .node
+        .as_deref()
+        .or(definition.node.as_deref())
+        .map(Arc::<str>::from);
     Some(PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
         definition,
@@ -142,5 +147,6 @@ fn spec_of(
         detached: record.detached,
         owner_capabilities: None,
         parent_span: crate::util::SpanSlot::default(),
+        node,
     })
 }

@@ -1,0 +1,447 @@
+//! The child's side of an edge: the tree a node hosts one remote child's subtree in, and
+//! the edge's end that forwards the tree's events up and carries out the commands that
+//! come down.
+//!
+//! One task per edge, owning everything of it (the hosted [`Tree`], its [`Endpoint`], its
+//! [`ChildLease`], the fold of what it forwarded): inputs are the edge's frames, the hosted
+//! tree's events, the owner's node's session coming and going, and one timer.
+//!
+//! # Invariants
+//!
+//! * Every hosted event goes up in the hosted tree's order, once applied by the owner's
+//!   node (the outbox keeps it until acknowledged, replays it after a reconnect).
+//! * Nothing runs without a lease: commands wait until the first grant; when the lease
+//!   lapses every live hosted agent is killed before anything else happens, and every later
+//!   command is refused.
+//! * The edge ends (its tree shut down, its route removed) a short linger after its top
+//!   agent settled or its lease lapsed: the linger gives the owner's node time to
+//!   acknowledge the last events.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::{
+    AgentId, Command, Down, Event, EventKind, Fold, Frame, SpawnRequest, TerminalReport, Up,
+};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+
+use super::wire::Directed;
+use super::{NodeInner, PeerEvent};
+use crate::policy::edge::lease::{ChildLease, LeaseState};
+use crate::policy::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
+use crate::policy::edge::size::SizeGuard;
+use crate::tree::{Tree, TreeBuilder};
+
+/// The hosted side's timer.
+const TICK: Duration = Duration::from_millis(100);
+/// Retransmission runs every this many ticks.
+const RETRANSMIT_EVERY: u32 = 4;
+/// How long an edge whose work is over stays to have its last frames acknowledged.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// What the host hands a hosted edge.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A frame from the owner's node.
+    Frame(Frame<Down>),
+}
+
+/// Who a hosted edge is.
+#[derive(Debug)]
+pub(crate) struct Edge {
+    pub(crate) node: Arc<NodeInner>,
+    pub(crate) id: String,
+    /// The owner's node.
+    pub(crate) owner: String,
+}
+
+struct Side {
+    edge: Edge,
+    tree: Option<Arc<Tree>>,
+    end: Endpoint<Up>,
+    lease: ChildLease,
+    epoch: Instant,
+    fold: Fold,
+    /// Owner's ids to hosted ids.
+    hosted: HashMap<AgentId, AgentId>,
+    /// Commands that came before the first grant, with their numbers.
+    waiting: VecDeque<(u64, Command)>,
+    /// Bodies a full outbox refused, in order.
+    held: VecDeque<Up>,
+    down: bool,
+    lapsed: bool,
+    shutdown: Option<tokio::task::JoinHandle<()>>,
+    /// When the edge ends, once its work is over.
+    finish_at: Option<Instant>,
+    ticks: u32,
+}
+
+/// Runs one hosted edge until its work is over.
+pub(crate) async fn run(
+    edge: Edge,
+    builder: TreeBuilder,
+    mut inbox: mpsc::UnboundedReceiver<Input>,
+) {
+    let tree = match builder.build().await {
+        Ok(tree) => Some(Arc::new(tree)),
+        Err(error) => {
+            tracing::warn!(edge = %edge.id, %error, "the hosted tree did not build");
+            None
+        }
+    };
+    if let Some(tree) = &tree {
+        edge.node.hosted_tree(&edge.id, tree);
+    }
+    let mut events = tree.as_ref().map(|t| t.subscribe());
+    let mut peers = edge.node.subscribe_peers();
+    let terms = edge.node.terms();
+    let mut side = Side {
+        down: !edge.node.reaches(&edge.owner),
+        edge,
+        tree,
+        end: Endpoint::new(OutboxLimits::default(), SizeGuard::default()),
+        lease: ChildLease::new(terms.renew_every(), terms.lease),
+        epoch: Instant::now(),
+        fold: Fold::new(),
+        hosted: HashMap::new(),
+        waiting: VecDeque::new(),
+        held: VecDeque::new(),
+        lapsed: false,
+        shutdown: None,
+        finish_at: None,
+        ticks: 0,
+    };
+    side.renew_now();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            input = inbox.recv() => match input {
+                Some(Input::Frame(frame)) => side.on_frame(frame).await,
+                None => break,
+            },
+            Some(event) = next_event(&mut events) => side.on_event(event),
+            peer = peers.recv() => match peer {
+                Ok(PeerEvent::Up(name)) if name == side.edge.owner => side.on_peer_up(),
+                Ok(PeerEvent::Down(name)) if name == side.edge.owner => side.down = true,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => {}
+            },
+            _ = tick.tick() => {
+                side.on_tick().await;
+                if side.finished() {
+                    break;
+                }
+            }
+        }
+        side.flush();
+    }
+    side.end_edge().await;
+}
+
+async fn next_event(events: &mut Option<crate::EventStream>) -> Option<Event> {
+    match events {
+        Some(events) => events.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Side {
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.epoch)
+    }
+
+    fn renew_now(&mut self) {
+        if self.lapsed {
+            return;
+        }
+        let ticket = self.lease.request(self.now());
+        let frame = self.end.control(Up::Renew { ticket });
+        self.send_control(frame);
+    }
+
+    fn on_peer_up(&mut self) {
+        if self.down {
+            self.down = false;
+            self.end.reconnect();
+            self.renew_now();
+        }
+    }
+
+    fn send_control(&mut self, frame: Frame<Up>) {
+        if !self.down {
+            let edge = &self.edge;
+            edge.node.send(&edge.owner, &edge.id, Directed::Up(frame));
+        }
+    }
+
+    fn flush(&mut self) {
+        while let Some(body) = self.held.pop_front() {
+            if let Err(body) = self.try_queue(body) {
+                self.held.push_front(*body);
+                break;
+            }
+        }
+        if self.down {
+            return;
+        }
+        for frame in self.end.outgoing() {
+            let edge = &self.edge;
+            if !edge.node.send(&edge.owner, &edge.id, Directed::Up(frame)) {
+                self.down = true;
+                self.end.reconnect();
+                return;
+            }
+        }
+    }
+
+    /// Sends a sequenced body, behind anything held.
+    fn queue(&mut self, body: Up) {
+        if !self.held.is_empty() {
+            self.held.push_back(body);
+        } else if let Err(body) = self.try_queue(body) {
+            self.held.push_back(*body);
+        }
+    }
+
+    /// Queues `body`; hands it back when the outbox is full. An event too large for one
+    /// frame goes without its output (its error says so); anything else too large is
+    /// dropped with a warning.
+    fn try_queue(&mut self, body: Up) -> Result<(), Box<Up>> {
+        match self.end.queue(body) {
+            Ok(_) => Ok(()),
+            Err(QueueError::Full(full)) => Err(Box::new(full.item)),
+            Err(QueueError::Oversized { body, error }) => {
+                match body {
+                    Up::Event { mut event } if event.kind.outcome().is_some() => {
+                        if let Some(outcome) = event_outcome_mut(&mut event) {
+                            let bytes = outcome.text.as_ref().map_or(0, String::len)
+                                + outcome.partial.as_ref().map_or(0, String::len);
+                            outcome.text = None;
+                            outcome.partial = None;
+                            outcome.error = Some(format!(
+                                "its output ({bytes} bytes) is over the edge's frame limit; \
+                                 it stays on node {}",
+                                self.edge.node.name()
+                            ));
+                        }
+                        return self.try_queue(Up::Event { event });
+                    }
+                    other => tracing::warn!(
+                        edge = %self.edge.id, %error, kind = ?std::mem::discriminant(&other),
+                        "an upward frame over the size limit was not sent"
+                    ),
+                }
+                Ok(())
+            }
+            Err(QueueError::Control(_)) => Ok(()),
+        }
+    }
+
+    async fn on_frame(&mut self, frame: Frame<Down>) {
+        let received = match self.end.receive(frame) {
+            Ok(received) => received,
+            Err(error) => {
+                tracing::warn!(edge = %self.edge.id, %error, "refused a frame from the owner's node");
+                return;
+            }
+        };
+        let reply = received.reply();
+        match received {
+            Received::Fresh {
+                seq,
+                body: Down::Command { command },
+            } => {
+                if matches!(self.lease_state(), LeaseState::Awaiting) {
+                    self.waiting.push_back((seq, command));
+                } else {
+                    self.command(seq, command).await;
+                }
+            }
+            // A grant for a forgotten ticket, or after the lapse, is not taken.
+            Received::Control {
+                body: Down::Grant { grant },
+                ..
+            } if self.lease.on_grant(grant).is_ok() => {
+                while let Some((seq, command)) = self.waiting.pop_front() {
+                    self.command(seq, command).await;
+                }
+            }
+            _ => {}
+        }
+        if let Some(resend) = reply {
+            let ack = self.end.ack_frame(resend);
+            self.send_control(ack);
+        }
+    }
+
+    fn lease_state(&mut self) -> LeaseState {
+        let now = self.now();
+        self.lease.check(now)
+    }
+
+    fn refuse(&mut self, seq: u64, error: impl Into<String>) {
+        self.queue(Up::Refused {
+            command: seq,
+            error: error.into(),
+        });
+    }
+
+    async fn command(&mut self, seq: u64, command: Command) {
+        if self.lapsed {
+            return self.refuse(seq, "the lease lapsed");
+        }
+        let Some(tree) = self.tree.clone() else {
+            return self.refuse(seq, "the hosted tree did not build");
+        };
+        let hosted = command.agent().and_then(|a| self.hosted.get(&a).copied());
+        match command {
+            Command::Spawn {
+                agent,
+                definition,
+                prompt,
+                request_id,
+                ..
+            } => {
+                let mut request = SpawnRequest::new(definition, prompt);
+                request.request_id = Some(request_id);
+                match tree.spawn(request).await {
+                    Ok(handle) => {
+                        self.hosted.insert(agent, handle.id());
+                    }
+                    Err(error) => self.refuse(seq, error.to_string()),
+                }
+            }
+            Command::Steer { message, .. } => match hosted {
+                Some(id) => {
+                    if let Err(error) = tree.steer(id, message).await {
+                        self.refuse(seq, error.to_string());
+                    }
+                }
+                None => self.refuse(seq, "no such hosted agent"),
+            },
+            Command::Abort { .. } => match hosted.map(|id| tree.abort(id)) {
+                Some(Ok(())) => {}
+                Some(Err(error)) => self.refuse(seq, error.to_string()),
+                None => self.refuse(seq, "no such hosted agent"),
+            },
+            Command::Answer { .. } => self.refuse(seq, "questions do not cross nodes yet"),
+            Command::Shutdown { within_ms } => {
+                if self.shutdown.is_none() {
+                    let within = Duration::from_millis(within_ms);
+                    self.shutdown = Some(tokio::spawn(async move {
+                        tree.shutdown_within(within).await;
+                    }));
+                }
+            }
+            _ => self.refuse(seq, "unknown command"),
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        if let Err(error) = self.fold.apply(&event) {
+            tracing::warn!(edge = %self.edge.id, %error, "a hosted event does not fold");
+        }
+        let terminal = event.kind.outcome().is_some();
+        let (agent, seq) = (event.agent, event.seq);
+        self.queue(Up::Event { event });
+        let top = self
+            .fold
+            .records()
+            .get(usize::try_from(agent.get()).unwrap_or(usize::MAX))
+            .filter(|r| r.parent == Some(AgentId::ROOT))
+            .cloned();
+        if let (true, Some(record)) = (terminal, top) {
+            self.queue(Up::Report {
+                report: TerminalReport {
+                    agent,
+                    incarnation: record.incarnation,
+                    status: record.status,
+                    usage: record.subtree,
+                    last_event: seq,
+                },
+            });
+            let all_final = self.hosted.values().all(|id| {
+                self.fold
+                    .records()
+                    .get(id.get() as usize)
+                    .is_some_and(|r| r.status.is_terminal())
+            });
+            if all_final {
+                self.finish_at
+                    .get_or_insert_with(|| Instant::now() + LINGER);
+            }
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks % RETRANSMIT_EVERY == 0 {
+            self.end.retransmit_tick();
+        }
+        if self.down && self.edge.node.reaches(&self.edge.owner) {
+            self.on_peer_up();
+        }
+        // The lease first: lapsed, the subtree stops before anything else runs.
+        if let LeaseState::Expired { .. } = self.lease_state() {
+            if !self.lapsed {
+                self.lapsed = true;
+                tracing::warn!(edge = %self.edge.id, owner = %self.edge.owner, "lease lapsed: stopping the hosted subtree");
+                if let Some(tree) = &self.tree {
+                    for id in self.hosted.values() {
+                        if tree.kill(*id).is_err() {
+                            let _ = tree.abort(*id);
+                        }
+                    }
+                }
+                let refused: Vec<u64> = self.waiting.drain(..).map(|(seq, _)| seq).collect();
+                for seq in refused {
+                    self.refuse(seq, "the lease lapsed");
+                }
+                self.finish_at
+                    .get_or_insert_with(|| Instant::now() + LINGER);
+            }
+            return;
+        }
+        let now = self.now();
+        if let Some(ticket) = self.lease.renew(now) {
+            let frame = self.end.control(Up::Renew { ticket });
+            self.send_control(frame);
+        }
+        if self.shutdown.as_ref().is_some_and(|s| s.is_finished()) {
+            self.finish_at
+                .get_or_insert_with(|| Instant::now() + LINGER);
+        }
+    }
+
+    /// Over: its work is done and its last frames acknowledged, or the linger passed.
+    fn finished(&self) -> bool {
+        self.finish_at.is_some_and(|at| {
+            let acked = self.end.outbox().len() == 0 && self.held.is_empty();
+            (acked && at.saturating_duration_since(Instant::now()) < LINGER - TICK)
+                || Instant::now() >= at
+        })
+    }
+
+    async fn end_edge(self) {
+        let mut usage = agent_tree_protocol::Usage::ZERO;
+        if let Some(tree) = self.tree {
+            tree.shutdown_within(Duration::from_millis(500)).await;
+            usage = tree.record(AgentId::ROOT).map_or(usage, |r| r.subtree);
+        }
+        self.edge.node.unroute_hosted(&self.edge.id, usage);
+    }
+}
+
+/// The outcome a terminal event carries, to change.
+fn event_outcome_mut(event: &mut Event) -> Option<&mut agent_tree_protocol::Outcome> {
+    match &mut event.kind {
+        EventKind::Completed { outcome }
+        | EventKind::Failed { outcome }
+        | EventKind::Aborted { outcome }
+        | EventKind::Killed { outcome } => Some(outcome),
+        _ => None,
+    }
+}

@@ -1,0 +1,522 @@
+//! A remote child's stand-in: on its owner's node, the actor linked under the owner in the
+//! child's place, holding the owner's end of the edge.
+//!
+//! It is started like any agent (admitted in the owner's registry, linked under its owner's
+//! actor, given a [`StartTicket`]) and ends like one (`settle_run`, then
+//! [`AgentMsg::ChildEnded`] to the owner, then a stop with [`SETTLED`]), so the owner's
+//! restart, wait and shutdown paths do not know it is remote. In between it carries the
+//! owner's edge: it sends the spawn and the commands it is given down, folds the hosted
+//! tree's events into its [`Mirror`], bills every hosted usage delta to its own record
+//! (once: the edge's inbox applies each frame once), grants the lease to renewals it hears,
+//! and settles with the hosted top agent's outcome, or, when the hosted side is lost
+//! (declared by the lease, its node down or restarted), with a cause saying so.
+//!
+//! # Invariants
+//!
+//! * The hosted subtree's usage reaches the owner's registry only through this actor's
+//!   `charge` of an applied `usage_reported` event: exactly once, before the settle.
+//! * It settles once: with the hosted top agent's terminal event, or by giving the edge up;
+//!   the mirror takes nothing after either (later events are reported as late).
+//! * Every timer is the one tick; nothing here awaits the peer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree_protocol::{
+    AgentId, AgentStatus, Command, Down, EndReason, EventKind, Frame, Outcome, RequestId, Up,
+};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
+
+use super::wire::Directed;
+use super::{EdgeInput, NodeInner};
+use crate::agent::AgentArgs;
+use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
+use crate::policy::edge::lease::{OwnerLease, Verdict};
+use crate::policy::edge::mirror::{Mirror, Mirrored, ReportCheck};
+use crate::policy::edge::seq::{Endpoint, OutboxLimits, Received};
+use crate::policy::edge::size::SizeGuard;
+use crate::shared::SharedRef;
+
+/// How often a stand-in's timer ticks: its edge's retransmission runs every fourth tick.
+const TICK: Duration = Duration::from_millis(100);
+const RETRANSMIT_EVERY: u32 = 4;
+
+/// Starts the stand-in of `args`'s run on node `peer`, linked under `supervisor`.
+pub(crate) async fn start(
+    args: AgentArgs,
+    peer: Arc<str>,
+    supervisor: ActorCell,
+) -> Result<ActorRef<AgentMsg>, String> {
+    let node = args
+        .shared
+        .cluster
+        .get()
+        .cloned()
+        .ok_or_else(|| "the tree has no cluster node".to_owned())?;
+    Actor::spawn_linked(None, StandIn, (args, node, peer), supervisor)
+        .await
+        .map(|(actor, _)| actor)
+        .map_err(|e| e.to_string())
+}
+
+struct StandIn;
+
+/// A stand-in's state: the child as its owner's registry knows it, and the owner's end of
+/// its edge.
+pub(crate) struct State {
+    id: AgentId,
+    run: u32,
+    owner: ActorRef<AgentMsg>,
+    shared: SharedRef,
+    node: Arc<NodeInner>,
+    peer: Arc<str>,
+    edge: String,
+    end: Endpoint<Down>,
+    lease: OwnerLease,
+    mirror: Mirror,
+    /// Its clock's zero: the lease machines take durations.
+    epoch: Instant,
+    /// The child's node process, once heard from.
+    peer_boot: Option<u64>,
+    request_id: RequestId,
+    /// The hosted top agent, once its `spawned` event came.
+    top: Option<AgentId>,
+    /// Since when the session to the child's node is closed.
+    down_since: Option<Instant>,
+    /// Why it was cancelled, for the outcome it settles with.
+    aborted: Option<EndReason>,
+    /// The deadline of a shutdown it forwarded.
+    shutdown: Option<Instant>,
+    settled: bool,
+    ticks: u32,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StandIn")
+            .field("id", &self.id)
+            .field("run", &self.run)
+            .field("edge", &self.edge)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Actor for StandIn {
+    type Msg = AgentMsg;
+    type State = State;
+    type Arguments = (AgentArgs, Arc<NodeInner>, Arc<str>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        (args, node, peer): Self::Arguments,
+    ) -> Result<State, ActorProcessingErr> {
+        let AgentArgs {
+            ticket,
+            owner,
+            shared,
+        } = args;
+        let (id, run) = (ticket.id, ticket.run);
+        let (early, shutdown) = shared
+            .registry
+            .started(id, run, myself.get_cell())
+            .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
+        let edge = node.new_edge(id, run);
+        node.route_stand_in(&edge, &peer, myself.clone());
+        let epoch = Instant::now();
+        let request_id = RequestId::new(format!("{edge}/spawn"));
+        let mut state = State {
+            id,
+            run,
+            owner,
+            shared,
+            lease: OwnerLease::new(node.terms(), Duration::ZERO),
+            node,
+            peer,
+            edge,
+            end: Endpoint::new(OutboxLimits::default(), SizeGuard::default()),
+            mirror: Mirror::new(),
+            epoch,
+            peer_boot: None,
+            request_id: request_id.clone(),
+            top: None,
+            down_since: None,
+            aborted: None,
+            shutdown: None,
+            settled: false,
+            ticks: 0,
+            ticker: None,
+        };
+        let start = &ticket.start;
+        state.command(Command::Spawn {
+            agent: id,
+            incarnation: ticket.incarnation,
+            definition: start.definition.name.clone(),
+            prompt: start.prompt.clone(),
+            request_id,
+        });
+        for text in early {
+            state.command(Command::Steer {
+                agent: id,
+                message: text,
+            });
+        }
+        if let Some(order) = shutdown {
+            state.forward_shutdown(order.deadline);
+        }
+        if !state.node.reaches(&state.peer) {
+            state.down_since = Some(epoch);
+        }
+        state.flush();
+        let ticker = myself.clone();
+        state.ticker = Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(TICK);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if ticker
+                    .send_message(AgentMsg::Edge(EdgeInput::Tick))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }));
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<AgentMsg>,
+        state: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
+        }
+        state.node.unroute_stand_in(&state.edge);
+        if !state.settled {
+            // Stopped from outside (killed at a deadline, its owner gone): the hosted side
+            // is told to stop; its lease bounds it if the frame is lost.
+            state.command(Command::Shutdown { within_ms: 0 });
+            state.flush();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        message: AgentMsg,
+        state: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.settled {
+            return Ok(());
+        }
+        match message {
+            AgentMsg::Edge(input) => state.on_edge(&myself, input),
+            AgentMsg::Steer { text, reply } => {
+                let receipt = if state.top.is_some() {
+                    SteerReceipt::Delivered
+                } else {
+                    SteerReceipt::Queued
+                };
+                state.command(Command::Steer {
+                    agent: state.id,
+                    message: text,
+                });
+                state.flush();
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(receipt));
+                }
+            }
+            AgentMsg::Cancel => {
+                let reason = state
+                    .shared
+                    .registry
+                    .abort_reason(state.id)
+                    .unwrap_or(EndReason::OwnerEnded);
+                // A shutdown's order is on its way: it is forwarded as a shutdown, with its
+                // deadline, not as an abort.
+                if reason != EndReason::Shutdown && state.aborted.is_none() {
+                    state.aborted = Some(reason);
+                    state.command(Command::Abort { agent: state.id });
+                    state.flush();
+                }
+            }
+            AgentMsg::Shutdown(order) => {
+                state.forward_shutdown(order.deadline);
+                state.flush();
+            }
+            AgentMsg::ChildAsked { .. } | AgentMsg::QuestionAnswered { .. } => {
+                tracing::debug!(agent = %state.id, "questions do not cross nodes yet");
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.epoch)
+    }
+
+    fn command(&mut self, command: Command) {
+        if let Err(error) = self.end.queue(Down::Command { command }) {
+            tracing::warn!(agent = %self.id, %error, "a command for a remote child was not sent");
+        }
+    }
+
+    fn forward_shutdown(&mut self, deadline: Instant) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(deadline);
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.command(Command::Shutdown {
+            within_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+
+    /// Hands every frame due to the connection, if a session to the child's node is
+    /// ready; otherwise they wait (unacknowledged) for the next session.
+    fn flush(&mut self) {
+        if self.down_since.is_some() {
+            return;
+        }
+        for frame in self.end.outgoing() {
+            if !self
+                .node
+                .send(&self.peer, &self.edge, Directed::Down(frame))
+            {
+                // Lost with the session: everything unacknowledged goes again on the next.
+                self.end.reconnect();
+                return;
+            }
+        }
+    }
+
+    fn send_control(&mut self, frame: Frame<Down>) {
+        if self.down_since.is_none() {
+            self.node
+                .send(&self.peer, &self.edge, Directed::Down(frame));
+        }
+    }
+
+    fn on_edge(&mut self, myself: &ActorRef<AgentMsg>, input: EdgeInput) {
+        match input {
+            EdgeInput::Frame { frame, boot } => self.on_frame(myself, frame, boot),
+            EdgeInput::Tick => self.on_tick(myself),
+            EdgeInput::PeerDown => {
+                self.down_since.get_or_insert_with(Instant::now);
+            }
+            EdgeInput::PeerUp => {
+                if self.down_since.take().is_some() {
+                    self.end.reconnect();
+                }
+            }
+        }
+        if !self.settled {
+            self.flush();
+        }
+    }
+
+    fn on_frame(&mut self, myself: &ActorRef<AgentMsg>, frame: Frame<Up>, boot: u64) {
+        match self.peer_boot {
+            None => self.peer_boot = Some(boot),
+            Some(known) if known != boot => {
+                let cause = format!("node down: {} restarted", self.peer);
+                return self.give_up(myself, &cause, AgentStatus::Failed);
+            }
+            Some(_) => {}
+        }
+        // A frame proves the session is up, whatever the session events said.
+        if self.down_since.take().is_some() {
+            self.end.reconnect();
+        }
+        let now = self.now();
+        self.lease.heard(now);
+        let received = match self.end.receive(frame) {
+            Ok(received) => received,
+            Err(error) => {
+                tracing::warn!(agent = %self.id, %error, "refused a frame of a remote child");
+                return;
+            }
+        };
+        let reply = received.reply();
+        match received {
+            Received::Fresh { body, .. } => self.apply(myself, body),
+            Received::Control {
+                body: Up::Renew { ticket },
+                ..
+            } => {
+                if let Ok(grant) = self.lease.grant(ticket, now) {
+                    let frame = self.end.control(Down::Grant { grant });
+                    self.send_control(frame);
+                }
+            }
+            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+        }
+        // Acknowledged even when this frame settled the stand-in: the hosted side then
+        // knows its terminal event arrived.
+        if let Some(resend) = reply {
+            let ack = self.end.ack_frame(resend);
+            self.send_control(ack);
+        }
+    }
+
+    /// Applies one fresh upward body, exactly once.
+    fn apply(&mut self, myself: &ActorRef<AgentMsg>, body: Up) {
+        match body {
+            Up::Event { event } => match self.mirror.apply(&event) {
+                Ok(Mirrored::Applied) => {
+                    if let EventKind::Spawned {
+                        request_id: Some(request_id),
+                        ..
+                    } = &event.kind
+                    {
+                        if event.parent == Some(AgentId::ROOT) && *request_id == self.request_id {
+                            self.top = Some(event.agent);
+                        }
+                    }
+                    if let EventKind::UsageReported { delta } = &event.kind {
+                        self.node.acknowledged(*delta);
+                        // The owner's record of the child bills its whole hosted subtree.
+                        let _ = self.shared.registry.charge(self.id, *delta);
+                    }
+                    if self.top == Some(event.agent) {
+                        if let Some(outcome) = event.kind.outcome() {
+                            let mut outcome = outcome.clone();
+                            if let (Some(reason), AgentStatus::Aborted) =
+                                (self.aborted, outcome.status)
+                            {
+                                outcome.reason = reason;
+                            }
+                            self.settle(myself, outcome);
+                        }
+                    }
+                }
+                Ok(Mirrored::Late(late)) => tracing::warn!(
+                    agent = %self.id,
+                    hosted = %late.agent,
+                    kind = late.kind,
+                    usage = ?late.usage,
+                    "a remote child's event came after its record was final"
+                ),
+                Err(error) => {
+                    tracing::warn!(agent = %self.id, %error, "a remote child's event does not fold");
+                }
+            },
+            Up::Report { report } => match self.mirror.check(&report) {
+                Ok(ReportCheck::Differs(mismatch)) => {
+                    tracing::warn!(agent = %self.id, ?mismatch, "a remote child's report disagrees with its mirror");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(agent = %self.id, %error, "a remote child's report"),
+            },
+            Up::Refused { command, error } => {
+                if self.top.is_none() && command == 1 {
+                    let outcome = Outcome::failed(
+                        EndReason::ActorFailed,
+                        format!("node {} refused the spawn: {error}", self.peer),
+                    );
+                    self.settle(myself, outcome);
+                } else {
+                    tracing::warn!(agent = %self.id, command, %error, "a remote child's node refused a command");
+                }
+            }
+            Up::Renew { .. } | Up::Ack { .. } => {}
+            _ => {}
+        }
+    }
+
+    fn on_tick(&mut self, myself: &ActorRef<AgentMsg>) {
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks % RETRANSMIT_EVERY == 0 {
+            self.end.retransmit_tick();
+        }
+        let now = self.now();
+        if let Verdict::Declare { .. } = self.lease.declare(now) {
+            return self.give_up(
+                myself,
+                "node unreachable: lease expired",
+                AgentStatus::Killed,
+            );
+        }
+        if let Some(since) = self.down_since {
+            let window = self.node.reconnect_window();
+            if since.elapsed() >= window {
+                let cause = format!(
+                    "node down: {} disconnected and was not back within {window:?}",
+                    self.peer
+                );
+                return self.give_up(myself, &cause, AgentStatus::Failed);
+            }
+        }
+        if self
+            .shutdown
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            // The shutdown's own kill settles it at the deadline; this is the backstop for a
+            // shutdown that was dropped.
+            self.give_up(
+                myself,
+                "node unreachable at the shutdown deadline",
+                AgentStatus::Killed,
+            );
+        }
+    }
+
+    /// The hosted side is lost: the mirror settles its live agents killed (with the usage
+    /// last reported), and the stand-in settles with `cause`.
+    fn give_up(&mut self, myself: &ActorRef<AgentMsg>, cause: &str, status: AgentStatus) {
+        let now = self.now();
+        self.lease.give_up(now);
+        let at_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        let _ = self.mirror.declare_killed(at_ms, cause);
+        // Tell the hosted side to stop, should it still hear.
+        self.command(Command::Shutdown { within_ms: 0 });
+        self.flush();
+        let reason = match status {
+            AgentStatus::Killed => EndReason::Killed,
+            _ => EndReason::ActorFailed,
+        };
+        let mut outcome = Outcome::ended(status, reason);
+        outcome.error = Some(cause.to_owned());
+        tracing::warn!(agent = %self.id, node = %self.peer, cause, "remote child given up");
+        self.settle(myself, outcome);
+    }
+
+    /// Settles the run in the owner's registry and tells the owner, as an agent does.
+    fn settle(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
+        self.settled = true;
+        let reason =
+            match self
+                .shared
+                .registry
+                .settle_run(self.id, self.run, outcome.clone(), Vec::new())
+            {
+                Some(settled) => {
+                    let ended = AgentMsg::ChildEnded {
+                        child: self.id,
+                        run: self.run,
+                        outcome,
+                        deferred: settled.deferred,
+                    };
+                    match settled.owner {
+                        Some(owner) => {
+                            let _ = owner.send_message(ended);
+                        }
+                        None => {
+                            let _ = self.owner.cast(ended);
+                        }
+                    }
+                    SETTLED
+                }
+                None => "agent-tree: settled elsewhere",
+            };
+        myself.stop(Some(reason.to_owned()));
+    }
+}

@@ -1,0 +1,337 @@
+//! The worker node of `examples/cluster.rs` and of the cluster tests: a child process that
+//! starts a node, hosts the subtrees an owner's node places on it, and answers `stats` on
+//! its standard input with what it hosts.
+//!
+//! Its agents run on [`WorkerModel`], a small deterministic model reading its task:
+//!
+//! * `work N MS`: N turns, each billing `Usage::tokens(10, 2)`; turns before the last call
+//!   the `pause` tool (MS milliseconds); the last answers `done N`, followed by every steer
+//!   it was given (`| steered: <text>`).
+//! * `fail-first`: the first such task in the process fails (not retryably); later ones
+//!   answer `recovered`.
+//! * `delegate N MS`: spawns a `helper` with `work N MS`, then answers `lead done`.
+
+#![allow(dead_code, reason = "the example and the tests use different parts")]
+
+use std::io::BufRead as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_tree::cluster::{Node, NodeConfig};
+use agent_tree::protocol::{AgentDefinition, Role, SubagentAllowance, ToolCall, Usage};
+use agent_tree::{
+    BoxFuture, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, Tree,
+};
+
+/// The cookie every node of the example and tests shares.
+pub(crate) const COOKIE: &str = "agent-tree-example-cookie";
+
+/// What one worker process is told on its command line.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerArgs {
+    pub(crate) name: String,
+    pub(crate) port: u16,
+    pub(crate) owner: String,
+    pub(crate) owner_addr: SocketAddr,
+    pub(crate) lease_ms: u64,
+    pub(crate) grace_ms: u64,
+}
+
+impl WorkerArgs {
+    /// The arguments, as the worker's command line takes them.
+    pub(crate) fn to_args(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.port.to_string(),
+            self.owner.clone(),
+            self.owner_addr.to_string(),
+            self.lease_ms.to_string(),
+            self.grace_ms.to_string(),
+        ]
+    }
+
+    /// Reads what [`WorkerArgs::to_args`] wrote.
+    pub(crate) fn parse(args: &[String]) -> Option<WorkerArgs> {
+        let [name, port, owner, owner_addr, lease_ms, grace_ms] = args else {
+            return None;
+        };
+        Some(WorkerArgs {
+            name: name.clone(),
+            port: port.parse().ok()?,
+            owner: owner.clone(),
+            owner_addr: owner_addr.parse().ok()?,
+            lease_ms: lease_ms.parse().ok()?,
+            grace_ms: grace_ms.parse().ok()?,
+        })
+    }
+}
+
+/// The node config both sides of the example and tests use.
+pub(crate) fn node_config(name: &str, port: u16, lease_ms: u64, grace_ms: u64) -> NodeConfig {
+    NodeConfig::new(name, "cluster-example", COOKIE)
+        .port(port)
+        .lease(
+            Duration::from_millis(lease_ms),
+            Duration::from_millis(grace_ms),
+        )
+        .reconnect_window(Duration::from_millis(300))
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The worker's catalog: `runner` (may delegate to `helper`) and `helper`.
+pub(crate) fn worker_catalog() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("runner", "You run tasks.")
+            .with_allowed_subagents(SubagentAllowance::only(["helper"])),
+        AgentDefinition::new("helper", "You help."),
+    ])
+    .expect("the worker's catalog is valid")
+}
+
+/// The worker's deterministic model (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct WorkerModel {
+    failed_once: AtomicBool,
+}
+
+fn task_of(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.clone())
+        .unwrap_or_default()
+}
+
+fn steers_of(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .skip(1)
+        .map(|m| format!(" | steered: {}", m.content))
+        .collect()
+}
+
+impl Model for WorkerModel {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            let task = task_of(&request);
+            let words: Vec<&str> = task.split_whitespace().collect();
+            let usage = Usage::tokens(10, 2);
+            let number = |i: usize, default: u64| {
+                words.get(i).and_then(|w| w.parse().ok()).unwrap_or(default)
+            };
+            let pause = |ms: u64, turn: u32| {
+                ToolCall::new(
+                    format!("pause-{turn}"),
+                    "pause",
+                    serde_json::json!({ "ms": ms }),
+                )
+            };
+            let mut response = match words.first().copied() {
+                Some("work") => {
+                    let (turns, ms) = (number(1, 1), number(2, 50));
+                    if u64::from(request.turn) < turns {
+                        ModelResponse::text_and_calls("", vec![pause(ms, request.turn)])
+                    } else {
+                        ModelResponse::text(format!("done {turns}{}", steers_of(&request)))
+                    }
+                }
+                Some("fail-first") => {
+                    if !self.failed_once.swap(true, Ordering::SeqCst) {
+                        return Err(ModelError::new("scripted failure on the worker"));
+                    }
+                    ModelResponse::text("recovered")
+                }
+                Some("delegate") => {
+                    if request.turn == 1 {
+                        let call = ToolCall::new(
+                            "delegate-1",
+                            "Agent",
+                            serde_json::json!({
+                                "subagent_type": "helper",
+                                "prompt": format!("work {} {}", number(1, 2), number(2, 50)),
+                            }),
+                        );
+                        ModelResponse::text_and_calls("", vec![call])
+                    } else {
+                        ModelResponse::text("lead done")
+                    }
+                }
+                _ => ModelResponse::text(format!("unknown task: {task}")),
+            };
+            response.usage = usage;
+            Ok(response)
+        })
+    }
+}
+
+/// Builds the tree the worker hosts one remote child's subtree in.
+pub(crate) fn hosted_tree() -> agent_tree::TreeBuilder {
+    let pause = FnTool::new("pause", "waits a while", |_ctx, input| async move {
+        let ms = input.get("ms").and_then(|v| v.as_u64()).unwrap_or(50);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok("paused".to_owned())
+    });
+    Tree::builder()
+        .catalog(worker_catalog())
+        .model(WorkerModel::default())
+        .tool(pause)
+        .expect("the pause tool's name is free")
+}
+
+/// Runs a worker node until its standard input closes: starts the node, hosts, joins the
+/// owner's node, prints `worker ready`, and answers each `stats` line with
+/// `stats live=<hosted live agents> tokens=<hosted usage, total tokens>`.
+pub(crate) async fn run_worker(args: WorkerArgs) {
+    let node = Node::start(node_config(
+        &args.name,
+        args.port,
+        args.lease_ms,
+        args.grace_ms,
+    ))
+    .await
+    .expect("the worker's node starts");
+    // One model for every hosted tree: `fail-first` fails once per process.
+    let model = std::sync::Arc::new(WorkerModel::default());
+    node.host(move || hosted_tree().shared_model(model.clone()));
+    let mut tries = 0;
+    while let Err(error) = node.join(args.owner_addr, &args.owner).await {
+        tries += 1;
+        assert!(tries < 50, "the worker could not join its owner: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("worker ready");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        if line.trim() == "stats" {
+            let stats = node.stats();
+            println!(
+                "stats live={} tokens={}",
+                stats.hosted_live,
+                stats.hosted_usage.total_tokens()
+            );
+        }
+    }
+}
+
+/// A worker node running as a child process, seen from the owner's side.
+#[derive(Debug)]
+pub(crate) struct WorkerProcess {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl WorkerProcess {
+    /// Starts `command` (a program that runs [`run_worker`]) and waits, at most 30 s,
+    /// until it prints `worker ready`.
+    pub(crate) fn start(mut command: std::process::Command) -> WorkerProcess {
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("the worker process starts");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut worker = WorkerProcess {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        };
+        worker.expect_line("worker ready");
+        worker
+    }
+
+    fn expect_line(&mut self, prefix: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(error) => panic!("the worker never printed {prefix:?}: {error}"),
+            }
+        }
+    }
+
+    /// The worker's hosted live agents and the total tokens its hosted trees billed.
+    pub(crate) fn stats(&mut self) -> (usize, u64) {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("the worker's stdin is open");
+        writeln!(stdin, "stats").expect("the worker reads its stdin");
+        stdin.flush().expect("the worker reads its stdin");
+        let line = self.expect_line("stats ");
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("a stats line")
+        };
+        (field("live=") as usize, field("tokens="))
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// `kill -9`, and waits for the process to be gone.
+    pub(crate) fn kill9(&mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGSTOP: the process freezes (its connections stay open).
+    pub(crate) fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT.
+    pub(crate) fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Closes its stdin (it exits) and waits for it.
+    pub(crate) fn finish(mut self) {
+        self.stdin.take();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

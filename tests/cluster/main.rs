@@ -1,0 +1,386 @@
+//! Trees across nodes with real nodes: each worker node is this test binary re-run as a
+//! child process (`worker_node`, told what to be by `AGENT_TREE_CLUSTER_WORKER`), joined to
+//! the owner's node on 127.0.0.1. One node server per process, so every scenario runs in
+//! the one test, serially, against the one owner node.
+//!
+//! Built only with the `cluster` feature (`cargo test --features cluster --test cluster`).
+
+#[path = "../../examples/cluster/worker.rs"]
+mod worker;
+
+use std::time::{Duration, Instant};
+
+use agent_tree::cluster::Node;
+use agent_tree::protocol::{
+    AgentDefinition, AgentId, AgentStatus, EndReason, RestartPolicy, SpawnRequest,
+    SubagentAllowance,
+};
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::{Catalog, Tree};
+use worker::{WorkerArgs, WorkerProcess};
+
+const WORKER_ENV: &str = "AGENT_TREE_CLUSTER_WORKER";
+const LEASE_MS: u64 = 1_500;
+const GRACE_MS: u64 = 500;
+
+/// The worker side: runs only when the owner's test starts this binary as a worker.
+#[test]
+#[ignore = "a worker node, started as a child process by `nodes_as_child_processes`"]
+fn worker_node() {
+    let Ok(args) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let args: Vec<String> = args.split_whitespace().map(str::to_owned).collect();
+    let args = WorkerArgs::parse(&args).expect("worker arguments");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(worker::run_worker(args));
+}
+
+struct Owner {
+    node: Node,
+    port: u16,
+    workers: u32,
+}
+
+impl Owner {
+    async fn start() -> Owner {
+        let port = worker::free_port();
+        let node = Node::start(worker::node_config("owner", port, LEASE_MS, GRACE_MS))
+            .await
+            .expect("the owner's node starts");
+        Owner {
+            node,
+            port,
+            workers: 0,
+        }
+    }
+
+    /// A fresh worker process, joined; its name.
+    async fn worker(&mut self) -> (String, WorkerProcess) {
+        self.workers += 1;
+        let name = format!("worker-{}", self.workers);
+        let args = WorkerArgs {
+            name: name.clone(),
+            port: worker::free_port(),
+            owner: "owner".into(),
+            owner_addr: format!("127.0.0.1:{}", self.port).parse().unwrap(),
+            lease_ms: LEASE_MS,
+            grace_ms: GRACE_MS,
+        };
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--ignored", "--exact", "worker_node", "--nocapture"])
+            .env(WORKER_ENV, args.to_args().join(" "));
+        let process = tokio::task::spawn_blocking(move || WorkerProcess::start(command))
+            .await
+            .unwrap();
+        self.node
+            .await_peer(&name)
+            .await
+            .expect("the worker joined");
+        (name, process)
+    }
+
+    /// An owner tree placing `runner` (and `lead`'s children) on `worker`.
+    async fn tree(&self, worker: &str, runner: AgentDefinition) -> Tree {
+        let lead = AgentDefinition::new("lead", "You lead.")
+            .with_allowed_subagents(SubagentAllowance::only(["runner"]));
+        let model = ScriptedModel::new().script(
+            "lead",
+            Script::new([
+                Turn::spawn("runner", "delegate 2 50"),
+                Turn::answer("the lead is done"),
+            ]),
+        );
+        Tree::builder()
+            .catalog(Catalog::new([runner.on_node(worker), lead]).unwrap())
+            .model(model)
+            .node(&self.node)
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+fn runner() -> AgentDefinition {
+    AgentDefinition::new("runner", "")
+}
+
+fn root_tokens(tree: &Tree) -> u64 {
+    tree.record(AgentId::ROOT).unwrap().subtree.total_tokens()
+}
+
+/// Waits (at most 10 s) until `what` holds of the worker's stats.
+fn worker_until(process: &mut WorkerProcess, what: impl Fn((usize, u64)) -> bool) -> (usize, u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = process.stats();
+        if what(stats) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the tree's record of `id` billed some usage (the remote child is running).
+async fn first_usage(tree: &Tree, id: AgentId) {
+    let mut events = tree.subscribe();
+    if tree.record(id).is_some_and(|r| r.own.total_tokens() > 0) {
+        return;
+    }
+    while let Some(event) = events.next().await {
+        if event.agent == id && event.kind.name() == "usage_reported" {
+            return;
+        }
+    }
+}
+
+#[test]
+fn nodes_as_child_processes() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(scenarios());
+}
+
+async fn scenarios() {
+    let mut owner = Owner::start().await;
+    spawn_result_and_usage(&mut owner).await;
+    steer_reaches_the_remote_agent(&mut owner).await;
+    a_local_agent_delegates_to_a_remote_subtree(&mut owner).await;
+    a_remote_failure_is_restarted_by_its_owner(&mut owner).await;
+    a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(&mut owner).await;
+    a_freeze_within_the_lease_is_invisible(&mut owner).await;
+    a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(&mut owner).await;
+    a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
+    placement_is_refused_without_a_session(&mut owner).await;
+}
+
+async fn spawn_result_and_usage(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let outcome = tree
+        .run(SpawnRequest::new("runner", "work 3 20"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    assert_eq!(outcome.text.as_deref(), Some("done 3"));
+    // Three turns of 12 tokens each, billed on the worker, counted once at the root.
+    assert_eq!(root_tokens(&tree), 36);
+    let (live, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!((live, tokens), (0, 36));
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn steer_reaches_the_remote_agent(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 4 150"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    tree.steer(handle.id(), "use the fast path").await.unwrap();
+    let outcome = handle.outcome().await;
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("done 4 | steered: use the fast path"),
+        "{outcome:?}"
+    );
+    assert_eq!(root_tokens(&tree), 48);
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("the lead is done"),
+        "{outcome:?}"
+    );
+    // The remote runner is the lead's child in the owner's tree.
+    let snapshot = tree.snapshot();
+    let remote = snapshot
+        .records
+        .iter()
+        .find(|r| r.agent_type == "runner")
+        .expect("the runner's record");
+    assert_eq!(remote.status, AgentStatus::Completed);
+    assert_eq!(
+        snapshot.records[remote.parent.unwrap().get() as usize].agent_type,
+        "lead"
+    );
+    // The runner's two turns and its hosted helper's two, counted once.
+    let (_, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(tokens, 48);
+    assert_eq!(remote.subtree.total_tokens(), 48);
+    assert_eq!(root_tokens(&tree), 48);
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = owner
+        .tree(&name, runner().with_restart(RestartPolicy::Transient))
+        .await;
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "fail-first"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let outcome = tree
+        .wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled)
+        .await;
+    let record = tree.record(id).unwrap();
+    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
+    assert_eq!(
+        record.incarnation, 2,
+        "a restart is a new spawn, the next incarnation"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner
+        .tree(&name, runner().with_restart(RestartPolicy::Transient))
+        .await;
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "work 50 100"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    first_usage(&tree, id).await;
+    let killed_at = Instant::now();
+    process.kill9();
+    let outcome = tree
+        .wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled)
+        .await;
+    let noticed = killed_at.elapsed();
+    let outcome = &outcome[0];
+    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+    let error = outcome.error.as_deref().unwrap_or_default();
+    assert!(error.contains("node down"), "{outcome:?}");
+    // Transient: restarted once (the node is still down, so it fails again), then the
+    // intensity (1 restart) is spent.
+    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    // Noticed within the reconnect windows, long before a lease would.
+    assert!(
+        noticed < Duration::from_millis(LEASE_MS),
+        "noticed after {noticed:?}"
+    );
+    // Usage billed before the kill stays counted.
+    assert!(root_tokens(&tree) >= 12);
+    tree.shutdown().await;
+}
+
+async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 6 60"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    process.freeze();
+    tokio::time::sleep(Duration::from_millis(LEASE_MS / 3)).await;
+    process.thaw();
+    let outcome = handle.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("done 6"), "{outcome:?}");
+    let (_, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(tokens, 72);
+    assert_eq!(
+        root_tokens(&tree),
+        72,
+        "every delta of the frozen worker's turns counted"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    let frozen_at = Instant::now();
+    process.freeze();
+    let outcome = handle.outcome().await;
+    let declared = frozen_at.elapsed();
+    assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
+    assert_eq!(outcome.reason, EndReason::Killed);
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("node unreachable: lease expired")
+    );
+    assert!(
+        declared >= Duration::from_millis(LEASE_MS),
+        "declared after {declared:?}, before a lease"
+    );
+    let billed = root_tokens(&tree);
+    process.thaw();
+    // The worker wakes past its lease: it stops its subtree before any turn.
+    let (live, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(live, 0, "no agent outlives its lease on the worker");
+    assert!(tokens >= billed);
+    assert_eq!(
+        root_tokens(&tree),
+        billed,
+        "nothing is added after the declaration"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+async fn a_shutdown_reaches_the_remote_subtree_within_its_deadline(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    let started = Instant::now();
+    tree.shutdown().await;
+    let took = started.elapsed();
+    let grace = tree.config().shutdown_grace;
+    assert!(took < grace + Duration::from_millis(500), "took {took:?}");
+    let record = tree.record(handle.id()).unwrap();
+    assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
+    let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(live, 0);
+    process.finish();
+}
+
+async fn placement_is_refused_without_a_session(owner: &mut Owner) {
+    let tree = owner.tree("nowhere", runner()).await;
+    let error = tree
+        .spawn(SpawnRequest::new("runner", "work 1 1"))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("no session to that node"),
+        "{error}"
+    );
+    let error = tree
+        .spawn(SpawnRequest::new("runner", "work 1 1").on_node("elsewhere"))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("elsewhere"), "{error}");
+    tree.shutdown().await;
+}
