@@ -29,7 +29,7 @@
 //! worker.host(|| {
 //!     Tree::builder()
 //!         .catalog(Catalog::new([AgentDefinition::new("runner", "You run builds.")]).unwrap())
-//!         .model(ScriptedModel::new().script("runner", Script::new([Turn::text("built")])))
+//!         .model(ScriptedModel::new().script("runner", Script::new([Turn::answer("built")])))
 //! });
 //!
 //! // The owner's node: its tree places `runner` agents on the worker.
@@ -42,7 +42,7 @@
 //!     .build()
 //!     .await?;
 //! let outcome = tree.run(SpawnRequest::new("runner", "build it")).await?;
-//! assert_eq!(outcome.output.as_deref(), Some("built"));
+//! assert_eq!(outcome.text.as_deref(), Some("built"));
 //! # Ok(()) }
 //! ```
 //!
@@ -63,7 +63,7 @@
 //!
 //! # Locks
 //!
-//! The routing table ([`NodeInner::routes`]) is a leaf `parking_lot` mutex: under it only
+//! The node's routing table (`NodeInner::routes`) is a leaf `parking_lot` mutex: under it only
 //! its maps are read or changed; messages are sent after it is released.
 
 mod hosted;
