@@ -159,6 +159,7 @@ async fn scenarios() {
     a_freeze_within_the_lease_is_invisible(&mut owner).await;
     a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(&mut owner).await;
     a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
+    a_shutdown_counts_a_frozen_node_killed_by_its_deadline(&mut owner).await;
     placement_is_refused_without_a_session(&mut owner).await;
 }
 
@@ -364,6 +365,39 @@ async fn a_shutdown_reaches_the_remote_subtree_within_its_deadline(owner: &mut O
     assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!(live, 0);
+    process.finish();
+}
+
+async fn a_shutdown_counts_a_frozen_node_killed_by_its_deadline(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let grace = Duration::from_millis(800);
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+        .model(ScriptedModel::new())
+        .config(agent_tree::TreeConfig::default().with_shutdown_grace(grace))
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    process.freeze();
+    let started = Instant::now();
+    let report = tree.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took < grace + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(100),
+        "the shutdown took {took:?} with a frozen node"
+    );
+    let record = tree.record(handle.id()).unwrap();
+    assert_eq!(record.status, AgentStatus::Killed, "{record:?} {report:?}");
+    process.thaw();
+    // Woken, the worker gets no more grants: its lease stops the subtree.
+    let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(live, 0, "the frozen node's subtree outlived its lease");
     process.finish();
 }
 
