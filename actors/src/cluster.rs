@@ -106,6 +106,8 @@ pub(crate) enum EdgeInput {
     PeerDown,
     /// A session to its child's node is ready (again).
     PeerUp,
+    /// The records of its mirror, for [`Tree::remote_records`](crate::Tree::remote_records).
+    Records(tokio::sync::oneshot::Sender<Vec<agent_tree_protocol::AgentRecord>>),
 }
 
 /// How a node joins a tree across nodes.

@@ -45,6 +45,11 @@ pub(crate) struct Shared {
     /// The node the tree's remote children are reached through, when one is attached.
     #[cfg(feature = "cluster")]
     pub(crate) cluster: OnceLock<Arc<crate::cluster::NodeInner>>,
+    /// Each settled remote child's last mirror (its latest run's): the hosted subtree's
+    /// records, kept when its stand-in stops. A leaf lock: only the map is touched.
+    #[cfg(feature = "cluster")]
+    pub(crate) mirrors:
+        Mutex<HashMap<agent_tree_protocol::AgentId, Arc<[agent_tree_protocol::AgentRecord]>>>,
 }
 
 impl Shared {

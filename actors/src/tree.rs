@@ -209,6 +209,8 @@ impl TreeBuilder {
             journal,
             #[cfg(feature = "cluster")]
             cluster: self.node.map(std::sync::OnceLock::from).unwrap_or_default(),
+            #[cfg(feature = "cluster")]
+            mirrors: parking_lot::Mutex::default(),
         });
         if let Some(journal) = &shared.journal {
             shared.registry.set_journal(journal.clone());
@@ -714,6 +716,29 @@ impl Tree {
     /// agent that is not live (its usage is final once it settled).
     pub fn charge(&self, id: AgentId, usage: Usage) -> Result<(), ControlError> {
         self.shared.registry.charge(id, usage)
+    }
+
+    /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
+    /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
+    /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
+    /// latest run). Fresh as the edge while it runs, the last mirror once it settled;
+    /// `None` for an agent that is not remote.
+    #[cfg(feature = "cluster")]
+    pub async fn remote_records(
+        &self,
+        id: AgentId,
+    ) -> Option<Vec<agent_tree_protocol::AgentRecord>> {
+        let live = self.shared.registry.actors_of(&[id]).pop();
+        if let Some((_, cell)) = live {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let asked = ActorRef::<AgentMsg>::from(cell)
+                .send_message(AgentMsg::Edge(crate::cluster::EdgeInput::Records(tx)))
+                .is_ok();
+            if let (true, Ok(records)) = (asked, rx.await) {
+                return Some(records);
+            }
+        }
+        self.shared.mirrors.lock().get(&id).map(|r| r.to_vec())
     }
 
     /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:

@@ -226,6 +226,28 @@ async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
     assert_eq!(tokens, 48);
     assert_eq!(remote.subtree.total_tokens(), 48);
     assert_eq!(root_tokens(&tree), 48);
+    // The hosted subtree as the stand-in mirrored it: the runner and its helper.
+    let mirror = tree
+        .remote_records(remote.id)
+        .await
+        .expect("a remote child's mirror");
+    let hosted: Vec<(&str, AgentStatus, u64)> = mirror
+        .iter()
+        .skip(1)
+        .map(|r| (r.agent_type.as_str(), r.status, r.own.total_tokens()))
+        .collect();
+    assert_eq!(
+        hosted,
+        [
+            ("runner", AgentStatus::Completed, 24),
+            ("helper", AgentStatus::Completed, 24)
+        ]
+    );
+    assert_eq!(mirror[1].subtree.total_tokens(), 48);
+    assert!(
+        tree.remote_records(AgentId::new(1)).await.is_none(),
+        "the lead is local"
+    );
     tree.shutdown().await;
     process.finish();
 }

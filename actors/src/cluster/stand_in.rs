@@ -317,6 +317,9 @@ impl State {
                     self.end.reconnect();
                 }
             }
+            EdgeInput::Records(reply) => {
+                let _ = reply.send(self.mirror.records().to_vec());
+            }
         }
         if !self.settled {
             self.flush();
@@ -492,6 +495,11 @@ impl State {
     /// Settles the run in the owner's registry and tells the owner, as an agent does.
     fn settle(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.settled = true;
+        // The mirror outlives the stand-in: kept before the settle is visible.
+        self.shared
+            .mirrors
+            .lock()
+            .insert(self.id, self.mirror.records().into());
         let reason =
             match self
                 .shared
