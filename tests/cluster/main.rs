@@ -424,6 +424,23 @@ async fn a_shutdown_counts_a_frozen_node_killed_by_its_deadline(owner: &mut Owne
 }
 
 async fn placement_is_refused_without_a_session(owner: &mut Owner) {
+    // A task too large for one frame never reaches the wire: the spawn fails, at once.
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let huge = "x".repeat(agent_tree::protocol::DEFAULT_MAX_FRAME_BYTES + 1);
+    let outcome = tree.run(SpawnRequest::new("runner", huge)).await.unwrap();
+    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+    assert!(
+        outcome
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("frame limit"),
+        "{outcome:?}"
+    );
+    tree.shutdown().await;
+    process.finish();
+
     let tree = owner.tree("nowhere", runner()).await;
     let error = tree
         .spawn(SpawnRequest::new("runner", "work 1 1"))

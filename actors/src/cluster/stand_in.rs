@@ -89,6 +89,8 @@ pub(crate) struct State {
     /// The deadline of a shutdown it forwarded.
     shutdown: Option<Instant>,
     settled: bool,
+    /// Whether the spawn could be queued (a prompt over the frame limit cannot).
+    spawn_sent: bool,
     ticks: u32,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
@@ -146,11 +148,12 @@ impl Actor for StandIn {
             aborted: None,
             shutdown: None,
             settled: false,
+            spawn_sent: false,
             ticks: 0,
             ticker: None,
         };
         let start = &ticket.start;
-        state.command(Command::Spawn {
+        state.spawn_sent = state.command(Command::Spawn {
             agent: id,
             incarnation: ticket.incarnation,
             definition: start.definition.name.clone(),
@@ -187,6 +190,24 @@ impl Actor for StandIn {
         Ok(state)
     }
 
+    async fn post_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        state: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        if !state.spawn_sent {
+            let outcome = Outcome::failed(
+                EndReason::ActorFailed,
+                format!(
+                    "the spawn for node {} is over the edge's frame limit",
+                    state.peer
+                ),
+            );
+            state.settle(&myself, outcome);
+        }
+        Ok(())
+    }
+
     async fn post_stop(
         &self,
         _: ActorRef<AgentMsg>,
@@ -199,7 +220,7 @@ impl Actor for StandIn {
         if !state.settled {
             // Stopped from outside (killed at a deadline, its owner gone): the hosted side
             // is told to stop; its lease bounds it if the frame is lost.
-            state.command(Command::Shutdown { within_ms: 0 });
+            let _ = state.command(Command::Shutdown { within_ms: 0 });
             state.flush();
         }
         Ok(())
@@ -263,9 +284,14 @@ impl State {
         Instant::now().saturating_duration_since(self.epoch)
     }
 
-    fn command(&mut self, command: Command) {
-        if let Err(error) = self.end.queue(Down::Command { command }) {
-            tracing::warn!(agent = %self.id, %error, "a command for a remote child was not sent");
+    /// Queues a command; `false` (logged) when it cannot go (over the frame limit).
+    fn command(&mut self, command: Command) -> bool {
+        match self.end.queue(Down::Command { command }) {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(agent = %self.id, %error, "a command for a remote child was not sent");
+                false
+            }
         }
     }
 
