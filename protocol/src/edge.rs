@@ -172,12 +172,15 @@ pub enum Command {
         /// The agent (owner's id).
         agent: AgentId,
     },
-    /// Answer the question `agent` asked its owner (`ask_owner`).
+    /// Answer the question `agent` asked its owner (`ask_owner`), or refuse it.
     Answer {
         /// The agent (owner's id).
         agent: AgentId,
-        /// The answer.
+        /// The answer, or why the owner cannot answer.
         answer: String,
+        /// The owner cannot answer: `answer` is the reason, an error result for the agent.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// Shut the hosted subtree down: hooks run, whatever is alive after `within_ms` is
     /// killed. `within_ms` is what was left of the owner's deadline when the command was
@@ -241,6 +244,14 @@ pub enum Up {
         /// The event, with the hosted tree's ids and sequence number.
         event: Event,
     },
+    /// Hosted agent `agent` (the hosted tree's id; a top agent) asked its owner a
+    /// question (`ask_owner`); a [`Command::Answer`] answers it (sequenced).
+    Asked {
+        /// The hosted agent.
+        agent: AgentId,
+        /// The question.
+        question: String,
+    },
     /// A downward command that could not be carried out (sequenced).
     Refused {
         /// The command's downward sequence number.
@@ -274,12 +285,13 @@ impl Up {
     /// ```
     /// use agent_tree_protocol::Up;
     /// assert!(Up::Refused { command: 2, error: "unknown type".into() }.is_sequenced());
+    /// assert!(Up::Asked { agent: "a1".parse().unwrap(), question: "which?".into() }.is_sequenced());
     /// assert!(!Up::Ack { resend: false }.is_sequenced());
     /// ```
     pub const fn is_sequenced(&self) -> bool {
         matches!(
             self,
-            Up::Event { .. } | Up::Refused { .. } | Up::Report { .. }
+            Up::Event { .. } | Up::Asked { .. } | Up::Refused { .. } | Up::Report { .. }
         )
     }
 }
@@ -368,6 +380,14 @@ mod tests {
                 command: Command::Answer {
                     agent: a,
                     answer: "yes".into(),
+                    refused: false,
+                },
+            },
+            Down::Command {
+                command: Command::Answer {
+                    agent: a,
+                    answer: "cannot say".into(),
+                    refused: true,
                 },
             },
             Down::Command {
@@ -384,6 +404,10 @@ mod tests {
         ];
         let up = [
             Up::Event { event: event() },
+            Up::Asked {
+                agent: AgentId::new(1),
+                question: "which branch?".into(),
+            },
             Up::Refused {
                 command: 3,
                 error: "unknown type".into(),

@@ -24,7 +24,7 @@ use std::time::Duration;
 use agent_tree_protocol::{
     AgentId, Command, Down, Event, EventKind, Fold, Frame, SpawnRequest, TerminalReport, Up,
 };
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::wire::Directed;
@@ -46,6 +46,14 @@ const LINGER: Duration = Duration::from_secs(2);
 pub(crate) enum Input {
     /// A frame from the owner's node.
     Frame(Frame<Down>),
+}
+
+/// A hosted top agent's `ask_owner` question, from the hosted tree's question handler, and
+/// where its answer goes.
+struct Asked {
+    agent: AgentId,
+    question: String,
+    answer: oneshot::Sender<Result<String, String>>,
 }
 
 /// Who a hosted edge is.
@@ -75,6 +83,8 @@ struct Side {
     shutdown: Option<tokio::task::JoinHandle<()>>,
     /// When the edge ends, once its work is over.
     finish_at: Option<Instant>,
+    /// Questions of hosted top agents waiting for their owner's answer, by hosted id.
+    questions: HashMap<AgentId, oneshot::Sender<Result<String, String>>>,
     ticks: u32,
 }
 
@@ -84,6 +94,26 @@ pub(crate) async fn run(
     builder: TreeBuilder,
     mut inbox: mpsc::UnboundedReceiver<Input>,
 ) {
+    // A hosted top agent's owner is the remote one: its questions go up the edge (this
+    // replaces a question handler the factory set).
+    let (ask_tx, mut asks) = mpsc::unbounded_channel::<Asked>();
+    let builder = builder.on_question(move |question: crate::Question| {
+        let ask_tx = ask_tx.clone();
+        async move {
+            let (answer, answered) = oneshot::channel();
+            let asked = Asked {
+                agent: question.agent,
+                question: question.question,
+                answer,
+            };
+            ask_tx
+                .send(asked)
+                .map_err(|_| "the hosted edge has ended".to_owned())?;
+            answered
+                .await
+                .unwrap_or_else(|_| Err("the owner's node did not answer".to_owned()))
+        }
+    });
     let tree = match builder.build().await {
         Ok(tree) => Some(Arc::new(tree)),
         Err(error) => {
@@ -111,6 +141,7 @@ pub(crate) async fn run(
         lapsed: false,
         shutdown: None,
         finish_at: None,
+        questions: HashMap::new(),
         ticks: 0,
     };
     side.renew_now();
@@ -123,6 +154,7 @@ pub(crate) async fn run(
                 None => break,
             },
             Some(event) = next_event(&mut events) => side.on_event(event),
+            Some(asked) = asks.recv() => side.on_asked(asked),
             peer = peers.recv() => match peer {
                 Ok(PeerEvent::Up(name)) if name == side.edge.owner => side.on_peer_up(),
                 Ok(PeerEvent::Down(name)) if name == side.edge.owner => side.down = true,
@@ -327,7 +359,14 @@ impl Side {
                 Some(Err(error)) => self.refuse(seq, error.to_string()),
                 None => self.refuse(seq, "no such hosted agent"),
             },
-            Command::Answer { .. } => self.refuse(seq, "questions do not cross nodes yet"),
+            Command::Answer {
+                answer, refused, ..
+            } => match hosted.and_then(|id| self.questions.remove(&id)) {
+                Some(waiting) => {
+                    let _ = waiting.send(if refused { Err(answer) } else { Ok(answer) });
+                }
+                None => self.refuse(seq, "no question of that agent is waiting"),
+            },
             Command::Shutdown { within_ms } => {
                 if self.shutdown.is_none() {
                     let within = Duration::from_millis(within_ms);
@@ -338,6 +377,17 @@ impl Side {
             }
             _ => self.refuse(seq, "unknown command"),
         }
+    }
+
+    /// A hosted top agent asked its (remote) owner: the question goes up.
+    fn on_asked(&mut self, asked: Asked) {
+        let Asked {
+            agent,
+            question,
+            answer,
+        } = asked;
+        self.questions.insert(agent, answer);
+        self.queue(Up::Asked { agent, question });
     }
 
     fn on_event(&mut self, event: Event) {

@@ -89,6 +89,10 @@ pub(crate) struct State {
     /// The deadline of a shutdown it forwarded.
     shutdown: Option<Instant>,
     settled: bool,
+    /// The remote agent's question waiting for its owner's answer: its tag (this run, a
+    /// count of its questions).
+    asking: Option<(u32, u32)>,
+    questions: u32,
     /// Whether the spawn could be queued (a prompt over the frame limit cannot).
     spawn_sent: bool,
     ticks: u32,
@@ -148,6 +152,8 @@ impl Actor for StandIn {
             aborted: None,
             shutdown: None,
             settled: false,
+            asking: None,
+            questions: 0,
             spawn_sent: false,
             ticks: 0,
             ticker: None,
@@ -243,10 +249,15 @@ impl Actor for StandIn {
                 } else {
                     SteerReceipt::Queued
                 };
-                state.command(Command::Steer {
-                    agent: state.id,
-                    message: text,
-                });
+                // A steer answers a pending question, as it does a local agent's.
+                if state.asking.take().is_some() {
+                    state.answer(text, false);
+                } else {
+                    state.command(Command::Steer {
+                        agent: state.id,
+                        message: text,
+                    });
+                }
                 state.flush();
                 if let Some(reply) = reply {
                     let _ = reply.send(Ok(receipt));
@@ -270,8 +281,15 @@ impl Actor for StandIn {
                 state.forward_shutdown(order.deadline);
                 state.flush();
             }
-            AgentMsg::ChildAsked { .. } | AgentMsg::QuestionAnswered { .. } => {
-                tracing::debug!(agent = %state.id, "questions do not cross nodes yet");
+            AgentMsg::QuestionAnswered { answer, asked } if state.asking == Some(asked) => {
+                state.asking = None;
+                state.answer(answer, false);
+                state.flush();
+            }
+            AgentMsg::QuestionRefused { reason } if state.asking.is_some() => {
+                state.asking = None;
+                state.answer(reason, true);
+                state.flush();
             }
             _ => {}
         }
@@ -293,6 +311,14 @@ impl State {
                 false
             }
         }
+    }
+
+    fn answer(&mut self, answer: String, refused: bool) {
+        self.command(Command::Answer {
+            agent: self.id,
+            answer,
+            refused,
+        });
     }
 
     fn forward_shutdown(&mut self, deadline: Instant) {
@@ -438,6 +464,20 @@ impl State {
                     tracing::warn!(agent = %self.id, %error, "a remote child's event does not fold");
                 }
             },
+            Up::Asked { agent, question } => {
+                if Some(agent) == self.top {
+                    self.questions += 1;
+                    let asked = (self.run, self.questions);
+                    self.asking = Some(asked);
+                    let _ = self.owner.cast(AgentMsg::ChildAsked {
+                        child: self.id,
+                        question,
+                        asked,
+                    });
+                } else {
+                    self.answer(format!("{agent} is not this edge's agent"), true);
+                }
+            }
             Up::Report { report } => match self.mirror.check(&report) {
                 Ok(ReportCheck::Differs(mismatch)) => {
                     tracing::warn!(agent = %self.id, ?mismatch, "a remote child's report disagrees with its mirror");
