@@ -193,6 +193,16 @@ pub(crate) fn hosted_tree() -> agent_tree::TreeBuilder {
 /// owner's node, prints `worker ready`, and answers each `stats` line with
 /// `stats live=<hosted live agents> tokens=<hosted usage, total tokens>`.
 pub(crate) async fn run_worker(args: WorkerArgs) {
+    // One model for every hosted tree: `fail-first` fails once per process.
+    let model = std::sync::Arc::new(WorkerModel::default());
+    run_worker_hosting(args, move || hosted_tree().shared_model(model.clone())).await;
+}
+
+/// As [`run_worker`], hosting the trees `factory` builds.
+pub(crate) async fn run_worker_hosting(
+    args: WorkerArgs,
+    factory: impl Fn() -> agent_tree::TreeBuilder + Send + Sync + 'static,
+) {
     let node = Node::start(node_config(
         &args.name,
         args.port,
@@ -201,9 +211,7 @@ pub(crate) async fn run_worker(args: WorkerArgs) {
     ))
     .await
     .expect("the worker's node starts");
-    // One model for every hosted tree: `fail-first` fails once per process.
-    let model = std::sync::Arc::new(WorkerModel::default());
-    node.host(move || hosted_tree().shared_model(model.clone()));
+    node.host(factory);
     let mut tries = 0;
     while let Err(error) = node.join(args.owner_addr, &args.owner).await {
         tries += 1;
@@ -224,9 +232,10 @@ pub(crate) async fn run_worker(args: WorkerArgs) {
         if line.trim() == "stats" {
             let stats = node.stats();
             println!(
-                "stats live={} tokens={}",
+                "stats live={} tokens={} edges={}",
                 stats.hosted_live,
-                stats.hosted_usage.total_tokens()
+                stats.hosted_usage.total_tokens(),
+                stats.hosted_edges
             );
         }
     }
@@ -283,6 +292,12 @@ impl WorkerProcess {
 
     /// The worker's hosted live agents and the total tokens its hosted trees billed.
     pub(crate) fn stats(&mut self) -> (usize, u64) {
+        let (live, tokens, _) = self.stats_with_edges();
+        (live, tokens)
+    }
+
+    /// As [`WorkerProcess::stats`], with the worker's hosted edges.
+    pub(crate) fn stats_with_edges(&mut self) -> (usize, u64, usize) {
         use std::io::Write as _;
         let stdin = self.stdin.as_mut().expect("the worker's stdin is open");
         writeln!(stdin, "stats").expect("the worker reads its stdin");
@@ -294,7 +309,11 @@ impl WorkerProcess {
                 .and_then(|v| v.parse::<u64>().ok())
                 .expect("a stats line")
         };
-        (field("live=") as usize, field("tokens="))
+        (
+            field("live=") as usize,
+            field("tokens="),
+            field("edges=") as usize,
+        )
     }
 
     fn signal(&self, signal: &str) {

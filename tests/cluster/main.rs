@@ -20,6 +20,8 @@ use agent_tree::{Catalog, Tree};
 use worker::{WorkerArgs, WorkerProcess};
 
 const WORKER_ENV: &str = "AGENT_TREE_CLUSTER_WORKER";
+/// `broken`: the worker hosts with a factory whose tree does not build (no model).
+const WORKER_MODE_ENV: &str = "AGENT_TREE_CLUSTER_WORKER_MODE";
 const LEASE_MS: u64 = 1_500;
 const GRACE_MS: u64 = 500;
 
@@ -32,12 +34,15 @@ fn worker_node() {
     };
     let args: Vec<String> = args.split_whitespace().map(str::to_owned).collect();
     let args = WorkerArgs::parse(&args).expect("worker arguments");
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap()
-        .block_on(worker::run_worker(args));
+        .unwrap();
+    match std::env::var(WORKER_MODE_ENV).as_deref() {
+        Ok("broken") => runtime.block_on(worker::run_worker_hosting(args, Tree::builder)),
+        _ => runtime.block_on(worker::run_worker(args)),
+    }
 }
 
 struct Owner {
@@ -61,6 +66,11 @@ impl Owner {
 
     /// A fresh worker process, joined; its name.
     async fn worker(&mut self) -> (String, WorkerProcess) {
+        self.worker_in_mode("normal").await
+    }
+
+    /// A fresh worker process in `mode` (see [`WORKER_MODE_ENV`]), joined; its name.
+    async fn worker_in_mode(&mut self, mode: &str) -> (String, WorkerProcess) {
         self.workers += 1;
         let name = format!("worker-{}", self.workers);
         let args = WorkerArgs {
@@ -74,7 +84,8 @@ impl Owner {
         let mut command = std::process::Command::new(std::env::current_exe().unwrap());
         command
             .args(["--ignored", "--exact", "worker_node", "--nocapture"])
-            .env(WORKER_ENV, args.to_args().join(" "));
+            .env(WORKER_ENV, args.to_args().join(" "))
+            .env(WORKER_MODE_ENV, mode);
         let process = tokio::task::spawn_blocking(move || WorkerProcess::start(command))
             .await
             .unwrap();
@@ -161,6 +172,28 @@ async fn scenarios() {
     a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
     a_shutdown_counts_a_frozen_node_killed_by_its_deadline(&mut owner).await;
     placement_is_refused_without_a_session(&mut owner).await;
+
+    // The review's scenarios: each runs to its end or its first failed assertion, and the
+    // test fails at the end with the list of those that failed.
+    let mut failed = Vec::new();
+    macro_rules! review {
+        ($($scenario:ident),* $(,)?) => {$(
+            eprintln!("review scenario: {}", stringify!($scenario));
+            if !caught($scenario(&mut owner)).await {
+                failed.push(stringify!($scenario));
+            }
+        )*};
+    }
+    review!(
+        aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort,
+        killing_a_remote_child_removes_its_stand_in,
+        killing_a_remote_child_stops_its_hosted_agent_before_the_lease,
+        a_spawn_the_worker_cannot_run_fails_with_its_cause,
+        a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause,
+        placement_on_the_owners_own_node_runs_locally,
+        shutting_down_a_local_owner_stops_its_remote_child_gracefully,
+    );
+    assert!(failed.is_empty(), "review scenarios failed: {failed:?}");
 }
 
 async fn spawn_result_and_usage(owner: &mut Owner) {
@@ -456,4 +489,299 @@ async fn placement_is_refused_without_a_session(owner: &mut Owner) {
         .unwrap_err();
     assert!(error.to_string().contains("elsewhere"), "{error}");
     tree.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Review scenarios.
+
+/// Runs `future` to its end; `false` if it panicked (the panic is printed by the hook).
+async fn caught(future: impl std::future::Future<Output = ()>) -> bool {
+    struct Catch<F>(std::pin::Pin<Box<F>>);
+    impl<F: std::future::Future<Output = ()>> std::future::Future for Catch<F> {
+        type Output = bool;
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<bool> {
+            let inner = &mut self.0;
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.as_mut().poll(cx)))
+            {
+                Ok(std::task::Poll::Ready(())) => std::task::Poll::Ready(true),
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Err(_) => std::task::Poll::Ready(false),
+            }
+        }
+    }
+    Catch(Box::pin(future)).await
+}
+
+/// Waits (at most `within`) until `what` holds; whether it did.
+async fn eventually(within: Duration, what: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !what() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+/// How long until the worker has no live hosted agent (at most 10 s).
+fn time_to_no_live_agent(process: &mut WorkerProcess) -> Duration {
+    let from = Instant::now();
+    let (live, _) = worker_until(process, |(live, _)| live == 0);
+    assert_eq!(live, 0, "the worker still hosts live agents");
+    from.elapsed()
+}
+
+/// The outcome of a local agent aborted mid-turn: what a remote child's abort must match.
+async fn local_abort() -> agent_tree::protocol::Outcome {
+    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let tree = Tree::builder()
+        .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut handle = tree.spawn(SpawnRequest::new("w", "hang")).await.unwrap();
+    tree.abort(handle.id()).unwrap();
+    let outcome = handle.outcome().await;
+    tree.shutdown().await;
+    outcome
+}
+
+/// `Tree::abort` of a remote child: the hosted agent is aborted (promptly, by the abort
+/// command, not by a lease), and the owner's outcome says what a local abort says.
+async fn aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort(owner: &mut Owner) {
+    let local = local_abort().await;
+    let stand_ins = owner.node.stats().stand_ins;
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    first_usage(&tree, id).await;
+    tree.abort(id).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("an aborted remote child settles");
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (local.status, local.reason),
+        "{outcome:?} vs the local {local:?}"
+    );
+    let took = time_to_no_live_agent(&mut process);
+    assert!(
+        took < Duration::from_millis(LEASE_MS / 2),
+        "the hosted agent stopped only after {took:?}"
+    );
+    // A steer to the settled remote child is refused like a local one's.
+    assert!(matches!(
+        tree.steer(id, "too late").await,
+        Err(agent_tree::ControlError::WrongStatus(..))
+    ));
+    assert!(
+        eventually(Duration::from_secs(2), || owner.node.stats().stand_ins
+            == stand_ins)
+        .await,
+        "the stand-in of a settled child is still routed: {:?}",
+        owner.node.stats()
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `Tree::kill` of a remote child settles its record killed and removes its stand-in from
+/// the node (`Node::stats().stand_ins` back to what it was).
+async fn killing_a_remote_child_removes_its_stand_in(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    assert_eq!(owner.node.stats().stand_ins, stand_ins + 1);
+    tree.kill(handle.id()).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("a killed remote child settles");
+    assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
+    assert!(
+        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
+            == stand_ins)
+        .await,
+        "the killed stand-in is still routed: {:?}",
+        owner.node.stats()
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `Tree::kill` of a remote child stops its hosted agent at once (the stand-in's end tells
+/// the hosted side), not only when the hosted side's lease lapses (up to a lease later,
+/// billing turns nobody counts meanwhile).
+async fn killing_a_remote_child_stops_its_hosted_agent_before_the_lease(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    tree.kill(handle.id()).unwrap();
+    let killed_at = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("a killed remote child settles");
+    assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
+    let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
+    let took = killed_at.elapsed();
+    assert_eq!(live, 0);
+    assert!(
+        took < Duration::from_millis(LEASE_MS / 2),
+        "the hosted agent ran on for {took:?} after its owner's kill (the lease is {LEASE_MS} ms)"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A definition the worker does not have: the stand-in fails at once, saying the worker
+/// refused the spawn; it never hangs; the worker's edge ends.
+async fn a_spawn_the_worker_cannot_run_fails_with_its_cause(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, AgentDefinition::new("ghost", "")).await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        tree.run(SpawnRequest::new("ghost", "haunt")),
+    )
+    .await
+    .expect("a refused remote spawn settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+    let error = outcome.error.as_deref().unwrap_or_default();
+    assert!(error.contains("refused the spawn"), "{outcome:?}");
+    assert!(error.contains("ghost"), "{outcome:?}");
+    assert!(
+        eventually(Duration::from_secs(2), || owner.node.stats().stand_ins
+            == stand_ins)
+        .await,
+        "{:?}",
+        owner.node.stats()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let edges = loop {
+        let (_, _, edges) = process.stats_with_edges();
+        if edges == 0 || Instant::now() > deadline {
+            break edges;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(edges, 0, "the refused spawn's hosted edge never ended");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A worker whose factory's tree does not build: the spawn fails with that cause, at once.
+async fn a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause(owner: &mut Owner) {
+    let (name, process) = owner.worker_in_mode("broken").await;
+    let tree = owner.tree(&name, runner()).await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        tree.run(SpawnRequest::new("runner", "work 1 1")),
+    )
+    .await
+    .expect("a remote spawn on a broken worker settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+    let error = outcome.error.as_deref().unwrap_or_default();
+    assert!(error.contains("did not build"), "{outcome:?}");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A definition placed on the owner's own node runs as a local agent: no stand-in, no edge.
+async fn placement_on_the_owners_own_node_runs_locally(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let model = ScriptedModel::new().script("runner", Script::new([Turn::answer("ran here")]));
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node("owner")]).unwrap())
+        .model(model)
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let mut handle = tree.spawn(SpawnRequest::new("runner", "go")).await.unwrap();
+    assert_eq!(owner.node.stats().stand_ins, stand_ins);
+    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
+        .await
+        .expect("settles");
+    assert_eq!(outcome.text.as_deref(), Some("ran here"), "{outcome:?}");
+    let outcome = tree
+        .run(SpawnRequest::new("runner", "go").on_node("owner"))
+        .await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    tree.shutdown().await;
+}
+
+/// `Tree::shutdown_agent` of a local lead whose child is remote: the remote child is shut
+/// down by the one deadline, gracefully (its hosted agent settles, nothing is killed), with
+/// the reason a local child's shutdown has, and the worker runs nothing after.
+async fn shutting_down_a_local_owner_stops_its_remote_child_gracefully(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let lead = AgentDefinition::new("lead", "You lead.")
+        .with_allowed_subagents(SubagentAllowance::only(["runner"]));
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("runner", "work 100 100"),
+            Turn::answer("the lead is done"),
+        ]),
+    );
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(&name), lead]).unwrap())
+        .model(model)
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let mut events = tree.subscribe();
+    let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let remote = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("the remote runner bills a turn")
+            .expect("events");
+        if event.kind.name() == "usage_reported"
+            && event.agent != lead.id()
+            && tree
+                .record(event.agent)
+                .is_some_and(|r| r.agent_type == "runner")
+        {
+            break event.agent;
+        }
+    };
+    let started = Instant::now();
+    let report = tree.shutdown_agent(lead.id()).await.unwrap();
+    let took = started.elapsed();
+    let grace = tree.config().shutdown_grace;
+    assert!(took < grace + Duration::from_millis(500), "took {took:?}");
+    assert!(report.killed.is_empty(), "{report:?}");
+    assert!(report.graceful.contains(&remote), "{report:?}");
+    let record = tree.record(remote).unwrap();
+    assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
+    assert_eq!(
+        record.outcome.as_ref().map(|o| o.reason),
+        Some(EndReason::Shutdown),
+        "{record:?}"
+    );
+    let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(live, 0);
+    tree.shutdown().await;
+    process.finish();
 }

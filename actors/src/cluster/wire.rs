@@ -108,4 +108,18 @@ mod tests {
         let extra = br#"{"edge":"e","from":"n","boot":1,"frame":{"dir":"up","frame":{"seq":0,"ack":0,"body":{"kind":"ack"}}},"x":1}"#;
         assert!(Envelope::decode(&HostMsg(extra.to_vec())).is_err());
     }
+
+    /// The module promises strict decoding: a key the wire form does not have is an error,
+    /// at every level of the envelope (as at its top, above), not only at its top.
+    #[test]
+    fn an_unknown_key_in_the_directed_frame_is_refused() {
+        let good = br#"{"edge":"e","from":"n","boot":1,"frame":{"dir":"up","frame":{"seq":0,"ack":0,"body":{"kind":"ack"}}}}"#;
+        assert!(Envelope::decode(&HostMsg(good.to_vec())).is_ok());
+        let extra = br#"{"edge":"e","from":"n","boot":1,"frame":{"dir":"up","frame":{"seq":0,"ack":0,"body":{"kind":"ack"}},"x":1}}"#;
+        assert!(
+            Envelope::decode(&HostMsg(extra.to_vec())).is_err(),
+            "decoded: {:?}",
+            Envelope::decode(&HostMsg(extra.to_vec()))
+        );
+    }
 }
