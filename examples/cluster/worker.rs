@@ -10,6 +10,7 @@
 //! * `fail-first`: the first such task in the process fails (not retryably); later ones
 //!   answer `recovered`.
 //! * `delegate N MS`: spawns a `helper` with `work N MS`, then answers `lead done`.
+//! * `ask <question>`: asks its owner (`ask_owner`), then answers `answered: <result>`.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
 
@@ -165,6 +166,26 @@ impl Model for WorkerModel {
                         ModelResponse::text_and_calls("", vec![call])
                     } else {
                         ModelResponse::text("lead done")
+                    }
+                }
+                Some("ask") => {
+                    if request.turn == 1 {
+                        let question = task.trim_start_matches("ask").trim();
+                        let call = ToolCall::new(
+                            "ask-1",
+                            "ask_owner",
+                            serde_json::json!({ "question": question }),
+                        );
+                        ModelResponse::text_and_calls("", vec![call])
+                    } else {
+                        let result = request
+                            .messages
+                            .iter()
+                            .rev()
+                            .find(|m| m.role == Role::Tool)
+                            .map(|m| m.content.clone())
+                            .unwrap_or_default();
+                        ModelResponse::text(format!("answered: {result}"))
                     }
                 }
                 _ => ModelResponse::text(format!("unknown task: {task}")),

@@ -171,29 +171,16 @@ async fn scenarios() {
     a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(&mut owner).await;
     a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
     a_shutdown_counts_a_frozen_node_killed_by_its_deadline(&mut owner).await;
+    a_remote_question_reaches_its_owner_and_the_answer_comes_back(&mut owner).await;
     placement_is_refused_without_a_session(&mut owner).await;
 
-    // The review's scenarios: each runs to its end or its first failed assertion, and the
-    // test fails at the end with the list of those that failed.
-    let mut failed = Vec::new();
-    macro_rules! review {
-        ($($scenario:ident),* $(,)?) => {$(
-            eprintln!("review scenario: {}", stringify!($scenario));
-            if !caught($scenario(&mut owner)).await {
-                failed.push(stringify!($scenario));
-            }
-        )*};
-    }
-    review!(
-        aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort,
-        killing_a_remote_child_removes_its_stand_in,
-        killing_a_remote_child_stops_its_hosted_agent_before_the_lease,
-        a_spawn_the_worker_cannot_run_fails_with_its_cause,
-        a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause,
-        placement_on_the_owners_own_node_runs_locally,
-        shutting_down_a_local_owner_stops_its_remote_child_gracefully,
-    );
-    assert!(failed.is_empty(), "review scenarios failed: {failed:?}");
+    aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort(&mut owner).await;
+    killing_a_remote_child_removes_its_stand_in(&mut owner).await;
+    killing_a_remote_child_stops_its_hosted_agent_before_the_lease(&mut owner).await;
+    a_spawn_the_worker_cannot_run_fails_with_its_cause(&mut owner).await;
+    a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause(&mut owner).await;
+    placement_on_the_owners_own_node_runs_locally(&mut owner).await;
+    shutting_down_a_local_owner_stops_its_remote_child_gracefully(&mut owner).await;
 }
 
 async fn spawn_result_and_usage(owner: &mut Owner) {
@@ -456,6 +443,39 @@ async fn a_shutdown_counts_a_frozen_node_killed_by_its_deadline(owner: &mut Owne
     process.finish();
 }
 
+async fn a_remote_question_reaches_its_owner_and_the_answer_comes_back(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+        .model(ScriptedModel::new())
+        .on_question(|q: agent_tree::Question| async move {
+            Ok(format!("yes, {} may {}", q.agent_type, q.question))
+        })
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let outcome = tree
+        .run(SpawnRequest::new("runner", "ask deploy"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    let text = outcome.text.unwrap_or_default();
+    assert!(text.starts_with("answered: "), "{text}");
+    assert!(text.contains("yes, runner may deploy"), "{text}");
+    tree.shutdown().await;
+    // No handler on the owner's side: the question is refused, as a local one would be.
+    let tree = owner.tree(&name, runner()).await;
+    let outcome = tree
+        .run(SpawnRequest::new("runner", "ask deploy"))
+        .await
+        .unwrap();
+    let text = outcome.text.unwrap_or_default();
+    assert!(text.contains("no one answers questions"), "{text}");
+    tree.shutdown().await;
+    process.finish();
+}
+
 async fn placement_is_refused_without_a_session(owner: &mut Owner) {
     // A task too large for one frame never reaches the wire: the spawn fails, at once.
     let (name, process) = owner.worker().await;
@@ -493,27 +513,6 @@ async fn placement_is_refused_without_a_session(owner: &mut Owner) {
 
 // ---------------------------------------------------------------------------------------
 // Review scenarios.
-
-/// Runs `future` to its end; `false` if it panicked (the panic is printed by the hook).
-async fn caught(future: impl std::future::Future<Output = ()>) -> bool {
-    struct Catch<F>(std::pin::Pin<Box<F>>);
-    impl<F: std::future::Future<Output = ()>> std::future::Future for Catch<F> {
-        type Output = bool;
-        fn poll(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<bool> {
-            let inner = &mut self.0;
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.as_mut().poll(cx)))
-            {
-                Ok(std::task::Poll::Ready(())) => std::task::Poll::Ready(true),
-                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-                Err(_) => std::task::Poll::Ready(false),
-            }
-        }
-    }
-    Catch(Box::pin(future)).await
-}
 
 /// Waits (at most `within`) until `what` holds; whether it did.
 async fn eventually(within: Duration, what: impl Fn() -> bool) -> bool {

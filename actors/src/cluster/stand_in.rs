@@ -166,6 +166,18 @@ impl Actor for StandIn {
             prompt: start.prompt.clone(),
             request_id,
         });
+        // Aborted before it got here: the abort follows the spawn.
+        if ticket.token.is_cancelled() {
+            let reason = state
+                .shared
+                .registry
+                .abort_reason(id)
+                .unwrap_or(EndReason::OwnerEnded);
+            if reason != EndReason::Shutdown {
+                state.aborted = Some(reason);
+                state.command(Command::Abort { agent: id });
+            }
+        }
         for text in early {
             state.command(Command::Steer {
                 agent: id,
@@ -210,24 +222,6 @@ impl Actor for StandIn {
                 ),
             );
             state.settle(&myself, outcome);
-        }
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _: ActorRef<AgentMsg>,
-        state: &mut State,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(ticker) = state.ticker.take() {
-            ticker.abort();
-        }
-        state.node.unroute_stand_in(&state.edge);
-        if !state.settled {
-            // Stopped from outside (killed at a deadline, its owner gone): the hosted side
-            // is told to stop; its lease bounds it if the frame is lost.
-            let _ = state.command(Command::Shutdown { within_ms: 0 });
-            state.flush();
         }
         Ok(())
     }
@@ -294,6 +288,28 @@ impl Actor for StandIn {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// The stand-in's cleanup, on every way it stops: ractor runs no `post_stop` for an actor
+/// killed (`Tree::kill`, a shutdown's kill at the deadline, its owner's death), but it
+/// drops the state.
+impl Drop for State {
+    fn drop(&mut self) {
+        if let Some(ticker) = self.ticker.take() {
+            ticker.abort();
+        }
+        self.node.unroute_stand_in(&self.edge);
+        if !self.settled {
+            self.shared
+                .mirrors
+                .lock()
+                .insert(self.id, self.mirror.records().into());
+            // Stopped from outside: the hosted side is told to stop at once; its lease
+            // bounds it if the frame is lost.
+            let _ = self.command(Command::Shutdown { within_ms: 0 });
+            self.flush();
+        }
     }
 }
 

@@ -53,7 +53,12 @@ pub(crate) struct Envelope {
 
 /// A frame and its direction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "dir", content = "frame", rename_all = "snake_case")]
+#[serde(
+    tag = "dir",
+    content = "frame",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
 pub(crate) enum Directed {
     /// Owner's node → child's node.
     Down(Frame<Down>),
