@@ -742,6 +742,29 @@ impl Node {
         }
     }
 
+    /// Closes every session to the node named `peer` (at most the connect timeout is spent
+    /// asking the node server for them); how many it closed. A peer that joined this node,
+    /// or that this node joined, reconnects; edges to it replay on the new session, and
+    /// one not back within the reconnect window is down. For operators evicting a node, and
+    /// for tests of a short disconnect.
+    pub async fn disconnect(&self, peer: &str) -> usize {
+        let timeout = self.inner.config.connect_timeout;
+        let asked = ractor::call_t!(
+            self.inner.server,
+            NodeServerMessage::GetSessions,
+            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+        );
+        let Ok(sessions) = asked else { return 0 };
+        let mut closed = 0;
+        for session in sessions.values() {
+            if Sessions::name(session).as_deref() == Some(peer) {
+                session.actor.stop(Some("agent-tree: disconnected".into()));
+                closed += 1;
+            }
+        }
+        closed
+    }
+
     /// Whether a session to the node named `peer` is ready now.
     pub fn reaches(&self, peer: &str) -> bool {
         self.inner.reaches(peer)

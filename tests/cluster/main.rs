@@ -167,6 +167,7 @@ async fn scenarios() {
     a_local_agent_delegates_to_a_remote_subtree(&mut owner).await;
     a_remote_failure_is_restarted_by_its_owner(&mut owner).await;
     a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(&mut owner).await;
+    a_short_disconnect_is_replayed_and_invisible(&mut owner).await;
     a_freeze_within_the_lease_is_invisible(&mut owner).await;
     a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(&mut owner).await;
     a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
@@ -327,6 +328,31 @@ async fn a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(owner:
     // Usage billed before the kill stays counted.
     assert!(root_tokens(&tree) >= 12);
     tree.shutdown().await;
+}
+
+async fn a_short_disconnect_is_replayed_and_invisible(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 10 60"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    // The owner's side closes the session; the worker, which joined, reconnects within the
+    // reconnect window, and both ends replay what was not acknowledged.
+    assert_eq!(owner.node.disconnect(&name).await, 1);
+    let outcome = handle.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("done 10"), "{outcome:?}");
+    let (_, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(tokens, 120);
+    assert_eq!(
+        root_tokens(&tree),
+        120,
+        "every delta counted once across the reconnect"
+    );
+    assert!(owner.node.reaches(&name), "the worker is back");
+    tree.shutdown().await;
+    process.finish();
 }
 
 async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
