@@ -34,6 +34,7 @@ use crate::agent::AgentArgs;
 use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
 use crate::policy::edge::lease::{OwnerLease, Verdict};
 use crate::policy::edge::mirror::{Mirror, Mirrored, ReportCheck};
+use crate::policy::edge::presence::{Down as PresenceDown, Presence};
 use crate::policy::edge::seq::{Endpoint, OutboxLimits, Received};
 use crate::policy::edge::size::SizeGuard;
 use crate::shared::SharedRef;
@@ -77,13 +78,11 @@ pub(crate) struct State {
     mirror: Mirror,
     /// Its clock's zero: the lease machines take durations.
     epoch: Instant,
-    /// The child's node process, once heard from.
-    peer_boot: Option<u64>,
+    /// Whether the child's node is there, and the same process.
+    presence: Presence,
     request_id: RequestId,
     /// The hosted top agent, once its `spawned` event came.
     top: Option<AgentId>,
-    /// Since when the session to the child's node is closed.
-    down_since: Option<Instant>,
     /// Why it was cancelled, for the outcome it settles with.
     aborted: Option<EndReason>,
     /// The deadline of a shutdown it forwarded.
@@ -134,6 +133,7 @@ impl Actor for StandIn {
         let epoch = Instant::now();
         let request_id = RequestId::new(format!("{edge}/spawn"));
         let mut state = State {
+            presence: Presence::new(node.reconnect_window(), node.reaches(&peer), Duration::ZERO),
             id,
             run,
             owner,
@@ -145,10 +145,8 @@ impl Actor for StandIn {
             end: Endpoint::new(OutboxLimits::default(), SizeGuard::default()),
             mirror: Mirror::new(),
             epoch,
-            peer_boot: None,
             request_id: request_id.clone(),
             top: None,
-            down_since: None,
             aborted: None,
             shutdown: None,
             settled: false,
@@ -186,9 +184,6 @@ impl Actor for StandIn {
         }
         if let Some(order) = shutdown {
             state.forward_shutdown(order.deadline);
-        }
-        if !state.node.reaches(&state.peer) {
-            state.down_since = Some(epoch);
         }
         state.flush();
         let ticker = myself.clone();
@@ -351,7 +346,7 @@ impl State {
     /// Hands every frame due to the connection, if a session to the child's node is
     /// ready; otherwise they wait (unacknowledged) for the next session.
     fn flush(&mut self) {
-        if self.down_since.is_some() {
+        if !self.presence.connected() {
             return;
         }
         for frame in self.end.outgoing() {
@@ -367,7 +362,7 @@ impl State {
     }
 
     fn send_control(&mut self, frame: Frame<Down>) {
-        if self.down_since.is_none() {
+        if self.presence.connected() {
             self.node
                 .send(&self.peer, &self.edge, Directed::Down(frame));
         }
@@ -378,10 +373,11 @@ impl State {
             EdgeInput::Frame { frame, boot } => self.on_frame(myself, frame, boot),
             EdgeInput::Tick => self.on_tick(myself),
             EdgeInput::PeerDown => {
-                self.down_since.get_or_insert_with(Instant::now);
+                let now = self.now();
+                self.presence.closed(now);
             }
             EdgeInput::PeerUp => {
-                if self.down_since.take().is_some() {
+                if self.presence.opened() {
                     self.end.reconnect();
                 }
             }
@@ -395,17 +391,11 @@ impl State {
     }
 
     fn on_frame(&mut self, myself: &ActorRef<AgentMsg>, frame: Frame<Up>, boot: u64) {
-        match self.peer_boot {
-            None => self.peer_boot = Some(boot),
-            Some(known) if known != boot => {
-                let cause = format!("node down: {} restarted", self.peer);
-                return self.give_up(myself, &cause, AgentStatus::Failed);
-            }
-            Some(_) => {}
-        }
-        // A frame proves the session is up, whatever the session events said.
-        if self.down_since.take().is_some() {
-            self.end.reconnect();
+        match self.presence.frame(boot) {
+            Err(down) => return self.node_down(myself, down),
+            // A frame proves a session is up, whatever the session events said.
+            Ok(true) => self.end.reconnect(),
+            Ok(false) => {}
         }
         let now = self.now();
         self.lease.heard(now);
@@ -530,15 +520,8 @@ impl State {
                 AgentStatus::Killed,
             );
         }
-        if let Some(since) = self.down_since {
-            let window = self.node.reconnect_window();
-            if since.elapsed() >= window {
-                let cause = format!(
-                    "node down: {} disconnected and was not back within {window:?}",
-                    self.peer
-                );
-                return self.give_up(myself, &cause, AgentStatus::Failed);
-            }
+        if let Some(down) = self.presence.check(now) {
+            return self.node_down(myself, down);
         }
         if self
             .shutdown
@@ -552,6 +535,17 @@ impl State {
                 AgentStatus::Killed,
             );
         }
+    }
+
+    fn node_down(&mut self, myself: &ActorRef<AgentMsg>, down: PresenceDown) {
+        let cause = match down {
+            PresenceDown::NotBack { window } => format!(
+                "node down: {} disconnected and was not back within {window:?}",
+                self.peer
+            ),
+            PresenceDown::Restarted => format!("node down: {} restarted", self.peer),
+        };
+        self.give_up(myself, &cause, AgentStatus::Failed);
     }
 
     /// The hosted side is lost: the mirror settles its live agents killed (with the usage

@@ -15,6 +15,8 @@
 //!   side must stop its subtree, and when the owner's side declares it killed.
 //! * [`mirror`]: the owner's side's records of the hosted subtree, folded from its events
 //!   with the journal's fold; late events reported; terminal reports checked.
+//! * [`presence`]: whether the child's node is still there and the same process (the
+//!   reconnect window, the boot id): a crash told from a short disconnect.
 //! * [`shutdown`]: one shutdown deadline across nodes: who reported, who is counted killed.
 //! * [`size`]: the size guard refusing an oversized frame before it is sent.
 //!
@@ -44,6 +46,7 @@
 
 pub(crate) mod lease;
 pub(crate) mod mirror;
+pub(crate) mod presence;
 pub(crate) mod seq;
 pub(crate) mod shutdown;
 #[cfg(test)]
