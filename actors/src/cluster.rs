@@ -231,7 +231,11 @@ pub enum ClusterError {
         error: String,
     },
     /// The peer's session was not ready (authenticated, its hosts visible) in time.
-    #[error("node {peer} not reachable within {timeout:?}")]
+    #[error(
+        "node {peer} not reachable within {timeout:?}: is it running, under that name, with \
+         the same cookie and cluster name? (a wrong cookie fails authentication silently here; \
+         the peer logs it)"
+    )]
     Timeout {
         /// The peer's name.
         peer: String,
@@ -301,7 +305,8 @@ pub(crate) struct NodeInner {
     hosting: Mutex<Option<HostFactory>>,
     peers: broadcast::Sender<PeerEvent>,
     /// Peers this node joined, by name: it reconnects to them when their session closes.
-    joined: Mutex<HashMap<String, SocketAddr>>,
+    /// A leaf lock.
+    joined: Mutex<HashMap<String, Joined>>,
     edges: std::sync::atomic::AtomicU64,
 }
 
@@ -466,7 +471,11 @@ impl NodeInner {
             id: edge.to_owned(),
             owner: owner.to_owned(),
         };
-        tokio::spawn(hosted::run(edge, factory(), rx));
+        // The hosted tree is on this node: a definition placed here (the same agent files
+        // loaded on both nodes) runs locally in it, and one placed elsewhere is reached.
+        let mut builder = factory();
+        builder.node = Some(Arc::clone(self));
+        tokio::spawn(hosted::run(edge, builder, rx));
         Some(tx)
     }
 
@@ -493,7 +502,18 @@ impl NodeInner {
         }
         let _ = self.peers.send(event.clone());
         if let PeerEvent::Down(_) = event {
-            let addr = self.joined.lock().get(&peer).copied();
+            // One reconnect loop per peer at a time: a session that fails again (a wrong
+            // cookie) closes again, and must not start another loop.
+            let addr = {
+                let mut joined = self.joined.lock();
+                match joined.get_mut(&peer) {
+                    Some(entry) if !entry.reconnecting => {
+                        entry.reconnecting = true;
+                        Some(entry.addr)
+                    }
+                    _ => None,
+                }
+            };
             if let Some(addr) = addr {
                 tokio::spawn(reconnect(Arc::downgrade(self), peer, addr));
             }
@@ -501,23 +521,49 @@ impl NodeInner {
     }
 }
 
-/// Reconnects to a joined peer whose session closed, every 100 ms, until a session to it
-/// is ready again or the node is gone.
+/// Where a joined peer is, and whether a reconnect loop runs for it.
+#[derive(Clone, Copy, Debug)]
+struct Joined {
+    addr: SocketAddr,
+    reconnecting: bool,
+}
+
+/// The first wait of a reconnect loop; it doubles after each failed attempt, up to
+/// [`RECONNECT_MAX`].
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Reconnects to a joined peer whose session closed, after 100 ms and then backing off to
+/// one attempt every 5 s, until a session to it is ready again or the node is gone.
 async fn reconnect(node: Weak<NodeInner>, peer: String, addr: SocketAddr) {
+    let mut wait = RECONNECT_FIRST;
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RECONNECT_MAX);
         let Some(node) = node.upgrade() else { return };
-        if node.reaches(&peer) {
+        let ready = node.reaches(&peer)
+            || match ractor_cluster::client_connect(&node.server, addr).await {
+                Ok(()) => wait_ready(&node, &peer, node.config.connect_timeout).await,
+                Err(error) => {
+                    tracing::debug!(%peer, error = %connect_error(&error), "reconnect failed; retrying");
+                    false
+                }
+            };
+        if ready {
+            if let Some(entry) = node.joined.lock().get_mut(&peer) {
+                entry.reconnecting = false;
+            }
             return;
         }
-        match ractor_cluster::client_connect(&node.server, addr).await {
-            Ok(()) => {
-                if wait_ready(&node, &peer, node.config.connect_timeout).await {
-                    return;
-                }
-            }
-            Err(error) => tracing::debug!(%peer, %error, "reconnect failed; retrying"),
-        }
+    }
+}
+
+/// ractor_cluster's connect error as text (its `Display` is its `Debug`).
+fn connect_error(error: &ractor_cluster::ClientConnectErr) -> String {
+    match error {
+        ractor_cluster::ClientConnectErr::Socket(io)
+        | ractor_cluster::ClientConnectErr::Encryption(io) => io.to_string(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -655,9 +701,10 @@ impl Node {
             Some(ractor_cluster::node::NodeConnectionMode::Isolated),
         )
         .with_listen_addr(config.listen);
+        let (listen, port) = (config.listen, config.port);
         let (server, _) = Actor::spawn(None, server, ())
             .await
-            .map_err(|e| ClusterError::Startup(e.to_string()))?;
+            .map_err(|e| ClusterError::Startup(format!("listening on {listen}:{port}: {e}")))?;
         let (events_tx, mut events_rx) = mpsc::unbounded_channel();
         let _ = server.cast(NodeServerMessage::SubscribeToEvents {
             id: "agent-tree".into(),
@@ -706,22 +753,38 @@ impl Node {
     }
 
     /// Connects to the node named `peer` at `addr` and waits until its session is ready
-    /// (authenticated, its host visible). If the session closes later, this node
-    /// reconnects by itself, every 100 ms, for as long as it runs.
+    /// (authenticated, its host visible). Once joined, if the session closes later, this
+    /// node reconnects by itself (after 100 ms, backing off to every 5 s) for as long as it
+    /// runs. A join that fails is not retried: call it again (a peer not started yet
+    /// refuses the connection). Sessions opened another way (TLS, with
+    /// `ractor_cluster::client_connect_enc`) are not reconnected by this node.
     ///
     /// # Errors
     ///
     /// [`ClusterError::Connect`] when the connection fails, [`ClusterError::Timeout`] when
-    /// the session is not ready within the connect timeout (a wrong cookie, say).
+    /// the session is not ready within the connect timeout (a wrong cookie or cluster
+    /// name, say: the peer logs the authentication failure).
     pub async fn join(&self, addr: SocketAddr, peer: &str) -> Result<(), ClusterError> {
-        self.inner.joined.lock().insert(peer.to_owned(), addr);
-        ractor_cluster::client_connect(&self.inner.server, addr)
-            .await
-            .map_err(|error| ClusterError::Connect {
-                addr,
-                error: error.to_string(),
-            })?;
-        self.await_peer(peer).await
+        let joined = async {
+            ractor_cluster::client_connect(&self.inner.server, addr)
+                .await
+                .map_err(|error| ClusterError::Connect {
+                    addr,
+                    error: connect_error(&error),
+                })?;
+            self.await_peer(peer).await
+        };
+        match joined.await {
+            Ok(()) => {
+                let entry = Joined {
+                    addr,
+                    reconnecting: false,
+                };
+                self.inner.joined.lock().insert(peer.to_owned(), entry);
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Waits until a session to the node named `peer` is ready, at most the connect

@@ -75,7 +75,7 @@ pub struct TreeBuilder {
     hooks: Hooks,
     journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
     #[cfg(feature = "cluster")]
-    node: Option<std::sync::Arc<crate::cluster::NodeInner>>,
+    pub(crate) node: Option<std::sync::Arc<crate::cluster::NodeInner>>,
 }
 
 impl std::fmt::Debug for TreeBuilder {

@@ -447,6 +447,10 @@ impl State {
                         // The owner's record of the child bills its whole hosted subtree.
                         let _ = self.shared.registry.charge(self.id, *delta);
                     }
+                    // The remote agent's steers show in the owner's stream as a local one's do.
+                    if self.top == Some(event.agent) && matches!(event.kind, EventKind::Steered) {
+                        self.shared.registry.announce(self.id, EventKind::Steered);
+                    }
                     if self.top == Some(event.agent) {
                         if let Some(outcome) = event.kind.outcome() {
                             let mut outcome = outcome.clone();
@@ -571,6 +575,9 @@ impl State {
     /// Settles the run in the owner's registry and tells the owner, as an agent does.
     fn settle(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.settled = true;
+        // Off the routing table with the settle, not only when the actor is gone: the
+        // node's counts agree with the records.
+        self.node.unroute_stand_in(&self.edge);
         // The mirror outlives the stand-in: kept before the settle is visible.
         self.shared
             .mirrors
