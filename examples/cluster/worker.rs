@@ -10,6 +10,9 @@
 //! * `fail-first`: the first such task in the process fails (not retryably); later ones
 //!   answer `recovered`.
 //! * `delegate N MS`: spawns a `helper` with `work N MS`, then answers `lead done`.
+//! * `fail-always`: fails every time (not retryably).
+//! * `delegate-bg N MS`: spawns a `helper` with `work N MS` in the background, then
+//!   answers `lead done` at once (its run is over while the helper runs).
 //! * `ask <question>`: asks its owner (`ask_owner`), then answers `answered: <result>`.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
@@ -87,12 +90,19 @@ pub(crate) fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The worker's catalog: `runner` (may delegate to `helper`) and `helper`.
+/// The worker's catalog: `runner` (may delegate to `helper`), `helper`, `flaky` (a
+/// transient runner, as a catalog shared by every node would declare it) and `drainer` (a
+/// runner that drains its children when its run ends).
 pub(crate) fn worker_catalog() -> Catalog {
     Catalog::new([
         AgentDefinition::new("runner", "You run tasks.")
             .with_allowed_subagents(SubagentAllowance::only(["helper"])),
         AgentDefinition::new("helper", "You help."),
+        AgentDefinition::new("flaky", "You run tasks.")
+            .with_restart(agent_tree::protocol::RestartPolicy::Transient),
+        AgentDefinition::new("drainer", "You run tasks.")
+            .with_allowed_subagents(SubagentAllowance::only(["helper"]))
+            .with_settle(agent_tree::protocol::SettlePolicy::Drain),
     ])
     .expect("the worker's catalog is valid")
 }
@@ -152,6 +162,25 @@ impl Model for WorkerModel {
                         return Err(ModelError::new("scripted failure on the worker"));
                     }
                     ModelResponse::text("recovered")
+                }
+                Some("fail-always") => {
+                    return Err(ModelError::new("scripted failure on the worker, always"));
+                }
+                Some("delegate-bg") => {
+                    if request.turn == 1 {
+                        let call = ToolCall::new(
+                            "delegate-bg-1",
+                            "Agent",
+                            serde_json::json!({
+                                "subagent_type": "helper",
+                                "prompt": format!("work {} {}", number(1, 2), number(2, 50)),
+                                "background": true,
+                            }),
+                        );
+                        ModelResponse::text_and_calls("", vec![call])
+                    } else {
+                        ModelResponse::text("lead done")
+                    }
                 }
                 Some("delegate") => {
                     if request.turn == 1 {

@@ -182,6 +182,31 @@ async fn scenarios() {
     a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause(&mut owner).await;
     placement_on_the_owners_own_node_runs_locally(&mut owner).await;
     shutting_down_a_local_owner_stops_its_remote_child_gracefully(&mut owner).await;
+
+    // Second review: each scenario is run to its end (a panic or a hang is recorded, not
+    // propagated), so every failing one is observed; the test fails at the end with all.
+    let mut failed = Vec::new();
+    macro_rules! observe {
+        ($name:ident) => {
+            if let Err(why) = observed(stringify!($name), $name(&mut owner)).await {
+                failed.push(why);
+            }
+        };
+    }
+    observe!(a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_escalates);
+    observe!(a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates);
+    observe!(one_for_all_over_a_remote_and_a_local_child_restarts_both);
+    observe!(rest_for_one_restarts_a_remote_child_started_after_the_failed_local_one);
+    observe!(fail_fast_over_a_remote_and_a_local_child_aborts_the_other);
+    observe!(twenty_remote_children_at_once_complete_and_leave_nothing_behind);
+    observe!(twenty_remote_children_of_one_owner_agent_complete_and_count_once);
+    observe!(steers_before_a_remote_agent_starts_are_queued_and_a_settled_one_refuses);
+    observe!(max_subtree_tokens_counts_remote_usage);
+    observe!(a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_local_one);
+    observe!(a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_turn_reads_it);
+    observe!(a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches);
+    observe!(a_spawn_requests_settle_policy_applies_to_a_remote_child);
+    assert!(failed.is_empty(), "failing scenarios:\n{}", failed.join("\n"));
 }
 
 async fn spawn_result_and_usage(owner: &mut Owner) {
@@ -807,6 +832,790 @@ async fn shutting_down_a_local_owner_stops_its_remote_child_gracefully(owner: &m
     );
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!(live, 0);
+    tree.shutdown().await;
+    process.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// Second review scenarios.
+
+/// Polls `future`, turning a panic into an error (a scenario's assertion failing).
+struct CatchUnwind<F: std::future::Future>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let future = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+            Err(panic) => {
+                let text = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                std::task::Poll::Ready(Err(text))
+            }
+        }
+    }
+}
+
+/// Runs one scenario (at most 90 s): `Err` with what went wrong.
+async fn observed(name: &str, scenario: impl std::future::Future<Output = ()>) -> Result<(), String> {
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(90),
+        CatchUnwind(Box::pin(scenario)),
+    )
+    .await;
+    let took = started.elapsed();
+    match result {
+        Ok(Ok(())) => {
+            eprintln!("REVIEW2 PASS {name} ({took:?})");
+            Ok(())
+        }
+        Ok(Err(why)) => {
+            eprintln!("REVIEW2 FAIL {name}: {why}");
+            Err(format!("{name}: {why}"))
+        }
+        Err(_) => {
+            eprintln!("REVIEW2 FAIL {name}: hung for 90 s");
+            Err(format!("{name}: hung for 90 s"))
+        }
+    }
+}
+
+/// Waits (at most 15 s) until the worker hosts no edge and no live agent; its stats then.
+fn worker_idle(process: &mut WorkerProcess) -> (usize, u64, usize) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let stats = process.stats_with_edges();
+        if (stats.0 == 0 && stats.2 == 0) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn lead_of(children: &[&str]) -> AgentDefinition {
+    AgentDefinition::new("lead", "You lead.")
+        .with_allowed_subagents(SubagentAllowance::only(children.iter().copied()))
+}
+
+async fn tree_of(
+    owner: &Owner,
+    definitions: Vec<AgentDefinition>,
+    model: impl agent_tree::Model,
+    config: agent_tree::TreeConfig,
+) -> Tree {
+    Tree::builder()
+        .catalog(Catalog::new(definitions).unwrap())
+        .model(model)
+        .config(config)
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn records_of(tree: &Tree, agent_type: &str) -> Vec<agent_tree::protocol::AgentRecord> {
+    tree.snapshot()
+        .records
+        .into_iter()
+        .filter(|r| r.agent_type == agent_type)
+        .map(|r| (*r).clone())
+        .collect()
+}
+
+/// A transient remote child that fails at every run, under a local lead allowing 2 restarts:
+/// the third failure exhausts the lead's intensity and the lead escalates, as with a local
+/// child (`docs/semantics.md`, "Supervision restarts").
+async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_escalates(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let lead = lead_of(&["runner"]).with_supervision(
+        agent_tree::protocol::Strategy::OneForOne,
+        2,
+        60_000,
+    );
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("runner", "fail-always"),
+            Turn::answer("the lead is done"),
+        ]),
+    );
+    let tree = tree_of(
+        owner,
+        vec![
+            runner().with_restart(RestartPolicy::Transient).on_node(&name),
+            lead,
+        ],
+        model,
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (AgentStatus::Failed, EndReason::Escalated),
+        "{outcome:?}"
+    );
+    let error = outcome.error.clone().unwrap_or_default();
+    assert!(error.contains("runner"), "{outcome:?}");
+    let remote = records_of(&tree, "runner");
+    assert_eq!(remote.len(), 1, "{remote:?}");
+    assert_eq!(remote[0].incarnation, 3, "two restarts, then escalation: {remote:?}");
+    assert!(remote[0].status.is_terminal(), "{remote:?}");
+    let (live, _, _) = worker_idle(&mut process);
+    assert_eq!(live, 0);
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A permanent remote child restarts after every exit, a completion included: under a lead
+/// allowing 2 restarts its third completion escalates.
+async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let lead = lead_of(&["runner"]).with_supervision(
+        agent_tree::protocol::Strategy::OneForOne,
+        2,
+        60_000,
+    );
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("runner", "work 1 10"),
+            Turn::answer("the lead is done"),
+        ]),
+    );
+    let tree = tree_of(
+        owner,
+        vec![
+            runner().with_restart(RestartPolicy::Permanent).on_node(&name),
+            lead,
+        ],
+        model,
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (AgentStatus::Failed, EndReason::Escalated),
+        "{outcome:?}"
+    );
+    let remote = records_of(&tree, "runner");
+    assert_eq!(remote[0].incarnation, 3, "{remote:?}");
+    let (live, tokens, _) = worker_idle(&mut process);
+    assert_eq!(live, 0);
+    assert_eq!(tokens, 36, "three runs of one turn each on the worker");
+    assert_eq!(root_tokens(&tree), 36, "each run's usage counted once");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// one_for_all over a remote child (started first, running) and a local one that fails
+/// once: the remote child is stopped and both restart; everything completes, and the usage
+/// the owner counts is exactly what the worker billed.
+async fn one_for_all_over_a_remote_and_a_local_child_restarts_both(owner: &mut Owner) {
+    strategy_over_remote_and_local(owner, agent_tree::protocol::Strategy::OneForAll, true).await;
+}
+
+/// rest_for_one with the local child started first and the remote one after it: the local
+/// failure stops and restarts the remote child.
+async fn rest_for_one_restarts_a_remote_child_started_after_the_failed_local_one(
+    owner: &mut Owner,
+) {
+    strategy_over_remote_and_local(owner, agent_tree::protocol::Strategy::RestForOne, false)
+        .await;
+}
+
+async fn strategy_over_remote_and_local(
+    owner: &mut Owner,
+    strategy: agent_tree::protocol::Strategy,
+    remote_first: bool,
+) {
+    use agent_tree::testkit::{Call, FaultyModel, Target};
+    let (name, mut process) = owner.worker().await;
+    let lead = lead_of(&["runner", "local"]).with_supervision(strategy, 3, 60_000);
+    let (first, second) = if remote_first {
+        (
+            Turn::spawn_background("runner", "work 10 200"),
+            Turn::spawn_background("local", "go"),
+        )
+    } else {
+        (
+            Turn::spawn_background("local", "go"),
+            Turn::spawn_background("runner", "work 10 200"),
+        )
+    };
+    let scripted = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                first,
+                second,
+                Turn::calls([Call::wait(
+                    [Target::Spawned(0), Target::Spawned(1)],
+                    agent_tree::protocol::WaitPolicy::AllSettled,
+                )]),
+                Turn::answer("the lead is done"),
+            ]),
+        )
+        .script("local", Script::new([Turn::answer("local ok")]));
+    // The local child's first run fails at its first turn, 600 ms in (its remote sibling
+    // runs then); its restart completes.
+    let failing = FaultyModel::new(scripted)
+        .fail_at_turn(1, agent_tree::ModelError::new("local boom"))
+        .only_for("local")
+        .only_in_run(1);
+    let model = FaultyModel::new(failing)
+        .slow(Duration::from_millis(600))
+        .only_for("local")
+        .only_in_run(1);
+    let tree = tree_of(
+        owner,
+        vec![
+            runner().with_restart(RestartPolicy::Transient).on_node(&name),
+            AgentDefinition::new("local", "").with_restart(RestartPolicy::Transient),
+            lead,
+        ],
+        model,
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    let remote = records_of(&tree, "runner");
+    let local = records_of(&tree, "local");
+    assert_eq!(local[0].incarnation, 2, "{local:?}");
+    assert_eq!(local[0].status, AgentStatus::Completed, "{local:?}");
+    assert_eq!(
+        remote[0].incarnation, 2,
+        "the strategy restarts the remote sibling: {remote:?}"
+    );
+    assert_eq!(remote[0].status, AgentStatus::Completed, "{remote:?}");
+    assert_eq!(
+        remote[0].outcome.as_ref().and_then(|o| o.text.as_deref()),
+        Some("done 10"),
+        "{remote:?}"
+    );
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(
+        remote[0].subtree.total_tokens(),
+        tokens,
+        "the owner's record of the remote child bills exactly what the worker billed"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `Tree::wait` with fail_fast over a remote and a local child: whichever fails first, the
+/// other is aborted (promptly on the worker), reason `aborted`.
+async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut Owner) {
+    use agent_tree::protocol::WaitPolicy;
+    let (name, mut process) = owner.worker().await;
+    let model = ScriptedModel::new()
+        .script(
+            "local",
+            Script::new([Turn::fail("local boom").after(Duration::from_millis(300))]),
+        )
+        .script("hanger", Script::new([Turn::hang()]));
+    let tree = tree_of(
+        owner,
+        vec![
+            runner().on_node(&name),
+            AgentDefinition::new("local", ""),
+            AgentDefinition::new("hanger", ""),
+        ],
+        model,
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    // The local child fails first: the remote one is aborted.
+    let remote = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap()
+        .id();
+    first_usage(&tree, remote).await;
+    let local = tree.spawn(SpawnRequest::new("local", "go")).await.unwrap().id();
+    let outcomes = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[remote, local], WaitPolicy::FailFast),
+    )
+    .await
+    .expect("fail_fast returns");
+    assert_eq!(outcomes[1].status, AgentStatus::Failed, "{outcomes:?}");
+    assert_eq!(
+        (outcomes[0].status, outcomes[0].reason),
+        (AgentStatus::Aborted, EndReason::Aborted),
+        "{outcomes:?}"
+    );
+    let took = time_to_no_live_agent(&mut process);
+    assert!(took < Duration::from_millis(LEASE_MS / 2), "{took:?}");
+    // The remote child fails first: the local one is aborted.
+    let hanger = tree.spawn(SpawnRequest::new("hanger", "go")).await.unwrap().id();
+    let remote = tree
+        .spawn(SpawnRequest::new("runner", "fail-always"))
+        .await
+        .unwrap()
+        .id();
+    let outcomes = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[hanger, remote], WaitPolicy::FailFast),
+    )
+    .await
+    .expect("fail_fast returns");
+    assert_eq!(outcomes[1].status, AgentStatus::Failed, "{outcomes:?}");
+    assert_eq!(
+        (outcomes[0].status, outcomes[0].reason),
+        (AgentStatus::Aborted, EndReason::Aborted),
+        "{outcomes:?}"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// Twenty remote children of the application at once on one worker (half of them queued by
+/// the pool first): all complete, the usage is exactly the sum, and after the linger
+/// neither node holds a stand-in, an edge or a live agent.
+async fn twenty_remote_children_at_once_complete_and_leave_nothing_behind(owner: &mut Owner) {
+    let before = owner.node.stats();
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(
+            tree.spawn(SpawnRequest::new("runner", "work 2 50").background())
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    let outcomes = tokio::time::timeout(
+        Duration::from_secs(30),
+        tree.wait(&ids, agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("twenty remote children settle");
+    for outcome in &outcomes {
+        assert_eq!(outcome.text.as_deref(), Some("done 2"), "{outcome:?}");
+    }
+    assert_eq!(root_tokens(&tree), 20 * 24);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0), "the worker still hosts edges");
+    assert_eq!(tokens, 20 * 24);
+    assert!(
+        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
+            == before.stand_ins)
+        .await,
+        "{:?}",
+        owner.node.stats()
+    );
+    let after = owner.node.stats();
+    assert_eq!(after.acknowledged_deltas - before.acknowledged_deltas, 40);
+    assert_eq!(
+        after.acknowledged_usage.total_tokens() - before.acknowledged_usage.total_tokens(),
+        20 * 24
+    );
+    assert_eq!(root_tokens(&tree), 20 * 24, "nothing counted after the end");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// Twenty remote children of one local agent, spawned in one turn in the background and
+/// waited for: all complete, counted once in the lead's and the root's totals.
+async fn twenty_remote_children_of_one_owner_agent_complete_and_count_once(owner: &mut Owner) {
+    use agent_tree::testkit::{Call, Target};
+    let before = owner.node.stats();
+    let (name, mut process) = owner.worker().await;
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::calls((0..20).map(|_| Call::spawn_background("runner", "work 2 50"))),
+            Turn::calls([Call::wait(
+                (0..20).map(Target::Spawned),
+                agent_tree::protocol::WaitPolicy::AllSettled,
+            )]),
+            Turn::answer("the lead is done"),
+        ]),
+    );
+    let tree = tree_of(
+        owner,
+        vec![runner().on_node(&name), lead_of(&["runner"])],
+        model,
+        agent_tree::TreeConfig::default().with_max_children_per_agent(20),
+    )
+    .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    let runners = records_of(&tree, "runner");
+    assert_eq!(runners.len(), 20);
+    assert!(
+        runners.iter().all(|r| r.status == AgentStatus::Completed),
+        "{runners:?}"
+    );
+    assert_eq!(root_tokens(&tree), 20 * 24);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges, tokens), (0, 0, 20 * 24));
+    assert!(
+        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
+            == before.stand_ins)
+        .await,
+        "{:?}",
+        owner.node.stats()
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A steer to a remote child the pool has not started yet is receipted `queued` and reaches
+/// the remote agent once it runs; a steer to a settled remote child is refused at once.
+async fn steers_before_a_remote_agent_starts_are_queued_and_a_settled_one_refuses(
+    owner: &mut Owner,
+) {
+    let (name, process) = owner.worker().await;
+    let tree = tree_of(
+        owner,
+        vec![runner().on_node(&name)],
+        ScriptedModel::new(),
+        agent_tree::TreeConfig::default().with_max_concurrent(1),
+    )
+    .await;
+    let mut first = tree
+        .spawn(SpawnRequest::new("runner", "work 3 100").background())
+        .await
+        .unwrap();
+    let mut second = tree
+        .spawn(SpawnRequest::new("runner", "work 2 50").background())
+        .await
+        .unwrap();
+    assert_eq!(
+        tree.record(second.id()).unwrap().status,
+        AgentStatus::Queued
+    );
+    let receipt = tree.steer(second.id(), "early").await;
+    assert!(
+        matches!(receipt, Ok(agent_tree::SteerReceipt::Queued)),
+        "{receipt:?}"
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(10), first.outcome())
+        .await
+        .expect("settles");
+    assert_eq!(outcome.text.as_deref(), Some("done 3"), "{outcome:?}");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), second.outcome())
+        .await
+        .expect("settles");
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("done 2 | steered: early"),
+        "{outcome:?}"
+    );
+    let refused = tokio::time::timeout(Duration::from_secs(2), tree.steer(first.id(), "late"))
+        .await
+        .expect("a steer to a settled remote child returns");
+    assert!(
+        matches!(refused, Err(agent_tree::ControlError::WrongStatus(..))),
+        "{refused:?}"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `max_subtree_tokens` counts a remote child's usage: a lead whose remote child used more
+/// than the budget may spawn no more.
+async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("runner", "work 3 20"),
+            Turn::spawn("runner", "work 1 1"),
+            Turn::answer("the lead is done"),
+        ]),
+    );
+    let tree = tree_of(
+        owner,
+        vec![runner().on_node(&name), lead_of(&["runner"])],
+        model.clone(),
+        agent_tree::TreeConfig::default().with_max_subtree_tokens(30),
+    )
+    .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    let runners = records_of(&tree, "runner");
+    assert_eq!(
+        runners.len(),
+        1,
+        "the second spawn is over the budget the first remote child used: {runners:?}"
+    );
+    let lead = records_of(&tree, "lead");
+    assert_eq!(lead[0].subtree.total_tokens(), 36, "{lead:?}");
+    let (_, tokens, _) = worker_idle(&mut process);
+    assert_eq!(tokens, 36);
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A steer to an agent whose run is over (here: completing, draining a background child) is
+/// refused, `WrongStatus` (a receipt is `delivered` only if a turn will read it). Checked
+/// on a local agent first, then on the same agent run remotely.
+async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_local_one(
+    owner: &mut Owner,
+) {
+    // Local: the drainer answers at once and waits for its helper.
+    let model = ScriptedModel::new()
+        .script(
+            "drainer",
+            Script::new([
+                Turn::spawn_background("helper", "help"),
+                Turn::answer("lead done"),
+            ]),
+        )
+        .script(
+            "helper",
+            Script::new([Turn::answer("helped").after(Duration::from_millis(1500))]),
+        );
+    let local = Tree::builder()
+        .catalog(
+            Catalog::new([
+                AgentDefinition::new("drainer", "")
+                    .with_allowed_subagents(SubagentAllowance::only(["helper"]))
+                    .with_settle(agent_tree::protocol::SettlePolicy::Drain),
+                AgentDefinition::new("helper", ""),
+            ])
+            .unwrap(),
+        )
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let id = local
+        .spawn(SpawnRequest::new("drainer", "go"))
+        .await
+        .unwrap()
+        .id();
+    assert!(
+        eventually(Duration::from_secs(3), || local
+            .record(id)
+            .is_some_and(|r| r.status == AgentStatus::Completing))
+        .await
+    );
+    let receipt = local.steer(id, "too late").await;
+    assert!(
+        matches!(receipt, Err(agent_tree::ControlError::WrongStatus(..))),
+        "local: {receipt:?}"
+    );
+    local.shutdown().await;
+
+    // Remote: the worker's `drainer` drains the same way.
+    let (name, process) = owner.worker().await;
+    let tree = tree_of(
+        owner,
+        vec![AgentDefinition::new("drainer", "").on_node(&name)],
+        ScriptedModel::new(),
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("drainer", "delegate-bg 4 300"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    // Until the mirror shows the hosted drainer completing (its run over).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let completing = tree.remote_records(id).await.is_some_and(|records| {
+            records
+                .get(1)
+                .is_some_and(|r| r.status == AgentStatus::Completing)
+        });
+        assert!(Instant::now() < deadline, "the remote drainer never completed its run");
+        if completing {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let receipt = tree.steer(id, "too late").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
+        .await
+        .expect("settles");
+    assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
+    assert!(
+        matches!(receipt, Err(agent_tree::ControlError::WrongStatus(..))),
+        "remote: a steer no turn will read was receipted {receipt:?} (the local agent refuses it)"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// Steers racing a one-turn remote agent's end (several times, on the multi-thread
+/// runtime): every steer returns, and one receipted `delivered` or `queued` is read by a
+/// turn (the agent takes another turn for it), as a local agent's is.
+async fn a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_turn_reads_it(
+    owner: &mut Owner,
+) {
+    // Local control: the worker's own tree and model, in this process.
+    let local = worker::hosted_tree().build().await.unwrap();
+    let lost = steers_racing_the_end(&local).await;
+    assert!(lost.is_empty(), "local: steers receipted but never read: {lost:?}");
+    local.shutdown().await;
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let lost = steers_racing_the_end(&tree).await;
+    assert!(
+        lost.is_empty(),
+        "remote: steers receipted but never read by a turn ({} of 30): {lost:?}",
+        lost.len()
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// 30 one-turn `runner`s, each steered a few ms after its spawn: the steers receipted
+/// (`delivered` or `queued`) whose text the agent's answer does not carry.
+async fn steers_racing_the_end(tree: &Tree) -> Vec<String> {
+    let mut lost = Vec::new();
+    for i in 0..30u64 {
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "work 1 0"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        tokio::time::sleep(Duration::from_millis(i % 6)).await;
+        let text = format!("race {i}");
+        let receipt = tokio::time::timeout(Duration::from_secs(2), tree.steer(id, text.clone()))
+            .await
+            .expect("a steer racing the agent's end returns");
+        let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
+            .await
+            .expect("settles");
+        let read = outcome.text.as_deref().unwrap_or_default().contains(&text);
+        if receipt.is_ok() && !read {
+            lost.push(format!("{i}: {receipt:?} -> {:?}", outcome.text));
+        }
+    }
+    lost
+}
+
+/// A transient remote child whose definition is transient on its node too (one catalog
+/// shared by the nodes): a failure is restarted once, by its owner, and the owner counts
+/// what the worker billed. The hosted tree must not restart it as well.
+async fn a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let tree = tree_of(
+        owner,
+        vec![
+            AgentDefinition::new("flaky", "")
+                .with_restart(RestartPolicy::Transient)
+                .on_node(&name),
+        ],
+        ScriptedModel::new(),
+        agent_tree::TreeConfig::default(),
+    )
+    .await;
+    let id = tree
+        .spawn(SpawnRequest::new("flaky", "fail-first"))
+        .await
+        .unwrap()
+        .id();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("settles");
+    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
+    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(
+        tokens,
+        root_tokens(&tree),
+        "the worker billed {tokens} tokens, the owner counted {}: the failed run was run \
+         again on the worker besides the owner's restart",
+        root_tokens(&tree)
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `SpawnRequest::with_settle` overrides the definition's settle policy for that run
+/// (`PendingStart::settle`): a remote runner asked to drain keeps its background helper
+/// until it completes, as a local one would, instead of aborting it at its run's end.
+async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let id = tree
+        .spawn(
+            SpawnRequest::new("runner", "delegate-bg 3 100")
+                .with_settle(agent_tree::protocol::SettlePolicy::Drain),
+        )
+        .await
+        .unwrap()
+        .id();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("settles");
+    assert_eq!(outcome[0].text.as_deref(), Some("lead done"), "{outcome:?}");
+    let mirror = tree.remote_records(id).await.expect("a remote child's mirror");
+    let helper = mirror
+        .iter()
+        .find(|r| r.agent_type == "helper")
+        .expect("the hosted helper");
+    assert_eq!(
+        helper.status,
+        AgentStatus::Completed,
+        "the drained helper was {:?} ({:?}): the request's settle policy did not cross the edge",
+        helper.status,
+        helper.outcome.as_ref().map(|o| o.reason)
+    );
     tree.shutdown().await;
     process.finish();
 }
