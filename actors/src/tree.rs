@@ -448,11 +448,27 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
+        self.spawn_with(request, false).await
+    }
+
+    /// As [`Tree::spawn`]; `remote_owned`: the agent is a remote owner's child (a hosted
+    /// tree's top agent), whose restarts its owner's node decides, so this tree never
+    /// restarts it.
+    pub(crate) async fn spawn_with(
+        &self,
+        request: SpawnRequest,
+        remote_owned: bool,
+    ) -> Result<AgentHandle, SpawnError> {
         if let Some(journal) = &self.shared.journal {
             journal.room().await;
         }
         let branch = self.branch.read().clone();
-        let definition = branch.catalog.resolve(&request.agent_type)?.clone();
+        let mut definition = branch.catalog.resolve(&request.agent_type)?.clone();
+        if remote_owned && definition.restart != agent_tree_protocol::RestartPolicy::Temporary {
+            let mut owned = (*definition).clone();
+            owned.restart = agent_tree_protocol::RestartPolicy::Temporary;
+            definition = Arc::new(owned);
+        }
         let pooled = request.background.unwrap_or(definition.run_in_background);
         let spawned = spawn::spawn(
             &self.shared,

@@ -45,6 +45,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Wire;
+use crate::definition::SettlePolicy;
 use crate::event::Event;
 use crate::ids::{AgentId, RequestId};
 use crate::status::AgentStatus;
@@ -137,6 +138,7 @@ impl Down {
 ///     definition: "worker".into(),
 ///     prompt: "count the files".into(),
 ///     request_id: RequestId::new("a1/1/m2c0"),
+///     settle: None,
 /// };
 /// assert_eq!(spawn.agent().map(|a| a.to_string()).as_deref(), Some("a4"));
 /// ```
@@ -159,6 +161,10 @@ pub enum Command {
         prompt: String,
         /// The spawn's idempotency key; the hosted `spawned` event carries it.
         request_id: RequestId,
+        /// The settle policy the application's request set for the run; absent, the child's
+        /// node's definition decides.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        settle: Option<SettlePolicy>,
     },
     /// Steer `agent` at its next turn boundary.
     Steer {
@@ -252,6 +258,16 @@ pub enum Up {
         /// The question.
         question: String,
     },
+    /// A steer (downward command `command`) was taken by the hosted agent: `queued` when
+    /// its session did not exist yet, else it is in its inbox for a coming turn. A steer
+    /// that cannot be taken is [`Up::Refused`] (sequenced).
+    Steered {
+        /// The steer's downward sequence number.
+        command: u64,
+        /// It waits for the agent's session.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        queued: bool,
+    },
     /// A downward command that could not be carried out (sequenced).
     Refused {
         /// The command's downward sequence number.
@@ -291,7 +307,11 @@ impl Up {
     pub const fn is_sequenced(&self) -> bool {
         matches!(
             self,
-            Up::Event { .. } | Up::Asked { .. } | Up::Refused { .. } | Up::Report { .. }
+            Up::Event { .. }
+                | Up::Asked { .. }
+                | Up::Steered { .. }
+                | Up::Refused { .. }
+                | Up::Report { .. }
         )
     }
 }
@@ -365,6 +385,7 @@ mod tests {
                     definition: "worker".into(),
                     prompt: "p".into(),
                     request_id: RequestId::new("a1/1/m2c0"),
+                    settle: Some(crate::SettlePolicy::Drain),
                 },
             },
             Down::Command {
@@ -407,6 +428,10 @@ mod tests {
             Up::Asked {
                 agent: AgentId::new(1),
                 question: "which branch?".into(),
+            },
+            Up::Steered {
+                command: 2,
+                queued: true,
             },
             Up::Refused {
                 command: 3,

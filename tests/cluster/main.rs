@@ -162,28 +162,7 @@ fn nodes_as_child_processes() {
 
 async fn scenarios() {
     let mut owner = Owner::start().await;
-    spawn_result_and_usage(&mut owner).await;
-    steer_reaches_the_remote_agent(&mut owner).await;
-    a_local_agent_delegates_to_a_remote_subtree(&mut owner).await;
-    a_remote_failure_is_restarted_by_its_owner(&mut owner).await;
-    a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(&mut owner).await;
-    a_short_disconnect_is_replayed_and_invisible(&mut owner).await;
-    a_freeze_within_the_lease_is_invisible(&mut owner).await;
-    a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(&mut owner).await;
-    a_shutdown_reaches_the_remote_subtree_within_its_deadline(&mut owner).await;
-    a_shutdown_counts_a_frozen_node_killed_by_its_deadline(&mut owner).await;
-    a_remote_question_reaches_its_owner_and_the_answer_comes_back(&mut owner).await;
-    placement_is_refused_without_a_session(&mut owner).await;
-
-    aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort(&mut owner).await;
-    killing_a_remote_child_removes_its_stand_in(&mut owner).await;
-    killing_a_remote_child_stops_its_hosted_agent_before_the_lease(&mut owner).await;
-    a_spawn_the_worker_cannot_run_fails_with_its_cause(&mut owner).await;
-    a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause(&mut owner).await;
-    placement_on_the_owners_own_node_runs_locally(&mut owner).await;
-    shutting_down_a_local_owner_stops_its_remote_child_gracefully(&mut owner).await;
-
-    // Second review: each scenario is run to its end (a panic or a hang is recorded, not
+    // Each scenario runs to its end (a panic or a hang past its bound is recorded, not
     // propagated), so every failing one is observed; the test fails at the end with all.
     let mut failed = Vec::new();
     macro_rules! observe {
@@ -193,6 +172,25 @@ async fn scenarios() {
             }
         };
     }
+    observe!(spawn_result_and_usage);
+    observe!(steer_reaches_the_remote_agent);
+    observe!(a_local_agent_delegates_to_a_remote_subtree);
+    observe!(a_remote_failure_is_restarted_by_its_owner);
+    observe!(a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies);
+    observe!(a_short_disconnect_is_replayed_and_invisible);
+    observe!(a_freeze_within_the_lease_is_invisible);
+    observe!(a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it);
+    observe!(a_shutdown_reaches_the_remote_subtree_within_its_deadline);
+    observe!(a_shutdown_counts_a_frozen_node_killed_by_its_deadline);
+    observe!(a_remote_question_reaches_its_owner_and_the_answer_comes_back);
+    observe!(placement_is_refused_without_a_session);
+    observe!(aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_abort);
+    observe!(killing_a_remote_child_removes_its_stand_in);
+    observe!(killing_a_remote_child_stops_its_hosted_agent_before_the_lease);
+    observe!(a_spawn_the_worker_cannot_run_fails_with_its_cause);
+    observe!(a_worker_whose_tree_does_not_build_fails_the_spawn_with_that_cause);
+    observe!(placement_on_the_owners_own_node_runs_locally);
+    observe!(shutting_down_a_local_owner_stops_its_remote_child_gracefully);
     observe!(a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_escalates);
     observe!(a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates);
     observe!(one_for_all_over_a_remote_and_a_local_child_restarts_both);
@@ -206,7 +204,11 @@ async fn scenarios() {
     observe!(a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_turn_reads_it);
     observe!(a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches);
     observe!(a_spawn_requests_settle_policy_applies_to_a_remote_child);
-    assert!(failed.is_empty(), "failing scenarios:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "failing scenarios:\n{}",
+        failed.join("\n")
+    );
 }
 
 async fn spawn_result_and_usage(owner: &mut Owner) {
@@ -866,13 +868,13 @@ impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
 }
 
 /// Runs one scenario (at most 90 s): `Err` with what went wrong.
-async fn observed(name: &str, scenario: impl std::future::Future<Output = ()>) -> Result<(), String> {
+async fn observed(
+    name: &str,
+    scenario: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
     let started = Instant::now();
-    let result = tokio::time::timeout(
-        Duration::from_secs(90),
-        CatchUnwind(Box::pin(scenario)),
-    )
-    .await;
+    let result =
+        tokio::time::timeout(Duration::from_secs(90), CatchUnwind(Box::pin(scenario))).await;
     let took = started.elapsed();
     match result {
         Ok(Ok(())) => {
@@ -939,11 +941,8 @@ async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_esca
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
-    let lead = lead_of(&["runner"]).with_supervision(
-        agent_tree::protocol::Strategy::OneForOne,
-        2,
-        60_000,
-    );
+    let lead =
+        lead_of(&["runner"]).with_supervision(agent_tree::protocol::Strategy::OneForOne, 2, 60_000);
     let model = ScriptedModel::new().script(
         "lead",
         Script::new([
@@ -954,7 +953,9 @@ async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_esca
     let tree = tree_of(
         owner,
         vec![
-            runner().with_restart(RestartPolicy::Transient).on_node(&name),
+            runner()
+                .with_restart(RestartPolicy::Transient)
+                .on_node(&name),
             lead,
         ],
         model,
@@ -977,7 +978,10 @@ async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_esca
     assert!(error.contains("runner"), "{outcome:?}");
     let remote = records_of(&tree, "runner");
     assert_eq!(remote.len(), 1, "{remote:?}");
-    assert_eq!(remote[0].incarnation, 3, "two restarts, then escalation: {remote:?}");
+    assert_eq!(
+        remote[0].incarnation, 3,
+        "two restarts, then escalation: {remote:?}"
+    );
     assert!(remote[0].status.is_terminal(), "{remote:?}");
     let (live, _, _) = worker_idle(&mut process);
     assert_eq!(live, 0);
@@ -987,15 +991,10 @@ async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_esca
 
 /// A permanent remote child restarts after every exit, a completion included: under a lead
 /// allowing 2 restarts its third completion escalates.
-async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(
-    owner: &mut Owner,
-) {
+async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
-    let lead = lead_of(&["runner"]).with_supervision(
-        agent_tree::protocol::Strategy::OneForOne,
-        2,
-        60_000,
-    );
+    let lead =
+        lead_of(&["runner"]).with_supervision(agent_tree::protocol::Strategy::OneForOne, 2, 60_000);
     let model = ScriptedModel::new().script(
         "lead",
         Script::new([
@@ -1006,7 +1005,9 @@ async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(
     let tree = tree_of(
         owner,
         vec![
-            runner().with_restart(RestartPolicy::Permanent).on_node(&name),
+            runner()
+                .with_restart(RestartPolicy::Permanent)
+                .on_node(&name),
             lead,
         ],
         model,
@@ -1047,8 +1048,7 @@ async fn one_for_all_over_a_remote_and_a_local_child_restarts_both(owner: &mut O
 async fn rest_for_one_restarts_a_remote_child_started_after_the_failed_local_one(
     owner: &mut Owner,
 ) {
-    strategy_over_remote_and_local(owner, agent_tree::protocol::Strategy::RestForOne, false)
-        .await;
+    strategy_over_remote_and_local(owner, agent_tree::protocol::Strategy::RestForOne, false).await;
 }
 
 async fn strategy_over_remote_and_local(
@@ -1097,7 +1097,9 @@ async fn strategy_over_remote_and_local(
     let tree = tree_of(
         owner,
         vec![
-            runner().with_restart(RestartPolicy::Transient).on_node(&name),
+            runner()
+                .with_restart(RestartPolicy::Transient)
+                .on_node(&name),
             AgentDefinition::new("local", "").with_restart(RestartPolicy::Transient),
             lead,
         ],
@@ -1167,7 +1169,11 @@ async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut 
         .unwrap()
         .id();
     first_usage(&tree, remote).await;
-    let local = tree.spawn(SpawnRequest::new("local", "go")).await.unwrap().id();
+    let local = tree
+        .spawn(SpawnRequest::new("local", "go"))
+        .await
+        .unwrap()
+        .id();
     let outcomes = tokio::time::timeout(
         Duration::from_secs(10),
         tree.wait(&[remote, local], WaitPolicy::FailFast),
@@ -1183,7 +1189,11 @@ async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut 
     let took = time_to_no_live_agent(&mut process);
     assert!(took < Duration::from_millis(LEASE_MS / 2), "{took:?}");
     // The remote child fails first: the local one is aborted.
-    let hanger = tree.spawn(SpawnRequest::new("hanger", "go")).await.unwrap().id();
+    let hanger = tree
+        .spawn(SpawnRequest::new("hanger", "go"))
+        .await
+        .unwrap()
+        .id();
     let remote = tree
         .spawn(SpawnRequest::new("runner", "fail-always"))
         .await
@@ -1401,9 +1411,7 @@ async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
 /// A steer to an agent whose run is over (here: completing, draining a background child) is
 /// refused, `WrongStatus` (a receipt is `delivered` only if a turn will read it). Checked
 /// on a local agent first, then on the same agent run remotely.
-async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_local_one(
-    owner: &mut Owner,
-) {
+async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_local_one(owner: &mut Owner) {
     // Local: the drainer answers at once and waits for its helper.
     let model = ScriptedModel::new()
         .script(
@@ -1471,7 +1479,10 @@ async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_local_one(
                 .get(1)
                 .is_some_and(|r| r.status == AgentStatus::Completing)
         });
-        assert!(Instant::now() < deadline, "the remote drainer never completed its run");
+        assert!(
+            Instant::now() < deadline,
+            "the remote drainer never completed its run"
+        );
         if completing {
             break;
         }
@@ -1499,7 +1510,10 @@ async fn a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_turn_reads_it
     // Local control: the worker's own tree and model, in this process.
     let local = worker::hosted_tree().build().await.unwrap();
     let lost = steers_racing_the_end(&local).await;
-    assert!(lost.is_empty(), "local: steers receipted but never read: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "local: steers receipted but never read: {lost:?}"
+    );
     local.shutdown().await;
     let (name, process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
@@ -1604,7 +1618,10 @@ async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(owner: &mut Ow
     .await
     .expect("settles");
     assert_eq!(outcome[0].text.as_deref(), Some("lead done"), "{outcome:?}");
-    let mirror = tree.remote_records(id).await.expect("a remote child's mirror");
+    let mirror = tree
+        .remote_records(id)
+        .await
+        .expect("a remote child's mirror");
     let helper = mirror
         .iter()
         .find(|r| r.agent_type == "helper")

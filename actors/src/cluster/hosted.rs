@@ -335,11 +335,14 @@ impl Side {
                 definition,
                 prompt,
                 request_id,
+                settle,
                 ..
             } => {
                 let mut request = SpawnRequest::new(definition, prompt);
                 request.request_id = Some(request_id);
-                match tree.spawn(request).await {
+                request.settle = settle;
+                // Its owner's node restarts it (a new edge): never this tree too.
+                match tree.spawn_with(request, true).await {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
                     }
@@ -347,11 +350,13 @@ impl Side {
                 }
             }
             Command::Steer { message, .. } => match hosted {
-                Some(id) => {
-                    if let Err(error) = tree.steer(id, message).await {
-                        self.refuse(seq, error.to_string());
-                    }
-                }
+                Some(id) => match tree.steer(id, message).await {
+                    Ok(receipt) => self.queue(Up::Steered {
+                        command: seq,
+                        queued: receipt == crate::SteerReceipt::Queued,
+                    }),
+                    Err(error) => self.refuse(seq, error.to_string()),
+                },
                 None => self.refuse(seq, "no such hosted agent"),
             },
             Command::Abort { .. } => match hosted.map(|id| tree.abort(id)) {

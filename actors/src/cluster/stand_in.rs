@@ -19,18 +19,20 @@
 //!   the mirror takes nothing after either (later events are reported as late).
 //! * Every timer is the one tick; nothing here awaits the peer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree_protocol::{
     AgentId, AgentStatus, Command, Down, EndReason, EventKind, Frame, Outcome, RequestId, Up,
 };
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::wire::Directed;
 use super::{EdgeInput, NodeInner};
 use crate::agent::AgentArgs;
+use crate::error::ControlError;
 use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
 use crate::policy::edge::lease::{OwnerLease, Verdict};
 use crate::policy::edge::mirror::{Mirror, Mirrored, ReportCheck};
@@ -92,6 +94,8 @@ pub(crate) struct State {
     /// count of its questions).
     asking: Option<(u32, u32)>,
     questions: u32,
+    /// Steers sent down, by their number, waiting for the remote agent's receipt.
+    steers: HashMap<u64, RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     /// Whether the spawn could be queued (a prompt over the frame limit cannot).
     spawn_sent: bool,
     ticks: u32,
@@ -153,6 +157,7 @@ impl Actor for StandIn {
             asking: None,
             questions: 0,
             spawn_sent: false,
+            steers: HashMap::new(),
             ticks: 0,
             ticker: None,
         };
@@ -163,6 +168,8 @@ impl Actor for StandIn {
             definition: start.definition.name.clone(),
             prompt: start.prompt.clone(),
             request_id,
+            // The request's override only: otherwise the child's node's definition decides.
+            settle: (start.settle != start.definition.settle).then_some(start.settle),
         });
         // Aborted before it got here: the abort follows the spawn.
         if ticket.token.is_cancelled() {
@@ -233,24 +240,50 @@ impl Actor for StandIn {
         match message {
             AgentMsg::Edge(input) => state.on_edge(&myself, input),
             AgentMsg::Steer { text, reply } => {
-                let receipt = if state.top.is_some() {
-                    SteerReceipt::Delivered
-                } else {
-                    SteerReceipt::Queued
-                };
                 // A steer answers a pending question, as it does a local agent's.
                 if state.asking.take().is_some() {
                     state.answer(text, false);
-                } else {
-                    state.command(Command::Steer {
+                    state.flush();
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(SteerReceipt::Delivered));
+                    }
+                    return Ok(());
+                }
+                // A remote agent whose run is over (draining its children) takes no steer,
+                // as a local one does not.
+                let over = state
+                    .top
+                    .and_then(|top| state.mirror.record(top))
+                    .map(|r| r.status)
+                    .filter(|status| *status != AgentStatus::Running);
+                if let Some(status) = over {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(ControlError::WrongStatus(state.id, status)));
+                    }
+                    return Ok(());
+                }
+                // The receipt is the remote agent's own: it waits for its `steered` or
+                // `refused`, so a steer that crossed the end of its run is refused here too.
+                let queued = state.end.queue(Down::Command {
+                    command: Command::Steer {
                         agent: state.id,
                         message: text,
-                    });
+                    },
+                });
+                match (queued, reply) {
+                    (Ok(seq), Some(reply)) => {
+                        state.steers.insert(seq, reply);
+                    }
+                    (Ok(_), None) => {}
+                    (Err(error), reply) => {
+                        tracing::warn!(agent = %state.id, %error, "a steer for a remote child was not sent");
+                        if let Some(reply) = reply {
+                            let status = state.status();
+                            let _ = reply.send(Err(ControlError::WrongStatus(state.id, status)));
+                        }
+                    }
                 }
                 state.flush();
-                if let Some(reply) = reply {
-                    let _ = reply.send(Ok(receipt));
-                }
             }
             AgentMsg::Cancel => {
                 let reason = state
@@ -322,6 +355,14 @@ impl State {
                 false
             }
         }
+    }
+
+    /// The remote agent's status as mirrored (`completing` before its record is mirrored
+    /// but after it refused something: it is not taking steers).
+    fn status(&self) -> AgentStatus {
+        self.top
+            .and_then(|top| self.mirror.record(top))
+            .map_or(AgentStatus::Completing, |r| r.status)
     }
 
     fn answer(&mut self, answer: String, refused: bool) {
@@ -495,8 +536,22 @@ impl State {
                 Ok(_) => {}
                 Err(error) => tracing::warn!(agent = %self.id, %error, "a remote child's report"),
             },
+            Up::Steered { command, queued } => {
+                if let Some(reply) = self.steers.remove(&command) {
+                    let receipt = if queued {
+                        SteerReceipt::Queued
+                    } else {
+                        SteerReceipt::Delivered
+                    };
+                    let _ = reply.send(Ok(receipt));
+                }
+            }
             Up::Refused { command, error } => {
-                if self.top.is_none() && command == 1 {
+                if let Some(reply) = self.steers.remove(&command) {
+                    tracing::debug!(agent = %self.id, %error, "a remote child refused a steer");
+                    let status = self.status();
+                    let _ = reply.send(Err(ControlError::WrongStatus(self.id, status)));
+                } else if self.top.is_none() && command == 1 {
                     let outcome = Outcome::failed(
                         EndReason::ActorFailed,
                         format!("node {} refused the spawn: {error}", self.peer),

@@ -741,6 +741,7 @@ impl Sim {
                 definition: "worker".into(),
                 prompt: "work".into(),
                 request_id: RequestId::new(format!("a1/1/m{i}c0")),
+                settle: None,
             });
         }
         sim
