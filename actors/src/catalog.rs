@@ -332,7 +332,9 @@ pub(crate) struct Refusal {
 /// * `model`: when set, non-blank with no white space around it, and not `inherit` (a file's
 ///   word for the tree's default: leave the model out);
 /// * `max_turns`: when set, at least 1;
-/// * `restart_period_ms`: at least 1.
+/// * `restart_period_ms`: at least 1;
+/// * `node`: when set, non-blank with no white space around it and no `@`
+///   (ractor_cluster's `name@host`).
 pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     let mut refuse = |field: &'static str, message: String| {
@@ -398,6 +400,14 @@ pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
             "restart_period_ms",
             "expected a positive integer, found 0".into(),
         );
+    }
+    if let Some(node) = &definition.node {
+        if node.trim().is_empty() || node.trim() != node || node.contains('@') {
+            refuse(
+                "node",
+                format!("expected a node name (no white space around it, no '@'), found {node:?}"),
+            );
+        }
     }
     refusals
 }

@@ -283,6 +283,25 @@ mod tests {
     }
 
     #[test]
+    fn node_places_the_type_and_blank_means_here() {
+        assert_eq!(
+            field_ok("node: ' builder-1 '").node.as_deref(),
+            Some("builder-1")
+        );
+        assert_eq!(field_ok("node: ''").node, None);
+        assert_eq!(field_ok("name: x").node, None);
+        assert_eq!(field_err("node: 3").0, "node");
+        // A code-built definition is checked the same way.
+        for bad in ["a@b", " w", ""] {
+            let definition = AgentDefinition::new("x", "").on_node(bad);
+            assert!(
+                crate::Catalog::new([definition]).is_err(),
+                "node {bad:?} should be refused"
+            );
+        }
+    }
+
+    #[test]
     fn every_field_in_snake_case() {
         let text = "---
 name: reviewer
