@@ -145,6 +145,7 @@ pub(crate) async fn run(
         ticks: 0,
     };
     side.renew_now();
+    let mut peers_open = true;
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -155,11 +156,12 @@ pub(crate) async fn run(
             },
             Some(event) = next_event(&mut events) => side.on_event(event),
             Some(asked) = asks.recv() => side.on_asked(asked),
-            peer = peers.recv() => match peer {
+            // Lagged, the timer's reachability check catches up.
+            peer = peers.recv(), if peers_open => match peer {
                 Ok(PeerEvent::Up(name)) if name == side.edge.owner => side.on_peer_up(),
                 Ok(PeerEvent::Down(name)) if name == side.edge.owner => side.down = true,
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => {}
+                Err(broadcast::error::RecvError::Closed) => peers_open = false,
             },
             _ = tick.tick() => {
                 side.on_tick().await;
