@@ -29,9 +29,12 @@ use worker::{WorkerArgs, WorkerProcess};
 
 const LEASE_MS: u64 = 1_000;
 const GRACE_MS: u64 = 400;
-/// The remote task: 8 turns of 12 tokens, a pause of 60 ms between them.
-const TASK: &str = "work 8 60";
-const TASK_TOKENS: u64 = 8 * 12;
+/// The remote task: the runner (two turns of 12 tokens) delegates to a helper on the worker
+/// (six turns of 12 tokens, a pause of 60 ms between them), so the subtree on the worker is
+/// two agents.
+const TASK: &str = "delegate 6 60";
+const TASK_TOKENS: u64 = (2 + 6) * 12;
+const TASK_ANSWER: &str = "lead done";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -125,7 +128,8 @@ async fn run(trials: u64, seed: u64) -> Tally {
             3 => Fault::FreezeBeyond,
             _ => Fault::Shutdown,
         };
-        let delay = Duration::from_millis(rng.below(500));
+        // Within the remote run (about half a second) mostly: a fault after it changes nothing.
+        let delay = Duration::from_millis(rng.below(300));
         one_trial(&owner, port, trial, fault, delay, &mut tally).await;
         tally.trials += 1;
     }
@@ -199,7 +203,7 @@ async fn one_trial(
     let expected = if over { Fault::None } else { fault };
     let right = match expected {
         Fault::None | Fault::FreezeWithin => {
-            outcome.status == AgentStatus::Completed && outcome.text.as_deref() == Some("done 8")
+            outcome.status == AgentStatus::Completed && outcome.text.as_deref() == Some(TASK_ANSWER)
         }
         Fault::Kill => {
             outcome.status == AgentStatus::Failed
