@@ -14,6 +14,9 @@
 //! * `delegate-bg N MS`: spawns a `helper` with `work N MS` in the background, then
 //!   answers `lead done` at once (its run is over while the helper runs).
 //! * `ask <question>`: asks its owner (`ask_owner`), then answers `answered: <result>`.
+//! * `big N`: answers N bytes (`x` repeated).
+//! * `ask-big N`: asks its owner a question of N bytes (`q` repeated), then answers
+//!   `answered: <the result's first 40 bytes>`.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
 
@@ -197,6 +200,30 @@ impl Model for WorkerModel {
                         ModelResponse::text("lead done")
                     }
                 }
+                Some("big") => {
+                    let n = usize::try_from(number(1, 1)).unwrap_or(1);
+                    ModelResponse::text("x".repeat(n))
+                }
+                Some("ask-big") => {
+                    if request.turn == 1 {
+                        let n = usize::try_from(number(1, 1)).unwrap_or(1);
+                        let call = ToolCall::new(
+                            "ask-big-1",
+                            "ask_owner",
+                            serde_json::json!({ "question": "q".repeat(n) }),
+                        );
+                        ModelResponse::text_and_calls("", vec![call])
+                    } else {
+                        let result = request
+                            .messages
+                            .iter()
+                            .rev()
+                            .find(|m| m.role == Role::Tool)
+                            .map(|m| m.content.chars().take(40).collect::<String>())
+                            .unwrap_or_default();
+                        ModelResponse::text(format!("answered: {result}"))
+                    }
+                }
                 Some("ask") => {
                     if request.turn == 1 {
                         let question = task.trim_start_matches("ask").trim();
@@ -262,13 +289,6 @@ pub(crate) async fn run_worker_hosting(
     .await
     .expect("the worker's node starts");
     node.host(factory);
-    let mut tries = 0;
-    while let Err(error) = node.join(args.owner_addr, &args.owner).await {
-        tries += 1;
-        assert!(tries < 50, "the worker could not join its owner: {error}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    println!("worker ready");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -278,6 +298,23 @@ pub(crate) async fn run_worker_hosting(
             }
         }
     });
+    // Deferred join (`AGENT_TREE_CLUSTER_DEFER_JOIN` set): the node is up but joins its
+    // owner only when told `join` on its standard input.
+    if std::env::var_os("AGENT_TREE_CLUSTER_DEFER_JOIN").is_some() {
+        println!("worker started");
+        while let Some(line) = rx.recv().await {
+            if line.trim() == "join" {
+                break;
+            }
+        }
+    }
+    let mut tries = 0;
+    while let Err(error) = node.join(args.owner_addr, &args.owner).await {
+        tries += 1;
+        assert!(tries < 50, "the worker could not join its owner: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("worker ready");
     while let Some(line) = rx.recv().await {
         if line.trim() == "stats" {
             let stats = node.stats();
@@ -302,7 +339,43 @@ pub(crate) struct WorkerProcess {
 impl WorkerProcess {
     /// Starts `command` (a program that runs [`run_worker`]) and waits, at most 30 s,
     /// until it prints `worker ready`.
-    pub(crate) fn start(mut command: std::process::Command) -> WorkerProcess {
+    pub(crate) fn start(command: std::process::Command) -> WorkerProcess {
+        let mut worker = Self::spawn(command);
+        worker.expect_line("worker ready");
+        worker
+    }
+
+    /// Starts `command` with a deferred join and waits until its node is up (`worker
+    /// started`); [`WorkerProcess::join`] makes it join.
+    pub(crate) fn start_deferred(mut command: std::process::Command) -> WorkerProcess {
+        command.env("AGENT_TREE_CLUSTER_DEFER_JOIN", "1");
+        let mut worker = Self::spawn(command);
+        worker.expect_line("worker started");
+        worker
+    }
+
+    /// Tells a deferred worker to join its owner, and waits until it has.
+    pub(crate) fn join(&mut self) {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("the worker's stdin is open");
+        writeln!(stdin, "join").expect("the worker reads its stdin");
+        stdin.flush().expect("the worker reads its stdin");
+        self.expect_line("worker ready");
+    }
+
+    /// The worker process's resident memory, in KiB (Linux).
+    pub(crate) fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    fn spawn(mut command: std::process::Command) -> WorkerProcess {
         let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -319,13 +392,11 @@ impl WorkerProcess {
                 }
             }
         });
-        let mut worker = WorkerProcess {
+        WorkerProcess {
             stdin: child.stdin.take(),
             child,
             lines,
-        };
-        worker.expect_line("worker ready");
-        worker
+        }
     }
 
     fn expect_line(&mut self, prefix: &str) -> String {

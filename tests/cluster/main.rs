@@ -73,9 +73,17 @@ impl Owner {
     async fn worker_in_mode(&mut self, mode: &str) -> (String, WorkerProcess) {
         self.workers += 1;
         let name = format!("worker-{}", self.workers);
+        let process = self
+            .worker_process(&name, worker::free_port(), mode, false)
+            .await;
+        (name, process)
+    }
+
+    /// The command line of a worker process named `name` listening on `port`.
+    fn worker_command(&self, name: &str, port: u16, mode: &str) -> std::process::Command {
         let args = WorkerArgs {
-            name: name.clone(),
-            port: worker::free_port(),
+            name: name.to_owned(),
+            port,
             owner: "owner".into(),
             owner_addr: format!("127.0.0.1:{}", self.port).parse().unwrap(),
             lease_ms: LEASE_MS,
@@ -86,14 +94,35 @@ impl Owner {
             .args(["--ignored", "--exact", "worker_node", "--nocapture"])
             .env(WORKER_ENV, args.to_args().join(" "))
             .env(WORKER_MODE_ENV, mode);
-        let process = tokio::task::spawn_blocking(move || WorkerProcess::start(command))
-            .await
-            .unwrap();
-        self.node
-            .await_peer(&name)
-            .await
-            .expect("the worker joined");
-        (name, process)
+        command
+    }
+
+    /// A worker process named `name` on `port`: joined (and awaited), or, `deferred`,
+    /// started and waiting to be told to join.
+    async fn worker_process(
+        &self,
+        name: &str,
+        port: u16,
+        mode: &str,
+        deferred: bool,
+    ) -> WorkerProcess {
+        let command = self.worker_command(name, port, mode);
+        let process = tokio::task::spawn_blocking(move || {
+            if deferred {
+                WorkerProcess::start_deferred(command)
+            } else {
+                WorkerProcess::start(command)
+            }
+        })
+        .await
+        .unwrap();
+        if !deferred {
+            self.node
+                .await_peer(name)
+                .await
+                .expect("the worker joined");
+        }
+        process
     }
 
     /// An owner tree placing `runner` (and `lead`'s children) on `worker`.
@@ -165,10 +194,17 @@ async fn scenarios() {
     // Each scenario runs to its end (a panic or a hang past its bound is recorded, not
     // propagated), so every failing one is observed; the test fails at the end with all.
     let mut failed = Vec::new();
+    // `AGENT_TREE_CLUSTER_ONLY=a,b` runs only the scenarios whose names contain one of them.
+    let only: Vec<String> = std::env::var("AGENT_TREE_CLUSTER_ONLY")
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
     macro_rules! observe {
         ($name:ident) => {
-            if let Err(why) = observed(stringify!($name), $name(&mut owner)).await {
-                failed.push(why);
+            let name = stringify!($name);
+            if only.is_empty() || only.iter().any(|o| name.contains(o.as_str())) {
+                if let Err(why) = observed(name, $name(&mut owner)).await {
+                    failed.push(why);
+                }
             }
         };
     }
@@ -204,6 +240,18 @@ async fn scenarios() {
     observe!(a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_turn_reads_it);
     observe!(a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches);
     observe!(a_spawn_requests_settle_policy_applies_to_a_remote_child);
+    observe!(children_on_two_workers_at_once_complete_and_count_per_worker);
+    observe!(a_shutdown_with_one_worker_frozen_and_one_fine_holds_the_one_deadline);
+    observe!(killing_one_worker_does_not_disturb_the_other_workers_children);
+    observe!(a_worker_restarted_under_its_name_fails_the_old_stand_in_and_serves_new_spawns);
+    observe!(a_worker_back_under_its_name_within_the_window_fails_the_old_stand_in_as_node_down);
+    observe!(two_owner_trees_on_one_node_share_a_worker_without_mixing);
+    observe!(two_hundred_sequential_remote_spawns_leave_nothing_behind);
+    observe!(a_remote_answer_over_the_frame_limit_settles_without_its_output);
+    observe!(a_remote_question_over_the_frame_limit_does_not_hang_the_edge);
+    observe!(a_graceful_shutdown_mid_run_counts_every_delta_the_worker_billed);
+    observe!(a_remote_questions_answer_over_the_frame_limit_does_not_hang_the_edge);
+    observe!(shutdowns_racing_spawns_on_two_workers_hold_deadline_and_usage);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",
@@ -1635,4 +1683,560 @@ async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(owner: &mut Ow
     );
     tree.shutdown().await;
     process.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// Third review scenarios: several workers, restarts under one name, several owner trees on
+// one node, long runs, oversized frames.
+
+/// An owner tree with a `runner` placed by each request (`SpawnRequest::on_node`).
+async fn two_worker_tree(owner: &Owner, config: agent_tree::TreeConfig) -> Tree {
+    tree_of(owner, vec![runner()], ScriptedModel::new(), config).await
+}
+
+/// Waits (at most 15 s) until the owner's node routes `stand_ins` stand-ins.
+async fn owner_stand_ins_back(owner: &Owner, stand_ins: usize) -> bool {
+    eventually(Duration::from_secs(15), || {
+        owner.node.stats().stand_ins == stand_ins
+    })
+    .await
+}
+
+/// One owner tree with children on two workers at once: both complete, each worker bills
+/// its own child's turns, the root counts the sum once, and nothing stays routed.
+async fn children_on_two_workers_at_once_complete_and_count_per_worker(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let (a, mut pa) = owner.worker().await;
+    let (b, mut pb) = owner.worker().await;
+    let tree = two_worker_tree(owner, agent_tree::TreeConfig::default()).await;
+    for round in 0..3 {
+        let before = root_tokens(&tree);
+        let ha = tree
+            .spawn(SpawnRequest::new("runner", "work 4 40").on_node(&a))
+            .await
+            .unwrap();
+        let hb = tree
+            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&b))
+            .await
+            .unwrap();
+        let outcomes = tokio::time::timeout(
+            Duration::from_secs(10),
+            tree.wait(&[ha.id(), hb.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+        )
+        .await
+        .expect("both remote children settle");
+        assert_eq!(outcomes[0].text.as_deref(), Some("done 4"), "round {round}: {outcomes:?}");
+        assert_eq!(outcomes[1].text.as_deref(), Some("done 6"), "round {round}: {outcomes:?}");
+        assert_eq!(tree.record(ha.id()).unwrap().subtree.total_tokens(), 48);
+        assert_eq!(tree.record(hb.id()).unwrap().subtree.total_tokens(), 72);
+        assert_eq!(root_tokens(&tree) - before, 120, "round {round}");
+    }
+    let (la, ta, ea) = worker_idle(&mut pa);
+    let (lb, tb, eb) = worker_idle(&mut pb);
+    assert_eq!((la, ea, ta), (0, 0, 3 * 48), "worker a");
+    assert_eq!((lb, eb, tb), (0, 0, 3 * 72), "worker b");
+    assert!(owner_stand_ins_back(owner, stand_ins).await, "{:?}", owner.node.stats());
+    tree.shutdown().await;
+    pa.finish();
+    pb.finish();
+}
+
+/// A tree shutdown while one worker is frozen and the other is fine: the one deadline
+/// holds for both; the fine worker's child settles gracefully (aborted for the shutdown),
+/// the frozen one's is counted killed.
+async fn a_shutdown_with_one_worker_frozen_and_one_fine_holds_the_one_deadline(
+    owner: &mut Owner,
+) {
+    let (a, mut pa) = owner.worker().await;
+    let (b, mut pb) = owner.worker().await;
+    let grace = Duration::from_millis(800);
+    let tree = two_worker_tree(owner, agent_tree::TreeConfig::default().with_shutdown_grace(grace)).await;
+    let ha = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100").on_node(&a))
+        .await
+        .unwrap();
+    let hb = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100").on_node(&b))
+        .await
+        .unwrap();
+    first_usage(&tree, ha.id()).await;
+    first_usage(&tree, hb.id()).await;
+    pa.freeze();
+    let started = Instant::now();
+    let report = tree.shutdown().await;
+    let took = started.elapsed();
+    pa.thaw();
+    assert!(
+        took < grace + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(150),
+        "the shutdown took {took:?} with one frozen node: {report:?}"
+    );
+    let ra = tree.record(ha.id()).unwrap();
+    let rb = tree.record(hb.id()).unwrap();
+    assert_eq!(ra.status, AgentStatus::Killed, "frozen: {ra:?} {report:?}");
+    assert!(report.killed.contains(&ha.id()), "{report:?}");
+    assert_eq!(rb.status, AgentStatus::Aborted, "fine: {rb:?} {report:?}");
+    assert_eq!(
+        rb.outcome.as_ref().map(|o| o.reason),
+        Some(EndReason::Shutdown),
+        "{rb:?}"
+    );
+    assert!(report.graceful.contains(&hb.id()), "{report:?}");
+    let (lb, tb, _) = worker_idle(&mut pb);
+    assert_eq!(lb, 0);
+    assert_eq!(
+        tb,
+        rb.subtree.total_tokens(),
+        "the fine worker billed {tb}, its owner counted {}",
+        rb.subtree.total_tokens()
+    );
+    let (la, _, _) = worker_idle(&mut pa);
+    assert_eq!(la, 0, "the frozen node's subtree outlived its lease");
+    pa.finish();
+    pb.finish();
+}
+
+/// `kill -9` of one worker fails only its own stand-ins: the other worker's child runs to
+/// its end, steered, and is counted exactly as that worker billed it.
+async fn killing_one_worker_does_not_disturb_the_other_workers_children(owner: &mut Owner) {
+    let (a, mut pa) = owner.worker().await;
+    let (b, mut pb) = owner.worker().await;
+    let tree = two_worker_tree(owner, agent_tree::TreeConfig::default()).await;
+    let ha = tree
+        .spawn(SpawnRequest::new("runner", "work 50 100").on_node(&a))
+        .await
+        .unwrap();
+    let mut hb = tree
+        .spawn(SpawnRequest::new("runner", "work 10 80").on_node(&b))
+        .await
+        .unwrap();
+    first_usage(&tree, ha.id()).await;
+    first_usage(&tree, hb.id()).await;
+    pa.kill9();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        tree.wait(&[ha.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("the killed worker's child settles");
+    assert_eq!(outcome[0].status, AgentStatus::Failed, "{outcome:?}");
+    assert!(
+        outcome[0].error.as_deref().unwrap_or_default().contains(&format!("node down: {a}")),
+        "{outcome:?}"
+    );
+    tree.steer(hb.id(), "still here").await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), hb.outcome())
+        .await
+        .expect("the other worker's child settles");
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("done 10 | steered: still here"),
+        "{outcome:?}"
+    );
+    let (lb, tb, eb) = worker_idle(&mut pb);
+    assert_eq!((lb, eb), (0, 0));
+    assert_eq!(tb, 120);
+    assert_eq!(tree.record(hb.id()).unwrap().subtree.total_tokens(), 120);
+    tree.shutdown().await;
+    pb.finish();
+}
+
+/// A worker `kill -9`ed and started again under the same name (new process, same port),
+/// back 800 ms later, after the reconnect window (300 ms): the old stand-in fails with a node-down cause (not the
+/// lease), and a new spawn runs on the new process, which runs nothing of the old edge.
+async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and_serves_new_spawns(
+    owner: &mut Owner,
+) {
+    owner.workers += 1;
+    let name = format!("phoenix-{}", owner.workers);
+    let port = worker::free_port();
+    let mut old = owner.worker_process(&name, port, "normal", false).await;
+    let tree = owner.tree(&name, runner()).await;
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    let killed_at = Instant::now();
+    old.kill9();
+    // Back only after the reconnect window (300 ms).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut new = owner.worker_process(&name, port, "normal", false).await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("the old stand-in settles");
+    let took = killed_at.elapsed();
+    assert_eq!(outcome[0].status, AgentStatus::Failed, "{outcome:?} after {took:?}");
+    assert!(
+        outcome[0].error.as_deref().unwrap_or_default().starts_with("node down"),
+        "{outcome:?}"
+    );
+    let fresh = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.run(SpawnRequest::new("runner", "work 2 20")),
+    )
+    .await
+    .expect("a new spawn settles")
+    .unwrap();
+    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
+    let (live, tokens, edges) = worker_idle(&mut new);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, 24, "the new process ran something of the old edge");
+    tree.shutdown().await;
+    new.finish();
+}
+
+/// A worker `kill -9`ed and back under the same name within the reconnect window (its
+/// node was up already, it only had to join): the old stand-in must fail with a node-down
+/// cause (the new process has another boot id), within about the window, not wait for its
+/// lease; a new spawn then runs on the new process.
+async fn a_worker_back_under_its_name_within_the_window_fails_the_old_stand_in_as_node_down(
+    owner: &mut Owner,
+) {
+    owner.workers += 1;
+    let name = format!("phoenix-{}", owner.workers);
+    let mut old = owner
+        .worker_process(&name, worker::free_port(), "normal", false)
+        .await;
+    // The replacement's node is up, not joined yet.
+    let mut new = owner
+        .worker_process(&name, worker::free_port(), "normal", true)
+        .await;
+    let tree = owner.tree(&name, runner()).await;
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "work 100 100"))
+        .await
+        .unwrap();
+    first_usage(&tree, handle.id()).await;
+    let killed_at = Instant::now();
+    old.kill9();
+    let new = tokio::task::spawn_blocking(move || {
+        new.join();
+        new
+    })
+    .await
+    .unwrap();
+    let mut new = new;
+    let back = killed_at.elapsed();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("the old stand-in settles");
+    let took = killed_at.elapsed();
+    let fresh = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.run(SpawnRequest::new("runner", "work 2 20")),
+    )
+    .await
+    .expect("a new spawn settles")
+    .unwrap();
+    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
+    let (live, tokens, edges) = worker_idle(&mut new);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, 24, "the new process ran something of the old edge");
+    tree.shutdown().await;
+    new.finish();
+    assert!(
+        outcome[0].error.as_deref().unwrap_or_default().starts_with("node down")
+            && took < Duration::from_millis(LEASE_MS),
+        "the new process was back after {back:?}; the old stand-in settled after {took:?} \
+         with {:?} / {:?} (the lease is {LEASE_MS} ms + {GRACE_MS} ms)",
+        outcome[0].status,
+        outcome[0].error
+    );
+}
+
+/// Two owner trees on one owner node, both with an agent `a1` on the same worker, at once:
+/// outcomes, steers, usage and mirrors stay each tree's own.
+async fn two_owner_trees_on_one_node_share_a_worker_without_mixing(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let (name, mut process) = owner.worker().await;
+    let mut billed = 0;
+    for round in 0..3 {
+        let t1 = owner.tree(&name, runner()).await;
+        let t2 = owner.tree(&name, runner()).await;
+        let h1 = t1.spawn(SpawnRequest::new("runner", "work 3 80")).await.unwrap();
+        let h2 = t2.spawn(SpawnRequest::new("runner", "work 5 60")).await.unwrap();
+        assert_eq!((h1.id(), h2.id()), (AgentId::new(1), AgentId::new(1)));
+        first_usage(&t1, h1.id()).await;
+        t1.steer(h1.id(), "one").await.unwrap();
+        let o1 = tokio::time::timeout(
+            Duration::from_secs(10),
+            t1.wait(&[h1.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+        )
+        .await
+        .expect("t1 settles");
+        let o2 = tokio::time::timeout(
+            Duration::from_secs(10),
+            t2.wait(&[h2.id()], agent_tree::protocol::WaitPolicy::AllSettled),
+        )
+        .await
+        .expect("t2 settles");
+        assert_eq!(o1[0].text.as_deref(), Some("done 3 | steered: one"), "round {round}");
+        assert_eq!(o2[0].text.as_deref(), Some("done 5"), "round {round}");
+        assert_eq!((root_tokens(&t1), root_tokens(&t2)), (36, 60), "round {round}");
+        let m1 = t1.remote_records(h1.id()).await.unwrap();
+        let m2 = t2.remote_records(h2.id()).await.unwrap();
+        assert_eq!(m1[1].own.total_tokens(), 36);
+        assert_eq!(m2[1].own.total_tokens(), 60);
+        billed += 96;
+        t1.shutdown().await;
+        t2.shutdown().await;
+    }
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges, tokens), (0, 0, billed));
+    assert!(owner_stand_ins_back(owner, stand_ins).await, "{:?}", owner.node.stats());
+    process.finish();
+}
+
+/// 200 sequential remote spawns on one worker: each completes, and afterwards (past the
+/// linger) the owner routes no stand-in and the worker hosts no edge and no live agent;
+/// the worker's memory does not grow with the number of edges it hosted.
+async fn two_hundred_sequential_remote_spawns_leave_nothing_behind(owner: &mut Owner) {
+    let stand_ins = owner.node.stats().stand_ins;
+    let acknowledged = owner.node.stats().acknowledged_deltas;
+    let (name, mut process) = owner.worker().await;
+    let mut rss = Vec::new();
+    let mut counted = 0;
+    for batch in 0..10 {
+        let tree = owner.tree(&name, runner()).await;
+        for i in 0..20 {
+            let outcome = tokio::time::timeout(
+                Duration::from_secs(10),
+                tree.run(SpawnRequest::new("runner", "work 1 1")),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("spawn {} hung", batch * 20 + i))
+            .unwrap();
+            assert_eq!(outcome.text.as_deref(), Some("done 1"), "{outcome:?}");
+        }
+        counted += root_tokens(&tree);
+        tree.shutdown().await;
+        if batch == 4 || batch == 9 {
+            let (live, _, edges) = worker_idle(&mut process);
+            assert_eq!((live, edges), (0, 0), "after batch {batch}");
+            rss.push(process.rss_kib());
+        }
+    }
+    assert_eq!(counted, 200 * 12);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges, tokens), (0, 0, 200 * 12));
+    assert!(owner_stand_ins_back(owner, stand_ins).await, "{:?}", owner.node.stats());
+    assert_eq!(owner.node.stats().acknowledged_deltas - acknowledged, 200);
+    let grown = rss[1].saturating_sub(rss[0]);
+    eprintln!("worker rss after 100 edges {} KiB, after 200 {} KiB", rss[0], rss[1]);
+    assert!(
+        grown < 4 * 1024,
+        "the worker grew {grown} KiB over 100 edges ({} KiB -> {} KiB)",
+        rss[0],
+        rss[1]
+    );
+    process.finish();
+}
+
+/// A remote agent whose final answer (9 MiB) is over the edge's 8 MiB frame limit: the
+/// owner settles it without its output, with an error saying so, and the connection (and
+/// the next spawn) is unharmed.
+async fn a_remote_answer_over_the_frame_limit_settles_without_its_output(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("runner", "big 9437184")),
+    )
+    .await
+    .expect("the remote child with a 9 MiB answer settles")
+    .unwrap();
+    assert_eq!(outcome.status, AgentStatus::Completed, "{:?}", outcome.error);
+    assert_eq!(outcome.text, None);
+    assert!(
+        outcome.error.as_deref().unwrap_or_default().contains("frame limit"),
+        "{:?}",
+        outcome.error
+    );
+    assert_eq!(root_tokens(&tree), 12);
+    let next = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.run(SpawnRequest::new("runner", "work 1 1")),
+    )
+    .await
+    .expect("the next spawn settles")
+    .unwrap();
+    assert_eq!(next.text.as_deref(), Some("done 1"));
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A remote agent asking its owner a question over the frame limit (9 MiB): the edge must
+/// not hang. The owner hears of it (the ask refused with an error, and the agent goes on),
+/// or the remote child settles with a cause saying so; either way it settles promptly.
+async fn a_remote_question_over_the_frame_limit_does_not_hang_the_edge(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+        .model(ScriptedModel::new())
+        .on_question(|_q: agent_tree::Question| async move { Ok("yes".to_owned()) })
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "ask-big 9437184"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let outcome = tokio::time::timeout(Duration::from_secs(15), handle.outcome()).await;
+    let mirror = tree.remote_records(id).await.unwrap_or_default();
+    let outcome = outcome.unwrap_or_else(|_| {
+        panic!(
+            "a remote agent asking a 9 MiB question never settled in 15 s (its mirror: {:?})",
+            mirror
+                .iter()
+                .map(|r| (r.agent_type.clone(), r.status))
+                .collect::<Vec<_>>()
+        )
+    });
+    assert_ne!(
+        outcome.error.as_deref(),
+        Some("node unreachable: lease expired"),
+        "the edge was given up by its lease: {outcome:?}"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// What `examples/cluster.rs` does not check: after a graceful shutdown mid-run the root
+/// must hold exactly what the worker billed (its `lost_usage` compares only the count of
+/// acknowledged deltas with the count of root usage events, both made by the same stand-in
+/// code, and compares billed with counted only for untouched or briefly frozen trials).
+async fn a_graceful_shutdown_mid_run_counts_every_delta_the_worker_billed(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let mut mismatches = Vec::new();
+    let mut before = 0;
+    for i in 0..6u64 {
+        let tree = owner.tree(&name, runner()).await;
+        let handle = tree
+            .spawn(SpawnRequest::new("runner", "work 8 60"))
+            .await
+            .unwrap();
+        first_usage(&tree, handle.id()).await;
+        tokio::time::sleep(Duration::from_millis(37 * i)).await;
+        tree.shutdown().await;
+        let (live, billed, _) = worker_idle(&mut process);
+        assert_eq!(live, 0);
+        let counted = root_tokens(&tree);
+        if billed - before != counted {
+            mismatches.push(format!("{i}: worker {} root {counted}", billed - before));
+        }
+        before = billed;
+    }
+    assert!(mismatches.is_empty(), "{mismatches:?}");
+    process.finish();
+}
+
+
+/// The owner's answer to a remote agent's question over the frame limit (9 MiB): the edge
+/// must not hang. The asking agent gets an error result (or the remote child settles with
+/// a cause saying so), promptly.
+async fn a_remote_questions_answer_over_the_frame_limit_does_not_hang_the_edge(
+    owner: &mut Owner,
+) {
+    let (name, process) = owner.worker().await;
+    let tree = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+        .model(ScriptedModel::new())
+        .on_question(|_q: agent_tree::Question| async move { Ok("y".repeat(9 << 20)) })
+        .node(&owner.node)
+        .build()
+        .await
+        .unwrap();
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "ask deploy"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let outcome = tokio::time::timeout(Duration::from_secs(15), handle.outcome()).await;
+    let mirror = tree.remote_records(id).await.unwrap_or_default();
+    let outcome = outcome.unwrap_or_else(|_| {
+        panic!(
+            "a remote agent whose question got a 9 MiB answer never settled in 15 s (its \
+             mirror: {:?})",
+            mirror
+                .iter()
+                .map(|r| (r.agent_type.clone(), r.status))
+                .collect::<Vec<_>>()
+        )
+    });
+    assert_ne!(
+        outcome.error.as_deref(),
+        Some("node unreachable: lease expired"),
+        "the edge was given up by its lease: {outcome:?}"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// Shutdowns racing spawns on two workers (multi-thread runtime, several rounds, random
+/// small delays): each returns by its deadline, every remote child settles, the workers
+/// end with nothing live, and each worker billed exactly what the owner counted.
+async fn shutdowns_racing_spawns_on_two_workers_hold_deadline_and_usage(owner: &mut Owner) {
+    let (a, mut pa) = owner.worker().await;
+    let (b, mut pb) = owner.worker().await;
+    let grace = Duration::from_millis(1000);
+    let mut problems = Vec::new();
+    let (mut billed_a, mut billed_b) = (0, 0);
+    for round in 0..12u64 {
+        let tree = two_worker_tree(
+            owner,
+            agent_tree::TreeConfig::default().with_shutdown_grace(grace),
+        )
+        .await;
+        let ha = tree
+            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&a))
+            .await
+            .unwrap();
+        let hb = tree
+            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&b))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis((round * 17) % 120)).await;
+        let started = Instant::now();
+        let report = tree.shutdown().await;
+        let took = started.elapsed();
+        if took > grace + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(150) {
+            problems.push(format!("{round}: the shutdown took {took:?}"));
+        }
+        let (ra, rb) = (tree.record(ha.id()).unwrap(), tree.record(hb.id()).unwrap());
+        if !ra.status.is_terminal() || !rb.status.is_terminal() {
+            problems.push(format!("{round}: not settled {:?} {:?}", ra.status, rb.status));
+        }
+        if !report.killed.is_empty() {
+            problems.push(format!("{round}: killed {report:?}"));
+        }
+        let (la, ta, ea) = worker_idle(&mut pa);
+        let (lb, tb, eb) = worker_idle(&mut pb);
+        if (la, ea, lb, eb) != (0, 0, 0, 0) {
+            problems.push(format!("{round}: workers not idle {la} {ea} {lb} {eb}"));
+        }
+        let (ca, cb) = (ra.subtree.total_tokens(), rb.subtree.total_tokens());
+        if (ta - billed_a, tb - billed_b) != (ca, cb) {
+            problems.push(format!(
+                "{round}: worker a billed {} (owner {ca}, {:?}), worker b billed {} (owner {cb}, {:?})",
+                ta - billed_a,
+                ra.status,
+                tb - billed_b,
+                rb.status
+            ));
+        }
+        (billed_a, billed_b) = (ta, tb);
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    pa.finish();
+    pb.finish();
 }
