@@ -431,17 +431,46 @@ impl NodeInner {
                         let _ =
                             actor.send_message(AgentMsg::Edge(EdgeInput::Frame { frame, boot }));
                     }
+                    // The edge has ended here (its stand-in settled): nothing will apply its
+                    // frames any more, so each is acknowledged as it comes, and the hosted
+                    // side ends without waiting out its linger.
+                    None if frame.body.is_sequenced() => {
+                        let done = agent_tree_protocol::Frame {
+                            seq: 0,
+                            ack: frame.seq,
+                            body: agent_tree_protocol::Down::Ack { resend: false },
+                        };
+                        self.send(&from, &edge, Directed::Down(done));
+                    }
                     None => tracing::debug!(%edge, %from, "frame for an edge that has ended"),
                 }
             }
             Directed::Down(frame) => {
                 let inbox = self.routes.lock().hosted.get(&edge).cloned();
+                // Only a spawn opens an edge; anything else for an edge this process does
+                // not have (a new process under an old one's name, an edge that ended) is
+                // answered with this process's boot id, so the owner's side can tell.
+                let opens = matches!(
+                    &frame.body,
+                    agent_tree_protocol::Down::Command {
+                        command: agent_tree_protocol::Command::Spawn { .. }
+                    }
+                );
                 let inbox = match inbox {
                     Some(inbox) => inbox,
-                    None => match self.open_hosted(&edge, &from) {
+                    None if opens => match self.open_hosted(&edge, &from) {
                         Some(inbox) => inbox,
                         None => return,
                     },
+                    None => {
+                        let unknown = agent_tree_protocol::Frame {
+                            seq: 0,
+                            ack: 0,
+                            body: agent_tree_protocol::Up::Ack { resend: false },
+                        };
+                        self.send(&from, &edge, Directed::Up(unknown));
+                        return;
+                    }
                 };
                 let _ = inbox.send(hosted::Input::Frame(frame));
             }

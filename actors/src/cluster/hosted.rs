@@ -241,27 +241,22 @@ impl Side {
     }
 
     /// Queues `body`; hands it back when the outbox is full. An event too large for one
-    /// frame goes without its output (its error says so); anything else too large is
-    /// dropped with a warning.
+    /// frame is shrunk once ([`shrink`]: never a gap in the event numbers the owner's
+    /// mirror folds); anything else too large is dropped with a warning (the callers check
+    /// what they can refuse, a question, beforehand).
     fn try_queue(&mut self, body: Up) -> Result<(), Box<Up>> {
+        self.try_queue_once(body, false)
+    }
+
+    fn try_queue_once(&mut self, body: Up, shrunk: bool) -> Result<(), Box<Up>> {
         match self.end.queue(body) {
             Ok(_) => Ok(()),
             Err(QueueError::Full(full)) => Err(Box::new(full.item)),
             Err(QueueError::Oversized { body, error }) => {
                 match body {
-                    Up::Event { mut event } if event.kind.outcome().is_some() => {
-                        if let Some(outcome) = event_outcome_mut(&mut event) {
-                            let bytes = outcome.text.as_ref().map_or(0, String::len)
-                                + outcome.partial.as_ref().map_or(0, String::len);
-                            outcome.text = None;
-                            outcome.partial = None;
-                            outcome.error = Some(format!(
-                                "its output ({bytes} bytes) is over the edge's frame limit; \
-                                 it stays on node {}",
-                                self.edge.node.name()
-                            ));
-                        }
-                        return self.try_queue(Up::Event { event });
+                    Up::Event { event } if !shrunk => {
+                        let event = shrink(event, self.edge.node.name());
+                        return self.try_queue_once(Up::Event { event }, true);
                     }
                     other => tracing::warn!(
                         edge = %self.edge.id, %error, kind = ?std::mem::discriminant(&other),
@@ -393,6 +388,14 @@ impl Side {
             question,
             answer,
         } = asked;
+        // A question that cannot go up in one frame is refused here, at once.
+        if question.len() > QUESTION_LIMIT {
+            let _ = answer.send(Err(format!(
+                "the question ({} bytes) is over the edge's frame limit ({QUESTION_LIMIT} bytes)",
+                question.len()
+            )));
+            return;
+        }
         self.questions.insert(agent, answer);
         self.queue(Up::Asked { agent, question });
     }
@@ -489,6 +492,53 @@ impl Side {
             usage = tree.record(AgentId::ROOT).map_or(usage, |r| r.subtree);
         }
         self.edge.node.unroute_hosted(&self.edge.id, usage);
+    }
+}
+
+/// The longest question that goes up: what fits in one frame with room for its envelope.
+const QUESTION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES - 64 * 1024;
+
+/// The longest string of an event shrunk to fit a frame.
+const CUT_TO: usize = 64 * 1024;
+
+/// An event too large for one frame, made to fit: a terminal event goes without its output
+/// (its error says where it stays), and every string longer than 64 KiB is cut, saying so.
+/// Its kind and number stay: the owner's mirror folds every number in order.
+fn shrink(mut event: Event, node: &str) -> Event {
+    if let Some(outcome) = event_outcome_mut(&mut event) {
+        let bytes = outcome.text.as_ref().map_or(0, String::len)
+            + outcome.partial.as_ref().map_or(0, String::len);
+        if bytes > 0 {
+            outcome.text = None;
+            outcome.partial = None;
+            outcome.error = Some(format!(
+                "its output ({bytes} bytes) is over the edge's frame limit; it stays on node {node}"
+            ));
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&event) else {
+        return event;
+    };
+    cut_strings(&mut value);
+    serde_json::from_value(value).unwrap_or(event)
+}
+
+fn cut_strings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(text) if text.len() > CUT_TO => {
+            let mut end = CUT_TO;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = text.len() - end;
+            text.truncate(end);
+            text.push_str(&format!(
+                " [… {cut} bytes cut: over the edge's frame limit]"
+            ));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(cut_strings),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(cut_strings),
+        _ => {}
     }
 }
 

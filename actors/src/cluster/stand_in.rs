@@ -242,10 +242,14 @@ impl Actor for StandIn {
             AgentMsg::Steer { text, reply } => {
                 // A steer answers a pending question, as it does a local agent's.
                 if state.asking.take().is_some() {
-                    state.answer(text, false);
+                    let receipt = state.answer(text, false).map(|()| SteerReceipt::Delivered);
                     state.flush();
                     if let Some(reply) = reply {
-                        let _ = reply.send(Ok(SteerReceipt::Delivered));
+                        let _ = reply.send(receipt.map_err(|bytes| ControlError::SteerTooLarge {
+                            agent: state.id,
+                            bytes,
+                            limit: agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES,
+                        }));
                     }
                     return Ok(());
                 }
@@ -305,12 +309,12 @@ impl Actor for StandIn {
             }
             AgentMsg::QuestionAnswered { answer, asked } if state.asking == Some(asked) => {
                 state.asking = None;
-                state.answer(answer, false);
+                let _ = state.answer(answer, false);
                 state.flush();
             }
             AgentMsg::QuestionRefused { reason } if state.asking.is_some() => {
                 state.asking = None;
-                state.answer(reason, true);
+                let _ = state.answer(reason, true);
                 state.flush();
             }
             _ => {}
@@ -365,12 +369,24 @@ impl State {
             .map_or(AgentStatus::Completing, |r| r.status)
     }
 
-    fn answer(&mut self, answer: String, refused: bool) {
-        self.command(Command::Answer {
+    /// Sends the answer (or refusal) of the remote agent's question; an answer too large
+    /// for one frame goes as a refusal saying so, and `Err` gives its size.
+    fn answer(&mut self, answer: String, refused: bool) -> Result<(), usize> {
+        let bytes = answer.len();
+        let sent = self.command(Command::Answer {
             agent: self.id,
             answer,
             refused,
         });
+        if sent {
+            return Ok(());
+        }
+        self.command(Command::Answer {
+            agent: self.id,
+            answer: format!("the owner's answer ({bytes} bytes) is over the edge's frame limit"),
+            refused: true,
+        });
+        Err(bytes)
     }
 
     fn forward_shutdown(&mut self, deadline: Instant) {
@@ -420,6 +436,10 @@ impl State {
             EdgeInput::PeerUp => {
                 if self.presence.opened() {
                     self.end.reconnect();
+                    // A probe: the same process takes it as an ack; a new process under the
+                    // node's name answers it with its boot id (a restart: down).
+                    let probe = self.end.ack_frame(false);
+                    self.send_control(probe);
                 }
             }
             EdgeInput::Records(reply) => {
@@ -526,7 +546,7 @@ impl State {
                         asked,
                     });
                 } else {
-                    self.answer(format!("{agent} is not this edge's agent"), true);
+                    let _ = self.answer(format!("{agent} is not this edge's agent"), true);
                 }
             }
             Up::Report { report } => match self.mirror.check(&report) {
