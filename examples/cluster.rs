@@ -1,16 +1,17 @@
 //! Trees across nodes under failure: each trial starts a worker node as a child process (this
 //! same program, `--worker`), runs a remote `runner` from an owner tree on this node, and at
 //! a random moment kills it (`kill -9`), freezes it within or beyond its lease (SIGSTOP,
-//! then SIGCONT), shuts the tree down, or lets it be. It checks, and prints exactly:
+//! then SIGCONT), shuts the tree down (with the worker running, or frozen), or lets it be. It checks, and prints exactly:
 //!
 //! `trials=<n> lost_usage=<n> orphans_past_lease=<n> late_shutdowns=<n> wrong_outcomes=<n>`
 //!
 //! * `lost_usage`: usage deltas the owner's node acknowledged that are missing from the root's
-//!   totals; and, when the worker was left alone or frozen within its lease, any delta it
-//!   billed that is missing.
+//!   totals; and, when the worker was left alone, frozen within its lease or shut down
+//!   gracefully, any delta it billed that is missing.
 //! * `orphans_past_lease`: agents still running on the worker after the lease plus the grace
 //!   with no reachable owner.
-//! * `late_shutdowns`: shutdowns returning after their deadline plus the kill wait.
+//! * `late_shutdowns`: shutdowns returning after their deadline plus the kill wait (every
+//!   trial's, with the worker running, frozen, or gone).
 //! * `wrong_outcomes`: remote agents whose settled status or cause differs from what the
 //!   trial caused.
 //!
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{AgentDefinition, AgentId, AgentStatus, EndReason, SpawnRequest};
 use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, SHUTDOWN_KILL_WAIT, Tree};
+use agent_tree::{Catalog, SHUTDOWN_KILL_WAIT, Tree, TreeConfig};
 use worker::{WorkerArgs, WorkerProcess};
 
 const LEASE_MS: u64 = 1_000;
@@ -35,6 +36,9 @@ const GRACE_MS: u64 = 400;
 const TASK: &str = "delegate 6 60";
 const TASK_TOKENS: u64 = (2 + 6) * 12;
 const TASK_ANSWER: &str = "lead done";
+/// The owner tree's shutdown grace: the one deadline a shutdown must return by (plus the
+/// kill wait), frozen worker or not.
+const SHUTDOWN_GRACE_MS: u64 = 1_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -43,6 +47,8 @@ enum Fault {
     FreezeWithin,
     FreezeBeyond,
     Shutdown,
+    /// The tree shut down while the worker is frozen: the one deadline must hold.
+    ShutdownFrozen,
 }
 
 /// xorshift, seeded: a run is repeatable by its seed.
@@ -121,12 +127,13 @@ async fn run(trials: u64, seed: u64) -> Tally {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut tally = Tally::default();
     for trial in 0..trials {
-        let fault = match rng.below(5) {
+        let fault = match rng.below(6) {
             0 => Fault::None,
             1 => Fault::Kill,
             2 => Fault::FreezeWithin,
             3 => Fault::FreezeBeyond,
-            _ => Fault::Shutdown,
+            4 => Fault::Shutdown,
+            _ => Fault::ShutdownFrozen,
         };
         // Within the remote run (about half a second) mostly: a fault after it changes nothing.
         let delay = Duration::from_millis(rng.below(300));
@@ -163,6 +170,7 @@ async fn one_trial(
     let tree = Tree::builder()
         .catalog(Catalog::new([AgentDefinition::new("runner", "").on_node(&name)]).expect("valid"))
         .model(ScriptedModel::new())
+        .config(TreeConfig::default().with_shutdown_grace(Duration::from_millis(SHUTDOWN_GRACE_MS)))
         .node(owner)
         .build()
         .await
@@ -197,6 +205,13 @@ async fn one_trial(
             tree.shutdown().await;
             shutdown_took = Some(started.elapsed());
         }
+        Fault::ShutdownFrozen => {
+            process.freeze();
+            let started = Instant::now();
+            tree.shutdown().await;
+            shutdown_took = Some(started.elapsed());
+            process.thaw();
+        }
     }
     let outcome = handle.outcome().await;
     // The outcome the trial caused.
@@ -219,6 +234,8 @@ async fn one_trial(
         Fault::Shutdown => {
             outcome.status == AgentStatus::Aborted && outcome.reason == EndReason::Shutdown
         }
+        // The frozen node cannot answer by the deadline: counted killed there.
+        Fault::ShutdownFrozen => outcome.status == AgentStatus::Killed,
     };
     if !right {
         eprintln!("trial {trial} ({fault:?}, over before: {over}): wrong outcome {outcome:?}");
@@ -252,8 +269,11 @@ async fn one_trial(
             eprintln!("trial {trial}: {live} agents still live on the worker");
             tally.orphans_past_lease += live as u64;
         }
+        // Left alone, frozen within the lease, or shut down gracefully: every delta the
+        // worker billed is in the root's totals (and, untouched, the whole task's).
         let whole = matches!(expected, Fault::None | Fault::FreezeWithin);
-        if whole && (billed != root || root != TASK_TOKENS) {
+        let graceful = expected == Fault::Shutdown;
+        if ((whole || graceful) && billed != root) || (whole && root != TASK_TOKENS) {
             eprintln!("trial {trial}: the worker billed {billed} tokens, the root has {root}");
             tally.lost_usage += billed.abs_diff(root).div_ceil(12).max(1);
         }
