@@ -935,7 +935,10 @@ mod review4_config {
         let base = || NodeConfig::new("review4", "review4-cluster", "cookie").port(0);
         let nonsense = [
             // A node whose session blips once is down at once: no reconnect can ever win.
-            ("a zero reconnect window", base().reconnect_window(Duration::ZERO)),
+            (
+                "a zero reconnect window",
+                base().reconnect_window(Duration::ZERO),
+            ),
             // The owner declares exactly when the child's lease ends: the docs' "the child
             // stopped at least `grace` before the owner declares" cannot hold.
             (
@@ -949,7 +952,10 @@ mod review4_config {
                 base().lease(Duration::from_millis(50), Duration::from_millis(10)),
             ),
             // `join` and `await_peer` can never succeed.
-            ("a zero connect timeout", base().connect_timeout(Duration::ZERO)),
+            (
+                "a zero connect timeout",
+                base().connect_timeout(Duration::ZERO),
+            ),
         ];
         let mut accepted = Vec::new();
         for (what, config) in nonsense {
