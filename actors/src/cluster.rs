@@ -921,3 +921,58 @@ fn boot_id() -> u64 {
     x ^= x >> 33;
     x
 }
+
+/// Fourth review: a `NodeConfig` that cannot work is refused by `Node::start` with a
+/// `ClusterError::Config` naming the setting, as an empty cookie or a zero lease is.
+#[cfg(test)]
+mod review4_config {
+    use super::*;
+
+    /// Each nonsense config, started one after the other (at most one node server at a
+    /// time in this process); what was accepted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn node_start_refuses_configs_that_cannot_work() {
+        let base = || NodeConfig::new("review4", "review4-cluster", "cookie").port(0);
+        let nonsense = [
+            // A node whose session blips once is down at once: no reconnect can ever win.
+            (
+                "a zero reconnect window",
+                base().reconnect_window(Duration::ZERO),
+            ),
+            // The owner declares exactly when the child's lease ends: the docs' "the child
+            // stopped at least `grace` before the owner declares" cannot hold.
+            (
+                "a zero grace",
+                base().lease(Duration::from_secs(10), Duration::ZERO),
+            ),
+            // Both sides tick every 100 ms: a lease shorter than one tick lapses between
+            // two renewals, every time.
+            (
+                "a lease shorter than a renewal tick",
+                base().lease(Duration::from_millis(50), Duration::from_millis(10)),
+            ),
+            // `join` and `await_peer` can never succeed.
+            (
+                "a zero connect timeout",
+                base().connect_timeout(Duration::ZERO),
+            ),
+        ];
+        let mut accepted = Vec::new();
+        for (what, config) in nonsense {
+            match Node::start(config).await {
+                Err(ClusterError::Config(_)) => {}
+                Ok(node) => {
+                    accepted.push(what);
+                    drop(node);
+                    // The server's stop is asynchronous: let it go before the next.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(other) => panic!("{what}: not a config error: {other}"),
+            }
+        }
+        assert!(
+            accepted.is_empty(),
+            "Node::start accepted, without complaint: {accepted:?}"
+        );
+    }
+}

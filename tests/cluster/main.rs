@@ -5,8 +5,11 @@
 //!
 //! Built only with the `cluster` feature (`cargo test --features cluster --test cluster`).
 
+mod review4;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
+#[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
+use review4::*;
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +44,9 @@ fn worker_node() {
         .unwrap();
     match std::env::var(WORKER_MODE_ENV).as_deref() {
         Ok("broken") => runtime.block_on(worker::run_worker_hosting(args, Tree::builder)),
+        Ok(mode @ ("journaled" | "journaled-unique")) => runtime.block_on(
+            review4::run_journaled_worker(args, mode == "journaled-unique"),
+        ),
         _ => runtime.block_on(worker::run_worker(args)),
     }
 }
@@ -249,6 +255,18 @@ async fn scenarios() {
     observe!(a_graceful_shutdown_mid_run_counts_every_delta_the_worker_billed);
     observe!(a_remote_questions_answer_over_the_frame_limit_does_not_hang_the_edge);
     observe!(shutdowns_racing_spawns_on_two_workers_hold_deadline_and_usage);
+    observe!(
+        review4_a_recovered_remote_child_is_interrupted_with_its_usage_and_resumes_on_its_node
+    );
+    observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_runs_its_task_again);
+    observe!(review4_a_recovered_remote_child_still_has_its_hosted_records);
+    observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
+    observe!(review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes);
+    observe!(review4_hosted_trees_with_a_journal_per_edge_serve_spawns);
+    observe!(review4_hosted_trees_journaling_to_one_file_serve_a_second_spawn);
+    observe!(review4_a_detached_remote_child_asking_its_ended_owner_is_answered);
+    observe!(review4_a_detached_remote_child_outlives_its_owner_and_counts_once);
+    observe!(review4_pooled_background_remote_spawns_queue_and_count_once);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",
