@@ -210,7 +210,69 @@ impl NodeConfig {
             grace: self.grace,
         }
     }
+
+    /// What [`Node::start`] refuses: an empty cookie, an empty name or cluster name, a
+    /// node name with `@` (ractor_cluster names a peer `name@host`), a lease under
+    /// [`MIN_LEASE`] (renewals every third of it must outpace the edges' 100 ms timer), a
+    /// grace or a reconnect window under one timer tick (100 ms), a zero connect timeout.
+    ///
+    /// ```
+    /// use agent_tree_actors::cluster::NodeConfig;
+    /// use std::time::Duration;
+    /// assert!(NodeConfig::new("w", "c", "cookie").check().is_ok());
+    /// assert!(NodeConfig::new("w", "c", "").check().is_err());
+    /// assert!(NodeConfig::new("w@h", "c", "cookie").check().is_err());
+    /// let short = NodeConfig::new("w", "c", "cookie").lease(Duration::from_millis(50), Duration::from_secs(1));
+    /// assert!(short.check().is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Config`] naming the setting.
+    pub fn check(&self) -> Result<(), ClusterError> {
+        let refuse = |why: String| Err(ClusterError::Config(why));
+        if self.cookie.is_empty() {
+            return refuse("the cookie is required".into());
+        }
+        if self.name.trim().is_empty() || self.cluster.trim().is_empty() {
+            return refuse("the node and cluster names must not be empty".into());
+        }
+        if self.name.contains('@') {
+            return refuse(format!(
+                "node name {:?} contains '@' (ractor_cluster names a peer `name@host`)",
+                self.name
+            ));
+        }
+        if self.lease < MIN_LEASE {
+            return refuse(format!(
+                "the lease ({:?}) is under {MIN_LEASE:?}: renewals every third of it must outpace the 100 ms timer",
+                self.lease
+            ));
+        }
+        if self.grace < TICK {
+            return refuse(format!(
+                "the grace ({:?}) is under one 100 ms tick",
+                self.grace
+            ));
+        }
+        if self.reconnect_window < TICK {
+            return refuse(format!(
+                "the reconnect window ({:?}) is under one 100 ms tick: no reconnect could ever come back in time",
+                self.reconnect_window
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return refuse("the connect timeout must not be zero".into());
+        }
+        Ok(())
+    }
 }
+
+/// The shortest lease a node accepts.
+pub const MIN_LEASE: Duration = Duration::from_millis(500);
+
+/// The edges' timer (stand-ins and hosted edges tick this often).
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 /// Why a node could not start or reach a peer.
 #[derive(Debug, thiserror::Error)]
@@ -701,26 +763,10 @@ impl Node {
     ///
     /// # Errors
     ///
-    /// [`ClusterError::Config`] for an empty name, cluster or cookie or a zero lease;
-    /// [`ClusterError::Startup`] when an actor does not start.
+    /// [`ClusterError::Config`] for a config [`NodeConfig::check`] refuses;
+    /// [`ClusterError::Startup`] when an actor does not start (the port is taken, say).
     pub async fn start(config: NodeConfig) -> Result<Node, ClusterError> {
-        if config.cookie.is_empty() {
-            return Err(ClusterError::Config("the cookie is required".into()));
-        }
-        if config.name.trim().is_empty() || config.cluster.trim().is_empty() {
-            return Err(ClusterError::Config(
-                "the node and cluster names must not be empty".into(),
-            ));
-        }
-        if config.name.contains('@') {
-            return Err(ClusterError::Config(format!(
-                "node name {:?} contains '@' (ractor_cluster names a peer `name@host`)",
-                config.name
-            )));
-        }
-        if config.lease.is_zero() {
-            return Err(ClusterError::Config("the lease must not be zero".into()));
-        }
+        config.check()?;
         let server = NodeServer::new(
             config.port,
             config.cookie.clone(),

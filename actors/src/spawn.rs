@@ -134,6 +134,16 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     }
 }
 
+/// The other node `id` runs on, if it is placed on one (not on the tree's own node).
+pub(crate) fn remote_placement(shared: &SharedRef, id: AgentId) -> Option<Arc<str>> {
+    let node = shared.registry.placement(id)?;
+    #[cfg(feature = "cluster")]
+    if shared.cluster.get().is_some_and(|c| c.name() == &*node) {
+        return None;
+    }
+    Some(node)
+}
+
 /// Whether an agent of `agent_type` can be placed on node `node`: the build has the
 /// `cluster` feature, the tree a node attached, and a session to `node` is ready.
 fn check_placement(shared: &SharedRef, agent_type: &str, node: &str) -> Result<(), SpawnError> {
@@ -167,6 +177,15 @@ pub(crate) async fn reopen(
     prompt: String,
     owner_capabilities: Option<Box<Capabilities>>,
 ) -> Result<StartTicket, SpawnError> {
+    // A remote agent's conversation is on its node, gone with its hosted tree: it can be
+    // resumed with a task, never continued as it was.
+    if prompt.is_empty() {
+        if let Some(node) = remote_placement(shared, id) {
+            return Err(SpawnError::InvalidRequest(format!(
+                "{id} ran on node {node}, whose conversation is not kept here: resume it with a prompt"
+            )));
+        }
+    }
     let mut journaled = None;
     if shared.registry.conversation_journaled(id) {
         journaled = Some(read_back(shared, id).await?);

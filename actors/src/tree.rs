@@ -737,8 +737,9 @@ impl Tree {
     /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
     /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
     /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
-    /// latest run). Fresh as the edge while it runs, the last mirror once it settled;
-    /// `None` for an agent that is not remote.
+    /// latest run). Fresh as the edge while it runs, the last mirror once it settled, empty
+    /// when the mirror is gone (a tree recovered from its journal: mirrors are not
+    /// journaled); `None` for an agent that is not remote.
     #[cfg(feature = "cluster")]
     pub async fn remote_records(
         &self,
@@ -754,7 +755,10 @@ impl Tree {
                 return Some(records);
             }
         }
-        self.shared.mirrors.lock().get(&id).map(|r| r.to_vec())
+        let kept = self.shared.mirrors.lock().get(&id).map(|r| r.to_vec());
+        // Remote, its mirror gone with the process that held it (a tree recovered from its
+        // journal): empty, never `None`, which says "not remote".
+        kept.or_else(|| spawn::remote_placement(&self.shared, id).map(|_| Vec::new()))
     }
 
     /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:

@@ -258,12 +258,12 @@ async fn scenarios() {
     observe!(
         review4_a_recovered_remote_child_is_interrupted_with_its_usage_and_resumes_on_its_node
     );
-    observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_runs_its_task_again);
-    observe!(review4_a_recovered_remote_child_still_has_its_hosted_records);
+    observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_is_refused);
+    observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
     observe!(review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes);
     observe!(review4_hosted_trees_with_a_journal_per_edge_serve_spawns);
-    observe!(review4_hosted_trees_journaling_to_one_file_serve_a_second_spawn);
+    observe!(review4_hosted_trees_journaling_to_one_file_refuse_a_second_spawn);
     observe!(review4_a_detached_remote_child_asking_its_ended_owner_is_answered);
     observe!(review4_a_detached_remote_child_outlives_its_owner_and_counts_once);
     observe!(review4_pooled_background_remote_spawns_queue_and_count_once);

@@ -177,41 +177,42 @@ pub(crate) async fn review4_a_recovered_remote_child_is_interrupted_with_its_usa
 }
 
 /// The docs' recovery recipe: a resume with an empty prompt re-runs what the crash cut off.
-/// A remote child's conversation is not sent, so the one sane reading is its task again
-/// (the journal holds its request): not a hosted agent started on an empty task.
-pub(crate) async fn review4_a_recovered_remote_child_resumed_with_an_empty_prompt_runs_its_task_again(
+/// A remote child's conversation is on its node, gone with its hosted tree: an empty
+/// resume (continue as it was) cannot be carried out, and is refused with the reason, not
+/// started on an empty task.
+pub(crate) async fn review4_a_recovered_remote_child_resumed_with_an_empty_prompt_is_refused(
     owner: &mut Owner,
 ) {
     let dir = Dir::new("empty-resume");
     let (tree, id, _, _, process) = crashed_and_recovered(owner, &dir).await;
-    let resumed = tree.resume(id, "").await;
-    let outcome = match resumed {
-        Ok(mut handle) => tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-            .await
-            .expect("the resumed remote child settles"),
-        Err(error) => panic!("the empty resume of a remote child was refused: {error}"),
+    let error = match tree.resume(id, "").await {
+        Ok(_) => panic!("an empty resume of a remote child was started"),
+        Err(error) => error.to_string(),
     };
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
-    assert_eq!(
-        outcome.text.as_deref(),
-        Some("done 40"),
-        "the resumed remote child did not run its task: {outcome:?}"
-    );
+    assert!(error.contains("resume it with a prompt"), "{error}");
+    // With a task it resumes, afresh on its node.
+    let mut handle = tree.resume(id, "work 1 10").await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+        .await
+        .expect("the resumed remote child settles");
+    assert_eq!(outcome.text.as_deref(), Some("done 1"), "{outcome:?}");
     tree.shutdown().await;
     process.finish();
 }
 
-/// `Tree::remote_records` of a remote child recovered from the journal: it is still a
-/// remote child (its hosted runner at least), not reported as a local agent (`None`).
-pub(crate) async fn review4_a_recovered_remote_child_still_has_its_hosted_records(
+/// `Tree::remote_records` of a remote child recovered from the journal: still a remote
+/// child (`Some`), its mirror gone with the process that held it (empty), never reported
+/// as a local agent (`None`).
+pub(crate) async fn review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone(
     owner: &mut Owner,
 ) {
     let dir = Dir::new("records");
     let (tree, id, _, _, process) = crashed_and_recovered(owner, &dir).await;
     let records = tree.remote_records(id).await;
-    assert!(
-        records.as_ref().is_some_and(|r| r.len() >= 2),
-        "a recovered remote child has no hosted records (as if it were local): {records:?}"
+    assert_eq!(
+        records,
+        Some(Vec::new()),
+        "a recovered remote child: {records:?}"
     );
     tree.shutdown().await;
     process.finish();
@@ -391,14 +392,36 @@ pub(crate) async fn review4_hosted_trees_with_a_journal_per_edge_serve_spawns(ow
 }
 
 /// A worker whose factory sets one journal path (the natural "a journal for this node"):
-/// its second hosted tree, one after the other, recovers the first's journal, so its ids
-/// and event numbers go on from there. The owner's mirror must still fold it (or the node
-/// must refuse the configuration): the second run must not hang or be declared lost.
-pub(crate) async fn review4_hosted_trees_journaling_to_one_file_serve_a_second_spawn(
+/// its second hosted tree, one after the other, would recover the first's journal, whose
+/// ids and event numbers are not the new edge's. The node refuses that spawn with the
+/// reason (never a hang): each hosted tree needs a journal of its own.
+pub(crate) async fn review4_hosted_trees_journaling_to_one_file_refuse_a_second_spawn(
     owner: &mut Owner,
 ) {
     let dir = Dir::new("hosted-shared");
-    two_sequential_runs(owner, "journaled", &dir.file("node.journal")).await;
+    let journal = dir.file("node.journal");
+    let (name, mut process) = journaled_worker(owner, "journaled", &journal).await;
+    let tree = owner.tree(&name, runner()).await;
+    let first = tree
+        .run(SpawnRequest::new("runner", "work 2 10"))
+        .await
+        .unwrap();
+    assert_eq!(first.text.as_deref(), Some("done 2"), "{first:?}");
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    let second = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("runner", "work 2 10")),
+    )
+    .await
+    .expect("the second run settles")
+    .unwrap();
+    assert_eq!(second.status, AgentStatus::Failed, "{second:?}");
+    let error = second.error.unwrap_or_default();
+    assert!(error.contains("not fresh"), "{error}");
+    assert_eq!(root_tokens(&tree), 24);
+    tree.shutdown().await;
+    process.finish();
 }
 
 /// A detached remote child whose owner agent has ended asks its owner: as a local agent's

@@ -27,6 +27,7 @@ use agent_tree_protocol::{
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::TICK;
 use super::wire::Directed;
 use super::{NodeInner, PeerEvent};
 use crate::policy::edge::lease::{ChildLease, LeaseState};
@@ -34,8 +35,6 @@ use crate::policy::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
 use crate::policy::edge::size::SizeGuard;
 use crate::tree::{Tree, TreeBuilder};
 
-/// The hosted side's timer.
-const TICK: Duration = Duration::from_millis(100);
 /// Retransmission runs every this many ticks.
 const RETRANSMIT_EVERY: u32 = 4;
 /// How long an edge whose work is over stays to have its last frames acknowledged.
@@ -115,6 +114,16 @@ pub(crate) async fn run(
         }
     });
     let tree = match builder.build().await {
+        // A hosted tree must be fresh: its ids and event numbers are the edge's, dense from
+        // its root. One recovered from a journal (the factory gave every hosted tree the
+        // same file) holds an earlier tree.
+        Ok(tree) if tree.record(AgentId::new(1)).is_some() => {
+            tracing::warn!(
+                edge = %edge.id,
+                "the hosted tree is not fresh (its journal holds an earlier tree): give each hosted tree its own journal"
+            );
+            None
+        }
         Ok(tree) => Some(Arc::new(tree)),
         Err(error) => {
             tracing::warn!(edge = %edge.id, %error, "the hosted tree did not build");
@@ -323,7 +332,10 @@ impl Side {
             return self.refuse(seq, "the lease lapsed");
         }
         let Some(tree) = self.tree.clone() else {
-            return self.refuse(seq, "the hosted tree did not build");
+            return self.refuse(
+                seq,
+                "the hosted tree did not build, or is not fresh (a journal shared by hosted trees)",
+            );
         };
         let hosted = command.agent().and_then(|a| self.hosted.get(&a).copied());
         match command {

@@ -29,6 +29,7 @@ use agent_tree_protocol::{
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
+use super::TICK;
 use super::wire::Directed;
 use super::{EdgeInput, NodeInner};
 use crate::agent::AgentArgs;
@@ -41,8 +42,6 @@ use crate::policy::edge::seq::{Endpoint, OutboxLimits, Received};
 use crate::policy::edge::size::SizeGuard;
 use crate::shared::SharedRef;
 
-/// How often a stand-in's timer ticks: its edge's retransmission runs every fourth tick.
-const TICK: Duration = Duration::from_millis(100);
 const RETRANSMIT_EVERY: u32 = 4;
 
 /// Starts the stand-in of `args`'s run on node `peer`, linked under `supervisor`.
@@ -70,7 +69,9 @@ struct StandIn;
 pub(crate) struct State {
     id: AgentId,
     run: u32,
+    /// The actor it was started under, and its owner's id.
     owner: ActorRef<AgentMsg>,
+    owner_id: AgentId,
     shared: SharedRef,
     node: Arc<NodeInner>,
     peer: Arc<str>,
@@ -127,7 +128,7 @@ impl Actor for StandIn {
             owner,
             shared,
         } = args;
-        let (id, run) = (ticket.id, ticket.run);
+        let (id, run, owner_id) = (ticket.id, ticket.run, ticket.owner);
         let (early, shutdown) = shared
             .registry
             .started(id, run, myself.get_cell())
@@ -141,6 +142,7 @@ impl Actor for StandIn {
             id,
             run,
             owner,
+            owner_id,
             shared,
             lease: OwnerLease::new(node.terms(), Duration::ZERO),
             node,
@@ -540,11 +542,19 @@ impl State {
                     self.questions += 1;
                     let asked = (self.run, self.questions);
                     self.asking = Some(asked);
-                    let _ = self.owner.cast(AgentMsg::ChildAsked {
+                    let asked = AgentMsg::ChildAsked {
                         child: self.id,
                         question,
                         asked,
-                    });
+                    };
+                    if self.owner.cast(asked).is_err() {
+                        // Its owner is gone (a detached child outliving it): no one answers.
+                        self.asking = None;
+                        let _ = self.answer(
+                            format!("{} has ended and cannot answer", self.owner_id),
+                            true,
+                        );
+                    }
                 } else {
                     let _ = self.answer(format!("{agent} is not this edge's agent"), true);
                 }

@@ -186,6 +186,12 @@ impl Registry {
         self.lock().status_of(id)
     }
 
+    /// The node `id` is placed on, when not this one (its kept start spec's).
+    pub(crate) fn placement(&self, id: AgentId) -> Option<std::sync::Arc<str>> {
+        let inner = self.lock();
+        inner.entry(id)?.spec.as_ref()?.node.clone()
+    }
+
     /// `id`'s outcome, once settled.
     pub(crate) fn outcome(&self, id: AgentId) -> Option<Outcome> {
         // An exit awaiting its owner's restart decision is not an outcome yet.
