@@ -1003,24 +1003,40 @@ fn records_of(tree: &Tree, agent_type: &str) -> Vec<agent_tree::protocol::AgentR
 async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_escalates(
     owner: &mut Owner,
 ) {
+    let (_, tokens) =
+        escalates_after_two_restarts(owner, RestartPolicy::Transient, "fail-always").await;
+    assert_eq!(tokens, 0, "a failed turn bills nothing");
+}
+
+/// A permanent remote child restarts after every exit, a completion included: under a lead
+/// allowing 2 restarts its third completion escalates.
+async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(owner: &mut Owner) {
+    let (root, tokens) =
+        escalates_after_two_restarts(owner, RestartPolicy::Permanent, "work 1 10").await;
+    assert_eq!(tokens, 36, "three runs of one turn each on the worker");
+    assert_eq!(root, 36, "each run's usage counted once");
+}
+
+/// A remote runner of restart type `restart` doing `task` under a lead allowing 2 restarts:
+/// three runs (incarnation 3), then the lead escalates. The root's and the worker's tokens.
+async fn escalates_after_two_restarts(
+    owner: &mut Owner,
+    restart: RestartPolicy,
+    task: &str,
+) -> (u64, u64) {
     let (name, mut process) = owner.worker().await;
     let lead =
         lead_of(&["runner"]).with_supervision(agent_tree::protocol::Strategy::OneForOne, 2, 60_000);
     let model = ScriptedModel::new().script(
         "lead",
         Script::new([
-            Turn::spawn("runner", "fail-always"),
+            Turn::spawn("runner", task),
             Turn::answer("the lead is done"),
         ]),
     );
     let tree = tree_of(
         owner,
-        vec![
-            runner()
-                .with_restart(RestartPolicy::Transient)
-                .on_node(&name),
-            lead,
-        ],
+        vec![runner().with_restart(restart).on_node(&name), lead],
         model,
         agent_tree::TreeConfig::default(),
     )
@@ -1046,57 +1062,12 @@ async fn a_remote_child_that_always_fails_exhausts_its_owners_intensity_and_esca
         "two restarts, then escalation: {remote:?}"
     );
     assert!(remote[0].status.is_terminal(), "{remote:?}");
-    let (live, _, _) = worker_idle(&mut process);
-    assert_eq!(live, 0);
-    tree.shutdown().await;
-    process.finish();
-}
-
-/// A permanent remote child restarts after every exit, a completion included: under a lead
-/// allowing 2 restarts its third completion escalates.
-async fn a_permanent_remote_child_exhausts_its_owners_intensity_and_escalates(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
-    let lead =
-        lead_of(&["runner"]).with_supervision(agent_tree::protocol::Strategy::OneForOne, 2, 60_000);
-    let model = ScriptedModel::new().script(
-        "lead",
-        Script::new([
-            Turn::spawn("runner", "work 1 10"),
-            Turn::answer("the lead is done"),
-        ]),
-    );
-    let tree = tree_of(
-        owner,
-        vec![
-            runner()
-                .with_restart(RestartPolicy::Permanent)
-                .on_node(&name),
-            lead,
-        ],
-        model,
-        agent_tree::TreeConfig::default(),
-    )
-    .await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
-        tree.run(SpawnRequest::new("lead", "go")),
-    )
-    .await
-    .expect("the lead settles")
-    .unwrap();
-    assert_eq!(
-        (outcome.status, outcome.reason),
-        (AgentStatus::Failed, EndReason::Escalated),
-        "{outcome:?}"
-    );
-    let remote = records_of(&tree, "runner");
-    assert_eq!(remote[0].incarnation, 3, "{remote:?}");
     let (live, tokens, _) = worker_idle(&mut process);
     assert_eq!(live, 0);
-    assert_eq!(tokens, 36, "three runs of one turn each on the worker");
-    assert_eq!(root_tokens(&tree), 36, "each run's usage counted once");
+    let root = root_tokens(&tree);
     tree.shutdown().await;
     process.finish();
+    (root, tokens)
 }
 
 /// one_for_all over a remote child (started first, running) and a local one that fails

@@ -424,17 +424,17 @@ pub(crate) async fn review4_hosted_trees_journaling_to_one_file_refuse_a_second_
     process.finish();
 }
 
-/// A detached remote child whose owner agent has ended asks its owner: as a local agent's
-/// `ask_owner` does (refused at once, "the owner is gone"), it gets an answer and ends;
-/// it must not wait forever for an owner that no longer exists.
-pub(crate) async fn review4_a_detached_remote_child_asking_its_ended_owner_is_answered(
+/// A lead that spawns a detached remote runner doing `task` in the background and answers
+/// at once: the tree, the runner (live after its lead's run ended) and the worker.
+async fn detached_runner_after_its_lead(
     owner: &mut Owner,
-) {
-    let (name, mut process) = owner.worker().await;
+    task: &str,
+) -> (Tree, AgentId, WorkerProcess) {
+    let (name, process) = owner.worker().await;
     let model = ScriptedModel::new().script(
         "lead",
         Script::new([
-            Turn::spawn_background("runner", "ask what now?"),
+            Turn::spawn_background("runner", task),
             Turn::answer("lead done"),
         ]),
     );
@@ -451,6 +451,16 @@ pub(crate) async fn review4_a_detached_remote_child_asking_its_ended_owner_is_an
         .pop()
         .expect("the runner's record")
         .id;
+    (tree, runner, process)
+}
+
+/// A detached remote child whose owner agent has ended asks its owner: as a local agent's
+/// `ask_owner` does (refused at once, "the owner is gone"), it gets an answer and ends;
+/// it must not wait forever for an owner that no longer exists.
+pub(crate) async fn review4_a_detached_remote_child_asking_its_ended_owner_is_answered(
+    owner: &mut Owner,
+) {
+    let (tree, runner, mut process) = detached_runner_after_its_lead(owner, "ask what now?").await;
     let mut handle = tree.handle(runner).unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome()).await;
     let Ok(outcome) = outcome else {
@@ -479,24 +489,7 @@ pub(crate) async fn review4_a_detached_remote_child_asking_its_ended_owner_is_an
 pub(crate) async fn review4_a_detached_remote_child_outlives_its_owner_and_counts_once(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let model = ScriptedModel::new().script(
-        "lead",
-        Script::new([
-            Turn::spawn_background("runner", "work 4 100"),
-            Turn::answer("lead done"),
-        ]),
-    );
-    let tree = super::tree_of(
-        owner,
-        vec![runner().on_node(&name).detached(), lead_of(&["runner"])],
-        model,
-        TreeConfig::default(),
-    )
-    .await;
-    let lead = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
-    assert_eq!(lead.status, AgentStatus::Completed, "{lead:?}");
-    let runner = super::records_of(&tree, "runner").pop().unwrap().id;
+    let (tree, runner, mut process) = detached_runner_after_its_lead(owner, "work 4 100").await;
     assert!(
         tree.record(runner).unwrap().status.is_live(),
         "the detached remote child runs on after its owner"
