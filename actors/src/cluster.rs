@@ -528,7 +528,7 @@ impl NodeInner {
                         let unknown = agent_tree_protocol::Frame {
                             seq: 0,
                             ack: 0,
-                            body: agent_tree_protocol::Up::Ack { resend: false },
+                            body: agent_tree_protocol::Up::Gone,
                         };
                         self.send(&from, &edge, Directed::Up(unknown));
                         return;

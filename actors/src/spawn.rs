@@ -47,8 +47,8 @@ pub(crate) struct PendingStart {
     pub(crate) owner_capabilities: Option<Box<Capabilities>>,
     /// The span of the owner that spawned it: every run's span is its child.
     pub(crate) parent_span: crate::util::SpanSlot,
-    /// The node it runs on when not this one (the request's placement, else its
-    /// definition's): every run of it starts a stand-in here instead of an agent.
+    /// The node it is placed on (the request's placement, else its definition's): when that
+    /// is another node, every run of it starts a stand-in here instead of an agent.
     pub(crate) node: Option<Arc<str>>,
 }
 

@@ -285,6 +285,9 @@ pub enum Up {
         /// The request's number, increasing.
         ticket: u64,
     },
+    /// The child's node has no such edge (control): it ended there, or the node is another
+    /// process now. The answer to any frame of an edge a node does not have.
+    Gone,
     /// An acknowledgement only (control); `resend` asks the owner's node to replay every
     /// frame after the envelope's `ack`.
     Ack {
@@ -433,6 +436,7 @@ mod tests {
                 command: 2,
                 queued: true,
             },
+            Up::Gone,
             Up::Refused {
                 command: 3,
                 error: "unknown type".into(),
@@ -548,7 +552,7 @@ mod tests {
         let d: Vec<bool> = down.iter().map(|f| f.body.is_sequenced()).collect();
         assert_eq!(d, [true, true, true, true, true, true, false, false, false]);
         let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
-        assert_eq!(u, [true, true, true, true, true, false, false]);
+        assert_eq!(u, [true, true, true, false, true, true, false, false]);
     }
 
     proptest! {
@@ -567,7 +571,7 @@ mod tests {
 
         /// Cutting a valid frame anywhere never panics and never decodes to something else.
         #[test]
-        fn cuts_never_panic(pick in 0usize..16, cut in 0usize..400) {
+        fn cuts_never_panic(pick in 0usize..17, cut in 0usize..400) {
             let (down, up) = samples();
             let texts: Vec<String> = down.iter().map(Wire::to_json)
                 .chain(up.iter().map(Wire::to_json)).collect();

@@ -460,6 +460,15 @@ impl State {
             Ok(true) => self.end.reconnect(),
             Ok(false) => {}
         }
+        if frame.body == Up::Gone {
+            // The same process, without the edge: its subtree ended there unseen here (its
+            // last events lost), so nothing more will come of it.
+            return self.give_up(
+                myself,
+                &format!("node {} no longer has this child's subtree", self.peer),
+                AgentStatus::Killed,
+            );
+        }
         let now = self.now();
         self.lease.heard(now);
         let received = match self.end.receive(frame) {

@@ -186,7 +186,7 @@ impl Registry {
         self.lock().status_of(id)
     }
 
-    /// The node `id` is placed on, when not this one (its kept start spec's).
+    /// The node `id` is placed on, if any (its kept start spec's; maybe the tree's own).
     pub(crate) fn placement(&self, id: AgentId) -> Option<std::sync::Arc<str>> {
         let inner = self.lock();
         inner.entry(id)?.spec.as_ref()?.node.clone()
