@@ -17,33 +17,42 @@
 //! [`node`]: agent_tree_protocol::AgentDefinition::node
 //! [`SpawnRequest::node`]: agent_tree_protocol::SpawnRequest::node
 //!
+//! Two processes (one node per process):
+//!
 //! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use agent_tree_actors::cluster::{Node, NodeConfig};
 //! use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
 //! use agent_tree_actors::{Catalog, Tree};
 //! use agent_tree_protocol::{AgentDefinition, SpawnRequest};
 //!
-//! // The worker node: hosts subtrees placed on it, each in a tree of its own.
-//! let worker = Node::start(NodeConfig::new("worker", "builds", "s3cret").port(4101)).await?;
-//! worker.host(|| {
-//!     Tree::builder()
-//!         .catalog(Catalog::new([AgentDefinition::new("runner", "You run builds.")]).unwrap())
-//!         .model(ScriptedModel::new().script("runner", Script::new([Turn::answer("built")])))
-//! });
+//! /// The worker's process: hosts the subtrees placed on it, each in a tree of its own,
+//! /// with this node's catalog and model, until the process ends.
+//! async fn worker() -> Result<(), Box<dyn std::error::Error>> {
+//!     let worker = Node::start(NodeConfig::new("worker", "builds", "s3cret").port(4101)).await?;
+//!     worker.host(|| {
+//!         Tree::builder()
+//!             .catalog(Catalog::new([AgentDefinition::new("runner", "You run builds.")]).unwrap())
+//!             .model(ScriptedModel::new().script("runner", Script::new([Turn::answer("built")])))
+//!     });
+//!     std::future::pending::<()>().await;
+//!     Ok(())
+//! }
 //!
-//! // The owner's node: its tree places `runner` agents on the worker.
-//! let owner = Node::start(NodeConfig::new("owner", "builds", "s3cret").port(4100)).await?;
-//! owner.join("127.0.0.1:4101".parse()?, "worker").await?;
-//! let tree = Tree::builder()
-//!     .catalog(Catalog::new([AgentDefinition::new("runner", "").on_node("worker")]).unwrap())
-//!     .model(ScriptedModel::new())
-//!     .node(&owner)
-//!     .build()
-//!     .await?;
-//! let outcome = tree.run(SpawnRequest::new("runner", "build it")).await?;
-//! assert_eq!(outcome.text.as_deref(), Some("built"));
-//! # Ok(()) }
+//! /// The owner's process: its tree places `runner` agents on the worker.
+//! async fn owner() -> Result<(), Box<dyn std::error::Error>> {
+//!     let owner = Node::start(NodeConfig::new("owner", "builds", "s3cret").port(4100)).await?;
+//!     owner.join("127.0.0.1:4101".parse()?, "worker").await?;
+//!     let tree = Tree::builder()
+//!         .catalog(Catalog::new([AgentDefinition::new("runner", "").on_node("worker")]).unwrap())
+//!         .model(ScriptedModel::new())
+//!         .node(&owner)
+//!         .build()
+//!         .await?;
+//!     let outcome = tree.run(SpawnRequest::new("runner", "build it")).await?;
+//!     assert_eq!(outcome.text.as_deref(), Some("built"));
+//!     tree.shutdown().await;
+//!     Ok(())
+//! }
 //! ```
 //!
 //! # What ractor's `cluster` feature asks of a build
@@ -63,8 +72,9 @@
 //!
 //! # Locks
 //!
-//! The node's routing table (`NodeInner::routes`) is a leaf `parking_lot` mutex: under it only
-//! its maps are read or changed; messages are sent after it is released.
+//! A node's routing table (`NodeInner::routes`), its joined peers and its host factory are
+//! leaf `parking_lot` mutexes: under them only their maps are read or changed (the factory
+//! is cloned out, never called under its lock); messages are sent after they are released.
 
 mod hosted;
 mod stand_in;
