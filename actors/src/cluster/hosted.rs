@@ -564,3 +564,69 @@ fn event_outcome_mut(event: &mut Event) -> Option<&mut agent_tree_protocol::Outc
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::{AgentStatus, EndReason, Outcome, Wire};
+
+    use super::*;
+
+    fn event(kind: EventKind) -> Event {
+        Event {
+            seq: 7,
+            agent: AgentId::new(1),
+            parent: Some(AgentId::ROOT),
+            depth: 1,
+            at_ms: 5,
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_terminal_event_goes_without_its_output_and_says_where_it_stays() {
+        let mut outcome = Outcome::completed("x".repeat(9 << 20));
+        outcome.partial = Some("y".repeat(10));
+        let shrunk = shrink(event(EventKind::settled(outcome)), "worker-1");
+        let outcome = shrunk.kind.outcome().expect("still terminal");
+        assert_eq!(
+            (outcome.status, outcome.reason),
+            (AgentStatus::Completed, EndReason::FinalAnswer)
+        );
+        assert_eq!(
+            (outcome.text.as_ref(), outcome.partial.as_ref()),
+            (None, None)
+        );
+        let error = outcome.error.as_deref().unwrap();
+        assert!(
+            error.contains(&format!("{} bytes", (9 << 20) + 10)),
+            "{error}"
+        );
+        assert!(error.contains("worker-1"), "{error}");
+        assert_eq!(
+            (shrunk.seq, shrunk.agent),
+            (7, AgentId::new(1)),
+            "its number stays"
+        );
+    }
+
+    #[test]
+    fn every_long_string_is_cut_at_a_char_boundary_saying_so() {
+        // 'é' is two bytes: a cut at 64 KiB falls inside one unless it moves back.
+        let question = format!("a{}", "é".repeat(1 << 20));
+        let shrunk = shrink(event(EventKind::Asked { question }), "w");
+        let EventKind::Asked { question } = &shrunk.kind else {
+            panic!("the kind stays: {:?}", shrunk.kind);
+        };
+        assert!(question.len() < CUT_TO + 100, "{}", question.len());
+        assert!(
+            question.ends_with("bytes cut: over the edge's frame limit]"),
+            "{question}"
+        );
+        assert!(shrunk.to_json().len() < agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES);
+        // A short event is left as it is.
+        let short = event(EventKind::Asked {
+            question: "which?".into(),
+        });
+        assert_eq!(shrink(short.clone(), "w"), short);
+    }
+}
