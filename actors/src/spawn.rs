@@ -83,11 +83,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         pooled,
         owner_span,
     } = spec;
-    let node = request
-        .node
-        .as_deref()
-        .or(definition.node.as_deref())
-        .map(Arc::<str>::from);
+    let node = placement(&request, &definition);
     if let Some(node) = &node {
         check_placement(shared, &definition.name, node)?;
     }
@@ -134,14 +130,31 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
     }
 }
 
+/// Where a spawn places its agent: the request's node, else its definition's.
+pub(crate) fn placement(request: &SpawnRequest, definition: &AgentDefinition) -> Option<Arc<str>> {
+    request
+        .node
+        .as_deref()
+        .or(definition.node.as_deref())
+        .map(Arc::<str>::from)
+}
+
+/// Whether node `node` is another than the tree's own (the one it is attached to, if any).
+fn elsewhere(shared: &SharedRef, node: &str) -> bool {
+    #[cfg(feature = "cluster")]
+    if shared.cluster.get().is_some_and(|c| c.name() == node) {
+        return false;
+    }
+    let _ = (shared, node);
+    true
+}
+
 /// The other node `id` runs on, if it is placed on one (not on the tree's own node).
 pub(crate) fn remote_placement(shared: &SharedRef, id: AgentId) -> Option<Arc<str>> {
-    let node = shared.registry.placement(id)?;
-    #[cfg(feature = "cluster")]
-    if shared.cluster.get().is_some_and(|c| c.name() == &*node) {
-        return None;
-    }
-    Some(node)
+    shared
+        .registry
+        .placement(id)
+        .filter(|node| elsewhere(shared, node))
 }
 
 /// Whether an agent of `agent_type` can be placed on node `node`: the build has the
@@ -149,9 +162,11 @@ pub(crate) fn remote_placement(shared: &SharedRef, id: AgentId) -> Option<Arc<st
 fn check_placement(shared: &SharedRef, agent_type: &str, node: &str) -> Result<(), SpawnError> {
     #[cfg(feature = "cluster")]
     {
+        if !elsewhere(shared, node) {
+            return Ok(());
+        }
         let refused = match shared.cluster.get() {
             None => "the tree has no cluster node attached (`TreeBuilder::node`)",
-            Some(cluster) if cluster.name() == node => return Ok(()),
             Some(cluster) if cluster.reaches(node) => return Ok(()),
             Some(_) => "no session to that node is ready",
         };
@@ -273,7 +288,7 @@ async fn start_run(
     let started = match node {
         // Placed on this very node: an agent like any other.
         #[cfg(feature = "cluster")]
-        Some(node) if shared.cluster.get().is_none_or(|c| c.name() != &*node) => {
+        Some(node) if elsewhere(shared, &node) => {
             crate::cluster::start_stand_in(args, node, supervisor).await
         }
         _ => Actor::spawn_linked(None, AgentActor, args, supervisor)

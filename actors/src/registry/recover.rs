@@ -128,11 +128,7 @@ fn spec_of(
         Some(definition) => Arc::new(definition.clone()),
         None => branch.catalog.resolve(&record.agent_type).ok()?.clone(),
     };
-    let node = request
-        .node
-        .as_deref()
-        .or(definition.node.as_deref())
-        .map(Arc::<str>::from);
+    let node = crate::spawn::placement(request, &definition);
     Some(PendingStart {
         settle: request.settle.unwrap_or(definition.settle),
         definition,
