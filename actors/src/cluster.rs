@@ -284,6 +284,9 @@ pub const MIN_LEASE: Duration = Duration::from_millis(500);
 /// The edges' timer (stand-ins and hosted edges tick this often).
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
+/// An edge's retransmission runs every this many ticks.
+pub(crate) const RETRANSMIT_EVERY: u32 = 4;
+
 /// Why a node could not start or reach a peer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -27,16 +27,14 @@ use agent_tree_protocol::{
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::TICK;
 use super::wire::Directed;
 use super::{NodeInner, PeerEvent};
+use super::{RETRANSMIT_EVERY, TICK};
 use crate::policy::edge::lease::{ChildLease, LeaseState};
 use crate::policy::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
 use crate::policy::edge::size::SizeGuard;
 use crate::tree::{Tree, TreeBuilder};
 
-/// Retransmission runs every this many ticks.
-const RETRANSMIT_EVERY: u32 = 4;
 /// How long an edge whose work is over stays to have its last frames acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
 
@@ -442,8 +440,7 @@ impl Side {
                     .is_some_and(|r| r.status.is_terminal())
             });
             if all_final {
-                self.finish_at
-                    .get_or_insert_with(|| Instant::now() + LINGER);
+                self.finish_soon();
             }
         }
     }
@@ -472,8 +469,7 @@ impl Side {
                 for seq in refused {
                     self.refuse(seq, "the lease lapsed");
                 }
-                self.finish_at
-                    .get_or_insert_with(|| Instant::now() + LINGER);
+                self.finish_soon();
             }
             return;
         }
@@ -483,9 +479,15 @@ impl Side {
             self.send_control(frame);
         }
         if self.shutdown.as_ref().is_some_and(|s| s.is_finished()) {
-            self.finish_at
-                .get_or_insert_with(|| Instant::now() + LINGER);
+            self.finish_soon();
         }
+    }
+
+    /// Its work is over: the edge ends once its last frames are acknowledged, or a linger
+    /// after now (the first call's time stands).
+    fn finish_soon(&mut self) {
+        self.finish_at
+            .get_or_insert_with(|| Instant::now() + LINGER);
     }
 
     /// Over: its work is done and its last frames acknowledged, or the linger passed.

@@ -29,9 +29,9 @@ use agent_tree_protocol::{
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
-use super::TICK;
 use super::wire::Directed;
 use super::{EdgeInput, NodeInner};
+use super::{RETRANSMIT_EVERY, TICK};
 use crate::agent::AgentArgs;
 use crate::error::ControlError;
 use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
@@ -41,8 +41,6 @@ use crate::policy::edge::presence::{Down as PresenceDown, Presence};
 use crate::policy::edge::seq::{Endpoint, OutboxLimits, Received};
 use crate::policy::edge::size::SizeGuard;
 use crate::shared::SharedRef;
-
-const RETRANSMIT_EVERY: u32 = 4;
 
 /// Starts the stand-in of `args`'s run on node `peer`, linked under `supervisor`.
 pub(crate) async fn start(
@@ -333,12 +331,8 @@ impl Drop for State {
         if let Some(ticker) = self.ticker.take() {
             ticker.abort();
         }
-        self.node.unroute_stand_in(&self.edge);
         if !self.settled {
-            self.shared
-                .mirrors
-                .lock()
-                .insert(self.id, self.mirror.records().into());
+            self.leave();
             // Stopped from outside: the hosted side is told to stop at once; its lease
             // bounds it if the frame is lost.
             let _ = self.command(Command::Shutdown { within_ms: 0 });
@@ -348,6 +342,15 @@ impl Drop for State {
 }
 
 impl State {
+    /// Leaves the node's routing table and keeps the mirror, which outlives the stand-in.
+    fn leave(&self) {
+        self.node.unroute_stand_in(&self.edge);
+        self.shared
+            .mirrors
+            .lock()
+            .insert(self.id, self.mirror.records().into());
+    }
+
     fn now(&self) -> Duration {
         Instant::now().saturating_duration_since(self.epoch)
     }
@@ -669,14 +672,9 @@ impl State {
     /// Settles the run in the owner's registry and tells the owner, as an agent does.
     fn settle(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.settled = true;
-        // Off the routing table with the settle, not only when the actor is gone: the
-        // node's counts agree with the records.
-        self.node.unroute_stand_in(&self.edge);
-        // The mirror outlives the stand-in: kept before the settle is visible.
-        self.shared
-            .mirrors
-            .lock()
-            .insert(self.id, self.mirror.records().into());
+        // Off the routing table with the settle, not only when the actor is gone (the
+        // node's counts agree with the records), the mirror kept before it is visible.
+        self.leave();
         let reason =
             match self
                 .shared
