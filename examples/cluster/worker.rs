@@ -169,32 +169,17 @@ impl Model for WorkerModel {
                 Some("fail-always") => {
                     return Err(ModelError::new("scripted failure on the worker, always"));
                 }
-                Some("delegate-bg") => {
+                // `delegate-bg` starts its helper in the background and answers at once.
+                Some(word @ ("delegate" | "delegate-bg")) => {
                     if request.turn == 1 {
-                        let call = ToolCall::new(
-                            "delegate-bg-1",
-                            "Agent",
-                            serde_json::json!({
-                                "subagent_type": "helper",
-                                "prompt": format!("work {} {}", number(1, 2), number(2, 50)),
-                                "background": true,
-                            }),
-                        );
-                        ModelResponse::text_and_calls("", vec![call])
-                    } else {
-                        ModelResponse::text("lead done")
-                    }
-                }
-                Some("delegate") => {
-                    if request.turn == 1 {
-                        let call = ToolCall::new(
-                            "delegate-1",
-                            "Agent",
-                            serde_json::json!({
-                                "subagent_type": "helper",
-                                "prompt": format!("work {} {}", number(1, 2), number(2, 50)),
-                            }),
-                        );
+                        let mut input = serde_json::json!({
+                            "subagent_type": "helper",
+                            "prompt": format!("work {} {}", number(1, 2), number(2, 50)),
+                        });
+                        if word == "delegate-bg" {
+                            input["background"] = serde_json::Value::Bool(true);
+                        }
+                        let call = ToolCall::new(format!("{word}-1"), "Agent", input);
                         ModelResponse::text_and_calls("", vec![call])
                     } else {
                         ModelResponse::text("lead done")

@@ -1177,7 +1177,6 @@ async fn strategy_over_remote_and_local(
 /// `Tree::wait` with fail_fast over a remote and a local child: whichever fails first, the
 /// other is aborted (promptly on the worker), reason `aborted`.
 async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut Owner) {
-    use agent_tree::protocol::WaitPolicy;
     let (name, mut process) = owner.worker().await;
     let model = ScriptedModel::new()
         .script(
@@ -1208,18 +1207,7 @@ async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut 
         .await
         .unwrap()
         .id();
-    let outcomes = tokio::time::timeout(
-        Duration::from_secs(10),
-        tree.wait(&[remote, local], WaitPolicy::FailFast),
-    )
-    .await
-    .expect("fail_fast returns");
-    assert_eq!(outcomes[1].status, AgentStatus::Failed, "{outcomes:?}");
-    assert_eq!(
-        (outcomes[0].status, outcomes[0].reason),
-        (AgentStatus::Aborted, EndReason::Aborted),
-        "{outcomes:?}"
-    );
+    second_fails_first_aborted(&tree, remote, local).await;
     let took = time_to_no_live_agent(&mut process);
     assert!(took < Duration::from_millis(LEASE_MS / 2), "{took:?}");
     // The remote child fails first: the local one is aborted.
@@ -1233,9 +1221,17 @@ async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut 
         .await
         .unwrap()
         .id();
+    second_fails_first_aborted(&tree, hanger, remote).await;
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A fail_fast wait on `[first, second]` where `second` fails: it returns, with `first`
+/// aborted (reason `aborted`).
+async fn second_fails_first_aborted(tree: &Tree, first: AgentId, second: AgentId) {
     let outcomes = tokio::time::timeout(
         Duration::from_secs(10),
-        tree.wait(&[hanger, remote], WaitPolicy::FailFast),
+        tree.wait(&[first, second], agent_tree::protocol::WaitPolicy::FailFast),
     )
     .await
     .expect("fail_fast returns");
@@ -1245,8 +1241,6 @@ async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(owner: &mut 
         (AgentStatus::Aborted, EndReason::Aborted),
         "{outcomes:?}"
     );
-    tree.shutdown().await;
-    process.finish();
 }
 
 /// Twenty remote children of the application at once on one worker (half of them queued by
