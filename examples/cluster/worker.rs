@@ -436,9 +436,33 @@ impl WorkerProcess {
         let _ = self.child.wait();
     }
 
-    /// SIGSTOP: the process freezes (its connections stay open).
+    /// SIGSTOP: the process freezes (its connections stay open). Returns once every thread
+    /// of it is stopped: `kill` returns when the signal is sent, and a thread running on the
+    /// other core goes on until it is next interrupted, long enough to read a frame sent
+    /// right after (a shutdown "to a frozen node" that the node then answered). The kernel
+    /// offers no event for "stopped" to a non-parent, so this reads each thread's state in
+    /// `/proc` until all are `T`, for at most 5 s.
     pub(crate) fn freeze(&self) {
         self.signal("-STOP");
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = || {
+            std::fs::read_dir(&tasks).is_ok_and(|entries| {
+                entries.filter_map(Result::ok).all(|task| {
+                    std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                        stat.rsplit_once(')')
+                            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
+                    })
+                })
+            })
+        };
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !stopped() {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the worker did not stop within 5 s of SIGSTOP"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT.
