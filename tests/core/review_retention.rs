@@ -510,6 +510,10 @@ async fn a_background_notice_then_a_result_of_a_released_child() {
                     serde_json::json!({ "agent_id": "a2" }),
                 )]),
                 Turn::answer("done"),
+                // The gates open on the worker's terminal event, which precedes its end
+                // notice to the lead: on two worker threads the lead can reach its last
+                // turn before the notice, which then gets one more.
+                Turn::answer("done"),
             ]),
         )
         .script("worker", Script::new([Turn::answer(answer.clone())]));
