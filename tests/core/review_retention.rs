@@ -309,6 +309,8 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
             .unwrap();
     }
     bounded("idle", tree.idle()).await;
+    // Outputs are released by the journal's writer, after it wrote them: wait for it.
+    tree.flush_journal().await;
     let snapshot = tree.snapshot();
     let mut fold = Fold::new();
     let seen: Vec<Event> = events.drain();
@@ -510,10 +512,6 @@ async fn a_background_notice_then_a_result_of_a_released_child() {
                     serde_json::json!({ "agent_id": "a2" }),
                 )]),
                 Turn::answer("done"),
-                // The gates open on the worker's terminal event, which precedes its end
-                // notice to the lead: on two worker threads the lead can reach its last
-                // turn before the notice, which then gets one more.
-                Turn::answer("done"),
             ]),
         )
         .script("worker", Script::new([Turn::answer(answer.clone())]));
@@ -529,7 +527,18 @@ async fn a_background_notice_then_a_result_of_a_released_child() {
         .unwrap();
     let mut probe = EventProbe::new(&tree);
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
-    bounded("the worker", probe.expect_terminated(AgentId::new(2))).await;
+    // The gates open once the worker's output is released: it is released once read, and
+    // the end notice the lead took in is that read, so the notice is in the lead's
+    // conversation at its next turn and the read back comes after it. (Its terminal event
+    // precedes the notice: on two worker threads, gating on it let the lead reach its read
+    // before the notice.)
+    bounded(
+        "the worker's release",
+        probe.expect_event("a2 released", |e| {
+            e.agent == AgentId::new(2) && matches!(e.kind, EventKind::Released { .. })
+        }),
+    )
+    .await;
     done_tx.send_replace(true);
     let outcome = bounded("the lead", lead.outcome()).await;
     assert_eq!(
