@@ -130,6 +130,10 @@ pub enum ControlError {
     /// The agent is not running any more (or not yet) and cannot take this operation.
     #[error("{0} cannot take this now: it is {1}")]
     WrongStatus(AgentId, agent_tree_protocol::AgentStatus),
+    /// The agent is a remote child's descendant, mirrored from the node it runs on: its
+    /// owner there controls it; here, control the remote child it runs under.
+    #[error("{0} runs under a remote child on another node and is controlled there")]
+    Remote(AgentId),
     /// The agent is in the last model turn its `max_turns` allows: no turn is left to read
     /// a steer, so it is refused rather than receipted and never read.
     #[error("{0} is in its last turn and cannot read a steer")]

@@ -43,6 +43,7 @@
 
 mod admit;
 mod end;
+mod mirror;
 mod read;
 mod recover;
 
@@ -236,6 +237,10 @@ struct Entry {
     conversation_journaled: bool,
     /// The run whose output is in [`Inner::read_outputs`] (0: none): read once is enough.
     output_read: u32,
+    /// A mirror of an agent a remote child hosts on its own node (`docs/cluster.md`): no
+    /// actor, no admission counters, no restarts; its events are folded in by its stand-in
+    /// ([`Registry::mirror_event`]), and it settles with them or with its stand-in.
+    mirrored: bool,
     /// Set when its outcome becomes final; handles and waits watch it.
     /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
     settled: Option<watch::Sender<Option<Outcome>>>,
@@ -264,6 +269,7 @@ impl Entry {
             conversation: ConversationCell::default(),
             conversation_journaled: false,
             output_read: 0,
+            mirrored: false,
             settled: None,
             shutdown_waits: Vec::new(),
         }
@@ -483,6 +489,23 @@ impl Inner {
         kind: EventKind,
         now: u64,
     ) {
+        if let Err(error) = self.try_emit_as(agent, parent, depth, kind, now) {
+            // Every change is checked before it is emitted; an event the fold refuses is a bug
+            // here, and is not sent (the records and the stream stay in step).
+            debug_assert!(false, "registry event refused by the fold: {error}");
+        }
+    }
+
+    /// [`Inner::emit_as`] for an event whose change was not checked before (one folded in
+    /// from another node's stream): a refused event changes nothing and is not sent.
+    fn try_emit_as(
+        &mut self,
+        agent: AgentId,
+        parent: Option<AgentId>,
+        depth: u32,
+        kind: EventKind,
+        now: u64,
+    ) -> Result<(), agent_tree_protocol::FoldError> {
         let event = Event {
             seq: self.seq + 1,
             agent,
@@ -491,12 +514,7 @@ impl Inner {
             at_ms: now,
             kind,
         };
-        if let Err(error) = agent_tree_protocol::apply(&mut self.records, &event) {
-            // Every change is checked before it is emitted; an event the fold refuses is a bug
-            // here, and is not sent (the records and the stream stay in step).
-            debug_assert!(false, "registry event refused by the fold: {error}");
-            return;
-        }
+        agent_tree_protocol::apply(&mut self.records, &event)?;
         self.seq = event.seq;
         self.tally.count(&event.kind);
         // Sending on an unbounded channel never blocks; closed subscribers are dropped here.
@@ -504,6 +522,7 @@ impl Inner {
         if let Some(journal) = &self.journal {
             journal.event(&event);
         }
+        Ok(())
     }
 
     /// `id`'s final output was read: it joins the read outputs, and the retention policy
@@ -837,5 +856,163 @@ mod tests {
         registry.add_usage(id, 1, agent_tree_protocol::Usage::tokens(1, 1));
         registry.settle_run(id, 1, failed(), Vec::new());
         assert_eq!(registry.lock_acquisitions() - before, 3);
+    }
+
+    /// Mirrored records (`registry/mirror.rs`): a remote child's descendants folded into
+    /// the owner's records.
+    #[cfg(feature = "cluster")]
+    mod mirrored {
+        use agent_tree_protocol::Usage;
+
+        use super::*;
+        use crate::error::ControlError;
+
+        fn spawned(agent_type: &str, detached: bool) -> EventKind {
+            EventKind::Spawned {
+                agent_type: agent_type.into(),
+                request_id: None,
+                detached,
+            }
+        }
+
+        fn started(agent_type: &str) -> EventKind {
+            EventKind::Started {
+                agent_type: agent_type.into(),
+                incarnation: 1,
+            }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_mirrored_record_folds_its_events_and_bills_every_ancestor() {
+            let registry = registry();
+            let stand_in = admit(&registry, RestartPolicy::Temporary);
+            let live = registry.live();
+            let helper = registry
+                .mirror_spawn(stand_in, stand_in, spawned("helper", false))
+                .expect("mirrored under its stand-in");
+            assert_eq!(
+                helper,
+                AgentId::new(stand_in.get() + 1),
+                "an id of this tree"
+            );
+            let leaf = registry
+                .mirror_spawn(stand_in, helper, spawned("leaf", false))
+                .expect("mirrored under a mirrored record");
+            assert_eq!(registry.live(), live, "its own node admitted it");
+            assert_eq!(registry.record(leaf).unwrap().depth, 3);
+            registry.mirror_event(helper, started("helper")).unwrap();
+            registry.mirror_event(leaf, started("leaf")).unwrap();
+            let delta = Usage::tokens(3, 1);
+            registry
+                .mirror_event(leaf, EventKind::UsageReported { delta })
+                .unwrap();
+            let snapshot = registry.snapshot();
+            snapshot.check_usage().expect("own and subtree agree");
+            assert_eq!(snapshot.records[leaf.get() as usize].own, delta);
+            assert_eq!(snapshot.records[stand_in.get() as usize].own, Usage::ZERO);
+            assert_eq!(snapshot.records[stand_in.get() as usize].subtree, delta);
+            assert_eq!(snapshot.records[0].subtree, delta);
+            let done = Outcome::completed("done");
+            registry
+                .mirror_event(leaf, EventKind::settled(done.clone()))
+                .unwrap();
+            assert_eq!(registry.outcome(leaf), Some(done), "final at once");
+            // After its terminal event nothing more is folded in, and nothing is sent.
+            let seq = registry.lock().seq;
+            assert!(
+                registry
+                    .mirror_event(leaf, EventKind::UsageReported { delta })
+                    .is_err()
+            );
+            assert!(registry.mirror_event(leaf, EventKind::Steered).is_err());
+            assert_eq!(registry.lock().seq, seq);
+            assert_eq!(registry.record(AgentId::ROOT).unwrap().subtree, delta);
+            // Only under a stand-in or a mirrored record, and only by the stand-in.
+            let local = admit(&registry, RestartPolicy::Temporary);
+            assert!(
+                registry
+                    .mirror_spawn(stand_in, local, spawned("x", false))
+                    .is_none()
+            );
+            assert!(
+                registry
+                    .mirror_spawn(helper, helper, spawned("x", false))
+                    .is_none()
+            );
+            assert!(
+                registry.mirror_event(local, EventKind::Steered).is_err(),
+                "a local agent's record is not mirrored"
+            );
+            assert!(
+                registry
+                    .mirror_spawn(stand_in, stand_in, started("x"))
+                    .is_none()
+            );
+            assert_eq!(registry.snapshot().records.len(), local.get() as usize + 1);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_settling_stand_in_settles_its_live_mirrored_records_killed_first() {
+            let registry = registry();
+            let stand_in = admit(&registry, RestartPolicy::Temporary);
+            let lead = registry
+                .mirror_spawn(stand_in, stand_in, spawned("lead", false))
+                .unwrap();
+            let worker = registry
+                .mirror_spawn(stand_in, lead, spawned("worker", false))
+                .unwrap();
+            let detached = registry
+                .mirror_spawn(stand_in, lead, spawned("watcher", true))
+                .unwrap();
+            let mut events = registry.subscribe();
+            // A mirrored record that ends takes its non-detached descendants with it.
+            let aborted = Outcome::ended(AgentStatus::Aborted, EndReason::Aborted);
+            registry
+                .mirror_event(lead, EventKind::settled(aborted))
+                .unwrap();
+            assert_eq!(registry.status(worker), Some(AgentStatus::Killed));
+            assert_eq!(registry.status(detached), Some(AgentStatus::Starting));
+            // The stand-in's end settles the rest, with its cause, before its own event.
+            let down = Outcome::failed(EndReason::ActorFailed, "node down: w restarted");
+            registry
+                .settle_run(stand_in, 1, down, Vec::new())
+                .expect("settles");
+            let watcher = registry.record(detached).unwrap();
+            assert_eq!(watcher.status, AgentStatus::Killed);
+            assert_eq!(
+                watcher.outcome.and_then(|o| o.error).as_deref(),
+                Some("node down: w restarted")
+            );
+            let ended: Vec<AgentId> = events
+                .drain()
+                .into_iter()
+                .filter(|e| e.kind.terminal_status().is_some())
+                .map(|e| e.agent)
+                .collect();
+            assert_eq!(ended, [worker, lead, detached, stand_in]);
+            assert_eq!(registry.live(), 0, "only the stand-in was counted");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn control_of_a_mirrored_record_is_refused_as_remote() {
+            let registry = registry();
+            let stand_in = admit(&registry, RestartPolicy::Temporary);
+            let helper = registry
+                .mirror_spawn(stand_in, stand_in, spawned("helper", false))
+                .unwrap();
+            registry.mirror_event(helper, started("helper")).unwrap();
+            let config = TreeConfig::default();
+            assert_eq!(
+                registry.abort(helper, EndReason::Aborted),
+                Err(ControlError::Remote(helper))
+            );
+            assert!(matches!(
+                registry.route_steer(helper, "hi".into(), &config),
+                Err(ControlError::Remote(id)) if id == helper
+            ));
+            assert_eq!(registry.kill(helper), Err(ControlError::Remote(helper)));
+            assert_eq!(registry.status(helper), Some(AgentStatus::Running));
+            assert_eq!(registry.abort(stand_in, EndReason::Aborted), Ok(()));
+        }
     }
 }

@@ -842,6 +842,7 @@ impl Tree {
         if id.is_root() || self.shared.registry.status(id).is_none() {
             return Err(ControlError::NotYours(id));
         }
+        self.shared.registry.refuse_mirrored(id)?;
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
         Ok(shutdown::run(&self.shared.registry, id, deadline).await)
     }

@@ -225,6 +225,11 @@ async fn scenarios() {
     observe!(a_local_agent_delegates_to_a_remote_subtree);
     observe!(a_remote_failure_is_restarted_by_its_owner, 10);
     observe!(a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies);
+    observe!(a_killed_node_settles_its_mirrored_descendants_killed);
+    observe!(
+        a_shutdown_settles_mirrored_descendants_as_their_node_reports,
+        5
+    );
     observe!(a_short_disconnect_is_replayed_and_invisible);
     observe!(a_freeze_within_the_lease_is_invisible);
     observe!(a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it);
@@ -287,6 +292,7 @@ async fn scenarios() {
     );
     observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_is_refused);
     observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
+    observe!(a_recovered_tree_keeps_its_mirrored_records);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
     observe!(review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes);
     observe!(review4_hosted_trees_with_a_journal_per_edge_serve_spawns);
@@ -386,8 +392,151 @@ async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
         tree.remote_records(AgentId::new(1)).await.is_none(),
         "the lead is local"
     );
+    // The hosted helper is in the owner's own records too: a mirrored record under the
+    // runner, with an id of the owner's tree, its own usage split from the runner's.
+    let helper = snapshot
+        .records
+        .iter()
+        .find(|r| r.agent_type == "helper")
+        .expect("the helper's mirrored record in the owner's snapshot");
+    assert_eq!(helper.parent, Some(remote.id));
+    assert_eq!(remote.children, [helper.id]);
+    assert_eq!(helper.depth, remote.depth + 1);
+    assert!(helper.id > remote.id, "{helper:?}");
+    assert_eq!(helper.status, AgentStatus::Completed);
+    assert_eq!(helper.own.total_tokens(), 24);
+    assert_eq!(remote.own.total_tokens(), 24);
+    snapshot
+        .check_usage()
+        .expect("own and subtree agree across the edge");
+    assert!(snapshot.render_text().contains("helper"));
+    // It is controlled on its own node, not from here.
+    assert_eq!(
+        tree.steer(helper.id, "hello").await,
+        Err(agent_tree::ControlError::Remote(helper.id))
+    );
+    assert_eq!(
+        tree.abort(helper.id),
+        Err(agent_tree::ControlError::Remote(helper.id))
+    );
+    assert_eq!(
+        tree.kill(helper.id),
+        Err(agent_tree::ControlError::Remote(helper.id))
+    );
+    assert!(
+        tree.shutdown_agent(helper.id).await.is_err(),
+        "a mirrored record is shut down through its remote owner"
+    );
     tree.shutdown().await;
     process.finish();
+}
+
+/// Waits, in `events` (the owner's stream), for the first usage of a mirrored child of
+/// remote child `id`, and returns that child's id in the owner's tree.
+pub(crate) async fn mirrored_child_working(
+    events: &mut agent_tree::EventStream,
+    id: AgentId,
+) -> AgentId {
+    let mut helper = None;
+    while let Some(event) = events.next().await {
+        if event.kind.name() == "spawned" && event.parent == Some(id) {
+            helper = Some(event.agent);
+        }
+        if helper == Some(event.agent) && event.kind.name() == "usage_reported" {
+            break;
+        }
+    }
+    helper.expect("the helper's spawn in the owner's stream")
+}
+
+/// A shutdown reaching a remote child that delegates on its node: the helper's mirrored
+/// record settles as its node reports it (aborted by the shutdown), within the deadline,
+/// and nothing of the owner's records is left live.
+async fn a_shutdown_settles_mirrored_descendants_as_their_node_reports(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut events = tree.subscribe();
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "delegate 100 100"))
+        .await
+        .unwrap();
+    let helper = mirrored_child_working(&mut events, handle.id()).await;
+    let started = Instant::now();
+    tree.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took < tree.config().shutdown_grace + Duration::from_millis(500),
+        "took {took:?}"
+    );
+    let record = tree.record(helper).unwrap();
+    assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
+    assert_eq!(
+        record.outcome.as_ref().map(|o| o.reason),
+        Some(EndReason::Shutdown),
+        "{record:?}"
+    );
+    let snapshot = tree.snapshot();
+    assert_eq!(snapshot.live(), 0, "{}", snapshot.render_text());
+    snapshot.check_usage().expect("own and subtree agree");
+    let (live, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(live, 0);
+    assert_eq!(
+        tokens,
+        root_tokens(&tree),
+        "every delta the worker billed, once"
+    );
+    process.finish();
+}
+
+/// A remote child delegating to a helper on its node, and the node killed while the helper
+/// works: the helper's mirrored record settles `killed` with the node-down cause, before
+/// the stand-in's own failure, and the usage it billed stays in the owner's totals. Its
+/// events are in the owner's stream like any agent's.
+async fn a_killed_node_settles_its_mirrored_descendants_killed(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let mut events = tree.subscribe();
+    let handle = tree
+        .spawn(SpawnRequest::new("runner", "delegate 50 100"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let helper = mirrored_child_working(&mut events, id).await;
+    process.kill9();
+    let outcome = tree
+        .wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled)
+        .await;
+    assert_eq!(outcome[0].status, AgentStatus::Failed, "{outcome:?}");
+    let record = tree.record(helper).unwrap();
+    assert_eq!(record.status, AgentStatus::Killed, "{record:?}");
+    let error = record.outcome.as_ref().and_then(|o| o.error.clone());
+    assert!(
+        error.as_deref().unwrap_or_default().contains("node down"),
+        "{record:?}"
+    );
+    assert!(record.own.total_tokens() >= 12, "{record:?}");
+    // Its end came before its stand-in's, in the owner's stream.
+    let mut ended = Vec::new();
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+    {
+        if event.kind.terminal_status().is_some() {
+            ended.push(event.agent);
+        }
+    }
+    let at = |a: AgentId| ended.iter().position(|&e| e == a);
+    assert!(at(helper) < at(id) && at(helper).is_some(), "{ended:?}");
+    let snapshot = tree.snapshot();
+    snapshot.check_usage().expect("own and subtree agree");
+    assert_eq!(
+        snapshot
+            .records
+            .iter()
+            .map(|r| r.own.total_tokens())
+            .sum::<u64>(),
+        root_tokens(&tree)
+    );
+    tree.shutdown().await;
 }
 
 async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner) {

@@ -200,6 +200,55 @@ pub(crate) async fn review4_a_recovered_remote_child_resumed_with_an_empty_promp
     process.finish();
 }
 
+/// The owner's journal holds the mirrored records of a remote child's descendants like any
+/// other: recovered after a crash, the helper a remote runner delegated to is there, under
+/// the runner, interrupted with the usage it billed, the records' usage adding up; it is
+/// not resumed from here (its node's owner would).
+pub(crate) async fn a_recovered_tree_keeps_its_mirrored_records(owner: &mut Owner) {
+    let dir = Dir::new("mirrored");
+    let (name, mut process) = owner.worker().await;
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let tree = journaled_tree(&owner.node, &name, &live).await;
+    let mut events = tree.subscribe();
+    let id = tree
+        .spawn(SpawnRequest::new("runner", "delegate 40 100"))
+        .await
+        .unwrap()
+        .id();
+    let helper = super::mirrored_child_working(&mut events, id).await;
+    tree.flush_journal().await;
+    let billed = tree.record(helper).unwrap().own;
+    std::fs::copy(&live, &crashed).unwrap();
+    drop(tree);
+    let (left, _) = worker_until(&mut process, |(live, _)| live == 0);
+    assert_eq!(left, 0, "the dropped owner's remote subtree still runs");
+    let tree = journaled_tree(&owner.node, &name, &crashed).await;
+    let record = tree.record(helper).expect("the mirrored record, recovered");
+    assert_eq!(record.parent, Some(id));
+    assert_eq!(record.agent_type, "helper");
+    assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
+    assert_eq!(
+        record.outcome.as_ref().map(|o| o.reason),
+        Some(EndReason::Interrupted)
+    );
+    assert!(
+        record.own.total_tokens() >= billed.total_tokens() && billed.total_tokens() > 0,
+        "{record:?}, {billed:?} billed before the copy"
+    );
+    let snapshot = tree.snapshot();
+    snapshot.check_usage().expect("own and subtree agree");
+    assert_eq!(
+        tree.resume(helper, "go on")
+            .await
+            .err()
+            .map(|e| e.to_string()),
+        Some(format!("no subagent {helper} of yours")),
+        "the application resumes top-level agents only"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
 /// `Tree::remote_records` of a remote child recovered from the journal: still a remote
 /// child (`Some`), its mirror gone with the process that held it (empty), never reported
 /// as a local agent (`None`).

@@ -84,6 +84,9 @@ pub(crate) struct State {
     request_id: RequestId,
     /// The hosted top agent, once its `spawned` event came.
     top: Option<AgentId>,
+    /// The hosted agents below the top, by their hosted id: their mirrored records' ids in
+    /// the owner's tree.
+    mirrored: HashMap<AgentId, AgentId>,
     /// Why it was cancelled, for the outcome it settles with.
     aborted: Option<EndReason>,
     /// The deadline of a shutdown it forwarded.
@@ -148,6 +151,7 @@ impl Actor for StandIn {
             edge,
             end: Endpoint::new(OutboxLimits::default(), SizeGuard::default()),
             mirror: Mirror::new(),
+            mirrored: HashMap::new(),
             epoch,
             request_id: request_id.clone(),
             top: None,
@@ -519,8 +523,16 @@ impl State {
                     }
                     if let EventKind::UsageReported { delta } = &event.kind {
                         self.node.acknowledged(*delta);
-                        // The owner's record of the child bills its whole hosted subtree.
-                        let _ = self.shared.registry.charge(self.id, *delta);
+                        // Billed to the mirrored record of the agent that spent it (and so to
+                        // every ancestor's subtree, this child's among them), or to this
+                        // child's own record: its top's, or one that no longer takes it
+                        // (settled here first, by a shutdown's deadline).
+                        let billed = self.fold_in(&event);
+                        if !billed {
+                            let _ = self.shared.registry.charge(self.id, *delta);
+                        }
+                    } else {
+                        self.fold_in(&event);
                     }
                     // The remote agent's steers show in the owner's stream as a local one's do.
                     if self.top == Some(event.agent) && matches!(event.kind, EventKind::Steered) {
@@ -605,6 +617,50 @@ impl State {
             }
             Up::Renew { .. } | Up::Ack { .. } => {}
             _ => {}
+        }
+    }
+
+    /// Folds a hosted event about an agent below the top into its mirrored record in the
+    /// owner's registry (its `spawned` or `queued` event creates it). Returns whether it was
+    /// applied there: events of the top (this child's own record) and of the hosted root are
+    /// not, nor is a `released` (the output stays in memory here: this node's journal does
+    /// not hold it).
+    fn fold_in(&mut self, event: &agent_tree_protocol::Event) -> bool {
+        if self.top.is_none_or(|top| top == event.agent) || event.parent.is_none() {
+            return false;
+        }
+        let registry = &self.shared.registry;
+        match &event.kind {
+            EventKind::Spawned { .. } | EventKind::Queued { .. } => {
+                let parent = event.parent.and_then(|p| {
+                    if Some(p) == self.top {
+                        Some(self.id)
+                    } else {
+                        self.mirrored.get(&p).copied()
+                    }
+                });
+                let Some(parent) = parent else { return false };
+                match registry.mirror_spawn(self.id, parent, event.kind.clone()) {
+                    Some(local) => {
+                        self.mirrored.insert(event.agent, local);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            EventKind::Released { .. } => false,
+            kind => {
+                let Some(&local) = self.mirrored.get(&event.agent) else {
+                    return false;
+                };
+                match registry.mirror_event(local, kind.clone()) {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::debug!(agent = %self.id, hosted = %event.agent, mirrored = %local, %error, "a remote descendant's event does not fold into its mirrored record");
+                        false
+                    }
+                }
+            }
         }
     }
 

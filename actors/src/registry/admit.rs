@@ -276,6 +276,7 @@ impl Registry {
         if record.parent != Some(owner) {
             return Err(not_yours());
         }
+        inner.refuse_mirrored(id).map_err(SpawnError::Control)?;
         if record.status.is_live() || entry.deferred {
             return Err(SpawnError::Control(ControlError::WrongStatus(
                 id,

@@ -209,6 +209,7 @@ impl Registry {
             let mut inner = self.lock();
             let now = self.now_ms();
             let queued = inner.status_of(id) == Some(AgentStatus::Queued);
+            inner.refuse_mirrored(id)?;
             let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
             entry.abort_reason.get_or_insert(reason);
             // A token cancelled before was cancelled here, by a shutdown or by an ancestor's
@@ -303,6 +304,11 @@ impl Registry {
                 let Some(record) = inner.rec(id) else {
                     continue;
                 };
+                if inner.is_mirrored(id) {
+                    // Its stand-in carries the shutdown to its node; it settles with what
+                    // the node reports, or with its stand-in.
+                    continue;
+                }
                 stack.extend(record.children.iter().copied());
                 let status = record.status;
                 if id.is_root() {
@@ -462,7 +468,12 @@ impl Inner {
             self.status_of(p).is_some_and(AgentStatus::is_live)
                 && self.entry(p).is_some_and(|o| !o.token.is_cancelled())
         });
+        // A mirrored record's node decides on its restarts; a stand-in's mirrored
+        // descendants settle before it does.
+        let mirrored = entry.mirrored;
+        self.settle_mirrored(id, now, &outcome);
         let deferred = !id.is_root()
+            && !mirrored
             && restart::deferred(&restart::Exit {
                 restart: policy,
                 outcome: &outcome,
@@ -560,7 +571,7 @@ impl Inner {
 
     /// Makes `id`'s recorded outcome final: watchers are told, and its live slot (and pool
     /// slot) is released.
-    fn finalize(&mut self, id: AgentId, before: AgentStatus) {
+    pub(super) fn finalize(&mut self, id: AgentId, before: AgentStatus) {
         let (outcome, parent) = match self.rec(id) {
             Some(r) => (r.outcome.clone(), r.parent),
             None => return,
@@ -572,6 +583,10 @@ impl Inner {
         entry.held = false;
         entry.send_settled(outcome);
         entry.count_down_shutdowns();
+        if entry.mirrored {
+            // Never counted here: its own node admitted it.
+            return;
+        }
         let pooled = entry.pooled;
         self.live = self.live.saturating_sub(1);
         self.publish_live();

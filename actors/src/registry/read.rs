@@ -41,6 +41,7 @@ impl Registry {
         }
         let mut inner = self.lock();
         let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
+        inner.refuse_mirrored(id)?;
         let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
         // A live agent whose run has ended refuses the steer itself (its actor answers).
         if status.is_terminal() {
@@ -172,6 +173,7 @@ impl Registry {
             .status(id)
             .filter(|_| !id.is_root())
             .ok_or(ControlError::NotYours(id))?;
+        self.refuse_mirrored(id)?;
         match self.actors_of(&[id]).first() {
             Some((_, actor)) if status.is_live() => {
                 actor.kill();

@@ -58,6 +58,15 @@ impl Registry {
                 None => {}
             }
             entry.spec = spec_of(replay, record, branch);
+            // A mirrored record (a remote child's descendant) has no spawn of this tree's:
+            // it is under a stand-in (placed on a node) or under another mirrored record.
+            entry.mirrored = !replay.spawns.contains_key(&record.id)
+                && record
+                    .parent
+                    .and_then(|p| entries.get(p.get() as usize))
+                    .is_some_and(|owner: &Entry| {
+                        owner.mirrored || owner.spec.as_ref().is_some_and(|s| s.node.is_some())
+                    });
             entries.push(entry);
         }
         for record in replay.records.iter().skip(1) {
