@@ -12,8 +12,8 @@
 //!   with no reachable owner.
 //! * `late_shutdowns`: shutdowns returning after their deadline plus the kill wait (every
 //!   trial's, with the worker running, frozen, or gone).
-//! * `wrong_outcomes`: remote agents whose settled status or cause differs from what the
-//!   trial caused.
+//! * `wrong_outcomes`: remote agents (the runner, and its helper as the owner's records
+//!   mirror it) whose settled status or cause differs from what the trial caused.
 //!
 //! Run: `cargo run --release --features cluster --example cluster -- --trials 50 [--seed S]`.
 
@@ -240,6 +240,33 @@ async fn one_trial(
     if !right {
         eprintln!("trial {trial} ({fault:?}, over before: {over}): wrong outcome {outcome:?}");
         tally.wrong_outcomes += 1;
+    }
+    // The runner's helper, hosted on the worker and mirrored in the owner's records: done,
+    // or ended as the trial caused (settled with its stand-in when its node was lost).
+    let snapshot = tree.snapshot();
+    for helper in snapshot.agents().filter(|r| r.parent == Some(handle.id())) {
+        let cause = helper.outcome.as_ref().and_then(|o| o.error.as_deref());
+        let reason = helper.outcome.as_ref().map(|o| o.reason);
+        let right = helper.status == AgentStatus::Completed
+            || match expected {
+                Fault::None | Fault::FreezeWithin => false,
+                Fault::Kill => {
+                    helper.status == AgentStatus::Killed
+                        && cause.is_some_and(|e| e.starts_with("node down"))
+                }
+                Fault::FreezeBeyond => {
+                    helper.status == AgentStatus::Killed
+                        && cause == Some("node unreachable: lease expired")
+                }
+                Fault::Shutdown => {
+                    helper.status == AgentStatus::Aborted && reason == Some(EndReason::Shutdown)
+                }
+                Fault::ShutdownFrozen => helper.status == AgentStatus::Killed,
+            };
+        if !right {
+            eprintln!("trial {trial} ({fault:?}, over before: {over}): wrong helper {helper:?}");
+            tally.wrong_outcomes += 1;
+        }
     }
     // Acknowledged deltas against the root's usage events.
     let acknowledged = owner.stats().acknowledged_deltas - acknowledged_before;
