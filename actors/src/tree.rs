@@ -448,25 +448,31 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
-        self.spawn_with(request, false).await
+        self.spawn_with(request, false, &[]).await
     }
 
     /// As [`Tree::spawn`]; `remote_owned`: the agent is a remote owner's child (a hosted
     /// tree's top agent), whose restarts its owner's node decides, so this tree never
-    /// restarts it.
+    /// restarts it, and `inherited` is the conversation its owner's node decided it inherits
+    /// (it comes before its task whatever this tree's definition of it says).
     pub(crate) async fn spawn_with(
         &self,
         request: SpawnRequest,
         remote_owned: bool,
+        inherited: &[agent_tree_protocol::Message],
     ) -> Result<AgentHandle, SpawnError> {
         if let Some(journal) = &self.shared.journal {
             journal.room().await;
         }
         let branch = self.branch.read().clone();
         let mut definition = branch.catalog.resolve(&request.agent_type)?.clone();
-        if remote_owned && definition.restart != agent_tree_protocol::RestartPolicy::Temporary {
+        let inherits = !inherited.is_empty() && !definition.inherit_context;
+        if remote_owned
+            && (definition.restart != agent_tree_protocol::RestartPolicy::Temporary || inherits)
+        {
             let mut owned = (*definition).clone();
             owned.restart = agent_tree_protocol::RestartPolicy::Temporary;
+            owned.inherit_context |= inherits;
             definition = Arc::new(owned);
         }
         let pooled = request.background.unwrap_or(definition.run_in_background);
@@ -476,7 +482,7 @@ impl Tree {
                 owner: AgentId::ROOT,
                 owner_actor: &self.root,
                 owner_capabilities: None,
-                owner_conversation: &[],
+                owner_conversation: inherited,
                 definition,
                 branch,
                 request,

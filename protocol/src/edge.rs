@@ -139,6 +139,7 @@ impl Down {
 ///     prompt: "count the files".into(),
 ///     request_id: RequestId::new("a1/1/m2c0"),
 ///     settle: None,
+///     context: Vec::new(),
 /// };
 /// assert_eq!(spawn.agent().map(|a| a.to_string()).as_deref(), Some("a4"));
 /// ```
@@ -165,6 +166,11 @@ pub enum Command {
         /// node's definition decides.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         settle: Option<SettlePolicy>,
+        /// The conversation the child inherits from its owner (its owner's node's definition
+        /// has `inherit_context`): it comes before the task, as for a local child. Empty
+        /// when it inherits nothing.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        context: Vec<crate::Message>,
     },
     /// Steer `agent` at its next turn boundary.
     Steer {
@@ -389,6 +395,7 @@ mod tests {
                     prompt: "p".into(),
                     request_id: RequestId::new("a1/1/m2c0"),
                     settle: Some(crate::SettlePolicy::Drain),
+                    context: vec![crate::Message::user("the owner's task")],
                 },
             },
             Down::Command {

@@ -256,7 +256,7 @@ impl<'de> Deserialize<'de> for ToolInput {
 /// let m = Message::tool_result("c1", "no such file", true);
 /// assert_eq!((m.role, m.tool_call_id.as_deref(), m.is_error), (Role::Tool, Some("c1"), true));
 /// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Message {

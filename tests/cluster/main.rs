@@ -223,6 +223,7 @@ async fn scenarios() {
     observe!(spawn_result_and_usage);
     observe!(steer_reaches_the_remote_agent);
     observe!(a_local_agent_delegates_to_a_remote_subtree);
+    observe!(a_remote_child_inherits_its_owners_context);
     observe!(a_remote_failure_is_restarted_by_its_owner, 10);
     observe!(a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies);
     observe!(a_killed_node_settles_its_mirrored_descendants_killed);
@@ -426,6 +427,39 @@ async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
     assert!(
         tree.shutdown_agent(helper.id).await.is_err(),
         "a mirrored record is shut down through its remote owner"
+    );
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A remote child whose definition inherits its owner's context gets it on its node,
+/// before its task, as a local child does: the worker's model reads the first user
+/// message as its task, which is then the lead's own prompt (`work 1 1`, answered
+/// `done 1`), not the runner's (`delegate 2 50`, answered `lead done`); it shows every
+/// later user message as a steer, here the runner's own task, after the context.
+async fn a_remote_child_inherits_its_owners_context(owner: &mut Owner) {
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner().with_inherit_context(true)).await;
+    let outcome = tree
+        .run(SpawnRequest::new("lead", "work 1 1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("the lead is done"),
+        "{outcome:?}"
+    );
+    let snapshot = tree.snapshot();
+    let remote = snapshot
+        .records
+        .iter()
+        .find(|r| r.agent_type == "runner")
+        .expect("the runner's record");
+    let text = remote.outcome.as_ref().and_then(|o| o.text.clone());
+    assert_eq!(
+        text.as_deref(),
+        Some("done 1 | steered: delegate 2 50"),
+        "{remote:?}"
     );
     tree.shutdown().await;
     process.finish();

@@ -343,13 +343,14 @@ impl Side {
                 prompt,
                 request_id,
                 settle,
+                context,
                 ..
             } => {
                 let mut request = SpawnRequest::new(definition, prompt);
                 request.request_id = Some(request_id);
                 request.settle = settle;
                 // Its owner's node restarts it (a new edge): never this tree too.
-                match tree.spawn_with(request, true).await {
+                match tree.spawn_with(request, true, &context).await {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
                     }

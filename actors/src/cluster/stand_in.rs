@@ -174,6 +174,8 @@ impl Actor for StandIn {
             request_id,
             // The request's override only: otherwise the child's node's definition decides.
             settle: (start.settle != start.definition.settle).then_some(start.settle),
+            // What its admission kept of its owner's conversation (its definition inherits).
+            context: start.context.clone(),
         });
         // Aborted before it got here: the abort follows the spawn.
         if ticket.token.is_cancelled() {

@@ -742,6 +742,7 @@ impl Sim {
                 prompt: "work".into(),
                 request_id: RequestId::new(format!("a1/1/m{i}c0")),
                 settle: None,
+                context: Vec::new(),
             });
         }
         sim
