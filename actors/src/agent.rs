@@ -4,7 +4,7 @@
 //! # Layout
 //!
 //! * [`lifecycle`]: the agent's lifecycle, the one state enum ([`Phase`]), owned here;
-//! * [`turn`]: model turns (a task each), their results;
+//! * [`turn`]: model turns (a future each, polled by the actor), their results;
 //! * [`calls`]: the turn's call table, keyed by position, and user tools (a task each);
 //! * [`children`]: the one child table; a child's end arrives once, by one path;
 //! * [`questions`]: `ask_owner` both ways, and steers;
@@ -13,10 +13,12 @@
 //!
 //! # Invariants
 //!
-//! * Model turns, user tools and hooks run as tasks that select on the agent's cancellation
-//!   token, so an abort cancels them at once, at every depth (children's tokens are children
-//!   of the owner's). The registry tells each actor a cancellation reaches
-//!   ([`AgentMsg::Cancel`]); no task exists only to watch the token.
+//! * A model turn is a future the actor polls when it is woken ([`AgentMsg::PollTurn`]),
+//!   never a task: an agent is one task. User tools and hooks run as tasks that select on
+//!   the agent's cancellation token. The registry tells each actor a cancellation reaches
+//!   ([`AgentMsg::Cancel`]), which drops its turn and aborts its tasks at once, at every
+//!   depth (children's tokens are children of the owner's); no task exists only to watch
+//!   the token.
 //! * The first model call happens only after the actor has checked its token, so an agent
 //!   aborted before or while it was constructed never calls the model and never spawns.
 //! * An agent settles only when every non-detached child's outcome is final and no turn of
@@ -101,10 +103,9 @@ pub(crate) struct AgentState {
     turns: u32,
     /// The lifecycle.
     phase: Phase,
-    /// The model turn whose task has not reported back yet, with the handle that aborts it:
-    /// until it has, it might record usage, which must precede the settle. An aborted turn
-    /// task still reports back (`Cancelled`, from its drop guard), so exactly one report
-    /// arrives per turn.
+    /// The model turn in flight: a future this actor polls (no task of its own). Dropping
+    /// it (a cancellation, the actor's end) bills what it reported and had not billed, so a
+    /// turn that left here never records usage afterwards: the settle may follow at once.
     turn_in_flight: Option<InFlight>,
     /// Owned children, in start order.
     children: Children,
@@ -128,13 +129,24 @@ pub(crate) struct AgentState {
     pub(crate) span: crate::util::SpanSlot,
 }
 
-/// The model turn in flight: its number, the handle that aborts its task, and the sink it
-/// streams to (whose text is the partial output if the run ends now).
-#[derive(Debug)]
+/// The model turn in flight: its number, its future (the model's call, its billing; a drop
+/// guard inside bills what the sink was told when it is dropped unfinished), the waker that
+/// asks this actor to poll it, and the sink it streams to (whose text is the partial output
+/// if the run ends now).
 struct InFlight {
     turn: u32,
-    abort: tokio::task::AbortHandle,
+    future: turn::TurnFuture,
+    waker: Arc<turn::TurnWaker>,
     sink: crate::model::TurnSink,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("turn", &self.turn)
+            .field("sink", &self.sink)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Text waiting for the next turn boundary.
@@ -187,8 +199,17 @@ impl Actor for AgentActor {
             // The paths that await (a turn's calls spawn children; a child's end may restart
             // one) are boxed: inlined, their futures would make every agent's processing loop
             // several kilobytes larger, whatever it is doing.
-            AgentMsg::TurnFinished { turn, result } => {
-                Box::pin(state.on_turn_finished(&myself, turn, result)).await;
+            AgentMsg::PollTurn { turn } => {
+                if let Some(result) = state.poll_turn(turn) {
+                    Box::pin(async {
+                        // What the turn's billing woke (an event's subscribers, the children
+                        // this agent started) runs before the agent acts on the result, as
+                        // it did when a turn was a task of its own that reported back.
+                        tokio::task::yield_now().await;
+                        state.on_turn_finished(&myself, turn, result).await;
+                    })
+                    .await;
+                }
             }
             AgentMsg::ToolFinished {
                 turn,

@@ -350,6 +350,13 @@ impl TurnSink {
         }
     }
 
+    /// Whether usage was reported and not yet taken.
+    pub(crate) fn has_usage(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.state.lock().usage.is_some())
+    }
+
     /// Takes the usage last reported, so it is billed once.
     pub(crate) fn take_usage(&self) -> Usage {
         self.inner

@@ -2,7 +2,7 @@
 //!
 //! Kept in one place and small: enabling ractor's `cluster` feature later needs an explicit
 //! `Message` impl for it. Commands are imperative (`Steer`, `Cancel`, `Shutdown`); notices
-//! are past tense (`TurnFinished`, `ChildEnded`).
+//! are past tense (`ToolFinished`, `ChildEnded`).
 
 use agent_tree_protocol::{AgentId, Outcome};
 use ractor::RpcReplyPort;
@@ -19,7 +19,7 @@ use crate::model::ModelResponse;
 /// termination of a child that has not settled is a lost actor.
 pub(crate) const SETTLED: &str = "agent-tree: settled";
 
-/// How a model turn task ended.
+/// How a model turn ended.
 #[derive(Debug)]
 pub(crate) enum TurnResult {
     Response(ModelResponse),
@@ -79,9 +79,10 @@ pub(crate) struct ShutdownOrder {
 /// Messages of the tree's actors.
 #[derive(Debug)]
 pub(crate) enum AgentMsg {
-    // Notices from the agent's own tasks.
-    /// The agent's model turn task ended.
-    TurnFinished { turn: u32, result: TurnResult },
+    // Notices from the agent's own work.
+    /// The agent's model turn `turn` was woken: poll it (its waker sends at most one of
+    /// these between polls, however often the turn is woken).
+    PollTurn { turn: u32 },
     /// One of the agent's tool tasks ended.
     ToolFinished {
         turn: u32,

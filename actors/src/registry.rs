@@ -70,9 +70,24 @@ pub(crate) use end::KilledRuns;
 
 pub(crate) use read::SteerRoute;
 
-/// An agent's conversation as of its last turn boundary, written by its actor without the
-/// registry lock (a leaf lock of its own) and read when the agent is resumed.
-pub(crate) type ConversationCell = Arc<Mutex<Arc<[Message]>>>;
+/// What an agent's actor publishes at each turn boundary, written by it without the registry
+/// lock (a leaf lock of its own: only these fields are touched under it, and nothing is
+/// locked inside it but a turn sink's own leaf lock).
+pub(crate) type ConversationCell = Arc<Mutex<TurnBoundary>>;
+
+/// An agent's state as of its last turn boundary ([`ConversationCell`]).
+#[derive(Debug, Default)]
+pub(crate) struct TurnBoundary {
+    /// Its conversation, read when the agent is resumed.
+    pub(crate) messages: Arc<[Message]>,
+    /// The sink of the turn it started there. A run that settles while that turn has not
+    /// billed (its actor killed, mid-turn) is billed what the model reported to it, in the
+    /// same transaction as the settle ([`Inner::settle`]), so the usage is never lost to a
+    /// kill and never counted twice: the turn's own bill takes the sink's usage under the
+    /// registry lock too ([`Registry::bill_turn`]). Taken at every settle, which breaks
+    /// the cycle a sink that streams events makes (it holds the tree's shared state).
+    pub(crate) turn: Option<crate::model::TurnSink>,
+}
 
 /// Everything an agent's actor is started with: it reads nothing back.
 #[derive(Debug)]
@@ -782,7 +797,14 @@ mod tests {
             registry
                 .settle_run(id, 1, Outcome::completed("done"), conversation.clone())
                 .expect("settles");
-            let held = registry.lock().entry(id).unwrap().conversation.lock().len();
+            let held = registry
+                .lock()
+                .entry(id)
+                .unwrap()
+                .conversation
+                .lock()
+                .messages
+                .len();
             assert_eq!(held, if retain { 2 } else { 0 }, "retain {retain}");
             assert_eq!(registry.conversation_journaled(id), !retain);
             // Either way the journal has its last state, and reads it back.
@@ -829,7 +851,7 @@ mod tests {
         let id = admit(&registry, RestartPolicy::Temporary);
         let seq = registry.lock().seq;
         let before = registry.lock_acquisitions();
-        registry.add_usage(id, 1, agent_tree_protocol::Usage::default());
+        registry.bill_turn(id, 1, &crate::model::TurnSink::recording(), None);
         assert_eq!(
             registry.lock_acquisitions(),
             before,
@@ -853,7 +875,9 @@ mod tests {
         let registry = registry();
         let before = registry.lock_acquisitions();
         let id = admit(&registry, RestartPolicy::Temporary);
-        registry.add_usage(id, 1, agent_tree_protocol::Usage::tokens(1, 1));
+        let sink = crate::model::TurnSink::recording();
+        sink.usage(agent_tree_protocol::Usage::tokens(1, 1));
+        registry.bill_turn(id, 1, &sink, None);
         registry.settle_run(id, 1, failed(), Vec::new());
         assert_eq!(registry.lock_acquisitions() - before, 3);
     }

@@ -349,7 +349,13 @@ async fn in_descendants_scope_result_and_steer_reach_exactly_the_callers_subtree
     let mut deep = 0;
     for (i, &caller) in ids.iter().enumerate() {
         let log = model.log_of(caller);
-        assert_eq!(log.len(), 4, "{caller} took every turn");
+        // As in the sibling test: a steer that lands during the last turn (every agent's
+        // ends at the same instant) gets one more.
+        assert!(
+            (4..=5).contains(&log.len()),
+            "{caller} took {} turns",
+            log.len()
+        );
         let matrix = &log[3].results;
         assert_eq!(matrix.len(), 2 * ops);
         let reaches = |t: &str| index.get(t).is_some_and(|&j| is_ancestor(i, j));

@@ -187,8 +187,9 @@ impl AgentState {
     /// Stops whatever the current phase runs (hooks, the model turn, tool calls).
     pub(super) fn cancel_tasks(&mut self) {
         self.phase.abort_task();
-        if let Some(in_flight) = &self.turn_in_flight {
-            in_flight.abort.abort();
+        if let Some(in_flight) = self.turn_in_flight.take() {
+            // Dropped here: it bills what the model reported and never runs again.
+            self.land(in_flight, false);
         }
         if let Some(calls) = self.phase.current_calls() {
             calls.abort_tasks();
@@ -198,8 +199,8 @@ impl AgentState {
     /// Settles once every non-detached child's outcome is final and no turn can still
     /// record usage: registry first, then the owner, then the actor stops.
     pub(super) fn try_settle(&mut self, myself: &ActorRef<AgentMsg>) {
-        // A cancelled turn still reports back (promptly: it was cancelled); until it has, it
-        // might record usage, which must precede the settle.
+        // A turn in flight might still record usage, which must precede the settle (a
+        // cancelled one has left already: dropped, it billed).
         if self.turn_in_flight.is_some() || !self.children.all_settled() {
             return;
         }

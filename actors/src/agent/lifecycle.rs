@@ -27,7 +27,7 @@ pub(super) enum Phase {
     Idle,
     /// The start hooks run; the first model call waits for them.
     Starting { task: AbortHandle },
-    /// A model turn task runs.
+    /// A model turn is in flight (a future the actor polls).
     Thinking { turn: u32 },
     /// The tool calls of turn `turn` are being answered.
     Acting { turn: u32, calls: Calls },
@@ -37,8 +37,7 @@ pub(super) enum Phase {
         task: AbortHandle,
         held: Option<Outcome>,
     },
-    /// The run ended with `outcome`; waiting for its children's outcomes (and a cancelled
-    /// turn's report) before settling.
+    /// The run ended with `outcome`; waiting for its children's outcomes before settling.
     Ending { outcome: Outcome },
     /// Settled; the actor is stopping.
     Done,

@@ -1,5 +1,5 @@
-//! Model turns: the start hooks before the first, one task per turn, and what a turn's
-//! result does to the run.
+//! Model turns: the start hooks before the first, each turn a future the agent's actor
+//! polls, and what a turn's result does to the run.
 
 use agent_tree_protocol::{AgentId, EndReason, EventKind, FinishReason, Message, Outcome};
 use ractor::ActorRef;
@@ -13,7 +13,11 @@ use crate::model::{ModelRequest, TurnSink};
 use crate::msg::{AgentMsg, TurnResult};
 use crate::policy::retry;
 use crate::shared::SharedRef;
-use crate::util::CatchUnwind;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use tracing::Instrument;
 
 /// What the model is told when its reply was cut off at the length limit and the run
@@ -93,15 +97,6 @@ impl AgentState {
                 Inbound::Notice(text) => self.conversation.push(Message::user(text)),
             }
         }
-        // Published at every turn boundary (not under the registry lock), so a resume after
-        // a kill (which keeps nothing) still continues this run's conversation.
-        let messages: Arc<[Message]> = self.conversation.as_slice().into();
-        *self.conversation_cell.lock() = messages.clone();
-        if let Some(journal) = &self.shared.journal {
-            // Only what this run added since its last boundary.
-            journal.conversation(self.id, self.run, self.journaled, &messages);
-            self.journaled = messages.len();
-        }
         self.turns += 1;
         let turn = self.turns;
         let (id, run) = (self.id, self.run);
@@ -111,6 +106,20 @@ impl AgentState {
             .stream_events
             .then(|| (self.shared.clone(), id, turn));
         let sink = TurnSink::for_turn(events);
+        // Published at every turn boundary (not under the registry lock), so a resume after
+        // a kill (which keeps nothing) still continues this run's conversation, and a settle
+        // while this turn is cut off (a kill) bills what its model reported.
+        let messages: Arc<[Message]> = self.conversation.as_slice().into();
+        {
+            let mut boundary = self.conversation_cell.lock();
+            boundary.messages = messages.clone();
+            boundary.turn = Some(sink.clone());
+        }
+        if let Some(journal) = &self.shared.journal {
+            // Only what this run added since its last boundary.
+            journal.conversation(self.id, self.run, self.journaled, &messages);
+            self.journaled = messages.len();
+        }
         let request = ModelRequest {
             agent: id,
             definition: self.definition.clone(),
@@ -122,18 +131,12 @@ impl AgentState {
             sink: sink.clone(),
         };
         let model = self.shared.model.clone();
-        let shared = self.shared.clone();
-        // The turn ends with the agent's token, or alone (aborted) when the run ends for
-        // another reason (an escalation). Either way the task reports back exactly once (an
-        // aborted one from its drop guard, which bills what the sink was told first: there
-        // is no await between the usage and the report), so the agent never settles while
-        // a turn could still record usage. No token of its own: an abort handle costs
-        // nothing to keep.
-        let token = self.token.clone();
-        let report = TurnReport {
-            myself: Some(myself.clone()),
-            turn,
-            bill: (shared.clone(), id, run, sink.clone()),
+        let bill = TurnBill {
+            unbilled: true,
+            shared: self.shared.clone(),
+            id,
+            run,
+            sink: sink.clone(),
         };
         let span = tracing::info_span!(
             parent: self.span.id(),
@@ -145,27 +148,27 @@ impl AgentState {
             "gen_ai.usage.output_tokens" = tracing::field::Empty,
             "gen_ai.response.finish_reasons" = tracing::field::Empty,
         );
-        let task = self.shared.spawn_in(span, async move {
-            // The model is called only when this future is first polled, after the token
-            // was checked: a cancelled agent never calls it.
-            let call = async {
-                // Backpressure: no new model turn while the journal is too far behind.
-                if let Some(journal) = &shared.journal {
-                    journal.room().await;
-                }
-                call_with_retries(&*model, request, &shared, id, run, turn).await
-            };
-            let result = tokio::select! {
-                biased;
-                () = token.cancelled() => TurnResult::Cancelled,
-                r = call => r,
-            };
-            // Usage is recorded here, once, before the agent hears of the turn: nothing the
+        // The turn is a future this actor polls, not a task: nothing runs until the first
+        // poll, which checks the token first, so a cancelled agent never calls the model.
+        // It ends here (polled to its result) or is dropped here (a cancellation, the
+        // actor's end); either way it bills exactly once, with no await between its usage
+        // and its result.
+        let future = async move {
+            let mut bill = bill;
+            // Backpressure: no new model turn while the journal is too far behind.
+            if let Some(journal) = &bill.shared.journal {
+                journal.room().await;
+            }
+            let result = call_with_retries(&*model, request, &bill.shared, id, run, turn).await;
+            // Usage is recorded here, once, before the agent acts on the turn: nothing the
             // agent does afterwards (abort, settle) can lose it or count it twice. A failed
-            // attempt was billed when it failed; anything else not returned is billed what
-            // the model last reported to the sink.
-            let (sink, billed) = (&report.bill.3, sink_usage_or(&report.bill.3, &result));
-            shared.registry.add_usage(id, run, billed);
+            // attempt was billed when it failed; a response bills its own usage.
+            let own = match &result {
+                TurnResult::Response(response) => Some(response.usage),
+                TurnResult::Failed(_) | TurnResult::Panicked(_) | TurnResult::Cancelled => None,
+            };
+            bill.unbilled = false;
+            let billed = bill.shared.registry.bill_turn(id, run, &bill.sink, own);
             let current = tracing::Span::current();
             current.record("gen_ai.usage.input_tokens", billed.input_tokens);
             current.record("gen_ai.usage.output_tokens", billed.output_tokens);
@@ -176,15 +179,71 @@ impl AgentState {
                     reason.as_str().unwrap_or_default(),
                 );
             }
-            sink.flush();
-            report.send(result);
+            bill.sink.flush();
+            result
+        };
+        let future: TurnFuture = if span.is_disabled() {
+            Box::pin(future)
+        } else {
+            Box::pin(future.instrument(span))
+        };
+        let waker = Arc::new(TurnWaker {
+            actor: myself.clone(),
+            turn,
+            scheduled: AtomicBool::new(true),
         });
+        // The first poll, as a message: it comes after what the actor is doing now (the
+        // children this turn's owner just started run first, as a turn's own task would have
+        // let them).
+        let _ = myself.cast(AgentMsg::PollTurn { turn });
         self.turn_in_flight = Some(InFlight {
             turn,
-            abort: task.abort_handle(),
+            future,
+            waker,
             sink,
         });
         self.phase = Phase::Thinking { turn };
+    }
+
+    /// Polls the model turn `turn` (its waker asked): its result once it has one. A turn the
+    /// token has cancelled is not polled again (its model is never called after the
+    /// cancellation): it leaves as `Cancelled`.
+    pub(super) fn poll_turn(&mut self, turn: u32) -> Option<TurnResult> {
+        let in_flight = self.turn_in_flight.as_mut().filter(|f| f.turn == turn)?;
+        if self.token.is_cancelled() {
+            let in_flight = self.turn_in_flight.take()?;
+            self.land(in_flight, false);
+            return Some(TurnResult::Cancelled);
+        }
+        // Reset before the poll: a wake during it asks for one more.
+        in_flight.waker.scheduled.store(false, Ordering::Release);
+        let waker = Waker::from(in_flight.waker.clone());
+        let mut cx = Context::from_waker(&waker);
+        let future = in_flight.future.as_mut();
+        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
+            Ok(Poll::Pending) => return None,
+            Ok(Poll::Ready(result)) => result,
+            // A panic in the model (or anywhere in the turn) ends the turn; the future is
+            // dropped unpolled since, and its guard bills what the sink was told.
+            Err(payload) => TurnResult::Panicked(crate::util::panic_message(payload.as_ref())),
+        };
+        let in_flight = self.turn_in_flight.take()?;
+        self.land(in_flight, matches!(result, TurnResult::Response(_)));
+        Some(result)
+    }
+
+    /// The turn in flight leaves: its future is dropped (billing, if it did not finish, what
+    /// the model reported to the sink). A turn that did not return a response keeps what it
+    /// streamed as the last text: the run's partial output.
+    pub(super) fn land(&mut self, in_flight: InFlight, responded: bool) {
+        let InFlight { future, sink, .. } = in_flight;
+        drop(future);
+        if !responded {
+            let streamed = sink.streamed_text();
+            if !streamed.is_empty() {
+                self.last_text = streamed;
+            }
+        }
     }
 
     /// The output to keep as partial if the run ends now: the text the turn in flight has
@@ -204,23 +263,13 @@ impl AgentState {
         format!("{}{text}", self.cut_text)
     }
 
-    /// A turn task reported back.
+    /// Model turn `turn` ended with `result` (it has left flight and billed).
     pub(super) async fn on_turn_finished(
         &mut self,
         myself: &ActorRef<AgentMsg>,
         turn: u32,
         result: TurnResult,
     ) {
-        if let Some(in_flight) = self.turn_in_flight.take_if(|f| f.turn == turn) {
-            // A turn that did not return keeps what it streamed as the last text: the run's
-            // partial output, whichever arrives first, this report or the abort.
-            if !matches!(result, TurnResult::Response(_)) {
-                let streamed = in_flight.sink.streamed_text();
-                if !streamed.is_empty() {
-                    self.last_text = streamed;
-                }
-            }
-        }
         if !self.phase.thinking(turn) {
             // The run ended while the turn was in flight: it may settle now.
             if matches!(self.phase, Phase::Ending { .. }) {
@@ -244,11 +293,13 @@ impl AgentState {
             }
             TurnResult::Response(response) => response,
         };
-        if self.token.is_cancelled() {
-            return self.abort(myself);
-        }
+        // Kept first: a run aborted before it acts on the response (the token was cancelled
+        // while the response was on its way) keeps its text as partial output.
         if !response.text.is_empty() {
             self.last_text.clone_from(&response.text);
+        }
+        if self.token.is_cancelled() {
+            return self.abort(myself);
         }
         let calls = response.tool_calls;
         self.conversation
@@ -316,7 +367,7 @@ impl AgentState {
 
 /// Calls the model for one turn, retrying retryable failures by the tree's retry policy.
 /// The first attempt is inline; the retry loop (its backoff timer, the error it holds) is
-/// boxed, so the turn task of every agent is not the size of a retrying one.
+/// boxed, so the turn future of every agent is not the size of a retrying one.
 async fn call_with_retries(
     model: &dyn crate::model::Model,
     request: ModelRequest,
@@ -325,10 +376,10 @@ async fn call_with_retries(
     run: u32,
     turn: u32,
 ) -> TurnResult {
-    match CatchUnwind::new(model.turn(request.clone())).await {
-        Ok(Ok(response)) => TurnResult::Response(response),
-        Ok(Err(error)) => Box::pin(retry_after(model, request, shared, id, run, turn, error)).await,
-        Err(panic) => TurnResult::Panicked(panic),
+    // A panic here is caught where the turn is polled (`AgentState::poll_turn`).
+    match model.turn(request.clone()).await {
+        Ok(response) => TurnResult::Response(response),
+        Err(error) => Box::pin(retry_after(model, request, shared, id, run, turn, error)).await,
     }
 }
 
@@ -348,13 +399,8 @@ async fn retry_after(
     let seed = retry::seed(id.get(), run, turn);
     let mut attempt = 1;
     loop {
-        let reported = request.sink.take_usage();
-        let usage = if error.usage.is_zero() {
-            reported
-        } else {
-            error.usage
-        };
-        shared.registry.add_usage(id, run, usage);
+        let own = (!error.usage.is_zero()).then_some(error.usage);
+        shared.registry.bill_turn(id, run, &request.sink, own);
         let Some(wait) = retry::delay(&policy, attempt, error.kind, error.retry_after, seed) else {
             return TurnResult::Failed(Box::new(error));
         };
@@ -376,53 +422,57 @@ async fn retry_after(
         request.sink.reset();
         tokio::time::sleep(wait).await;
         attempt += 1;
-        error = match CatchUnwind::new(model.turn(request.clone())).await {
-            Ok(Ok(response)) => return TurnResult::Response(response),
-            Ok(Err(error)) => error,
-            Err(panic) => return TurnResult::Panicked(panic),
+        error = match model.turn(request.clone()).await {
+            Ok(response) => return TurnResult::Response(response),
+            Err(error) => error,
         };
     }
 }
 
-/// The usage to bill when a turn task ends with `result`: a response's own usage (what the
-/// sink was told is superseded), else what the sink was told last (a failed attempt took
-/// its own already, so the sink is empty then).
-fn sink_usage_or(sink: &TurnSink, result: &TurnResult) -> agent_tree_protocol::Usage {
-    let reported = sink.take_usage();
-    match result {
-        TurnResult::Response(response) => response.usage,
-        TurnResult::Failed(_) | TurnResult::Panicked(_) | TurnResult::Cancelled => reported,
-    }
-}
+/// A model turn: the future an agent's actor polls (boxed once per turn: its size is the
+/// model call's, which the agent's state should not carry when it is not in a turn).
+pub(crate) type TurnFuture = Pin<Box<dyn Future<Output = TurnResult> + Send>>;
 
-/// A turn task's report: sent once, with the turn's result, or (when the task is aborted or
-/// dropped before it has one) as `Cancelled` when the guard is dropped, after billing what
-/// the model reported to the sink.
-struct TurnReport {
-    myself: Option<ActorRef<AgentMsg>>,
+/// The waker of a model turn: asks its actor to poll the turn, with at most one
+/// [`AgentMsg::PollTurn`] outstanding between polls however often the turn is woken (a
+/// streaming model wakes it per chunk).
+pub(crate) struct TurnWaker {
+    actor: ActorRef<AgentMsg>,
     turn: u32,
-    bill: (SharedRef, AgentId, u32, TurnSink),
+    /// A poll is asked for and not yet begun.
+    scheduled: AtomicBool,
 }
 
-impl TurnReport {
-    fn send(mut self, result: TurnResult) {
-        if let Some(myself) = self.myself.take() {
-            let turn = self.turn;
-            let _ = myself.cast(AgentMsg::TurnFinished { turn, result });
+impl Wake for TurnWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            // Refused only once the actor is gone, whose turn went with it.
+            let _ = self.actor.cast(AgentMsg::PollTurn { turn: self.turn });
         }
     }
 }
 
-impl Drop for TurnReport {
+/// The billing guard of a model turn: dropped before the turn billed (cancelled, the actor
+/// killed, a panic), it bills what the model reported to the sink, so a turn that leaves
+/// never records usage afterwards and never records it twice.
+struct TurnBill {
+    unbilled: bool,
+    shared: SharedRef,
+    id: AgentId,
+    run: u32,
+    sink: TurnSink,
+}
+
+impl Drop for TurnBill {
     fn drop(&mut self) {
-        if let Some(myself) = self.myself.take() {
-            let (shared, id, run, sink) = &self.bill;
-            shared.registry.add_usage(*id, *run, sink.take_usage());
-            let result = TurnResult::Cancelled;
-            let _ = myself.cast(AgentMsg::TurnFinished {
-                turn: self.turn,
-                result,
-            });
+        if self.unbilled {
+            self.shared
+                .registry
+                .bill_turn(self.id, self.run, &self.sink, None);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Model-call retries: whether a failed call is tried again, and after how long.
 //!
-//! It never sleeps or calls anything: the turn task asks [`delay`] after each failed
+//! It never sleeps or calls anything: the model turn asks [`delay`] after each failed
 //! attempt and waits what it answers.
 //!
 //! # Invariants

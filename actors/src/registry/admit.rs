@@ -296,7 +296,7 @@ impl Registry {
             (true, None) => return Err(SpawnError::InvalidRequest(NEEDS_CONVERSATION.into())),
         };
         let conversation = match &read_back {
-            None => entry.conversation.lock().to_vec(),
+            None => entry.conversation.lock().messages.to_vec(),
             Some(journaled) => journaled.to_vec(),
         };
         let (detached, depth, incarnation) = (record.detached, record.depth, record.incarnation);
@@ -320,7 +320,7 @@ impl Registry {
             // The cell holds the read-back conversation from now on: a run that ends before
             // its first turn boundary (killed in its start hook, say) journals none, and the
             // next resume continues this one, not an empty one.
-            *entry.conversation.lock() = journaled;
+            entry.conversation.lock().messages = journaled;
         }
         if let Some(kept) = entry.spec.as_mut() {
             // Its restarts attenuate as its resumed run does.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome};
+use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome, Usage};
 use ractor::{ActorCell, ActorId};
 use tokio::sync::watch;
 
@@ -67,7 +67,7 @@ impl Registry {
             return None;
         }
         // The conversation the cell held is freed after the registry lock is released.
-        let replaced = std::mem::replace(&mut *entry.conversation.lock(), conversation);
+        let replaced = std::mem::replace(&mut entry.conversation.lock().messages, conversation);
         let actor = entry.actor.as_ref().map(|a| a.get_id());
         if !inner.settle(id, outcome, now) {
             return None;
@@ -83,11 +83,11 @@ impl Registry {
             // resume continues, after a crash too.
             let drop_it = !journal.retain_conversations && !deferred && !journal.failed();
             if let Some(entry) = inner.entry_mut(id) {
-                let last = entry.conversation.lock().clone();
+                let last = entry.conversation.lock().messages.clone();
                 journal.conversation(id, run, 0, &last);
                 if drop_it {
                     // Final, and the journal holds it: memory does not keep it.
-                    dropped = Some(std::mem::take(&mut *entry.conversation.lock()));
+                    dropped = Some(std::mem::take(&mut entry.conversation.lock().messages));
                     entry.conversation_journaled = true;
                 }
             }
@@ -449,6 +449,18 @@ impl Inner {
         };
         if before.advance(outcome.status).is_err() {
             return false;
+        }
+        let Some(entry) = self.entry(id) else {
+            return false;
+        };
+        // A turn of this run that has not billed (its actor was killed mid-turn, or the run
+        // settled for it) is billed what its model reported, before the terminal event; its
+        // own bill, if it still comes, finds the sink's usage taken (`Registry::bill_turn`).
+        let cut_off = entry.conversation.lock().turn.take();
+        if let Some(delta) = cut_off.map(|sink| sink.take_usage()) {
+            if delta != Usage::default() {
+                self.emit(id, EventKind::UsageReported { delta }, now);
+            }
         }
         let Some(entry) = self.entry(id) else {
             return false;

@@ -278,27 +278,46 @@ impl Registry {
         }
     }
 
-    /// Records one model turn's usage of run `run` on `id` and every ancestor, and announces
-    /// it. Nothing of an agent is recorded after its terminal event: a turn that returns after
+    /// Bills one model call of run `run` of `id` to it and every ancestor, and announces it:
+    /// `own` (the usage a response or a failed call carried) when given, else what the model
+    /// last reported to the turn's `sink`. The sink's usage is taken either way, under the
+    /// registry lock, so a settle that bills a cut-off turn ([`Inner::settle`](super::Inner))
+    /// and the turn's own bill never both bill it.
+    ///
+    /// Nothing of an agent is recorded after its terminal event: a turn that returns after
     /// its run settled (its actor was killed meanwhile, or it was restarted) is dropped, with
-    /// a warning, so the records and the event stream always agree.
-    pub(crate) fn add_usage(&self, id: AgentId, run: u32, delta: Usage) {
-        if delta == Usage::default() {
-            // Nothing to record: no lock, no event, no walk up the ancestors.
-            return;
+    /// a warning, so the records and the event stream always agree. Returns what the call
+    /// was billed (or would have been).
+    pub(crate) fn bill_turn(
+        &self,
+        id: AgentId,
+        run: u32,
+        sink: &crate::model::TurnSink,
+        own: Option<Usage>,
+    ) -> Usage {
+        if !sink.has_usage() && own.is_none_or(|u| u == Usage::default()) {
+            // Nothing to record, and nothing a settle could bill either (only this turn
+            // reports to its sink): no lock, no event, no walk up the ancestors.
+            return Usage::default();
         }
         let now = self.now_ms();
         let mut inner = self.lock();
+        let reported = sink.take_usage();
+        let delta = own.unwrap_or(reported);
+        if delta == Usage::default() {
+            return delta;
+        }
         let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
-            return;
+            return delta;
         };
         if entry.runs != run || status.is_terminal() {
             drop(inner);
             tracing::warn!(agent = %id, run, ?delta, "usage of a turn that returned after its run settled is dropped");
-            return;
+            return delta;
         }
         // The fold adds the delta to the agent's own and every ancestor's subtree.
         inner.emit(id, EventKind::UsageReported { delta }, now);
+        delta
     }
 
     /// Bills `delta`, spent on `id`'s behalf outside its model turns, to `id`'s current run.

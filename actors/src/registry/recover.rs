@@ -54,7 +54,7 @@ impl Registry {
             match conversation {
                 // Settled, and the journal keeps it: read back on a resume.
                 Some(_) if dropped => entry.conversation_journaled = true,
-                Some((_, messages)) => *entry.conversation.lock() = messages.clone(),
+                Some((_, messages)) => entry.conversation.lock().messages = messages.clone(),
                 None => {}
             }
             entry.spec = spec_of(replay, record, branch);
