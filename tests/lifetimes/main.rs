@@ -17,4 +17,5 @@ mod review5;
 mod review8;
 mod review9;
 mod shutdown_one_deadline;
+mod turn_poll_mt;
 mod wait_policies_outcomes;
