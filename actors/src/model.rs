@@ -244,10 +244,12 @@ struct SinkState {
     usage: Option<Box<Usage>>,
 }
 
-/// Where a sink's `text_delta` events go.
+/// Where a sink's `text_delta` events go: its agent's run `run`, turn `turn` (refused once
+/// that run settled: nothing of an agent follows its terminal event).
 struct SinkEvents {
     shared: SharedRef,
     agent: AgentId,
+    run: u32,
     turn: u32,
 }
 
@@ -275,14 +277,15 @@ impl TurnSink {
     }
 
     /// The runtime's sink for one turn; `events` when the tree streams events.
-    pub(crate) fn for_turn(events: Option<(SharedRef, AgentId, u32)>) -> Self {
+    pub(crate) fn for_turn(events: Option<(SharedRef, AgentId, u32, u32)>) -> Self {
         TurnSink {
             inner: Some(Arc::new(SinkInner {
                 state: Mutex::new(SinkState::default()),
-                events: events.map(|(shared, agent, turn)| {
+                events: events.map(|(shared, agent, run, turn)| {
                     Box::new(SinkEvents {
                         shared,
                         agent,
+                        run,
                         turn,
                     })
                 }),
@@ -357,6 +360,15 @@ impl TurnSink {
             .is_some_and(|inner| inner.state.lock().usage.is_some())
     }
 
+    /// Takes the text not yet announced, with its turn, for a settle that announces it
+    /// itself (under the registry lock, before the terminal event).
+    pub(crate) fn take_pending(&self) -> Option<(u32, String)> {
+        let inner = self.inner.as_ref()?;
+        let events = inner.events.as_ref()?;
+        let text = std::mem::take(&mut inner.state.lock().pending);
+        (!text.is_empty()).then_some((events.turn, text))
+    }
+
     /// Takes the usage last reported, so it is billed once.
     pub(crate) fn take_usage(&self) -> Usage {
         self.inner
@@ -370,8 +382,9 @@ impl TurnSink {
 impl SinkInner {
     fn announce(&self, text: String) {
         if let Some(events) = &self.events {
-            events.shared.registry.announce(
+            events.shared.registry.announce_run(
                 events.agent,
+                events.run,
                 EventKind::TextDelta {
                     turn: events.turn,
                     text,

@@ -104,7 +104,7 @@ impl AgentState {
             .shared
             .config
             .stream_events
-            .then(|| (self.shared.clone(), id, turn));
+            .then(|| (self.shared.clone(), id, run, turn));
         let sink = TurnSink::for_turn(events);
         // Published at every turn boundary (not under the registry lock), so a resume after
         // a kill (which keeps nothing) still continues this run's conversation, and a settle
@@ -233,11 +233,15 @@ impl AgentState {
     }
 
     /// The turn in flight leaves: its future is dropped (billing, if it did not finish, what
-    /// the model reported to the sink). A turn that did not return a response keeps what it
-    /// streamed as the last text: the run's partial output.
+    /// the model reported to the sink) and the text it held back is announced. A turn that
+    /// did not return a response keeps what it streamed as the last text: the run's partial
+    /// output.
     pub(super) fn land(&mut self, in_flight: InFlight, responded: bool) {
         let InFlight { future, sink, .. } = in_flight;
         drop(future);
+        // What it streamed and held back for a fuller `text_delta` event is announced now,
+        // before anything of the run's end (a returned turn flushed its own).
+        sink.flush();
         if !responded {
             let streamed = sink.streamed_text();
             if !streamed.is_empty() {
@@ -409,8 +413,9 @@ async fn retry_after(
             agent = %id, turn, attempt, error = %error, delay_ms,
             "model call failed; retrying"
         );
-        shared.registry.announce(
+        shared.registry.announce_run(
             id,
+            run,
             EventKind::Retrying {
                 turn,
                 attempt,

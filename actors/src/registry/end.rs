@@ -456,8 +456,13 @@ impl Inner {
         // A turn of this run that has not billed (its actor was killed mid-turn, or the run
         // settled for it) is billed what its model reported, before the terminal event; its
         // own bill, if it still comes, finds the sink's usage taken (`Registry::bill_turn`).
+        // The text it held back for a fuller `text_delta` event goes first.
         let cut_off = entry.conversation.lock().turn.take();
-        if let Some(delta) = cut_off.map(|sink| sink.take_usage()) {
+        if let Some(sink) = cut_off {
+            if let Some((turn, text)) = sink.take_pending() {
+                self.emit(id, EventKind::TextDelta { turn, text }, now);
+            }
+            let delta = sink.take_usage();
             if delta != Usage::default() {
                 self.emit(id, EventKind::UsageReported { delta }, now);
             }

@@ -340,6 +340,21 @@ impl Registry {
         self.lock().emit(id, kind, now);
     }
 
+    /// As [`Registry::announce`], for what run `run` of `id` does while it runs (a turn's
+    /// streamed text): dropped once that run settled, as a late bill is
+    /// ([`Registry::bill_turn`]), so nothing of an agent follows its terminal event. (Its
+    /// actor may be inside a poll of its turn while its owner's transaction settles it
+    /// killed.)
+    pub(crate) fn announce_run(&self, id: AgentId, run: u32, kind: EventKind) {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        let current = inner.entry(id).is_some_and(|e| e.runs == run)
+            && inner.status_of(id).is_some_and(|s| !s.is_terminal());
+        if current {
+            inner.emit(id, kind, now);
+        }
+    }
+
     /// Waits until no agent is live.
     pub(crate) async fn idle(&self) {
         let mut live = self.lock().live_tx.subscribe();
