@@ -13,6 +13,7 @@ mod crash_kill;
 mod lifetimes_detached_boundary;
 mod lifetimes_drain_vs_abort;
 mod races_mt;
+mod review10;
 mod review5;
 mod review8;
 mod review9;
