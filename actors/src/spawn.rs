@@ -29,6 +29,9 @@ pub(crate) struct SpawnSpec<'a> {
     pub(crate) pooled: bool,
     /// The owner's span, the parent of the child's.
     pub(crate) owner_span: crate::util::SpanSlot,
+    /// A resumed run of an agent another node hosted: `owner_conversation` is its own
+    /// conversation, continued (`Tree::spawn_with`).
+    pub(crate) resumed: bool,
 }
 
 /// How to start an agent's actor, kept while it waits for a pool slot.
@@ -82,6 +85,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         request,
         pooled,
         owner_span,
+        resumed,
     } = spec;
     let node = placement(&request, &definition);
     if let Some(node) = &node {
@@ -96,7 +100,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         branch,
         prompt: request.prompt,
         context: Vec::new(),
-        resumed: false,
+        resumed,
         owner_capabilities,
         parent_span: owner_span,
         node,
@@ -192,12 +196,16 @@ pub(crate) async fn reopen(
     prompt: String,
     owner_capabilities: Option<Box<Capabilities>>,
 ) -> Result<StartTicket, SpawnError> {
-    // A remote agent's conversation is on its node, gone with its hosted tree: it can be
-    // resumed with a task, never continued as it was.
-    if prompt.is_empty() {
+    // A remote agent's conversation is kept here only when its node sent it as its run
+    // ended (`Up::Conversation`); without it, it can be resumed with a task, never
+    // continued as it was.
+    if prompt.is_empty()
+        && !shared.registry.conversation_journaled(id)
+        && shared.registry.conversation(id).is_empty()
+    {
         if let Some(node) = remote_placement(shared, id) {
             return Err(SpawnError::InvalidRequest(format!(
-                "{id} ran on node {node}, whose conversation is not kept here: resume it with a prompt"
+                "{id} ran on node {node}, which sent no conversation to continue (its run did not end there, or it was over the frame limit): resume it with a prompt"
             )));
         }
     }

@@ -448,18 +448,22 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
-        self.spawn_with(request, false, &[]).await
+        self.spawn_with(request, false, &[], false).await
     }
 
     /// As [`Tree::spawn`]; `remote_owned`: the agent is a remote owner's child (a hosted
     /// tree's top agent), whose restarts its owner's node decides, so this tree never
     /// restarts it, and `inherited` is the conversation its owner's node decided it inherits
-    /// (it comes before its task whatever this tree's definition of it says).
+    /// (it comes before its task whatever this tree's definition of it says). `resumed`:
+    /// `inherited` is the agent's own conversation, continued by a resumed run (its owner's
+    /// node resumed it): the task is the next user message, an empty one adds none, and its
+    /// children never outlive the run.
     pub(crate) async fn spawn_with(
         &self,
         request: SpawnRequest,
         remote_owned: bool,
         inherited: &[agent_tree_protocol::Message],
+        resumed: bool,
     ) -> Result<AgentHandle, SpawnError> {
         if let Some(journal) = &self.shared.journal {
             journal.room().await;
@@ -488,6 +492,7 @@ impl Tree {
                 request,
                 pooled,
                 owner_span: crate::util::SpanSlot::new(self.shared.span.clone()),
+                resumed,
             },
         )
         .await;

@@ -15,6 +15,8 @@
 //!   answers `lead done` at once (its run is over while the helper runs).
 //! * `ask <question>`: asks its owner (`ask_owner`), then answers `answered: <result>`.
 //! * `big N`: answers N bytes (`x` repeated).
+//! * `count`: answers `messages <n>`, the number of messages the model was sent (a resumed
+//!   run that continues its conversation sees the earlier ones).
 //! * `ask-big N`: asks its owner a question of N bytes (`q` repeated), then answers
 //!   `answered: <the result's first 40 bytes>`.
 
@@ -184,6 +186,9 @@ impl Model for WorkerModel {
                     } else {
                         ModelResponse::text("lead done")
                     }
+                }
+                Some("count") => {
+                    ModelResponse::text(format!("messages {}", request.messages.len()))
                 }
                 Some("big") => {
                     let n = usize::try_from(number(1, 1)).unwrap_or(1);

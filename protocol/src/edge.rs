@@ -140,6 +140,7 @@ impl Down {
 ///     request_id: RequestId::new("a1/1/m2c0"),
 ///     settle: None,
 ///     context: Vec::new(),
+///     resume: false,
 /// };
 /// assert_eq!(spawn.agent().map(|a| a.to_string()).as_deref(), Some("a4"));
 /// ```
@@ -171,6 +172,11 @@ pub enum Command {
         /// when it inherits nothing.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         context: Vec<crate::Message>,
+        /// A resumed run: `context` is the agent's own conversation as its last run ended
+        /// (from [`Up::Conversation`]), continued; `prompt` is the next user message, and an
+        /// empty one adds none (the run continues as it was).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        resume: bool,
     },
     /// Steer `agent` at its next turn boundary.
     Steer {
@@ -281,6 +287,17 @@ pub enum Up {
         /// Why.
         error: String,
     },
+    /// The conversation hosted top agent `agent` (the hosted tree's id) ended its run with,
+    /// its final answer included: sent just before the run's terminal event, so the owner's
+    /// node keeps it (and journals it) for a resume that continues the run as it was. Not
+    /// sent when it is over the frame limit, or no longer in the hosted tree's memory
+    /// (sequenced).
+    Conversation {
+        /// The hosted top agent.
+        agent: AgentId,
+        /// Its conversation (the system prompt is not part of it).
+        messages: Vec<crate::Message>,
+    },
     /// A run of a hosted agent settled, or (for `a0`) the whole hosted tree (sequenced).
     Report {
         /// The report.
@@ -317,6 +334,7 @@ impl Up {
         matches!(
             self,
             Up::Event { .. }
+                | Up::Conversation { .. }
                 | Up::Asked { .. }
                 | Up::Steered { .. }
                 | Up::Refused { .. }
@@ -396,6 +414,7 @@ mod tests {
                     request_id: RequestId::new("a1/1/m2c0"),
                     settle: Some(crate::SettlePolicy::Drain),
                     context: vec![crate::Message::user("the owner's task")],
+                    resume: false,
                 },
             },
             Down::Command {
@@ -435,6 +454,13 @@ mod tests {
         ];
         let up = [
             Up::Event { event: event() },
+            Up::Conversation {
+                agent: AgentId::new(1),
+                messages: vec![
+                    crate::Message::user("go"),
+                    crate::Message::assistant("done", vec![]),
+                ],
+            },
             Up::Asked {
                 agent: AgentId::new(1),
                 question: "which branch?".into(),
@@ -559,7 +585,7 @@ mod tests {
         let d: Vec<bool> = down.iter().map(|f| f.body.is_sequenced()).collect();
         assert_eq!(d, [true, true, true, true, true, true, false, false, false]);
         let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
-        assert_eq!(u, [true, true, true, false, true, true, false, false]);
+        assert_eq!(u, [true, true, true, true, false, true, true, false, false]);
     }
 
     proptest! {

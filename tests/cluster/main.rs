@@ -295,6 +295,7 @@ async fn scenarios() {
     observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
     observe!(a_recovered_tree_keeps_its_mirrored_records);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
+    observe!(a_settled_remote_child_resumed_with_an_empty_prompt_continues);
     observe!(review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes);
     observe!(review4_hosted_trees_with_a_journal_per_edge_serve_spawns);
     observe!(review4_hosted_trees_journaling_to_one_file_refuse_a_second_spawn);

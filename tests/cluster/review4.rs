@@ -267,8 +267,10 @@ pub(crate) async fn review4_a_recovered_remote_child_is_still_remote_with_its_mi
     process.finish();
 }
 
-/// A remote child that completed in a journaled tree (its empty "conversation" journaled
-/// at its settle, dropped from memory) is resumed with a new task, as a local one is.
+/// A remote child that completed in a journaled tree (the conversation its node sent up
+/// journaled at its settle, dropped from memory) is resumed with a new task, as a local one
+/// is: the task is the next message of its conversation (the worker's model reads the first
+/// task and shows the later ones as steers).
 pub(crate) async fn review4_a_settled_remote_child_of_a_journaled_tree_resumes(owner: &mut Owner) {
     let dir = Dir::new("settled-resume");
     let (name, mut process) = owner.worker().await;
@@ -287,12 +289,74 @@ pub(crate) async fn review4_a_settled_remote_child_of_a_journaled_tree_resumes(o
     let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
         .await
         .expect("the resumed remote child settles");
-    assert_eq!(outcome.text.as_deref(), Some("done 2"), "{outcome:?}");
-    assert_eq!(root_tokens(&tree), 36);
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("done 1 | steered: work 2 10"),
+        "{outcome:?}"
+    );
+    assert_eq!(root_tokens(&tree), 24);
     let (live, tokens, edges) = worker_idle(&mut process);
-    assert_eq!((live, tokens, edges), (0, 36, 0));
+    assert_eq!((live, tokens, edges), (0, 24, 0));
     tree.shutdown().await;
     process.finish();
+}
+
+/// A settled remote child resumed with an empty prompt continues its conversation on its
+/// node, as a local one does: its node sent the conversation up before the terminal event,
+/// the stand-in's settle kept it, and the resume sends it down again. With a journal the
+/// settle wrote it there (and memory dropped it), so this also reads it back. A resume with a
+/// prompt continues it too, the prompt the next message.
+pub(crate) async fn a_settled_remote_child_resumed_with_an_empty_prompt_continues(
+    owner: &mut Owner,
+) {
+    for journaled in [false, true] {
+        let dir = Dir::new("empty-resume-continues");
+        let (name, mut process) = owner.worker().await;
+        let tree = if journaled {
+            journaled_tree(&owner.node, &name, &dir.file("tree.journal")).await
+        } else {
+            Tree::builder()
+                .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+                .model(ScriptedModel::new())
+                .node(&owner.node)
+                .build()
+                .await
+                .unwrap()
+        };
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "count"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        let first = handle.outcome().await;
+        assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+        // [count, messages 1]: continued as it was.
+        let mut resumed = tree.resume(id, "").await.expect("an empty resume starts");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+            .await
+            .expect("the resumed remote child settles");
+        assert_eq!(
+            outcome.text.as_deref(),
+            Some("messages 2"),
+            "journaled {journaled}: {outcome:?}"
+        );
+        // [count, messages 1, messages 2, again].
+        let mut again = tree
+            .resume(id, "again")
+            .await
+            .expect("a resume with a prompt starts");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), again.outcome())
+            .await
+            .expect("the second resume settles");
+        assert_eq!(
+            outcome.text.as_deref(),
+            Some("messages 4"),
+            "journaled {journaled}: {outcome:?}"
+        );
+        tree.shutdown().await;
+        assert!(worker_idle(&mut process).0 == 0, "journaled {journaled}");
+        process.finish();
+    }
 }
 
 /// The owner side of [`review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes`]:

@@ -402,6 +402,7 @@ async fn spawn_or_resume(
             request: request.with_request_id(request_id),
             pooled: false,
             owner_span: state.span.clone(),
+            resumed: false,
         },
     )
     .await;

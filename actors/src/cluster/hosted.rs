@@ -344,13 +344,14 @@ impl Side {
                 request_id,
                 settle,
                 context,
+                resume,
                 ..
             } => {
                 let mut request = SpawnRequest::new(definition, prompt);
                 request.request_id = Some(request_id);
                 request.settle = settle;
                 // Its owner's node restarts it (a new edge): never this tree too.
-                match tree.spawn_with(request, true, &context).await {
+                match tree.spawn_with(request, true, &context, resume).await {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
                     }
@@ -417,13 +418,26 @@ impl Side {
         }
         let terminal = event.kind.outcome().is_some();
         let (agent, seq) = (event.agent, event.seq);
-        self.queue(Up::Event { event });
         let top = self
             .fold
             .records()
             .get(usize::try_from(agent.get()).unwrap_or(usize::MAX))
             .filter(|r| r.parent == Some(AgentId::ROOT))
             .cloned();
+        if let (true, Some(tree)) = (terminal && top.is_some(), &self.tree) {
+            // Before the terminal event: the owner's stand-in settles on that event and
+            // keeps this for a resume that continues the run as it was. (Its settle wrote
+            // it to the cell before the event; a journal that dropped it from memory
+            // leaves nothing to send.)
+            let messages = tree.shared.registry.conversation(agent);
+            if !messages.is_empty() {
+                self.queue(Up::Conversation {
+                    agent,
+                    messages: messages.to_vec(),
+                });
+            }
+        }
+        self.queue(Up::Event { event });
         if let (true, Some(record)) = (terminal, top) {
             self.queue(Up::Report {
                 report: TerminalReport {

@@ -96,6 +96,9 @@ pub(crate) struct State {
     /// count of its questions).
     asking: Option<(u32, u32)>,
     questions: u32,
+    /// The conversation the top's run ended with, sent just before its terminal event
+    /// (`Up::Conversation`): the settle keeps it (and journals it) for a resume.
+    conversation: Vec<agent_tree_protocol::Message>,
     /// Steers sent down, by their number, waiting for the remote agent's receipt.
     steers: HashMap<u64, RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     /// Whether the spawn could be queued (a prompt over the frame limit cannot).
@@ -160,6 +163,7 @@ impl Actor for StandIn {
             settled: false,
             asking: None,
             questions: 0,
+            conversation: Vec::new(),
             spawn_sent: false,
             steers: HashMap::new(),
             ticks: 0,
@@ -174,8 +178,10 @@ impl Actor for StandIn {
             request_id,
             // The request's override only: otherwise the child's node's definition decides.
             settle: (start.settle != start.definition.settle).then_some(start.settle),
-            // What its admission kept of its owner's conversation (its definition inherits).
+            // What its admission kept of its owner's conversation (its definition inherits),
+            // or, resumed, its own conversation, continued there.
             context: start.context.clone(),
+            resume: start.resumed,
         });
         // Aborted before it got here: the abort follows the spawn.
         if ticket.token.is_cancelled() {
@@ -585,6 +591,9 @@ impl State {
                     let _ = self.answer(format!("{agent} is not this edge's agent"), true);
                 }
             }
+            Up::Conversation { agent, messages } if self.top == Some(agent) => {
+                self.conversation = messages;
+            }
             Up::Report { report } => match self.mirror.check(&report) {
                 Ok(ReportCheck::Differs(mismatch)) => {
                     tracing::warn!(agent = %self.id, ?mismatch, "a remote child's report disagrees with its mirror");
@@ -733,31 +742,31 @@ impl State {
         // Off the routing table with the settle, not only when the actor is gone (the
         // node's counts agree with the records), the mirror kept before it is visible.
         self.leave();
-        let reason =
-            match self
-                .shared
-                .registry
-                .settle_run(self.id, self.run, outcome.clone(), Vec::new())
-            {
-                Some(settled) => {
-                    let ended = AgentMsg::ChildEnded {
-                        child: self.id,
-                        run: self.run,
-                        outcome,
-                        deferred: settled.deferred,
-                    };
-                    match settled.owner {
-                        Some(owner) => {
-                            let _ = owner.send_message(ended);
-                        }
-                        None => {
-                            let _ = self.owner.cast(ended);
-                        }
+        let reason = match self.shared.registry.settle_run(
+            self.id,
+            self.run,
+            outcome.clone(),
+            std::mem::take(&mut self.conversation),
+        ) {
+            Some(settled) => {
+                let ended = AgentMsg::ChildEnded {
+                    child: self.id,
+                    run: self.run,
+                    outcome,
+                    deferred: settled.deferred,
+                };
+                match settled.owner {
+                    Some(owner) => {
+                        let _ = owner.send_message(ended);
                     }
-                    SETTLED
+                    None => {
+                        let _ = self.owner.cast(ended);
+                    }
                 }
-                None => "agent-tree: settled elsewhere",
-            };
+                SETTLED
+            }
+            None => "agent-tree: settled elsewhere",
+        };
         myself.stop(Some(reason.to_owned()));
     }
 }

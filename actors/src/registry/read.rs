@@ -334,6 +334,19 @@ impl Registry {
         Ok(())
     }
 
+    /// `id`'s conversation as its cell holds it: as of its last turn boundary, or as its
+    /// settled run ended. Empty once a journal holds it instead, or for an unknown id.
+    pub(crate) fn conversation(
+        &self,
+        id: AgentId,
+    ) -> std::sync::Arc<[agent_tree_protocol::Message]> {
+        let inner = self.lock();
+        inner
+            .entry(id)
+            .map(|e| e.conversation.lock().messages.clone())
+            .unwrap_or_else(|| std::sync::Arc::from(Vec::new()))
+    }
+
     /// Announces an event about `id` that changes no record.
     pub(crate) fn announce(&self, id: AgentId, kind: EventKind) {
         let now = self.now_ms();

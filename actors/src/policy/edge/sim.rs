@@ -743,6 +743,7 @@ impl Sim {
                 request_id: RequestId::new(format!("a1/1/m{i}c0")),
                 settle: None,
                 context: Vec::new(),
+                resume: false,
             });
         }
         sim
