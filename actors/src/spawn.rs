@@ -198,20 +198,25 @@ pub(crate) async fn reopen(
 ) -> Result<StartTicket, SpawnError> {
     // A remote agent's conversation is kept here only when its node sent it as its run
     // ended (`Up::Conversation`); without it, it can be resumed with a task, never
-    // continued as it was.
-    if prompt.is_empty()
-        && !shared.registry.conversation_journaled(id)
-        && shared.registry.conversation(id).is_empty()
-    {
-        if let Some(node) = remote_placement(shared, id) {
-            return Err(SpawnError::InvalidRequest(format!(
-                "{id} ran on node {node}, which sent no conversation to continue (its run did not end there, or it was over the frame limit): resume it with a prompt"
-            )));
+    // continued as it was (an empty one, in memory or journaled, is none).
+    let nothing_to_continue = |conversation: &[Message]| -> Result<(), SpawnError> {
+        if !prompt.is_empty() || !conversation.is_empty() {
+            return Ok(());
         }
-    }
+        match remote_placement(shared, id) {
+            Some(node) => Err(SpawnError::InvalidRequest(format!(
+                "{id} ran on node {node}, which sent no conversation to continue (its run did not end there, or it was over the frame limit): resume it with a prompt"
+            ))),
+            None => Ok(()),
+        }
+    };
     let mut journaled = None;
     if shared.registry.conversation_journaled(id) {
-        journaled = Some(read_back(shared, id).await?);
+        let read = read_back(shared, id).await?;
+        nothing_to_continue(&read)?;
+        journaled = Some(read);
+    } else {
+        nothing_to_continue(&shared.registry.conversation(id))?;
     }
     match shared.registry.reopen(
         id,
@@ -226,6 +231,7 @@ pub(crate) async fn reopen(
             if text == crate::registry::NEEDS_CONVERSATION && journaled.is_none() =>
         {
             let journaled = read_back(shared, id).await?;
+            nothing_to_continue(&journaled)?;
             shared.registry.reopen(
                 id,
                 owner,

@@ -6,10 +6,13 @@
 //! Built only with the `cluster` feature (`cargo test --features cluster --test cluster`).
 
 mod review4;
+mod review5;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
 #[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
 use review4::*;
+#[allow(clippy::wildcard_imports, reason = "the fifth review's scenarios")]
+use review5::*;
 
 use std::time::{Duration, Instant};
 
@@ -302,6 +305,15 @@ async fn scenarios() {
     observe!(review4_a_detached_remote_child_asking_its_ended_owner_is_answered);
     observe!(review4_a_detached_remote_child_outlives_its_owner_and_counts_once);
     observe!(review4_pooled_background_remote_spawns_queue_and_count_once);
+    observe!(review5_an_empty_resume_of_a_resumed_remote_run_continues_again);
+    observe!(review5_an_aborted_remote_child_resumed_with_an_empty_prompt_continues);
+    observe!(review5_a_restarted_remote_child_resumed_with_an_empty_prompt_continues);
+    observe!(review5_an_owner_agent_resumes_its_remote_child_with_an_empty_prompt);
+    observe!(review5_a_recovered_tree_continues_a_completed_remote_childs_conversation);
+    observe!(review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit);
+    observe!(review5_an_empty_resume_is_refused_after_the_remote_childs_node_was_killed);
+    observe!(review5_a_hosted_journal_that_dropped_the_conversation_refuses_an_empty_resume);
+    observe!(review5_a_resume_that_never_reached_its_node_keeps_the_conversation);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",

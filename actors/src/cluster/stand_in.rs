@@ -742,31 +742,38 @@ impl State {
         // Off the routing table with the settle, not only when the actor is gone (the
         // node's counts agree with the records), the mirror kept before it is visible.
         self.leave();
-        let reason = match self.shared.registry.settle_run(
-            self.id,
-            self.run,
-            outcome.clone(),
-            std::mem::take(&mut self.conversation),
-        ) {
-            Some(settled) => {
-                let ended = AgentMsg::ChildEnded {
-                    child: self.id,
-                    run: self.run,
-                    outcome,
-                    deferred: settled.deferred,
-                };
-                match settled.owner {
-                    Some(owner) => {
-                        let _ = owner.send_message(ended);
-                    }
-                    None => {
-                        let _ = self.owner.cast(ended);
-                    }
-                }
-                SETTLED
-            }
-            None => "agent-tree: settled elsewhere",
+        // Without the conversation from its node (its run did not end there, or the spawn
+        // never got there), the one the owner holds stays: a resume continues that.
+        let conversation = if self.conversation.is_empty() {
+            self.shared.registry.conversation(self.id).to_vec()
+        } else {
+            std::mem::take(&mut self.conversation)
         };
+        let reason =
+            match self
+                .shared
+                .registry
+                .settle_run(self.id, self.run, outcome.clone(), conversation)
+            {
+                Some(settled) => {
+                    let ended = AgentMsg::ChildEnded {
+                        child: self.id,
+                        run: self.run,
+                        outcome,
+                        deferred: settled.deferred,
+                    };
+                    match settled.owner {
+                        Some(owner) => {
+                            let _ = owner.send_message(ended);
+                        }
+                        None => {
+                            let _ = self.owner.cast(ended);
+                        }
+                    }
+                    SETTLED
+                }
+                None => "agent-tree: settled elsewhere",
+            };
         myself.stop(Some(reason.to_owned()));
     }
 }

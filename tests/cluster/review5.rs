@@ -1,0 +1,443 @@
+//! The fifth cluster review: a remote agent's conversation coming up at its run's end
+//! (`Up::Conversation`) and the resumes that continue it: resumed twice, after an abort,
+//! after a restart, by its owner agent's `Agent` tool, after a recovery, over the frame
+//! limit, with no conversation that came up (journaled or not), hosted trees with their own
+//! journal. Registered in `scenarios()` like every other scenario.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_tree::JournalConfig;
+use agent_tree::cluster::Node;
+use agent_tree::protocol::{
+    AgentDefinition, AgentId, AgentStatus, RestartPolicy, SpawnRequest, WaitPolicy,
+};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::{Catalog, Tree, TreeConfig};
+
+use super::worker::{self, WorkerProcess};
+use super::{Owner, first_usage, lead_of, root_tokens, runner, worker_idle};
+
+/// The env variable review4's journaled worker reads its journal path from.
+const JOURNAL_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_JOURNAL";
+
+/// A fresh directory, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "agent-tree-review5-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An owner tree placing `runner` on `worker`; journaled to `journal` when given.
+async fn owner_tree(node: &Node, worker: &str, journal: Option<&Path>) -> Tree {
+    let mut builder = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
+        .model(ScriptedModel::new())
+        .node(node);
+    if let Some(path) = journal {
+        builder = builder.journal(JournalConfig::new(path));
+    }
+    builder.build().await.expect("the owner tree builds")
+}
+
+/// A worker in review4's `journaled-unique` mode (each hosted tree journals to a file of
+/// its own in `dir`), joined.
+async fn journaled_unique_worker(owner: &mut Owner, dir: &Path) -> (String, WorkerProcess) {
+    owner.workers += 1;
+    let name = format!("worker-{}", owner.workers);
+    let mut command = owner.worker_command(&name, worker::free_port(), "journaled-unique");
+    command.env(JOURNAL_ENV, dir);
+    let process = tokio::task::spawn_blocking(move || WorkerProcess::start(command))
+        .await
+        .unwrap();
+    owner
+        .node
+        .await_peer(&name)
+        .await
+        .expect("the worker joined");
+    (name, process)
+}
+
+/// Resumes `id` with `prompt` and waits (at most 20 s) for the resumed run's outcome.
+async fn resumed_outcome(tree: &Tree, id: AgentId, prompt: &str) -> agent_tree::protocol::Outcome {
+    let mut handle = tree
+        .resume(id, prompt)
+        .await
+        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
+    tokio::time::timeout(Duration::from_secs(20), handle.outcome())
+        .await
+        .unwrap_or_else(|_| panic!("the resumed run ({prompt:?}) of {id} settles"))
+}
+
+/// An empty resume of a resumed remote run continues again, with and without a journal:
+/// `count` answers 1, 2, 3 messages; each run bills 12 tokens, counted once at the root
+/// and once on the worker.
+pub(crate) async fn review5_an_empty_resume_of_a_resumed_remote_run_continues_again(
+    owner: &mut Owner,
+) {
+    for journaled in [false, true] {
+        let dir = Dir::new("twice");
+        let (name, mut process) = owner.worker().await;
+        let path = dir.file("tree.journal");
+        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "count"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        let first = handle.outcome().await;
+        assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+        for expected in ["messages 2", "messages 3"] {
+            let outcome = resumed_outcome(&tree, id, "").await;
+            assert_eq!(
+                outcome.text.as_deref(),
+                Some(expected),
+                "journaled {journaled}: {outcome:?}"
+            );
+        }
+        assert_eq!(root_tokens(&tree), 36, "journaled {journaled}");
+        let (live, tokens, edges) = worker_idle(&mut process);
+        assert_eq!((live, tokens, edges), (0, 36, 0), "journaled {journaled}");
+        tree.shutdown().await;
+        process.finish();
+    }
+}
+
+/// An aborted remote child's conversation comes up too (the abort is a terminal event of a
+/// top agent): an empty resume continues it on its node, as a local aborted agent's
+/// does, rather than being refused.
+pub(crate) async fn review5_an_aborted_remote_child_resumed_with_an_empty_prompt_continues(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner_tree(&owner.node, &name, None).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 3 400"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    first_usage(&tree, id).await;
+    tree.abort(id).unwrap();
+    let aborted = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
+        .await
+        .expect("the aborted remote child settles");
+    assert_eq!(aborted.status, AgentStatus::Aborted, "{aborted:?}");
+    let outcome = resumed_outcome(&tree, id, "").await;
+    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    assert!(
+        outcome
+            .text
+            .as_deref()
+            .is_some_and(|t| t.starts_with("done 3")),
+        "{outcome:?}"
+    );
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, root_tokens(&tree), "usage counted once");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A transient remote child fails once, its owner restarts it (a new incarnation, a new
+/// edge), it completes; the empty resume continues the restarted run's conversation (not
+/// refused), and usage still matches the worker's.
+pub(crate) async fn review5_a_restarted_remote_child_resumed_with_an_empty_prompt_continues(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let tree = super::tree_of(
+        owner,
+        vec![
+            AgentDefinition::new("flaky", "")
+                .with_restart(RestartPolicy::Transient)
+                .on_node(&name),
+        ],
+        ScriptedModel::new(),
+        TreeConfig::default(),
+    )
+    .await;
+    let id = tree
+        .spawn(SpawnRequest::new("flaky", "fail-first"))
+        .await
+        .unwrap()
+        .id();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.wait(&[id], WaitPolicy::AllSettled),
+    )
+    .await
+    .expect("settles");
+    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
+    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let outcome = resumed_outcome(&tree, id, "").await;
+    assert_eq!(outcome.text.as_deref(), Some("recovered"), "{outcome:?}");
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, root_tokens(&tree), "usage counted once");
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// An owner agent resumes its remote child through its `Agent` tool (`resume` with an
+/// empty prompt, `docs/semantics.md`): the child continues its conversation on its node.
+pub(crate) async fn review5_an_owner_agent_resumes_its_remote_child_with_an_empty_prompt(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let model = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("runner", "count"),
+            Turn::calls([Call::tool(
+                "Agent",
+                serde_json::json!({ "resume": "a2", "prompt": "" }),
+            )]),
+            Turn::answer("lead done"),
+        ]),
+    );
+    let tree = super::tree_of(
+        owner,
+        vec![runner().on_node(&name), lead_of(&["runner"])],
+        model,
+        TreeConfig::default(),
+    )
+    .await;
+    let lead = tokio::time::timeout(
+        Duration::from_secs(20),
+        tree.run(SpawnRequest::new("lead", "go")),
+    )
+    .await
+    .expect("the lead settles")
+    .unwrap();
+    assert_eq!(lead.text.as_deref(), Some("lead done"), "{lead:?}");
+    let record = tree.record(AgentId::new(2)).expect("the runner's record");
+    assert_eq!(record.agent_type, "runner");
+    assert_eq!(
+        record.outcome.as_ref().and_then(|o| o.text.as_deref()),
+        Some("messages 2"),
+        "{record:?}"
+    );
+    assert_eq!(root_tokens(&tree), 24);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, tokens, edges), (0, 24, 0));
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A journaled owner tree shut down after its remote child completed, then built again from
+/// its journal: the empty resume continues the conversation the journal holds.
+pub(crate) async fn review5_a_recovered_tree_continues_a_completed_remote_childs_conversation(
+    owner: &mut Owner,
+) {
+    let dir = Dir::new("recovered-count");
+    let (name, process) = owner.worker().await;
+    let path = dir.file("tree.journal");
+    let tree = owner_tree(&owner.node, &name, Some(&path)).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "count"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let first = handle.outcome().await;
+    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+    tree.shutdown().await;
+    drop(tree);
+    let tree = owner_tree(&owner.node, &name, Some(&path)).await;
+    assert_eq!(root_tokens(&tree), 12, "the journaled usage");
+    let outcome = resumed_outcome(&tree, id, "").await;
+    assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
+    assert_eq!(root_tokens(&tree), 24);
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A remote child whose answer is over the frame limit: its conversation cannot come up,
+/// so an empty resume must be refused with the reason (`docs/cluster.md`, "Not built yet":
+/// "So is one whose conversation was over the frame limit"), with or without a journal on
+/// the owner's tree. A journal must not turn "no conversation came up" into "an empty
+/// conversation to continue".
+pub(crate) async fn review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit(
+    owner: &mut Owner,
+) {
+    let mut failures = Vec::new();
+    for journaled in [false, true] {
+        let dir = Dir::new("over-limit");
+        let (name, mut process) = owner.worker().await;
+        let path = dir.file("tree.journal");
+        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "big 9437184"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        let first = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+            .await
+            .expect("the remote child with a 9 MiB answer settles");
+        assert_eq!(first.status, AgentStatus::Completed, "{:?}", first.error);
+        match tree.resume(id, "").await {
+            Err(error) => {
+                let error = error.to_string();
+                if !error.contains("resume it with a prompt") {
+                    failures.push(format!("journaled {journaled}: refused, but {error:?}"));
+                }
+            }
+            Ok(mut resumed) => {
+                let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+                    .await
+                    .map(|o| format!("{:?}: {:?} {:?}", o.status, o.text, o.error))
+                    .unwrap_or_else(|_| "no settle within 20 s".to_owned());
+                failures.push(format!(
+                    "journaled {journaled}: the empty resume started (no conversation came up), \
+                     and ran as {outcome}"
+                ));
+            }
+        }
+        tree.shutdown().await;
+        let _ = worker_idle(&mut process);
+        process.finish();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+/// A remote child whose node was killed mid-run: its run did not end on its node, no
+/// conversation came up, so an empty resume is refused with the reason (`docs/cluster.md`,
+/// "Not built yet"), with or without a journal on the owner's tree.
+pub(crate) async fn review5_an_empty_resume_is_refused_after_the_remote_childs_node_was_killed(
+    owner: &mut Owner,
+) {
+    let mut failures = Vec::new();
+    for journaled in [false, true] {
+        let dir = Dir::new("node-killed");
+        let (name, mut process) = owner.worker().await;
+        let path = dir.file("tree.journal");
+        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "work 50 100"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        first_usage(&tree, id).await;
+        process.kill9();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
+            .await
+            .expect("the remote child of a killed node settles");
+        assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+        match tree.resume(id, "").await {
+            Err(error) => {
+                let error = error.to_string();
+                if !error.contains("resume it with a prompt") {
+                    failures.push(format!("journaled {journaled}: refused, but {error:?}"));
+                }
+            }
+            Ok(mut resumed) => {
+                let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+                    .await
+                    .map(|o| format!("{:?}: {:?} {:?}", o.status, o.text, o.error))
+                    .unwrap_or_else(|_| "no settle within 20 s".to_owned());
+                failures.push(format!(
+                    "journaled {journaled}: the empty resume started (no conversation came up), \
+                     and ran as {outcome}"
+                ));
+            }
+        }
+        tree.shutdown().await;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+/// A worker whose hosted trees each journal to a file of their own drops a settled top
+/// agent's conversation from memory, so nothing comes up (documented, "Not built yet"): the
+/// empty resume is refused with the reason, and one with a prompt starts afresh on its
+/// node; usage counts once.
+pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_refuses_an_empty_resume(
+    owner: &mut Owner,
+) {
+    let dir = Dir::new("hosted-journal");
+    let (name, mut process) = journaled_unique_worker(owner, &dir.0).await;
+    let tree = owner_tree(&owner.node, &name, None).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "count"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let first = tokio::time::timeout(Duration::from_secs(20), handle.outcome())
+        .await
+        .expect("the remote child settles");
+    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+    let error = match tree.resume(id, "").await {
+        Ok(_) => panic!("an empty resume with no conversation kept was started"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("resume it with a prompt"), "{error}");
+    let outcome = resumed_outcome(&tree, id, "count").await;
+    assert_eq!(outcome.text.as_deref(), Some("messages 1"), "{outcome:?}");
+    assert_eq!(root_tokens(&tree), 24);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, tokens, edges), (0, 24, 0));
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// A resume whose spawn cannot go down (its prompt is over the frame limit) fails without
+/// running on the node; it must not erase the conversation the owner kept from the run
+/// before: the next empty resume still continues it (`count` answers 2), as a local
+/// agent's failed run leaves its conversation for a resume.
+pub(crate) async fn review5_a_resume_that_never_reached_its_node_keeps_the_conversation(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let tree = owner_tree(&owner.node, &name, None).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "count"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    let first = handle.outcome().await;
+    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+    let big = "p".repeat(9 * 1024 * 1024);
+    let failed = resumed_outcome(&tree, id, &big).await;
+    assert_eq!(failed.status, AgentStatus::Failed, "{:?}", failed.error);
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("frame limit"),
+        "{:?}",
+        failed.error
+    );
+    let outcome = match tree.resume(id, "").await {
+        Ok(mut resumed) => tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+            .await
+            .expect("the empty resume settles"),
+        Err(error) => panic!(
+            "the conversation kept from run 1 was erased by a resume that never reached \
+             node {name}: {error}"
+        ),
+    };
+    assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    tree.shutdown().await;
+    process.finish();
+}
