@@ -215,7 +215,7 @@ pub(crate) async fn reopen(
         let read = read_back(shared, id).await?;
         nothing_to_continue(&read)?;
         journaled = Some(read);
-    } else {
+    } else if prompt.is_empty() {
         nothing_to_continue(&shared.registry.conversation(id))?;
     }
     match shared.registry.reopen(

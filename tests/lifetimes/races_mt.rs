@@ -12,16 +12,16 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use crate::support::{RecordingModel, catalog, delegator, leaf};
 
 /// Real time: a loop iteration that does not finish in this long has hung.
-const REAL_GUARD: Duration = Duration::from_secs(10);
+pub(crate) const REAL_GUARD: Duration = Duration::from_secs(10);
 
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(REAL_GUARD, future)
         .await
         .unwrap_or_else(|_| panic!("{what} hung"))
 }
 
 /// Folds `events` and compares with the tree's records.
-fn assert_folds(tree: &Tree, events: &[Event], run: u32) {
+pub(crate) fn assert_folds(tree: &Tree, events: &[Event], run: u32) {
     let snapshot = tree.snapshot();
     let mut fold = Fold::new();
     for event in events.iter().filter(|e| e.seq <= snapshot.tally.total()) {

@@ -19,19 +19,11 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::races_mt::bounded;
 use crate::support::{catalog, delegator, leaf, terminal_event};
 
 /// Input tokens every worker call reports with its first chunk.
 const INPUT: u64 = 10;
-
-/// Real time: an iteration (or a paused test's wait) that takes longer has hung.
-const REAL_GUARD: Duration = Duration::from_secs(10);
-
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(REAL_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung"))
-}
 
 /// How a planned worker call ends, after it streamed its chunks.
 #[derive(Clone, Debug)]

@@ -10,18 +10,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
-use agent_tree::protocol::{AgentRecord, EndReason, Event, Fold};
+use agent_tree::protocol::{AgentRecord, EndReason, Event};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use tokio::sync::{Semaphore, mpsc, watch};
 
+use crate::races_mt::{assert_folds, bounded};
 use crate::support::{catalog, delegator, leaf};
-
-/// Real time: a loop iteration that does not finish in this long has hung.
-const REAL_GUARD: Duration = Duration::from_secs(10);
 
 /// Characters a streamed turn sends before it answers.
 const CHUNKS: u64 = 40;
@@ -29,25 +26,13 @@ const CHUNKS: u64 = 40;
 /// Input tokens every streamed call reports with its first character.
 const INPUT: u64 = 10;
 
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(REAL_GUARD, future)
-        .await
-        .unwrap_or_else(|_| panic!("{what} hung"))
-}
-
-/// Folds `events` and compares with the tree's records; checks the usage sums.
+/// Checks the usage sums, then folds `events` and compares with the tree's records.
 fn assert_consistent(tree: &Tree, events: &[Event], run: u32) {
     let snapshot = tree.snapshot();
     if let Err(mismatch) = snapshot.check_usage() {
         panic!("run {run}: {mismatch:?}\n{}", snapshot.render_text());
     }
-    let mut fold = Fold::new();
-    for event in events.iter().filter(|e| e.seq <= snapshot.tally.total()) {
-        fold.apply(event)
-            .unwrap_or_else(|e| panic!("run {run}: {e}"));
-    }
-    let recorded: Vec<_> = snapshot.records.iter().map(|r| (**r).clone()).collect();
-    assert_eq!(fold.records(), &recorded[..], "run {run}");
+    assert_folds(tree, events, run);
 }
 
 /// Answers `lead` from a script; every other agent streams [`CHUNKS`] characters, each

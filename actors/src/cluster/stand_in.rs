@@ -745,9 +745,9 @@ impl State {
         // Without the conversation from its node (its run did not end there, or the spawn
         // never got there), the one the owner holds stays: a resume continues that.
         let conversation = if self.conversation.is_empty() {
-            self.shared.registry.conversation(self.id).to_vec()
+            self.shared.registry.conversation(self.id)
         } else {
-            std::mem::take(&mut self.conversation)
+            std::mem::take(&mut self.conversation).into()
         };
         let reason =
             match self

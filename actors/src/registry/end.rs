@@ -57,10 +57,10 @@ impl Registry {
         id: AgentId,
         run: u32,
         outcome: Outcome,
-        conversation: Vec<Message>,
+        conversation: impl Into<Arc<[Message]>>,
     ) -> Option<Settled> {
         let now = self.now_ms();
-        let conversation: std::sync::Arc<[Message]> = conversation.into();
+        let conversation: Arc<[Message]> = conversation.into();
         let mut inner = self.lock();
         let entry = inner.entry(id)?;
         if entry.runs != run {
