@@ -298,7 +298,10 @@ async fn scenarios() {
     observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
     observe!(a_recovered_tree_keeps_its_mirrored_records);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
-    observe!(a_settled_remote_child_resumed_with_an_empty_prompt_continues);
+    observe!(
+        a_settled_remote_child_resumed_with_an_empty_prompt_continues,
+        5
+    );
     observe!(review4_a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes);
     observe!(review4_hosted_trees_with_a_journal_per_edge_serve_spawns);
     observe!(review4_hosted_trees_journaling_to_one_file_refuse_a_second_spawn);
@@ -308,7 +311,10 @@ async fn scenarios() {
     observe!(review5_an_empty_resume_of_a_resumed_remote_run_continues_again);
     observe!(review5_an_aborted_remote_child_resumed_with_an_empty_prompt_continues);
     observe!(review5_a_restarted_remote_child_resumed_with_an_empty_prompt_continues);
-    observe!(review5_an_owner_agent_resumes_its_remote_child_with_an_empty_prompt);
+    observe!(
+        review5_an_owner_agent_resumes_its_remote_child_with_an_empty_prompt,
+        5
+    );
     observe!(review5_a_recovered_tree_continues_a_completed_remote_childs_conversation);
     observe!(review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit);
     observe!(review5_an_empty_resume_is_refused_after_the_remote_childs_node_was_killed);
