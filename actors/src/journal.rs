@@ -868,7 +868,10 @@ impl Writer {
                         }
                     }
                     Command::Flush(done) => {
-                        self.write(&mut buffer, 0);
+                        // What the batch wrote so far leaves the backlog before the answer:
+                        // once a flush returns, `Tree::journal_backlog` counts none of it.
+                        self.write(&mut buffer, written);
+                        self.release(std::mem::take(&mut written));
                         self.sync_now();
                         // A rotation due is done before the answer: once a flush (a tree's
                         // shutdown) returns, the writer does not touch the file again, so
@@ -877,7 +880,8 @@ impl Writer {
                         let _ = done.send(());
                     }
                     Command::ReadConversation(agent, reply) => {
-                        self.write(&mut buffer, 0);
+                        self.write(&mut buffer, written);
+                        self.release(std::mem::take(&mut written));
                         let lines = self.conversations.get(&agent).map_or_else(
                             || Ok(Vec::new()),
                             |(_, spans)| {
@@ -890,7 +894,8 @@ impl Writer {
                         let _ = reply.send(lines);
                     }
                     Command::ReadOutput(agent, reply) => {
-                        self.write(&mut buffer, 0);
+                        self.write(&mut buffer, written);
+                        self.release(std::mem::take(&mut written));
                         let line = self
                             .outputs
                             .get(&agent)

@@ -94,6 +94,11 @@ struct CountingInner {
     /// While true, appends wait (the disk is "slow" until the test opens it).
     held: Mutex<bool>,
     opened: Condvar,
+    /// An append is waiting on `held` (announced on `waits`).
+    waiting: std::sync::atomic::AtomicBool,
+    waits: Condvar,
+    /// The next sync holds the appends after it.
+    hold_after_sync: std::sync::atomic::AtomicBool,
     fail: std::sync::atomic::AtomicBool,
 }
 
@@ -105,6 +110,14 @@ impl Counting {
     fn open(&self) {
         *self.inner.held.lock() = false;
         self.inner.opened.notify_all();
+    }
+
+    /// Blocks the calling thread until an append waits on the hold.
+    fn wait_until_blocked(&self) {
+        let mut held = self.inner.held.lock();
+        while !self.inner.waiting.load(Ordering::Acquire) {
+            self.inner.waits.wait(&mut held);
+        }
     }
 
     fn lines(&self) -> usize {
@@ -125,8 +138,11 @@ impl JournalStore for Counting {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         let mut held = self.inner.held.lock();
         while *held {
+            self.inner.waiting.store(true, Ordering::Release);
+            self.inner.waits.notify_all();
             self.inner.opened.wait(&mut held);
         }
+        self.inner.waiting.store(false, Ordering::Release);
         drop(held);
         if self.inner.fail.load(Ordering::Acquire) {
             return Err(io::Error::other("disk full"));
@@ -138,6 +154,9 @@ impl JournalStore for Counting {
 
     fn sync(&mut self) -> io::Result<()> {
         self.inner.syncs.fetch_add(1, Ordering::AcqRel);
+        if self.inner.hold_after_sync.swap(false, Ordering::AcqRel) {
+            *self.inner.held.lock() = true;
+        }
         Ok(())
     }
 
@@ -250,6 +269,62 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
         .map(|r| (**r).clone())
         .collect();
     assert_eq!(store.replay().records, records, "nothing was lost");
+}
+
+/// A flush that the writer answers in the middle of a batch counts what it wrote out of the
+/// backlog before it answers (it used to be counted out only at the batch's end, which may
+/// wait on the disk for the entries after the flush, so a tree just shut down said it was
+/// behind).
+#[tokio::test(start_paused = true)]
+async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
+    let store = Counting::default();
+    let model =
+        ScriptedModel::new().script("w", Script::new([Turn::hang(), Turn::hang(), Turn::hang()]));
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal_store(JournalConfig::new("mid-batch"), store.clone())
+        .build()
+        .await
+        .unwrap();
+    // The writer is stuck in an append of the first agent's entries.
+    store.hold();
+    let _a = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
+    let blocked = store.clone();
+    tokio::task::spawn_blocking(move || blocked.wait_until_blocked())
+        .await
+        .unwrap();
+    // Entries queue, a flush is asked for, and more entries queue behind it: the writer
+    // takes them all in one batch once the disk answers.
+    let _c = tree.spawn(SpawnRequest::new("w", "c")).await.unwrap();
+    let flush = tree.flush_journal();
+    tokio::pin!(flush);
+    tokio::select! {
+        biased;
+        () = &mut flush => panic!("the flush returned while the disk was held"),
+        () = std::future::ready(()) => {}
+    }
+    let _b = tree.spawn(SpawnRequest::new("w", "b")).await.unwrap();
+    for _ in 0..8 {
+        // The second agent's first turn starts (and hangs), journaling its conversation.
+        tokio::task::yield_now().await;
+    }
+    // The disk answers, and holds again right after the flush's sync: the entries after the
+    // flush stay unwritten.
+    store.inner.hold_after_sync.store(true, Ordering::Release);
+    store.open();
+    flush.await;
+    let (written, backlog) = (store.lines(), tree.journal_backlog());
+    store.open();
+    tree.flush_journal().await;
+    assert!(backlog > 0, "nothing queued after the flush");
+    assert_eq!(
+        backlog,
+        store.lines() - written,
+        "the backlog after the flush is exactly what it had not written"
+    );
+    tree.shutdown().await;
+    assert_eq!(tree.journal_backlog(), 0);
 }
 
 #[tokio::test(start_paused = true)]
