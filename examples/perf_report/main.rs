@@ -41,7 +41,8 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some("--profile") {
         // For `perf record`: only agent-tree's side of one tree scenario, repeated
-        // (`--profile <shape> <n> <reps> [hung]`, `hung`: every shutdown hook hangs).
+        // (`--profile <shape> <n> <reps> [hung|raw_ractor|raw_tokio]`, `hung`: every shutdown
+        // hook hangs).
         let shape = args
             .get(2)
             .and_then(|s| Shape::parse(s))
@@ -49,14 +50,41 @@ fn main() {
         let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(10_000);
         let reps = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(10);
         let hanging_hooks = args.get(5).map(String::as_str) == Some("hung");
+        // `raw_ractor` or `raw_tokio` in place of `hung`: that baseline's side instead.
+        let variant = Variant::ALL
+            .into_iter()
+            .find(|v| args.get(5).map(String::as_str) == Some(v.name()))
+            .unwrap_or(Variant::Ours);
         let rt = runtime();
         for _ in 0..reps {
-            let run = rt.block_on(scenarios::ours_tree_run(shape, n, hanging_hooks));
+            let run = match variant {
+                Variant::Ours => rt.block_on(scenarios::ours_tree_run(shape, n, hanging_hooks)),
+                raw => rt.block_on(scenarios::tree_run(raw, shape, n)),
+            };
             println!(
                 "spawn={:?} shutdown={:?} killed={}",
                 run.spawn, run.shutdown, run.killed
             );
         }
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--only") {
+        // One tree scenario, side by side (`--only <shape> <n> <reps>`): for measuring a
+        // change to one shape without running the whole report.
+        let shape = args
+            .get(2)
+            .and_then(|s| Shape::parse(s))
+            .unwrap_or(Shape::Wide);
+        let n = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+        let reps = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(REPS_10K);
+        let rt = runtime();
+        let mut report = Report::default();
+        let runs = interleave(reps, |variant| {
+            rt.block_on(scenarios::tree_run(variant, shape, n))
+        });
+        let label = format!("{}_{}", shape.name(), size(n));
+        report.timed(&format!("spawn_{label}"), &runs.map(|r| r.spawn), 1.5);
+        report.timed(&format!("shutdown_{label}"), &runs.map(|r| r.shutdown), 1.5);
         return;
     }
     if cfg!(debug_assertions) {
