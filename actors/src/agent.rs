@@ -177,11 +177,7 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         state.compute_capabilities();
-        if let Some(turn) = state.start(&myself) {
-            // The first turn's first poll, here: the actor has nothing else to do yet, and
-            // what was sent to it meanwhile is handled after (the token is checked first).
-            state.poll_turn_and_act(&myself, turn).await;
-        }
+        state.start(&myself);
         Ok(())
     }
 
@@ -203,7 +199,18 @@ impl Actor for AgentActor {
             // The paths that await (a turn's calls spawn children; a child's end may restart
             // one) are boxed: inlined, their futures would make every agent's processing loop
             // several kilobytes larger, whatever it is doing.
-            AgentMsg::PollTurn { turn } => state.poll_turn_and_act(&myself, turn).await,
+            AgentMsg::PollTurn { turn } => {
+                if let Some(result) = state.poll_turn(turn) {
+                    Box::pin(async {
+                        // What the turn's billing woke (an event's subscribers, the children
+                        // this agent started) runs before the agent acts on the result, as
+                        // it did when a turn was a task of its own that reported back.
+                        tokio::task::yield_now().await;
+                        state.on_turn_finished(&myself, turn, result).await;
+                    })
+                    .await;
+                }
+            }
             AgentMsg::ToolFinished {
                 turn,
                 index,
@@ -275,20 +282,6 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
-    /// Polls model turn `turn` and, if that finished it, acts on its result.
-    async fn poll_turn_and_act(&mut self, myself: &ActorRef<AgentMsg>, turn: u32) {
-        if let Some(result) = self.poll_turn(turn) {
-            Box::pin(async {
-                // What the turn's billing woke (an event's subscribers, the children this
-                // agent started) runs before the agent acts on the result, as it did when a
-                // turn was a task of its own that reported back.
-                tokio::task::yield_now().await;
-                self.on_turn_finished(myself, turn, result).await;
-            })
-            .await;
-        }
-    }
-
     /// The restart machine for this run's children, made on first use.
     fn supervisor(&mut self) -> &mut ChildSupervisor {
         let definition = &self.definition;

@@ -14,6 +14,7 @@ mod lifetimes_detached_boundary;
 mod lifetimes_drain_vs_abort;
 mod races_mt;
 mod review10;
+mod review11;
 mod review5;
 mod review8;
 mod review9;

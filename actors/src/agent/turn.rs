@@ -26,13 +26,11 @@ pub(crate) const CONTINUE_NOTICE: &str = "[runtime] Your reply was cut off at th
     length limit. Continue exactly where it stopped, without repeating anything.";
 
 impl AgentState {
-    /// Runs the start hooks (as a task, cancelled by an abort), then the first turn. Without
-    /// start hooks the first turn starts now, and its number is returned: the caller
-    /// (`post_start`, with nothing else to do) polls it first itself, no message needed.
-    pub(super) fn start(&mut self, myself: &ActorRef<AgentMsg>) -> Option<u32> {
+    /// Runs the start hooks (as a task, cancelled by an abort), then the first turn.
+    pub(super) fn start(&mut self, myself: &ActorRef<AgentMsg>) {
         let start_hooks = self.shared.hooks.on_start.clone();
         if start_hooks.is_empty() || self.token.is_cancelled() {
-            return self.begin_turn(myself, false);
+            return self.next_turn(myself);
         }
         let context = self.hook_context(None);
         let token = self.token.clone();
@@ -53,7 +51,6 @@ impl AgentState {
         self.phase = Phase::Starting {
             task: task.abort_handle(),
         };
-        None
     }
 
     /// The start hooks finished: the first turn, or a failed run.
@@ -78,15 +75,9 @@ impl AgentState {
     /// Starts the next model turn, or ends the run when the token is cancelled or the turns
     /// are used up.
     pub(super) fn next_turn(&mut self, myself: &ActorRef<AgentMsg>) {
-        self.begin_turn(myself, true);
-    }
-
-    /// [`AgentState::next_turn`]; `cast`: the turn's first poll is a message to this actor,
-    /// else the caller polls it (the turn's number is returned when one started).
-    fn begin_turn(&mut self, myself: &ActorRef<AgentMsg>, cast: bool) -> Option<u32> {
         if self.token.is_cancelled() {
             self.abort(myself);
-            return None;
+            return;
         }
         if self.turns >= self.max_turns {
             let outcome = Outcome::failed(
@@ -95,7 +86,7 @@ impl AgentState {
             )
             .with_partial(self.last_text.clone());
             self.end_run(myself, outcome);
-            return None;
+            return;
         }
         while let Some(inbound) = self.inbox.pop_front() {
             match inbound {
@@ -203,10 +194,8 @@ impl AgentState {
         });
         // The first poll, as a message: it comes after what the actor is doing now (the
         // children this turn's owner just started run first, as a turn's own task would have
-        // let them). Until then (or the caller's own first poll) wakes ask for none.
-        if cast {
-            let _ = myself.cast(AgentMsg::PollTurn { turn });
-        }
+        // let them).
+        let _ = myself.cast(AgentMsg::PollTurn { turn });
         self.turn_in_flight = Some(InFlight {
             turn,
             future,
@@ -214,7 +203,6 @@ impl AgentState {
             sink,
         });
         self.phase = Phase::Thinking { turn };
-        Some(turn)
     }
 
     /// Polls the model turn `turn` (its waker asked): its result once it has one. A turn the
