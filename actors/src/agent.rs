@@ -123,8 +123,8 @@ pub(crate) struct AgentState {
     supervisor: Option<Box<ChildSupervisor>>,
     /// Children whose `ask_owner` question has not been answered by a steer yet, with it.
     open_questions: BTreeMap<AgentId, String>,
-    /// The shutdown that reached this run, if one did (boxed: most runs never see one).
-    shutdown: Option<Box<ShutdownOrder>>,
+    /// The shutdown that reached this run, if one did (one pointer: the order is shared).
+    shutdown: Option<ShutdownOrder>,
     /// This run's span (see `docs/architecture.md`, tracing), if enabled.
     pub(crate) span: crate::util::SpanSlot,
 }
@@ -403,7 +403,7 @@ impl AgentState {
             continuations: 0,
             supervisor: None,
             open_questions: BTreeMap::new(),
-            shutdown: shutdown.map(Box::new),
+            shutdown,
             span: crate::util::SpanSlot::new(span),
         })
     }

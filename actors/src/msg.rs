@@ -54,9 +54,29 @@ pub(crate) type HookReport = (AgentId, Vec<String>);
 pub(crate) type Hooked =
     std::sync::Arc<parking_lot::Mutex<Vec<(AgentId, ractor::ActorRef<AgentMsg>)>>>;
 
-/// A shutdown's order to every agent it reaches, all at once.
+/// A shutdown's order to every agent it reaches, all at once: one shared value (a shutdown of
+/// 100k agents hands it to each agent and to each agent's registry entry, and a clone is
+/// one reference count, not one per field).
 #[derive(Clone, Debug)]
-pub(crate) struct ShutdownOrder {
+pub(crate) struct ShutdownOrder(std::sync::Arc<Order>);
+
+impl ShutdownOrder {
+    pub(crate) fn new(order: Order) -> Self {
+        ShutdownOrder(std::sync::Arc::new(order))
+    }
+}
+
+impl std::ops::Deref for ShutdownOrder {
+    type Target = Order;
+
+    fn deref(&self) -> &Order {
+        &self.0
+    }
+}
+
+/// What a [`ShutdownOrder`] holds.
+#[derive(Debug)]
+pub(crate) struct Order {
     /// The one deadline of the whole subtree.
     pub(crate) deadline: Instant,
     /// Where finished hooks' failures go.

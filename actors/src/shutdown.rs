@@ -108,14 +108,14 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // 1. Tell: one transaction marks and cancels the whole subtree, then every agent gets
     // the order at once.
     let (reports, mut hook_reports) = mpsc::unbounded_channel();
-    let order = ShutdownOrder {
+    let order = ShutdownOrder::new(crate::msg::Order {
         deadline,
         reports,
         killed: CancellationToken::new(),
         overdue: CancellationToken::new(),
         hooks: std::sync::Arc::default(),
         hooked: std::sync::Arc::default(),
-    };
+    });
     // Should this shutdown be dropped before its kill, its hooks still end a little after the
     // deadline: hook tasks that can see it stop at `overdue`, the hook runtime stops (so a
     // blocked hook's task is abandoned and no thread of it outlives the shutdown's work),

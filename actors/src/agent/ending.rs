@@ -96,7 +96,7 @@ impl AgentState {
             // One shutdown at a time: an overlapping one waits on the same end.
             return;
         }
-        self.shutdown = Some(Box::new(order));
+        self.shutdown = Some(order);
         let held = self.phase.held().cloned();
         if self.run_shutdown_hooks(myself, held.clone()) {
             return;
@@ -112,7 +112,7 @@ impl AgentState {
     /// task bounded by the shutdown's deadline and returns `true`; the run ends when they
     /// finish ([`AgentMsg::ShutdownHooksFinished`]), with `held` if it had ended with it.
     fn run_shutdown_hooks(&mut self, myself: &ActorRef<AgentMsg>, held: Option<Outcome>) -> bool {
-        let Some(order) = self.shutdown.as_deref().cloned() else {
+        let Some(order) = self.shutdown.clone() else {
             return false;
         };
         let shutdown_hooks = self.shared.hooks.on_shutdown.clone();

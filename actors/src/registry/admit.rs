@@ -383,7 +383,7 @@ impl Registry {
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);
-        let shutdown = entry.shutdown.as_deref().cloned();
+        let shutdown = entry.shutdown.clone();
         inner.emit(id, kind, now);
         Some((steers, shutdown))
     }

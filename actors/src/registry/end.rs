@@ -327,7 +327,7 @@ impl Registry {
                 if status.is_terminal() {
                     continue;
                 }
-                entry.shutdown = Some(Box::new(order.clone()));
+                entry.shutdown = Some(order.clone());
                 entry.abort_reason.get_or_insert(EndReason::Shutdown);
                 // The top's cancel reaches its non-detached descendants' tokens: only the
                 // others (detached ones) need their own, and a cancel that has nothing to do
