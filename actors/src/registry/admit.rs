@@ -107,7 +107,7 @@ impl Registry {
         }
         let mut entry = Entry::new(token.clone());
         entry.pooled = pooled;
-        entry.spec = Some(spec.clone());
+        entry.spec = Some(kept_spec(&spec, slot));
         let conversation = entry.conversation.clone();
         inner.entries.push(entry);
         let owner = inner
@@ -386,5 +386,28 @@ impl Registry {
         let shutdown = entry.shutdown.clone();
         inner.emit(id, kind, now);
         Some((steers, shutdown))
+    }
+}
+
+/// The start spec the registry keeps for `spec`'s agent: whole when a later start may re-run
+/// its task (a queued agent's start from the pool, a restart), else without its task and
+/// inherited context (a temporary agent started now is never restarted, and a resume brings
+/// its own prompt after the kept conversation): no copy of the prompt per spawn.
+fn kept_spec(spec: &PendingStart, slot: Slot) -> PendingStart {
+    let restartable = spec.definition.restart != agent_tree_protocol::RestartPolicy::Temporary;
+    if slot == Slot::Queue || restartable {
+        return spec.clone();
+    }
+    PendingStart {
+        definition: spec.definition.clone(),
+        branch: spec.branch.clone(),
+        prompt: String::new(),
+        settle: spec.settle,
+        context: Vec::new(),
+        resumed: spec.resumed,
+        detached: spec.detached,
+        owner_capabilities: spec.owner_capabilities.clone(),
+        parent_span: spec.parent_span.clone(),
+        node: spec.node.clone(),
     }
 }
