@@ -15,6 +15,7 @@ mod lifetimes_drain_vs_abort;
 mod races_mt;
 mod review10;
 mod review11;
+mod review12;
 mod review5;
 mod review8;
 mod review9;
