@@ -157,7 +157,16 @@ pub(crate) struct Registry {
     /// How many times the lock was taken: the cost model of `docs/architecture.md` counts
     /// acquisitions per agent, and a test holds the count.
     acquisitions: AtomicU64,
+    /// A hosted tree's conversation tap ([`Registry::tap_conversation`]), set once by its
+    /// edge before any agent runs; unset in every other tree.
+    #[cfg(feature = "cluster")]
+    conversations: std::sync::OnceLock<ConversationTap>,
 }
+
+/// Where a hosted tree's top agents' conversations go (`cluster::hosted`): the agent and its
+/// whole conversation at a turn boundary or a settle (one reference, no copy).
+#[cfg(feature = "cluster")]
+pub(crate) type ConversationTap = mpsc::UnboundedSender<(AgentId, Arc<[Message]>)>;
 
 #[derive(Debug)]
 struct Inner {
@@ -399,6 +408,28 @@ impl Registry {
                 read_bytes: 0,
             }),
             acquisitions: AtomicU64::new(0),
+            #[cfg(feature = "cluster")]
+            conversations: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Sends each top agent's conversation, at its every turn boundary and its settle, to
+    /// `tap` from now on (set once, by a hosted tree's edge, before any agent runs).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn set_conversation_tap(&self, tap: ConversationTap) {
+        let _ = self.conversations.set(tap);
+    }
+
+    /// `id`'s conversation, to the tap when one is set and `id` is a top agent (`depth` 1):
+    /// a hosted tree's edge sends it up, so its owner's node keeps what a local owner's
+    /// tree would. Called by the agent at its turn boundaries and by its settle, before the
+    /// settle's terminal event: the edge then has it when that event comes. Takes no lock.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn tap_conversation(&self, id: AgentId, depth: u32, messages: &Arc<[Message]>) {
+        if depth == 1
+            && let Some(tap) = self.conversations.get()
+        {
+            let _ = tap.send((id, messages.clone()));
         }
     }
 

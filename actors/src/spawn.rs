@@ -196,16 +196,17 @@ pub(crate) async fn reopen(
     prompt: String,
     owner_capabilities: Option<Box<Capabilities>>,
 ) -> Result<StartTicket, SpawnError> {
-    // A remote agent's conversation is kept here only when its node sent it as its run
-    // ended (`Up::Conversation`); without it, it can be resumed with a task, never
-    // continued as it was (an empty one, in memory or journaled, is none).
+    // A remote agent's conversation is kept here as its node sends it up, at every turn
+    // boundary and at its end (`Up::Conversation`); without it (none came up before the
+    // run ended, or a message of it was over the frame limit), it can be resumed with a
+    // task, never continued as it was (an empty one, in memory or journaled, is none).
     let nothing_to_continue = |conversation: &[Message]| -> Result<(), SpawnError> {
         if !prompt.is_empty() || !conversation.is_empty() {
             return Ok(());
         }
         match remote_placement(shared, id) {
             Some(node) => Err(SpawnError::InvalidRequest(format!(
-                "{id} ran on node {node}, which sent no conversation to continue (its run did not end there, or it was over the frame limit): resume it with a prompt"
+                "{id} ran on node {node}, which sent no conversation to continue (none of it came up before the run ended, or a message of it was over the frame limit): resume it with a prompt"
             ))),
             None => Ok(()),
         }

@@ -17,6 +17,7 @@
 //! * `big N`: answers N bytes (`x` repeated).
 //! * `count`: answers `messages <n>`, the number of messages the model was sent (a resumed
 //!   run that continues its conversation sees the earlier ones).
+//! * `steps N MS`: as `work N MS`, but the last turn answers `messages <n>`, as `count`.
 //! * `ask-big N`: asks its owner a question of N bytes (`q` repeated), then answers
 //!   `answered: <the result's first 40 bytes>`.
 
@@ -185,6 +186,16 @@ impl Model for WorkerModel {
                         ModelResponse::text_and_calls("", vec![call])
                     } else {
                         ModelResponse::text("lead done")
+                    }
+                }
+                // `work`, answering with the length of the conversation it was sent: a run
+                // that continues an earlier one's conversation counts its messages too.
+                Some("steps") => {
+                    let (turns, ms) = (number(1, 1), number(2, 50));
+                    if u64::from(request.turn) < turns {
+                        ModelResponse::text_and_calls("", vec![pause(ms, request.turn)])
+                    } else {
+                        ModelResponse::text(format!("messages {}", request.messages.len()))
                     }
                 }
                 Some("count") => {

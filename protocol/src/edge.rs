@@ -287,16 +287,26 @@ pub enum Up {
         /// Why.
         error: String,
     },
-    /// The conversation hosted top agent `agent` (the hosted tree's id) ended its run with,
-    /// its final answer included: sent just before the run's terminal event, so the owner's
-    /// node keeps it (and journals it) for a resume that continues the run as it was. Not
-    /// sent when it is over the frame limit, or no longer in the hosted tree's memory
-    /// (sequenced).
+    /// Hosted top agent `agent`'s (the hosted tree's id) conversation as it grows, messages
+    /// `from..from + messages.len()`: what it published at each turn boundary and, just
+    /// before the run's terminal event, the conversation the run ended with (its final
+    /// answer included). The owner's node keeps it, and journals it, as an agent's own turn
+    /// boundaries are kept, so a resume continues the run as it was, also after the node
+    /// died mid-run. A run's conversation only grows: `from` is what the owner's node holds
+    /// already (0: the whole, from the edge's first turn boundary, a resumed conversation
+    /// included). `cut`: a message of it is over the frame limit, so it cannot come up
+    /// (`messages` is empty, and nothing of this agent's conversation follows) (sequenced).
     Conversation {
         /// The hosted top agent.
         agent: AgentId,
-        /// Its conversation (the system prompt is not part of it).
+        /// Where `messages` start in its conversation.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        from: u64,
+        /// The messages from `from` on (the system prompt is not part of the conversation).
         messages: Vec<crate::Message>,
+        /// The conversation cannot come up whole: the owner's node keeps none of it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cut: bool,
     },
     /// A run of a hosted agent settled, or (for `a0`) the whole hosted tree (sequenced).
     Report {
@@ -385,6 +395,11 @@ impl Wire for TerminalReport {
     const WHAT: &'static str = "terminal report";
 }
 
+/// Whether a conversation's offset is the default, its start (not written).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,10 +471,24 @@ mod tests {
             Up::Event { event: event() },
             Up::Conversation {
                 agent: AgentId::new(1),
+                from: 0,
                 messages: vec![
                     crate::Message::user("go"),
                     crate::Message::assistant("done", vec![]),
                 ],
+                cut: false,
+            },
+            Up::Conversation {
+                agent: AgentId::new(1),
+                from: 2,
+                messages: vec![crate::Message::user("more")],
+                cut: false,
+            },
+            Up::Conversation {
+                agent: AgentId::new(1),
+                from: 3,
+                messages: vec![],
+                cut: true,
             },
             Up::Asked {
                 agent: AgentId::new(1),
@@ -585,7 +614,12 @@ mod tests {
         let d: Vec<bool> = down.iter().map(|f| f.body.is_sequenced()).collect();
         assert_eq!(d, [true, true, true, true, true, true, false, false, false]);
         let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
-        assert_eq!(u, [true, true, true, true, false, true, true, false, false]);
+        assert_eq!(
+            u,
+            [
+                true, true, true, true, true, true, false, true, true, false, false
+            ]
+        );
     }
 
     proptest! {

@@ -294,7 +294,7 @@ async fn scenarios() {
     observe!(
         review4_a_recovered_remote_child_is_interrupted_with_its_usage_and_resumes_on_its_node
     );
-    observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_is_refused);
+    observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_continues);
     observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
     observe!(a_recovered_tree_keeps_its_mirrored_records);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
@@ -317,8 +317,8 @@ async fn scenarios() {
     );
     observe!(review5_a_recovered_tree_continues_a_completed_remote_childs_conversation);
     observe!(review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit);
-    observe!(review5_an_empty_resume_is_refused_after_the_remote_childs_node_was_killed);
-    observe!(review5_a_hosted_journal_that_dropped_the_conversation_refuses_an_empty_resume);
+    observe!(review5_an_empty_resume_after_the_remote_childs_node_was_killed_continues_there_back);
+    observe!(review5_a_hosted_journal_that_dropped_the_conversation_still_resumes_it);
     observe!(review5_a_resume_that_never_reached_its_node_keeps_the_conversation);
     assert!(
         failed.is_empty(),

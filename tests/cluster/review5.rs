@@ -17,7 +17,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
 use super::worker::{self, WorkerProcess};
-use super::{Owner, first_usage, lead_of, root_tokens, runner, worker_idle};
+use super::{Owner, first_usage, lead_of, messages_sent, root_tokens, runner, worker_idle};
 
 /// The env variable review4's journaled worker reads its journal path from.
 const JOURNAL_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_JOURNAL";
@@ -319,57 +319,62 @@ pub(crate) async fn review5_an_empty_resume_is_refused_when_the_conversation_was
     assert!(failures.is_empty(), "{}", failures.join("; "));
 }
 
-/// A remote child whose node was killed mid-run: its run did not end on its node, no
-/// conversation came up, so an empty resume is refused with the reason (`docs/cluster.md`,
-/// "Not built yet"), with or without a journal on the owner's tree.
-pub(crate) async fn review5_an_empty_resume_is_refused_after_the_remote_childs_node_was_killed(
+/// A remote child whose node was killed mid-run: what came up of its conversation, turn by
+/// turn, is kept (and journaled, when the owner's tree has a journal), as a local agent's
+/// last turn boundary is; with its node back under its name, an empty resume continues it
+/// there: four more turns, the model sent the kept messages (the task, then a call and its
+/// result per turn: at least two turns' worth, odd) and its own.
+pub(crate) async fn review5_an_empty_resume_after_the_remote_childs_node_was_killed_continues_there_back(
     owner: &mut Owner,
 ) {
-    let mut failures = Vec::new();
     for journaled in [false, true] {
         let dir = Dir::new("node-killed");
-        let (name, mut process) = owner.worker().await;
+        owner.workers += 1;
+        let name = format!("phoenix-{}", owner.workers);
+        let port = worker::free_port();
+        let mut old = owner.worker_process(&name, port, "normal", false).await;
         let path = dir.file("tree.journal");
         let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
         let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "work 50 100"))
+            .spawn(SpawnRequest::new("runner", "steps 4 500"))
             .await
             .unwrap();
         let id = handle.id();
-        first_usage(&tree, id).await;
-        process.kill9();
+        assert!(
+            super::eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
+            "two remote turns billed"
+        );
+        old.kill9();
         let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
             .await
             .expect("the remote child of a killed node settles");
         assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
-        match tree.resume(id, "").await {
-            Err(error) => {
-                let error = error.to_string();
-                if !error.contains("resume it with a prompt") {
-                    failures.push(format!("journaled {journaled}: refused, but {error:?}"));
-                }
-            }
-            Ok(mut resumed) => {
-                let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-                    .await
-                    .map(|o| format!("{:?}: {:?} {:?}", o.status, o.text, o.error))
-                    .unwrap_or_else(|_| "no settle within 20 s".to_owned());
-                failures.push(format!(
-                    "journaled {journaled}: the empty resume started (no conversation came up), \
-                     and ran as {outcome}"
-                ));
-            }
-        }
+        // Back only after the reconnect window (300 ms): a new process under the name.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let mut new = owner.worker_process(&name, port, "normal", false).await;
+        let outcome = resumed_outcome(&tree, id, "").await;
+        assert_eq!(
+            outcome.status,
+            AgentStatus::Completed,
+            "journaled {journaled}: {outcome:?}"
+        );
+        let sent = messages_sent(&outcome);
+        assert!(
+            sent >= 3 + 6 && sent % 2 == 1,
+            "journaled {journaled}: {outcome:?}"
+        );
         tree.shutdown().await;
+        let (live, _, edges) = worker_idle(&mut new);
+        assert_eq!((live, edges), (0, 0));
+        new.finish();
     }
-    assert!(failures.is_empty(), "{}", failures.join("; "));
 }
 
 /// A worker whose hosted trees each journal to a file of their own drops a settled top
-/// agent's conversation from memory, so nothing comes up (documented, "Not built yet"): the
-/// empty resume is refused with the reason, and one with a prompt starts afresh on its
-/// node; usage counts once.
-pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_refuses_an_empty_resume(
+/// agent's conversation from memory at its settle; it went up before (turn by turn, and as
+/// the run ended), so the owner's node has it: the empty resume continues it (`count`
+/// answers 2), one with a prompt too (4); usage counts once.
+pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_still_resumes_it(
     owner: &mut Owner,
 ) {
     let dir = Dir::new("hosted-journal");
@@ -384,16 +389,13 @@ pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_refus
         .await
         .expect("the remote child settles");
     assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
-    let error = match tree.resume(id, "").await {
-        Ok(_) => panic!("an empty resume with no conversation kept was started"),
-        Err(error) => error.to_string(),
-    };
-    assert!(error.contains("resume it with a prompt"), "{error}");
+    let outcome = resumed_outcome(&tree, id, "").await;
+    assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
     let outcome = resumed_outcome(&tree, id, "count").await;
-    assert_eq!(outcome.text.as_deref(), Some("messages 1"), "{outcome:?}");
-    assert_eq!(root_tokens(&tree), 24);
+    assert_eq!(outcome.text.as_deref(), Some("messages 4"), "{outcome:?}");
+    assert_eq!(root_tokens(&tree), 36);
     let (live, tokens, edges) = worker_idle(&mut process);
-    assert_eq!((live, tokens, edges), (0, 24, 0));
+    assert_eq!((live, tokens, edges), (0, 36, 0));
     tree.shutdown().await;
     process.finish();
 }

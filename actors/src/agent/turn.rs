@@ -115,6 +115,10 @@ impl AgentState {
             boundary.messages = messages.clone();
             boundary.turn = Some(sink.clone());
         }
+        #[cfg(feature = "cluster")]
+        self.shared
+            .registry
+            .tap_conversation(self.id, self.depth, &messages);
         if let Some(journal) = &self.shared.journal {
             // Only what this run added since its last boundary.
             journal.conversation(self.id, self.run, self.journaled, &messages);

@@ -82,8 +82,16 @@ struct Side {
     finish_at: Option<Instant>,
     /// Questions of hosted top agents waiting for their owner's answer, by hosted id.
     questions: HashMap<AgentId, oneshot::Sender<Result<String, String>>>,
+    /// How much of each hosted top agent's conversation went up ([`CUT`]: none can).
+    conversations: HashMap<AgentId, usize>,
     ticks: u32,
 }
+
+/// A top agent's conversation that cannot go up (a message of it is over the frame limit).
+const CUT: usize = usize::MAX;
+
+/// A hosted top agent's conversation, from the hosted tree's tap (`Registry::tap_conversation`).
+type Tapped = (AgentId, Arc<[agent_tree_protocol::Message]>);
 
 /// Runs one hosted edge until its work is over.
 pub(crate) async fn run(
@@ -128,7 +136,11 @@ pub(crate) async fn run(
             None
         }
     };
+    // Each top agent's conversation at its turn boundaries and its settle: it goes up as
+    // it grows, so the owner's node keeps what a local owner's tree would.
+    let (tap, mut taps) = mpsc::unbounded_channel::<Tapped>();
     if let Some(tree) = &tree {
+        tree.shared.registry.set_conversation_tap(tap);
         edge.node.hosted_tree(&edge.id, tree);
     }
     let mut events = tree.as_ref().map(|t| t.subscribe());
@@ -149,6 +161,7 @@ pub(crate) async fn run(
         shutdown: None,
         finish_at: None,
         questions: HashMap::new(),
+        conversations: HashMap::new(),
         ticks: 0,
     };
     side.renew_now();
@@ -161,7 +174,15 @@ pub(crate) async fn run(
                 Some(Input::Frame(frame)) => side.on_frame(frame).await,
                 None => break,
             },
-            Some(event) = next_event(&mut events) => side.on_event(event),
+            Some(event) = next_event(&mut events) => {
+                // What the tree tapped before this event goes up before it (the terminal
+                // event's conversation before that event).
+                while let Ok(tapped) = taps.try_recv() {
+                    side.on_conversation(tapped);
+                }
+                side.on_event(event);
+            }
+            Some(tapped) = taps.recv() => side.on_conversation(tapped),
             Some(asked) = asks.recv() => side.on_asked(asked),
             // Lagged, the timer's reachability check catches up.
             peer = peers.recv(), if peers_open => match peer {
@@ -264,6 +285,17 @@ impl Side {
                     Up::Event { event } if !shrunk => {
                         let event = shrink(event, self.edge.node.name());
                         return self.try_queue_once(Up::Event { event }, true);
+                    }
+                    // Measured one message at a time, a chunk came out over the limit as a
+                    // frame: none of the conversation stays at the owner's node.
+                    Up::Conversation {
+                        agent,
+                        from,
+                        cut: false,
+                        ..
+                    } => {
+                        let from = usize::try_from(from).unwrap_or(CUT);
+                        self.cut_conversation(agent, from);
                     }
                     other => tracing::warn!(
                         edge = %self.edge.id, %error, kind = ?std::mem::discriminant(&other),
@@ -412,6 +444,43 @@ impl Side {
         self.queue(Up::Asked { agent, question });
     }
 
+    /// A hosted top agent's conversation as it is now: what the owner's node lacks of it
+    /// goes up, in as many frames as it takes; a message over the frame limit cuts it.
+    /// (A run's conversation only grows, so a tap older than the last is nothing new.)
+    fn on_conversation(&mut self, (agent, messages): Tapped) {
+        let from = self.conversations.get(&agent).copied().unwrap_or(0);
+        if from == CUT || messages.len() <= from {
+            return;
+        }
+        let tail = &messages[from..];
+        match conversation_chunks(tail.iter().map(json_len), CONVERSATION_LIMIT) {
+            Some(chunks) => {
+                self.conversations.insert(agent, messages.len());
+                for chunk in chunks {
+                    self.queue(Up::Conversation {
+                        agent,
+                        from: (from + chunk.start) as u64,
+                        messages: tail[chunk].to_vec(),
+                        cut: false,
+                    });
+                }
+            }
+            None => self.cut_conversation(agent, from),
+        }
+    }
+
+    /// `agent`'s conversation cannot go up whole: the owner's node is told to keep none.
+    fn cut_conversation(&mut self, agent: AgentId, from: usize) {
+        tracing::warn!(edge = %self.edge.id, %agent, "a message of a hosted agent's conversation is over the frame limit: its owner's node keeps none of it");
+        self.conversations.insert(agent, CUT);
+        self.queue(Up::Conversation {
+            agent,
+            from: from as u64,
+            messages: Vec::new(),
+            cut: true,
+        });
+    }
+
     fn on_event(&mut self, event: Event) {
         if let Err(error) = self.fold.apply(&event) {
             tracing::warn!(edge = %self.edge.id, %error, "a hosted event does not fold");
@@ -424,19 +493,6 @@ impl Side {
             .get(usize::try_from(agent.get()).unwrap_or(usize::MAX))
             .filter(|r| r.parent == Some(AgentId::ROOT))
             .cloned();
-        if let (true, Some(tree)) = (terminal && top.is_some(), &self.tree) {
-            // Before the terminal event: the owner's stand-in settles on that event and
-            // keeps this for a resume that continues the run as it was. (Its settle wrote
-            // it to the cell before the event; a journal that dropped it from memory
-            // leaves nothing to send.)
-            let messages = tree.shared.registry.conversation(agent);
-            if !messages.is_empty() {
-                self.queue(Up::Conversation {
-                    agent,
-                    messages: messages.to_vec(),
-                });
-            }
-        }
         self.queue(Up::Event { event });
         if let (true, Some(record)) = (terminal, top) {
             self.queue(Up::Report {
@@ -527,6 +583,54 @@ impl Side {
 /// The longest question that goes up: what fits in one frame with room for its envelope.
 const QUESTION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES - 64 * 1024;
 
+/// The most of a conversation one frame carries, with room for its envelope.
+const CONVERSATION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES - 64 * 1024;
+
+/// The encoded size of `value` (counted, not kept).
+fn json_len<T: serde::Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Messages of encoded sizes `sizes`, in order, in runs each at most `limit` encoded (the
+/// commas between them counted): `None` when one message alone is over it.
+fn conversation_chunks(
+    sizes: impl IntoIterator<Item = usize>,
+    limit: usize,
+) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    let mut end = 0;
+    for (i, size) in sizes.into_iter().enumerate() {
+        end = i + 1;
+        if size > limit {
+            return None;
+        }
+        if i > start && bytes + 1 + size > limit {
+            chunks.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size + usize::from(i > start);
+    }
+    if end > start {
+        chunks.push(start..end);
+    }
+    Some(chunks)
+}
+
 /// The longest string of an event shrunk to fit a frame.
 const CUT_TO: usize = 64 * 1024;
 
@@ -597,6 +701,45 @@ mod tests {
             at_ms: 5,
             kind,
         }
+    }
+
+    #[test]
+    fn a_conversation_goes_up_in_runs_under_the_limit_and_a_message_over_it_cuts_it() {
+        let chunks = |sizes: &[usize], limit| {
+            conversation_chunks(sizes.iter().copied(), limit)
+                .map(|runs| runs.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>())
+        };
+        assert_eq!(chunks(&[], 10), Some(vec![]));
+        assert_eq!(
+            chunks(&[3, 3, 3], 11),
+            Some(vec![(0, 3)]),
+            "3 + 1 + 3 + 1 + 3 fits"
+        );
+        assert_eq!(
+            chunks(&[3, 3, 4], 11),
+            Some(vec![(0, 2), (2, 3)]),
+            "the commas count"
+        );
+        assert_eq!(chunks(&[10, 1, 10], 10), Some(vec![(0, 1), (1, 2), (2, 3)]));
+        assert_eq!(chunks(&[1, 11, 1], 10), None, "one message over the limit");
+        // Every message is in exactly one run, in order, and every run fits.
+        let sizes = [4, 7, 1, 1, 1, 9, 2, 5, 5];
+        let runs = chunks(&sizes, 9).unwrap();
+        assert_eq!(runs.first().map(|r| r.0), Some(0));
+        assert_eq!(runs.last().map(|r| r.1), Some(sizes.len()));
+        for pair in runs.windows(2) {
+            assert_eq!(pair[0].1, pair[1].0);
+        }
+        for &(start, end) in &runs {
+            let bytes: usize = sizes[start..end].iter().sum::<usize>() + (end - start) - 1;
+            assert!(bytes <= 9, "{start}..{end}: {bytes}");
+        }
+        // Measured as the frame encodes it.
+        let message = agent_tree_protocol::Message::user("héllo \"x\"");
+        assert_eq!(
+            json_len(&message),
+            serde_json::to_vec(&message).unwrap().len()
+        );
     }
 
     #[test]

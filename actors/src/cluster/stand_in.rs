@@ -96,9 +96,15 @@ pub(crate) struct State {
     /// count of its questions).
     asking: Option<(u32, u32)>,
     questions: u32,
-    /// The conversation the top's run ended with, sent just before its terminal event
-    /// (`Up::Conversation`): the settle keeps it (and journals it) for a resume.
-    conversation: Vec<agent_tree_protocol::Message>,
+    /// Its conversation cell in the owner's registry: what came up of the remote run's
+    /// conversation (`Up::Conversation`), as of its last turn boundary or its end, is kept
+    /// there (and journaled) as an agent keeps its own, for a resume.
+    cell: crate::registry::ConversationCell,
+    /// How many messages of this edge's conversation came up (a resumed run's first delta
+    /// is the whole conversation, the earlier run's included).
+    streamed: usize,
+    /// A message of it was over the frame limit: none of it is kept.
+    cut: bool,
     /// Steers sent down, by their number, waiting for the remote agent's receipt.
     steers: HashMap<u64, RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     /// Whether the spawn could be queued (a prompt over the frame limit cannot).
@@ -163,7 +169,9 @@ impl Actor for StandIn {
             settled: false,
             asking: None,
             questions: 0,
-            conversation: Vec::new(),
+            cell: ticket.conversation.clone(),
+            streamed: 0,
+            cut: false,
             spawn_sent: false,
             steers: HashMap::new(),
             ticks: 0,
@@ -591,8 +599,15 @@ impl State {
                     let _ = self.answer(format!("{agent} is not this edge's agent"), true);
                 }
             }
-            Up::Conversation { agent, messages } if self.top == Some(agent) => {
-                self.conversation = messages;
+            // Its top agent's (the only agent whose conversation comes up; it may come
+            // before the `spawned` event, which goes up by another queue).
+            Up::Conversation {
+                agent,
+                from,
+                messages,
+                cut,
+            } if self.top.is_none_or(|top| top == agent) => {
+                self.on_conversation(from, messages, cut);
             }
             Up::Report { report } => match self.mirror.check(&report) {
                 Ok(ReportCheck::Differs(mismatch)) => {
@@ -736,19 +751,50 @@ impl State {
         self.settle(myself, outcome);
     }
 
+    /// More of the remote run's conversation came up (messages `from..`): kept in its cell,
+    /// and journaled, as an agent's turn boundary is, so a resume (after its node died mid-
+    /// run, or the owner's process crashed, too) continues from there. A cut keeps none.
+    fn on_conversation(
+        &mut self,
+        from: u64,
+        messages: Vec<agent_tree_protocol::Message>,
+        cut: bool,
+    ) {
+        if self.cut {
+            return;
+        }
+        let from = usize::try_from(from).unwrap_or(usize::MAX);
+        let whole: Arc<[agent_tree_protocol::Message]> = if cut {
+            self.cut = true;
+            tracing::warn!(agent = %self.id, node = %self.peer, "a remote child's conversation is over the frame limit: none of it is kept");
+            Arc::from(Vec::new())
+        } else if from == 0 {
+            messages.into()
+        } else if from == self.streamed {
+            let cell = self.cell.lock();
+            cell.messages.iter().cloned().chain(messages).collect()
+        } else {
+            tracing::warn!(agent = %self.id, from, held = self.streamed, "a remote child's conversation came up out of order: not kept");
+            return;
+        };
+        self.streamed = whole.len();
+        self.cell.lock().messages = whole.clone();
+        if let Some(journal) = &self.shared.journal {
+            let from = if cut { 0 } else { from };
+            journal.conversation(self.id, self.run, from, &whole);
+        }
+    }
+
     /// Settles the run in the owner's registry and tells the owner, as an agent does.
     fn settle(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.settled = true;
         // Off the routing table with the settle, not only when the actor is gone (the
         // node's counts agree with the records), the mirror kept before it is visible.
         self.leave();
-        // Without the conversation from its node (its run did not end there, or the spawn
-        // never got there), the one the owner holds stays: a resume continues that.
-        let conversation = if self.conversation.is_empty() {
-            self.shared.registry.conversation(self.id)
-        } else {
-            std::mem::take(&mut self.conversation).into()
-        };
+        // What came up of the run's conversation; when nothing did (the spawn never got
+        // there, or the run ended before its first turn), the one the owner holds stays: a
+        // resume continues that.
+        let conversation = self.cell.lock().messages.clone();
         let reason =
             match self
                 .shared

@@ -66,6 +66,13 @@ impl Registry {
         if entry.runs != run {
             return None;
         }
+        #[cfg(feature = "cluster")]
+        if let Some(record) = inner.rec(id) {
+            // Before the terminal event `settle` emits: a hosted tree's edge has the
+            // conversation the run ended with when that event comes.
+            self.tap_conversation(id, record.depth, &conversation);
+        }
+        let entry = inner.entry(id)?;
         // The conversation the cell held is freed after the registry lock is released.
         let replaced = std::mem::replace(&mut entry.conversation.lock().messages, conversation);
         let actor = entry.actor.as_ref().map(|a| a.get_id());
