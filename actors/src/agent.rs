@@ -154,8 +154,12 @@ impl std::fmt::Debug for InFlight {
 enum Inbound {
     /// From a steer (announced as `steered` when it enters the conversation).
     Steer(String),
-    /// A runtime notice: a child's question or a background completion.
+    /// A runtime notice: a child's question.
     Notice(String),
+    /// A background child's end, noticed because nothing had read its result: taken back
+    /// if a tool reads or awaits that result before the notice enters the conversation
+    /// (the result reaches the model once).
+    Ended { child: AgentId, text: String },
 }
 
 impl Actor for AgentActor {

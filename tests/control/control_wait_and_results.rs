@@ -177,3 +177,56 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
     );
     tree.shutdown().await;
 }
+
+/// Background children that end while their owner's model turn runs are noticed; when that
+/// turn then awaits (`wait_subagents`) or reads (`get_subagent_result`) their results, the
+/// tool's answer carries them and the notices are taken back: each result reaches the model
+/// once (found by a new user trying the crate against a mock provider).
+#[tokio::test(start_paused = true)]
+async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_too() {
+    for read in [false, true] {
+        let take = if read {
+            Call::tool("get_subagent_result", json!({ "agent_id": "a2" }))
+        } else {
+            Call::tool("wait_subagents", json!({ "agent_ids": ["a2", "a3"] }))
+        };
+        let scripted = ScriptedModel::new()
+            .script(
+                "boss",
+                Script::new([
+                    Turn::calls([
+                        Call::spawn_background("quick", "one"),
+                        Call::spawn_background("quick", "two"),
+                    ]),
+                    Turn::calls([take]).after(Duration::from_millis(50)),
+                    Turn::answer("boss done"),
+                ]),
+            )
+            .script("quick", Script::new([Turn::answer("quick done")]));
+        let model = RecordingModel::new(scripted);
+        let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+        assert!(outcome.is_completed(), "{outcome:?}");
+        let third = &model.calls_of(a(1))[2].messages;
+        let noticed = |id: &str| {
+            third.iter().any(|m| {
+                m.role == Role::User
+                    && m.content
+                        .starts_with(&format!(r#"{{"agent_id":"{id}","notice":"subagent_ended""#))
+            })
+        };
+        let answered = third
+            .iter()
+            .filter(|m| m.role == Role::Tool && m.content.contains("quick done"))
+            .count();
+        if read {
+            // a2's result was read: not noticed; a3's was not: noticed.
+            assert!(!noticed("a2") && noticed("a3"), "{third:#?}");
+            assert_eq!(answered, 1);
+        } else {
+            assert!(!noticed("a2") && !noticed("a3"), "{third:#?}");
+            assert_eq!(answered, 1, "one wait answer with both results");
+        }
+        tree.shutdown().await;
+    }
+}

@@ -352,7 +352,10 @@ impl AgentState {
             // answer cannot pose as a notice about another agent.
             let mut notice = super::orchestration::result_value(child, Some(outcome));
             notice["notice"] = serde_json::json!("subagent_ended");
-            self.inbox.push_back(Inbound::Notice(notice.to_string()));
+            self.inbox.push_back(Inbound::Ended {
+                child,
+                text: notice.to_string(),
+            });
             // The notice carries the output to the model: read, for the retention policy
             // (the table's flag stays: a notice is not a tool's answer).
             if self.shared.journal.is_some() {
@@ -363,7 +366,11 @@ impl AgentState {
 
     /// Child `id`'s final outcome was returned by a tool: read, in the table and, in a
     /// journaled tree, for the retention policy.
+    /// A notice of its end still waiting for the next turn boundary is taken back: the tool's
+    /// answer carries the result, and the model reads it once.
     pub(super) fn mark_read(&mut self, id: AgentId) {
+        self.inbox
+            .retain(|inbound| !matches!(inbound, Inbound::Ended { child, .. } if *child == id));
         if self.children.mark_read(id) && self.shared.journal.is_some() {
             self.shared.registry.output_read(id);
         }

@@ -94,7 +94,9 @@ impl AgentState {
                     self.conversation.push(Message::user(text));
                     self.shared.registry.announce(self.id, EventKind::Steered);
                 }
-                Inbound::Notice(text) => self.conversation.push(Message::user(text)),
+                Inbound::Notice(text) | Inbound::Ended { text, .. } => {
+                    self.conversation.push(Message::user(text));
+                }
             }
         }
         self.turns += 1;
