@@ -138,6 +138,10 @@ pub enum ControlError {
     /// a steer, so it is refused rather than receipted and never read.
     #[error("{0} is in its last turn and cannot read a steer")]
     NoTurnsLeft(AgentId),
+    /// The steer (or an answer given by a steer) is empty or only whitespace: it would
+    /// enter the conversation as a message that says nothing, which a provider may refuse.
+    #[error("a steer to {0} is empty: it must say something")]
+    EmptySteer(AgentId),
     /// The steer is larger than the tree's `max_steer_bytes`.
     #[error("a steer of {bytes} bytes is over the limit of {limit} (max_steer_bytes)")]
     SteerTooLarge {

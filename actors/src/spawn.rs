@@ -87,6 +87,15 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         owner_span,
         resumed,
     } = spec;
+    // A new agent's first user message is its task: a blank one gives the model nothing to
+    // do, and a provider may refuse the request (Anthropic's Messages API needs a message,
+    // and refuses text that is only whitespace). A resumed run's empty prompt adds none.
+    if !resumed && request.prompt.trim().is_empty() {
+        return Err(SpawnError::InvalidRequest(format!(
+            "the task for a new {} is empty: give it a prompt",
+            definition.name
+        )));
+    }
     let node = placement(&request, &definition);
     if let Some(node) = &node {
         check_placement(shared, &definition.name, node)?;

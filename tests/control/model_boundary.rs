@@ -401,3 +401,80 @@ async fn a_childs_end_during_the_owners_last_turn_gets_the_owner_one_more_turn()
     assert_eq!(notice["notice"], "subagent_ended");
     assert_eq!(notice["text"], "ok");
 }
+
+/// A blank task or steer gives the model a message that says nothing, which a provider may
+/// refuse (Anthropic's Messages API needs a first message and refuses whitespace-only
+/// text): a new agent's blank task is refused, from the application and from a model's
+/// `Agent` call, and so is a blank steer; an empty prompt that resumes (continue as it was)
+/// still works (found by a new user trying the crate against a mock provider).
+#[tokio::test(start_paused = true)]
+async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
+    let model = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([
+                    Call::spawn("worker", ""),
+                    Call::spawn("worker", " \n\t"),
+                    Call::spawn("worker", "real work"),
+                ]),
+                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::answer("done"),
+            ]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("worked"), Turn::answer("again")]),
+        );
+    let recording = RecordingModel::new(model.clone());
+    let tree = tree(recording.clone(), catalog(), TreeConfig::default()).await;
+    for blank in ["", "   ", "\n\t "] {
+        match tree.spawn(SpawnRequest::new("worker", blank)).await {
+            Err(SpawnError::InvalidRequest(text)) => {
+                assert!(text.contains("empty"), "{text}");
+            }
+            other => panic!("a blank task {blank:?} was taken: {other:?}"),
+        }
+    }
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("done"), "{outcome:?}");
+    let spawned = results(&model, a(1), 1);
+    assert!(spawned[0].is_error && spawned[1].is_error, "{spawned:?}");
+    assert!(
+        spawned[0].content.contains("empty"),
+        "{}",
+        spawned[0].content
+    );
+    assert!(!spawned[2].is_error, "{}", spawned[2].content);
+    // The one agent spawned is a2: resumed with an empty prompt, it continued.
+    let resumed = &results(&model, a(1), 2)[0];
+    assert!(
+        !resumed.is_error && resumed.content.contains("again"),
+        "{}",
+        resumed.content
+    );
+    for call in recording.calls() {
+        assert!(
+            call.messages
+                .iter()
+                .all(|m| m.role != Role::User || !m.content.trim().is_empty()),
+            "{} was sent a blank user message",
+            call.agent
+        );
+    }
+    let worker = tree
+        .spawn(SpawnRequest::new("worker", "go"))
+        .await
+        .unwrap()
+        .id();
+    for blank in ["", "  \n"] {
+        assert!(
+            matches!(
+                tree.steer(worker, blank).await,
+                Err(agent_tree::ControlError::EmptySteer(id)) if id == worker
+            ),
+            "a blank steer {blank:?} was taken"
+        );
+    }
+    tree.shutdown().await;
+}

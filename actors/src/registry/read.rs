@@ -32,6 +32,9 @@ impl Registry {
         text: String,
         config: &crate::config::TreeConfig,
     ) -> Result<SteerRoute, ControlError> {
+        if text.trim().is_empty() {
+            return Err(ControlError::EmptySteer(id));
+        }
         if text.len() > config.max_steer_bytes {
             return Err(ControlError::SteerTooLarge {
                 agent: id,
