@@ -13,6 +13,12 @@
 //! [`ModelError`](agent_tree_actors::ModelError) kinds the tree's retry policy acts on. They
 //! never retry themselves. `docs/models.md` in the repository has the rules in full.
 //!
+//! An application depends on `agent-tree` with the feature it needs (`openai`,
+//! `anthropic`) and writes `agent_tree::models::OpenAiCompat`, `agent_tree::Tree` and
+//! `agent_tree::protocol::SpawnRequest` (or `agent_tree::prelude::*`) where this crate's own
+//! example below, compiled against the crates it is built with, names
+//! `agent_tree_models`, `agent_tree_actors` and `agent_tree_protocol`.
+//!
 //! ```no_run
 //! use agent_tree_actors::{Catalog, Tree};
 //! use agent_tree_models::OpenAiCompat;
