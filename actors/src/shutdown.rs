@@ -73,6 +73,11 @@ pub struct ShutdownReport {
     pub hook_failures: Vec<(AgentId, String)>,
     /// How long the shutdown took.
     pub elapsed: Duration,
+    /// The other nodes (trees across nodes, feature `cluster`) that did not report by the
+    /// deadline: a remote child of the subtree placed there had not settled by it, so it
+    /// was counted killed (unreachable), its mirrored subtree with it. Sorted, each once;
+    /// empty without remote children.
+    pub unreachable_nodes: Vec<String>,
 }
 
 /// How one agent's run under the shutdown ended, for [`classify`].
@@ -229,6 +234,7 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         graceful,
         killed: killed_report,
         elapsed: started.elapsed(),
+        unreachable_nodes: Vec::new(),
     }
 }
 

@@ -805,6 +805,7 @@ impl Tree {
     pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
         let deadline = Instant::now() + within;
         let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
+        let report = self.with_unreachable_nodes(report);
         // The root's stop shares the one small bound after the deadline.
         let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
             .await;
@@ -855,7 +856,28 @@ impl Tree {
         }
         self.shared.registry.refuse_mirrored(id)?;
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
-        Ok(shutdown::run(&self.shared.registry, id, deadline).await)
+        let report = shutdown::run(&self.shared.registry, id, deadline).await;
+        Ok(self.with_unreachable_nodes(report))
+    }
+
+    /// `report` with the other nodes that did not report by its deadline: those of the
+    /// remote children it counted killed. (Looked up only in a tree with a node attached:
+    /// every other tree's report stays as it is, at no cost.)
+    fn with_unreachable_nodes(&self, report: ShutdownReport) -> ShutdownReport {
+        #[cfg(feature = "cluster")]
+        if self.shared.cluster.get().is_some() {
+            let nodes: std::collections::BTreeSet<String> = report
+                .killed
+                .iter()
+                .filter_map(|&id| crate::spawn::remote_placement(&self.shared, id))
+                .map(|node| node.to_string())
+                .collect();
+            return ShutdownReport {
+                unreachable_nodes: nodes.into_iter().collect(),
+                ..report
+            };
+        }
+        report
     }
 }
 

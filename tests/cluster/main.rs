@@ -744,10 +744,11 @@ async fn a_shutdown_reaches_the_remote_subtree_within_its_deadline(owner: &mut O
         .unwrap();
     first_usage(&tree, handle.id()).await;
     let started = Instant::now();
-    tree.shutdown().await;
+    let report = tree.shutdown().await;
     let took = started.elapsed();
     let grace = tree.config().shutdown_grace;
     assert!(took < grace + Duration::from_millis(500), "took {took:?}");
+    assert!(report.unreachable_nodes.is_empty(), "{report:?}");
     let record = tree.record(handle.id()).unwrap();
     assert_eq!(record.status, AgentStatus::Aborted, "{record:?}");
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
@@ -781,6 +782,11 @@ async fn a_shutdown_counts_a_frozen_node_killed_by_its_deadline(owner: &mut Owne
     );
     let record = tree.record(handle.id()).unwrap();
     assert_eq!(record.status, AgentStatus::Killed, "{record:?} {report:?}");
+    assert_eq!(
+        report.unreachable_nodes,
+        std::slice::from_ref(&name),
+        "{report:?}"
+    );
     process.thaw();
     // Woken, the worker gets no more grants: its lease stops the subtree.
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
@@ -2007,6 +2013,11 @@ async fn a_shutdown_with_one_worker_frozen_and_one_fine_holds_the_one_deadline(o
         "{rb:?}"
     );
     assert!(report.graceful.contains(&hb.id()), "{report:?}");
+    assert_eq!(
+        report.unreachable_nodes,
+        std::slice::from_ref(&a),
+        "the frozen node did not report by the deadline, the fine one did: {report:?}"
+    );
     let (lb, tb, _) = worker_idle(&mut pb);
     assert_eq!(lb, 0);
     assert_eq!(
