@@ -522,15 +522,18 @@ impl NodeInner {
             }
             Directed::Down(frame) => {
                 let inbox = self.routes.lock().hosted.get(&edge).cloned();
-                // Only a spawn opens an edge; anything else for an edge this process does
-                // not have (a new process under an old one's name, an edge that ended) is
-                // answered with this process's boot id, so the owner's side can tell.
-                let opens = matches!(
-                    &frame.body,
+                // Only a spawn opens an edge (whole, or the first part of one too large for
+                // a frame: an edge's first frame is its spawn); anything else for an edge
+                // this process does not have (a new process under an old one's name, an
+                // edge that ended) is answered with this process's boot id, so the owner's
+                // side can tell.
+                let opens = match &frame.body {
                     agent_tree_protocol::Down::Command {
-                        command: agent_tree_protocol::Command::Spawn { .. }
-                    }
-                );
+                        command: agent_tree_protocol::Command::Spawn { .. },
+                    } => true,
+                    agent_tree_protocol::Down::Part { part } => part.index == 0 && frame.seq == 1,
+                    _ => false,
+                };
                 let inbox = match inbox {
                     Some(inbox) => inbox,
                     None if opens => match self.open_hosted(&edge, &from) {

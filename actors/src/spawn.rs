@@ -207,7 +207,7 @@ pub(crate) async fn reopen(
 ) -> Result<StartTicket, SpawnError> {
     // A remote agent's conversation is kept here as its node sends it up, at every turn
     // boundary and at its end (`Up::Conversation`); without it (none came up before the
-    // run ended, or a message of it was over the frame limit), it can be resumed with a
+    // run ended, or it was over the edge's body limit), it can be resumed with a
     // task, never continued as it was (an empty one, in memory or journaled, is none).
     let nothing_to_continue = |conversation: &[Message]| -> Result<(), SpawnError> {
         if !prompt.is_empty() || !conversation.is_empty() {
@@ -215,7 +215,7 @@ pub(crate) async fn reopen(
         }
         match remote_placement(shared, id) {
             Some(node) => Err(SpawnError::InvalidRequest(format!(
-                "{id} ran on node {node}, which sent no conversation to continue (none of it came up before the run ended, or a message of it was over the frame limit): resume it with a prompt"
+                "{id} ran on node {node}, which sent no conversation to continue (none of it came up before the run ended, or it was over the edge's body limit): resume it with a prompt"
             ))),
             None => Ok(()),
         }

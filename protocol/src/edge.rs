@@ -61,6 +61,38 @@ use crate::usage::Usage;
 /// ```
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
 
+/// The largest body an edge sends, encoded, by default: 24 MiB. A body over the frame limit
+/// and within this goes in [`Part`]s, each a frame under the limit; one over this is refused
+/// before it is queued (an event is shrunk to fit, saying so). The parts of the largest
+/// body, even all quotes (escaped, twice its size), fit in an empty outbox.
+///
+/// ```
+/// use agent_tree_protocol::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES};
+/// assert!(DEFAULT_MAX_BODY_BYTES > DEFAULT_MAX_FRAME_BYTES);
+/// ```
+pub const DEFAULT_MAX_BODY_BYTES: usize = 24 * 1024 * 1024;
+
+/// One part of a body too large for one frame: the body's JSON, cut at character
+/// boundaries, its parts numbered frames one after another (nothing comes between them).
+/// The receiver joins them and applies the body when the last part comes, exactly once, as
+/// if it had come in one frame.
+///
+/// ```
+/// use agent_tree_protocol::{Part, Up};
+/// let part = Up::Part { part: Part { index: 0, of: 2, text: r#"{"kind":"#.into() } };
+/// assert!(part.is_sequenced());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    /// Which part, from 0.
+    pub index: u32,
+    /// How many parts the body is in.
+    pub of: u32,
+    /// This part of the body's JSON.
+    pub text: String,
+}
+
 /// One frame on an owner edge: a sequence number, the cumulative acknowledgement of the
 /// other direction, and a body ([`Down`] or [`Up`]).
 ///
@@ -104,6 +136,11 @@ pub enum Down {
         /// The grant.
         grant: LeaseGrant,
     },
+    /// One part of a body too large for one frame (sequenced).
+    Part {
+        /// The part.
+        part: Part,
+    },
     /// An acknowledgement only (control); `resend` asks the child's node to replay every
     /// frame after the envelope's `ack` (the owner's node saw a gap).
     Ack {
@@ -123,7 +160,7 @@ impl Down {
     /// assert!(!Down::Ack { resend: true }.is_sequenced());
     /// ```
     pub const fn is_sequenced(&self) -> bool {
-        matches!(self, Down::Command { .. })
+        matches!(self, Down::Command { .. } | Down::Part { .. })
     }
 }
 
@@ -262,6 +299,11 @@ pub enum Up {
         /// The event, with the hosted tree's ids and sequence number.
         event: Event,
     },
+    /// One part of a body too large for one frame (sequenced).
+    Part {
+        /// The part.
+        part: Part,
+    },
     /// Hosted agent `agent` (the hosted tree's id; a top agent) asked its owner a
     /// question (`ask_owner`); a [`Command::Answer`] answers it (sequenced).
     Asked {
@@ -344,6 +386,7 @@ impl Up {
         matches!(
             self,
             Up::Event { .. }
+                | Up::Part { .. }
                 | Up::Conversation { .. }
                 | Up::Asked { .. }
                 | Up::Steered { .. }
@@ -458,6 +501,13 @@ mod tests {
             Down::Command {
                 command: Command::Shutdown { within_ms: 3_000 },
             },
+            Down::Part {
+                part: Part {
+                    index: 1,
+                    of: 3,
+                    text: r#""prompt":"a \"quoted\" é"#.into(),
+                },
+            },
             Down::Grant {
                 grant: LeaseGrant {
                     ticket: 9,
@@ -469,6 +519,13 @@ mod tests {
         ];
         let up = [
             Up::Event { event: event() },
+            Up::Part {
+                part: Part {
+                    index: 0,
+                    of: 2,
+                    text: r#"{"kind":"event","#.into(),
+                },
+            },
             Up::Conversation {
                 agent: AgentId::new(1),
                 from: 0,
@@ -612,12 +669,17 @@ mod tests {
     fn only_content_is_sequenced() {
         let (down, up) = samples();
         let d: Vec<bool> = down.iter().map(|f| f.body.is_sequenced()).collect();
-        assert_eq!(d, [true, true, true, true, true, true, false, false, false]);
+        assert_eq!(
+            d,
+            [
+                true, true, true, true, true, true, true, false, false, false
+            ]
+        );
         let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
         assert_eq!(
             u,
             [
-                true, true, true, true, true, true, false, true, true, false, false
+                true, true, true, true, true, true, true, false, true, true, false, false
             ]
         );
     }

@@ -32,7 +32,10 @@ pub use definition::{
     AgentDefinition, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, RestartPolicy, SettlePolicy,
     Strategy, SubagentAllowance, ToolSet,
 };
-pub use edge::{Command, DEFAULT_MAX_FRAME_BYTES, Down, Frame, LeaseGrant, TerminalReport, Up};
+pub use edge::{
+    Command, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES, Down, Frame, LeaseGrant, Part,
+    TerminalReport, Up,
+};
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply};

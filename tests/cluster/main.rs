@@ -7,12 +7,15 @@
 
 mod review4;
 mod review5;
+mod review6;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
 #[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
 use review4::*;
 #[allow(clippy::wildcard_imports, reason = "the fifth review's scenarios")]
 use review5::*;
+#[allow(clippy::wildcard_imports, reason = "the sixth review's scenarios")]
+use review6::*;
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +31,7 @@ use worker::{WorkerArgs, WorkerProcess};
 const WORKER_ENV: &str = "AGENT_TREE_CLUSTER_WORKER";
 /// `broken`: the worker hosts with a factory whose tree does not build (no model).
 const WORKER_MODE_ENV: &str = "AGENT_TREE_CLUSTER_WORKER_MODE";
-const LEASE_MS: u64 = 1_500;
+const LEASE_MS: u64 = 3_000;
 const GRACE_MS: u64 = 500;
 
 /// The worker side: runs only when the owner's test starts this binary as a worker.
@@ -196,6 +199,11 @@ fn nodes_as_child_processes() {
 }
 
 async fn scenarios() {
+    // The runtime's warnings (a remote child given up, and why), shown with a failure.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_test_writer()
+        .try_init();
     let mut owner = Owner::start().await;
     // Each scenario runs to its end (a panic or a hang past its bound is recorded, not
     // propagated), so every failing one is observed; the test fails at the end with all.
@@ -286,7 +294,7 @@ async fn scenarios() {
     observe!(a_worker_back_under_its_name_within_the_window_fails_the_old_stand_in_as_node_down);
     observe!(two_owner_trees_on_one_node_share_a_worker_without_mixing);
     observe!(two_hundred_sequential_remote_spawns_leave_nothing_behind);
-    observe!(a_remote_answer_over_the_frame_limit_settles_without_its_output);
+    observe!(a_remote_answer_over_the_frame_limit_comes_up_in_parts);
     observe!(a_remote_question_over_the_frame_limit_does_not_hang_the_edge);
     observe!(a_graceful_shutdown_mid_run_counts_every_delta_the_worker_billed);
     observe!(a_remote_questions_answer_over_the_frame_limit_does_not_hang_the_edge);
@@ -316,10 +324,19 @@ async fn scenarios() {
         5
     );
     observe!(review5_a_recovered_tree_continues_a_completed_remote_childs_conversation);
-    observe!(review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit);
+    observe!(review5_an_empty_resume_continues_a_conversation_over_the_frame_limit_in_parts);
     observe!(review5_an_empty_resume_after_the_remote_childs_node_was_killed_continues_there_back);
     observe!(review5_a_hosted_journal_that_dropped_the_conversation_still_resumes_it);
     observe!(review5_a_resume_that_never_reached_its_node_keeps_the_conversation);
+    observe!(review6_a_remote_childs_kept_conversation_is_a_local_agents);
+    observe!(review6_a_steer_then_an_abort_is_kept_for_the_resume_as_locally);
+    observe!(review6_a_recovered_owner_keeps_every_remote_run_as_a_local_tree);
+    observe!(review6_a_node_killed_mid_resumed_run_keeps_the_whole_conversation);
+    observe!(review6_a_restarted_remote_child_keeps_only_its_new_incarnation);
+    observe!(review6_a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps);
+    observe!(review6_a_killed_remote_child_keeps_its_last_boundary_as_locally);
+    observe!(review6_an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps);
+    observe!(review6_a_crash_mid_run_recovers_a_boundary_that_came_up);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",
@@ -828,10 +845,10 @@ async fn a_remote_question_reaches_its_owner_and_the_answer_comes_back(owner: &m
 }
 
 async fn placement_is_refused_without_a_session(owner: &mut Owner) {
-    // A task too large for one frame never reaches the wire: the spawn fails, at once.
+    // A task too large even in parts never reaches the wire: the spawn fails, at once.
     let (name, process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let huge = "x".repeat(agent_tree::protocol::DEFAULT_MAX_FRAME_BYTES + 1);
+    let huge = "x".repeat(agent_tree::protocol::DEFAULT_MAX_BODY_BYTES + 1);
     let outcome = tree.run(SpawnRequest::new("runner", huge)).await.unwrap();
     assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
     assert!(
@@ -839,7 +856,7 @@ async fn placement_is_refused_without_a_session(owner: &mut Owner) {
             .error
             .as_deref()
             .unwrap_or_default()
-            .contains("frame limit"),
+            .contains("body limit"),
         "{outcome:?}"
     );
     tree.shutdown().await;
@@ -2316,10 +2333,11 @@ async fn two_hundred_sequential_remote_spawns_leave_nothing_behind(owner: &mut O
     process.finish();
 }
 
-/// A remote agent whose final answer (9 MiB) is over the edge's 8 MiB frame limit: the
-/// owner settles it without its output, with an error saying so, and the connection (and
-/// the next spawn) is unharmed.
-async fn a_remote_answer_over_the_frame_limit_settles_without_its_output(owner: &mut Owner) {
+/// A remote child's 9 MiB answer is over the edge's frame limit (8 MiB): its terminal event
+/// goes up in parts, each a frame under the limit, and its outcome is whole at its owner;
+/// one over the body limit (25 MiB) settles without its output, saying where it stays. The
+/// edge goes on either way.
+async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
     let outcome = tokio::time::timeout(
@@ -2335,17 +2353,26 @@ async fn a_remote_answer_over_the_frame_limit_settles_without_its_output(owner: 
         "{:?}",
         outcome.error
     );
-    assert_eq!(outcome.text, None);
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.text.as_ref().map(String::len), Some(9_437_184));
+    assert_eq!(root_tokens(&tree), 12);
+    let huge = tokio::time::timeout(
+        Duration::from_secs(30),
+        tree.run(SpawnRequest::new("runner", "big 26214400")),
+    )
+    .await
+    .expect("the remote child with a 25 MiB answer settles")
+    .unwrap();
+    assert_eq!(huge.status, AgentStatus::Completed, "{:?}", huge.error);
+    assert_eq!(huge.text, None);
     assert!(
-        outcome
-            .error
+        huge.error
             .as_deref()
             .unwrap_or_default()
-            .contains("frame limit"),
+            .contains("body limit"),
         "{:?}",
-        outcome.error
+        huge.error
     );
-    assert_eq!(root_tokens(&tree), 12);
     let next = tokio::time::timeout(
         Duration::from_secs(10),
         tree.run(SpawnRequest::new("runner", "work 1 1")),

@@ -271,12 +271,13 @@ pub(crate) async fn review5_a_recovered_tree_continues_a_completed_remote_childs
     process.finish();
 }
 
-/// A remote child whose answer is over the frame limit: its conversation cannot come up,
-/// so an empty resume must be refused with the reason (`docs/cluster.md`, "Not built yet":
-/// "So is one whose conversation was over the frame limit"), with or without a journal on
-/// the owner's tree. A journal must not turn "no conversation came up" into "an empty
-/// conversation to continue".
-pub(crate) async fn review5_an_empty_resume_is_refused_when_the_conversation_was_over_the_frame_limit(
+/// A remote child whose answer is over the frame limit (9 MiB) sends its conversation up in
+/// parts, so an empty resume continues it (its spawn goes down in parts too: the model is
+/// sent its task and its answer); one whose answer is over the body limit (25 MiB) cannot,
+/// so an empty resume is refused with the reason, with or without a journal on the owner's
+/// tree. A journal must not turn "no conversation came up" into "an empty conversation to
+/// continue".
+pub(crate) async fn review5_an_empty_resume_continues_a_conversation_over_the_frame_limit_in_parts(
     owner: &mut Owner,
 ) {
     let mut failures = Vec::new();
@@ -285,31 +286,44 @@ pub(crate) async fn review5_an_empty_resume_is_refused_when_the_conversation_was
         let (name, mut process) = owner.worker().await;
         let path = dir.file("tree.journal");
         let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "big 9437184"))
-            .await
-            .unwrap();
-        let id = handle.id();
-        let first = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-            .await
-            .expect("the remote child with a 9 MiB answer settles");
-        assert_eq!(first.status, AgentStatus::Completed, "{:?}", first.error);
-        match tree.resume(id, "").await {
-            Err(error) => {
-                let error = error.to_string();
-                if !error.contains("resume it with a prompt") {
-                    failures.push(format!("journaled {journaled}: refused, but {error:?}"));
+        for (bytes, continues) in [(9_437_184usize, true), (26_214_400, false)] {
+            let mut handle = tree
+                .spawn(SpawnRequest::new("runner", format!("big {bytes}")))
+                .await
+                .unwrap();
+            let id = handle.id();
+            let first = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+                .await
+                .expect("the remote child with a large answer settles");
+            assert_eq!(first.status, AgentStatus::Completed, "{:?}", first.error);
+            let what = format!("journaled {journaled}, {bytes} bytes");
+            match (tree.resume(id, "").await, continues) {
+                (Ok(mut resumed), true) => {
+                    let outcome =
+                        tokio::time::timeout(Duration::from_secs(30), resumed.outcome()).await;
+                    match outcome {
+                        Ok(o) if o.text.as_ref().map(String::len) == Some(bytes) => {}
+                        Ok(o) => failures.push(format!(
+                            "{what}: the empty resume ran as {:?} {:?} ({:?} bytes)",
+                            o.status,
+                            o.error,
+                            o.text.as_ref().map(String::len)
+                        )),
+                        Err(_) => failures.push(format!("{what}: no settle within 30 s")),
+                    }
                 }
-            }
-            Ok(mut resumed) => {
-                let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-                    .await
-                    .map(|o| format!("{:?}: {:?} {:?}", o.status, o.text, o.error))
-                    .unwrap_or_else(|_| "no settle within 20 s".to_owned());
-                failures.push(format!(
-                    "journaled {journaled}: the empty resume started (no conversation came up), \
-                     and ran as {outcome}"
-                ));
+                (Err(error), true) => {
+                    failures.push(format!("{what}: the empty resume was refused: {error}"));
+                }
+                (Err(error), false) => {
+                    let error = error.to_string();
+                    if !error.contains("resume it with a prompt") {
+                        failures.push(format!("{what}: refused, but {error:?}"));
+                    }
+                }
+                (Ok(_), false) => failures.push(format!(
+                    "{what}: the empty resume started, with no conversation come up"
+                )),
             }
         }
         tree.shutdown().await;
@@ -400,7 +414,7 @@ pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_still
     process.finish();
 }
 
-/// A resume whose spawn cannot go down (its prompt is over the frame limit) fails without
+/// A resume whose spawn cannot go down (its prompt is over the body limit) fails without
 /// running on the node; it must not erase the conversation the owner kept from the run
 /// before: the next empty resume still continues it (`count` answers 2), as a local
 /// agent's failed run leaves its conversation for a resume.
@@ -416,7 +430,7 @@ pub(crate) async fn review5_a_resume_that_never_reached_its_node_keeps_the_conve
     let id = handle.id();
     let first = handle.outcome().await;
     assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
-    let big = "p".repeat(9 * 1024 * 1024);
+    let big = "p".repeat(25 * 1024 * 1024);
     let failed = resumed_outcome(&tree, id, &big).await;
     assert_eq!(failed.status, AgentStatus::Failed, "{:?}", failed.error);
     assert!(
@@ -424,7 +438,7 @@ pub(crate) async fn review5_a_resume_that_never_reached_its_node_keeps_the_conve
             .error
             .as_deref()
             .unwrap_or_default()
-            .contains("frame limit"),
+            .contains("body limit"),
         "{:?}",
         failed.error
     );

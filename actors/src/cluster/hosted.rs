@@ -87,7 +87,7 @@ struct Side {
     ticks: u32,
 }
 
-/// A top agent's conversation that cannot go up (a message of it is over the frame limit).
+/// A top agent's conversation that cannot go up (over the edge's body limit).
 const CUT: usize = usize::MAX;
 
 /// A hosted top agent's conversation, from the hosted tree's tap (`Registry::tap_conversation`).
@@ -268,10 +268,11 @@ impl Side {
         }
     }
 
-    /// Queues `body`; hands it back when the outbox is full. An event too large for one
-    /// frame is shrunk once ([`shrink`]: never a gap in the event numbers the owner's
-    /// mirror folds); anything else too large is dropped with a warning (the callers check
-    /// what they can refuse, a question, beforehand).
+    /// Queues `body` (in parts when it is over the frame limit); hands it back when the
+    /// outbox is full. An event over the body limit is shrunk once ([`shrink`]: never a gap
+    /// in the event numbers the owner's mirror folds), a conversation cut; anything else
+    /// that large is dropped with a warning (the callers check what they can refuse, a
+    /// question, beforehand).
     fn try_queue(&mut self, body: Up) -> Result<(), Box<Up>> {
         self.try_queue_once(body, false)
     }
@@ -286,8 +287,8 @@ impl Side {
                         let event = shrink(event, self.edge.node.name());
                         return self.try_queue_once(Up::Event { event }, true);
                     }
-                    // Measured one message at a time, a chunk came out over the limit as a
-                    // frame: none of the conversation stays at the owner's node.
+                    // Over the body limit even in parts: none of the conversation stays at
+                    // the owner's node.
                     Up::Conversation {
                         agent,
                         from,
@@ -386,6 +387,11 @@ impl Side {
                 match tree.spawn_with(request, true, &context, resume).await {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
+                        if resume {
+                            // A resumed run's conversation starts with the one its owner's
+                            // node sent down, which it holds: only what follows goes up.
+                            self.conversations.insert(handle.id(), context.len());
+                        }
                     }
                     Err(error) => self.refuse(seq, error.to_string()),
                 }
@@ -435,7 +441,7 @@ impl Side {
         // A question that cannot go up in one frame is refused here, at once.
         if question.len() > QUESTION_LIMIT {
             let _ = answer.send(Err(format!(
-                "the question ({} bytes) is over the edge's frame limit ({QUESTION_LIMIT} bytes)",
+                "the question ({} bytes) is over the edge's body limit ({QUESTION_LIMIT} bytes)",
                 question.len()
             )));
             return;
@@ -445,33 +451,26 @@ impl Side {
     }
 
     /// A hosted top agent's conversation as it is now: what the owner's node lacks of it
-    /// goes up, in as many frames as it takes; a message over the frame limit cuts it.
-    /// (A run's conversation only grows, so a tap older than the last is nothing new.)
+    /// goes up (in parts when it is over the frame limit; over the body limit, it cuts the
+    /// conversation). A run's conversation only grows, so a tap older than the last is
+    /// nothing new.
     fn on_conversation(&mut self, (agent, messages): Tapped) {
         let from = self.conversations.get(&agent).copied().unwrap_or(0);
         if from == CUT || messages.len() <= from {
             return;
         }
-        let tail = &messages[from..];
-        match conversation_chunks(tail.iter().map(json_len), CONVERSATION_LIMIT) {
-            Some(chunks) => {
-                self.conversations.insert(agent, messages.len());
-                for chunk in chunks {
-                    self.queue(Up::Conversation {
-                        agent,
-                        from: (from + chunk.start) as u64,
-                        messages: tail[chunk].to_vec(),
-                        cut: false,
-                    });
-                }
-            }
-            None => self.cut_conversation(agent, from),
-        }
+        self.conversations.insert(agent, messages.len());
+        self.queue(Up::Conversation {
+            agent,
+            from: from as u64,
+            messages: messages[from..].to_vec(),
+            cut: false,
+        });
     }
 
     /// `agent`'s conversation cannot go up whole: the owner's node is told to keep none.
     fn cut_conversation(&mut self, agent: AgentId, from: usize) {
-        tracing::warn!(edge = %self.edge.id, %agent, "a message of a hosted agent's conversation is over the frame limit: its owner's node keeps none of it");
+        tracing::warn!(edge = %self.edge.id, %agent, "more of a hosted agent's conversation than the edge's body limit at once: its owner's node keeps none of it");
         self.conversations.insert(agent, CUT);
         self.queue(Up::Conversation {
             agent,
@@ -580,61 +579,14 @@ impl Side {
     }
 }
 
-/// The longest question that goes up: what fits in one frame with room for its envelope.
-const QUESTION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES - 64 * 1024;
+/// The longest question that goes up: what fits in one body (in parts) with room for its
+/// envelope.
+const QUESTION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_BODY_BYTES - 64 * 1024;
 
-/// The most of a conversation one frame carries, with room for its envelope.
-const CONVERSATION_LIMIT: usize = agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES - 64 * 1024;
-
-/// The encoded size of `value` (counted, not kept).
-fn json_len<T: serde::Serialize>(value: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
-}
-
-/// Messages of encoded sizes `sizes`, in order, in runs each at most `limit` encoded (the
-/// commas between them counted): `None` when one message alone is over it.
-fn conversation_chunks(
-    sizes: impl IntoIterator<Item = usize>,
-    limit: usize,
-) -> Option<Vec<std::ops::Range<usize>>> {
-    let mut chunks = Vec::new();
-    let (mut start, mut bytes) = (0, 0usize);
-    let mut end = 0;
-    for (i, size) in sizes.into_iter().enumerate() {
-        end = i + 1;
-        if size > limit {
-            return None;
-        }
-        if i > start && bytes + 1 + size > limit {
-            chunks.push(start..i);
-            (start, bytes) = (i, 0);
-        }
-        bytes += size + usize::from(i > start);
-    }
-    if end > start {
-        chunks.push(start..end);
-    }
-    Some(chunks)
-}
-
-/// The longest string of an event shrunk to fit a frame.
+/// The longest string of an event shrunk to fit the body limit.
 const CUT_TO: usize = 64 * 1024;
 
-/// An event too large for one frame, made to fit: a terminal event goes without its output
+/// An event over the edge's body limit, made to fit: a terminal event goes without its output
 /// (its error says where it stays), and every string longer than 64 KiB is cut, saying so.
 /// Its kind and number stay: the owner's mirror folds every number in order.
 fn shrink(mut event: Event, node: &str) -> Event {
@@ -645,7 +597,7 @@ fn shrink(mut event: Event, node: &str) -> Event {
             outcome.text = None;
             outcome.partial = None;
             outcome.error = Some(format!(
-                "its output ({bytes} bytes) is over the edge's frame limit; it stays on node {node}"
+                "its output ({bytes} bytes) is over the edge's body limit; it stays on node {node}"
             ));
         }
     }
@@ -665,9 +617,7 @@ fn cut_strings(value: &mut serde_json::Value) {
             }
             let cut = text.len() - end;
             text.truncate(end);
-            text.push_str(&format!(
-                " [… {cut} bytes cut: over the edge's frame limit]"
-            ));
+            text.push_str(&format!(" [… {cut} bytes cut: over the edge's body limit]"));
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(cut_strings),
         serde_json::Value::Object(fields) => fields.values_mut().for_each(cut_strings),
@@ -701,45 +651,6 @@ mod tests {
             at_ms: 5,
             kind,
         }
-    }
-
-    #[test]
-    fn a_conversation_goes_up_in_runs_under_the_limit_and_a_message_over_it_cuts_it() {
-        let chunks = |sizes: &[usize], limit| {
-            conversation_chunks(sizes.iter().copied(), limit)
-                .map(|runs| runs.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>())
-        };
-        assert_eq!(chunks(&[], 10), Some(vec![]));
-        assert_eq!(
-            chunks(&[3, 3, 3], 11),
-            Some(vec![(0, 3)]),
-            "3 + 1 + 3 + 1 + 3 fits"
-        );
-        assert_eq!(
-            chunks(&[3, 3, 4], 11),
-            Some(vec![(0, 2), (2, 3)]),
-            "the commas count"
-        );
-        assert_eq!(chunks(&[10, 1, 10], 10), Some(vec![(0, 1), (1, 2), (2, 3)]));
-        assert_eq!(chunks(&[1, 11, 1], 10), None, "one message over the limit");
-        // Every message is in exactly one run, in order, and every run fits.
-        let sizes = [4, 7, 1, 1, 1, 9, 2, 5, 5];
-        let runs = chunks(&sizes, 9).unwrap();
-        assert_eq!(runs.first().map(|r| r.0), Some(0));
-        assert_eq!(runs.last().map(|r| r.1), Some(sizes.len()));
-        for pair in runs.windows(2) {
-            assert_eq!(pair[0].1, pair[1].0);
-        }
-        for &(start, end) in &runs {
-            let bytes: usize = sizes[start..end].iter().sum::<usize>() + (end - start) - 1;
-            assert!(bytes <= 9, "{start}..{end}: {bytes}");
-        }
-        // Measured as the frame encodes it.
-        let message = agent_tree_protocol::Message::user("héllo \"x\"");
-        assert_eq!(
-            json_len(&message),
-            serde_json::to_vec(&message).unwrap().len()
-        );
     }
 
     #[test]
@@ -779,7 +690,7 @@ mod tests {
         };
         assert!(question.len() < CUT_TO + 100, "{}", question.len());
         assert!(
-            question.ends_with("bytes cut: over the edge's frame limit]"),
+            question.ends_with("bytes cut: over the edge's body limit]"),
             "{question}"
         );
         assert!(shrunk.to_json().len() < agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES);

@@ -100,14 +100,17 @@ pub(crate) struct State {
     /// conversation (`Up::Conversation`), as of its last turn boundary or its end, is kept
     /// there (and journaled) as an agent keeps its own, for a resume.
     cell: crate::registry::ConversationCell,
-    /// How many messages of this edge's conversation came up (a resumed run's first delta
-    /// is the whole conversation, the earlier run's included).
+    /// How many messages of this edge's conversation it holds: a resumed run's starts with
+    /// the conversation its spawn sent down (the cell holds it), and only what follows
+    /// comes up.
     streamed: usize,
-    /// A message of it was over the frame limit: none of it is kept.
+    /// More of it than the edge's body limit came at once: none of it is kept.
     cut: bool,
+    /// How much of this run's conversation it journaled (with a journal on).
+    journaled: usize,
     /// Steers sent down, by their number, waiting for the remote agent's receipt.
     steers: HashMap<u64, RpcReplyPort<Result<SteerReceipt, ControlError>>>,
-    /// Whether the spawn could be queued (a prompt over the frame limit cannot).
+    /// Whether the spawn could be queued (a prompt and context over the body limit cannot).
     spawn_sent: bool,
     ticks: u32,
     ticker: Option<tokio::task::JoinHandle<()>>,
@@ -170,8 +173,13 @@ impl Actor for StandIn {
             asking: None,
             questions: 0,
             cell: ticket.conversation.clone(),
-            streamed: 0,
+            streamed: if ticket.start.resumed {
+                ticket.start.context.len()
+            } else {
+                0
+            },
             cut: false,
+            journaled: 0,
             spawn_sent: false,
             steers: HashMap::new(),
             ticks: 0,
@@ -239,7 +247,7 @@ impl Actor for StandIn {
             let outcome = Outcome::failed(
                 EndReason::ActorFailed,
                 format!(
-                    "the spawn for node {} is over the edge's frame limit",
+                    "the spawn for node {} is over the edge's body limit",
                     state.peer
                 ),
             );
@@ -268,7 +276,7 @@ impl Actor for StandIn {
                         let _ = reply.send(receipt.map_err(|bytes| ControlError::SteerTooLarge {
                             agent: state.id,
                             bytes,
-                            limit: agent_tree_protocol::DEFAULT_MAX_FRAME_BYTES,
+                            limit: agent_tree_protocol::DEFAULT_MAX_BODY_BYTES,
                         }));
                     }
                     return Ok(());
@@ -375,7 +383,8 @@ impl State {
         Instant::now().saturating_duration_since(self.epoch)
     }
 
-    /// Queues a command; `false` (logged) when it cannot go (over the frame limit).
+    /// Queues a command (in parts when it is over the frame limit); `false` (logged) when
+    /// it cannot go (over the body limit).
     fn command(&mut self, command: Command) -> bool {
         match self.end.queue(Down::Command { command }) {
             Ok(_) => true,
@@ -394,8 +403,8 @@ impl State {
             .map_or(AgentStatus::Completing, |r| r.status)
     }
 
-    /// Sends the answer (or refusal) of the remote agent's question; an answer too large
-    /// for one frame goes as a refusal saying so, and `Err` gives its size.
+    /// Sends the answer (or refusal) of the remote agent's question; an answer over the
+    /// body limit goes as a refusal saying so, and `Err` gives its size.
     fn answer(&mut self, answer: String, refused: bool) -> Result<(), usize> {
         let bytes = answer.len();
         let sent = self.command(Command::Answer {
@@ -408,7 +417,7 @@ impl State {
         }
         self.command(Command::Answer {
             agent: self.id,
-            answer: format!("the owner's answer ({bytes} bytes) is over the edge's frame limit"),
+            answer: format!("the owner's answer ({bytes} bytes) is over the edge's body limit"),
             refused: true,
         });
         Err(bytes)
@@ -513,7 +522,10 @@ impl State {
                     self.send_control(frame);
                 }
             }
-            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+            Received::Part { .. }
+            | Received::Duplicate { .. }
+            | Received::Gap { .. }
+            | Received::Control { .. } => {}
         }
         // Acknowledged even when this frame settled the stand-in: the hosted side then
         // knows its terminal event arrived.
@@ -766,7 +778,7 @@ impl State {
         let from = usize::try_from(from).unwrap_or(usize::MAX);
         let whole: Arc<[agent_tree_protocol::Message]> = if cut {
             self.cut = true;
-            tracing::warn!(agent = %self.id, node = %self.peer, "a remote child's conversation is over the frame limit: none of it is kept");
+            tracing::warn!(agent = %self.id, node = %self.peer, "a remote child's conversation is over the edge's body limit: none of it is kept");
             Arc::from(Vec::new())
         } else if from == 0 {
             messages.into()
@@ -780,8 +792,15 @@ impl State {
         self.streamed = whole.len();
         self.cell.lock().messages = whole.clone();
         if let Some(journal) = &self.shared.journal {
-            let from = if cut { 0 } else { from };
+            // As an agent journals its turn boundaries: the run's first line whole (a
+            // resumed run's earlier messages included), then what each adds.
+            let from = if cut {
+                0
+            } else {
+                self.journaled.min(whole.len())
+            };
             journal.conversation(self.id, self.run, from, &whole);
+            self.journaled = whole.len();
         }
     }
 

@@ -17,10 +17,14 @@
 //!   replays). So no number is applied twice and none is skipped.
 //! * Nothing a peer sends panics here: a zero sequence number or an acknowledgement of a
 //!   frame never sent is an [`EdgeError`], and the frame is not applied.
+//! * A body too large for one frame and within [`DEFAULT_MAX_BODY_BYTES`] is queued as its
+//!   [`Part`]s, all at once or not at all (consecutive numbers, nothing between them); the
+//!   receiving end joins them and hands the caller the body once, when the last part is
+//!   applied. A body over that is refused before it is queued.
 
 use std::collections::VecDeque;
 
-use agent_tree_protocol::{Down, Frame, Up, Wire};
+use agent_tree_protocol::{DEFAULT_MAX_BODY_BYTES, Down, Frame, Part, Up};
 
 use super::size::{Oversized, SizeGuard};
 
@@ -124,6 +128,12 @@ impl<T> Outbox<T> {
             item,
         });
         Ok(self.last)
+    }
+
+    /// Whether `frames` more frames of `bytes` in all fit now.
+    pub(crate) fn has_room(&self, frames: usize, bytes: usize) -> bool {
+        self.kept.len().saturating_add(frames) <= self.limits.max_frames
+            && self.bytes.saturating_add(bytes) <= self.limits.max_bytes
     }
 
     /// Takes the other end's cumulative acknowledgement: drops every frame up to `ack` and
@@ -278,21 +288,39 @@ pub(crate) trait Body: Clone + Sized {
     fn asks_resend(&self) -> bool;
     /// The acknowledgement-only body.
     fn ack(resend: bool) -> Self;
-    /// Its encoded size inside a frame, at most: with the largest numbers an envelope
-    /// can carry.
-    fn frame_bytes(self) -> (usize, Self);
+    /// The body carrying one part of another ([`Endpoint::queue`] of a large body).
+    fn part(part: Part) -> Self;
+    /// The part it carries, or itself when it is not a part.
+    fn into_part(self) -> Result<Part, Self>;
+    /// Its JSON (what its parts carry).
+    fn body_json(&self) -> String;
+    /// A body from the JSON its parts carried, strictly.
+    fn from_body_json(text: &str) -> Option<Self>;
 }
 
-fn frame_bytes<B>(body: B) -> (usize, B)
-where
-    Frame<B>: Wire,
-{
-    let probe = Frame {
-        seq: u64::MAX,
-        ack: u64::MAX,
-        body,
-    };
-    (probe.to_json().len(), probe.body)
+/// What a frame's encoding adds to its body's, at most: `{"seq":…,"ack":…,"body":…}` with
+/// the largest numbers it can carry.
+const FRAME_OVERHEAD: usize =
+    r#"{"seq":18446744073709551615,"ack":18446744073709551615,"body":}"#.len();
+
+/// The bytes `text` takes as a JSON string, its quotes and escapes included (counted by the
+/// encoder itself, not kept).
+fn escaped_len(text: &str) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, text) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 impl Body for Down {
@@ -305,8 +333,20 @@ impl Body for Down {
     fn ack(resend: bool) -> Self {
         Down::Ack { resend }
     }
-    fn frame_bytes(self) -> (usize, Self) {
-        frame_bytes(self)
+    fn part(part: Part) -> Self {
+        Down::Part { part }
+    }
+    fn into_part(self) -> Result<Part, Self> {
+        match self {
+            Down::Part { part } => Ok(part),
+            other => Err(other),
+        }
+    }
+    fn body_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+    fn from_body_json(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
     }
 }
 
@@ -320,9 +360,45 @@ impl Body for Up {
     fn ack(resend: bool) -> Self {
         Up::Ack { resend }
     }
-    fn frame_bytes(self) -> (usize, Self) {
-        frame_bytes(self)
+    fn part(part: Part) -> Self {
+        Up::Part { part }
     }
+    fn into_part(self) -> Result<Part, Self> {
+        match self {
+            Up::Part { part } => Ok(part),
+            other => Err(other),
+        }
+    }
+    fn body_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+    fn from_body_json(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// `text` in pieces of at most `max` bytes each (`max` ≥ 4), cut at character boundaries.
+fn cut(text: &str, max: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(max);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        pieces.push(piece);
+        rest = tail;
+    }
+    pieces
+}
+
+/// A body being joined from its parts.
+#[derive(Clone, Debug)]
+struct Joining {
+    of: u32,
+    next: u32,
+    text: String,
 }
 
 /// A frame the other end sent that this end refuses outright.
@@ -334,6 +410,10 @@ pub(crate) enum EdgeError {
     /// A sequenced frame numbered 0.
     #[error("sequenced frame numbered 0")]
     ZeroSeq,
+    /// A part that does not continue the body being joined, parts over the body limit, or
+    /// joined parts that do not decode: the body is dropped.
+    #[error("a body in parts: {0}")]
+    Part(&'static str),
 }
 
 /// Why [`Endpoint::queue`] did not take a body; the body comes back.
@@ -355,6 +435,17 @@ pub(crate) enum QueueError<B> {
     Control(B),
 }
 
+impl<B> QueueError<B> {
+    /// The body that was not queued.
+    #[cfg(test)]
+    pub(crate) fn into_body(self) -> B {
+        match self {
+            QueueError::Oversized { body, .. } | QueueError::Control(body) => body,
+            QueueError::Full(full) => full.item,
+        }
+    }
+}
+
 /// What a received frame is, for the caller to act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Received<B> {
@@ -364,6 +455,11 @@ pub(crate) enum Received<B> {
         seq: u64,
         /// Its body.
         body: B,
+    },
+    /// A part of a body, applied: the body comes with its last part (as [`Received::Fresh`]).
+    Part {
+        /// Its number.
+        seq: u64,
     },
     /// A sequenced frame applied before: ignored, but answered with an acknowledgement
     /// (its sender may have lost the last one).
@@ -398,7 +494,9 @@ impl<B> Received<B> {
     /// showing frames never received, asks for a replay when `resend`.
     pub(crate) fn reply(&self) -> Option<bool> {
         match self {
-            Received::Fresh { .. } | Received::Duplicate { .. } => Some(false),
+            Received::Fresh { .. } | Received::Part { .. } | Received::Duplicate { .. } => {
+                Some(false)
+            }
             Received::Gap { resend, .. } | Received::Control { resend, .. } => {
                 resend.then_some(true)
             }
@@ -417,6 +515,8 @@ pub(crate) struct Endpoint<O> {
     asked_at: Option<u64>,
     /// The outbox's (acked, sent) at the last retransmission tick.
     at_tick: (u64, u64),
+    /// A body whose parts are coming.
+    joining: Option<Joining>,
 }
 
 impl<O: Body> Endpoint<O> {
@@ -428,6 +528,7 @@ impl<O: Body> Endpoint<O> {
             guard,
             asked_at: None,
             at_tick: (0, 0),
+            joining: None,
         }
     }
 
@@ -437,11 +538,70 @@ impl<O: Body> Endpoint<O> {
         if !body.sequenced() {
             return Err(QueueError::Control(body));
         }
-        let (bytes, body) = body.frame_bytes();
+        // Encoded once: its frame is this and the envelope's numbers (a large body's parts
+        // are cut from it).
+        let json = body.body_json();
+        let bytes = json.len() + FRAME_OVERHEAD;
         if let Err(error) = self.guard.check(bytes) {
-            return Err(QueueError::Oversized { body, error });
+            return self.queue_parts(body, &json, error);
         }
         self.outbox.push(body, bytes).map_err(QueueError::Full)
+    }
+
+    /// Queues `body`, too large for one frame, as its parts: every part or none (a full
+    /// outbox hands the body back whole, to be queued again later). Refused as oversized
+    /// when its JSON is over [`DEFAULT_MAX_BODY_BYTES`], or its parts could never fit the
+    /// outbox.
+    fn queue_parts(&mut self, body: O, json: &str, error: Oversized) -> Result<u64, QueueError<O>> {
+        // A part's text is a JSON string in its frame: escaping at most doubles it (its size
+        // is counted, not encoded: the wire encodes it once).
+        let piece = (self.guard.max_bytes() / 2).saturating_sub(256).max(4);
+        if json.len() > DEFAULT_MAX_BODY_BYTES {
+            return Err(QueueError::Oversized { body, error });
+        }
+        let pieces = cut(json, piece);
+        let of = u32::try_from(pieces.len()).unwrap_or(u32::MAX);
+        let mut parts = Vec::with_capacity(pieces.len());
+        let mut total = 0usize;
+        for (index, text) in (0..of).zip(pieces) {
+            let empty = O::part(Part {
+                index,
+                of,
+                text: String::new(),
+            })
+            .body_json()
+            .len();
+            let bytes = empty + escaped_len(text) + FRAME_OVERHEAD;
+            if self.guard.check(bytes).is_err() {
+                return Err(QueueError::Oversized { body, error });
+            }
+            total = total.saturating_add(bytes);
+            let part = O::part(Part {
+                index,
+                of,
+                text: text.to_owned(),
+            });
+            parts.push((part, bytes));
+        }
+        let limits = self.outbox.limits;
+        if parts.len() > limits.max_frames || total > limits.max_bytes {
+            return Err(QueueError::Oversized { body, error });
+        }
+        if !self.outbox.has_room(parts.len(), total) {
+            return Err(QueueError::Full(OutboxFull {
+                item: body,
+                frames: self.outbox.len(),
+                bytes: self.outbox.bytes(),
+            }));
+        }
+        let mut last = 0;
+        for (part, bytes) in parts {
+            // Room for every part was checked above: none is refused.
+            let pushed = self.outbox.push(part, bytes);
+            debug_assert!(pushed.is_ok(), "the outbox had room for every part");
+            last = pushed.map_or(last, |seq| seq);
+        }
+        Ok(last)
     }
 
     /// The frames to hand to the connection now (queued since the last call, or everything
@@ -512,9 +672,18 @@ impl<O: Body> Endpoint<O> {
             });
         }
         Ok(match self.inbox.accept(frame.seq) {
-            Ok(_) => Received::Fresh {
-                seq: frame.seq,
-                body: frame.body,
+            Ok(_) => match frame.body.into_part() {
+                Err(body) => Received::Fresh {
+                    seq: frame.seq,
+                    body,
+                },
+                Ok(part) => match self.join(part)? {
+                    Some(body) => Received::Fresh {
+                        seq: frame.seq,
+                        body,
+                    },
+                    None => Received::Part { seq: frame.seq },
+                },
             },
             Err(Refusal::Duplicate { seq }) => Received::Duplicate { seq },
             Err(Refusal::Gap { expected, got }) => {
@@ -531,6 +700,34 @@ impl<O: Body> Endpoint<O> {
         })
     }
 
+    /// Takes the next part of a body: the body once its last part came.
+    fn join<I: Body>(&mut self, part: Part) -> Result<Option<I>, EdgeError> {
+        let Part { index, of, text } = part;
+        let mut joining = match self.joining.take() {
+            None if index == 0 && of > 1 => Joining {
+                of,
+                next: 0,
+                text: String::new(),
+            },
+            Some(joining) if joining.next == index && joining.of == of => joining,
+            _ => return Err(EdgeError::Part("a part that does not continue its body")),
+        };
+        if joining.text.len().saturating_add(text.len()) > DEFAULT_MAX_BODY_BYTES {
+            return Err(EdgeError::Part("parts over the body limit"));
+        }
+        joining.text.push_str(&text);
+        joining.next += 1;
+        if joining.next < joining.of {
+            self.joining = Some(joining);
+            return Ok(None);
+        }
+        // Parts never nest: a part's body is a whole one.
+        match I::from_body_json(&joining.text).map(Body::into_part) {
+            Some(Err(body)) if body.sequenced() => Ok(Some(body)),
+            _ => Err(EdgeError::Part("joined parts that do not decode to a body")),
+        }
+    }
+
     /// The sending side.
     pub(crate) fn outbox(&self) -> &Outbox<O> {
         &self.outbox
@@ -545,6 +742,7 @@ impl<O: Body> Endpoint<O> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_tree_protocol::Wire;
     use agent_tree_protocol::{AgentId, Command};
 
     fn limits(max_frames: usize, max_bytes: usize) -> OutboxLimits {
@@ -698,6 +896,194 @@ mod tests {
         assert_eq!(child.inbox().duplicates(), 1);
     }
 
+    /// A spawn whose prompt is `bytes` long, of quotes and `é`s (escaping doubles a quote;
+    /// a cut must fall on a character boundary).
+    fn big_spawn(bytes: usize) -> Down {
+        let prompt: String = "\"é".chars().cycle().take(bytes * 2 / 3).collect();
+        Down::Command {
+            command: Command::Spawn {
+                agent: AgentId::new(2),
+                incarnation: 1,
+                definition: "worker".into(),
+                prompt,
+                request_id: agent_tree_protocol::RequestId::new("r"),
+                settle: None,
+                context: Vec::new(),
+                resume: false,
+            },
+        }
+    }
+
+    #[test]
+    fn sizes_are_counted_as_the_wire_encodes_them_or_over() {
+        let frame = |body: Down| Frame {
+            seq: u64::MAX,
+            ack: u64::MAX,
+            body,
+        };
+        let body = abort(3);
+        assert_eq!(
+            frame(body.clone()).to_json().len(),
+            body.body_json().len() + FRAME_OVERHEAD,
+            "exact for a whole body"
+        );
+        for text in ["", "plain", "\"quoted\" \\ back", "ctl \u{1} \n \t é"] {
+            let part = Down::part(Part {
+                index: 3,
+                of: 9,
+                text: text.into(),
+            });
+            let empty = Down::part(Part {
+                index: 3,
+                of: 9,
+                text: String::new(),
+            });
+            let counted = empty.body_json().len() + escaped_len(text) + FRAME_OVERHEAD;
+            assert!(frame(part).to_json().len() <= counted, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_body_over_the_frame_limit_goes_in_parts_and_comes_out_once_whole() {
+        let guard = SizeGuard::new(1024);
+        let mut owner: Endpoint<Down> = Endpoint::new(OutboxLimits::default(), guard);
+        let mut child: Endpoint<Up> = Endpoint::new(OutboxLimits::default(), guard);
+        owner.queue(abort(1)).unwrap();
+        let big = big_spawn(10_000);
+        let last = owner.queue(big.clone()).unwrap();
+        owner.queue(abort(2)).unwrap();
+        let frames = owner.outgoing();
+        assert!(frames.len() > 10, "{} frames", frames.len());
+        assert_eq!(last, frames.len() as u64 - 1);
+        for frame in &frames {
+            assert!(frame.to_json().len() <= 1024, "a frame over the limit");
+        }
+        // The connection drops halfway through the parts: the replay joins them once.
+        let half = frames.len() / 2;
+        let mut bodies = Vec::new();
+        for frame in &frames[..half] {
+            if let Received::Fresh { body, .. } = child.receive(frame.clone()).unwrap() {
+                bodies.push(body);
+            }
+        }
+        owner.reconnect();
+        let ack = child.ack_frame(false);
+        owner.receive(ack).unwrap();
+        for frame in owner.outgoing() {
+            match child.receive(frame).unwrap() {
+                Received::Fresh { body, .. } => bodies.push(body),
+                Received::Part { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(bodies, [abort(1), big, abort(2)]);
+        assert_eq!(child.inbox().ack(), frames.len() as u64);
+    }
+
+    #[test]
+    fn a_body_in_parts_is_queued_whole_or_not_at_all() {
+        let guard = SizeGuard::new(1024);
+        let limits = OutboxLimits {
+            max_frames: 8,
+            max_bytes: 64 * 1024,
+        };
+        let mut owner: Endpoint<Down> = Endpoint::new(limits, guard);
+        owner.queue(abort(1)).unwrap();
+        // Over the eight frames the outbox may ever hold: never fits, refused as oversized.
+        let err = owner.queue(big_spawn(10_000)).unwrap_err();
+        assert!(matches!(err, QueueError::Oversized { .. }), "{err:?}");
+        assert_eq!(owner.outbox().len(), 1);
+        // Fits an empty outbox, not this one now: handed back whole, nothing queued.
+        for n in 2..=6 {
+            owner.queue(abort(n)).unwrap();
+        }
+        let body = big_spawn(900);
+        let err = owner.queue(body.clone()).unwrap_err();
+        assert!(matches!(err, QueueError::Full(_)), "{err:?}");
+        assert_eq!(err.into_body(), body);
+        assert_eq!(owner.outbox().len(), 6, "no part of it was queued");
+        // Acknowledged, the room is there: queued as its parts.
+        owner.outgoing();
+        owner
+            .receive(Frame {
+                seq: 0,
+                ack: 6,
+                body: Up::Ack { resend: false },
+            })
+            .unwrap();
+        assert!(owner.queue(body).unwrap() > 7);
+        // Over the body limit: refused, whatever the outbox.
+        let mut roomy: Endpoint<Down> =
+            Endpoint::new(OutboxLimits::default(), SizeGuard::default());
+        let huge = big_spawn(DEFAULT_MAX_BODY_BYTES + 1);
+        assert!(matches!(
+            roomy.queue(huge),
+            Err(QueueError::Oversized { .. })
+        ));
+        assert_eq!(roomy.outbox().len(), 0);
+    }
+
+    #[test]
+    fn stray_parts_are_errors_never_panics_and_the_edge_goes_on() {
+        let mut child: Endpoint<Up> = Endpoint::new(OutboxLimits::default(), SizeGuard::default());
+        let part = |seq, index, of, text: &str| Frame {
+            seq,
+            ack: 0,
+            body: Down::Part {
+                part: Part {
+                    index,
+                    of,
+                    text: text.into(),
+                },
+            },
+        };
+        // A body's second part without its first; a one-part "body"; parts of a part.
+        assert!(matches!(
+            child.receive(part(1, 1, 2, "x")),
+            Err(EdgeError::Part(_))
+        ));
+        assert!(matches!(
+            child.receive(part(2, 0, 1, "{}")),
+            Err(EdgeError::Part(_))
+        ));
+        let nested = serde_json::to_string(&Down::Part {
+            part: Part {
+                index: 0,
+                of: 2,
+                text: "{".into(),
+            },
+        })
+        .unwrap();
+        let (a, b) = nested.split_at(nested.len() / 2);
+        assert!(matches!(
+            child.receive(part(3, 0, 2, a)),
+            Ok(Received::Part { seq: 3 })
+        ));
+        assert!(matches!(
+            child.receive(part(4, 1, 2, b)),
+            Err(EdgeError::Part(_))
+        ));
+        // Joined text that is no body.
+        assert!(matches!(
+            child.receive(part(5, 0, 2, "{\"kind\":")),
+            Ok(Received::Part { .. })
+        ));
+        assert!(matches!(
+            child.receive(part(6, 1, 2, "\"nope\"}")),
+            Err(EdgeError::Part(_))
+        ));
+        // The edge goes on: the next whole body is applied.
+        let next = Frame {
+            seq: 7,
+            ack: 0,
+            body: abort(7),
+        };
+        assert!(matches!(
+            child.receive(next),
+            Ok(Received::Fresh { seq: 7, .. })
+        ));
+    }
+
     #[test]
     fn a_gap_asks_for_a_replay_once_and_a_control_frame_shows_a_lost_tail() {
         let mut owner: Endpoint<Down> =
@@ -803,7 +1189,8 @@ mod tests {
 
     #[test]
     fn an_oversized_frame_is_refused_before_the_wire_and_handed_back() {
-        let mut owner: Endpoint<Down> = Endpoint::new(OutboxLimits::default(), SizeGuard::new(200));
+        // A limit under a part's own frame: the body cannot go in parts either.
+        let mut owner: Endpoint<Down> = Endpoint::new(OutboxLimits::default(), SizeGuard::new(100));
         let big = Down::Command {
             command: Command::Steer {
                 agent: AgentId::new(1),
@@ -813,12 +1200,15 @@ mod tests {
         match owner.queue(big.clone()) {
             Err(QueueError::Oversized { body, error }) => {
                 assert_eq!(body, big);
-                assert!(error.bytes > 300 && error.max == 200, "{error}");
+                assert!(error.bytes > 300 && error.max == 100, "{error}");
             }
             other => panic!("{other:?}"),
         }
         assert_eq!(owner.outbox().last(), 0);
         assert!(owner.outgoing().is_empty());
-        assert_eq!(owner.queue(abort(1)), Ok(1));
+        // Nothing of it stays behind: under a limit a frame fits, the next one goes first.
+        let mut roomy: Endpoint<Down> = Endpoint::new(OutboxLimits::default(), SizeGuard::new(200));
+        assert!(roomy.queue(big).is_ok(), "in parts under 200 bytes each");
+        assert!(roomy.outgoing().iter().all(|f| f.to_json().len() <= 200));
     }
 }

@@ -389,7 +389,10 @@ impl Child {
                 // A grant for a forgotten ticket, or after the lapse, is not taken.
                 let _ = self.lease.on_grant(grant);
             }
-            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+            Received::Part { .. }
+            | Received::Duplicate { .. }
+            | Received::Gap { .. }
+            | Received::Control { .. } => {}
         }
         if let Some(resend) = reply {
             let ack = self.end.ack_frame(resend);
@@ -654,7 +657,10 @@ impl Owner {
                     self.controls.push(self.end.control(Down::Grant { grant }));
                 }
             }
-            Received::Duplicate { .. } | Received::Gap { .. } | Received::Control { .. } => {}
+            Received::Part { .. }
+            | Received::Duplicate { .. }
+            | Received::Gap { .. }
+            | Received::Control { .. } => {}
         }
         if let Some(resend) = reply {
             let ack = self.end.ack_frame(resend);
