@@ -18,6 +18,8 @@
 //! * `count`: answers `messages <n>`, the number of messages the model was sent (a resumed
 //!   run that continues its conversation sees the earlier ones).
 //! * `steps N MS`: as `work N MS`, but the last turn answers `messages <n>`, as `count`.
+//! * `fail-late N MS`: as `steps N MS`, but the last turn of the first such task in the
+//!   process fails (not retryably); later ones answer `messages <n>`.
 //! * `ask-big N`: asks its owner a question of N bytes (`q` repeated), then answers
 //!   `answered: <the result's first 40 bytes>`.
 
@@ -117,6 +119,7 @@ pub(crate) fn worker_catalog() -> Catalog {
 #[derive(Debug, Default)]
 pub(crate) struct WorkerModel {
     failed_once: AtomicBool,
+    failed_late: AtomicBool,
 }
 
 fn task_of(request: &ModelRequest) -> String {
@@ -194,6 +197,16 @@ impl Model for WorkerModel {
                     let (turns, ms) = (number(1, 1), number(2, 50));
                     if u64::from(request.turn) < turns {
                         ModelResponse::text_and_calls("", vec![pause(ms, request.turn)])
+                    } else {
+                        ModelResponse::text(format!("messages {}", request.messages.len()))
+                    }
+                }
+                Some("fail-late") => {
+                    let (turns, ms) = (number(1, 1), number(2, 50));
+                    if u64::from(request.turn) < turns {
+                        ModelResponse::text_and_calls("", vec![pause(ms, request.turn)])
+                    } else if !self.failed_late.swap(true, Ordering::SeqCst) {
+                        return Err(ModelError::new("scripted late failure on the worker"));
                     } else {
                         ModelResponse::text(format!("messages {}", request.messages.len()))
                     }
