@@ -189,7 +189,10 @@ async fn retries_stop_after_max_attempts_and_a_long_retry_after_is_not_waited() 
     assert_eq!(outcome.reason, EndReason::ModelError);
     assert_eq!(
         outcome.error.as_deref(),
-        Some("transient (HTTP 529): overloaded")
+        Some(
+            "transient (HTTP 529): overloaded; gave up after 3 attempts (the retry policy's \
+             max_attempts)"
+        )
     );
     assert_eq!(model.calls(), 3);
 
@@ -205,6 +208,14 @@ async fn retries_stop_after_max_attempts_and_a_long_retry_after_is_not_waited() 
         started.elapsed(),
         Duration::ZERO,
         "an hour's retry-after is not waited"
+    );
+    let error = outcome.error.as_deref().unwrap_or_default();
+    assert!(
+        error.ends_with(
+            "; not retried: the provider asked to wait 3600s, over the retry policy's \
+             max_wait of 60s"
+        ),
+        "{error}"
     );
     assert_eq!(model.calls(), 1);
 }

@@ -412,6 +412,9 @@ async fn retry_after(
         let own = (!error.usage.is_zero()).then_some(error.usage);
         shared.registry.bill_turn(id, run, &request.sink, own);
         let Some(wait) = retry::delay(&policy, attempt, error.kind, error.retry_after, seed) else {
+            if let Some(why) = retry::given_up(&policy, attempt, error.kind, error.retry_after) {
+                error.message = format!("{}; {why}", error.message);
+            }
             return TurnResult::Failed(Box::new(error));
         };
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);

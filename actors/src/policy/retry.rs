@@ -50,6 +50,34 @@ pub(crate) fn delay(
     Some(half.saturating_add(Duration::from_nanos(jitter)))
 }
 
+/// Why a retryable failure is not tried again ([`delay`] said `None`), for its error: the
+/// attempts ran out, or the provider asked for a wait over `max_wait`. `None` for a kind
+/// that is never retried (its own message says enough).
+pub(crate) fn given_up(
+    policy: &RetryPolicy,
+    failed: u32,
+    kind: ModelErrorKind,
+    retry_after: Option<Duration>,
+) -> Option<String> {
+    if !kind.is_retryable() {
+        return None;
+    }
+    if failed >= policy.max_attempts {
+        return Some(format!(
+            "gave up after {failed} attempt{} (the retry policy's max_attempts)",
+            if failed == 1 { "" } else { "s" }
+        ));
+    }
+    retry_after
+        .filter(|wait| *wait > policy.max_wait)
+        .map(|wait| {
+            format!(
+                "not retried: the provider asked to wait {wait:?}, over the retry policy's max_wait of {:?}",
+                policy.max_wait
+            )
+        })
+}
+
 /// A seed for one turn's retries: the same agent, run and turn always draw the same waits.
 pub(crate) fn seed(agent: u64, run: u32, turn: u32) -> u64 {
     splitmix64(agent ^ (u64::from(run) << 32) ^ u64::from(turn).rotate_left(17))
@@ -71,6 +99,26 @@ mod tests {
         RetryPolicy::default()
             .with_max_attempts(4)
             .with_backoff(Duration::from_millis(100), Duration::from_millis(350))
+    }
+
+    #[test]
+    fn a_retryable_failure_given_up_says_why_exactly_when_it_is_not_retried() {
+        let p = policy().with_max_wait(Duration::from_secs(60));
+        let kind = ModelErrorKind::RateLimited;
+        let long = Some(Duration::from_secs(3600));
+        // Attempts left and a retry-after within max_wait: retried, nothing to say.
+        assert!(delay(&p, 1, kind, Some(Duration::from_secs(1)), 7).is_some());
+        assert_eq!(given_up(&p, 1, kind, Some(Duration::from_secs(1))), None);
+        // A retry-after over max_wait: not retried, and said so with both lengths.
+        assert_eq!(delay(&p, 1, kind, long, 7), None);
+        let why = given_up(&p, 1, kind, long).unwrap();
+        assert!(why.contains("3600s") && why.contains("60s"), "{why}");
+        // The attempts ran out: said so with the count.
+        assert_eq!(delay(&p, 4, ModelErrorKind::Transient, None, 7), None);
+        let why = given_up(&p, 4, ModelErrorKind::Transient, None).unwrap();
+        assert!(why.contains("after 4 attempts"), "{why}");
+        // A kind never retried needs no reason.
+        assert_eq!(given_up(&p, 1, ModelErrorKind::InvalidRequest, long), None);
     }
 
     #[test]
