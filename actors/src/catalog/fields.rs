@@ -57,7 +57,9 @@ impl Field {
             "description" => Field::Description,
             "tools" => Field::Tools,
             "disallowed_tools" | "disallowedTools" | "disallowed-tools" => Field::DisallowedTools,
-            "allowed_subagents" | "allowedSubagents" | "allowed-subagents" => {
+            // pi's subagent files call it `spawns` (`*`, a list, or omitted: none), with the
+            // same words.
+            "allowed_subagents" | "allowedSubagents" | "allowed-subagents" | "spawns" => {
                 Field::AllowedSubagents
             }
             "isolated" => Field::Isolated,
@@ -114,7 +116,10 @@ pub(super) fn apply(
             definition.node = (!node.is_empty()).then(|| node.to_owned());
         }
         Field::Model => {
-            let model = string(value)?.trim();
+            // pi writes a model with its fallbacks (`claude-haiku-4-5, haiku, flash`): the
+            // first is the model (no provider takes the list as a name; the rest are for a
+            // `model_alias` to map, or lost).
+            let model = string(value)?.split(',').next().unwrap_or_default().trim();
             // Claude Code's `inherit` means "the main conversation's model": the default.
             let default = model.is_empty() || model.eq_ignore_ascii_case("inherit");
             definition.model = (!default).then(|| model.to_owned());
@@ -280,6 +285,23 @@ mod tests {
             parse_ok("---\nmodel: opus\n---\n").model.as_deref(),
             Some("opus")
         );
+    }
+
+    #[test]
+    fn a_model_with_fallbacks_is_its_first() {
+        // pi's `model: <preferred>, <fallback>, …`.
+        assert_eq!(
+            field_ok("model: claude-haiku-4-5, haiku, flash")
+                .model
+                .as_deref(),
+            Some("claude-haiku-4-5")
+        );
+        assert_eq!(
+            field_ok("model: ' , haiku'").model,
+            None,
+            "a blank first is the default"
+        );
+        assert_eq!(field_ok("model: inherit, opus").model, None);
     }
 
     #[test]
@@ -463,6 +485,15 @@ Twice.
             SubagentAllowance::only(["writer"])
         );
         assert_eq!(field_ok("").allowed_subagents, SubagentAllowance::None);
+        // pi's spelling, with its words.
+        assert_eq!(
+            field_ok("spawns: plan, review").allowed_subagents,
+            SubagentAllowance::only(["plan", "review"])
+        );
+        assert_eq!(
+            field_ok("spawns: '*'").allowed_subagents,
+            SubagentAllowance::All
+        );
         assert_eq!(
             field_err("allowed_subagents: 3").1,
             "expected `all`, `none`, true, false or agent type names (a comma-separated string \

@@ -77,9 +77,9 @@ use super::{CatalogError, check, combine};
 /// | `description` | | a string, trimmed | empty |
 /// | `tools` | | `all`, `*`, `none`, or tool names | `all` |
 /// | `disallowed_tools` | `disallowedTools`, `disallowed-tools` | tool names | no tool |
-/// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents` | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
+/// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents`, `spawns` (pi) | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
 /// | `isolated` | | `true` or `false` | `false` |
-/// | `model` | | a string; blank or `inherit` means the tree's default | the tree's default |
+/// | `model` | | a string; blank or `inherit` means the tree's default; a comma list (pi's fallbacks) is its first | the tree's default |
 /// | `max_turns` | `maxTurns`, `max-turns` | a positive integer | the depth-scaled default |
 /// | `inherit_context` | `inheritContext`, `inherit-context` | `true` or `false` | `false` |
 /// | `run_in_background` | `runInBackground`, `run-in-background` | `true` or `false` | `false` |
