@@ -324,7 +324,8 @@ pub enum Up {
     },
     /// A downward command that could not be carried out (sequenced).
     Refused {
-        /// The command's downward sequence number.
+        /// The command's downward sequence number (its last part's, when it came in
+        /// [`Part`]s).
         command: u64,
         /// Why.
         error: String,

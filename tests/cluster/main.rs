@@ -1023,17 +1023,21 @@ async fn a_spawn_the_worker_cannot_run_fails_with_its_cause(owner: &mut Owner) {
     let stand_ins = owner.node.stats().stand_ins;
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, AgentDefinition::new("ghost", "")).await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(5),
-        tree.run(SpawnRequest::new("ghost", "haunt")),
-    )
-    .await
-    .expect("a refused remote spawn settles")
-    .unwrap();
-    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
-    let error = outcome.error.as_deref().unwrap_or_default();
-    assert!(error.contains("refused the spawn"), "{outcome:?}");
-    assert!(error.contains("ghost"), "{outcome:?}");
+    // A spawn in one frame, and one in parts (a 9 MiB task: review 13 found its refusal
+    // named its last part, which the stand-in did not take as its spawn's, and hung).
+    for task in ["haunt".to_owned(), "h".repeat(9 << 20)] {
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            tree.run(SpawnRequest::new("ghost", task)),
+        )
+        .await
+        .expect("a refused remote spawn settles")
+        .unwrap();
+        assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
+        let error = outcome.error.as_deref().unwrap_or_default();
+        assert!(error.contains("refused the spawn"), "{outcome:?}");
+        assert!(error.contains("ghost"), "{outcome:?}");
+    }
     assert!(
         eventually(Duration::from_secs(2), || owner.node.stats().stand_ins
             == stand_ins)

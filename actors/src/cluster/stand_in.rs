@@ -110,8 +110,9 @@ pub(crate) struct State {
     journaled: usize,
     /// Steers sent down, by their number, waiting for the remote agent's receipt.
     steers: HashMap<u64, RpcReplyPort<Result<SteerReceipt, ControlError>>>,
-    /// Whether the spawn could be queued (a prompt and context over the body limit cannot).
-    spawn_sent: bool,
+    /// The spawn's number, once queued (a prompt and context over the body limit cannot
+    /// be): a refusal of it names this, its last part's when it went in parts.
+    spawn: Option<u64>,
     ticks: u32,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
@@ -180,13 +181,13 @@ impl Actor for StandIn {
             },
             cut: false,
             journaled: 0,
-            spawn_sent: false,
+            spawn: None,
             steers: HashMap::new(),
             ticks: 0,
             ticker: None,
         };
         let start = &ticket.start;
-        state.spawn_sent = state.command(Command::Spawn {
+        state.spawn = state.command(Command::Spawn {
             agent: id,
             incarnation: ticket.incarnation,
             definition: start.definition.name.clone(),
@@ -243,7 +244,7 @@ impl Actor for StandIn {
         myself: ActorRef<AgentMsg>,
         state: &mut State,
     ) -> Result<(), ActorProcessingErr> {
-        if !state.spawn_sent {
+        if state.spawn.is_none() {
             let outcome = Outcome::failed(
                 EndReason::ActorFailed,
                 format!(
@@ -383,14 +384,14 @@ impl State {
         Instant::now().saturating_duration_since(self.epoch)
     }
 
-    /// Queues a command (in parts when it is over the frame limit); `false` (logged) when
-    /// it cannot go (over the body limit).
-    fn command(&mut self, command: Command) -> bool {
+    /// Queues a command (in parts when it is over the frame limit): its number (the last
+    /// part's), or `None` (logged) when it cannot go (over the body limit).
+    fn command(&mut self, command: Command) -> Option<u64> {
         match self.end.queue(Down::Command { command }) {
-            Ok(_) => true,
+            Ok(seq) => Some(seq),
             Err(error) => {
                 tracing::warn!(agent = %self.id, %error, "a command for a remote child was not sent");
-                false
+                None
             }
         }
     }
@@ -412,7 +413,7 @@ impl State {
             answer,
             refused,
         });
-        if sent {
+        if sent.is_some() {
             return Ok(());
         }
         self.command(Command::Answer {
@@ -643,7 +644,7 @@ impl State {
                     tracing::debug!(agent = %self.id, %error, "a remote child refused a steer");
                     let status = self.status();
                     let _ = reply.send(Err(ControlError::WrongStatus(self.id, status)));
-                } else if self.top.is_none() && command == 1 {
+                } else if self.top.is_none() && Some(command) == self.spawn {
                     let outcome = Outcome::failed(
                         EndReason::ActorFailed,
                         format!("node {} refused the spawn: {error}", self.peer),
