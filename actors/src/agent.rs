@@ -156,10 +156,15 @@ enum Inbound {
     Steer(String),
     /// A runtime notice: a child's question.
     Notice(String),
-    /// A background child's end, noticed because nothing had read its result: taken back
-    /// if a tool reads or awaits that result before the notice enters the conversation
-    /// (the result reaches the model once).
-    Ended { child: AgentId, text: String },
+    /// A background child's end (of its run `run`), noticed because nothing had read its
+    /// result: taken back if a tool reads or awaits that run's result before the notice
+    /// enters the conversation (the result reaches the model once; another run's result
+    /// read does not take it).
+    Ended {
+        child: AgentId,
+        run: u32,
+        text: String,
+    },
 }
 
 impl Actor for AgentActor {

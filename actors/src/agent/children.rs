@@ -342,6 +342,7 @@ impl AgentState {
             self.answer_waits_on(child, outcome);
             return;
         }
+        let run = self.children.get(child).map_or(0, |c| c.run);
         let row = self.children.get(child).map(|c| settle::ChildRow {
             background: c.background,
             read: false,
@@ -354,6 +355,7 @@ impl AgentState {
             notice["notice"] = serde_json::json!("subagent_ended");
             self.inbox.push_back(Inbound::Ended {
                 child,
+                run,
                 text: notice.to_string(),
             });
             // The notice carries the output to the model: read, for the retention policy
@@ -366,11 +368,16 @@ impl AgentState {
 
     /// Child `id`'s final outcome was returned by a tool: read, in the table and, in a
     /// journaled tree, for the retention policy.
-    /// A notice of its end still waiting for the next turn boundary is taken back: the tool's
-    /// answer carries the result, and the model reads it once.
+    /// A notice of that run's end still waiting for the next turn boundary is taken back:
+    /// the tool's answer carries the result, and the model reads it once. (The outcome a
+    /// tool reads is the child's current run's.)
     pub(super) fn mark_read(&mut self, id: AgentId) {
-        self.inbox
-            .retain(|inbound| !matches!(inbound, Inbound::Ended { child, .. } if *child == id));
+        if let Some(current) = self.children.get(id).map(|c| c.run) {
+            self.inbox.retain(|inbound| {
+                !matches!(inbound, Inbound::Ended { child, run, .. }
+                    if *child == id && *run == current)
+            });
+        }
         if self.children.mark_read(id) && self.shared.journal.is_some() {
             self.shared.registry.output_read(id);
         }
