@@ -13,4 +13,5 @@ mod control_steer_receipts;
 mod control_wait_and_results;
 mod model_boundary;
 mod ownership_control_matrix;
+mod review13;
 mod review_issue9;

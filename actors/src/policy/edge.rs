@@ -47,6 +47,8 @@
 pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;
+#[cfg(test)]
+mod review_parts;
 pub(crate) mod seq;
 pub(crate) mod shutdown;
 #[cfg(test)]
