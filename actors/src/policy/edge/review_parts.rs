@@ -10,6 +10,7 @@ use agent_tree_protocol::{
 };
 
 use super::seq::{Body, EdgeError, Endpoint, OutboxLimits, QueueError, Received};
+use super::sim::Rng;
 use super::size::SizeGuard;
 
 fn steer(message: impl Into<String>) -> Down {
@@ -406,20 +407,6 @@ fn review13_a_refused_spawn_in_parts_is_recognised_as_the_spawn() {
         command, queued,
         "the hosted side refuses the spawn as command {command}: the number queue returned"
     );
-}
-
-/// xorshift.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
 }
 
 /// A lossy link between the two ends, in steps: frames may be dropped, duplicated,

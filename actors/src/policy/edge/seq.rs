@@ -281,7 +281,9 @@ impl Inbox {
 }
 
 /// A frame body of one direction, as an [`Endpoint`] handles it.
-pub(crate) trait Body: Clone + Sized {
+pub(crate) trait Body:
+    Clone + Sized + serde::Serialize + serde::de::DeserializeOwned
+{
     /// Whether it is numbered and kept until acknowledged.
     fn sequenced(&self) -> bool;
     /// Whether it asks the other end to replay its unacknowledged frames.
@@ -293,9 +295,13 @@ pub(crate) trait Body: Clone + Sized {
     /// The part it carries, or itself when it is not a part.
     fn into_part(self) -> Result<Part, Self>;
     /// Its JSON (what its parts carry).
-    fn body_json(&self) -> String;
+    fn body_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
     /// A body from the JSON its parts carried, strictly.
-    fn from_body_json(text: &str) -> Option<Self>;
+    fn from_body_json(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
 }
 
 /// What a frame's encoding adds to its body's, at most: `{"seq":…,"ack":…,"body":…}` with
@@ -342,12 +348,6 @@ impl Body for Down {
             other => Err(other),
         }
     }
-    fn body_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-    fn from_body_json(text: &str) -> Option<Self> {
-        serde_json::from_str(text).ok()
-    }
 }
 
 impl Body for Up {
@@ -368,12 +368,6 @@ impl Body for Up {
             Up::Part { part } => Ok(part),
             other => Err(other),
         }
-    }
-    fn body_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-    fn from_body_json(text: &str) -> Option<Self> {
-        serde_json::from_str(text).ok()
     }
 }
 
