@@ -23,14 +23,14 @@ const JOURNAL_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_JOURNAL";
 /// What an owner child process is (see [`owner_node`]).
 const OWNER_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_OWNER";
 
-/// A fresh directory, removed when dropped.
-pub(crate) struct Dir(PathBuf);
+/// A fresh directory, removed when dropped (the cluster reviews' scenarios share it).
+pub(crate) struct Dir(pub(crate) PathBuf);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
+    pub(crate) fn new(name: &str) -> Dir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "agent-tree-review4-{name}-{}-{}",
+            "agent-tree-cluster-{name}-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
@@ -38,7 +38,7 @@ impl Dir {
         Dir(dir)
     }
 
-    fn file(&self, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }

@@ -4,8 +4,7 @@
 //! limit, with no conversation that came up (journaled or not), hosted trees with their own
 //! journal. Registered in `scenarios()` like every other scenario.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::Duration;
 
 use agent_tree::JournalConfig;
@@ -16,37 +15,12 @@ use agent_tree::protocol::{
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
+use super::review4::Dir;
 use super::worker::{self, WorkerProcess};
 use super::{Owner, first_usage, lead_of, messages_sent, root_tokens, runner, worker_idle};
 
 /// The env variable review4's journaled worker reads its journal path from.
 const JOURNAL_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_JOURNAL";
-
-/// A fresh directory, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "agent-tree-review5-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// An owner tree placing `runner` on `worker`; journaled to `journal` when given.
 async fn owner_tree(node: &Node, worker: &str, journal: Option<&Path>) -> Tree {

@@ -5,8 +5,7 @@
 //! What a tree keeps is read from its journal (`agent_tree::protocol::replay`), which holds
 //! each agent's last conversation as its cell does.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::Duration;
 
 use agent_tree::JournalConfig;
@@ -18,34 +17,9 @@ use agent_tree::protocol::{
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
+use super::review4::Dir;
 use super::worker;
 use super::{Owner, eventually, first_usage, root_tokens, runner, worker_idle};
-
-/// A fresh directory, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "agent-tree-review6-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// An owner tree placing `definitions` (`runner` when empty) on `worker`, journaled to
 /// `journal`.
