@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{Event, EventKind, Fold, Strategy};
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
+use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
 use crate::support::{RecordingModel, catalog, delegator, leaf};
 
@@ -317,6 +317,77 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
                 "run {run}: the extra turn read no notice"
             );
         }
+        assert_folds(&tree, &all.drain(), run);
+    }
+}
+
+/// A background child that ends while, or just before or after, its owner's turn asks for
+/// its result (`wait_subagents` and `get_subagent_result` in turn): whichever message
+/// arrives first, the owner's model never reads the result twice (a tool's answer and the
+/// end notice). A wait reads it exactly once; so does a peek that found it final (else
+/// the notice may bring it, or the owner's end may stop the child first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_threads() {
+    let wait = Call::tool("wait_subagents", serde_json::json!({ "agent_ids": ["a2"] }));
+    let peek = Call::tool(
+        "get_subagent_result",
+        serde_json::json!({ "agent_id": "a2" }),
+    );
+    for run in 0..150u32 {
+        let take = if run % 2 == 0 {
+            wait.clone()
+        } else {
+            peek.clone()
+        };
+        let scripted = ScriptedModel::new()
+            .script(
+                "boss",
+                Script::new([
+                    Turn::spawn_background("worker", "w"),
+                    // Its model turn is in flight while the worker ends, or it is not.
+                    Turn::calls([take]).after(Duration::from_micros(u64::from(run / 2 % 5) * 300)),
+                    Turn::answer("boss done"),
+                    Turn::answer("boss done, noticed"),
+                ]),
+            )
+            .script(
+                "worker",
+                Script::new([Turn::answer("worked 42")
+                    .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))]),
+            );
+        let recorder = RecordingModel::new(scripted);
+        let tree = Tree::builder()
+            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
+            .model(recorder.clone())
+            .build()
+            .await
+            .expect("builds");
+        let mut all = tree.subscribe();
+        let mut boss = tree
+            .spawn(SpawnRequest::new("boss", "go"))
+            .await
+            .expect("admitted");
+        let outcome = bounded("the boss", boss.outcome()).await;
+        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        bounded("idle", tree.idle()).await;
+        let calls = recorder.calls_of(boss.id());
+        let last = calls.last().expect("the boss called its model");
+        let seen = last
+            .messages
+            .iter()
+            .filter(|m| m.content.contains("worked 42"))
+            .count();
+        let peeked_final = last
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.content.contains("worked 42"));
+        let once = run % 2 == 0 || peeked_final;
+        assert!(
+            seen <= 1 && (!once || seen == 1),
+            "run {run}: the result reached the boss's model {seen} times: {:#?}",
+            last.messages
+        );
+        tree.shutdown().await;
         assert_folds(&tree, &all.drain(), run);
     }
 }
