@@ -163,10 +163,16 @@ pub(crate) struct Registry {
     conversations: std::sync::OnceLock<ConversationTap>,
 }
 
-/// Where a hosted tree's top agents' conversations go (`cluster::hosted`): the agent and its
-/// whole conversation at a turn boundary or a settle (one reference, no copy).
+/// Where a hosted tree's top agents' conversations go (`cluster::hosted`): the agent, its
+/// whole conversation at a turn boundary or a settle (one reference, no copy), and the
+/// sequence number of the last event emitted before it (the edge sends every event up to
+/// it first: a conversation never names a child whose `spawned` has not gone up).
 #[cfg(feature = "cluster")]
-pub(crate) type ConversationTap = mpsc::UnboundedSender<(AgentId, Arc<[Message]>)>;
+pub(crate) type ConversationTap = mpsc::UnboundedSender<Tapped>;
+
+/// What a [`ConversationTap`] carries.
+#[cfg(feature = "cluster")]
+pub(crate) type Tapped = (AgentId, Arc<[Message]>, u64);
 
 #[derive(Debug)]
 struct Inner {
@@ -422,14 +428,25 @@ impl Registry {
 
     /// `id`'s conversation, to the tap when one is set and `id` is a top agent (`depth` 1):
     /// a hosted tree's edge sends it up, so its owner's node keeps what a local owner's
-    /// tree would. Called by the agent at its turn boundaries and by its settle, before the
-    /// settle's terminal event: the edge then has it when that event comes. Takes no lock.
+    /// tree would. Called by the agent at its turn boundaries; takes the registry lock
+    /// only in a hosted tree (for the sequence number the edge orders it by).
     #[cfg(feature = "cluster")]
     pub(crate) fn tap_conversation(&self, id: AgentId, depth: u32, messages: &Arc<[Message]>) {
+        if depth == 1 && self.conversations.get().is_some() {
+            let seq = self.lock().seq;
+            self.tap_at(id, depth, messages, seq);
+        }
+    }
+
+    /// As [`Registry::tap_conversation`], after the event numbered `seq`; the settle calls
+    /// it under the lock, before its terminal event, so the edge has the conversation the
+    /// run ended with when that event comes.
+    #[cfg(feature = "cluster")]
+    fn tap_at(&self, id: AgentId, depth: u32, messages: &Arc<[Message]>, seq: u64) {
         if depth == 1
             && let Some(tap) = self.conversations.get()
         {
-            let _ = tap.send((id, messages.clone()));
+            let _ = tap.send((id, messages.clone(), seq));
         }
     }
 

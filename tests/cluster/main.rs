@@ -329,6 +329,10 @@ async fn scenarios() {
     observe!(review5_a_hosted_journal_that_dropped_the_conversation_still_resumes_it);
     observe!(review5_a_resume_that_never_reached_its_node_keeps_the_conversation);
     observe!(review6_a_remote_childs_kept_conversation_is_a_local_agents);
+    observe!(
+        review6_a_delegating_remote_childs_kept_conversation_is_a_local_agents,
+        3
+    );
     observe!(review6_a_steer_then_an_abort_is_kept_for_the_resume_as_locally);
     observe!(review6_a_recovered_owner_keeps_every_remote_run_as_a_local_tree);
     observe!(review6_a_node_killed_mid_resumed_run_keeps_the_whole_conversation);

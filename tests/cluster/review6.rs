@@ -125,11 +125,8 @@ pub(crate) async fn review6_a_remote_childs_kept_conversation_is_a_local_agents(
 /// `a2`, and the conversation kept in the owner's tree (and sent down again on a resume)
 /// names agents by ids of trees that no longer exist: `a2` four times for four different
 /// helpers (whose mirrored records here are `a2`..`a5`), where a local agent's names
-/// `a2`, `a3`, `a4`, `a5`.
-///
-/// Fails today: a known defect, left open (`docs/cluster.md`, "Not built yet": agent ids in
-/// a remote agent's conversation are its hosted tree's). Not run by `scenarios` until then.
-#[allow(dead_code, reason = "a known defect's test, run when it is fixed")]
+/// `a2`, `a3`, `a4`, `a5`. The owner's node now rewrites the ids the runtime wrote into
+/// the conversation as it comes up (`policy::edge::ids`).
 pub(crate) async fn review6_a_delegating_remote_childs_kept_conversation_is_a_local_agents(
     owner: &mut Owner,
 ) {

@@ -91,7 +91,25 @@ struct Side {
 const CUT: usize = usize::MAX;
 
 /// A hosted top agent's conversation, from the hosted tree's tap (`Registry::tap_conversation`).
-type Tapped = (AgentId, Arc<[agent_tree_protocol::Message]>);
+type Tapped = crate::registry::Tapped;
+
+/// What goes up from the hosted tree, in the order it happened there.
+enum Hosted {
+    Event(Event),
+    Tapped(Tapped),
+}
+
+impl Hosted {
+    /// A conversation tapped after event `s` goes after it and before event `s + 1`: the
+    /// children its results name are mirrored first, and a settle's conversation comes
+    /// before its terminal event.
+    fn order(&self) -> (u64, u8) {
+        match self {
+            Hosted::Event(event) => (event.seq, 1),
+            Hosted::Tapped((_, _, after)) => (after.saturating_add(1), 0),
+        }
+    }
+}
 
 /// Runs one hosted edge until its work is over.
 pub(crate) async fn run(
@@ -175,14 +193,11 @@ pub(crate) async fn run(
                 None => break,
             },
             Some(event) = next_event(&mut events) => {
-                // What the tree tapped before this event goes up before it (the terminal
-                // event's conversation before that event).
-                while let Ok(tapped) = taps.try_recv() {
-                    side.on_conversation(tapped);
-                }
-                side.on_event(event);
+                side.on_hosted(Hosted::Event(event), &mut taps, &mut events);
             }
-            Some(tapped) = taps.recv() => side.on_conversation(tapped),
+            Some(tapped) = taps.recv() => {
+                side.on_hosted(Hosted::Tapped(tapped), &mut taps, &mut events);
+            }
             Some(asked) = asks.recv() => side.on_asked(asked),
             // Lagged, the timer's reachability check catches up.
             peer = peers.recv(), if peers_open => match peer {
@@ -450,11 +465,36 @@ impl Side {
         self.queue(Up::Asked { agent, question });
     }
 
+    /// `first` and everything else the hosted tree has queued now, events and tapped
+    /// conversations, sent up in the order they happened there. Whatever must precede an
+    /// item is queued by the time it is: the events before a tap (emitted before it was
+    /// sent), and a settle's tap before its terminal event (sent under the same lock).
+    fn on_hosted(
+        &mut self,
+        first: Hosted,
+        taps: &mut mpsc::UnboundedReceiver<Tapped>,
+        events: &mut Option<crate::EventStream>,
+    ) {
+        let mut batch = vec![first];
+        batch.extend(std::iter::from_fn(|| taps.try_recv().ok()).map(Hosted::Tapped));
+        if let Some(events) = events {
+            batch.extend(std::iter::from_fn(|| events.try_next()).map(Hosted::Event));
+        }
+        // Stable: taps keep their order among themselves, as events do.
+        batch.sort_by_key(Hosted::order);
+        for item in batch {
+            match item {
+                Hosted::Event(event) => self.on_event(event),
+                Hosted::Tapped(tapped) => self.on_conversation(tapped),
+            }
+        }
+    }
+
     /// A hosted top agent's conversation as it is now: what the owner's node lacks of it
     /// goes up (in parts when it is over the frame limit; over the body limit, it cuts the
     /// conversation). A run's conversation only grows, so a tap older than the last is
     /// nothing new.
-    fn on_conversation(&mut self, (agent, messages): Tapped) {
+    fn on_conversation(&mut self, (agent, messages, _): Tapped) {
         let from = self.conversations.get(&agent).copied().unwrap_or(0);
         if from == CUT || messages.len() <= from {
             return;
@@ -651,6 +691,44 @@ mod tests {
             at_ms: 5,
             kind,
         }
+    }
+
+    /// A spawn's `spawned` (event 3), a turn boundary tapped after it, a settle's tap under
+    /// the lock before its terminal event (event 5), and an event of another agent: queued
+    /// in any order across the two channels, they go up in the order they happened.
+    #[test]
+    fn a_tap_goes_up_after_the_events_before_it_and_before_those_after() {
+        let numbered = |seq, kind| Hosted::Event(Event { seq, ..event(kind) });
+        let tapped = |after, len| {
+            let messages: Vec<_> = (0..len)
+                .map(|i| agent_tree_protocol::Message::user(format!("m{i}")))
+                .collect();
+            Hosted::Tapped((AgentId::new(1), messages.into(), after))
+        };
+        let spawned = EventKind::Spawned {
+            agent_type: "helper".into(),
+            request_id: None,
+            detached: false,
+        };
+        // As the edge may take them: the taps first (one channel), then the events.
+        let mut batch = vec![
+            tapped(3, 2),
+            tapped(4, 3),
+            numbered(2, EventKind::Steered),
+            numbered(3, spawned),
+            numbered(4, EventKind::Steered),
+            numbered(5, EventKind::settled(Outcome::completed("done"))),
+            numbered(6, EventKind::Steered),
+        ];
+        batch.sort_by_key(Hosted::order);
+        let order: Vec<String> = batch
+            .iter()
+            .map(|item| match item {
+                Hosted::Event(e) => format!("e{}", e.seq),
+                Hosted::Tapped((_, m, _)) => format!("t{}", m.len()),
+            })
+            .collect();
+        assert_eq!(order, ["e2", "e3", "t2", "e4", "t3", "e5", "e6"]);
     }
 
     #[test]

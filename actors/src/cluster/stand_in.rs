@@ -770,13 +770,31 @@ impl State {
     fn on_conversation(
         &mut self,
         from: u64,
-        messages: Vec<agent_tree_protocol::Message>,
+        mut messages: Vec<agent_tree_protocol::Message>,
         cut: bool,
     ) {
         if self.cut {
             return;
         }
         let from = usize::try_from(from).unwrap_or(usize::MAX);
+        // Kept under the owner tree's ids, as a local agent's conversation names its
+        // children (the hosted side sends every child's `spawned` before a conversation
+        // that names it, so each is mirrored by now).
+        {
+            let (top, id, mirrored) = (self.top, self.id, &self.mirrored);
+            let earlier = if from == 0 {
+                Arc::from(Vec::new())
+            } else {
+                self.cell.lock().messages.clone()
+            };
+            crate::policy::edge::ids::translate(&mut messages, &earlier, |hosted| {
+                if Some(hosted) == top {
+                    Some(id)
+                } else {
+                    mirrored.get(&hosted).copied()
+                }
+            });
+        }
         let whole: Arc<[agent_tree_protocol::Message]> = if cut {
             self.cut = true;
             tracing::warn!(agent = %self.id, node = %self.peer, "a remote child's conversation is over the edge's body limit: none of it is kept");

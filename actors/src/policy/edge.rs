@@ -19,6 +19,8 @@
 //!   reconnect window, the boot id): a crash told from a short disconnect.
 //! * [`shutdown`]: one shutdown deadline across nodes: who reported, who is counted killed.
 //! * [`size`]: the size guard refusing an oversized frame before it is sent.
+//! * [`ids`]: the agent ids in a remote agent's conversation, rewritten from its hosted
+//!   tree's to its owner tree's as the conversation comes up.
 //!
 //! # Invariants
 //!
@@ -44,6 +46,7 @@
     )
 )]
 
+pub(crate) mod ids;
 pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;

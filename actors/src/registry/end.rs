@@ -70,7 +70,7 @@ impl Registry {
         if let Some(record) = inner.rec(id) {
             // Before the terminal event `settle` emits: a hosted tree's edge has the
             // conversation the run ended with when that event comes.
-            self.tap_conversation(id, record.depth, &conversation);
+            self.tap_at(id, record.depth, &conversation, inner.seq);
         }
         let entry = inner.entry(id)?;
         // The conversation the cell held is freed after the registry lock is released.
