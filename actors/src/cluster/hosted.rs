@@ -711,7 +711,7 @@ mod tests {
             detached: false,
         };
         // As the edge may take them: the taps first (one channel), then the events.
-        let mut batch = vec![
+        let mut batch = [
             tapped(3, 2),
             tapped(4, 3),
             numbered(2, EventKind::Steered),

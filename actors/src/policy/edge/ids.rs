@@ -10,16 +10,19 @@
 //!
 //! [`translate`] rewrites the ids where the runtime writes them, and nowhere else:
 //!
-//! * an orchestration tool call's input: `agent_id`, `agent_ids` and `Agent`'s `resume`;
-//! * an orchestration tool's result (found by its call's id): every `agent_id` and
-//!   `agent_ids` in it, at any depth (`wait_subagents` lists outcomes), and the ids in its
-//!   `error` text (the runtime's refusals name the agent);
-//! * a runtime notice (a user message that is a JSON object with a `notice` field):
-//!   its `agent_id`.
+//! * a delegation tool call's input: its top-level `agent_id` and `agent_ids`, and
+//!   `Agent`'s `resume` (the fields the runtime reads);
+//! * a delegation tool's result (found by its call's id): a refusal (an object whose one
+//!   field is `error`: the runtime's text, which names agents) has the ids in its text
+//!   rewritten, whole unquoted words only; any other result (an outcome, a receipt,
+//!   `wait_subagents`' list) its `agent_id` and `agent_ids` at any depth, never the child's
+//!   own `text`, `error` or `partial`;
+//! * a runtime notice (`subagent_ended`, `question`: a user message that is a JSON object
+//!   with that `notice`): its top-level `agent_id`.
 //!
-//! A model's prose, a user tool's input or result and a child's answer text are never
-//! touched: an `a7` there is the model's or the tool's, not the runtime's. An id the map
-//! does not know is left as it is.
+//! A model's prose, a steer, a user tool's input or result, an `ask_owner` answer (the
+//! owner's own text, in the owner's ids) and a child's answer or error are never touched:
+//! an `a7` there is theirs, not the runtime's. An id the map does not know is left as it is.
 //!
 //! # Invariants
 //!
@@ -30,9 +33,13 @@
 use std::collections::HashMap;
 
 use agent_tree_protocol::{AgentId, Message, Role, ToolInput};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::tool::{ORCHESTRATION_TOOLS, RESERVED_TOOLS};
+use crate::tool::{AGENT_TOOL, ORCHESTRATION_TOOLS};
+
+/// The notices the runtime writes into a conversation (`agent/children.rs`,
+/// `agent/questions.rs`).
+const NOTICES: [&str; 2] = ["subagent_ended", "question"];
 
 /// Rewrites the agent ids the runtime wrote into `messages` through `map` (a hosted id to
 /// the owner's); `earlier` is the conversation before them, where the calls their tool
@@ -43,26 +50,33 @@ pub(crate) fn translate(
     map: impl Fn(AgentId) -> Option<AgentId>,
 ) -> usize {
     let mut rewritten = 0;
-    // Which call ids are orchestration tools' (their results carry ids).
-    let mut orchestration: HashMap<String, bool> = HashMap::new();
+    // Which call ids are delegation tools' (their results carry ids).
+    let mut delegation: HashMap<String, bool> = HashMap::new();
     let note_calls = |m: &Message, into: &mut HashMap<String, bool>| {
         for call in &m.tool_calls {
-            into.insert(call.id.clone(), is_orchestration(&call.name));
+            into.insert(
+                call.id.clone(),
+                ORCHESTRATION_TOOLS.contains(&call.name.as_str()),
+            );
         }
     };
     for m in earlier {
-        note_calls(m, &mut orchestration);
+        note_calls(m, &mut delegation);
     }
     for m in messages.iter_mut() {
-        note_calls(m, &mut orchestration);
+        note_calls(m, &mut delegation);
         match m.role {
             Role::Assistant => {
                 for call in &mut m.tool_calls {
-                    if !is_orchestration(&call.name) || !call.input.is_object() {
+                    if !ORCHESTRATION_TOOLS.contains(&call.name.as_str()) || !call.input.is_object()
+                    {
                         continue;
                     }
                     let mut value = call.input.to_value();
-                    let n = rewrite(&mut value, &map, true);
+                    let resume = call.name == AGENT_TOOL;
+                    let n = value
+                        .as_object_mut()
+                        .map_or(0, |fields| rewrite_input(fields, &map, resume));
                     if n > 0 {
                         call.input = ToolInput::from(value);
                         rewritten += n;
@@ -73,15 +87,27 @@ pub(crate) fn translate(
                 let ours = m
                     .tool_call_id
                     .as_ref()
-                    .and_then(|id| orchestration.get(id))
+                    .and_then(|id| delegation.get(id))
                     .copied()
                     .unwrap_or(false);
                 if ours {
-                    rewritten += rewrite_text(&mut m.content, &map, |_| true);
+                    rewritten += rewrite_text(&mut m.content, |fields| match refusal(fields) {
+                        Some(text) => rewrite_prose(text, &map),
+                        None => rewrite_result(fields, &map),
+                    });
                 }
             }
             Role::User => {
-                rewritten += rewrite_text(&mut m.content, &map, |v| v.get("notice").is_some());
+                rewritten += rewrite_text(&mut m.content, |fields| {
+                    let notice = fields.get("notice").and_then(Value::as_str);
+                    if notice.is_some_and(|n| NOTICES.contains(&n)) {
+                        fields
+                            .get_mut("agent_id")
+                            .map_or(0, |id| rewrite_value("agent_id", id, &map))
+                    } else {
+                        0
+                    }
+                });
             }
             _ => {}
         }
@@ -89,62 +115,91 @@ pub(crate) fn translate(
     rewritten
 }
 
-fn is_orchestration(name: &str) -> bool {
-    ORCHESTRATION_TOOLS.contains(&name) || RESERVED_TOOLS.contains(&name)
-}
-
-/// Rewrites the ids of `text` if it is a JSON object `which` accepts.
+/// Rewrites `text` through `rewrite` if it is a JSON object, writing it back only when an
+/// id changed.
 fn rewrite_text(
     text: &mut String,
-    map: &impl Fn(AgentId) -> Option<AgentId>,
-    which: impl Fn(&Value) -> bool,
+    rewrite: impl FnOnce(&mut Map<String, Value>) -> usize,
 ) -> usize {
     if !text.starts_with('{') {
         return 0;
     }
-    let Ok(mut value) = serde_json::from_str::<Value>(text) else {
+    let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(text) else {
         return 0;
     };
-    if !value.is_object() || !which(&value) {
-        return 0;
-    }
-    let n = rewrite(&mut value, map, false);
+    let n = rewrite(&mut fields);
     if n > 0 {
-        *text = value.to_string();
+        *text = Value::Object(fields).to_string();
     }
     n
 }
 
-/// Rewrites the ids in `value`'s `agent_id`, `agent_ids` (and, in an input, `resume`)
-/// fields at any depth, and in its `error` texts.
-fn rewrite(value: &mut Value, map: &impl Fn(AgentId) -> Option<AgentId>, input: bool) -> usize {
-    let mut n = 0;
-    match value {
-        Value::Object(fields) => {
-            for (key, field) in fields.iter_mut() {
-                n += match (key.as_str(), field) {
-                    ("agent_id", Value::String(s)) => rewrite_id(s, map),
-                    ("resume", Value::String(s)) if input => rewrite_id(s, map),
-                    ("agent_ids", Value::Array(ids)) => ids
-                        .iter_mut()
-                        .map(|id| match id {
-                            Value::String(s) => rewrite_id(s, map),
-                            _ => 0,
-                        })
-                        .sum(),
-                    ("error", Value::String(s)) if !input => rewrite_prose(s, map),
-                    (_, field) => rewrite(field, map, input),
-                };
-            }
-        }
-        Value::Array(items) => {
-            for item in items {
-                n += rewrite(item, map, input);
-            }
-        }
-        _ => {}
+/// A runtime refusal's text: the one field of `{"error": …}`.
+fn refusal(fields: &mut Map<String, Value>) -> Option<&mut String> {
+    if fields.len() != 1 {
+        return None;
     }
-    n
+    match fields.get_mut("error") {
+        Some(Value::String(text)) => Some(text),
+        _ => None,
+    }
+}
+
+/// A call input's top-level `agent_id`, `agent_ids` and (`resume`: an `Agent` call's)
+/// `resume`.
+fn rewrite_input(
+    fields: &mut Map<String, Value>,
+    map: &impl Fn(AgentId) -> Option<AgentId>,
+    resume: bool,
+) -> usize {
+    fields
+        .iter_mut()
+        .map(|(key, field)| match key.as_str() {
+            "agent_id" | "agent_ids" => rewrite_value(key, field, map),
+            "resume" if resume => rewrite_value(key, field, map),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A result's `agent_id` and `agent_ids` at any depth; every other string (a child's text,
+/// error, partial output) is left alone.
+fn rewrite_result(
+    fields: &mut Map<String, Value>,
+    map: &impl Fn(AgentId) -> Option<AgentId>,
+) -> usize {
+    fields
+        .iter_mut()
+        .map(|(key, field)| match (key.as_str(), field) {
+            (key @ ("agent_id" | "agent_ids"), field) => rewrite_value(key, field, map),
+            (_, Value::Object(inner)) => rewrite_result(inner, map),
+            (_, Value::Array(items)) => items
+                .iter_mut()
+                .map(|item| match item {
+                    Value::Object(inner) => rewrite_result(inner, map),
+                    _ => 0,
+                })
+                .sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// An id field as the runtime reads it: `agent_ids` an array of strings, any other a
+/// string (a value of another shape is refused there, and kept here).
+fn rewrite_value(key: &str, value: &mut Value, map: &impl Fn(AgentId) -> Option<AgentId>) -> usize {
+    match (key, value) {
+        ("agent_ids", Value::Array(ids)) => ids
+            .iter_mut()
+            .map(|id| match id {
+                Value::String(text) => rewrite_id(text, map),
+                _ => 0,
+            })
+            .sum(),
+        ("agent_ids", _) => 0,
+        (_, Value::String(text)) => rewrite_id(text, map),
+        _ => 0,
+    }
 }
 
 fn rewrite_id(text: &mut String, map: &impl Fn(AgentId) -> Option<AgentId>) -> usize {
@@ -158,41 +213,52 @@ fn rewrite_id(text: &mut String, map: &impl Fn(AgentId) -> Option<AgentId>) -> u
 }
 
 /// The ids in a refusal's text: every word that is an agent id (`a` and digits, one
-/// spelling), as the runtime's refusals name agents.
+/// spelling, between characters that are not word characters), as the runtime's refusals
+/// name agents. A quoted word (`"a2"`, `` `a2` ``) is what a model wrote, quoted back (an
+/// agent type it asked for): kept.
 fn rewrite_prose(text: &mut String, map: &impl Fn(AgentId) -> Option<AgentId>) -> usize {
     let mut out = String::with_capacity(text.len());
     let mut n = 0;
-    let mut rest = text.as_str();
-    while let Some(start) = rest.find('a') {
-        let word_start = start == 0 || !is_word(rest[..start].chars().next_back());
-        let len = rest[start + 1..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len() - start - 1);
-        let end = start + 1 + len;
-        let word_end = !is_word(rest[end..].chars().next());
-        let mapped = (word_start && word_end && len > 0)
-            .then(|| rest[start..end].parse::<AgentId>().ok())
-            .flatten()
-            .and_then(map);
-        out.push_str(&rest[..start]);
-        match mapped {
-            Some(to) => {
-                out.push_str(&to.to_string());
-                n += 1;
-            }
-            None => out.push_str(&rest[start..end]),
+    let mut copied = 0;
+    let mut words = text.char_indices().peekable();
+    let mut before: Option<char> = None;
+    while let Some((start, c)) = words.next() {
+        if c != 'a' || !separates(before) {
+            before = Some(c);
+            continue;
         }
-        rest = &rest[end..];
+        let mut end = start + 1;
+        while let Some(&(i, d)) = words.peek() {
+            if !d.is_ascii_digit() {
+                break;
+            }
+            end = i + 1;
+            words.next();
+        }
+        let after = text[end..].chars().next();
+        before = text[..end].chars().next_back();
+        if end == start + 1 || !separates(after) {
+            continue;
+        }
+        let Some(to) = text[start..end].parse::<AgentId>().ok().and_then(map) else {
+            continue;
+        };
+        out.push_str(&text[copied..start]);
+        out.push_str(&to.to_string());
+        copied = end;
+        n += 1;
     }
     if n > 0 {
-        out.push_str(rest);
+        out.push_str(&text[copied..]);
         *text = out;
     }
     n
 }
 
-fn is_word(c: Option<char>) -> bool {
-    c.is_some_and(|c| c.is_alphanumeric() || c == '_')
+/// Whether `c` may stand beside an id word: the text's end, or neither a word character nor
+/// a quote.
+fn separates(c: Option<char>) -> bool {
+    !c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '"' || c == '`')
 }
 
 #[cfg(test)]
