@@ -67,6 +67,8 @@ use crate::spawn::PendingStart;
 
 pub(crate) use admit::{Admission, Admitted, NEEDS_CONVERSATION};
 pub(crate) use end::KilledRuns;
+#[cfg(feature = "cluster")]
+pub(crate) use mirror::EARLIER_REQUEST;
 
 pub(crate) use read::SteerRoute;
 
@@ -797,6 +799,7 @@ mod tests {
             pooled: false,
             inherited: &[],
             journaled: None,
+            earlier: &[],
         }) {
             Ok(Admitted::New(ticket)) => ticket.id,
             other => panic!("not admitted: {other:?}"),
@@ -981,6 +984,73 @@ mod tests {
                 agent_type: agent_type.into(),
                 incarnation: 1,
             }
+        }
+
+        /// A resumed remote run's hosted admission seeds the earlier children its
+        /// conversation names: settled records under it with the next ids, in order,
+        /// taking no counter and refusing control, and its conversation names them so.
+        #[tokio::test(start_paused = true)]
+        async fn a_resumed_admission_seeds_its_earlier_children_with_the_next_ids() {
+            use agent_tree_protocol::{EarlierChild, Message, ToolCall};
+            let registry = registry();
+            let config = TreeConfig::default();
+            let mut spec = spec(RestartPolicy::Temporary);
+            spec.resumed = true;
+            spec.definition = Arc::new(AgentDefinition::new("w", "").with_inherit_context(true));
+            let earlier = [
+                EarlierChild {
+                    agent: AgentId::new(7),
+                    agent_type: "helper".into(),
+                    outcome: Outcome::completed("done 1"),
+                },
+                EarlierChild {
+                    agent: AgentId::new(9),
+                    agent_type: "helper".into(),
+                    outcome: failed(),
+                },
+            ];
+            let call = ToolCall::new("c1", "Agent", serde_json::json!({ "prompt": "p" }));
+            let mut result = Message::user(r#"{"agent_id":"a9","status":"failed"}"#);
+            result.role = agent_tree_protocol::Role::Tool;
+            result.tool_call_id = Some("c1".into());
+            let inherited = [Message::assistant("", vec![call]), result];
+            let ticket = match registry.admit(Admission {
+                owner: AgentId::ROOT,
+                agent_type: "w",
+                request_id: None,
+                detached: false,
+                max_depth: 5,
+                config: &config,
+                spec,
+                pooled: false,
+                inherited: &inherited,
+                journaled: None,
+                earlier: &earlier,
+            }) {
+                Ok(Admitted::New(ticket)) => ticket,
+                other => panic!("not admitted: {other:?}"),
+            };
+            let top = ticket.id;
+            assert_eq!(
+                ticket.start.context[1].content,
+                format!(r#"{{"agent_id":"a{}","status":"failed"}}"#, top.get() + 2),
+                "the second earlier child is the second seed"
+            );
+            for (i, child) in earlier.iter().enumerate() {
+                let seed = AgentId::new(top.get() + 1 + i as u64);
+                let record = registry.record(seed).expect("seeded");
+                assert_eq!(record.parent, Some(top));
+                assert_eq!(record.outcome.as_ref(), Some(&child.outcome));
+                assert_eq!(
+                    record.request_id.as_ref().map(|r| r.as_str().to_owned()),
+                    Some(format!("earlier:{}", child.agent))
+                );
+                assert!(matches!(
+                    registry.refuse_mirrored(seed),
+                    Err(ControlError::Remote(_))
+                ));
+            }
+            assert_eq!(registry.live(), 1, "only the agent itself is live");
         }
 
         #[tokio::test(start_paused = true)]

@@ -32,6 +32,9 @@ pub(crate) struct SpawnSpec<'a> {
     /// A resumed run of an agent another node hosted: `owner_conversation` is its own
     /// conversation, continued (`Tree::spawn_with`).
     pub(crate) resumed: bool,
+    /// With `resumed`: the children of its earlier runs, which that conversation names
+    /// (`Command::Spawn`'s `earlier`); empty for every other spawn.
+    pub(crate) earlier: &'a [agent_tree_protocol::EarlierChild],
 }
 
 /// How to start an agent's actor, kept while it waits for a pool slot.
@@ -86,6 +89,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         pooled,
         owner_span,
         resumed,
+        earlier,
     } = spec;
     // A new agent's first user message is its task: a blank one gives the model nothing to
     // do, and a provider may refuse the request (Anthropic's Messages API needs a message,
@@ -127,6 +131,7 @@ pub(crate) async fn spawn(shared: &SharedRef, spec: SpawnSpec<'_>) -> Result<Spa
         pooled,
         inherited: owner_conversation,
         journaled,
+        earlier,
     })?;
     match admitted {
         Admitted::Existing(id) => Ok(Spawned::Existing(id)),

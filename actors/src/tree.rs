@@ -448,7 +448,7 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
-        self.spawn_with(request, false, &[], false).await
+        self.spawn_with(request, false, &[], false, &[]).await
     }
 
     /// As [`Tree::spawn`]; `remote_owned`: the agent is a remote owner's child (a hosted
@@ -457,13 +457,15 @@ impl Tree {
     /// (it comes before its task whatever this tree's definition of it says). `resumed`:
     /// `inherited` is the agent's own conversation, continued by a resumed run (its owner's
     /// node resumed it): the task is the next user message, an empty one adds none, and its
-    /// children never outlive the run.
+    /// children never outlive the run; `earlier` are the children of its earlier runs,
+    /// which that conversation names, seeded as settled records under it.
     pub(crate) async fn spawn_with(
         &self,
         request: SpawnRequest,
         remote_owned: bool,
         inherited: &[agent_tree_protocol::Message],
         resumed: bool,
+        earlier: &[agent_tree_protocol::EarlierChild],
     ) -> Result<AgentHandle, SpawnError> {
         if let Some(journal) = &self.shared.journal {
             journal.room().await;
@@ -493,6 +495,7 @@ impl Tree {
                 pooled,
                 owner_span: crate::util::SpanSlot::new(self.shared.span.clone()),
                 resumed,
+                earlier,
             },
         )
         .await;

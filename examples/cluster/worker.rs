@@ -22,6 +22,12 @@
 //!   process fails (not retryably); later ones answer `messages <n>`.
 //! * `ask-big N`: asks its owner a question of N bytes (`q` repeated), then answers
 //!   `answered: <the result's first 40 bytes>`.
+//! * `recall`: each run (a first run, and every resumed one) spawns a `helper` with
+//!   `work 1 0`; a run after the first then reads, by the id its conversation gives it, the
+//!   first helper (`get_subagent_result`), and answers `recalled <status> <text>, new
+//!   helper <same|another>` (whether the new helper's id is the one it read); the first
+//!   run answers `first helper`. No id is in an answer, so a remote run's answers are a
+//!   local one's.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
 
@@ -211,6 +217,7 @@ impl Model for WorkerModel {
                         ModelResponse::text(format!("messages {}", request.messages.len()))
                     }
                 }
+                Some("recall") => recall(&request),
                 Some("count") => {
                     ModelResponse::text(format!("messages {}", request.messages.len()))
                 }
@@ -263,6 +270,72 @@ impl Model for WorkerModel {
             response.usage = usage;
             Ok(response)
         })
+    }
+}
+
+/// The `recall` task's turn (see the module docs), read from the conversation alone.
+fn recall(request: &ModelRequest) -> ModelResponse {
+    let messages = &request.messages;
+    // The calls by id, to tell which tool each result answers.
+    let call_name = |id: &str| {
+        messages
+            .iter()
+            .flat_map(|m| &m.tool_calls)
+            .find(|c| c.id == id)
+            .map(|c| c.name.clone())
+    };
+    let field = |m: &agent_tree::protocol::Message, key: &str| {
+        serde_json::from_str::<serde_json::Value>(&m.content)
+            .ok()
+            .and_then(|v| v.get(key).and_then(|f| f.as_str().map(str::to_owned)))
+    };
+    let helpers: Vec<String> = messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter(|m| {
+            call_name(m.tool_call_id.as_deref().unwrap_or_default()).as_deref() == Some("Agent")
+        })
+        .filter_map(|m| field(m, "agent_id"))
+        .collect();
+    let last = messages.last();
+    let last_tool = last
+        .filter(|m| m.role == Role::Tool)
+        .and_then(|m| call_name(m.tool_call_id.as_deref().unwrap_or_default()));
+    match last_tool.as_deref() {
+        Some("Agent") if helpers.len() == 1 => ModelResponse::text("first helper"),
+        Some("Agent") => {
+            let call = ToolCall::new(
+                format!("recall-read-{}", helpers.len()),
+                "get_subagent_result",
+                serde_json::json!({ "agent_id": helpers[0] }),
+            );
+            ModelResponse::text_and_calls("", vec![call])
+        }
+        Some("get_subagent_result") => {
+            let read = last.expect("a last message");
+            let newest = helpers.last().cloned().unwrap_or_default();
+            let same = if field(read, "agent_id").as_deref() == Some(newest.as_str()) {
+                "same"
+            } else {
+                "another"
+            };
+            ModelResponse::text(format!(
+                "recalled {} {}, new helper {same}",
+                field(read, "status").unwrap_or_default(),
+                field(read, "text")
+                    .or_else(|| field(read, "error"))
+                    .unwrap_or_default(),
+            ))
+        }
+        // A run's first turn: a new helper.
+        _ => {
+            let call = ToolCall::new(
+                format!("recall-spawn-{}", helpers.len()),
+                "Agent",
+                serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
+            );
+            ModelResponse::text_and_calls("", vec![call])
+        }
     }
 }
 

@@ -164,6 +164,34 @@ impl Down {
     }
 }
 
+/// A child of an earlier run of a remote agent being resumed, as the owner's node keeps it
+/// ([`Command::Spawn`]'s `earlier`).
+///
+/// ```
+/// use agent_tree_protocol::{EarlierChild, Outcome, Wire};
+/// let child = EarlierChild {
+///     agent: "a7".parse().unwrap(),
+///     agent_type: "helper".into(),
+///     outcome: Outcome::completed("done 1"),
+/// };
+/// let json = child.to_json();
+/// assert_eq!(EarlierChild::from_json(&json).unwrap(), child);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EarlierChild {
+    /// The owner's id of it: what the resumed conversation names it by.
+    pub agent: AgentId,
+    /// Its type.
+    pub agent_type: String,
+    /// How it ended.
+    pub outcome: crate::Outcome,
+}
+
+impl Wire for EarlierChild {
+    const WHAT: &'static str = "earlier child";
+}
+
 /// A command the owner's node sends for the hosted subtree. Agents are named by the
 /// owner's ids.
 ///
@@ -178,6 +206,7 @@ impl Down {
 ///     settle: None,
 ///     context: Vec::new(),
 ///     resume: false,
+///     earlier: Vec::new(),
 /// };
 /// assert_eq!(spawn.agent().map(|a| a.to_string()).as_deref(), Some("a4"));
 /// ```
@@ -214,6 +243,12 @@ pub enum Command {
         /// empty one adds none (the run continues as it was).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         resume: bool,
+        /// A resumed run: the children of the agent's earlier runs, which `context` names
+        /// (by the owner's ids). The run's hosted tree holds a settled record of each
+        /// under the agent, so an earlier child is still there to read, and the new
+        /// children never take the numbers the conversation gives the earlier ones.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        earlier: Vec<EarlierChild>,
     },
     /// Steer `agent` at its next turn boundary.
     Steer {
@@ -474,6 +509,24 @@ mod tests {
                     settle: Some(crate::SettlePolicy::Drain),
                     context: vec![crate::Message::user("the owner's task")],
                     resume: false,
+                    earlier: Vec::new(),
+                },
+            },
+            Down::Command {
+                command: Command::Spawn {
+                    agent: a,
+                    incarnation: 1,
+                    definition: "worker".into(),
+                    prompt: String::new(),
+                    request_id: RequestId::new("a1/2/m4c0"),
+                    settle: None,
+                    context: vec![crate::Message::user("the task a7 was given")],
+                    resume: true,
+                    earlier: vec![EarlierChild {
+                        agent: AgentId::new(7),
+                        agent_type: "helper".into(),
+                        outcome: crate::Outcome::completed("done 1"),
+                    }],
                 },
             },
             Down::Command {
@@ -673,7 +726,7 @@ mod tests {
         assert_eq!(
             d,
             [
-                true, true, true, true, true, true, true, false, false, false
+                true, true, true, true, true, true, true, true, false, false, false
             ]
         );
         let u: Vec<bool> = up.iter().map(|f| f.body.is_sequenced()).collect();
@@ -701,12 +754,16 @@ mod tests {
 
         /// Cutting a valid frame anywhere never panics and never decodes to something else.
         #[test]
-        fn cuts_never_panic(pick in 0usize..17, cut in 0usize..400) {
+        fn cuts_never_panic(pick in 0usize..18, cut in 0usize..400) {
             let (down, up) = samples();
             let texts: Vec<String> = down.iter().map(Wire::to_json)
                 .chain(up.iter().map(Wire::to_json)).collect();
             let text = &texts[pick % texts.len()];
-            let cut = cut.min(text.len());
+            // At a character's boundary (a sample holds multi-byte text).
+            let cut = (0..=cut.min(text.len()))
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
             let head = &text[..cut];
             if cut < text.len() {
                 prop_assert!(Frame::<Down>::from_json(head).is_err());

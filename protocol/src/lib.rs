@@ -33,8 +33,8 @@ pub use definition::{
     Strategy, SubagentAllowance, ToolSet,
 };
 pub use edge::{
-    Command, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES, Down, Frame, LeaseGrant, Part,
-    TerminalReport, Up,
+    Command, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES, Down, EarlierChild, Frame,
+    LeaseGrant, Part, TerminalReport, Up,
 };
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};

@@ -333,6 +333,10 @@ async fn scenarios() {
         review6_a_delegating_remote_childs_kept_conversation_is_a_local_agents,
         3
     );
+    observe!(
+        review6_a_resumed_remote_run_reads_an_earlier_helper_as_a_local_one,
+        3
+    );
     observe!(review6_a_steer_then_an_abort_is_kept_for_the_resume_as_locally);
     observe!(review6_a_recovered_owner_keeps_every_remote_run_as_a_local_tree);
     observe!(review6_a_node_killed_mid_resumed_run_keeps_the_whole_conversation);

@@ -133,6 +133,56 @@ pub(crate) async fn review6_a_delegating_remote_childs_kept_conversation_is_a_lo
     same_as_local(owner, &["delegate 1 0"]).await;
 }
 
+/// A resumed remote run reads its first run's helper by the id its conversation gives it,
+/// and starts a new helper that is another agent, as a local run does (`recall`). The
+/// resumed run's hosted tree is fresh: it holds a settled record of each earlier helper
+/// (seeded, `Command::Spawn`'s `earlier`) with the ids the conversation sent down names
+/// them by. Another agent runs first, so the runner's ids in the owner's tree are not its
+/// hosted tree's, and every id crosses the edge rewritten, both ways.
+pub(crate) async fn review6_a_resumed_remote_run_reads_an_earlier_helper_as_a_local_one(
+    owner: &mut Owner,
+) {
+    let (name, mut process) = owner.worker().await;
+    let mut tokens = 0;
+    for round in 0..2 {
+        let dir = Dir::new("recall");
+        let (lp, rp) = (dir.file("local.journal"), dir.file("remote.journal"));
+        let local = local_tree(&lp).await;
+        let remote = owner_tree(&owner.node, &name, &rp).await;
+        for tree in [&local, &remote] {
+            let mut first = tree
+                .spawn(SpawnRequest::new("runner", "count"))
+                .await
+                .unwrap();
+            settled(&mut first, "the first agent").await;
+        }
+        let resumes = ["", "more", ""];
+        let (_, want) = runs(&local, &lp, "recall", &resumes).await;
+        let (_, got) = runs(&remote, &rp, "recall", &resumes).await;
+        let answers: Vec<String> = got
+            .iter()
+            .map(|(text, _)| text.clone().unwrap_or_default())
+            .collect();
+        let recalled = "recalled completed done 1, new helper another";
+        assert_eq!(
+            answers,
+            ["first helper", recalled, recalled, recalled],
+            "round {round}: what the remote runs answered"
+        );
+        assert_eq!(
+            want, got,
+            "round {round}: the remote runs keep what local ones keep"
+        );
+        tokens += root_tokens(&remote);
+        local.shutdown().await;
+        remote.shutdown().await;
+    }
+    let (live, worker_tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(worker_tokens, tokens, "usage counted once");
+    process.finish();
+}
+
 async fn same_as_local(owner: &mut Owner, tasks: &[&str]) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();

@@ -393,13 +393,17 @@ impl Side {
                 settle,
                 context,
                 resume,
+                earlier,
                 ..
             } => {
                 let mut request = SpawnRequest::new(definition, prompt);
                 request.request_id = Some(request_id);
                 request.settle = settle;
                 // Its owner's node restarts it (a new edge): never this tree too.
-                match tree.spawn_with(request, true, &context, resume).await {
+                match tree
+                    .spawn_with(request, true, &context, resume, &earlier)
+                    .await
+                {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
                         if resume {

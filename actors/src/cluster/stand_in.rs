@@ -19,7 +19,7 @@
 //!   the mirror takes nothing after either (later events are reported as late).
 //! * Every timer is the one tick; nothing here awaits the peer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,8 +85,13 @@ pub(crate) struct State {
     /// The hosted top agent, once its `spawned` event came.
     top: Option<AgentId>,
     /// The hosted agents below the top, by their hosted id: their mirrored records' ids in
-    /// the owner's tree.
+    /// the owner's tree (a seeded earlier child's: the record it stands for).
     mirrored: HashMap<AgentId, AgentId>,
+    /// A resumed run: the children of its earlier runs it sent down (owner's ids), each
+    /// seeded as a settled record in the hosted tree; taken out as its seed comes up.
+    earlier: HashSet<AgentId>,
+    /// The hosted ids of those seeds: their events stand for records kept here already.
+    seeds: HashSet<AgentId>,
     /// Why it was cancelled, for the outcome it settles with.
     aborted: Option<EndReason>,
     /// The deadline of a shutdown it forwarded.
@@ -165,6 +170,8 @@ impl Actor for StandIn {
             end: Endpoint::new(OutboxLimits::default(), SizeGuard::default()),
             mirror: Mirror::new(),
             mirrored: HashMap::new(),
+            earlier: HashSet::new(),
+            seeds: HashSet::new(),
             epoch,
             request_id: request_id.clone(),
             top: None,
@@ -187,6 +194,13 @@ impl Actor for StandIn {
             ticker: None,
         };
         let start = &ticket.start;
+        // The children of its earlier runs, which the conversation it continues names.
+        let earlier = if start.resumed {
+            state.shared.registry.earlier_children(id)
+        } else {
+            Vec::new()
+        };
+        state.earlier = earlier.iter().map(|child| child.agent).collect();
         state.spawn = state.command(Command::Spawn {
             agent: id,
             incarnation: ticket.incarnation,
@@ -199,6 +213,7 @@ impl Actor for StandIn {
             // or, resumed, its own conversation, continued there.
             context: start.context.clone(),
             resume: start.resumed,
+            earlier,
         });
         // Aborted before it got here: the abort follows the spawn.
         if ticket.token.is_cancelled() {
@@ -659,6 +674,16 @@ impl State {
         }
     }
 
+    /// The earlier child (owner's id) a seed's request id names, if it is one this run sent
+    /// down and no seed has come up for yet.
+    fn seed_of(&self, request_id: &RequestId) -> Option<AgentId> {
+        request_id
+            .as_str()
+            .strip_prefix(crate::registry::EARLIER_REQUEST)
+            .and_then(|id| id.parse().ok())
+            .filter(|id| self.earlier.contains(id))
+    }
+
     /// Folds a hosted event about an agent below the top into its mirrored record in the
     /// owner's registry (its `spawned` or `queued` event creates it). Returns whether it was
     /// applied there: events of the top (this child's own record) and of the hosted root are
@@ -669,7 +694,22 @@ impl State {
             return false;
         }
         let registry = &self.shared.registry;
+        if self.seeds.contains(&event.agent) {
+            return false;
+        }
         match &event.kind {
+            // A seeded earlier child: the record it stands for is kept here already.
+            EventKind::Spawned {
+                request_id: Some(request_id),
+                ..
+            } if event.parent == self.top && self.seed_of(request_id).is_some() => {
+                if let Some(earlier) = self.seed_of(request_id) {
+                    self.earlier.remove(&earlier);
+                    self.seeds.insert(event.agent);
+                    self.mirrored.insert(event.agent, earlier);
+                }
+                false
+            }
             EventKind::Spawned { .. } | EventKind::Queued { .. } => {
                 let parent = event.parent.and_then(|p| {
                     if Some(p) == self.top {

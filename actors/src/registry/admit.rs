@@ -29,6 +29,10 @@ pub(crate) struct Admission<'a> {
     pub(crate) inherited: &'a [Message],
     /// The request as made, for the journal (only when the tree keeps one).
     pub(crate) journaled: Option<agent_tree_protocol::SpawnRequest>,
+    /// A resumed run of a remote agent in its hosted tree: the children of its earlier
+    /// runs, seeded as settled records under it with the ids after its own, and renamed so
+    /// in its inherited conversation (feature `cluster`; empty everywhere else).
+    pub(crate) earlier: &'a [agent_tree_protocol::EarlierChild],
 }
 
 /// The result of an admission.
@@ -105,6 +109,20 @@ impl Registry {
                 context_dropped = true;
             }
         }
+        let earlier = admission.earlier;
+        #[cfg(feature = "cluster")]
+        if !earlier.is_empty() {
+            // The conversation names the earlier children by the owner's ids: here they are
+            // the seeds that follow this agent's own id.
+            let seeds: std::collections::HashMap<AgentId, AgentId> = earlier
+                .iter()
+                .zip(id.get() + 1..)
+                .map(|(child, seed)| (child.agent, AgentId::new(seed)))
+                .collect();
+            crate::policy::edge::ids::translate(&mut spec.context, &[], |owner| {
+                seeds.get(&owner).copied()
+            });
+        }
         let mut entry = Entry::new(token.clone());
         entry.pooled = pooled;
         entry.spec = Some(kept_spec(&spec, slot));
@@ -174,6 +192,10 @@ impl Registry {
             }
         };
         inner.emit_as(id, Some(admission.owner), depth, kind, now);
+        #[cfg(feature = "cluster")]
+        inner.seed_earlier(id, depth, earlier, now);
+        #[cfg(not(feature = "cluster"))]
+        debug_assert!(earlier.is_empty(), "earlier children only cross an edge");
         if context_dropped {
             inner.emit(id, EventKind::ContextDropped, now);
         }

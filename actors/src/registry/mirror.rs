@@ -12,9 +12,9 @@
 //! terminal event, or, when the stand-in settles first (its node lost, its edge given up),
 //! `killed` in the same transaction, before the stand-in's own terminal event.
 
-#[cfg(feature = "cluster")]
-use agent_tree_protocol::FoldError;
 use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Outcome};
+#[cfg(feature = "cluster")]
+use agent_tree_protocol::{EarlierChild, FoldError, RequestId};
 #[cfg(feature = "cluster")]
 use tokio_util::sync::CancellationToken;
 
@@ -23,8 +23,47 @@ use super::Entry;
 use super::{Inner, Registry};
 use crate::error::ControlError;
 
+/// The request id of a seeded earlier child's `spawned` event: this prefix and the owner's
+/// id of it, so the owner's stand-in knows the record it stands for.
+#[cfg(feature = "cluster")]
+pub(crate) const EARLIER_REQUEST: &str = "earlier:";
+
+/// An earlier child's output longer than this (text and partial output together) goes down
+/// as released: a resumed run can see how it ended, and the spawn stays small.
+#[cfg(feature = "cluster")]
+const EARLIER_OUTPUT_LIMIT: usize = 64 * 1024;
+
 #[cfg(feature = "cluster")]
 impl Registry {
+    /// The children of `id`'s earlier runs on another node (its mirrored children, all
+    /// settled when its run did), in start order: what a resumed run's hosted tree seeds.
+    pub(crate) fn earlier_children(&self, id: AgentId) -> Vec<EarlierChild> {
+        let inner = self.lock();
+        let Some(record) = inner.rec(id) else {
+            return Vec::new();
+        };
+        record
+            .children
+            .iter()
+            .filter(|&&child| inner.is_mirrored(child))
+            .filter_map(|&child| {
+                let record = inner.rec(child)?;
+                let outcome = record.outcome.clone()?;
+                let size = outcome.text.as_ref().map_or(0, String::len)
+                    + outcome.partial.as_ref().map_or(0, String::len);
+                Some(EarlierChild {
+                    agent: child,
+                    agent_type: record.agent_type.clone(),
+                    outcome: if size > EARLIER_OUTPUT_LIMIT {
+                        outcome.into_released()
+                    } else {
+                        outcome
+                    },
+                })
+            })
+            .collect()
+    }
+
     /// Creates the mirrored record of a hosted agent under `parent` (the stand-in, or a
     /// mirrored record), from its `spawned` or `queued` event. Returns its id in this tree;
     /// `None` when `parent` is gone, settled, or neither a stand-in's nor a mirrored record
@@ -115,6 +154,49 @@ impl Registry {
 }
 
 impl Inner {
+    /// Seeds, under `parent` (a resumed run's top agent, admitted at `depth` in this
+    /// transaction), a settled record of each child of its earlier runs, with the next ids
+    /// in order: records like mirrored ones (no actor, no counter, not controlled here),
+    /// which its model can still read. Their `spawned` events carry
+    /// [`EARLIER_REQUEST`] and the owner's id, for the owner's stand-in.
+    #[cfg(feature = "cluster")]
+    pub(super) fn seed_earlier(
+        &mut self,
+        parent: AgentId,
+        depth: u32,
+        earlier: &[EarlierChild],
+        now: u64,
+    ) {
+        let depth = depth.saturating_add(1);
+        for child in earlier {
+            let id = AgentId::new(self.entries.len() as u64);
+            let mut entry = Entry::new(CancellationToken::new());
+            entry.mirrored = true;
+            self.entries.push(entry);
+            let spawned = EventKind::Spawned {
+                agent_type: child.agent_type.clone(),
+                request_id: Some(RequestId::new(format!("{EARLIER_REQUEST}{}", child.agent))),
+                detached: false,
+            };
+            // The parent was admitted in this transaction: neither event can be refused.
+            if self
+                .try_emit_as(id, Some(parent), depth, spawned, now)
+                .is_ok()
+                && self
+                    .try_emit_as(
+                        id,
+                        Some(parent),
+                        depth,
+                        EventKind::settled(child.outcome.clone()),
+                        now,
+                    )
+                    .is_ok()
+            {
+                self.finalize(id, AgentStatus::Starting);
+            }
+        }
+    }
+
     /// Whether `id` is a mirrored record.
     pub(super) fn is_mirrored(&self, id: AgentId) -> bool {
         self.entry(id).is_some_and(|e| e.mirrored)

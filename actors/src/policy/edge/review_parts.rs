@@ -33,6 +33,7 @@ fn spawn(prompt: impl Into<String>) -> Down {
             settle: None,
             context: Vec::new(),
             resume: false,
+            earlier: Vec::new(),
         },
     }
 }

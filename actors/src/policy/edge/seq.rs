@@ -904,6 +904,7 @@ mod tests {
                 settle: None,
                 context: Vec::new(),
                 resume: false,
+                earlier: Vec::new(),
             },
         }
     }

@@ -750,6 +750,7 @@ impl Sim {
                 settle: None,
                 context: Vec::new(),
                 resume: false,
+                earlier: Vec::new(),
             });
         }
         sim
