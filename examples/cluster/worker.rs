@@ -28,6 +28,14 @@
 //!   helper <same|another>` (whether the new helper's id is the one it read); the first
 //!   run answers `first helper`. No id is in an answer, so a remote run's answers are a
 //!   local one's.
+//! * `recall-big N`: as `recall`, but each helper's task is `big N`, and a run after the
+//!   first answers `recalled <status> <bytes of the text it read> bytes, new helper
+//!   <same|another>`.
+//! * `poke`: each run spawns a `helper` with `work 1 0`; a run after the first then steers
+//!   (`steer_subagent`), aborts (`abort_subagent`) and resumes (`Agent` with `resume`, prompt
+//!   `again`) the first helper, by the id its conversation gives it, one call a turn, and
+//!   answers `poked steer:<r> abort:<r> resume:<r>`, `<r>` `refused` for a result whose one
+//!   field is `error`, else `ok`; the first run answers `first helper`.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
 
@@ -218,6 +226,8 @@ impl Model for WorkerModel {
                     }
                 }
                 Some("recall") => recall(&request),
+                Some("recall-big") => recall_big(&request, number(1, 1)),
+                Some("poke") => poke(&request),
                 Some("count") => {
                     ModelResponse::text(format!("messages {}", request.messages.len()))
                 }
@@ -336,6 +346,125 @@ fn recall(request: &ModelRequest) -> ModelResponse {
             );
             ModelResponse::text_and_calls("", vec![call])
         }
+    }
+}
+
+/// The `recall-big N` task's turn (see the module docs).
+fn recall_big(request: &ModelRequest, bytes: u64) -> ModelResponse {
+    let mut response = recall(request);
+    for call in &mut response.tool_calls {
+        if call.name == "Agent" {
+            call.input = serde_json::json!({
+                "subagent_type": "helper",
+                "prompt": format!("big {bytes}"),
+            })
+            .into();
+        }
+    }
+    if response.tool_calls.is_empty() && response.text.starts_with("recalled") {
+        let read = request
+            .messages
+            .last()
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok());
+        let field = |key: &str| {
+            read.as_ref()
+                .and_then(|v| v.get(key).and_then(|f| f.as_str().map(str::to_owned)))
+        };
+        let same = response
+            .text
+            .rsplit(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        response = ModelResponse::text(format!(
+            "recalled {} {} bytes, new helper {same}",
+            field("status").unwrap_or_default(),
+            field("text").map_or(0, |t| t.len()),
+        ));
+    }
+    response
+}
+
+/// The `poke` task's turn (see the module docs), read from the conversation alone.
+fn poke(request: &ModelRequest) -> ModelResponse {
+    let messages = &request.messages;
+    let result_of = |prefix: &str| {
+        messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter(|m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with(prefix))
+            })
+            .map(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+            .collect::<Vec<_>>()
+    };
+    let helpers: Vec<String> = result_of("poke-spawn-")
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.get("agent_id")
+                .and_then(|a| a.as_str().map(str::to_owned))
+        })
+        .collect();
+    let n = helpers.len();
+    let last = messages
+        .last()
+        .filter(|m| m.role == Role::Tool)
+        .and_then(|m| m.tool_call_id.clone())
+        .unwrap_or_default();
+    let verdict = |prefix: &str| {
+        let refused = result_of(prefix)
+            .last()
+            .cloned()
+            .flatten()
+            .is_some_and(|v| {
+                v.as_object()
+                    .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
+            });
+        if refused { "refused" } else { "ok" }
+    };
+    let call = |stage: &str, name: &str, input: serde_json::Value| {
+        ModelResponse::text_and_calls(
+            "",
+            vec![ToolCall::new(format!("poke-{stage}-{n}"), name, input)],
+        )
+    };
+    let first = helpers.first().cloned().unwrap_or_default();
+    if last.starts_with("poke-spawn-") && n == 1 {
+        ModelResponse::text("first helper")
+    } else if last.starts_with("poke-spawn-") {
+        call(
+            "steer",
+            "steer_subagent",
+            serde_json::json!({ "agent_id": first, "message": "hi" }),
+        )
+    } else if last.starts_with("poke-steer-") {
+        call(
+            "abort",
+            "abort_subagent",
+            serde_json::json!({ "agent_id": first }),
+        )
+    } else if last.starts_with("poke-abort-") {
+        call(
+            "resume",
+            "Agent",
+            serde_json::json!({ "resume": first, "prompt": "again" }),
+        )
+    } else if last.starts_with("poke-resume-") {
+        ModelResponse::text(format!(
+            "poked steer:{} abort:{} resume:{}",
+            verdict("poke-steer-"),
+            verdict("poke-abort-"),
+            verdict("poke-resume-")
+        ))
+    } else {
+        call(
+            "spawn",
+            "Agent",
+            serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
+        )
     }
 }
 

@@ -8,6 +8,7 @@
 mod review4;
 mod review5;
 mod review6;
+mod review7;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
 #[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
@@ -16,6 +17,8 @@ use review4::*;
 use review5::*;
 #[allow(clippy::wildcard_imports, reason = "the sixth review's scenarios")]
 use review6::*;
+#[allow(clippy::wildcard_imports, reason = "the seventh review's scenarios")]
+use review7::*;
 
 use std::time::{Duration, Instant};
 
@@ -345,6 +348,13 @@ async fn scenarios() {
     observe!(review6_a_killed_remote_child_keeps_its_last_boundary_as_locally);
     observe!(review6_an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps);
     observe!(review6_a_crash_mid_run_recovers_a_boundary_that_came_up);
+    observe!(review7_an_earlier_output_the_owner_released_is_read_as_locally);
+    observe!(review7_an_earlier_helpers_big_output_is_read_as_locally);
+    observe!(review7_an_earlier_helper_is_refused_control_at_once_by_its_owner_id);
+    observe!(review7_resumes_seed_no_second_record_and_no_second_usage);
+    observe!(review7_a_background_helper_at_the_runs_end_is_kept_as_locally);
+    observe!(review7_a_recovered_owner_resumes_with_its_earlier_helpers);
+    observe!(review7_an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",

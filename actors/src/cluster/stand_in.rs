@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree_protocol::{
-    AgentId, AgentStatus, Command, Down, EndReason, EventKind, Frame, Outcome, RequestId, Up,
+    AgentId, AgentStatus, Command, Down, EarlierChild, EndReason, EventKind, Frame, Outcome,
+    RequestId, Up,
 };
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
@@ -132,6 +133,38 @@ impl std::fmt::Debug for State {
     }
 }
 
+/// How much earlier children's output (text and partial output together) a resumed run's
+/// spawn carries: within the edge's body limit (24 MiB) beside the conversation it
+/// continues. Past it, the later children's outcomes go down without their output.
+const EARLIER_OUTPUT_BUDGET: usize = 8 * 1024 * 1024;
+
+/// The children of `id`'s earlier runs with their whole outcomes, for its resumed run's
+/// hosted tree: an output this tree released to its journal is read back from there (as a
+/// local resumed run's `get_subagent_result` would), up to [`EARLIER_OUTPUT_BUDGET`] in
+/// start order.
+async fn earlier_children(shared: &SharedRef, id: AgentId) -> Vec<EarlierChild> {
+    let mut earlier = shared.registry.earlier_children(id);
+    let mut budget = EARLIER_OUTPUT_BUDGET;
+    for child in &mut earlier {
+        if child.outcome.released {
+            child.outcome = shared
+                .whole_outcome(child.agent, child.outcome.clone())
+                .await;
+        }
+        let size = child.outcome.text.as_ref().map_or(0, String::len)
+            + child.outcome.partial.as_ref().map_or(0, String::len);
+        if size > budget {
+            budget = 0;
+            if !child.outcome.released {
+                child.outcome = child.outcome.clone().into_released();
+            }
+        } else {
+            budget -= size;
+        }
+    }
+    earlier
+}
+
 impl Actor for StandIn {
     type Msg = AgentMsg;
     type State = State;
@@ -196,7 +229,7 @@ impl Actor for StandIn {
         let start = &ticket.start;
         // The children of its earlier runs, which the conversation it continues names.
         let earlier = if start.resumed {
-            state.shared.registry.earlier_children(id)
+            earlier_children(&state.shared, id).await
         } else {
             Vec::new()
         };

@@ -28,15 +28,11 @@ use crate::error::ControlError;
 #[cfg(feature = "cluster")]
 pub(crate) const EARLIER_REQUEST: &str = "earlier:";
 
-/// An earlier child's output longer than this (text and partial output together) goes down
-/// as released: a resumed run can see how it ended, and the spawn stays small.
-#[cfg(feature = "cluster")]
-const EARLIER_OUTPUT_LIMIT: usize = 64 * 1024;
-
 #[cfg(feature = "cluster")]
 impl Registry {
     /// The children of `id`'s earlier runs on another node (its mirrored children, all
-    /// settled when its run did), in start order: what a resumed run's hosted tree seeds.
+    /// settled when its run did), in start order, their outcomes as this registry holds
+    /// them (released ones without their output): what a resumed run's hosted tree seeds.
     pub(crate) fn earlier_children(&self, id: AgentId) -> Vec<EarlierChild> {
         let inner = self.lock();
         let Some(record) = inner.rec(id) else {
@@ -48,17 +44,10 @@ impl Registry {
             .filter(|&&child| inner.is_mirrored(child))
             .filter_map(|&child| {
                 let record = inner.rec(child)?;
-                let outcome = record.outcome.clone()?;
-                let size = outcome.text.as_ref().map_or(0, String::len)
-                    + outcome.partial.as_ref().map_or(0, String::len);
                 Some(EarlierChild {
                     agent: child,
                     agent_type: record.agent_type.clone(),
-                    outcome: if size > EARLIER_OUTPUT_LIMIT {
-                        outcome.into_released()
-                    } else {
-                        outcome
-                    },
+                    outcome: record.outcome.clone()?,
                 })
             })
             .collect()
