@@ -66,9 +66,10 @@
 //!
 //! Nodes authenticate with the cookie (required, never empty), by ractor_cluster's
 //! challenge; no frame of a node that did not authenticate reaches a host. ractor_cluster
-//! calls its TLS and authentication experimental. For TLS, start the node with
-//! [`NodeConfig::encryption`] and connect with `ractor_cluster::client_connect_enc` on
-//! [`Node::server`], then [`Node::await_peer`].
+//! calls its TLS and authentication experimental. For TLS, start the accepting node with
+//! [`NodeConfig::encryption`] (`IncomingEncryptionMode::Tls` with a [`tls::TlsAcceptor`])
+//! and join it with [`Node::join_tls`]; the [`tls`] module re-exports the TLS crates, so an
+//! application needs none of its own.
 //!
 //! # Locks
 //!
@@ -92,6 +93,30 @@ use ractor_cluster::{NodeServer, NodeServerMessage};
 use tokio::sync::{broadcast, mpsc};
 
 pub use ractor_cluster::IncomingEncryptionMode;
+
+/// The TLS crates ractor_cluster's encryption is built on, for [`NodeConfig::encryption`]
+/// and [`Node::join_tls`]: tokio-rustls's acceptor and connector, and rustls itself (its
+/// configs, `pki_types` for certificates, keys and server names).
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_tree_actors::cluster::tls::{rustls, TlsConnector};
+///
+/// // A client config trusting one self-signed certificate (`cert`, DER bytes).
+/// fn connector(cert: Vec<u8>) -> Result<TlsConnector, rustls::Error> {
+///     let mut roots = rustls::RootCertStore::empty();
+///     roots.add(rustls::pki_types::CertificateDer::from(cert))?;
+///     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+///     let config = rustls::ClientConfig::builder_with_provider(provider)
+///         .with_safe_default_protocol_versions()?
+///         .with_root_certificates(roots)
+///         .with_no_client_auth();
+///     Ok(TlsConnector::from(Arc::new(config)))
+/// }
+/// ```
+pub mod tls {
+    pub use tokio_rustls::{TlsAcceptor, TlsConnector, rustls};
+}
 
 use agent_tree_protocol::Usage;
 
@@ -611,28 +636,65 @@ impl NodeInner {
         if let PeerEvent::Down(_) = event {
             // One reconnect loop per peer at a time: a session that fails again (a wrong
             // cookie) closes again, and must not start another loop.
-            let addr = {
+            let how = {
                 let mut joined = self.joined.lock();
                 match joined.get_mut(&peer) {
                     Some(entry) if !entry.reconnecting => {
                         entry.reconnecting = true;
-                        Some(entry.addr)
+                        Some((entry.addr, entry.tls.clone()))
                     }
                     _ => None,
                 }
             };
-            if let Some(addr) = addr {
-                tokio::spawn(reconnect(Arc::downgrade(self), peer, addr));
+            if let Some((addr, tls)) = how {
+                tokio::spawn(reconnect(Arc::downgrade(self), peer, addr, tls));
             }
         }
     }
 }
 
-/// Where a joined peer is, and whether a reconnect loop runs for it.
-#[derive(Clone, Copy, Debug)]
+/// Where a joined peer is, how to connect to it, and whether a reconnect loop runs for it.
+#[derive(Clone, Debug)]
 struct Joined {
     addr: SocketAddr,
+    tls: Option<Tls>,
     reconnecting: bool,
+}
+
+/// How a peer joined with TLS is connected to: the connector and the name its certificate
+/// must carry.
+#[derive(Clone)]
+struct Tls {
+    connector: tls::TlsConnector,
+    domain: tls::rustls::pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens a session to `addr`, with TLS when `tls` says how.
+async fn connect(
+    node: &NodeInner,
+    addr: SocketAddr,
+    tls: Option<&Tls>,
+) -> Result<(), ractor_cluster::ClientConnectErr> {
+    match tls {
+        None => ractor_cluster::client_connect(&node.server, addr).await,
+        Some(tls) => {
+            ractor_cluster::client_connect_enc(
+                &node.server,
+                addr,
+                tls.connector.clone(),
+                tls.domain.clone(),
+            )
+            .await
+        }
+    }
 }
 
 /// The first wait of a reconnect loop; it doubles after each failed attempt, up to
@@ -640,16 +702,17 @@ struct Joined {
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
-/// Reconnects to a joined peer whose session closed, after 100 ms and then backing off to
-/// one attempt every 5 s, until a session to it is ready again or the node is gone.
-async fn reconnect(node: Weak<NodeInner>, peer: String, addr: SocketAddr) {
+/// Reconnects to a joined peer whose session closed (with TLS if it joined with TLS), after
+/// 100 ms and then backing off to one attempt every 5 s, until a session to it is ready
+/// again or the node is gone.
+async fn reconnect(node: Weak<NodeInner>, peer: String, addr: SocketAddr, tls: Option<Tls>) {
     let mut wait = RECONNECT_FIRST;
     loop {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RECONNECT_MAX);
         let Some(node) = node.upgrade() else { return };
         let ready = node.reaches(&peer)
-            || match ractor_cluster::client_connect(&node.server, addr).await {
+            || match connect(&node, addr, tls.as_ref()).await {
                 Ok(()) => wait_ready(&node, &peer, node.config.connect_timeout).await,
                 Err(error) => {
                     tracing::debug!(%peer, error = %connect_error(&error), "reconnect failed; retrying");
@@ -837,8 +900,8 @@ impl Node {
         self.inner.name()
     }
 
-    /// ractor_cluster's node server, for connections this API does not make (TLS:
-    /// `ractor_cluster::client_connect_enc`; then [`Node::await_peer`]).
+    /// ractor_cluster's node server, for connections this API does not make (then
+    /// [`Node::await_peer`]); such sessions are not reconnected by this node.
     pub fn server(&self) -> &ActorRef<NodeServerMessage> {
         &self.inner.server
     }
@@ -847,8 +910,8 @@ impl Node {
     /// (authenticated, its host visible). Once joined, if the session closes later, this
     /// node reconnects by itself (after 100 ms, backing off to every 5 s) for as long as it
     /// runs. A join that fails is not retried: call it again (a peer not started yet
-    /// refuses the connection). Sessions opened another way (TLS, with
-    /// `ractor_cluster::client_connect_enc`) are not reconnected by this node.
+    /// refuses the connection). Sessions opened another way ([`Node::server`]) are not
+    /// reconnected by this node.
     ///
     /// # Errors
     ///
@@ -856,26 +919,49 @@ impl Node {
     /// the session is not ready within the connect timeout (a wrong cookie or cluster
     /// name, say: the peer logs the authentication failure).
     pub async fn join(&self, addr: SocketAddr, peer: &str) -> Result<(), ClusterError> {
-        let joined = async {
-            ractor_cluster::client_connect(&self.inner.server, addr)
-                .await
-                .map_err(|error| ClusterError::Connect {
-                    addr,
-                    error: connect_error(&error),
-                })?;
-            self.await_peer(peer).await
+        self.join_with(addr, peer, None).await
+    }
+
+    /// As [`Node::join`], over TLS (ractor_cluster's, which it calls experimental): the
+    /// peer accepts with `IncomingEncryptionMode::Tls` ([`NodeConfig::encryption`]), and its
+    /// certificate must be valid for `domain` under `connector`'s config. A closed session
+    /// is reconnected with TLS too.
+    ///
+    /// # Errors
+    ///
+    /// As [`Node::join`]; a TLS handshake that fails (an untrusted certificate, a wrong
+    /// name, a peer without TLS) is [`ClusterError::Connect`].
+    pub async fn join_tls(
+        &self,
+        addr: SocketAddr,
+        peer: &str,
+        connector: tls::TlsConnector,
+        domain: tls::rustls::pki_types::ServerName<'static>,
+    ) -> Result<(), ClusterError> {
+        self.join_with(addr, peer, Some(Tls { connector, domain }))
+            .await
+    }
+
+    async fn join_with(
+        &self,
+        addr: SocketAddr,
+        peer: &str,
+        tls: Option<Tls>,
+    ) -> Result<(), ClusterError> {
+        connect(&self.inner, addr, tls.as_ref())
+            .await
+            .map_err(|error| ClusterError::Connect {
+                addr,
+                error: connect_error(&error),
+            })?;
+        self.await_peer(peer).await?;
+        let entry = Joined {
+            addr,
+            tls,
+            reconnecting: false,
         };
-        match joined.await {
-            Ok(()) => {
-                let entry = Joined {
-                    addr,
-                    reconnecting: false,
-                };
-                self.inner.joined.lock().insert(peer.to_owned(), entry);
-                Ok(())
-            }
-            Err(error) => Err(error),
-        }
+        self.inner.joined.lock().insert(peer.to_owned(), entry);
+        Ok(())
     }
 
     /// Waits until a session to the node named `peer` is ready, at most the connect

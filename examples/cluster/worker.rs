@@ -44,7 +44,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agent_tree::cluster::{Node, NodeConfig};
+use agent_tree::cluster::tls::rustls::pki_types::pem::PemObject as _;
+use agent_tree::cluster::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use agent_tree::cluster::tls::{TlsAcceptor, TlsConnector, rustls};
+use agent_tree::cluster::{IncomingEncryptionMode, Node, NodeConfig};
 use agent_tree::protocol::{AgentDefinition, Role, SubagentAllowance, ToolCall, Usage};
 use agent_tree::{
     BoxFuture, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, Tree,
@@ -496,14 +499,14 @@ pub(crate) async fn run_worker_hosting(
     args: WorkerArgs,
     factory: impl Fn() -> agent_tree::TreeBuilder + Send + Sync + 'static,
 ) {
-    let node = Node::start(node_config(
-        &args.name,
-        args.port,
-        args.lease_ms,
-        args.grace_ms,
-    ))
-    .await
-    .expect("the worker's node starts");
+    let mut config = node_config(&args.name, args.port, args.lease_ms, args.grace_ms);
+    // TLS (`AGENT_TREE_CLUSTER_TLS`: the directory of `worker.pem` and `worker.key`): the
+    // node accepts TLS sessions only, and its owner joins it (`Node::join_tls`).
+    let tls = std::env::var_os(TLS_ENV).map(std::path::PathBuf::from);
+    if let Some(dir) = &tls {
+        config = config.encryption(IncomingEncryptionMode::Tls(tls_acceptor(dir)));
+    }
+    let node = Node::start(config).await.expect("the worker's node starts");
     node.host(factory);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
@@ -525,7 +528,9 @@ pub(crate) async fn run_worker_hosting(
         }
     }
     let mut tries = 0;
-    while let Err(error) = node.join(args.owner_addr, &args.owner).await {
+    while tls.is_none()
+        && let Err(error) = node.join(args.owner_addr, &args.owner).await
+    {
         tries += 1;
         assert!(tries < 50, "the worker could not join its owner: {error}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -542,6 +547,47 @@ pub(crate) async fn run_worker_hosting(
             );
         }
     }
+}
+
+/// The worker runs a TLS acceptor with the certificate and key in this directory.
+pub(crate) const TLS_ENV: &str = "AGENT_TREE_CLUSTER_TLS";
+
+/// The name the test certificate (`tests/fixtures/tls/worker.pem`) is valid for.
+pub(crate) const TLS_NAME: &str = "worker.agent-tree.test";
+
+/// The crypto provider, named: a build with more than one has no process default.
+fn tls_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// An acceptor serving `dir`'s `worker.pem` with `worker.key`.
+pub(crate) fn tls_acceptor(dir: &std::path::Path) -> TlsAcceptor {
+    let certs = CertificateDer::pem_file_iter(dir.join("worker.pem"))
+        .expect("the certificate file")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("the certificates");
+    let key = PrivateKeyDer::from_pem_file(dir.join("worker.key")).expect("the key");
+    let config = rustls::ServerConfig::builder_with_provider(tls_provider())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("the certificate and key match");
+    TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
+/// A connector trusting `dir`'s `ca.pem` alone.
+pub(crate) fn tls_connector(dir: &std::path::Path) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("ca.pem")).expect("the CA file") {
+        roots.add(cert.expect("the CA certificate")).expect("a CA");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(tls_provider())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TlsConnector::from(std::sync::Arc::new(config))
 }
 
 /// A worker node running as a child process, seen from the owner's side.

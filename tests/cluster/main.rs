@@ -9,6 +9,7 @@ mod review4;
 mod review5;
 mod review6;
 mod review7;
+mod tls;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
 #[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
@@ -19,6 +20,7 @@ use review5::*;
 use review6::*;
 #[allow(clippy::wildcard_imports, reason = "the seventh review's scenarios")]
 use review7::*;
+use tls::*;
 
 use std::time::{Duration, Instant};
 
@@ -246,6 +248,7 @@ async fn scenarios() {
         5
     );
     observe!(a_short_disconnect_is_replayed_and_invisible);
+    observe!(a_tls_worker_serves_and_is_reconnected_with_tls);
     observe!(a_freeze_within_the_lease_is_invisible);
     observe!(a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it);
     observe!(
