@@ -643,6 +643,13 @@ impl JournalTap {
         });
     }
 
+    /// Remote child `agent`'s mirror of its hosted subtree, as its latest run's edge ended:
+    /// a tree recovered from this journal still has it (`Tree::remote_records`).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn mirror(&self, agent: AgentId, records: Vec<agent_tree_protocol::AgentRecord>) {
+        self.send(JournalEntry::Mirror { agent, records });
+    }
+
     /// Waits until the writer is less than the bound behind (backpressure); at once when it
     /// is, or when it has stopped on an error.
     pub(crate) async fn room(&self) {
@@ -1143,6 +1150,15 @@ pub(crate) fn compact(
         out += &JournalEntry::Decided {
             agent: *agent,
             outcome: state.decided[agent].clone(),
+        }
+        .to_line();
+    }
+    let mut agents: Vec<&AgentId> = state.mirrors.keys().collect();
+    agents.sort();
+    for agent in agents {
+        out += &JournalEntry::Mirror {
+            agent: *agent,
+            records: state.mirrors[agent].clone(),
         }
         .to_line();
     }

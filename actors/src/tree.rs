@@ -233,6 +233,13 @@ impl TreeBuilder {
         });
         if let Some(replay) = &recovered {
             let interrupted = shared.registry.recover(replay, &branch);
+            #[cfg(feature = "cluster")]
+            shared.mirrors.lock().extend(
+                replay
+                    .mirrors
+                    .iter()
+                    .map(|(&id, records)| (id, records.as_slice().into())),
+            );
             tracing::info!(
                 agents = replay.records.len() - 1,
                 interrupted = interrupted.len(),
@@ -751,9 +758,9 @@ impl Tree {
     /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
     /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
     /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
-    /// latest run). Fresh as the edge while it runs, the last mirror once it settled, empty
-    /// when the mirror is gone (a tree recovered from its journal: mirrors are not
-    /// journaled); `None` for an agent that is not remote.
+    /// latest run). Fresh as the edge while it runs, the last mirror once it settled (kept
+    /// in the journal too: a tree recovered from it has it), empty when there is none (its
+    /// edge never ended before a crash); `None` for an agent that is not remote.
     #[cfg(feature = "cluster")]
     pub async fn remote_records(
         &self,

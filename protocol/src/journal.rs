@@ -3,7 +3,7 @@
 //!
 //! A line is `<CRC-32 of the JSON, 8 lower-case hex digits> <JSON>\n`, the JSON one
 //! [`JournalEntry`] tagged by `entry` (`header`, `event`, `definition`, `spawn`,
-//! `conversation`, `decided`, `checkpoint`, `output`).
+//! `conversation`, `decided`, `checkpoint`, `output`, `mirror`).
 //!
 //! # Invariants
 //!
@@ -115,6 +115,15 @@ pub enum JournalEntry {
         agent: AgentId,
         /// Its whole outcome.
         outcome: Outcome,
+    },
+    /// The records of remote child `agent`'s hosted subtree as its owner's node mirrored
+    /// them when its latest run's edge ended (the hosted tree's ids, `a1` the remote agent
+    /// itself); the latest one wins.
+    Mirror {
+        /// The remote child (the owner tree's id).
+        agent: AgentId,
+        /// The hosted subtree's records, indexed by hosted id.
+        records: Vec<AgentRecord>,
     },
 }
 
@@ -375,6 +384,8 @@ pub struct Replay {
     /// Where each agent's latest journaled conversation is: its run and the lines that
     /// make it up (a whole one, then what each turn added), read back alone on a resume.
     pub conversation_lines: HashMap<AgentId, (u32, Vec<LineSpan>)>,
+    /// Each remote child's latest mirror of its hosted subtree ([`JournalEntry::Mirror`]).
+    pub mirrors: HashMap<AgentId, Vec<AgentRecord>>,
     /// Lines read (the torn one excluded).
     pub lines: usize,
     /// The bytes those lines take: where a writer appending after a torn line must cut.
@@ -602,6 +613,9 @@ impl Replay {
             }
             JournalEntry::Decided { agent, outcome } => {
                 self.decided.insert(agent, outcome);
+            }
+            JournalEntry::Mirror { agent, records } => {
+                self.mirrors.insert(agent, records);
             }
             JournalEntry::Conversation {
                 agent,

@@ -310,6 +310,7 @@ async fn scenarios() {
     );
     observe!(review4_a_recovered_remote_child_resumed_with_an_empty_prompt_continues);
     observe!(review4_a_recovered_remote_child_is_still_remote_with_its_mirror_gone);
+    observe!(a_recovered_tree_keeps_a_settled_remote_childs_mirror);
     observe!(a_recovered_tree_keeps_its_mirrored_records);
     observe!(review4_a_settled_remote_child_of_a_journaled_tree_resumes);
     observe!(
@@ -2555,4 +2556,62 @@ async fn shutdowns_racing_spawns_on_two_workers_hold_deadline_and_usage(owner: &
     assert!(problems.is_empty(), "{problems:#?}");
     pa.finish();
     pb.finish();
+}
+
+/// A settled remote child's mirror of its hosted subtree is journaled when its edge ends: a
+/// tree rebuilt from the journal, compacted or not, reads the `remote_records` the tree
+/// that ran it read.
+async fn a_recovered_tree_keeps_a_settled_remote_childs_mirror(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    for rotate in [None, Some(1)] {
+        let dir = review4::Dir::new("mirror-journaled");
+        let path = dir.file("tree.journal");
+        let build = || {
+            let journal = agent_tree::JournalConfig::new(&path);
+            Tree::builder()
+                .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+                .model(ScriptedModel::new())
+                .node(&owner.node)
+                .journal(match rotate {
+                    Some(bytes) => journal.rotate_at(bytes),
+                    None => journal,
+                })
+                .build()
+        };
+        let tree = build().await.expect("the journaled tree builds");
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "delegate 1 0"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        let outcome = handle.outcome().await;
+        assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
+        let mirror = tree.remote_records(id).await.expect("a remote child");
+        assert_eq!(
+            mirror
+                .iter()
+                .map(|r| r.agent_type.as_str())
+                .collect::<Vec<_>>(),
+            ["root", "runner", "helper"],
+            "{mirror:?}"
+        );
+        tree.shutdown().await;
+        drop(tree);
+        let journal = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            journal.contains(r#""entry":"checkpoint""#),
+            rotate.is_some(),
+            "compacted only when it rotates"
+        );
+        let recovered = build().await.expect("the tree recovers");
+        assert_eq!(
+            recovered.remote_records(id).await,
+            Some(mirror),
+            "rotating at {rotate:?}"
+        );
+        recovered.shutdown().await;
+    }
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    process.finish();
 }

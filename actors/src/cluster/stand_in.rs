@@ -422,10 +422,11 @@ impl State {
     /// Leaves the node's routing table and keeps the mirror, which outlives the stand-in.
     fn leave(&self) {
         self.node.unroute_stand_in(&self.edge);
-        self.shared
-            .mirrors
-            .lock()
-            .insert(self.id, self.mirror.records().into());
+        let records: Arc<[agent_tree_protocol::AgentRecord]> = self.mirror.records().into();
+        if let Some(journal) = &self.shared.journal {
+            journal.mirror(self.id, records.to_vec());
+        }
+        self.shared.mirrors.lock().insert(self.id, records);
     }
 
     fn now(&self) -> Duration {

@@ -352,3 +352,35 @@ fn conversations_are_journaled_by_what_each_turn_added() {
         "{error}"
     );
 }
+
+/// A remote child's mirror lines: the latest one for an agent wins, each agent keeps its
+/// own, and a line round-trips.
+#[test]
+fn the_latest_mirror_of_each_remote_child_is_replayed() {
+    let record = |id: u64, agent_type: &str| {
+        let mut record = agent_tree_protocol::AgentRecord::root();
+        record.id = AgentId::new(id);
+        record.agent_type = agent_type.into();
+        record
+    };
+    let first = vec![record(0, "root"), record(1, "runner")];
+    let second = vec![record(0, "root"), record(1, "runner"), record(2, "helper")];
+    let other = vec![record(0, "root"), record(1, "lead")];
+    let mut entries = journal();
+    for (agent, records) in [(1, &first), (2, &other), (1, &second)] {
+        entries.push(JournalEntry::Mirror {
+            agent: AgentId::new(agent),
+            records: records.clone(),
+        });
+    }
+    let line = entries.last().unwrap().to_line();
+    assert_eq!(
+        JournalEntry::from_line(line.trim_end()).unwrap(),
+        *entries.last().unwrap()
+    );
+    let bytes: String = entries.iter().map(JournalEntry::to_line).collect();
+    let replay = replay(bytes.as_bytes(), None).unwrap();
+    assert_eq!(replay.mirrors.len(), 2);
+    assert_eq!(replay.mirrors[&AgentId::new(1)], second);
+    assert_eq!(replay.mirrors[&AgentId::new(2)], other);
+}
