@@ -248,7 +248,7 @@ async fn scenarios() {
         5
     );
     observe!(a_short_disconnect_is_replayed_and_invisible);
-    observe!(a_tls_worker_serves_and_is_reconnected_with_tls);
+    observe!(a_tls_worker_serves_and_is_reconnected_with_tls, 3);
     observe!(a_freeze_within_the_lease_is_invisible);
     observe!(a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it);
     observe!(
