@@ -98,21 +98,57 @@ pub use ractor_cluster::IncomingEncryptionMode;
 /// and [`Node::join_tls`]: tokio-rustls's acceptor and connector, and rustls itself (its
 /// configs, `pki_types` for certificates, keys and server names).
 ///
-/// ```
-/// use std::sync::Arc;
-/// use agent_tree_actors::cluster::tls::{rustls, TlsConnector};
+/// Name the crypto provider (as below): a build with more than one has no process
+/// default, and this crate's `openai` / `anthropic` model adapters bring in ring (and
+/// install it as the default when they build a client) beside the aws-lc-rs the cluster's
+/// TLS brings.
 ///
-/// // A client config trusting one self-signed certificate (`cert`, DER bytes).
-/// fn connector(cert: Vec<u8>) -> Result<TlsConnector, rustls::Error> {
+/// ```no_run
+/// use std::path::Path;
+/// use std::sync::Arc;
+/// use agent_tree_actors::cluster::tls::rustls::pki_types::pem::PemObject as _;
+/// use agent_tree_actors::cluster::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+/// use agent_tree_actors::cluster::tls::{rustls, TlsAcceptor, TlsConnector};
+/// use agent_tree_actors::cluster::{IncomingEncryptionMode, NodeConfig};
+///
+/// fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+///     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+/// }
+///
+/// // The accepting node: its certificate chain and key, from PEM files.
+/// fn acceptor(dir: &Path) -> Result<TlsAcceptor, Box<dyn std::error::Error>> {
+///     let chain = CertificateDer::pem_file_iter(dir.join("node.pem"))?
+///         .collect::<Result<Vec<_>, _>>()?;
+///     let key = PrivateKeyDer::from_pem_file(dir.join("node.key"))?;
+///     let config = rustls::ServerConfig::builder_with_provider(provider())
+///         .with_safe_default_protocol_versions()?
+///         .with_no_client_auth()
+///         .with_single_cert(chain, key)?;
+///     Ok(TlsAcceptor::from(Arc::new(config)))
+/// }
+///
+/// // The joining node: trusting the CA that signed the other's certificate.
+/// fn connector(dir: &Path) -> Result<TlsConnector, Box<dyn std::error::Error>> {
 ///     let mut roots = rustls::RootCertStore::empty();
-///     roots.add(rustls::pki_types::CertificateDer::from(cert))?;
-///     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-///     let config = rustls::ClientConfig::builder_with_provider(provider)
+///     for ca in CertificateDer::pem_file_iter(dir.join("ca.pem"))? {
+///         roots.add(ca?)?;
+///     }
+///     let config = rustls::ClientConfig::builder_with_provider(provider())
 ///         .with_safe_default_protocol_versions()?
 ///         .with_root_certificates(roots)
 ///         .with_no_client_auth();
 ///     Ok(TlsConnector::from(Arc::new(config)))
 /// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = Path::new("certs");
+/// let config = NodeConfig::new("worker-1", "my-cluster", "a long shared cookie")
+///     .encryption(IncomingEncryptionMode::Tls(acceptor(dir)?));
+/// // The owner's node: `node.join_tls(addr, "worker-1", connector(dir)?,
+/// // rustls::pki_types::ServerName::try_from("worker-1.example.org")?).await?`.
+/// # let _ = (config, connector(dir)?);
+/// # Ok(())
+/// # }
 /// ```
 pub mod tls {
     pub use tokio_rustls::{TlsAcceptor, TlsConnector, rustls};
@@ -333,8 +369,9 @@ pub enum ClusterError {
     /// The peer's session was not ready (authenticated, its hosts visible) in time.
     #[error(
         "node {peer} not reachable within {timeout:?}: is it running, under that name, with \
-         the same cookie and cluster name? (a wrong cookie fails authentication silently here; \
-         the peer logs it)"
+         the same cookie and cluster name, and does it accept TLS only (join it with \
+         `Node::join_tls`)? (a wrong cookie or a plain connection to a TLS node fails \
+         silently here; the peer logs it through `tracing`)"
     )]
     Timeout {
         /// The peer's name.
@@ -1013,6 +1050,12 @@ impl Node {
     /// Makes this node host the subtrees other nodes place on it: each remote child gets a
     /// tree of its own, built by `factory` (its catalog, models, tools and hooks are this
     /// node's), whose root stands for the remote owner.
+    ///
+    /// Each run of a remote child (a first run, a restart, a resume) is a fresh hosted tree
+    /// in which the remote agent is `a1`: a model shared across the trees `factory` builds
+    /// sees every remote top agent as `a1` (the test kit's `ScriptedModel` keeps one place
+    /// in a script per agent id, so share one only where runs follow each other, and build
+    /// one per tree where remote agents run side by side).
     pub fn host(&self, factory: impl Fn() -> TreeBuilder + Send + Sync + 'static) {
         *self.inner.hosting.lock() = Some(Arc::new(factory));
     }

@@ -337,6 +337,12 @@ impl Script {
 }
 
 /// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
+///
+/// It keeps one place in a script per agent id. Trees hosted on another node
+/// (`cluster::Node::host`, feature `cluster`) are fresh for every run of a remote child,
+/// and each names its remote agent `a1`: one model shared by such trees plays one script
+/// position for all of them (right for the runs of one agent, which follow each other;
+/// wrong for remote agents running side by side, which want a model per hosted tree).
 #[derive(Clone, Default)]
 pub struct ScriptedModel {
     inner: Arc<Inner>,

@@ -210,8 +210,13 @@ fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
 /// own keeps it).
 fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Fails only when another thread installed one meanwhile, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // Fails only when another thread installed one meanwhile, which is as good. rustls
+        // 0.23.48 deprecates ring's provider (no post-quantum key exchange); ring keeps the
+        // default build free of aws-lc's C build, and an application that wants aws-lc-rs
+        // installs it as the default before building a model (it is kept).
+        #[allow(deprecated)]
+        let provider = rustls::crypto::ring::default_provider();
+        let _ = provider.install_default();
     }
     reqwest::Client::builder()
         // The tree's retry policy retries; the client does not (reqwest's default retries
