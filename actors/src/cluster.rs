@@ -208,8 +208,8 @@ pub struct NodeConfig {
 impl NodeConfig {
     /// A node named `name` (unique in the cluster) of the cluster `cluster` (the name its
     /// hosts' process groups share), authenticating with `cookie`. It listens on
-    /// 127.0.0.1, port 4369 + 1 unless set; the lease is 10 s with a 2 s grace, the
-    /// reconnect window 2 s.
+    /// 127.0.0.1, port 4370 unless set; the lease is 10 s with a 2 s grace, the reconnect
+    /// window 2 s, the connect timeout (of `join`, `join_tls` and `await_peer`) 5 s.
     pub fn new(
         name: impl Into<String>,
         cluster: impl Into<String>,

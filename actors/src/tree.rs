@@ -758,7 +758,8 @@ impl Tree {
     /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
     /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
     /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
-    /// latest run). Fresh as the edge while it runs, the last mirror once it settled (kept
+    /// latest run; `a0`'s record stays `running`, as the hosted tree's root was while the
+    /// run went on). Fresh as the edge while it runs, the last mirror once it settled (kept
     /// in the journal too: a tree recovered from it has it), empty when there is none (its
     /// edge never ended before a crash); `None` for an agent that is not remote.
     #[cfg(feature = "cluster")]
