@@ -48,7 +48,7 @@ async fn local_tree(journal: &Path) -> Tree {
 }
 
 /// The journal at `path` replayed (after `tree`'s journal is flushed).
-async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
+pub(crate) async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
     tree.flush_journal().await;
     let bytes = std::fs::read(path).expect("the journal file");
     agent_tree::protocol::replay(&bytes, None)
@@ -56,7 +56,7 @@ async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
 }
 
 /// The conversation `tree` keeps for `id`, as its journal holds it.
-async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
+pub(crate) async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
     replayed(tree, path)
         .await
         .conversations
@@ -66,7 +66,7 @@ async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
 }
 
 /// A compact rendering of a conversation: role and content per message, tool calls by name.
-fn render(messages: &[Message]) -> Vec<String> {
+pub(crate) fn render(messages: &[Message]) -> Vec<String> {
     messages
         .iter()
         .map(|m| {
@@ -77,14 +77,14 @@ fn render(messages: &[Message]) -> Vec<String> {
         .collect()
 }
 
-async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) -> Outcome {
+pub(crate) async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) -> Outcome {
     tokio::time::timeout(Duration::from_secs(30), handle.outcome())
         .await
         .unwrap_or_else(|_| panic!("{what} settles"))
 }
 
 /// Resumes `id` with `prompt` and waits for the resumed run's outcome.
-async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
+pub(crate) async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
     let mut handle = tree
         .resume(id, prompt)
         .await

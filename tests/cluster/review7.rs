@@ -4,16 +4,14 @@
 //! tree does in the same situation (the spec): the worker's model and tools in a local tree
 //! on the owner's process.
 
-use std::path::Path;
-use std::time::Duration;
-
 use agent_tree::JournalConfig;
 use agent_tree::cluster::Node;
-use agent_tree::protocol::{AgentId, AgentStatus, Message, Outcome, Role, SpawnRequest};
+use agent_tree::protocol::{AgentId, AgentStatus, Role, SpawnRequest};
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
 use super::review4::Dir;
+use super::review6::{kept, render, resumed, settled};
 use super::worker;
 use super::{Owner, root_tokens, runner, worker_idle};
 
@@ -46,47 +44,6 @@ async fn tree_of(side: Option<(&Node, &str)>, journal: JournalConfig) -> Tree {
     }
 }
 
-async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
-    tree.flush_journal().await;
-    let bytes = std::fs::read(path).expect("the journal file");
-    agent_tree::protocol::replay(&bytes, None)
-        .unwrap_or_else(|e| panic!("the journal {} replays: {e}", path.display()))
-}
-
-async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
-    replayed(tree, path)
-        .await
-        .conversations
-        .get(&id)
-        .map(|(_, m)| m.to_vec())
-        .unwrap_or_default()
-}
-
-fn render(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .map(|m| {
-            let calls: Vec<String> = m.tool_calls.iter().map(|c| c.name.clone()).collect();
-            let content: String = m.content.chars().take(60).collect();
-            format!("{:?}:{content}{calls:?}", m.role)
-        })
-        .collect()
-}
-
-async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) -> Outcome {
-    tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-        .await
-        .unwrap_or_else(|_| panic!("{what} settles within 30 s"))
-}
-
-async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
-    let mut handle = tree
-        .resume(id, prompt)
-        .await
-        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
-    settled(&mut handle, "the resumed run").await
-}
-
 /// Spawns `runner` with `task`, then each resume of `resumes`: the top's id and each run's
 /// answer.
 async fn answers(tree: &Tree, task: &str, resumes: &[&str]) -> (AgentId, Vec<Option<String>>) {
@@ -105,9 +62,8 @@ async fn answers(tree: &Tree, task: &str, resumes: &[&str]) -> (AgentId, Vec<Opt
 /// there (`JournalConfig::keep_read_outputs`: "read back from the journal on demand (...
 /// an owner's `get_subagent_result`)"). A resumed remote run must read it as well
 /// (`docs/semantics.md`: "its model reads an earlier child's result as a local resumed
-/// run's does"); `Registry::earlier_children` sends the record's outcome as it is in
-/// memory, released, so the seed holds no text although it is 6 bytes, far below the
-/// 64 KiB for which a seed is sent released on purpose.
+/// run's does); the stand-in reads the released output back from the owner's journal
+/// before the spawn (it had sent the record's outcome as it was in memory, released).
 pub(crate) async fn review7_an_earlier_output_the_owner_released_is_read_as_locally(
     owner: &mut Owner,
 ) {
@@ -145,11 +101,11 @@ pub(crate) async fn review7_an_earlier_output_the_owner_released_is_read_as_loca
 }
 
 /// An earlier helper whose output is over 64 KiB (`recall-big 70000`): a local resumed run
-/// reads its 70 000 bytes by the id its history gives it; a remote resumed run's seed went
-/// released (`docs/cluster.md`: "an output over 64 KiB goes as released") and its hosted
-/// tree has no journal to read it back from, so the model reads an empty output of a
-/// "completed" helper, where `docs/semantics.md` says it "reads an earlier child's result
-/// as a local resumed run's does".
+/// reads its 70 000 bytes by the id its history gives it, and a remote resumed run must
+/// too (`docs/semantics.md`: it "reads an earlier child's result as a local resumed run's
+/// does"). The seed went released at first (over 64 KiB on purpose), and the hosted tree
+/// has no journal to read it back from: the model read an empty output of a "completed"
+/// helper. Earlier outputs now go whole up to 8 MiB together.
 pub(crate) async fn review7_an_earlier_helpers_big_output_is_read_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut got = Vec::new();
