@@ -690,27 +690,37 @@ async fn a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies(owner:
 
 async fn a_short_disconnect_is_replayed_and_invisible(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
+    // The worker joined: it reconnects.
+    a_run_goes_on_across_a_closed_session(owner, &name, &mut process).await;
+    process.finish();
+}
+
+/// A remote run (`work 10 60`) whose session the owner's side closes after its first
+/// usage: the node that joined reconnects within the reconnect window, both ends replay
+/// what was not acknowledged, and the run completes with every delta counted once.
+async fn a_run_goes_on_across_a_closed_session(
+    owner: &Owner,
+    name: &str,
+    process: &mut WorkerProcess,
+) {
+    let tree = owner.tree(name, runner()).await;
     let mut handle = tree
         .spawn(SpawnRequest::new("runner", "work 10 60"))
         .await
         .unwrap();
     first_usage(&tree, handle.id()).await;
-    // The owner's side closes the session; the worker, which joined, reconnects within the
-    // reconnect window, and both ends replay what was not acknowledged.
-    assert_eq!(owner.node.disconnect(&name).await, 1);
+    assert_eq!(owner.node.disconnect(name).await, 1);
     let outcome = handle.outcome().await;
     assert_eq!(outcome.text.as_deref(), Some("done 10"), "{outcome:?}");
-    let (_, tokens) = worker_until(&mut process, |(live, _)| live == 0);
+    let (_, tokens) = worker_until(process, |(live, _)| live == 0);
     assert_eq!(tokens, 120);
     assert_eq!(
         root_tokens(&tree),
         120,
         "every delta counted once across the reconnect"
     );
-    assert!(owner.node.reaches(&name), "the worker is back");
+    assert!(owner.node.reaches(name), "the worker is back");
     tree.shutdown().await;
-    process.finish();
 }
 
 async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {

@@ -8,10 +8,9 @@ use std::path::PathBuf;
 
 use agent_tree::cluster::ClusterError;
 use agent_tree::cluster::tls::rustls::pki_types::ServerName;
-use agent_tree::protocol::SpawnRequest;
 
+use super::Owner;
 use super::worker::{self, WorkerProcess};
-use super::{Owner, first_usage, root_tokens, runner, worker_until};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls")
@@ -52,23 +51,7 @@ pub(crate) async fn a_tls_worker_serves_and_is_reconnected_with_tls(owner: &mut 
         )
         .await
         .expect("joined with TLS");
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 10 60"))
-        .await
-        .unwrap();
-    first_usage(&tree, handle.id()).await;
-    assert_eq!(owner.node.disconnect(&name).await, 1);
-    let outcome = handle.outcome().await;
-    assert_eq!(outcome.text.as_deref(), Some("done 10"), "{outcome:?}");
-    let (_, tokens) = worker_until(&mut process, |(live, _)| live == 0);
-    assert_eq!(tokens, 120);
-    assert_eq!(
-        root_tokens(&tree),
-        120,
-        "every delta counted once across the reconnect"
-    );
-    assert!(owner.node.reaches(&name), "reconnected with TLS");
-    tree.shutdown().await;
+    // The owner's node joined, with TLS: it reconnects, with TLS.
+    super::a_run_goes_on_across_a_closed_session(owner, &name, &mut process).await;
     process.finish();
 }
