@@ -36,6 +36,23 @@
 //!   `again`) the first helper, by the id its conversation gives it, one call a turn, and
 //!   answers `poked steer:<r> abort:<r> resume:<r>`, `<r>` `refused` for a result whose one
 //!   field is `error`, else `ok`; the first run answers `first helper`.
+//! * `fan N MS`: each run (a first run, and every resumed one) spawns N `helper`s with
+//!   `work 2 MS` in the background, all in one turn (past `max_children_per_agent` the
+//!   spawn is refused), waits for those it started (`wait_subagents`, `agent_ids`), and
+//!   answers `fan <each outcome's status, comma-separated> refused <refused spawns>`.
+//! * `burst N MS`: as `fan`, but one background spawn (`work 1 MS`) a turn, N turns in
+//!   quick succession (a helper may end, and be noticed, before the next turn), then the
+//!   wait, and answers `burst <outcomes> refused <refused spawns>`.
+//! * `herd N MS`: each run spawns N background `helper`s with `work 3 MS` in one turn,
+//!   steers each (`steer_subagent`, one turn), aborts every second one (`abort_subagent`,
+//!   one turn), waits for all, reads the first (`get_subagent_result`), and answers
+//!   `herd <each outcome's status> first <its status>`.
+//! * `quiz`: each run spawns a background `helper` with `ask what now`, waits for it; when
+//!   the wait says it is asking, answers it (`steer_subagent`, `42`) and waits again; answers
+//!   `quiz <the helper's answer>`.
+//!
+//!   In these four a run's calls are named `<task>-<run>-<stage>-<i>` (`run` counts the
+//!   final answers before it), and no id is in an answer.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
 
@@ -231,6 +248,12 @@ impl Model for WorkerModel {
                 Some("recall") => recall(&request),
                 Some("recall-big") => recall_big(&request, number(1, 1)),
                 Some("poke") => poke(&request),
+                Some(kind @ ("fan" | "burst" | "herd" | "quiz")) => lead(
+                    &request,
+                    kind,
+                    usize::try_from(number(1, 3)).unwrap_or(3),
+                    number(2, 50),
+                ),
                 Some("count") => {
                     ModelResponse::text(format!("messages {}", request.messages.len()))
                 }
@@ -469,6 +492,185 @@ fn poke(request: &ModelRequest) -> ModelResponse {
             serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
         )
     }
+}
+
+/// The `fan`, `burst`, `herd` and `quiz` tasks' turn (see the module docs), read from the
+/// conversation alone.
+fn lead(request: &ModelRequest, kind: &str, n: usize, ms: u64) -> ModelResponse {
+    use serde_json::{Value, json};
+    let messages = &request.messages;
+    // This run: the final answers before it.
+    let run = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+        .count();
+    let prefix = format!("{kind}-{run}-");
+    let parsed = |m: &agent_tree::protocol::Message| {
+        serde_json::from_str::<Value>(&m.content).unwrap_or(Value::Null)
+    };
+    // This run's tool results, by stage: (call id, parsed result).
+    let results = |stage: &str| -> Vec<Value> {
+        let stage = format!("{prefix}{stage}-");
+        messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter(|m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with(&stage))
+            })
+            .map(parsed)
+            .collect()
+    };
+    let refused = |v: &Value| {
+        v.as_object()
+            .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
+    };
+    let spawns = results("spawn");
+    let helpers: Vec<String> = spawns
+        .iter()
+        .filter(|v| !refused(v))
+        .filter_map(|v| v.get("agent_id").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    let refusals = spawns.iter().filter(|v| refused(v)).count();
+    // The stage of this run's last call answered (a notice may have come in after it).
+    let stage = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Tool)
+        .find_map(|m| {
+            m.tool_call_id
+                .as_deref()
+                .filter(|id| id.starts_with(&prefix))
+        })
+        .and_then(|id| id.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split('-').next())
+        .unwrap_or("")
+        .to_owned();
+    let calls = |stage: &str, name: &str, inputs: Vec<Value>| {
+        let calls = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, input)| ToolCall::new(format!("{prefix}{stage}-{i}"), name, input))
+            .collect();
+        ModelResponse::text_and_calls("", calls)
+    };
+    let spawn =
+        |task: String| json!({ "subagent_type": "helper", "prompt": task, "background": true });
+    let wait = |stage: &str| {
+        calls(
+            stage,
+            "wait_subagents",
+            vec![json!({ "agent_ids": helpers.clone() })],
+        )
+    };
+    let statuses = |v: Option<&Value>| -> String {
+        v.and_then(|v| v.get("outcomes"))
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .map(|o| o.get("status").and_then(Value::as_str).unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default()
+    };
+    let last_wait = |stage: &str| results(stage).last().cloned();
+    match (kind, stage.as_str()) {
+        ("fan", "") => calls(
+            "spawn",
+            "Agent",
+            (0..n).map(|_| spawn(format!("work 2 {ms}"))).collect(),
+        ),
+        ("fan" | "burst", "spawn") if kind == "fan" || spawns.len() >= n => wait("wait"),
+        ("burst", "" | "spawn") => ModelResponse::text_and_calls(
+            "",
+            vec![ToolCall::new(
+                format!("{prefix}spawn-{}", spawns.len()),
+                "Agent",
+                spawn(format!("work 1 {ms}")),
+            )],
+        ),
+        ("fan" | "burst", "wait") => ModelResponse::text(format!(
+            "{kind} {} refused {refusals}",
+            statuses(last_wait("wait").as_ref())
+        )),
+        ("herd", "") => calls(
+            "spawn",
+            "Agent",
+            (0..n).map(|_| spawn(format!("work 3 {ms}"))).collect(),
+        ),
+        ("herd", "spawn") => calls(
+            "steer",
+            "steer_subagent",
+            helpers
+                .iter()
+                .map(|id| json!({ "agent_id": id, "message": "hi" }))
+                .collect(),
+        ),
+        ("herd", "steer") => calls(
+            "abort",
+            "abort_subagent",
+            helpers
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .map(|id| json!({ "agent_id": id }))
+                .collect(),
+        ),
+        ("herd", "abort") => wait("wait"),
+        ("herd", "wait") => calls(
+            "read",
+            "get_subagent_result",
+            vec![json!({ "agent_id": helpers.first().cloned().unwrap_or_default() })],
+        ),
+        ("herd", "read") => {
+            let first = results("read")
+                .last()
+                .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_default();
+            ModelResponse::text(format!(
+                "herd {} first {first}",
+                statuses(last_wait("wait").as_ref())
+            ))
+        }
+        ("quiz", "") => calls("spawn", "Agent", vec![spawn("ask what now".to_owned())]),
+        ("quiz", "spawn") => wait("wait"),
+        ("quiz", "wait") => {
+            let asking = last_wait("wait").is_some_and(|v| {
+                v.get("status").and_then(Value::as_str) == Some("asking")
+                    || v.get("outcomes").is_none()
+            });
+            if asking {
+                calls(
+                    "steer",
+                    "steer_subagent",
+                    vec![json!({
+                        "agent_id": helpers.first().cloned().unwrap_or_default(),
+                        "message": "42",
+                    })],
+                )
+            } else {
+                ModelResponse::text(format!("quiz {}", answer_of(last_wait("wait").as_ref())))
+            }
+        }
+        ("quiz", "steer") => wait("again"),
+        ("quiz", "again") => {
+            ModelResponse::text(format!("quiz {}", answer_of(last_wait("again").as_ref())))
+        }
+        _ => ModelResponse::text(format!("{kind} lost at stage {stage:?}")),
+    }
+}
+
+/// The first outcome's text in a `wait_subagents` result.
+fn answer_of(result: Option<&serde_json::Value>) -> String {
+    result
+        .and_then(|v| v.get("outcomes"))
+        .and_then(|o| o.get(0))
+        .and_then(|o| o.get("text"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?")
+        .to_owned()
 }
 
 /// Builds the tree the worker hosts one remote child's subtree in.

@@ -9,6 +9,7 @@ mod review4;
 mod review5;
 mod review6;
 mod review7;
+mod review8;
 mod tls;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
@@ -20,6 +21,8 @@ use review5::*;
 use review6::*;
 #[allow(clippy::wildcard_imports, reason = "the seventh review's scenarios")]
 use review7::*;
+#[allow(clippy::wildcard_imports, reason = "the eighth review's scenarios")]
+use review8::*;
 use tls::*;
 
 use std::time::{Duration, Instant};
@@ -359,6 +362,21 @@ async fn scenarios() {
     observe!(review7_a_background_helper_at_the_runs_end_is_kept_as_locally);
     observe!(review7_a_recovered_owner_resumes_with_its_earlier_helpers);
     observe!(review7_an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers);
+    observe!(review8_a_fan_of_helpers_in_one_turn_is_kept_as_locally, 2);
+    observe!(review8_a_refused_fifth_helper_names_the_lead_as_locally, 2);
+    observe!(
+        review8_a_burst_of_helpers_across_turns_names_only_mirrored_records,
+        3
+    );
+    observe!(review8_steered_and_aborted_helpers_are_kept_as_locally, 2);
+    observe!(
+        review8_a_helpers_question_to_a_remote_lead_names_it_by_the_owners_id,
+        2
+    );
+    observe!(
+        review8_concurrent_remote_leads_name_only_their_own_helpers,
+        3
+    );
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",
