@@ -23,7 +23,7 @@ use super::{Owner, eventually, first_usage, root_tokens, runner, worker_idle};
 
 /// An owner tree placing `definitions` (`runner` when empty) on `worker`, journaled to
 /// `journal`.
-async fn owner_tree(node: &Node, worker: &str, journal: &Path) -> Tree {
+pub(crate) async fn owner_tree(node: &Node, worker: &str, journal: &Path) -> Tree {
     owner_tree_of(node, vec![runner().on_node(worker)], journal).await
 }
 
@@ -39,7 +39,7 @@ async fn owner_tree_of(node: &Node, definitions: Vec<AgentDefinition>, journal: 
 }
 
 /// The spec: a local tree with the worker's catalog, model and tools, journaled.
-async fn local_tree(journal: &Path) -> Tree {
+pub(crate) async fn local_tree(journal: &Path) -> Tree {
     worker::hosted_tree()
         .journal(JournalConfig::new(journal))
         .build()

@@ -20,46 +20,13 @@
 
 use std::path::Path;
 
-use agent_tree::JournalConfig;
-use agent_tree::cluster::Node;
+use agent_tree::Tree;
 use agent_tree::protocol::{AgentId, Message, Role, SpawnRequest};
-use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, Tree};
 use serde_json::Value;
 
 use super::review4::Dir;
-use super::review6::{kept, render, resumed, settled};
-use super::worker;
-use super::{Owner, root_tokens, runner, worker_idle};
-
-/// The orchestration tools whose inputs and results carry the runtime's ids (`ask_owner`'s
-/// do not).
-const DELEGATION: [&str; 5] = [
-    "Agent",
-    "get_subagent_result",
-    "steer_subagent",
-    "abort_subagent",
-    "wait_subagents",
-];
-
-async fn owner_tree(node: &Node, worker: &str, journal: &Path) -> Tree {
-    Tree::builder()
-        .catalog(Catalog::new(vec![runner().on_node(worker)]).unwrap())
-        .model(ScriptedModel::new())
-        .node(node)
-        .journal(JournalConfig::new(journal))
-        .build()
-        .await
-        .expect("the owner tree builds")
-}
-
-async fn local_tree(journal: &Path) -> Tree {
-    worker::hosted_tree()
-        .journal(JournalConfig::new(journal))
-        .build()
-        .await
-        .expect("the local tree builds")
-}
+use super::review6::{kept, local_tree, owner_tree, render, resumed, settled};
+use super::{Owner, root_tokens, worker_idle};
 
 /// Where an id was written, and the id as written.
 #[derive(Debug)]
@@ -106,7 +73,7 @@ fn named_ids(messages: &[Message]) -> Vec<Named> {
     }
     for (i, m) in messages.iter().enumerate() {
         for call in &m.tool_calls {
-            if DELEGATION.contains(&call.name.as_str()) {
+            if agent_tree::ORCHESTRATION_TOOLS.contains(&call.name.as_str()) {
                 delegation.insert(call.id.clone());
                 let value = call.input.to_value();
                 if let Value::Object(map) = &value {
