@@ -50,8 +50,12 @@
 //! * `quiz`: each run spawns a background `helper` with `ask what now`, waits for it; when
 //!   the wait says it is asking, answers it (`steer_subagent`, `42`) and waits again; answers
 //!   `quiz <the helper's answer>`.
+//! * `reach` (the first user message: for a runner that inherits its owner's context, the
+//!   owner's task): spawns a `helper` with `work 3 300` in the background, then steers
+//!   (`steer_subagent`, `hi`) the first agent that a delegation result of the context (a
+//!   call not its own) names, and answers `reached <that id>: <the steer's result>`.
 //!
-//!   In these four a run's calls are named `<task>-<run>-<stage>-<i>` (`run` counts the
+//!   In `fan`, `burst`, `herd` and `quiz` a run's calls are named `<task>-<run>-<stage>-<i>` (`run` counts the
 //!   final answers before it), and no id is in an answer.
 
 #![allow(dead_code, reason = "the example and the tests use different parts")]
@@ -248,6 +252,7 @@ impl Model for WorkerModel {
                 Some("recall") => recall(&request),
                 Some("recall-big") => recall_big(&request, number(1, 1)),
                 Some("poke") => poke(&request),
+                Some("reach") => reach(&request),
                 Some(kind @ ("fan" | "burst" | "herd" | "quiz")) => lead(
                     &request,
                     kind,
@@ -490,6 +495,61 @@ fn poke(request: &ModelRequest) -> ModelResponse {
             "spawn",
             "Agent",
             serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
+        )
+    }
+}
+
+/// The `reach` task's turn (see the module docs), read from the conversation alone.
+fn reach(request: &ModelRequest) -> ModelResponse {
+    let messages = &request.messages;
+    let result = |prefix: &str| {
+        messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .find(|m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with(prefix))
+            })
+            .map(|m| m.content.clone())
+    };
+    // The first agent a delegation result of the context names (its calls are not this
+    // run's, which are all `reach-…`).
+    let theirs = messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter(|m| {
+            m.tool_call_id
+                .as_deref()
+                .is_some_and(|id| !id.starts_with("reach-"))
+        })
+        .filter_map(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+        .find_map(|v| {
+            v.get("agent_id")
+                .and_then(|a| a.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let call = |id: &str, name: &str, input: serde_json::Value| {
+        ModelResponse::text_and_calls("", vec![ToolCall::new(id, name, input)])
+    };
+    if result("reach-spawn").is_none() {
+        call(
+            "reach-spawn",
+            "Agent",
+            serde_json::json!({
+                "subagent_type": "helper",
+                "prompt": "work 3 300",
+                "background": true,
+            }),
+        )
+    } else if let Some(steered) = result("reach-steer") {
+        ModelResponse::text(format!("reached {theirs}: {steered}"))
+    } else {
+        call(
+            "reach-steer",
+            "steer_subagent",
+            serde_json::json!({ "agent_id": theirs, "message": "hi" }),
         )
     }
 }

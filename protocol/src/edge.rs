@@ -235,7 +235,10 @@ pub enum Command {
         settle: Option<SettlePolicy>,
         /// The conversation the child inherits from its owner (its owner's node's definition
         /// has `inherit_context`): it comes before the task, as for a local child. Empty
-        /// when it inherits nothing.
+        /// when it inherits nothing. The agent ids the runtime wrote into it are the owner
+        /// tree's plus 1,000,000,000 (`a2` goes as `a1000000002`), ids no hosted tree
+        /// gives, so the child's own children never take a number it names; an id of an
+        /// `earlier` child goes as the owner's, for the hosted admission to rename.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         context: Vec<crate::Message>,
         /// A resumed run: `context` is the agent's own conversation as its last run ended

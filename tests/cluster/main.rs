@@ -5,6 +5,7 @@
 //!
 //! Built only with the `cluster` feature (`cargo test --features cluster --test cluster`).
 
+mod context;
 mod review4;
 mod review5;
 mod review6;
@@ -13,6 +14,7 @@ mod review8;
 mod tls;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
+use context::*;
 #[allow(clippy::wildcard_imports, reason = "the fourth review's scenarios")]
 use review4::*;
 #[allow(clippy::wildcard_imports, reason = "the fifth review's scenarios")]
@@ -243,6 +245,10 @@ async fn scenarios() {
     observe!(steer_reaches_the_remote_agent);
     observe!(a_local_agent_delegates_to_a_remote_subtree);
     observe!(a_remote_child_inherits_its_owners_context);
+    observe!(
+        a_remote_childs_inherited_context_names_its_owners_agents_apart_from_its_own,
+        3
+    );
     observe!(a_remote_failure_is_restarted_by_its_owner, 10);
     observe!(a_killed_node_fails_its_stand_ins_and_the_restart_policy_applies);
     observe!(a_killed_node_settles_its_mirrored_descendants_killed);

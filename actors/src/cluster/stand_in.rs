@@ -93,6 +93,9 @@ pub(crate) struct State {
     earlier: HashSet<AgentId>,
     /// The hosted ids of those seeds: their events stand for records kept here already.
     seeds: HashSet<AgentId>,
+    /// The owner's ids its context named, which went down as foreign ones
+    /// (`ids::into_hosted`): its conversation coming up has them back.
+    foreign: HashSet<AgentId>,
     /// Why it was cancelled, for the outcome it settles with.
     aborted: Option<EndReason>,
     /// The deadline of a shutdown it forwarded.
@@ -204,6 +207,7 @@ impl Actor for StandIn {
             mirror: Mirror::new(),
             mirrored: HashMap::new(),
             earlier: HashSet::new(),
+            foreign: HashSet::new(),
             seeds: HashSet::new(),
             epoch,
             request_id: request_id.clone(),
@@ -234,6 +238,10 @@ impl Actor for StandIn {
             Vec::new()
         };
         state.earlier = earlier.iter().map(|child| child.agent).collect();
+        // The owner's ids it names go down as foreign ones, clear of the hosted tree's own.
+        let mut context = start.context.clone();
+        let seeded: Vec<AgentId> = earlier.iter().map(|child| child.agent).collect();
+        state.foreign = crate::policy::edge::ids::into_hosted(&mut context, &seeded);
         state.spawn = state.command(Command::Spawn {
             agent: id,
             incarnation: ticket.incarnation,
@@ -244,7 +252,7 @@ impl Actor for StandIn {
             settle: (start.settle != start.definition.settle).then_some(start.settle),
             // What its admission kept of its owner's conversation (its definition inherits),
             // or, resumed, its own conversation, continued there.
-            context: start.context.clone(),
+            context,
             resume: start.resumed,
             earlier,
         });
@@ -855,17 +863,21 @@ impl State {
         // children (the hosted side sends every child's `spawned` before a conversation
         // that names it, so each is mirrored by now).
         {
-            let (top, id, mirrored) = (self.top, self.id, &self.mirrored);
+            let (top, id, mirrored, foreign) = (self.top, self.id, &self.mirrored, &self.foreign);
             let earlier = if from == 0 {
                 Arc::from(Vec::new())
             } else {
                 self.cell.lock().messages.clone()
             };
+            // The owner's ids its context named went down as foreign ones.
             crate::policy::edge::ids::translate(&mut messages, &earlier, |hosted| {
                 if Some(hosted) == top {
                     Some(id)
                 } else {
-                    mirrored.get(&hosted).copied()
+                    mirrored.get(&hosted).copied().or_else(|| {
+                        crate::policy::edge::ids::owner_of_foreign(hosted)
+                            .filter(|owner| foreign.contains(owner))
+                    })
                 }
             });
         }

@@ -24,18 +24,66 @@
 //! owner's own text, in the owner's ids) and a child's answer or error are never touched:
 //! an `a7` there is theirs, not the runtime's. An id the map does not know is left as it is.
 //!
+//! # Ids from the owner's tree, on the child's node
+//!
+//! What goes down is the other way round. A remote child's context (its owner's
+//! conversation, inherited; or, resumed, its own kept one) names agents by the owner tree's
+//! ids, and its hosted tree gives its own children ids dense from its root: the two would
+//! meet (`a2` the owner's helper in the context, `a2` the child's own helper), and the
+//! child's model, acting on that history, would reach its own child where it meant another.
+//! So every id the runtime wrote into that context goes down [`foreign`]: the owner's `aN` is
+//! `a(FOREIGN_BASE + N)` on the child's node, an id no hosted tree reaches, which its
+//! registry knows as no agent ("no subagent … of yours", as for a local child reaching past
+//! its own subtree). The children of a resumed run's earlier runs are seeded instead (their
+//! own records, `registry/mirror.rs`). On the way up, [`owner_of_foreign`] undoes it for
+//! the ids the stand-in sent ([`into_hosted`]), so the owner's kept copy names them as the
+//! owner wrote them (an id its model made up stays as written).
+//!
 //! # Invariants
 //!
 //! * Pure: a function of the messages and the map.
 //! * Text is rewritten only where an id changed; everything else keeps its bytes (the
 //!   runtime writes these JSON texts compact, keys in order, as they are written back).
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 
 use agent_tree_protocol::{AgentId, Message, Role, ToolInput};
 use serde_json::{Map, Value};
 
 use crate::tool::{AGENT_TOOL, ORCHESTRATION_TOOLS};
+
+/// Where the owner tree's ids start on a child's node ([`foreign`]): past any id a hosted
+/// tree gives (a billion agents in one tree is far beyond memory), and short enough to read.
+pub(crate) const FOREIGN_BASE: u64 = 1_000_000_000;
+
+/// The owner tree's id `owner` as a remote child's node names it in the context it was sent
+/// (see the module docs); `None` past `u64`'s end (left as written).
+pub(crate) fn foreign(owner: AgentId) -> Option<AgentId> {
+    owner.get().checked_add(FOREIGN_BASE).map(AgentId::new)
+}
+
+/// The owner tree's id that hosted id `hosted` stands for, if it is [`foreign`].
+pub(crate) fn owner_of_foreign(hosted: AgentId) -> Option<AgentId> {
+    hosted.get().checked_sub(FOREIGN_BASE).map(AgentId::new)
+}
+
+/// Rewrites a remote child's context, as it goes down to its node, to [`foreign`] ids:
+/// every id the runtime wrote, except those of `seeded` (a resumed run's earlier children,
+/// which its admission there renames to their seeds). Returns the owner's ids it rewrote,
+/// the only ones its conversation coming back up is to have back ([`owner_of_foreign`]).
+pub(crate) fn into_hosted(context: &mut [Message], seeded: &[AgentId]) -> HashSet<AgentId> {
+    let named = RefCell::new(HashSet::new());
+    translate(context, &[], |owner| {
+        if seeded.contains(&owner) {
+            return None;
+        }
+        let hosted = foreign(owner)?;
+        named.borrow_mut().insert(owner);
+        Some(hosted)
+    });
+    named.into_inner()
+}
 
 /// The notices the runtime writes into a conversation (`agent/children.rs`,
 /// `agent/questions.rs`).
@@ -423,5 +471,81 @@ mod tests {
         ];
         assert_eq!(translate(&mut messages, &[], map), 0);
         assert_eq!(messages[0].content, r#"{"agent_id":"a2"}"#);
+    }
+
+    /// A context going down names the owner's agents by foreign ids (all but the seeded
+    /// ones), and coming back up by the owner's again, byte for byte; a child's own text
+    /// and a model's prose keep what they say.
+    #[test]
+    fn a_context_goes_down_foreign_and_comes_back_as_it_was() {
+        let calls = vec![
+            ToolCall::new(
+                "c1",
+                "Agent",
+                json!({ "agent_type": "w", "prompt": "p a2" }),
+            ),
+            ToolCall::new(
+                "c2",
+                "steer_subagent",
+                json!({ "agent_id": "a3", "message": "a2" }),
+            ),
+        ];
+        let context = vec![
+            Message::user("lead a2"),
+            Message::assistant("about a2", calls),
+            tool(
+                "c1",
+                json!({ "agent_id": "a2", "status": "completed", "text": "a3" }).to_string(),
+            ),
+            tool(
+                "c2",
+                json!({ "error": "a3 cannot take this now: it is completed" }).to_string(),
+            ),
+            Message::user(
+                json!({ "notice": "subagent_ended", "agent_id": "a5", "status": "failed" })
+                    .to_string(),
+            ),
+        ];
+        let mut down = context.clone();
+        // a5 is an earlier child of a resumed run: its admission seeds it.
+        assert_eq!(
+            into_hosted(&mut down, &[id(5)]),
+            HashSet::from([id(2), id(3)])
+        );
+        assert_eq!(down[0].content, "lead a2");
+        assert_eq!(down[1].content, "about a2");
+        assert_eq!(
+            down[1].tool_calls[1].input.to_value()["agent_id"],
+            json!("a1000000003")
+        );
+        assert_eq!(
+            down[2].content,
+            r#"{"agent_id":"a1000000002","status":"completed","text":"a3"}"#
+        );
+        assert_eq!(
+            down[3].content,
+            r#"{"error":"a1000000003 cannot take this now: it is completed"}"#
+        );
+        assert_eq!(
+            down[4].content, context[4].content,
+            "seeded: left to admission"
+        );
+        let mut up = down;
+        translate(&mut up, &[], owner_of_foreign);
+        assert_eq!(up, context);
+    }
+
+    #[test]
+    fn foreign_ids_are_past_every_hosted_one_and_map_back() {
+        assert_eq!(foreign(id(0)), Some(id(FOREIGN_BASE)));
+        assert_eq!(owner_of_foreign(id(FOREIGN_BASE + 7)), Some(id(7)));
+        assert_eq!(owner_of_foreign(id(FOREIGN_BASE - 1)), None);
+        assert_eq!(foreign(id(u64::MAX)), None);
+        // A node two edges down: the owner's foreign id is foreign again, and comes back.
+        let twice = foreign(foreign(id(4)).unwrap()).unwrap();
+        assert_eq!(
+            owner_of_foreign(owner_of_foreign(twice).unwrap()),
+            Some(id(4))
+        );
     }
 }
