@@ -134,6 +134,13 @@ pub enum ControlError {
     /// owner there controls it; here, control the remote child it runs under.
     #[error("{0} runs under a remote child on another node and is controlled there")]
     Remote(AgentId),
+    /// The agent is a child of an earlier run of a resumed agent that another node's tree
+    /// owns (this tree hosts the resumed run): it settled there, and here its result can be
+    /// read, but it cannot be steered, aborted or resumed.
+    #[error(
+        "{0} is a child of an earlier run, kept on its owner's node: its result can be read, but it cannot be steered, aborted or resumed from this run"
+    )]
+    EarlierRun(AgentId),
     /// The agent is in the last model turn its `max_turns` allows: no turn is left to read
     /// a steer, so it is refused rather than receipted and never read.
     #[error("{0} is in its last turn and cannot read a steer")]

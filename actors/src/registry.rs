@@ -273,6 +273,9 @@ struct Entry {
     /// actor, no admission counters, no restarts; its events are folded in by its stand-in
     /// ([`Registry::mirror_event`]), and it settles with them or with its stand-in.
     mirrored: bool,
+    /// With `mirrored`: a settled record a resumed run's hosted admission seeded for a child
+    /// of the agent's earlier runs (`Inner::seed_earlier`), not a mirror of a live agent.
+    earlier: bool,
     /// Set when its outcome becomes final; handles and waits watch it.
     /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
     settled: Option<watch::Sender<Option<Outcome>>>,
@@ -331,6 +334,7 @@ impl Entry {
             conversation_journaled: false,
             output_read: 0,
             mirrored: false,
+            earlier: false,
             settled: None,
             shutdown_waits: ShutdownWaits::default(),
         }
@@ -1045,10 +1049,11 @@ mod tests {
                     record.request_id.as_ref().map(|r| r.as_str().to_owned()),
                     Some(format!("earlier:{}", child.agent))
                 );
-                assert!(matches!(
+                assert_eq!(
                     registry.refuse_mirrored(seed),
-                    Err(ControlError::Remote(_))
-                ));
+                    Err(ControlError::EarlierRun(seed)),
+                    "an earlier child is read-only, and its refusal says why"
+                );
             }
             assert_eq!(registry.live(), 1, "only the agent itself is live");
         }

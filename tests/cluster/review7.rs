@@ -130,8 +130,10 @@ pub(crate) async fn review7_an_earlier_helpers_big_output_is_read_as_locally(own
 }
 
 /// A resumed remote run steers, aborts and resumes an earlier helper by the id its history
-/// gives it: each is refused as remote (`docs/cluster.md`: "An earlier child can be read
-/// there, not steered, aborted or resumed"), at once (no hang), and the refusals the owner
+/// gives it: each is refused as a settled or an earlier run's child, never as a remote one
+/// (`docs/cluster.md`: "An earlier child can be read there, not steered, aborted or
+/// resumed"), at once (no hang),
+/// and the refusals the owner
 /// keeps name the helper by the owner tree's id (the runtime's text, rewritten as it comes
 /// up), never by a hosted id, and the steer and abort are refused as a local run's are.
 pub(crate) async fn review7_an_earlier_helper_is_refused_control_at_once_by_its_owner_id(
@@ -169,6 +171,12 @@ pub(crate) async fn review7_an_earlier_helper_is_refused_control_at_once_by_its_
                 let names_first = refusal
                     .split(|c: char| !c.is_ascii_alphanumeric())
                     .any(|w| w == first.to_string());
+                if refusal.contains("runs under a remote child") {
+                    failures.push(format!(
+                        "the {stage} refusal calls the earlier helper remote, not an earlier \
+                         run's child: {refusal:?}"
+                    ));
+                }
                 if !names_first {
                     failures.push(format!(
                         "the {stage} refusal kept does not name the earlier helper {first}: \

@@ -161,6 +161,7 @@ impl Inner {
             let id = AgentId::new(self.entries.len() as u64);
             let mut entry = Entry::new(CancellationToken::new());
             entry.mirrored = true;
+            entry.earlier = true;
             self.entries.push(entry);
             let spawned = EventKind::Spawned {
                 agent_type: child.agent_type.clone(),
@@ -193,7 +194,9 @@ impl Inner {
 
     /// The refusal of a control operation on mirrored `id`, if it is one.
     pub(super) fn refuse_mirrored(&self, id: AgentId) -> Result<(), ControlError> {
-        if self.is_mirrored(id) {
+        if self.entry(id).is_some_and(|e| e.earlier) {
+            Err(ControlError::EarlierRun(id))
+        } else if self.is_mirrored(id) {
             Err(ControlError::Remote(id))
         } else {
             Ok(())
