@@ -55,6 +55,13 @@
 //!   (`steer_subagent`, `hi`) the first agent that a delegation result of the context (a
 //!   call not its own) names, and answers `reached <that id>: <the steer's result>`.
 //!
+//! * `relay` (the first user message, as `reach`): each run spawns a `helper` with `work 1 0`
+//!   (calls `relay-spawn-<n>`); a run after the first then reads (`get_subagent_result`) its
+//!   own first helper, then the first agent a delegation result of a call not its own names
+//!   (`relay-own-<n>`, `relay-theirs-<n>`), and answers `relayed own:<r> theirs:<r>`, `<r>`
+//!   the result's `status`, or `refused`; the first run answers `first helper`. No id is in
+//!   an answer.
+//!
 //!   In `fan`, `burst`, `herd` and `quiz` a run's calls are named `<task>-<run>-<stage>-<i>` (`run` counts the
 //!   final answers before it), and no id is in an answer.
 
@@ -253,6 +260,7 @@ impl Model for WorkerModel {
                 Some("recall-big") => recall_big(&request, number(1, 1)),
                 Some("poke") => poke(&request),
                 Some("reach") => reach(&request),
+                Some("relay") => relay(&request),
                 Some(kind @ ("fan" | "burst" | "herd" | "quiz")) => lead(
                     &request,
                     kind,
@@ -550,6 +558,91 @@ fn reach(request: &ModelRequest) -> ModelResponse {
             "reach-steer",
             "steer_subagent",
             serde_json::json!({ "agent_id": theirs, "message": "hi" }),
+        )
+    }
+}
+
+/// The `relay` task's turn (see the module docs), read from the conversation alone.
+fn relay(request: &ModelRequest) -> ModelResponse {
+    let messages = &request.messages;
+    let results = |own: bool| {
+        messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter(move |m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with("relay-") == own)
+            })
+    };
+    let agent_of = |m: &agent_tree::protocol::Message| {
+        serde_json::from_str::<serde_json::Value>(&m.content)
+            .ok()
+            .and_then(|v| {
+                v.get("agent_id")
+                    .and_then(|a| a.as_str().map(str::to_owned))
+            })
+    };
+    let own: Vec<String> = results(true)
+        .filter(|m| {
+            m.tool_call_id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("relay-spawn-"))
+        })
+        .filter_map(agent_of)
+        .collect();
+    let theirs = results(false).find_map(agent_of).unwrap_or_default();
+    let n = own.len();
+    let last = messages
+        .last()
+        .filter(|m| m.role == Role::Tool)
+        .and_then(|m| m.tool_call_id.clone())
+        .unwrap_or_default();
+    let verdict = |prefix: &str| {
+        results(true)
+            .rfind(|m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| id.starts_with(prefix))
+            })
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+            .map(|v| match v.get("status").and_then(|s| s.as_str()) {
+                Some(status) => status.to_owned(),
+                None => "refused".to_owned(),
+            })
+            .unwrap_or_default()
+    };
+    let call = |stage: &str, name: &str, input: serde_json::Value| {
+        ModelResponse::text_and_calls(
+            "",
+            vec![ToolCall::new(format!("relay-{stage}-{n}"), name, input)],
+        )
+    };
+    if last.starts_with("relay-spawn-") && n == 1 {
+        ModelResponse::text("first helper")
+    } else if last.starts_with("relay-spawn-") {
+        call(
+            "own",
+            "get_subagent_result",
+            serde_json::json!({ "agent_id": own[0] }),
+        )
+    } else if last.starts_with("relay-own-") {
+        call(
+            "theirs",
+            "get_subagent_result",
+            serde_json::json!({ "agent_id": theirs }),
+        )
+    } else if last.starts_with("relay-theirs-") {
+        ModelResponse::text(format!(
+            "relayed own:{} theirs:{}",
+            verdict("relay-own-"),
+            verdict("relay-theirs-")
+        ))
+    } else {
+        call(
+            "spawn",
+            "Agent",
+            serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
         )
     }
 }

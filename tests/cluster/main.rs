@@ -11,6 +11,7 @@ mod review5;
 mod review6;
 mod review7;
 mod review8;
+mod review9;
 mod tls;
 #[path = "../../examples/cluster/worker.rs"]
 mod worker;
@@ -25,6 +26,8 @@ use review6::*;
 use review7::*;
 #[allow(clippy::wildcard_imports, reason = "the eighth review's scenarios")]
 use review8::*;
+#[allow(clippy::wildcard_imports, reason = "the ninth review's scenarios")]
+use review9::*;
 use tls::*;
 
 use std::time::{Duration, Instant};
@@ -383,6 +386,9 @@ async fn scenarios() {
         review8_concurrent_remote_leads_name_only_their_own_helpers,
         3
     );
+    observe!(review9_a_resumed_run_that_inherited_a_context_reads_as_a_local_one);
+    observe!(review9_a_padded_id_in_an_inherited_context_is_kept_as_the_owner_wrote_it);
+    observe!(review9_a_steer_of_an_earlier_helper_is_refused_as_a_settled_agents);
     assert!(
         failed.is_empty(),
         "failing scenarios:\n{}",

@@ -51,6 +51,8 @@ pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;
 #[cfg(test)]
+mod review_foreign;
+#[cfg(test)]
 mod review_ids;
 #[cfg(test)]
 mod review_parts;
