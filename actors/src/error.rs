@@ -136,7 +136,8 @@ pub enum ControlError {
     Remote(AgentId),
     /// The agent is a child of an earlier run of a resumed agent that another node's tree
     /// owns (this tree hosts the resumed run): it settled there, and here its result can be
-    /// read, but it cannot be steered, aborted or resumed.
+    /// read, but it cannot be resumed (a steer or an abort is refused as for any settled
+    /// agent: [`ControlError::WrongStatus`]).
     #[error(
         "{0} is a child of an earlier run, kept on its owner's node: its result can be read, but it cannot be steered, aborted or resumed from this run"
     )]

@@ -1051,8 +1051,8 @@ mod tests {
                 );
                 assert_eq!(
                     registry.refuse_mirrored(seed),
-                    Err(ControlError::EarlierRun(seed)),
-                    "an earlier child is read-only, and its refusal says why"
+                    Err(ControlError::WrongStatus(seed, record.status)),
+                    "an earlier child is settled, and refused as one"
                 );
             }
             assert_eq!(registry.live(), 1, "only the agent itself is live");

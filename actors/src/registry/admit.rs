@@ -298,6 +298,9 @@ impl Registry {
         if record.parent != Some(owner) {
             return Err(not_yours());
         }
+        if inner.is_earlier(id) {
+            return Err(SpawnError::Control(ControlError::EarlierRun(id)));
+        }
         inner.refuse_mirrored(id).map_err(SpawnError::Control)?;
         if record.status.is_live() || entry.deferred {
             return Err(SpawnError::Control(ControlError::WrongStatus(

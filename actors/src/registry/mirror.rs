@@ -192,10 +192,18 @@ impl Inner {
         self.entry(id).is_some_and(|e| e.mirrored)
     }
 
-    /// The refusal of a control operation on mirrored `id`, if it is one.
+    /// Whether `id` is a seeded child of an earlier run ([`Inner::seed_earlier`]).
+    pub(super) fn is_earlier(&self, id: AgentId) -> bool {
+        self.entry(id).is_some_and(|e| e.earlier)
+    }
+
+    /// The refusal of a control operation on mirrored `id`, if it is one. A seeded child of
+    /// an earlier run is settled: refused as any settled agent is (its resume, which a
+    /// local run could make, is refused apart: `ControlError::EarlierRun`).
     pub(super) fn refuse_mirrored(&self, id: AgentId) -> Result<(), ControlError> {
-        if self.entry(id).is_some_and(|e| e.earlier) {
-            Err(ControlError::EarlierRun(id))
+        if self.is_earlier(id) {
+            let status = self.status_of(id).unwrap_or(AgentStatus::Completed);
+            Err(ControlError::WrongStatus(id, status))
         } else if self.is_mirrored(id) {
             Err(ControlError::Remote(id))
         } else {

@@ -46,7 +46,7 @@
 //!   runtime writes these JSON texts compact, keys in order, as they are written back).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use agent_tree_protocol::{AgentId, Message, Role, ToolInput};
 use serde_json::{Map, Value};
@@ -72,17 +72,33 @@ pub(crate) fn owner_of_foreign(hosted: AgentId) -> Option<AgentId> {
 /// every id the runtime wrote, except those of `seeded` (a resumed run's earlier children,
 /// which its admission there renames to their seeds). Returns the owner's ids it rewrote,
 /// the only ones its conversation coming back up is to have back ([`owner_of_foreign`]).
+///
+/// An id whose foreign spelling would be an id the context keeps as written (one past
+/// `u64`'s end when made foreign: only a model makes those up) is kept as written too, so
+/// no two ids come back as one.
 pub(crate) fn into_hosted(context: &mut [Message], seeded: &[AgentId]) -> HashSet<AgentId> {
-    let named = RefCell::new(HashSet::new());
+    // Every id the runtime wrote, first (a pass that rewrites nothing).
+    let named = RefCell::new(BTreeSet::new());
     translate(context, &[], |owner| {
-        if seeded.contains(&owner) {
-            return None;
-        }
-        let hosted = foreign(owner)?;
         named.borrow_mut().insert(owner);
-        Some(hosted)
+        None
     });
-    named.into_inner()
+    // Highest first: whether an id's foreign spelling is kept as written is known by then.
+    let mut kept = HashSet::new();
+    let mut mapped = HashSet::new();
+    for owner in named.into_inner().into_iter().rev() {
+        if seeded.contains(&owner) {
+            continue;
+        }
+        match foreign(owner) {
+            Some(hosted) if !kept.contains(&hosted) => mapped.insert(owner),
+            _ => kept.insert(owner),
+        };
+    }
+    translate(context, &[], |owner| {
+        mapped.contains(&owner).then(|| foreign(owner)).flatten()
+    });
+    mapped
 }
 
 /// The notices the runtime writes into a conversation (`agent/children.rs`,
@@ -250,10 +266,15 @@ fn rewrite_value(key: &str, value: &mut Value, map: &impl Fn(AgentId) -> Option<
     }
 }
 
+/// An id field: the runtime reads it trimmed, and only the id is rewritten (what pads it
+/// stays, so a context goes down and comes back byte for byte).
 fn rewrite_id(text: &mut String, map: &impl Fn(AgentId) -> Option<AgentId>) -> usize {
-    match text.trim().parse::<AgentId>().ok().and_then(map) {
+    let trimmed = text.trim();
+    match trimmed.parse::<AgentId>().ok().and_then(map) {
         Some(to) => {
-            *text = to.to_string();
+            let start = trimmed.as_ptr() as usize - text.as_ptr() as usize;
+            let end = start + trimmed.len();
+            text.replace_range(start..end, &to.to_string());
             1
         }
         None => 0,

@@ -407,7 +407,8 @@ fn resume_is_rewritten_only_in_agent_calls() {
 }
 
 /// The runtime reads an id trimmed (`parse_id`): a padded id names the same agent, and is
-/// rewritten to the owner's spelling.
+/// rewritten to the owner's id, its padding kept (the bytes around an id are the model's;
+/// a context sent down foreign comes back as it was written, review 17).
 #[test]
 fn a_padded_id_in_an_input_is_rewritten_as_the_runtime_reads_it() {
     let mut messages = calls(vec![
@@ -421,11 +422,11 @@ fn a_padded_id_in_an_input_is_rewritten_as_the_runtime_reads_it() {
     assert_eq!(translate(&mut messages, &[], map), 2);
     assert_eq!(
         messages[0].tool_calls[0].input.as_str(),
-        r#"{"agent_id":"a7"}"#
+        r#"{"agent_id":" a7\n"}"#
     );
     assert_eq!(
         messages[0].tool_calls[1].input.as_str(),
-        r#"{"agent_ids":["a9"," a0 "]}"#
+        r#"{"agent_ids":["\ta9 "," a0 "]}"#
     );
 }
 
