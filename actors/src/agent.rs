@@ -31,6 +31,7 @@
 
 mod calls;
 mod children;
+mod conversation;
 mod ending;
 mod lifecycle;
 pub(crate) mod orchestration;
@@ -92,8 +93,8 @@ pub(crate) struct AgentState {
     /// The owner's tools in attenuation mode, until `post_start` computes `offer`.
     owner_capabilities: Option<Box<Capabilities>>,
     max_turns: u32,
-    /// The conversation (the system prompt is sent separately).
-    conversation: Vec<Message>,
+    /// The conversation: what the last turn boundary published, and what was added since.
+    conversation: conversation::Conversation,
     /// Where the conversation is published at each turn boundary, for a resume after a
     /// kill.
     conversation_cell: ConversationCell,
@@ -347,7 +348,7 @@ impl AgentState {
             branch,
             prompt,
             mut settle,
-            mut context,
+            context,
             resumed,
             detached: _,
             owner_capabilities,
@@ -376,14 +377,9 @@ impl AgentState {
             .registry
             .started(id, run, myself.get_cell())
             .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
-        // Exactly one more: a first push would reserve room for four messages, and most
-        // agents never have a second (a leaf answers in one turn, or waits in it).
-        context.reserve_exact(1);
         // A resume with no prompt continues the conversation as it is (a run a crash
         // interrupted re-runs its lost turn, at the same places).
-        if !(resumed && prompt.is_empty()) {
-            context.push(Message::user(prompt));
-        }
+        let task = (!(resumed && prompt.is_empty())).then(|| Message::user(prompt));
         Ok(AgentState {
             id,
             owner_id,
@@ -399,7 +395,7 @@ impl AgentState {
             offer: orchestration::Offer::none(),
             owner_capabilities,
             max_turns,
-            conversation: context,
+            conversation: conversation::Conversation::new(context, task),
             conversation_cell,
             journaled: 0,
             turns: 0,

@@ -374,11 +374,7 @@ async fn spawn_or_resume(
     // assistant message's position in the conversation, and the call's in the message),
     // never by the model's call id, which need not be unique: a conversation resumed after a
     // crash re-issues a lost turn's calls at the same places, and finds their children.
-    let message = state
-        .conversation
-        .iter()
-        .rposition(|m| m.role == agent_tree_protocol::Role::Assistant)
-        .unwrap_or(0);
+    let message = state.conversation.last_assistant().unwrap_or(0);
     let request_id = RequestId::derived(
         state.id,
         state.incarnation,
@@ -390,13 +386,19 @@ async fn spawn_or_resume(
         .config
         .attenuate_tools
         .then(|| Box::new(state.offer.capabilities.clone()));
+    // Only a definition that inherits context reads the owner's conversation.
+    let inherited = if definition.inherit_context {
+        state.conversation.to_vec()
+    } else {
+        Vec::new()
+    };
     let spawned = spawn::spawn(
         &state.shared,
         SpawnSpec {
             owner: state.id,
             owner_actor: myself,
             owner_capabilities,
-            owner_conversation: &state.conversation,
+            owner_conversation: &inherited,
             definition,
             branch: state.branch.clone(),
             request: request.with_request_id(request_id),

@@ -111,7 +111,7 @@ impl AgentState {
         // Published at every turn boundary (not under the registry lock), so a resume after
         // a kill (which keeps nothing) still continues this run's conversation, and a settle
         // while this turn is cut off (a kill) bills what its model reported.
-        let messages: Arc<[Message]> = self.conversation.as_slice().into();
+        let messages = self.conversation.publish();
         {
             let mut boundary = self.conversation_cell.lock();
             boundary.messages = messages.clone();
