@@ -308,21 +308,28 @@ impl AgentState {
     /// spawner's `spawn_linked` waits for `pre_start` only, and no handler runs before
     /// `post_start` has.
     fn compute_capabilities(&mut self) {
-        let capabilities = capability::capabilities(
-            &self.definition,
-            self.depth,
-            self.branch.max_depth,
-            self.shared.toolbox.names(),
-            self.owner_capabilities.take().as_deref(),
-            self.shared.hooks.questions.is_some(),
-        );
+        let owner = self.owner_capabilities.take();
         let caller = orchestration::Caller {
             catalog: &self.branch.catalog,
             definition: &self.definition,
             depth: self.depth,
             max_depth: self.branch.max_depth,
         };
-        self.offer = orchestration::offered(&self.shared, capabilities, &caller);
+        let capabilities = || {
+            capability::capabilities(
+                &self.definition,
+                self.depth,
+                self.branch.max_depth,
+                self.shared.toolbox.names(),
+                owner.as_deref(),
+                self.shared.hooks.questions.is_some(),
+            )
+        };
+        self.offer = match owner.as_deref() {
+            // Attenuated: the owner's tools are part of what it holds.
+            Some(_) => orchestration::offered(&self.shared, capabilities(), &caller),
+            None => orchestration::offered_at(&self.shared, &caller, capabilities),
+        };
     }
 
     /// The state of a new run, from its ticket. Registers the actor (one registry

@@ -16,7 +16,10 @@ use serde_json::json;
 
 mod schema;
 
-pub(crate) use schema::{Caller, Offer, OfferKey, offered, result_text, result_value, set_result};
+pub(crate) use schema::{
+    Caller, Offer, OfferKey, PlaceKey, PlacedOffer, offered, offered_at, result_text, result_value,
+    set_result,
+};
 
 use super::AgentState;
 use super::calls::Waiting;
