@@ -378,11 +378,7 @@ async fn spawn_or_resume(
     // never by the model's call id, which need not be unique: a conversation resumed after a
     // crash re-issues a lost turn's calls at the same places, and finds their children.
     let message = state.conversation.last_assistant().unwrap_or(0);
-    let request_id = RequestId::derived(
-        state.id,
-        state.incarnation,
-        format_args!("m{message}c{index}"),
-    );
+    let request_id = RequestId::at_call(state.id, state.incarnation, message, index);
     let detached = definition.detached;
     let owner_capabilities = state
         .shared
