@@ -14,7 +14,8 @@
 //! # Invariants
 //!
 //! * A model turn is a future the actor polls when it is woken ([`AgentMsg::PollTurn`]),
-//!   never a task: an agent is one task. User tools and hooks run as tasks that select on
+//!   and a run's first turn once in `post_start` (a result it returns then is acted on at a
+//!   `PollTurn`, after what was sent to the agent while it started), never a task: an agent is one task. User tools and hooks run as tasks that select on
 //!   the agent's cancellation token. The registry tells each actor a cancellation reaches
 //!   ([`AgentMsg::Cancel`]), which drops its turn and aborts its tasks at once, at every
 //!   depth (children's tokens are children of the owner's); no task exists only to watch
@@ -139,6 +140,9 @@ struct InFlight {
     future: turn::TurnFuture,
     waker: Arc<turn::TurnWaker>,
     sink: crate::model::TurnSink,
+    /// The result a run's first turn returned at its first poll (in `post_start`), until a
+    /// `PollTurn` message takes it (boxed: most turns never hold one).
+    ready: Option<Box<crate::msg::TurnResult>>,
 }
 
 impl std::fmt::Debug for InFlight {
