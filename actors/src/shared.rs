@@ -40,8 +40,12 @@ pub(crate) struct Shared {
     >,
     /// The offers of agents whose owners do not attenuate their tools, by where they stand
     /// (see `orchestration::offered_at`): most agents' offer is one lookup here. A leaf lock.
+    /// Keyed by addresses and flags, the runtime's own: hashed by `util::IdHasher`.
     pub(crate) placed_offers: Mutex<
-        HashMap<crate::agent::orchestration::PlaceKey, crate::agent::orchestration::PlacedOffer>,
+        crate::util::IdMap<
+            crate::agent::orchestration::PlaceKey,
+            crate::agent::orchestration::PlacedOffer,
+        >,
     >,
     /// The tree's span: the parent of every top-level agent's span.
     pub(crate) span: tracing::Span,

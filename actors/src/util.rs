@@ -178,7 +178,7 @@ impl SpanSlot {
 }
 
 /// The hasher of the runtime's maps keyed by its own ids (agent ids, ractor actor ids,
-/// request ids): FxHash's rotate-xor-multiply, a few instructions a word where the
+/// request ids, the places of cached offers): FxHash's rotate-xor-multiply, a few instructions a word where the
 /// standard SipHash takes ~100 per key. These keys are dense counters or ids the runtime
 /// or the application made, never text a model chooses, so they need no protection from
 /// chosen collisions.
