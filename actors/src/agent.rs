@@ -14,7 +14,8 @@
 //! # Invariants
 //!
 //! * A model turn is a future the actor polls when it is woken ([`AgentMsg::PollTurn`]),
-//!   never a task: an agent is one task. User tools and hooks run as tasks that select on
+//!   and a run's first turn once in `post_start` (a result it returns then is acted on at a
+//!   `PollTurn`, after what was sent to the agent while it started), never a task: an agent is one task. User tools and hooks run as tasks that select on
 //!   the agent's cancellation token. The registry tells each actor a cancellation reaches
 //!   ([`AgentMsg::Cancel`]), which drops its turn and aborts its tasks at once, at every
 //!   depth (children's tokens are children of the owner's); no task exists only to watch
@@ -31,6 +32,7 @@
 
 mod calls;
 mod children;
+mod conversation;
 mod ending;
 mod lifecycle;
 pub(crate) mod orchestration;
@@ -92,8 +94,8 @@ pub(crate) struct AgentState {
     /// The owner's tools in attenuation mode, until `post_start` computes `offer`.
     owner_capabilities: Option<Box<Capabilities>>,
     max_turns: u32,
-    /// The conversation (the system prompt is sent separately).
-    conversation: Vec<Message>,
+    /// The conversation: what the last turn boundary published, and what was added since.
+    conversation: conversation::Conversation,
     /// Where the conversation is published at each turn boundary, for a resume after a
     /// kill.
     conversation_cell: ConversationCell,
@@ -138,6 +140,9 @@ struct InFlight {
     future: turn::TurnFuture,
     waker: Arc<turn::TurnWaker>,
     sink: crate::model::TurnSink,
+    /// The result a run's first turn returned at its first poll (in `post_start`), until a
+    /// `PollTurn` message takes it (boxed: most turns never hold one).
+    ready: Option<Box<crate::msg::TurnResult>>,
 }
 
 impl std::fmt::Debug for InFlight {
@@ -307,21 +312,28 @@ impl AgentState {
     /// spawner's `spawn_linked` waits for `pre_start` only, and no handler runs before
     /// `post_start` has.
     fn compute_capabilities(&mut self) {
-        let capabilities = capability::capabilities(
-            &self.definition,
-            self.depth,
-            self.branch.max_depth,
-            self.shared.toolbox.names(),
-            self.owner_capabilities.take().as_deref(),
-            self.shared.hooks.questions.is_some(),
-        );
+        let owner = self.owner_capabilities.take();
         let caller = orchestration::Caller {
             catalog: &self.branch.catalog,
             definition: &self.definition,
             depth: self.depth,
             max_depth: self.branch.max_depth,
         };
-        self.offer = orchestration::offered(&self.shared, capabilities, &caller);
+        let capabilities = || {
+            capability::capabilities(
+                &self.definition,
+                self.depth,
+                self.branch.max_depth,
+                self.shared.toolbox.names(),
+                owner.as_deref(),
+                self.shared.hooks.questions.is_some(),
+            )
+        };
+        self.offer = match owner.as_deref() {
+            // Attenuated: the owner's tools are part of what it holds.
+            Some(_) => orchestration::offered(&self.shared, capabilities(), &caller),
+            None => orchestration::offered_at(&self.shared, &caller, capabilities),
+        };
     }
 
     /// The state of a new run, from its ticket. Registers the actor (one registry
@@ -347,7 +359,7 @@ impl AgentState {
             branch,
             prompt,
             mut settle,
-            mut context,
+            context,
             resumed,
             detached: _,
             owner_capabilities,
@@ -376,14 +388,9 @@ impl AgentState {
             .registry
             .started(id, run, myself.get_cell())
             .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
-        // Exactly one more: a first push would reserve room for four messages, and most
-        // agents never have a second (a leaf answers in one turn, or waits in it).
-        context.reserve_exact(1);
         // A resume with no prompt continues the conversation as it is (a run a crash
         // interrupted re-runs its lost turn, at the same places).
-        if !(resumed && prompt.is_empty()) {
-            context.push(Message::user(prompt));
-        }
+        let task = (!(resumed && prompt.is_empty())).then(|| Message::user(prompt));
         Ok(AgentState {
             id,
             owner_id,
@@ -399,7 +406,7 @@ impl AgentState {
             offer: orchestration::Offer::none(),
             owner_capabilities,
             max_turns,
-            conversation: context,
+            conversation: conversation::Conversation::new(context, task),
             conversation_cell,
             journaled: 0,
             turns: 0,

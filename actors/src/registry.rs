@@ -47,7 +47,7 @@ mod mirror;
 mod read;
 mod recover;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -64,6 +64,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::policy::admission::OwnerView;
 use crate::spawn::PendingStart;
+use crate::util::IdMap;
 
 pub(crate) use admit::{Admission, Admitted, NEEDS_CONVERSATION};
 pub(crate) use end::KilledRuns;
@@ -112,7 +113,7 @@ pub(crate) struct StartTicket {
 #[derive(Debug)]
 enum ByRequest {
     Few(Vec<(RequestId, AgentId)>),
-    Many(HashMap<RequestId, AgentId>),
+    Many(IdMap<RequestId, AgentId>),
 }
 
 impl Default for ByRequest {
@@ -135,8 +136,7 @@ impl ByRequest {
         match self {
             ByRequest::Few(list) if list.len() < Self::FEW => list.push((request, id)),
             ByRequest::Few(list) => {
-                let mut map: HashMap<RequestId, AgentId> =
-                    std::mem::take(list).into_iter().collect();
+                let mut map: IdMap<RequestId, AgentId> = std::mem::take(list).into_iter().collect();
                 map.insert(request, id);
                 *self = ByRequest::Many(map);
             }
@@ -187,10 +187,10 @@ struct Inner {
     /// ractor actor → agent, for the actors linked under the root actor (top-level and
     /// detached agents) only: the root uses it for those whose actor died without settling.
     /// Owners find their children in their own table.
-    by_actor: HashMap<ActorId, AgentId>,
+    by_actor: IdMap<ActorId, AgentId>,
     /// (owner, request id) → child, for replay-safe spawns.
     /// Keyed by owner first, so a lookup borrows the request id instead of copying it.
-    by_request: HashMap<AgentId, ByRequest>,
+    by_request: IdMap<AgentId, ByRequest>,
     tally: EventTally,
     seq: u64,
     /// Live agents (depth ≥ 1, admitted, not final).
@@ -403,8 +403,8 @@ impl Registry {
             inner: Mutex::new(Inner {
                 records: vec![Arc::new(AgentRecord::root())],
                 entries: vec![Entry::new(root_token)],
-                by_actor: HashMap::new(),
-                by_request: HashMap::new(),
+                by_actor: IdMap::default(),
+                by_request: IdMap::default(),
                 tally: EventTally::default(),
                 seq: 0,
                 live: 0,

@@ -38,6 +38,15 @@ pub(crate) struct Shared {
     pub(crate) offered: Mutex<
         HashMap<crate::agent::orchestration::OfferKey, Arc<crate::agent::orchestration::Offer>>,
     >,
+    /// The offers of agents whose owners do not attenuate their tools, by where they stand
+    /// (see `orchestration::offered_at`): most agents' offer is one lookup here. A leaf lock.
+    /// Keyed by addresses and flags, the runtime's own: hashed by `util::IdHasher`.
+    pub(crate) placed_offers: Mutex<
+        crate::util::IdMap<
+            crate::agent::orchestration::PlaceKey,
+            crate::agent::orchestration::PlacedOffer,
+        >,
+    >,
     /// The tree's span: the parent of every top-level agent's span.
     pub(crate) span: tracing::Span,
     /// The journal, when the tree keeps one.

@@ -205,6 +205,7 @@ impl TreeBuilder {
             root: std::sync::OnceLock::new(),
             tasks: std::sync::atomic::AtomicU64::new(0),
             offered: parking_lot::Mutex::default(),
+            placed_offers: parking_lot::Mutex::default(),
             span: tracing::info_span!("agent_tree", session = %session_name),
             journal,
             #[cfg(feature = "cluster")]

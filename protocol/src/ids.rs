@@ -116,6 +116,31 @@ impl RequestId {
         RequestId(text)
     }
 
+    /// The id [`derived`](Self::derived) for the tool call `call` of the conversation's
+    /// message `message` (`m{message}c{call}`), written digit by digit: the same text, without
+    /// the formatting machinery (an owner derives one for every child it starts).
+    ///
+    /// ```
+    /// # use agent_tree_protocol::{AgentId, RequestId};
+    /// assert_eq!(
+    ///     RequestId::at_call(AgentId::new(3), 2, 14, 0),
+    ///     RequestId::derived(AgentId::new(3), 2, "m14c0")
+    /// );
+    /// assert_eq!(RequestId::at_call(AgentId::ROOT, 1, 0, 7).as_str(), "a0/1/m0c7");
+    /// ```
+    pub fn at_call(owner: AgentId, incarnation: u32, message: usize, call: usize) -> Self {
+        let mut text = String::with_capacity(32);
+        text.push('a');
+        push_decimal(&mut text, owner.get());
+        text.push('/');
+        push_decimal(&mut text, u64::from(incarnation));
+        text.push_str("/m");
+        push_decimal(&mut text, message as u64);
+        text.push('c');
+        push_decimal(&mut text, call as u64);
+        RequestId(text)
+    }
+
     /// The text of the id.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -125,6 +150,23 @@ impl RequestId {
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(text: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[at..] {
+        text.push(char::from(digit));
     }
 }
 
@@ -185,5 +227,19 @@ mod tests {
             RequestId::derived(AgentId::new(3), 2, format_args!("m{message}c{call}")),
             RequestId::derived(AgentId::new(3), 2, "m4c0")
         );
+        for (owner, incarnation, message, call) in [
+            (0, 1, 0, 0),
+            (9, 10, 99, 100),
+            (123_456_789, u32::MAX, usize::MAX, 64),
+        ] {
+            assert_eq!(
+                RequestId::at_call(AgentId::new(owner), incarnation, message, call),
+                RequestId::derived(
+                    AgentId::new(owner),
+                    incarnation,
+                    format_args!("m{message}c{call}")
+                )
+            );
+        }
     }
 }

@@ -140,15 +140,17 @@ impl ToolInput {
     /// The input of `value`: its canonical text, and the value itself only when it is
     /// nested deeper than the text can be read back (copied then, if borrowed).
     fn of(value: std::borrow::Cow<'_, serde_json::Value>) -> Self {
-        // A `Value` always serializes, and its compact text is valid JSON.
-        let text = serde_json::to_string(&*value).unwrap_or_else(|_| "null".to_owned());
         if deeper_than(&value, ToolInput::MAX_TEXT_DEPTH) {
+            // A `Value` always serializes, and its compact text is valid JSON.
+            let text = serde_json::to_string(&*value).unwrap_or_else(|_| "null".to_owned());
             return ToolInput(Held::Deep {
                 text: text.into_boxed_str(),
                 value: Box::new(value.into_owned()),
             });
         }
-        let raw = serde_json::value::RawValue::from_string(text).unwrap_or_else(|_| null_raw());
+        // Written straight into the raw value: text serialized from a `Value` is JSON, so it
+        // is not parsed again to check it.
+        let raw = serde_json::value::to_raw_value(&*value).unwrap_or_else(|_| null_raw());
         ToolInput(Held::Text(raw))
     }
 }
@@ -175,22 +177,26 @@ impl From<&serde_json::Value> for ToolInput {
 /// Whether `value` nests arrays and objects more than `limit` deep (walked without
 /// recursion, and no further than the limit).
 fn deeper_than(value: &serde_json::Value, limit: usize) -> bool {
-    let mut stack = vec![(value, 0usize)];
-    while let Some((value, depth)) = stack.pop() {
+    // Only arrays and objects are stacked, and the value itself is not: a flat input (an
+    // object of scalars, most tools' inputs) is walked without allocating.
+    let mut stack: Vec<(&serde_json::Value, usize)> = Vec::new();
+    let mut next = Some((value, 0usize));
+    while let Some((value, depth)) = next.take().or_else(|| stack.pop()) {
         // An array or object, even an empty one, is one level deeper than its holder.
         let inside = depth + 1;
+        let nested = |item: &&serde_json::Value| item.is_array() || item.is_object();
         match value {
             serde_json::Value::Array(items) => {
                 if inside > limit {
                     return true;
                 }
-                stack.extend(items.iter().map(|item| (item, inside)));
+                stack.extend(items.iter().filter(nested).map(|item| (item, inside)));
             }
             serde_json::Value::Object(fields) => {
                 if inside > limit {
                     return true;
                 }
-                stack.extend(fields.values().map(|field| (field, inside)));
+                stack.extend(fields.values().filter(nested).map(|field| (field, inside)));
             }
             _ => {}
         }

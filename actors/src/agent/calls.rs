@@ -2,7 +2,7 @@
 //! (never by the model's call id alone, which need not be unique), and user tools run as
 //! tasks.
 
-use std::collections::HashMap;
+use crate::util::IdMap;
 
 use agent_tree_protocol::{AgentId, Message, Outcome, ToolCall, WaitPolicy};
 use ractor::ActorRef;
@@ -29,7 +29,7 @@ pub(super) struct Calls {
     /// only in a turn of more than [`INDEX_FROM`] calls. Boxed so the table, inline in every
     /// agent's lifecycle phase, stays a pointer wide without it.
     #[allow(clippy::box_collection)]
-    waiters: Option<Box<HashMap<AgentId, Vec<usize>>>>,
+    waiters: Option<Box<IdMap<AgentId, Vec<usize>>>>,
     /// Calls without a result yet.
     open: usize,
 }

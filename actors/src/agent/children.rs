@@ -7,7 +7,7 @@
 //! [`SETTLED`], so its supervision event is told apart from a death. Each end is keyed by the
 //! child's run, so a late notice of an earlier run (before a restart or resume) is ignored.
 
-use std::collections::HashMap;
+use crate::util::IdMap;
 
 use agent_tree_protocol::{AgentId, EndReason, Outcome};
 use ractor::{ActorId, ActorRef, SupervisionEvent};
@@ -38,8 +38,8 @@ const INDEX_FROM: usize = 16;
 /// The places of the children in [`Children::list`].
 #[derive(Debug, Default)]
 struct ChildIndex {
-    by_id: HashMap<AgentId, usize>,
-    by_actor: HashMap<ActorId, usize>,
+    by_id: IdMap<AgentId, usize>,
+    by_actor: IdMap<ActorId, usize>,
 }
 
 /// One child, as its owner knows it.

@@ -256,21 +256,10 @@ impl AgentState {
     /// Records the run's end (outcome and conversation) and tells the owner. Returns whether
     /// this call settled the run (`false`: another path had settled it already).
     fn record_end(&mut self, outcome: Outcome) -> bool {
-        let conversation = std::mem::take(&mut self.conversation);
-        // What this run published at its last turn boundary, when nothing was added since
-        // (a run's conversation only grows): the same messages, already shared, so the
-        // settle keeps that copy instead of making another (most runs a shutdown ends are in
-        // a turn).
-        let published = (self.turns > 0)
-            .then(|| {
-                let boundary = self.conversation_cell.lock();
-                (boundary.messages.len() == conversation.len()).then(|| boundary.messages.clone())
-            })
-            .flatten();
-        let conversation: std::sync::Arc<[agent_tree_protocol::Message]> = match published {
-            Some(messages) => messages,
-            None => conversation.into(),
-        };
+        // What this run published at its last turn boundary when nothing was added since (a
+        // run's conversation only grows): the same messages, already shared, so the settle
+        // keeps that copy instead of making another (most runs a shutdown ends are in a turn).
+        let conversation = self.conversation.publish();
         match self
             .shared
             .registry

@@ -16,7 +16,10 @@ use serde_json::json;
 
 mod schema;
 
-pub(crate) use schema::{Caller, Offer, OfferKey, offered, result_text, result_value, set_result};
+pub(crate) use schema::{
+    Caller, Offer, OfferKey, PlaceKey, PlacedOffer, offered, offered_at, result_text, result_value,
+    set_result,
+};
 
 use super::AgentState;
 use super::calls::Waiting;
@@ -374,29 +377,27 @@ async fn spawn_or_resume(
     // assistant message's position in the conversation, and the call's in the message),
     // never by the model's call id, which need not be unique: a conversation resumed after a
     // crash re-issues a lost turn's calls at the same places, and finds their children.
-    let message = state
-        .conversation
-        .iter()
-        .rposition(|m| m.role == agent_tree_protocol::Role::Assistant)
-        .unwrap_or(0);
-    let request_id = RequestId::derived(
-        state.id,
-        state.incarnation,
-        format_args!("m{message}c{index}"),
-    );
+    let message = state.conversation.last_assistant().unwrap_or(0);
+    let request_id = RequestId::at_call(state.id, state.incarnation, message, index);
     let detached = definition.detached;
     let owner_capabilities = state
         .shared
         .config
         .attenuate_tools
         .then(|| Box::new(state.offer.capabilities.clone()));
+    // Only a definition that inherits context reads the owner's conversation.
+    let inherited = if definition.inherit_context {
+        state.conversation.to_vec()
+    } else {
+        Vec::new()
+    };
     let spawned = spawn::spawn(
         &state.shared,
         SpawnSpec {
             owner: state.id,
             owner_actor: myself,
             owner_capabilities,
-            owner_conversation: &state.conversation,
+            owner_conversation: &inherited,
             definition,
             branch: state.branch.clone(),
             request: request.with_request_id(request_id),

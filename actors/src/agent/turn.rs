@@ -26,11 +26,13 @@ pub(crate) const CONTINUE_NOTICE: &str = "[runtime] Your reply was cut off at th
     length limit. Continue exactly where it stopped, without repeating anything.";
 
 impl AgentState {
-    /// Runs the start hooks (as a task, cancelled by an abort), then the first turn.
+    /// Runs the start hooks (as a task, cancelled by an abort), then the first turn. Without
+    /// start hooks (run from `post_start`, before any message), the first turn is polled
+    /// here ([`FirstPoll::Here`]).
     pub(super) fn start(&mut self, myself: &ActorRef<AgentMsg>) {
         let start_hooks = self.shared.hooks.on_start.clone();
         if start_hooks.is_empty() || self.token.is_cancelled() {
-            return self.next_turn(myself);
+            return self.begin_turn(myself, FirstPoll::Here);
         }
         let context = self.hook_context(None);
         let token = self.token.clone();
@@ -75,6 +77,11 @@ impl AgentState {
     /// Starts the next model turn, or ends the run when the token is cancelled or the turns
     /// are used up.
     pub(super) fn next_turn(&mut self, myself: &ActorRef<AgentMsg>) {
+        self.begin_turn(myself, FirstPoll::Message);
+    }
+
+    /// [`next_turn`](Self::next_turn), its first poll as `first` says.
+    fn begin_turn(&mut self, myself: &ActorRef<AgentMsg>, first: FirstPoll) {
         if self.token.is_cancelled() {
             self.abort(myself);
             return;
@@ -111,7 +118,7 @@ impl AgentState {
         // Published at every turn boundary (not under the registry lock), so a resume after
         // a kill (which keeps nothing) still continues this run's conversation, and a settle
         // while this turn is cut off (a kill) bills what its model reported.
-        let messages: Arc<[Message]> = self.conversation.as_slice().into();
+        let messages = self.conversation.publish();
         {
             let mut boundary = self.conversation_cell.lock();
             boundary.messages = messages.clone();
@@ -198,40 +205,70 @@ impl AgentState {
             turn,
             scheduled: AtomicBool::new(true),
         });
-        // The first poll, as a message: it comes after what the actor is doing now (the
-        // children this turn's owner just started run first, as a turn's own task would have
-        // let them).
-        let _ = myself.cast(AgentMsg::PollTurn { turn });
         self.turn_in_flight = Some(InFlight {
             turn,
             future,
             waker,
             sink,
+            ready: None,
         });
         self.phase = Phase::Thinking { turn };
+        match first {
+            // The first poll, as a message: it comes after what the actor is doing now (the
+            // children this turn's owner just started run first, as a turn's own task would
+            // have let them).
+            FirstPoll::Message => {
+                let _ = myself.cast(AgentMsg::PollTurn { turn });
+            }
+            FirstPoll::Here => self.first_poll(myself, turn),
+        }
+    }
+
+    /// The first poll of a run's first turn, in `post_start` (no message was handled yet).
+    /// A turn that is pending asks for its next poll when woken, as any turn does; one that
+    /// finished keeps its result, acted on when a `PollTurn` message asks for it, so what was
+    /// sent to the agent while it started (a steer, an abort, a question) is handled first,
+    /// exactly as with a first poll on that message. Its response's text is the last text at
+    /// once: an abort handled before it keeps that text as partial output.
+    fn first_poll(&mut self, myself: &ActorRef<AgentMsg>, turn: u32) {
+        let Some(in_flight) = self.turn_in_flight.as_mut().filter(|f| f.turn == turn) else {
+            return;
+        };
+        if self.token.is_cancelled() {
+            // Never polled after a cancellation: the message's poll leaves as `Cancelled`.
+            let _ = myself.cast(AgentMsg::PollTurn { turn });
+            return;
+        }
+        let Some(result) = poll_once(in_flight) else {
+            return;
+        };
+        if let TurnResult::Response(response) = &result {
+            if !response.text.is_empty() {
+                self.last_text.clone_from(&response.text);
+            }
+        }
+        in_flight.ready = Some(Box::new(result));
+        in_flight.waker.scheduled.store(true, Ordering::Release);
+        let _ = myself.cast(AgentMsg::PollTurn { turn });
     }
 
     /// Polls the model turn `turn` (its waker asked): its result once it has one. A turn the
     /// token has cancelled is not polled again (its model is never called after the
     /// cancellation): it leaves as `Cancelled`.
+    ///
+    /// A result the first poll got ([`first_poll`](Self::first_poll)) leaves now, whatever
+    /// the token: the model had returned before the agent could see the cancellation, which
+    /// the agent then acts on as it does on a response on its way.
     pub(super) fn poll_turn(&mut self, turn: u32) -> Option<TurnResult> {
         let in_flight = self.turn_in_flight.as_mut().filter(|f| f.turn == turn)?;
-        if self.token.is_cancelled() {
-            let in_flight = self.turn_in_flight.take()?;
-            self.land(in_flight, false);
-            return Some(TurnResult::Cancelled);
-        }
-        // Reset before the poll: a wake during it asks for one more.
-        in_flight.waker.scheduled.store(false, Ordering::Release);
-        let waker = Waker::from(in_flight.waker.clone());
-        let mut cx = Context::from_waker(&waker);
-        let future = in_flight.future.as_mut();
-        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
-            Ok(Poll::Pending) => return None,
-            Ok(Poll::Ready(result)) => result,
-            // A panic in the model (or anywhere in the turn) ends the turn; the future is
-            // dropped unpolled since, and its guard bills what the sink was told.
-            Err(payload) => TurnResult::Panicked(crate::util::panic_message(payload.as_ref())),
+        let result = match in_flight.ready.take() {
+            Some(ready) => *ready,
+            None if self.token.is_cancelled() => {
+                let in_flight = self.turn_in_flight.take()?;
+                self.land(in_flight, false);
+                return Some(TurnResult::Cancelled);
+            }
+            None => poll_once(in_flight)?,
         };
         let in_flight = self.turn_in_flight.take()?;
         self.land(in_flight, matches!(result, TurnResult::Response(_)));
@@ -440,6 +477,33 @@ async fn retry_after(
             Ok(response) => return TurnResult::Response(response),
             Err(error) => error,
         };
+    }
+}
+
+/// Where a turn's first poll happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FirstPoll {
+    /// On a `PollTurn` message the actor sends itself: after what it is doing now.
+    Message,
+    /// At once: a run's first turn, from `post_start`.
+    Here,
+}
+
+/// Polls `in_flight`'s future once: its result if it finished.
+fn poll_once(in_flight: &mut InFlight) -> Option<TurnResult> {
+    // Reset before the poll: a wake during it asks for one more.
+    in_flight.waker.scheduled.store(false, Ordering::Release);
+    let waker = Waker::from(in_flight.waker.clone());
+    let mut cx = Context::from_waker(&waker);
+    let future = in_flight.future.as_mut();
+    match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(&mut cx))) {
+        Ok(Poll::Pending) => None,
+        Ok(Poll::Ready(result)) => Some(result),
+        // A panic in the model (or anywhere in the turn) ends the turn; the future is
+        // dropped unpolled since, and its guard bills what the sink was told.
+        Err(payload) => Some(TurnResult::Panicked(crate::util::panic_message(
+            payload.as_ref(),
+        ))),
     }
 }
 

@@ -88,6 +88,67 @@ pub(crate) fn offered(
     shared.offered.lock().entry(key).or_insert(offer).clone()
 }
 
+/// Where an agent stands, for its offer, when its owner does not attenuate its tools: its
+/// branch's catalog and its definition (by address: the cache keeps both alive), and the
+/// three facts of its depth its capabilities and offer depend on (below the branch's cap,
+/// below depth 1, its children below the cap). The tree's toolbox and question handler are
+/// fixed when it is built, so nothing else changes the offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PlaceKey {
+    catalog: usize,
+    definition: usize,
+    below_cap: bool,
+    nested: bool,
+    children_nest: bool,
+}
+
+/// An offer cached by [`PlaceKey`], with what keeps the key's addresses from being reused.
+#[derive(Debug)]
+pub(crate) struct PlacedOffer {
+    offer: Arc<Offer>,
+    _keep: (Catalog, Arc<AgentDefinition>),
+}
+
+impl Caller<'_> {
+    fn place(&self) -> PlaceKey {
+        PlaceKey {
+            catalog: self.catalog.identity(),
+            definition: Arc::as_ptr(self.definition) as usize,
+            below_cap: self.depth < self.max_depth,
+            nested: self.depth > 1,
+            children_nest: self.children_nest(),
+        }
+    }
+}
+
+/// The offer of an agent at `caller`'s place whose owner does not attenuate its tools: the
+/// one computed for the first agent there ([`capability::capabilities`], then [`offered`]),
+/// after that one lookup of a few words instead of computing and hashing the capabilities
+/// again for every agent.
+pub(crate) fn offered_at(
+    shared: &SharedRef,
+    caller: &Caller<'_>,
+    capabilities: impl FnOnce() -> Capabilities,
+) -> Arc<Offer> {
+    let place = caller.place();
+    // A leaf lock, as `offered`'s: computing an offer runs outside.
+    if let Some(placed) = shared.placed_offers.lock().get(&place) {
+        return placed.offer.clone();
+    }
+    let offer = offered(shared, capabilities(), caller);
+    let placed = PlacedOffer {
+        offer,
+        _keep: (caller.catalog.clone(), caller.definition.clone()),
+    };
+    shared
+        .placed_offers
+        .lock()
+        .entry(place)
+        .or_insert(placed)
+        .offer
+        .clone()
+}
+
 fn build_offered(
     shared: &SharedRef,
     capabilities: &Capabilities,
