@@ -50,7 +50,8 @@ pub(crate) mod ids;
 pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;
-#[cfg(test)]
+// Its seeds are admitted only with the `cluster` feature (CI runs the lib tests with it).
+#[cfg(all(test, feature = "cluster"))]
 mod review_foreign;
 #[cfg(test)]
 mod review_ids;
