@@ -16,6 +16,7 @@ mod races_mt;
 mod review10;
 mod review11;
 mod review12;
+mod review18;
 mod review5;
 mod review8;
 mod review9;

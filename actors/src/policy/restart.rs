@@ -49,6 +49,10 @@ pub(crate) struct Exit<'a> {
     pub(crate) outcome: &'a Outcome,
     /// Its owner's strategy stopped it to restart it: held for the restart whatever its exit.
     pub(crate) held: bool,
+    /// The run was aborted (by its owner or the application) before it ended, whatever it
+    /// ended with: a turn that failed or panicked while the abort was on its way still ends
+    /// an aborted run, never restarted.
+    pub(crate) aborted: bool,
     /// Spawned detached: linked under the root actor, not its owner's.
     pub(crate) detached: bool,
     /// Its owner is the root (a top-level agent).
@@ -61,7 +65,8 @@ pub(crate) struct Exit<'a> {
 
 /// Whether `exit` waits for its owner's restart decision (recorded, but not final: watchers
 /// are not told and it keeps its live slot) rather than being final at once: it is
-/// restartable (held by its owner's strategy, or its restart type wants it), supervised (not
+/// restartable (held by its owner's strategy, or, not aborted, its restart type wants it),
+/// supervised (not
 /// detached, unless top-level, whose owner the root is anyway; and not under a shutdown),
 /// and its owner is live.
 ///
@@ -72,7 +77,7 @@ pub(crate) struct Exit<'a> {
 /// | any | no | any | no |
 /// | any | any | no | no |
 pub(crate) fn deferred(exit: &Exit<'_>) -> bool {
-    let restartable = exit.held || restart_wanted(exit.restart, exit.outcome);
+    let restartable = exit.held || (!exit.aborted && restart_wanted(exit.restart, exit.outcome));
     let supervised = (!exit.detached || exit.top_level) && !exit.under_shutdown;
     restartable && supervised && exit.owner_live
 }
@@ -168,6 +173,7 @@ mod tests {
             restart,
             outcome,
             held: false,
+            aborted: false,
             detached: false,
             top_level: false,
             under_shutdown: false,
@@ -187,6 +193,30 @@ mod tests {
                     restart_wanted(policy, &outcome),
                     "{policy:?} {status:?}"
                 );
+            }
+        }
+    }
+
+    /// An abort raced by the run's own end (a turn that failed or panicked, a kill) still
+    /// ends an aborted run: final, never restarted; only the owner's strategy, which aborts
+    /// to restart (held), overrides it.
+    #[test]
+    fn an_aborted_run_is_final_whatever_it_ended_with_unless_held() {
+        use AgentStatus::*;
+        use RestartPolicy::*;
+        for policy in [Permanent, Transient, Temporary] {
+            for status in [Completed, Failed, Killed, Aborted] {
+                let outcome = ended(status);
+                let aborted = Exit {
+                    aborted: true,
+                    ..exit(policy, &outcome)
+                };
+                assert!(!deferred(&aborted), "{policy:?} {status:?}");
+                let held = Exit {
+                    held: true,
+                    ..aborted
+                };
+                assert!(deferred(&held), "{policy:?} {status:?} held");
             }
         }
     }

@@ -484,6 +484,9 @@ impl Inner {
             .map(|s| s.definition.restart)
             .unwrap_or_default();
         let (held, under_shutdown) = (entry.held, entry.shutdown.is_some());
+        // An abort accepted before the run settled, whatever the run ended with (a turn's
+        // failure may have raced it): never restarted.
+        let aborted = entry.abort_reason.is_some();
         let (parent, detached) = self
             .rec(id)
             .map(|r| (r.parent, r.detached))
@@ -502,6 +505,7 @@ impl Inner {
                 restart: policy,
                 outcome: &outcome,
                 held,
+                aborted,
                 detached,
                 top_level: parent == Some(AgentId::ROOT),
                 under_shutdown,
