@@ -89,3 +89,35 @@ async fn cost_per_leaf_agent() {
         );
     }
 }
+
+/// A hosted tree (the child's side of a remote edge) runs its types as temporary, so it
+/// spawns them with a copy of their definition: one copy per type, shared by every spawn,
+/// so the offer caches (keyed by a definition's address, keeping it alive) hold one entry a
+/// type however many remote spawns a long-lived node serves.
+#[tokio::test(start_paused = true)]
+async fn remote_spawns_of_one_type_share_one_definition_and_one_offer() {
+    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+    let catalog = Catalog::new([AgentDefinition::new("w", "")
+        .with_restart(agent_tree_protocol::RestartPolicy::Permanent)])
+    .expect("valid");
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .expect("builds");
+    let mut definitions = Vec::new();
+    for _ in 0..20 {
+        let mut handle = tree
+            .spawn_with(SpawnRequest::new("w", "go"), true, &[], false, &[])
+            .await
+            .expect("admitted");
+        let outcome = handle.outcome().await;
+        assert!(outcome.is_completed(), "{outcome:?}");
+        let record = tree.shared.registry.record(handle.id()).expect("recorded");
+        assert_eq!(record.incarnation, 1, "a remote-owned spawn is never restarted here");
+        definitions.push(tree.shared.placed_offers.lock().len());
+    }
+    assert_eq!(definitions, vec![1; 20], "one offer entry for every spawn of the type");
+    tree.shutdown().await;
+}

@@ -1,10 +1,11 @@
 //! The tree: the application's handle, the root of every agent's supervision chain.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId, SpawnRequest, TreeSnapshot,
-    Usage, WaitPolicy,
+    AgentDefinition, AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId,
+    SpawnRequest, TreeSnapshot, Usage, WaitPolicy,
 };
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef};
@@ -62,6 +63,13 @@ pub struct Tree {
     branch: RwLock<Arc<Branch>>,
     /// Set once a shutdown has run; dropping the tree then has nothing left to do.
     stopped: std::sync::atomic::AtomicBool,
+    /// A hosted tree's remote-owned copies of its definitions (temporary here, inheriting
+    /// what its owner sends), by the catalog definition's address and whether it inherits:
+    /// made once, so every remote spawn of a type shares one definition, as local spawns
+    /// do (the offer caches key on its address, and keep what they key on alive). The
+    /// original is kept with its copy, so its address is never reused. A leaf lock.
+    remote_owned:
+        parking_lot::Mutex<HashMap<(usize, bool), (Arc<AgentDefinition>, Arc<AgentDefinition>)>>,
 }
 
 /// Builds a [`Tree`].
@@ -258,6 +266,7 @@ impl TreeBuilder {
             root_token,
             branch,
             stopped: std::sync::atomic::AtomicBool::new(false),
+            remote_owned: parking_lot::Mutex::default(),
         })
     }
 }
@@ -484,10 +493,15 @@ impl Tree {
         if remote_owned
             && (definition.restart != agent_tree_protocol::RestartPolicy::Temporary || inherits)
         {
-            let mut owned = (*definition).clone();
-            owned.restart = agent_tree_protocol::RestartPolicy::Temporary;
-            owned.inherit_context |= inherits;
-            definition = Arc::new(owned);
+            let key = (Arc::as_ptr(&definition) as usize, inherits);
+            let mut copies = self.remote_owned.lock();
+            let (_, owned) = copies.entry(key).or_insert_with(|| {
+                let mut owned = (*definition).clone();
+                owned.restart = agent_tree_protocol::RestartPolicy::Temporary;
+                owned.inherit_context |= inherits;
+                (definition.clone(), Arc::new(owned))
+            });
+            definition = owned.clone();
         }
         let pooled = request.background.unwrap_or(definition.run_in_background);
         let spawned = spawn::spawn(
