@@ -97,9 +97,10 @@ async fn cost_per_leaf_agent() {
 #[tokio::test(start_paused = true)]
 async fn remote_spawns_of_one_type_share_one_definition_and_one_offer() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
-    let catalog = Catalog::new([AgentDefinition::new("w", "")
-        .with_restart(agent_tree_protocol::RestartPolicy::Permanent)])
-    .expect("valid");
+    let catalog =
+        Catalog::new([AgentDefinition::new("w", "")
+            .with_restart(agent_tree_protocol::RestartPolicy::Permanent)])
+        .expect("valid");
     let tree = Tree::builder()
         .catalog(catalog)
         .model(model)
@@ -115,9 +116,16 @@ async fn remote_spawns_of_one_type_share_one_definition_and_one_offer() {
         let outcome = handle.outcome().await;
         assert!(outcome.is_completed(), "{outcome:?}");
         let record = tree.shared.registry.record(handle.id()).expect("recorded");
-        assert_eq!(record.incarnation, 1, "a remote-owned spawn is never restarted here");
+        assert_eq!(
+            record.incarnation, 1,
+            "a remote-owned spawn is never restarted here"
+        );
         definitions.push(tree.shared.placed_offers.lock().len());
     }
-    assert_eq!(definitions, vec![1; 20], "one offer entry for every spawn of the type");
+    assert_eq!(
+        definitions,
+        vec![1; 20],
+        "one offer entry for every spawn of the type"
+    );
     tree.shutdown().await;
 }

@@ -68,9 +68,11 @@ pub struct Tree {
     /// made once, so every remote spawn of a type shares one definition, as local spawns
     /// do (the offer caches key on its address, and keep what they key on alive). The
     /// original is kept with its copy, so its address is never reused. A leaf lock.
-    remote_owned:
-        parking_lot::Mutex<HashMap<(usize, bool), (Arc<AgentDefinition>, Arc<AgentDefinition>)>>,
+    remote_owned: parking_lot::Mutex<HashMap<(usize, bool), OwnedCopy>>,
 }
+
+/// A catalog definition (kept, so its address is not reused) and its remote-owned copy.
+type OwnedCopy = (Arc<AgentDefinition>, Arc<AgentDefinition>);
 
 /// Builds a [`Tree`].
 #[derive(Default)]
