@@ -424,44 +424,57 @@ fn recall_big(request: &ModelRequest, bytes: u64) -> ModelResponse {
     response
 }
 
-/// The `poke` task's turn (see the module docs), read from the conversation alone.
-fn poke(request: &ModelRequest) -> ModelResponse {
-    let messages = &request.messages;
-    let result_of = |prefix: &str| {
-        messages
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .filter(|m| {
-                m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with(prefix))
-            })
-            .map(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
-            .collect::<Vec<_>>()
-    };
-    let helpers: Vec<String> = result_of("poke-spawn-")
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            v.get("agent_id")
-                .and_then(|a| a.as_str().map(str::to_owned))
-        })
-        .collect();
-    let n = helpers.len();
-    let last = messages
+/// The tool results in `messages` whose call ids start with `prefix` (`this: true`), or
+/// whose call ids do not (`this: false`: another task's, such as an inherited context's).
+fn results_of<'a>(
+    messages: &'a [agent_tree::protocol::Message],
+    prefix: &'a str,
+    this: bool,
+) -> impl DoubleEndedIterator<Item = &'a agent_tree::protocol::Message> {
+    messages.iter().filter(move |m| {
+        m.role == Role::Tool
+            && m.tool_call_id
+                .as_deref()
+                .is_some_and(|id| id.starts_with(prefix) == this)
+    })
+}
+
+/// The agent a tool result names (its `agent_id`), if it names one.
+fn agent_id_of(result: &agent_tree::protocol::Message) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(&result.content)
+        .ok()
+        .and_then(|v| v.get("agent_id")?.as_str().map(str::to_owned))
+}
+
+/// The call id the conversation's last message answers, if it is a tool result ("" if not).
+fn last_answered(messages: &[agent_tree::protocol::Message]) -> String {
+    messages
         .last()
         .filter(|m| m.role == Role::Tool)
         .and_then(|m| m.tool_call_id.clone())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Whether a tool result is a refusal: an object whose one field is `error`.
+fn is_refusal(result: &serde_json::Value) -> bool {
+    result
+        .as_object()
+        .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
+}
+
+/// The `poke` task's turn (see the module docs), read from the conversation alone.
+fn poke(request: &ModelRequest) -> ModelResponse {
+    let messages = &request.messages;
+    let helpers: Vec<String> = results_of(messages, "poke-spawn-", true)
+        .filter_map(agent_id_of)
+        .collect();
+    let n = helpers.len();
+    let last = last_answered(messages);
     let verdict = |prefix: &str| {
-        let refused = result_of(prefix)
-            .last()
-            .cloned()
-            .flatten()
-            .is_some_and(|v| {
-                v.as_object()
-                    .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
-            });
+        let refused = results_of(messages, prefix, true)
+            .next_back()
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
+            .is_some_and(|v| is_refusal(&v));
         if refused { "refused" } else { "ok" }
     };
     let call = |stage: &str, name: &str, input: serde_json::Value| {
@@ -511,32 +524,14 @@ fn poke(request: &ModelRequest) -> ModelResponse {
 fn reach(request: &ModelRequest) -> ModelResponse {
     let messages = &request.messages;
     let result = |prefix: &str| {
-        messages
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .find(|m| {
-                m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with(prefix))
-            })
+        results_of(messages, prefix, true)
+            .next()
             .map(|m| m.content.clone())
     };
     // The first agent a delegation result of the context names (its calls are not this
     // run's, which are all `reach-…`).
-    let theirs = messages
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .filter(|m| {
-            m.tool_call_id
-                .as_deref()
-                .is_some_and(|id| !id.starts_with("reach-"))
-        })
-        .filter_map(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
-        .find_map(|v| {
-            v.get("agent_id")
-                .and_then(|a| a.as_str())
-                .map(str::to_owned)
-        })
+    let theirs = results_of(messages, "reach-", false)
+        .find_map(agent_id_of)
         .unwrap_or_default();
     let call = |id: &str, name: &str, input: serde_json::Value| {
         ModelResponse::text_and_calls("", vec![ToolCall::new(id, name, input)])
@@ -565,46 +560,17 @@ fn reach(request: &ModelRequest) -> ModelResponse {
 /// The `relay` task's turn (see the module docs), read from the conversation alone.
 fn relay(request: &ModelRequest) -> ModelResponse {
     let messages = &request.messages;
-    let results = |own: bool| {
-        messages
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .filter(move |m| {
-                m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with("relay-") == own)
-            })
-    };
-    let agent_of = |m: &agent_tree::protocol::Message| {
-        serde_json::from_str::<serde_json::Value>(&m.content)
-            .ok()
-            .and_then(|v| {
-                v.get("agent_id")
-                    .and_then(|a| a.as_str().map(str::to_owned))
-            })
-    };
-    let own: Vec<String> = results(true)
-        .filter(|m| {
-            m.tool_call_id
-                .as_deref()
-                .is_some_and(|id| id.starts_with("relay-spawn-"))
-        })
-        .filter_map(agent_of)
+    let own: Vec<String> = results_of(messages, "relay-spawn-", true)
+        .filter_map(agent_id_of)
         .collect();
-    let theirs = results(false).find_map(agent_of).unwrap_or_default();
-    let n = own.len();
-    let last = messages
-        .last()
-        .filter(|m| m.role == Role::Tool)
-        .and_then(|m| m.tool_call_id.clone())
+    let theirs = results_of(messages, "relay-", false)
+        .find_map(agent_id_of)
         .unwrap_or_default();
+    let n = own.len();
+    let last = last_answered(messages);
     let verdict = |prefix: &str| {
-        results(true)
-            .rfind(|m| {
-                m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with(prefix))
-            })
+        results_of(messages, prefix, true)
+            .next_back()
             .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
             .map(|v| match v.get("status").and_then(|s| s.as_str()) {
                 Some(status) => status.to_owned(),
@@ -664,28 +630,15 @@ fn lead(request: &ModelRequest, kind: &str, n: usize, ms: u64) -> ModelResponse 
     // This run's tool results, by stage: (call id, parsed result).
     let results = |stage: &str| -> Vec<Value> {
         let stage = format!("{prefix}{stage}-");
-        messages
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .filter(|m| {
-                m.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| id.starts_with(&stage))
-            })
-            .map(parsed)
-            .collect()
-    };
-    let refused = |v: &Value| {
-        v.as_object()
-            .is_some_and(|o| o.len() == 1 && o.contains_key("error"))
+        results_of(messages, &stage, true).map(parsed).collect()
     };
     let spawns = results("spawn");
     let helpers: Vec<String> = spawns
         .iter()
-        .filter(|v| !refused(v))
+        .filter(|v| !is_refusal(v))
         .filter_map(|v| v.get("agent_id").and_then(Value::as_str).map(str::to_owned))
         .collect();
-    let refusals = spawns.iter().filter(|v| refused(v)).count();
+    let refusals = spawns.iter().filter(|v| is_refusal(v)).count();
     // The stage of this run's last call answered (a notice may have come in after it).
     let stage = messages
         .iter()
