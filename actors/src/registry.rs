@@ -762,7 +762,7 @@ fn tell(cells: Vec<ActorCell>, message: impl Fn() -> crate::msg::AgentMsg) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use agent_tree_protocol::{AgentDefinition, RestartPolicy, SettlePolicy};
@@ -772,7 +772,8 @@ mod tests {
     use crate::config::TreeConfig;
     use crate::shared::Branch;
 
-    fn spec(restart: RestartPolicy) -> PendingStart {
+    /// A start spec of type `w` with restart type `restart` (review tests elsewhere use it).
+    pub(crate) fn spec(restart: RestartPolicy) -> PendingStart {
         PendingStart {
             definition: Arc::new(AgentDefinition::new("w", "").with_restart(restart)),
             branch: Arc::new(Branch {

@@ -14,39 +14,21 @@
 //! `set_result`, `ControlError`), so each test reads what the runtime really writes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use agent_tree_protocol::{
-    AgentDefinition, AgentId, AgentStatus, EarlierChild, EndReason, Message, Outcome,
-    RestartPolicy, SessionId, SettlePolicy, ToolCall, WaitPolicy,
+    AgentId, AgentStatus, EarlierChild, EndReason, Message, Outcome, RestartPolicy, SessionId,
+    ToolCall, WaitPolicy,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::ids::{FOREIGN_BASE, foreign, into_hosted, owner_of_foreign, translate};
+use super::review_ids::{id, refusal, tool};
 use crate::agent::orchestration::{result_text, result_value, set_result};
-use crate::catalog::Catalog;
 use crate::config::TreeConfig;
 use crate::error::ControlError;
 use crate::registry::{Admission, Admitted, Registry};
-use crate::shared::Branch;
 use crate::spawn::PendingStart;
-
-fn id(n: u64) -> AgentId {
-    AgentId::new(n)
-}
-
-fn tool(call: &str, content: impl Into<String>) -> Message {
-    Message::tool_result(call, content, false)
-}
-
-fn refusal(call: &str, error: impl ToString) -> Message {
-    Message::tool_result(
-        call,
-        json!({ "error": error.to_string() }).to_string(),
-        true,
-    )
-}
 
 fn notice_ended(agent: AgentId, outcome: &Outcome) -> Message {
     let mut notice = result_value(agent, Some(outcome));
@@ -539,21 +521,11 @@ fn a_made_up_id_with_no_foreign_spelling_is_kept_beside_the_one_whose_spelling_i
 // The earlier-run refusal, in the hosted registry.
 // ---------------------------------------------------------------------------------------
 
+/// A resumed run's start spec, of a temporary type (the registry tests' own, resumed).
 fn spec() -> PendingStart {
     PendingStart {
-        definition: Arc::new(AgentDefinition::new("w", "").with_restart(RestartPolicy::Temporary)),
-        branch: Arc::new(Branch {
-            catalog: Catalog::default(),
-            max_depth: 5,
-        }),
-        prompt: String::new(),
-        settle: SettlePolicy::AbortChildren,
-        context: Vec::new(),
         resumed: true,
-        node: None,
-        detached: false,
-        owner_capabilities: None,
-        parent_span: crate::util::SpanSlot::default(),
+        ..crate::registry::tests::spec(RestartPolicy::Temporary)
     }
 }
 

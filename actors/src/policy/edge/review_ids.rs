@@ -17,7 +17,7 @@ use super::ids::translate;
 use crate::agent::orchestration::{result_text, result_value, set_result};
 use crate::error::{ControlError, SpawnError};
 
-fn id(n: u64) -> AgentId {
+pub(super) fn id(n: u64) -> AgentId {
     AgentId::new(n)
 }
 
@@ -32,11 +32,11 @@ fn map(hosted: AgentId) -> Option<AgentId> {
     }
 }
 
-fn tool(call: &str, content: impl Into<String>) -> Message {
+pub(super) fn tool(call: &str, content: impl Into<String>) -> Message {
     Message::tool_result(call, content, false)
 }
 
-fn refusal(call: &str, error: impl ToString) -> Message {
+pub(super) fn refusal(call: &str, error: impl ToString) -> Message {
     Message::tool_result(
         call,
         json!({ "error": error.to_string() }).to_string(),
