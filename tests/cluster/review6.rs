@@ -83,6 +83,18 @@ pub(crate) async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) ->
         .unwrap_or_else(|_| panic!("{what} settles"))
 }
 
+/// Runs `n` `count` runners on `tree` to their end first, so the ids of the runner that
+/// follows differ between the owner's tree and its node.
+pub(crate) async fn others_first(tree: &Tree, n: usize) {
+    for _ in 0..n {
+        let mut other = tree
+            .spawn(SpawnRequest::new("runner", "count"))
+            .await
+            .unwrap();
+        settled(&mut other, "an agent before the runner").await;
+    }
+}
+
 /// Resumes `id` with `prompt` and waits for the resumed run's outcome.
 pub(crate) async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
     let mut handle = tree
@@ -150,11 +162,7 @@ pub(crate) async fn review6_a_resumed_remote_run_reads_an_earlier_helper_as_a_lo
         let local = local_tree(&lp).await;
         let remote = owner_tree(&owner.node, &name, &rp).await;
         for tree in [&local, &remote] {
-            let mut first = tree
-                .spawn(SpawnRequest::new("runner", "count"))
-                .await
-                .unwrap();
-            settled(&mut first, "the first agent").await;
+            others_first(tree, 1).await;
         }
         let resumes = ["", "more", ""];
         let (_, want) = runs(&local, &lp, "recall", &resumes).await;

@@ -11,7 +11,7 @@ use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
 use super::review4::Dir;
-use super::review6::{kept, render, resumed, settled};
+use super::review6::{kept, others_first, render, resumed, settled};
 use super::worker;
 use super::{Owner, root_tokens, runner, worker_idle};
 
@@ -148,11 +148,7 @@ pub(crate) async fn review7_an_earlier_helper_is_refused_control_at_once_by_its_
         let side = remote.then_some((&owner.node, name.as_str()));
         let tree = tree_of(side, JournalConfig::new(&path)).await;
         // Another agent first: the runner's ids differ between the owner and its node.
-        let mut other = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        settled(&mut other, "the first agent").await;
+        others_first(&tree, 1).await;
         let (id, answered) = answers(&tree, "poke", &[""]).await;
         let first = tree.record(id).unwrap().children[0];
         let conversation = kept(&tree, &path, id).await;
@@ -349,11 +345,7 @@ pub(crate) async fn review7_a_recovered_owner_resumes_with_its_earlier_helpers(o
         let path = dir.file("tree.journal");
         let side = remote.then_some((&owner.node, name.as_str()));
         let tree = tree_of(side, JournalConfig::new(&path)).await;
-        let mut other = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        settled(&mut other, "the first agent").await;
+        others_first(&tree, 1).await;
         let (id, mut texts) = answers(&tree, "recall", &[""]).await;
         tree.shutdown().await;
         drop(tree);

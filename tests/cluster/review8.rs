@@ -25,7 +25,7 @@ use agent_tree::protocol::{AgentId, Message, Role, SpawnRequest};
 use serde_json::Value;
 
 use super::review4::Dir;
-use super::review6::{kept, local_tree, owner_tree, render, resumed, settled};
+use super::review6::{kept, local_tree, others_first, owner_tree, render, resumed, settled};
 use super::{Owner, root_tokens, worker_idle};
 
 /// Where an id was written, and the id as written.
@@ -177,13 +177,7 @@ struct Side {
 
 /// Two `count` agents, then `task` and each of `resumes` on `tree` (journaled to `path`).
 async fn side(tree: &Tree, path: &Path, task: &str, resumes: &[&str]) -> Side {
-    for _ in 0..2 {
-        let mut other = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        settled(&mut other, "an agent before the lead").await;
-    }
+    others_first(tree, 2).await;
     let mut handle = tree.spawn(SpawnRequest::new("runner", task)).await.unwrap();
     let id = handle.id();
     let mut answers = vec![settled(&mut handle, "the first run").await.text];
