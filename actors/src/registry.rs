@@ -594,6 +594,11 @@ impl Inner {
         }
     }
 
+    /// Whether anyone but the records reads the events: a subscriber or the journal.
+    fn listened(&self) -> bool {
+        !self.subscribers.is_empty() || self.journal.is_some()
+    }
+
     /// [`Inner::emit_as`] for an event whose change was not checked before (one folded in
     /// from another node's stream): a refused event changes nothing and is not sent.
     fn try_emit_as(
@@ -612,6 +617,17 @@ impl Inner {
             at_ms: now,
             kind,
         };
+        if !self.listened() {
+            // Nobody reads the event but the records: its texts move into them. (A subscriber
+            // gone since the last event is dropped by the send below, so this path is taken
+            // from the next event on.)
+            let mut tally = self.tally.clone();
+            tally.count(&event.kind);
+            agent_tree_protocol::apply_owned(&mut self.records, event)?;
+            self.tally = tally;
+            self.seq += 1;
+            return Ok(());
+        }
         agent_tree_protocol::apply(&mut self.records, &event)?;
         self.seq = event.seq;
         self.tally.count(&event.kind);

@@ -18,10 +18,12 @@
 //! * Events that change no record (`steered`, `asked`, `context_dropped`) are accepted as
 //!   they are.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::event::{Event, EventKind, EventTally};
-use crate::ids::AgentId;
+use crate::ids::{AgentId, RequestId};
+use crate::outcome::Outcome;
 use crate::snapshot::AgentRecord;
 use crate::status::{AgentStatus, StatusTransitionError};
 use crate::usage::Usage;
@@ -148,19 +150,43 @@ impl RecordStore for Vec<Arc<AgentRecord>> {
 ///
 /// A [`FoldError`] when the event does not fit the records; the records are unchanged then.
 pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<(), FoldError> {
+    fold_in(records, Cow::Borrowed(event))
+}
+
+/// [`apply`], taking the event: the texts it carries (an agent type, a request id, an
+/// outcome) move into the records instead of being copied. For a caller that has no other
+/// use for the event, such as a registry with nobody listening to its stream.
+///
+/// ```
+/// use agent_tree_protocol::{apply_owned, AgentId, AgentRecord, Event, EventKind};
+///
+/// let mut records = vec![AgentRecord::root()];
+/// let kind = EventKind::Spawned { agent_type: "w".into(), request_id: None, detached: false };
+/// let event = Event { seq: 1, agent: AgentId::new(1), parent: Some(AgentId::ROOT), depth: 1, at_ms: 1, kind };
+/// apply_owned(&mut records, event).unwrap();
+/// assert_eq!(records[1].agent_type, "w");
+/// ```
+///
+/// # Errors
+///
+/// As [`apply`]: the records are unchanged then.
+pub fn apply_owned<S: RecordStore + ?Sized>(
+    records: &mut S,
+    event: Event,
+) -> Result<(), FoldError> {
+    fold_in(records, Cow::Owned(event))
+}
+
+/// The one fold behind [`apply`] and [`apply_owned`]: `event`'s texts are moved into the
+/// records when it is owned, copied when borrowed.
+fn fold_in<S: RecordStore + ?Sized>(
+    records: &mut S,
+    event: Cow<'_, Event>,
+) -> Result<(), FoldError> {
     let (seq, agent) = (event.seq, event.agent);
     let index = |id: AgentId| usize::try_from(id.get()).ok();
     match &event.kind {
-        EventKind::Spawned {
-            agent_type,
-            request_id,
-            detached,
-        }
-        | EventKind::Queued {
-            agent_type,
-            request_id,
-            detached,
-        } => {
+        EventKind::Spawned { detached, .. } | EventKind::Queued { detached, .. } => {
             let next = records.len() as u64;
             let parent = event.parent.and_then(index).filter(|&p| p < records.len());
             let (Some(parent), true) = (parent, agent.get() == next) else {
@@ -174,19 +200,24 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
             if let Some(parent) = records.record_mut(parent) {
                 parent.children.push(agent);
             }
+            let (detached, depth, parent, at_ms) =
+                (*detached, event.depth, event.parent, event.at_ms);
+            let Some((agent_type, request_id)) = spawn_texts(event) else {
+                return Err(FoldError::OutOfOrder { seq, agent, next });
+            };
             records.push(AgentRecord {
                 id: agent,
-                agent_type: agent_type.clone(),
-                depth: event.depth,
-                parent: event.parent,
+                agent_type,
+                depth,
+                parent,
                 children: Vec::new(),
                 status,
                 own: Usage::ZERO,
                 subtree: Usage::ZERO,
                 incarnation: 1,
-                request_id: request_id.clone(),
-                detached: *detached,
-                created_ms: event.at_ms,
+                request_id,
+                detached,
+                created_ms: at_ms,
                 started_ms: None,
                 ended_ms: None,
                 outcome: None,
@@ -209,10 +240,10 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
             }
             Ok(())
         }
-        EventKind::Dequeued => advance(records, event, AgentStatus::Starting),
-        EventKind::Completing => advance(records, event, AgentStatus::Completing),
+        EventKind::Dequeued => advance(records, &event, AgentStatus::Starting),
+        EventKind::Completing => advance(records, &event, AgentStatus::Completing),
         EventKind::Started { incarnation, .. } => {
-            advance(records, event, AgentStatus::Running)?;
+            advance(records, &event, AgentStatus::Running)?;
             let record = record_mut(records, seq, agent)?;
             record.incarnation = *incarnation;
             record.started_ms.get_or_insert(event.at_ms);
@@ -233,10 +264,14 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
         | EventKind::Aborted { outcome }
         | EventKind::Killed { outcome } => {
             let status = event.kind.terminal_status().unwrap_or(outcome.status);
-            advance(records, event, status)?;
+            advance(records, &event, status)?;
+            let at_ms = event.at_ms;
+            let Some(outcome) = outcome_of(event) else {
+                return Err(FoldError::UnknownAgent { seq, agent });
+            };
             let record = record_mut(records, seq, agent)?;
-            record.ended_ms = Some(event.at_ms);
-            record.outcome = Some(outcome.clone());
+            record.ended_ms = Some(at_ms);
+            record.outcome = Some(outcome);
             Ok(())
         }
         EventKind::Released { .. } => {
@@ -257,6 +292,59 @@ pub fn apply<S: RecordStore + ?Sized>(records: &mut S, event: &Event) -> Result<
         | EventKind::ContextDropped
         | EventKind::Retrying { .. }
         | EventKind::TextDelta { .. } => record_mut(records, seq, agent).map(|_| ()),
+    }
+}
+
+/// The agent type and request id of a `spawned` or `queued` event: moved out of an owned
+/// event, copied from a borrowed one.
+fn spawn_texts(event: Cow<'_, Event>) -> Option<(String, Option<RequestId>)> {
+    match event {
+        Cow::Owned(Event {
+            kind:
+                EventKind::Spawned {
+                    agent_type,
+                    request_id,
+                    ..
+                }
+                | EventKind::Queued {
+                    agent_type,
+                    request_id,
+                    ..
+                },
+            ..
+        }) => Some((agent_type, request_id)),
+        Cow::Borrowed(Event {
+            kind:
+                EventKind::Spawned {
+                    agent_type,
+                    request_id,
+                    ..
+                }
+                | EventKind::Queued {
+                    agent_type,
+                    request_id,
+                    ..
+                },
+            ..
+        }) => Some((agent_type.clone(), request_id.clone())),
+        _ => None,
+    }
+}
+
+/// The outcome a terminal event announces: moved out of an owned event, copied from a
+/// borrowed one.
+fn outcome_of(event: Cow<'_, Event>) -> Option<Outcome> {
+    match event {
+        Cow::Owned(Event {
+            kind:
+                EventKind::Completed { outcome }
+                | EventKind::Failed { outcome }
+                | EventKind::Aborted { outcome }
+                | EventKind::Killed { outcome },
+            ..
+        }) => Some(outcome),
+        Cow::Borrowed(event) => event.kind.outcome().cloned(),
+        Cow::Owned(_) => None,
     }
 }
 
@@ -342,5 +430,106 @@ impl Fold {
     /// The events counted so far, by kind.
     pub fn tally(&self) -> &EventTally {
         &self.tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::EndReason;
+
+    fn event(seq: u64, agent: u64, parent: u64, kind: EventKind) -> Event {
+        Event {
+            seq,
+            agent: AgentId::new(agent),
+            parent: Some(AgentId::new(parent)),
+            depth: 1,
+            at_ms: seq * 10,
+            kind,
+        }
+    }
+
+    /// Taking the event folds exactly as borrowing it: the same records after every event
+    /// of a stream that spawns, queues, starts, bills, settles, restarts, resumes and
+    /// releases, and the same refusals (with the records unchanged) for events that do not
+    /// fit.
+    #[test]
+    fn an_owned_event_folds_as_a_borrowed_one() {
+        let spawned = |t: &str, id: Option<&str>| EventKind::Spawned {
+            agent_type: t.into(),
+            request_id: id.map(RequestId::new),
+            detached: id.is_none(),
+        };
+        let stream = [
+            event(1, 1, 0, spawned("lead", None)),
+            event(2, 2, 1, spawned("worker", Some("a1/c1"))),
+            event(
+                3,
+                3,
+                1,
+                EventKind::Queued {
+                    agent_type: "worker".into(),
+                    request_id: Some(RequestId::new("a1/c2")),
+                    detached: false,
+                },
+            ),
+            // Out of order: the next id is 4.
+            event(4, 9, 1, spawned("worker", None)),
+            event(5, 3, 1, EventKind::Dequeued),
+            event(
+                6,
+                2,
+                1,
+                EventKind::Started {
+                    agent_type: "worker".into(),
+                    incarnation: 1,
+                },
+            ),
+            event(
+                7,
+                2,
+                1,
+                EventKind::UsageReported {
+                    delta: Usage::tokens(5, 2),
+                },
+            ),
+            event(
+                8,
+                2,
+                1,
+                EventKind::settled(Outcome::completed("done").with_partial("do")),
+            ),
+            // Terminal is sticky.
+            event(
+                9,
+                2,
+                1,
+                EventKind::settled(Outcome::failed(EndReason::ModelError, "late")),
+            ),
+            event(10, 2, 1, EventKind::Released { bytes: 4 }),
+            event(11, 2, 1, EventKind::Resumed),
+            event(
+                12,
+                3,
+                1,
+                EventKind::Killed {
+                    outcome: Outcome::failed(EndReason::ActorFailed, "gone"),
+                },
+            ),
+            event(13, 3, 1, EventKind::Restarted { incarnation: 2 }),
+            event(14, 77, 1, EventKind::Steered),
+        ];
+        let mut borrowed = vec![AgentRecord::root()];
+        let mut owned = vec![AgentRecord::root()];
+        for event in stream {
+            let by_ref = apply(&mut borrowed, &event);
+            let by_value = apply_owned(&mut owned, event.clone());
+            assert_eq!(by_ref, by_value, "event {}", event.seq);
+            assert_eq!(borrowed, owned, "event {}", event.seq);
+        }
+        assert_eq!(owned[2].outcome, None, "resumed");
+        assert_eq!(owned[2].request_id, Some(RequestId::new("a1/c1")));
+        assert_eq!(owned[3].agent_type, "worker");
+        assert_eq!(owned.len(), 4);
     }
 }

@@ -38,7 +38,7 @@ pub use edge::{
 };
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
-pub use fold::{Fold, FoldError, RecordStore, apply};
+pub use fold::{Fold, FoldError, RecordStore, apply, apply_owned};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
     JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, assemble_conversation,

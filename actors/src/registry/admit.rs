@@ -397,8 +397,15 @@ impl Registry {
         if record.status.is_terminal() || inner.entry(id)?.runs != run {
             return None;
         }
+        // The fold reads only a `started` event's incarnation; its agent type is for the
+        // stream's readers, so it is not copied when there are none.
+        let agent_type = if inner.listened() {
+            record.agent_type.clone()
+        } else {
+            String::new()
+        };
         let kind = EventKind::Started {
-            agent_type: record.agent_type.clone(),
+            agent_type,
             incarnation: record.incarnation,
         };
         if record.parent == Some(AgentId::ROOT) || record.detached {
