@@ -17,6 +17,7 @@ mod review10;
 mod review11;
 mod review12;
 mod review18;
+mod review19;
 mod review5;
 mod review8;
 mod review9;
