@@ -34,6 +34,8 @@ fn restarts_after(events: &[Event], agent: AgentId, accepted: u64) -> usize {
 #[derive(Clone)]
 struct AbortOnDrop {
     scripted: ScriptedModel,
+    /// Abort `idler` from `flaky`'s failing call instead (before the plan stops `idler`).
+    early: bool,
     cell: TreeCell,
     seen: Arc<Mutex<Option<(bool, u64)>>>,
 }
@@ -55,7 +57,17 @@ impl Drop for Guard {
 
 impl Model for AbortOnDrop {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        if request.agent == AgentId::new(1) && request.incarnation == 1 {
+        if self.early && request.agent == AgentId::new(2) && request.incarnation == 1 {
+            drop(Guard {
+                cell: self.cell.clone(),
+                seen: self.seen.clone(),
+            });
+            return Box::pin(std::future::ready(Err(ModelError::new("boom"))));
+        }
+        if self.early && request.agent == AgentId::new(1) && request.incarnation == 1 {
+            return Box::pin(std::future::pending());
+        }
+        if !self.early && request.agent == AgentId::new(1) && request.incarnation == 1 {
             let guard = Guard {
                 cell: self.cell.clone(),
                 seen: self.seen.clone(),
@@ -72,7 +84,10 @@ impl Model for AbortOnDrop {
 
 /// The root supervises `idler` (a1, transient) and `flaky` (a2, transient, fails after
 /// `delay`) one-for-all. Returns the tree and what the guard saw.
-async fn abort_on_drop_tree(delay: Duration) -> (Arc<Tree>, Arc<Mutex<Option<(bool, u64)>>>) {
+async fn abort_on_drop_tree(
+    delay: Duration,
+    early: bool,
+) -> (Arc<Tree>, Arc<Mutex<Option<(bool, u64)>>>) {
     let scripted = ScriptedModel::new()
         .script(
             "flaky",
@@ -93,6 +108,7 @@ async fn abort_on_drop_tree(delay: Duration) -> (Arc<Tree>, Arc<Mutex<Option<(bo
     let seen: Arc<Mutex<Option<(bool, u64)>>> = Arc::default();
     let model = AbortOnDrop {
         scripted,
+        early,
         cell: cell.clone(),
         seen: seen.clone(),
     };
@@ -120,16 +136,26 @@ async fn abort_on_drop_tree(delay: Duration) -> (Arc<Tree>, Arc<Mutex<Option<(bo
 async fn held_sibling_aborted(
     delay: Duration,
     run: u32,
+    early: bool,
 ) -> Option<(bool, usize, AgentRecord)> {
-    let (tree, seen) = abort_on_drop_tree(delay).await;
+    let (tree, seen) = abort_on_drop_tree(delay, early).await;
     let mut all = tree.subscribe();
     let idler = tree.spawn(SpawnRequest::new("idler", "go")).await.unwrap();
     let flaky = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
     assert_eq!((idler.id(), flaky.id()), (AgentId::new(1), AgentId::new(2)));
-    if tokio::time::timeout(Duration::from_secs(10), tree.idle()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), tree.idle())
+        .await
+        .is_err()
+    {
         let events = all.drain();
-        for e in &events { eprintln!("{} {} {:?}", e.seq, e.agent, e.kind); }
-        panic!("run {run}: idle hung: {:?} {}", seen.lock().unwrap(), tree.snapshot().render_text());
+        for e in &events {
+            eprintln!("{} {} {:?}", e.seq, e.agent, e.kind);
+        }
+        panic!(
+            "run {run}: idle hung: {:?} {}",
+            seen.lock().unwrap(),
+            tree.snapshot().render_text()
+        );
     }
     let seen = *seen.lock().unwrap();
     let record = tree.record(idler.id()).unwrap();
@@ -140,7 +166,11 @@ async fn held_sibling_aborted(
     assert_folds(&tree, &events, run);
     // None: the plan stopped `idler` before its first model call (no guard to drop).
     let (aborted, accepted) = seen?;
-    Some((aborted, restarts_after(&events, AgentId::new(1), accepted), record))
+    Some((
+        aborted,
+        restarts_after(&events, AgentId::new(1), accepted),
+        record,
+    ))
 }
 
 /// Defect: an explicit `Tree::abort` of a sibling that its owner's one-for-all plan is
@@ -160,7 +190,7 @@ async fn held_sibling_aborted(
 /// lands then is honoured: `begin_shutdown` marks the run `under_shutdown` or releases it.)
 #[tokio::test(start_paused = true)]
 async fn an_explicit_abort_of_a_held_sibling_is_not_restarted() {
-    let (aborted, restarted, record) = held_sibling_aborted(Duration::from_millis(100), 0)
+    let (aborted, restarted, record) = held_sibling_aborted(Duration::from_millis(100), 0, false)
         .await
         .expect("idler's first turn was dropped");
     assert!(aborted, "the abort was accepted");
@@ -177,7 +207,8 @@ async fn an_explicit_abort_of_a_held_sibling_is_not_restarted_mt() {
     let (mut failures, mut trials) = (Vec::new(), 0);
     for run in 0..150u32 {
         let delay = Duration::from_micros(u64::from(run % 5) * 200);
-        let Some((aborted, restarted, record)) = held_sibling_aborted(delay, run).await else {
+        let Some((aborted, restarted, record)) = held_sibling_aborted(delay, run, false).await
+        else {
             continue;
         };
         trials += 1;
@@ -194,7 +225,10 @@ async fn an_explicit_abort_of_a_held_sibling_is_not_restarted_mt() {
 
 /// `boss` (a1, may start `kid`) starts a detached background `kid` (a2) in its first run and
 /// answers; `kid` follows `kid_script`. Returns the tree once `boss`'s first run completed.
-async fn boss_with_detached_kid(boss_later: Vec<Turn>, kid_script: Script) -> (Tree, ScriptedModel) {
+async fn boss_with_detached_kid(
+    boss_later: Vec<Turn>,
+    kid_script: Script,
+) -> (Tree, ScriptedModel) {
     let boss = std::iter::once(Turn::spawn_background("kid", "detached work").usage(U))
         .chain(std::iter::once(Turn::answer("boss run 1 done").usage(U)))
         .chain(boss_later);
@@ -242,7 +276,9 @@ async fn a_resumed_owner_hears_of_its_detached_child_ending() {
                 .after(Duration::from_secs(2)),
             Turn::answer("boss run 2, after the notice").usage(U),
         ],
-        Script::new([Turn::answer("kid done").usage(U).after(Duration::from_secs(1))]),
+        Script::new([Turn::answer("kid done")
+            .usage(U)
+            .after(Duration::from_secs(1))]),
     )
     .await;
     let (boss, kid) = (AgentId::new(1), AgentId::new(2));
@@ -301,7 +337,10 @@ async fn a_detached_childs_question_reaches_its_owners_resumed_run() {
     )
     .await;
     let (boss, kid) = (AgentId::new(1), AgentId::new(2));
-    let mut resumed = tree.resume(boss, "wait for your kid").await.expect("resumes");
+    let mut resumed = tree
+        .resume(boss, "wait for your kid")
+        .await
+        .expect("resumes");
     let outcome = crate::races_mt::bounded("the resumed boss", resumed.outcome()).await;
     let kid_calls = model.log_of(kid);
     let answer = kid_calls
@@ -317,4 +356,23 @@ async fn a_detached_childs_question_reaches_its_owners_resumed_run() {
         answer.content,
         boss_calls.get(3).map(|c| c.results.clone()),
     );
+}
+
+/// Guard (passes): the application aborts `idler` before the plan stops it (from `flaky`'s
+/// failing call, before `flaky`'s exit is recorded): `hold_and_abort` finds the abort and
+/// does not hold `idler`, whose exit is final; the plan goes on and restarts `flaky` only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_before_the_plan_stops_a_sibling_is_final_mt() {
+    for run in 0..100u32 {
+        let (aborted, restarted, record) =
+            held_sibling_aborted(Duration::from_millis(1), run, true)
+                .await
+                .expect("flaky failed");
+        assert!(aborted, "run {run}");
+        assert_eq!(
+            (restarted, record.status, record.incarnation),
+            (0, AgentStatus::Aborted, 1),
+            "run {run}: {record:?}"
+        );
+    }
 }
