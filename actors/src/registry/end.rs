@@ -225,7 +225,10 @@ impl Registry {
             // make a chain's shutdown quadratic (each owner aborts its child's whole subtree).
             let told = entry.token.is_cancelled();
             entry.token.cancel();
-            let release = entry.deferred && !entry.held;
+            // An abort is final even for a sibling its owner's strategy holds for a restart
+            // (one_for_all, rest_for_one): the plan goes on without it, as with a shutdown.
+            entry.held = false;
+            let release = entry.deferred;
             let mut notice = None;
             if queued {
                 // No actor exists to settle it: it never starts.
