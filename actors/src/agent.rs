@@ -384,10 +384,16 @@ impl AgentState {
             .max_turns
             .unwrap_or_else(|| capability::default_max_turns(depth));
         // Steers sent before the session existed come first, in order.
-        let (early, shutdown) = shared
+        let registered = shared
             .registry
             .started(id, run, myself.get_cell())
             .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
+        // A later run owns the detached children of the earlier ones still running: it hears
+        // when they end (noticed as a background child's end is) and answers their questions.
+        let mut children = Children::default();
+        for (child, run, actor) in registered.earlier {
+            children.started(child, run, actor, true, true);
+        }
         // A resume with no prompt continues the conversation as it is (a run a crash
         // interrupted re-runs its lost turn, at the same places).
         let task = (!(resumed && prompt.is_empty())).then(|| Message::user(prompt));
@@ -412,14 +418,14 @@ impl AgentState {
             turns: 0,
             phase: Phase::Idle,
             turn_in_flight: None,
-            children: Children::default(),
-            inbox: early.into_iter().map(Inbound::Steer).collect(),
+            children,
+            inbox: registered.steers.into_iter().map(Inbound::Steer).collect(),
             last_text: String::new(),
             cut_text: String::new(),
             continuations: 0,
             supervisor: None,
             open_questions: BTreeMap::new(),
-            shutdown,
+            shutdown: registered.shutdown,
             span: crate::util::SpanSlot::new(span),
         })
     }

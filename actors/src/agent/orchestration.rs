@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agent_tree_protocol::{
-    AgentId, EndReason, EventKind, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec, WaitPolicy,
+    AgentId, EndReason, Outcome, RequestId, SpawnRequest, ToolCall, ToolSpec, WaitPolicy,
 };
 use ractor::ActorRef;
 use serde::Deserialize;
@@ -640,19 +640,21 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         // The answer would come back as this call's result, which only a next turn reads.
         return refused(ControlError::NoTurnsLeft(state.id));
     }
-    state.shared.registry.announce(
-        state.id,
-        EventKind::Asked {
-            question: input.question.clone(),
-        },
-    );
+    let owner = state.shared.registry.ask(state.id, input.question.clone());
     let asked = AgentMsg::ChildAsked {
         child: state.id,
         question: input.question,
         asked: (state.run, state.turns),
     };
-    match state.owner.cast(asked) {
-        Ok(()) => Answer::Owner,
-        Err(_) => refused("the owner is gone"),
+    // The owner's current run: the one this agent was started under may have ended since
+    // (a detached child outlives it).
+    let sent = match owner {
+        Some(owner) => owner.send_message(asked).is_ok(),
+        None => state.owner.cast(asked).is_ok(),
+    };
+    if sent {
+        Answer::Owner
+    } else {
+        refused("the owner is gone")
     }
 }

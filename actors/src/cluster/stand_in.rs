@@ -184,10 +184,12 @@ impl Actor for StandIn {
             shared,
         } = args;
         let (id, run, owner_id) = (ticket.id, ticket.run, ticket.owner);
-        let (early, shutdown) = shared
+        let registered = shared
             .registry
             .started(id, run, myself.get_cell())
             .ok_or_else(|| ActorProcessingErr::from(format!("{id} settled before it started")))?;
+        // Its earlier runs' detached children run on the remote node, under its hosted tree.
+        let (early, shutdown) = (registered.steers, registered.shutdown);
         let edge = node.new_edge(id, run);
         node.route_stand_in(&edge, &peer, myself.clone());
         let epoch = Instant::now();

@@ -384,13 +384,11 @@ impl Registry {
     ///
     /// `None` when the record settled (or moved to a later run) before its actor got here:
     /// the actor must not start. With the steers comes the order of a shutdown that began
-    /// before the actor registered (it was sent no `Shutdown` message).
-    pub(crate) fn started(
-        &self,
-        id: AgentId,
-        run: u32,
-        actor: ActorCell,
-    ) -> Option<(Vec<String>, Option<crate::msg::ShutdownOrder>)> {
+    /// before the actor registered (it was sent no `Shutdown` message), and, for a later
+    /// run, the live detached children of the earlier ones: found in the transaction that
+    /// makes `actor` the one their ends are told to, so each end is either told to this run
+    /// (and the child is in the list) or came before it.
+    pub(crate) fn started(&self, id: AgentId, run: u32, actor: ActorCell) -> Option<Registered> {
         let now = self.now_ms();
         let mut inner = self.lock();
         let record = inner.rec(id)?;
@@ -412,12 +410,56 @@ impl Registry {
             // Linked under the root actor: the root finds it by its actor.
             inner.by_actor.insert(actor.get_id(), id);
         }
+        let earlier = if run > 1 {
+            inner.live_detached_children(id)
+        } else {
+            Vec::new()
+        };
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);
         let shutdown = entry.shutdown.clone();
         inner.emit(id, kind, now);
-        Some((steers, shutdown))
+        Some(Registered {
+            steers,
+            shutdown,
+            earlier,
+        })
+    }
+}
+
+/// What a run's actor is handed as it registers ([`Registry::started`]).
+#[derive(Debug)]
+pub(crate) struct Registered {
+    /// Steers sent before the actor existed, in order.
+    pub(crate) steers: Vec<String>,
+    /// The order of a shutdown that began before the actor registered.
+    pub(crate) shutdown: Option<crate::msg::ShutdownOrder>,
+    /// The live detached children of the agent's earlier runs, each with its current run
+    /// and actor: a later run of their owner hears when they end, and their questions.
+    pub(crate) earlier: Vec<(AgentId, u32, Option<ractor::ActorId>)>,
+}
+
+impl super::Inner {
+    /// `owner`'s live detached children, each with its current run and actor.
+    fn live_detached_children(
+        &self,
+        owner: AgentId,
+    ) -> Vec<(AgentId, u32, Option<ractor::ActorId>)> {
+        let Some(record) = self.rec(owner) else {
+            return Vec::new();
+        };
+        record
+            .children
+            .iter()
+            .filter_map(|&child| {
+                let (record, entry) = (self.rec(child)?, self.entry(child)?);
+                (record.detached && record.status.is_live()).then(|| {
+                    let actor = entry.actor.as_ref().map(|a| a.get_id());
+                    (child, entry.runs, actor)
+                })
+            })
+            .collect()
     }
 }
 

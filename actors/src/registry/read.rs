@@ -356,6 +356,17 @@ impl Registry {
         self.lock().emit(id, kind, now);
     }
 
+    /// Announces `id`'s question (an `asked` event) and returns its owner's current actor,
+    /// which the question goes to: a later run of the owner (restarted or resumed) owns the
+    /// children of its earlier runs. `None` for an owner with no actor registered.
+    pub(crate) fn ask(&self, id: AgentId, question: String) -> Option<ractor::ActorCell> {
+        let now = self.now_ms();
+        let mut inner = self.lock();
+        inner.emit(id, EventKind::Asked { question }, now);
+        let owner = inner.rec(id)?.parent?;
+        inner.entry(owner)?.actor.clone()
+    }
+
     /// As [`Registry::announce`], for what run `run` of `id` does while it runs (a turn's
     /// streamed text): dropped once that run settled, as a late bill is
     /// ([`Registry::bill_turn`]), so nothing of an agent follows its terminal event. (Its
