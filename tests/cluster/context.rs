@@ -7,7 +7,9 @@
 //! child's: the context as the owner wrote it.
 
 use agent_tree::JournalConfig;
-use agent_tree::protocol::{AgentDefinition, AgentId, Role, SpawnRequest, SubagentAllowance};
+use agent_tree::protocol::{
+    AgentDefinition, AgentId, Message, Role, SpawnRequest, SubagentAllowance,
+};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree};
 
@@ -113,7 +115,7 @@ pub(crate) async fn a_remote_childs_inherited_context_names_its_owners_agents_ap
         .position(|m| m.role == Role::User && m.content == "go")
         .expect("the runner's task after its context");
     assert!(task > 0, "the runner inherited a context");
-    assert_eq!(runner_kept[..task], lead_kept[..task], "the context kept");
+    assert_inherited(&runner_kept[..task], &lead_kept, "the context kept");
     let steer = runner_kept
         .iter()
         .flat_map(|m| &m.tool_calls)
@@ -138,4 +140,29 @@ pub(crate) async fn a_remote_childs_inherited_context_names_its_owners_agents_ap
         "the worker hosts nothing after"
     );
     process.finish();
+}
+
+/// Checks that `inherited` (a child's kept conversation before its task) is `owner`'s kept
+/// conversation as it was when the child was spawned: the owner's messages through the turn
+/// that spawned it, then each call of that turn as still running (its result not in yet).
+pub(crate) fn assert_inherited(inherited: &[Message], owner: &[Message], what: &str) {
+    let turn = inherited
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .expect("the owner's spawning turn");
+    assert_eq!(inherited[..=turn], owner[..=turn], "{what}");
+    let calls = &inherited[turn].tool_calls;
+    let pending = &inherited[turn + 1..];
+    assert_eq!(pending.len(), calls.len(), "{what}: {pending:?}");
+    for (result, call) in pending.iter().zip(calls) {
+        assert_eq!(
+            (result.role, result.tool_call_id.as_deref()),
+            (Role::Tool, Some(call.id.as_str())),
+            "{what}"
+        );
+        assert!(
+            result.content.contains("\"status\":\"running\""),
+            "{what}: {result:?}"
+        );
+    }
 }

@@ -13,6 +13,7 @@ use agent_tree::{
     BoxFuture, Catalog, JournalConfig, Model, ModelError, ModelRequest, ModelResponse, Tree,
 };
 
+use super::context::assert_inherited;
 use super::review4::Dir;
 use super::review6::{kept, resumed, settled};
 use super::worker;
@@ -160,10 +161,10 @@ pub(crate) async fn review9_a_resumed_run_that_inherited_a_context_reads_as_a_lo
         relayed(local)
     );
     let task = task_at(&remote.1);
-    assert_eq!(
-        remote.1[..task],
-        remote.2[..task],
-        "the remote runner's inherited context kept as the lead wrote it"
+    assert_inherited(
+        &remote.1[..task],
+        &remote.2,
+        "the remote runner's inherited context kept as the lead wrote it",
     );
     assert_eq!(remote.1, local.1, "the runner's kept conversation");
     assert_eq!(remote.2, local.2, "the lead's kept conversation");
@@ -223,10 +224,10 @@ pub(crate) async fn review9_a_padded_id_in_an_inherited_context_is_kept_as_the_o
             steer(&lead[..task]),
             "{side}: the steer in the runner's inherited context"
         );
-        assert_eq!(
-            runner[..task],
-            lead[..task],
-            "{side}: the inherited context"
+        assert_inherited(
+            &runner[..task],
+            lead,
+            &format!("{side}: the inherited context"),
         );
     }
 }

@@ -11,6 +11,7 @@ mod control_foreign_ids;
 mod control_resume_rules;
 mod control_steer_receipts;
 mod control_wait_and_results;
+mod every_call_answered;
 mod model_boundary;
 mod ownership_control_matrix;
 mod review13;

@@ -265,16 +265,19 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
         (2, 3)
     );
 
-    // Depth 2: the owner's conversation (its task and its Agent call), then its own task.
+    // Depth 2: the owner's conversation (its task, its Agent call and that call's result as
+    // still running), then its own task.
     let heir = &model.calls_of(a(2))[0].messages;
-    assert_eq!(heir.len(), 3, "{heir:?}");
+    assert_eq!(heir.len(), 4, "{heir:?}");
     assert_eq!(
         (heir[0].role, heir[0].content.as_str()),
         (Role::User, "the boss's secret plan")
     );
     assert_eq!(heir[1].role, Role::Assistant);
     assert_eq!(heir[1].tool_calls[0].name, "Agent");
-    assert_eq!(heir[2].content, "inherit me");
+    assert_eq!(heir[2].role, Role::Tool);
+    assert_eq!(heir[2].tool_call_id, Some(heir[1].tool_calls[0].id.clone()));
+    assert_eq!(heir[3].content, "inherit me");
 
     // Depth 3: only its own task.
     let deep = &model.calls_of(a(3))[0].messages;

@@ -194,7 +194,22 @@ impl Calls {
             Message::tool_result(call.call_id, text, is_error)
         })
     }
+
+    /// The results in call order, an unanswered call's as an error saying the run ended
+    /// before it returned.
+    fn into_closed_messages(self) -> impl Iterator<Item = Message> {
+        self.calls.into_iter().map(|call| {
+            let (text, is_error) = call
+                .result
+                .unwrap_or_else(|| (NOT_ANSWERED.to_owned(), true));
+            Message::tool_result(call.call_id, text, is_error)
+        })
+    }
 }
+
+/// The result a call gets in the kept conversation when its run ends before it returned.
+pub(crate) const NOT_ANSWERED: &str =
+    "{\"error\":\"not answered: the run ended before this call returned\"}";
 
 impl PendingCall {
     /// Whether it waits on `agent`.
@@ -204,6 +219,20 @@ impl PendingCall {
 }
 
 impl AgentState {
+    /// A run ending with its turn's calls not all answered closes them in its conversation:
+    /// each gets the result it had, or [`NOT_ANSWERED`]. The conversation a resume continues
+    /// then has a result for every call, as providers require (one with a call left without
+    /// its result is refused).
+    pub(super) fn close_calls(&mut self) {
+        if !matches!(self.phase, Phase::Acting { .. }) {
+            return;
+        }
+        let Phase::Acting { calls, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        self.conversation.extend(calls.into_closed_messages());
+    }
+
     /// Records the result of call `index` of turn `turn`. The children it waited on whose
     /// outcome is final now count as read (a wait cut short by its timeout reads nothing).
     pub(super) fn answer_call(&mut self, turn: u32, index: usize, text: String, is_error: bool) {

@@ -17,6 +17,9 @@ impl AgentState {
     /// policy, then settle once their outcomes are final.
     pub(super) fn end_run(&mut self, myself: &ActorRef<AgentMsg>, outcome: Outcome) {
         self.cancel_tasks();
+        // Calls left unanswered get their results first: nothing may come between a turn's
+        // calls and their results.
+        self.close_calls();
         // Steers receipted `delivered` that no turn will read stay in the conversation kept
         // for a resume: a delivered steer is never lost.
         for inbound in std::mem::take(&mut self.inbox) {
@@ -246,6 +249,7 @@ impl AgentState {
         }
         self.token.cancel();
         self.cancel_tasks();
+        self.close_calls();
         let outcome =
             Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown).with_partial(self.partial());
         self.shared.registry.kill_descendants(self.id);

@@ -387,7 +387,7 @@ async fn spawn_or_resume(
         .then(|| Box::new(state.offer.capabilities.clone()));
     // Only a definition that inherits context reads the owner's conversation.
     let inherited = if definition.inherit_context {
-        state.conversation.to_vec()
+        state.conversation.inheritable()
     } else {
         Vec::new()
     };

@@ -7,3 +7,4 @@ mod openai;
 mod review;
 mod server;
 mod tree;
+mod trial2;
