@@ -13,8 +13,8 @@ pub use agent_tree_models as models;
 /// The names most programs need.
 pub mod prelude {
     pub use agent_tree_actors::{
-        AgentHandle, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, Question,
-        RetryPolicy, SpawnError, Tool, ToolContext, ToolError, Tree, TreeConfig,
+        AgentHandle, BoxFuture, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse,
+        Question, RetryPolicy, SpawnError, Tool, ToolContext, ToolError, Tree, TreeConfig,
     };
     pub use agent_tree_protocol::{
         AgentDefinition, AgentId, AgentStatus, FinishReason, ModelErrorKind, Outcome,

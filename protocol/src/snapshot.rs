@@ -141,7 +141,7 @@ impl TreeSnapshot {
         self.record(AgentId::ROOT)
     }
 
-    /// Records of agents (depth ≥ 1).
+    /// Records of agents (depth ≥ 1): every record but the root's ([`root`](Self::root)).
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> {
         self.records.iter().map(|r| &**r).filter(|r| r.depth > 0)
     }
