@@ -211,22 +211,21 @@ pub async fn our_tree(shape: Shape, n: usize, arrivals: Arrivals, hanging_hooks:
     builder.build().await.expect("tree")
 }
 
-/// Starts the agents of `shape` on `tree` (returns once the first is admitted; the rest
-/// start from the tree's own turns, except for `Wide`, where every one is spawned here).
-pub async fn start_ours(tree: &Tree, shape: Shape, n: usize) {
-    match shape {
-        Shape::Wide => {
-            for i in 0..n {
-                tree.spawn(SpawnRequest::new("node", format!("wide {i} {n}")))
-                    .await
-                    .expect("admitted");
-            }
-        }
-        _ => {
-            tree.spawn(SpawnRequest::new("node", format!("{} 0 {n}", shape.name())))
-                .await
-                .expect("admitted");
-        }
+/// The prompts of the agents of `shape` started from outside: every node's for `Wide`, else
+/// node 0's (the rest start from the tree's own turns). Written before a measurement starts,
+/// as an application has its prompts before it spawns (raw nodes are handed their numbers).
+pub fn top_prompts(shape: Shape, n: usize) -> Vec<String> {
+    let roots = if shape == Shape::Wide { 0..n } else { 0..1 };
+    roots.map(|i| format!("{} {i} {n}", shape.name())).collect()
+}
+
+/// Starts the agents of `prompts` (from [`top_prompts`]) on `tree`, one after another;
+/// returns once the last is admitted.
+pub async fn start_ours(tree: &Tree, prompts: Vec<String>) {
+    for prompt in prompts {
+        tree.spawn(SpawnRequest::new("node", prompt))
+            .await
+            .expect("admitted");
     }
 }
 
@@ -255,8 +254,9 @@ pub async fn tree_run(variant: Variant, shape: Shape, n: usize) -> TreeRun {
 pub async fn ours_tree_run(shape: Shape, n: usize, hanging_hooks: bool) -> TreeRun {
     let (arrivals, all_in) = Arrivals::new(n);
     let tree = our_tree(shape, n, arrivals, hanging_hooks).await;
+    let prompts = top_prompts(shape, n);
     let start = Instant::now();
-    start_ours(&tree, shape, n).await;
+    start_ours(&tree, prompts).await;
     all_in.await.expect("every agent arrives");
     let spawn = start.elapsed();
     let start = Instant::now();
@@ -545,7 +545,8 @@ pub async fn memory_per_node(variant: Variant, shape: Shape, n: usize) -> usize 
         Variant::Ours => {
             let tree = our_tree(shape, n, arrivals, false).await;
             before = resident_bytes();
-            start_ours(&tree, shape, n).await;
+            // The prompts are the agents' own memory (each moves into its conversation).
+            start_ours(&tree, top_prompts(shape, n)).await;
             all_in.await.expect("every agent arrives");
             Box::new(tree)
         }
@@ -579,7 +580,7 @@ pub async fn memory_per_node(variant: Variant, shape: Shape, n: usize) -> usize 
 pub async fn our_chain(depth: usize) -> (Tree, AgentId) {
     let (arrivals, all_in) = Arrivals::new(depth);
     let tree = our_tree(Shape::Chain, depth, arrivals, false).await;
-    start_ours(&tree, Shape::Chain, depth).await;
+    start_ours(&tree, top_prompts(Shape::Chain, depth)).await;
     all_in.await.expect("every agent arrives");
     let leaf = tree
         .snapshot()
@@ -720,7 +721,7 @@ pub async fn steer_run(variant: Variant, reps: usize) -> Duration {
 pub async fn fan4_tree(n: usize) -> Tree {
     let (arrivals, all_in) = Arrivals::new(n);
     let tree = our_tree(Shape::Fan4, n, arrivals, false).await;
-    start_ours(&tree, Shape::Fan4, n).await;
+    start_ours(&tree, top_prompts(Shape::Fan4, n)).await;
     all_in.await.expect("every agent arrives");
     tree
 }
