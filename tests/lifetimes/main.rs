@@ -18,6 +18,7 @@ mod review11;
 mod review12;
 mod review18;
 mod review19;
+mod review20;
 mod review5;
 mod review8;
 mod review9;
