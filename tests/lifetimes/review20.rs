@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{FnTool, HookContext, ToolError};
+use agent_tree::{FnTool, HookContext, JournalConfig, SteerReceipt, ToolError};
 use serde_json::json;
 
 use crate::support::RecordingModel;
@@ -97,7 +97,11 @@ async fn shut_down_then_resumed(hooks: bool) -> Vec<Message> {
     let outcome = resumed.outcome().await;
     let calls = model.calls_of(a(1));
     tree.shutdown().await;
-    assert_eq!(calls.len(), 2, "one call a run; the resumed run ended {outcome:?}");
+    assert_eq!(
+        calls.len(),
+        2,
+        "one call a run; the resumed run ended {outcome:?}"
+    );
     calls[1].messages.to_vec()
 }
 
@@ -123,7 +127,10 @@ async fn review20_shutdown_with_hooks_keeps_every_call_answered() {
     let quick = messages
         .iter()
         .find(|m| m.role == Role::Tool && m.content == "slow quick");
-    assert!(quick.is_some(), "quick's real result was lost: {messages:#?}");
+    assert!(
+        quick.is_some(),
+        "quick's real result was lost: {messages:#?}"
+    );
 }
 
 /// Guard (passes): the same without shutdown hooks: `end_run` closes the calls.
@@ -134,7 +141,13 @@ async fn review20_guard_shutdown_without_hooks_keeps_every_call_answered() {
     let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
     assert_eq!(
         roles,
-        [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::User],
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Tool,
+            Role::User
+        ],
         "{messages:#?}"
     );
     assert_eq!(messages[2].content, "slow quick");
@@ -168,12 +181,18 @@ async fn ended_while_calls_are_out(end: End, delay: u64, asked: bool) -> Option<
             )
             .script(
                 "asker",
-                Script::new([Turn::calls([crate::support::ask("which?")]), Turn::answer("ok")]),
+                Script::new([
+                    Turn::calls([crate::support::ask("which?")]),
+                    Turn::answer("ok"),
+                ]),
             ),
     )
     .with_hook(|request| {
         (request.agent == AgentId::new(1)
-            && request.messages.last().is_some_and(|m| m.content == "again"))
+            && request
+                .messages
+                .last()
+                .is_some_and(|m| m.content == "again"))
         .then(|| Ok(ModelResponse::text("lead done after the resume")))
     });
     let tree = Tree::builder()
@@ -257,7 +276,10 @@ fn review20_guard_every_end_with_calls_out_keeps_them_answered_mt() {
                 .iter()
                 .filter(|m| m.role == Role::Tool && m.content == "slow quick")
                 .count();
-            assert!(quicks <= 1, "trial {trial}: quick's result twice: {messages:#?}");
+            assert!(
+                quicks <= 1,
+                "trial {trial}: quick's result twice: {messages:#?}"
+            );
         }
     });
 }
@@ -388,12 +410,16 @@ async fn review20_guard_late_and_leaving_subscribers_fold_to_the_records() {
             "flaky",
             Script::new([
                 Turn::fail("boom").after(ms(5)),
-                Turn::answer("flaky ok").after(ms(10)).usage(Usage::tokens(2, 2)),
+                Turn::answer("flaky ok")
+                    .after(ms(10))
+                    .usage(Usage::tokens(2, 2)),
             ]),
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worker ok").after(ms(20)).usage(Usage::tokens(1, 1))]),
+            Script::new([Turn::answer("worker ok")
+                .after(ms(20))
+                .usage(Usage::tokens(1, 1))]),
         );
     let tree = Tree::builder()
         .catalog(catalog([
@@ -449,7 +475,10 @@ async fn review20_guard_late_and_leaving_subscribers_fold_to_the_records() {
     // instant it left.
     assert!(!left_with.is_empty());
     let first_seq = left_with[0].seq;
-    assert!(first_seq > 1, "events before the early subscriber are not sent to it");
+    assert!(
+        first_seq > 1,
+        "events before the early subscriber are not sent to it"
+    );
     assert_eq!(
         left_with.last().map(|e| e.seq),
         Some(at_leaving.tally.total()),
@@ -458,4 +487,77 @@ async fn review20_guard_late_and_leaving_subscribers_fold_to_the_records() {
     for pair in left_with.windows(2) {
         assert_eq!(pair[1].seq, pair[0].seq + 1, "dense");
     }
+}
+
+/// Defect (the same cause, the application's ordinary path): `Tree::shutdown` of a journaled
+/// tree with a shutdown hook while `lead`'s calls are out and a steer waits for its next
+/// turn; a new tree recovers the journal and resumes `lead`. The conversation its resumed
+/// run is sent has the turn's calls without results, the steer right after them, and
+/// `quick`'s real result lost: a provider refuses it, so the journaled conversation can
+/// never be resumed.
+///
+/// docs/semantics.md, Control: "A run that ends while its turn's calls are out (aborted, shut
+/// down, killed) keeps them answered: each gets the result it had, or `{"error":"not
+/// answered: ..."}`, before anything else is added (steers it never read)"; Journal and
+/// recovery: the journal holds "each agent's conversation ... at the end of each run".
+#[tokio::test(start_paused = true)]
+async fn review20_tree_shutdown_with_hooks_journals_calls_without_results() {
+    let dir = crate::support::journal::TempDir::new("review20");
+    let path = dir.file("journal");
+    let model = RecordingModel::new(ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::calls([slow("quick", 10), slow("stuck", 3_600_000)]),
+            Turn::answer("lead done after the resume"),
+        ]),
+    ));
+    let build = |path: std::path::PathBuf, model: RecordingModel| async move {
+        Tree::builder()
+            .catalog(catalog([delegator_of_all("lead")]))
+            .model(model)
+            .tool(slow_tool())
+            .expect("a free name")
+            .on_shutdown(|_ctx: HookContext| async move { Ok(()) })
+            .journal(JournalConfig::new(path))
+            .build()
+            .await
+            .expect("the tree builds")
+    };
+    let tree = build(path.clone(), model.clone()).await;
+    let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    tokio::time::sleep(ms(50)).await;
+    let receipt = tree.steer(lead.id(), "a steer during the calls").await;
+    assert!(
+        matches!(receipt, Ok(SteerReceipt::Delivered)),
+        "{receipt:?}"
+    );
+    tree.shutdown().await;
+    drop((lead, tree));
+
+    let tree = build(path, model.clone()).await;
+    let mut resumed = tree.resume(a(1), "again").await.expect("resumes");
+    let outcome = resumed.outcome().await;
+    let calls = model.calls_of(a(1));
+    tree.shutdown().await;
+    assert_eq!(calls.len(), 2, "the resumed run ended {outcome:?}");
+    let messages = calls[1].messages.to_vec();
+    if let Some(problem) = unanswered(&messages) {
+        panic!(
+            "the recovered, resumed run was sent a call without its result: {problem}: {messages:#?}"
+        );
+    }
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Tool,
+            Role::User,
+            Role::User
+        ],
+        "{messages:#?}"
+    );
+    assert_eq!(messages[2].content, "slow quick", "{messages:#?}");
 }
