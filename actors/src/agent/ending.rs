@@ -123,6 +123,8 @@ impl AgentState {
             return false;
         }
         self.cancel_tasks();
+        // The call table does not outlive this phase: its calls get their results now.
+        self.close_calls();
         let context = self.hook_context(Some(order.deadline));
         let reply_to = myself.clone();
         let id = self.id;

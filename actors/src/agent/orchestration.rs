@@ -640,7 +640,13 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         // The answer would come back as this call's result, which only a next turn reads.
         return refused(ControlError::NoTurnsLeft(state.id));
     }
-    let owner = state.shared.registry.ask(state.id, input.question.clone());
+    let Some(owner) = state
+        .shared
+        .registry
+        .ask(state.id, state.run, input.question.clone())
+    else {
+        return refused("this run has ended");
+    };
     let asked = AgentMsg::ChildAsked {
         child: state.id,
         question: input.question,

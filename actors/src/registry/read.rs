@@ -356,15 +356,28 @@ impl Registry {
         self.lock().emit(id, kind, now);
     }
 
-    /// Announces `id`'s question (an `asked` event) and returns its owner's current actor,
-    /// which the question goes to: a later run of the owner (restarted or resumed) owns the
-    /// children of its earlier runs. `None` for an owner with no actor registered.
-    pub(crate) fn ask(&self, id: AgentId, question: String) -> Option<ractor::ActorCell> {
+    /// Announces the question of run `run` of `id` (an `asked` event) and returns where it
+    /// goes: its owner's current actor (a later run of the owner, restarted or resumed, owns
+    /// the children of its earlier runs), `Some(None)` for an owner with no actor
+    /// registered. `None`, announcing nothing, once that run settled (another path, a kill,
+    /// settled it while its actor was asking): nothing of an agent follows its terminal
+    /// event.
+    pub(crate) fn ask(
+        &self,
+        id: AgentId,
+        run: u32,
+        question: String,
+    ) -> Option<Option<ractor::ActorCell>> {
         let now = self.now_ms();
         let mut inner = self.lock();
+        let current = inner.entry(id).is_some_and(|e| e.runs == run)
+            && inner.status_of(id).is_some_and(|s| !s.is_terminal());
+        if !current {
+            return None;
+        }
         inner.emit(id, EventKind::Asked { question }, now);
-        let owner = inner.rec(id)?.parent?;
-        inner.entry(owner)?.actor.clone()
+        let owner = inner.rec(id).and_then(|r| r.parent);
+        Some(owner.and_then(|o| inner.entry(o)?.actor.clone()))
     }
 
     /// As [`Registry::announce`], for what run `run` of `id` does while it runs (a turn's
