@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{ToolCall, WaitPolicy};
+use agent_tree::ControlError;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, JournalConfig};
 use serde_json::{Value, json};
@@ -304,4 +305,102 @@ async fn d6_a_cut_off_piece_is_not_spliced_onto_a_later_answer() {
         "d6: the outcome splices a cut-off piece onto a different answer: {text:?}"
     );
     tree.shutdown().await;
+}
+
+// ---- d7: an integer past u64 in an agent file -------------------------------------------
+
+/// D7. A malformed agent file's error names the file and the field, and every field error
+/// of a file is reported. `max_turns: 4294967296` is a field error ("expected a positive
+/// integer, found 4294967296, which is too large"), but `max_turns: 18446744073709551616`
+/// (a valid YAML integer, one past u64) is a file-wide "invalid YAML in frontmatter: ...
+/// invalid type: integer `...` as u128, expected any YAML value": no field error, a claim
+/// that the YAML is invalid, and the other fields' errors (here `isolated`) are not
+/// reported. The expansion budget's counting pass refuses the u128 before any field is read.
+#[test]
+fn d7_an_integer_past_u64_is_a_field_error_of_that_field() {
+    use agent_tree::CatalogError;
+    let text = "---\nmax_turns: 18446744073709551616\nisolated: maybe\n---\nYou work.\n";
+    let err = agent_tree::parse_agent_file(std::path::Path::new("agents/big.md"), text)
+        .expect_err("refused");
+    let errors: Vec<&CatalogError> = match &err {
+        CatalogError::Many(errors) => errors.iter().collect(),
+        one => vec![one],
+    };
+    let fields: Vec<&str> = errors
+        .iter()
+        .filter_map(|e| match e {
+            CatalogError::Field { field, .. } => Some(field.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        ["max_turns", "isolated"],
+        "d7: an out-of-range integer is not reported as its field's error (and hides the \
+         other fields' errors): {err}"
+    );
+}
+
+// ---- d8: Tree::charge of the root ---------------------------------------------------------
+
+/// D8. The root is not an agent the application controls: `Tree::abort`, `kill`, `steer`
+/// and `shutdown_agent` refuse `a0` (`NotYours`), and "the root's only events are its
+/// shutdown's (`completing`, then `completed`) or its escalation (`failed`)". But
+/// `Tree::charge(a0, usage)` is accepted: the root gets `own` usage no agent spent and a
+/// `usage_reported` event of `a0`.
+#[tokio::test(start_paused = true)]
+async fn d8_charging_the_root_is_refused() {
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(ScriptedModel::new())
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut events = tree.subscribe();
+    let charged = tree.charge(AgentId::ROOT, Usage::tokens(5, 5));
+    let root_events: Vec<String> = events
+        .drain()
+        .into_iter()
+        .filter(|e| e.agent == AgentId::ROOT)
+        .map(|e| format!("{:?}", e.kind))
+        .collect();
+    assert!(
+        matches!(charged, Err(ControlError::NotYours(_))),
+        "d8: Tree::charge(a0) was {charged:?}; the root now has own usage {:?} and events \
+         {root_events:?}",
+        tree.record(AgentId::ROOT).map(|r| r.own)
+    );
+    tree.shutdown().await;
+}
+
+// ---- d9: a non-journal file without a newline is wiped --------------------------------------
+
+/// D9. A journal path holding a file that is not a journal is refused naming the file
+/// (`hello world\n`: "not a journal line (no checksum)"), but the same text without its
+/// newline is taken for "a torn header" and the file is truncated: a tree pointed at the
+/// wrong file (a key, a minified JSON, any text without a newline) destroys it. Only bytes
+/// that could be the start of a header line (or zeros) are a torn header.
+#[tokio::test(start_paused = true)]
+async fn d9_a_file_that_is_no_journal_is_refused_not_wiped() {
+    let dir = TempDir::new("review21-wipe");
+    let path = dir.file("settings.json");
+    let original = br#"{"api_key":"sk-not-a-journal","region":"eu"}"#;
+    std::fs::write(&path, original).unwrap();
+    let built = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(ScriptedModel::new())
+        .journal(JournalConfig::new(&path))
+        .build()
+        .await;
+    let refused = built.is_err();
+    if let Ok(tree) = built {
+        tree.shutdown().await;
+    }
+    let now = std::fs::read(&path).unwrap();
+    assert!(
+        refused && now == original,
+        "d9: a file that holds no journal was {} and now reads {:?}",
+        if refused { "refused" } else { "taken as a journal" },
+        String::from_utf8_lossy(&now[..now.len().min(80)])
+    );
 }
