@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use agent_tree::ControlError;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{ToolCall, WaitPolicy};
-use agent_tree::ControlError;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, JournalConfig};
 use serde_json::{Value, json};
@@ -59,8 +59,14 @@ async fn d1_a_shutdown_grace_of_duration_max_does_not_panic_the_shutdown() {
 #[tokio::test(start_paused = true)]
 async fn d2_a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
     let model = ScriptedModel::new()
-        .script("failer", Script::new([Turn::fail("boom").after(Duration::from_millis(10))]))
-        .script("bystander", Script::new([Turn::answer("still here").after(Duration::from_secs(5))]))
+        .script(
+            "failer",
+            Script::new([Turn::fail("boom").after(Duration::from_millis(10))]),
+        )
+        .script(
+            "bystander",
+            Script::new([Turn::answer("still here").after(Duration::from_secs(5))]),
+        )
         .script("later", Script::new([Turn::answer("later done")]));
     let tree = Tree::builder()
         .catalog(catalog([leaf("failer"), leaf("bystander"), leaf("later")]))
@@ -68,8 +74,14 @@ async fn d2_a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
         .build()
         .await
         .expect("the tree builds");
-    let bystander = tree.spawn(SpawnRequest::new("bystander", "wait")).await.unwrap();
-    let failer = tree.spawn(SpawnRequest::new("failer", "fail")).await.unwrap();
+    let bystander = tree
+        .spawn(SpawnRequest::new("bystander", "wait"))
+        .await
+        .unwrap();
+    let failer = tree
+        .spawn(SpawnRequest::new("failer", "fail"))
+        .await
+        .unwrap();
     // The root never settles before a shutdown: the wait is bounded.
     let _ = tokio::time::timeout(
         Duration::from_secs(1),
@@ -77,7 +89,9 @@ async fn d2_a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
     )
     .await;
     let mut bystander = bystander;
-    let got = tokio::time::timeout(GUARD, bystander.outcome()).await.unwrap();
+    let got = tokio::time::timeout(GUARD, bystander.outcome())
+        .await
+        .unwrap();
     assert!(
         got.is_completed(),
         "d2: an agent outside the fail_fast set was ended: {got:?}\n{}",
@@ -107,7 +121,9 @@ impl Model for DeepCall {
         Box::pin(async move {
             if request.turn == 1 {
                 let input = json!({ "payload": nested(self.depth) });
-                Ok(ModelResponse::calls(vec![ToolCall::new("c1", "probe", input)]))
+                Ok(ModelResponse::calls(vec![ToolCall::new(
+                    "c1", "probe", input,
+                )]))
             } else {
                 Ok(ModelResponse::text("done"))
             }
@@ -124,7 +140,10 @@ impl Model for DeepCall {
 async fn d3_a_deeply_nested_tool_input_does_not_make_the_journal_unreadable() {
     // What a provider adapter would hand over: text parsed by serde_json.
     let text = serde_json::to_string(&json!({ "payload": nested(125) })).unwrap();
-    assert!(serde_json::from_str::<Value>(&text).is_ok(), "a model can send it");
+    assert!(
+        serde_json::from_str::<Value>(&text).is_ok(),
+        "a model can send it"
+    );
     let dir = TempDir::new("review21-deep");
     let path = dir.file("tree.journal");
     let tree = Tree::builder()
@@ -178,7 +197,10 @@ async fn d4_a_listed_type_with_a_long_name_can_be_spawned_by_the_model() {
         )
         .script(long.clone(), Script::new([Turn::answer("worker done")]));
     let tree = Tree::builder()
-        .catalog(catalog([crate::support::delegator("lead", &[&long]), leaf(&long)]))
+        .catalog(catalog([
+            crate::support::delegator("lead", &[&long]),
+            leaf(&long),
+        ]))
         .model(model.clone())
         .build()
         .await
@@ -186,10 +208,7 @@ async fn d4_a_listed_type_with_a_long_name_can_be_spawned_by_the_model() {
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");
-    let offered = model.log_of(a(1))[0]
-        .tools
-        .iter()
-        .any(|t| t == "Agent");
+    let offered = model.log_of(a(1))[0].tools.iter().any(|t| t == "Agent");
     assert!(offered, "the lead is offered the Agent tool");
     let result = &crate::support::harness::results(&model, a(1), 1)[0];
     assert!(
@@ -400,7 +419,141 @@ async fn d9_a_file_that_is_no_journal_is_refused_not_wiped() {
     assert!(
         refused && now == original,
         "d9: a file that holds no journal was {} and now reads {:?}",
-        if refused { "refused" } else { "taken as a journal" },
+        if refused {
+            "refused"
+        } else {
+            "taken as a journal"
+        },
         String::from_utf8_lossy(&now[..now.len().min(80)])
     );
+}
+
+// ---- guards -------------------------------------------------------------------------------
+
+/// Guard: hostile ids a model may write (itself, its owner, the root, a sibling's branch,
+/// an overflowing number, a leading zero, upper case, padding, unicode digits, empty) all
+/// get the same kind of refusal from every control tool, and none reaches an agent: the
+/// lead's only child keeps running to its own answer.
+#[tokio::test(start_paused = true)]
+async fn guard_hostile_ids_are_refused_alike_by_every_control_tool() {
+    let hostile = [
+        "a1",
+        "a0",
+        "a2",
+        "a18446744073709551616",
+        "a03",
+        " A3",
+        "a３",
+        "",
+        "a-3",
+        "3",
+    ];
+    let mut calls = Vec::new();
+    for id in hostile {
+        calls.push(Call::tool(
+            "steer_subagent",
+            json!({ "agent_id": id, "message": "hi" }),
+        ));
+        calls.push(Call::tool("abort_subagent", json!({ "agent_id": id })));
+        calls.push(Call::tool("get_subagent_result", json!({ "agent_id": id })));
+        calls.push(Call::tool(
+            "wait_subagents",
+            json!({ "agent_ids": [id, id] }),
+        ));
+        calls.push(Call::tool(
+            "Agent",
+            json!({ "resume": id, "prompt": "again" }),
+        ));
+    }
+    let count = calls.len();
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::calls([Call::spawn_background("worker", "work")]),
+                Turn::calls(calls),
+                Turn::answer("lead done"),
+            ]),
+        )
+        .script(
+            "other",
+            Script::new([Turn::answer("other done").after(Duration::from_millis(50))]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("worker done").after(Duration::from_millis(100))]),
+        );
+    let tree = Tree::builder()
+        .config(TreeConfig::default().with_max_tool_calls_per_turn(count))
+        .catalog(catalog([
+            crate::support::delegator("lead", &["worker"]),
+            leaf("worker"),
+            leaf("other"),
+        ]))
+        .model(model.clone())
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let mut other = tree.spawn(SpawnRequest::new("other", "go")).await.unwrap();
+    assert_eq!((lead.id(), other.id()), (a(1), a(2)));
+    let got = tokio::time::timeout(GUARD, lead.outcome()).await.unwrap();
+    assert!(got.is_completed(), "{got:?}");
+    let results = crate::support::harness::results(&model, a(1), 2);
+    assert_eq!(results.len(), count);
+    for (i, result) in results.iter().enumerate() {
+        let text = crate::support::error_text(&result.content);
+        assert!(
+            result.is_error && text.starts_with("no subagent ") && text.ends_with(" of yours"),
+            "call {i} (id {:?}) got {}",
+            hostile[i / 5],
+            result.content
+        );
+    }
+    assert!(
+        tokio::time::timeout(GUARD, other.outcome())
+            .await
+            .unwrap()
+            .is_completed()
+    );
+    let worker = tree.record(a(3)).expect("the lead's worker");
+    assert_eq!(worker.parent, Some(a(1)));
+    tree.shutdown().await;
+}
+
+/// Guard: a model's usage near `u64::MAX` saturates everywhere (own, subtree, the root) and
+/// the events still sum to the root's total: no panic, no wrap.
+#[tokio::test(start_paused = true)]
+async fn guard_huge_usage_saturates_and_the_events_still_sum_to_the_total() {
+    let huge = Usage::tokens(u64::MAX - 1, u64::MAX - 1);
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::calls([Call::spawn("worker", "w")]).usage(huge),
+                Turn::answer("lead done").usage(huge),
+            ]),
+        )
+        .script("worker", Script::new([Turn::answer("done").usage(huge)]));
+    let tree = Tree::builder()
+        .catalog(catalog([
+            crate::support::delegator("lead", &["worker"]),
+            leaf("worker"),
+        ]))
+        .model(model)
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut events = tree.subscribe();
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert!(
+        tokio::time::timeout(GUARD, lead.outcome())
+            .await
+            .unwrap()
+            .is_completed()
+    );
+    let root = tree.record(AgentId::ROOT).unwrap().subtree;
+    assert_eq!(root.input_tokens, u64::MAX);
+    assert_eq!(crate::support::reported_usage(&events.drain()), root);
+    tree.shutdown().await;
 }
