@@ -301,7 +301,7 @@ fn open_journal(
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(io("cannot read", &e).into()),
             };
-            if !bytes.is_empty() && !bytes.contains(&b'\n') {
+            if !bytes.is_empty() && !bytes.contains(&b'\n') && torn_header(&bytes) {
                 // Not one whole line: a crash cut off the header itself. Nothing was
                 // journaled; start afresh.
                 tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
@@ -766,9 +766,14 @@ impl Tree {
     ///
     /// # Errors
     ///
-    /// [`ControlError::NotYours`] for an unknown id, [`ControlError::WrongStatus`] for an
-    /// agent that is not live (its usage is final once it settled).
+    /// [`ControlError::NotYours`] for an unknown id or the root (no agent: usage is charged
+    /// to the agent that spent it, and reaches the root's subtree total from there),
+    /// [`ControlError::WrongStatus`] for an agent that is not live (its usage is final once
+    /// it settled).
     pub fn charge(&self, id: AgentId, usage: Usage) -> Result<(), ControlError> {
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
         self.shared.registry.charge(id, usage)
     }
 
@@ -831,7 +836,7 @@ impl Tree {
     /// As [`Tree::shutdown`], under a deadline `within` from now instead of the config's
     /// grace (a hosted tree shuts down by its remote owner's deadline).
     pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
-        let deadline = Instant::now() + within;
+        let deadline = deadline_in(within);
         let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
         let report = self.with_unreachable_nodes(report);
         // The root's stop shares the one small bound after the deadline.
@@ -883,7 +888,7 @@ impl Tree {
             return Err(ControlError::NotYours(id));
         }
         self.shared.registry.refuse_mirrored(id)?;
-        let deadline = Instant::now() + self.shared.config.shutdown_grace;
+        let deadline = deadline_in(self.shared.config.shutdown_grace);
         let report = shutdown::run(&self.shared.registry, id, deadline).await;
         Ok(self.with_unreachable_nodes(report))
     }
@@ -916,4 +921,31 @@ impl Drop for Tree {
             self.root.stop(None);
         }
     }
+}
+
+/// Whether `bytes` (a whole file without a newline) can be what a crash left of a journal's
+/// header line: zeros (space allocated, never written), or the start of
+/// `<crc32 in hex> {"entry":"header",...`. Anything else is some other file, which the
+/// replay refuses, naming it, instead of its being wiped.
+fn torn_header(bytes: &[u8]) -> bool {
+    if bytes.iter().all(|&b| b == 0) {
+        return true;
+    }
+    let (crc, rest) = bytes.split_at(bytes.len().min(8));
+    if !crc.iter().all(u8::is_ascii_hexdigit) {
+        return false;
+    }
+    let Some(json) = rest.strip_prefix(b" ") else {
+        return rest.is_empty();
+    };
+    const START: &[u8] = br#"{"entry":"header","#;
+    let n = json.len().min(START.len());
+    json[..n] == START[..n]
+}
+
+/// The instant `within` from now. A grace past any clock's reach (`Duration::MAX`, which the
+/// config accepts) is a deadline a century away, never an overflow.
+fn deadline_in(within: std::time::Duration) -> Instant {
+    const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+    Instant::now() + within.min(FAR)
 }

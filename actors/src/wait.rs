@@ -42,7 +42,9 @@ pub(crate) async fn wait_set(
     let mut aborted = vec![false; ids.len()];
     loop {
         for index in to_abort(policy, &outcomes) {
-            if !std::mem::replace(&mut aborted[index], true) {
+            // The root is no agent a wait aborts (as `Tree::abort` refuses it): its token
+            // is every agent's.
+            if !std::mem::replace(&mut aborted[index], true) && !ids[index].is_root() {
                 let _ = registry.abort(ids[index], EndReason::Aborted);
             }
         }
