@@ -210,6 +210,13 @@ pub(crate) async fn reopen(
     prompt: String,
     owner_capabilities: Option<Box<Capabilities>>,
 ) -> Result<StartTicket, SpawnError> {
+    // An empty prompt continues the conversation as it is; a prompt of white space alone is
+    // no task (a provider may refuse it as a message), so it is refused, as a new agent's.
+    if !prompt.is_empty() && prompt.trim().is_empty() {
+        return Err(SpawnError::InvalidRequest(format!(
+            "the prompt to resume {id} is only white space: give it a task, or an empty prompt to continue as it was"
+        )));
+    }
     // A remote agent's conversation is kept here as its node sends it up, at every turn
     // boundary and at its end (`Up::Conversation`); without it (none came up before the
     // run ended, or it was over the edge's body limit), it can be resumed with a

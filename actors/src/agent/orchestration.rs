@@ -330,7 +330,7 @@ struct AgentInput {
     resume: Option<String>,
 }
 
-/// The longest agent type name looked up, in bytes.
+/// The longest agent type name not in the catalog that a refusal names whole, in bytes.
 const MAX_TYPE_NAME: usize = 128;
 
 async fn spawn_or_resume(
@@ -353,7 +353,9 @@ async fn spawn_or_resume(
             "`agent_type` and `prompt` are required (or `resume` with an agent id)".to_owned(),
         ));
     };
-    if agent_type.len() > MAX_TYPE_NAME {
+    // A long name the catalog does not hold is refused here, so the refusal does not echo
+    // it whole; a long name it holds is looked up as any other.
+    if agent_type.len() > MAX_TYPE_NAME && state.branch.catalog.get(&agent_type).is_none() {
         let mut shown = agent_type;
         crate::error::cut_to(&mut shown, 64);
         return refused(SpawnError::InvalidRequest(format!(

@@ -381,6 +381,9 @@ impl AgentState {
             // background child's result the model meant to read, or refuse a child's
             // question the model never saw.
             if !self.inbox.is_empty() && self.turns < self.max_turns {
+                // This answer (whole, or the end of a continued one: its pieces are in the
+                // conversation) is not the run's: the next turn's is, never joined to it.
+                self.cut_text.clear();
                 return self.next_turn(myself);
             }
             let answer = if self.cut_text.is_empty() {
