@@ -249,7 +249,18 @@ impl JournalEntry {
         if expected != actual {
             return Err(LineError::Checksum { expected, actual });
         }
-        serde_json::from_str(json).map_err(|e| {
+        let depth = nesting(json);
+        if depth > MAX_LINE_DEPTH {
+            return Err(LineError::Json(format!(
+                "nested {depth} levels deep, more than the {MAX_LINE_DEPTH} a journal line may"
+            )));
+        }
+        // Checked above, so the parser's own limit (128 levels, which a model's tool input
+        // of up to 127 inside a conversation line would pass) is not needed.
+        let mut de = serde_json::Deserializer::from_str(json);
+        de.disable_recursion_limit();
+        let entry = Self::deserialize(&mut de).and_then(|entry| de.end().map(|()| entry));
+        entry.map_err(|e| {
             let text = e.to_string();
             if text.contains("unknown variant") {
                 LineError::UnknownKind(text)
@@ -258,6 +269,38 @@ impl JournalEntry {
             }
         })
     }
+}
+
+/// The deepest a journal line may nest (arrays and objects) to be read: a conversation line
+/// wraps each tool input in a few levels of its own, and a model's input nests at most as
+/// deep as a JSON parser reads (127), so every line this crate writes of a model's
+/// conversation is within it; a deeper line is refused before it is parsed.
+pub(crate) const MAX_LINE_DEPTH: usize = 256;
+
+/// How deep the arrays and objects of JSON text `json` nest (its strings skipped).
+fn nesting(json: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for byte in json.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Why one line does not decode.
@@ -701,5 +744,48 @@ impl Replay {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JournalEntry, LineError, MAX_LINE_DEPTH, crc32, nesting};
+
+    fn line(json: &str) -> String {
+        format!("{:08x} {json}", crc32(json.as_bytes()))
+    }
+
+    /// Brackets inside strings (escaped quotes included) do not count; arrays and objects do.
+    #[test]
+    fn nesting_counts_arrays_and_objects_outside_strings() {
+        assert_eq!(nesting(r#"{"a":"[[{{\"]]","b":[[1],{"c":[]}]}"#), 4);
+        assert_eq!(nesting(r#""[[[""#), 0);
+        assert_eq!(nesting("[]"), 1);
+    }
+
+    /// A line past the depth limit is refused before it is parsed, whatever its checksum
+    /// says (no parser recursion, so no stack to exhaust); one within it but past the
+    /// parser's own 128 levels is read.
+    #[test]
+    fn a_line_too_deep_is_refused_unparsed_and_one_past_128_is_read() {
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_LINE_DEPTH + 1),
+            "]".repeat(MAX_LINE_DEPTH + 1)
+        );
+        assert!(matches!(
+            JournalEntry::from_line(&line(&deep)),
+            Err(LineError::Json(text)) if text.contains("levels deep")
+        ));
+        let input = format!("{}1{}", "[".repeat(140), "]".repeat(140));
+        let json = format!(
+            r#"{{"entry":"conversation","agent":"a1","run":1,"from":0,"messages":[{{"role":"assistant","tool_calls":[{{"id":"c","name":"t","input":{input}}}]}}]}}"#
+        );
+        match JournalEntry::from_line(&line(&json)) {
+            Ok(JournalEntry::Conversation { messages, .. }) => {
+                assert_eq!(messages[0].tool_calls[0].input.as_str(), input);
+            }
+            other => panic!("not read back: {other:?}"),
+        }
     }
 }

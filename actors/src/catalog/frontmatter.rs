@@ -337,6 +337,7 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
             None => yaml_error(e),
         });
     }
+    let text = quote_huge_integers(&text);
     let mut value: Value = serde_yaml_ng::from_str(&text).map_err(yaml_error)?;
     value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
@@ -350,6 +351,41 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
             describe(&other)
         ))),
     }
+}
+
+/// `text` with the value of each `key: <integer>` line whose integer no YAML value holds
+/// (past `u64` or below `i64`) quoted: a YAML value cannot be built from it, so the whole
+/// file would be refused as invalid YAML, while as text it is its field's error ("expected
+/// a positive integer, found ...") beside the file's other field errors.
+fn quote_huge_integers(text: &str) -> std::borrow::Cow<'_, str> {
+    let huge = |value: &str| {
+        let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+        !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && value.parse::<i64>().is_err()
+            && value.parse::<u64>().is_err()
+    };
+    let quoted = |line: &str| -> Option<String> {
+        let (key, value) = line.split_once(": ")?;
+        let value = value.trim();
+        huge(value).then(|| format!("{key}: \"{value}\""))
+    };
+    if !text.lines().any(|line| quoted(line).is_some()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        match quoted(body) {
+            Some(q) => out.push_str(&q),
+            None => out.push_str(body),
+        }
+        out.push_str(end);
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
