@@ -348,6 +348,12 @@ pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
             "name",
             format!("expected a name without white space around it, found {name:?}"),
         );
+    } else if name.chars().any(char::is_control) {
+        // A line break or a NUL in a name breaks every prompt and log line it is written in.
+        refuse(
+            "name",
+            format!("expected a name without control characters, found {name:?}"),
+        );
     }
     let lists: [(ListField, &[String]); 3] = [
         (
@@ -888,6 +894,11 @@ mod tests {
                 AgentDefinition::new(" x", ""),
                 "name",
                 "expected a name without white space around it, found \" x\"",
+            ),
+            (
+                AgentDefinition::new("a\nb", ""),
+                "name",
+                "expected a name without control characters, found \"a\\nb\"",
             ),
             (
                 AgentDefinition::new("x", "").with_max_turns(0),
