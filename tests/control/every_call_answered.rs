@@ -4,31 +4,17 @@
 //! as still running, and a run that ends while its calls are out keeps them answered as not
 //! answered, so a resume continues a well-formed conversation.
 
-use crate::support::RecordingModel;
 use crate::support::harness::{a, idle, tree};
+use crate::support::{RecordingModel, unanswered};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-/// Panics naming the place where a call of `messages` has no result right after its
-/// message (results of one message come together, in any order, before anything else).
+/// Panics naming the place where a call of `messages` has not exactly one result right
+/// after its message.
 fn assert_every_call_answered(messages: &[Message]) {
-    for (at, message) in messages.iter().enumerate() {
-        if message.role != Role::Assistant || message.tool_calls.is_empty() {
-            continue;
-        }
-        let results: Vec<&str> = messages[at + 1..]
-            .iter()
-            .take_while(|m| m.role == Role::Tool)
-            .filter_map(|m| m.tool_call_id.as_deref())
-            .collect();
-        for call in &message.tool_calls {
-            assert!(
-                results.contains(&call.id.as_str()),
-                "call {} of message {at} has no result after it: {messages:#?}",
-                call.id
-            );
-        }
+    if let Some(problem) = unanswered(messages) {
+        panic!("{problem}: {messages:#?}");
     }
 }
 

@@ -16,32 +16,7 @@ use serde_json::json;
 use crate::support::RecordingModel;
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
-use crate::support::{catalog, delegator_of_all, leaf};
-
-/// Where a call of `messages` has no result right after its message (results of one
-/// message come together, before anything else), or a call has two results.
-fn unanswered(messages: &[Message]) -> Option<String> {
-    for (at, message) in messages.iter().enumerate() {
-        if message.role != Role::Assistant || message.tool_calls.is_empty() {
-            continue;
-        }
-        let results: Vec<&str> = messages[at + 1..]
-            .iter()
-            .take_while(|m| m.role == Role::Tool)
-            .filter_map(|m| m.tool_call_id.as_deref())
-            .collect();
-        for call in &message.tool_calls {
-            let n = results.iter().filter(|r| **r == call.id).count();
-            if n != 1 {
-                return Some(format!(
-                    "call {} of message {at} has {n} results right after it",
-                    call.id
-                ));
-            }
-        }
-    }
-    None
-}
+use crate::support::{catalog, delegator_of_all, leaf, unanswered};
 
 /// The `slow` tool: sleeps `ms` (tokio time), answers `slow <tag>`.
 fn slow_tool() -> impl agent_tree::Tool {

@@ -160,6 +160,31 @@ pub(crate) use agent_tree::testkit::{CallEnd, ModelCall};
 #[allow(unused_imports)]
 pub(crate) use recording::{RecordingModel, TreeCell};
 
+/// Where a call of `messages` has no result right after its message (results of one
+/// message come together, before anything else), or a call has two results.
+pub(crate) fn unanswered(messages: &[Message]) -> Option<String> {
+    for (at, message) in messages.iter().enumerate() {
+        if message.role != Role::Assistant || message.tool_calls.is_empty() {
+            continue;
+        }
+        let results: Vec<&str> = messages[at + 1..]
+            .iter()
+            .take_while(|m| m.role == Role::Tool)
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        for call in &message.tool_calls {
+            let n = results.iter().filter(|r| **r == call.id).count();
+            if n != 1 {
+                return Some(format!(
+                    "call {} of message {at} has {n} results right after it",
+                    call.id
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// A tool result's content as JSON (orchestration results are JSON objects).
 pub(crate) trait JsonContent {
     /// The content, parsed; panics naming the content when it is not JSON.

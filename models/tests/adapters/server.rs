@@ -246,7 +246,7 @@ async fn serve(
     socket.shutdown().await
 }
 
-async fn read_request(socket: &mut TcpStream) -> std::io::Result<Recorded> {
+pub(crate) async fn read_request(socket: &mut TcpStream) -> std::io::Result<Recorded> {
     let mut buf = Vec::new();
     let mut piece = [0u8; 4096];
     let head_end = loop {

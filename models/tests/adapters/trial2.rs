@@ -287,42 +287,12 @@ async fn hang_after(socket: &mut TcpStream, closed: &AtomicUsize, closed_note: &
     closed_note.notify_waiters();
 }
 
+/// A request as the shared test server reads it (`server::read_request`).
 async fn read_request(socket: &mut TcpStream) -> std::io::Result<Req> {
-    let mut buf = Vec::new();
-    let mut piece = [0u8; 8192];
-    let end = loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-        let n = socket.read(&mut piece).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&piece[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let path = head
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
-    let length = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut body = buf[end + 4..].to_vec();
-    while body.len() < length {
-        let n = socket.read(&mut piece).await?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&piece[..n]);
-    }
+    let recorded = crate::server::read_request(socket).await?;
     Ok(Req {
-        path,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        path: recorded.path,
+        body: recorded.body,
     })
 }
 
