@@ -292,7 +292,8 @@ impl Turn {
         Turn::of(Action::Panic(message.into()))
     }
 
-    /// Reports `usage` for the turn.
+    /// Reports `usage` for the turn: with its response, or with its error (a failed attempt
+    /// is billed what it spent).
     pub fn usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
         self
@@ -469,7 +470,7 @@ impl ScriptedModel {
                         .collect();
                     Ok(ModelResponse::calls(tool_calls).with_usage(turn.usage))
                 }
-                Action::Fail(message) => Err(ModelError::new(message)),
+                Action::Fail(message) => Err(ModelError::new(message).with_usage(turn.usage)),
                 Action::Hang => std::future::pending().await,
                 Action::Panic(message) => panic!("{message}"),
             }
@@ -531,24 +532,30 @@ fn resolve(messages: &[Message], target: &Target) -> String {
 
 /// For each `Agent` call in the conversation, in order, the child id its result named.
 fn spawned_ids(messages: &[Message]) -> Vec<Option<String>> {
-    let calls = messages
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .flat_map(|m| m.tool_calls.iter())
-        .filter(|c| c.name == AGENT_TOOL);
-    calls
-        .map(|call| {
-            messages
+    // Each call's result is among the tool messages right after its assistant message: call
+    // ids repeat across runs (a resumed run's turns count from 1 again), so a result is
+    // found by its place, never by its id alone.
+    let mut ids = Vec::new();
+    for (at, message) in messages.iter().enumerate() {
+        if message.role != Role::Assistant {
+            continue;
+        }
+        let results = || {
+            messages[at + 1..]
                 .iter()
-                .find(|m| {
-                    m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call.id.as_str())
-                })
+                .take_while(|m| m.role == Role::Tool)
+        };
+        for call in message.tool_calls.iter().filter(|c| c.name == AGENT_TOOL) {
+            let id = results()
+                .find(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()))
                 .and_then(|m| serde_json::from_str::<serde_json::Value>(&m.content).ok())
                 .and_then(|v| {
                     v.get("agent_id")
                         .and_then(|id| id.as_str())
                         .map(str::to_owned)
-                })
-        })
-        .collect()
+                });
+            ids.push(id);
+        }
+    }
+    ids
 }

@@ -239,9 +239,10 @@ impl EventProbe {
             .await
     }
 
-    /// `agent`'s final outcome (after any restarts), which must come within `within`; the
-    /// events up to its final terminal event are consumed. A run its supervisor restarts
-    /// has a terminal event too: this skips those, by the run the agent's record ends in.
+    /// `agent`'s final outcome (after any restarts; of its resumed run, after a resume), which
+    /// must come within `within`: the outcome the tree records once it is final. Every event
+    /// up to the agent's last terminal event is consumed (a run its supervisor restarted has
+    /// a terminal event too). Without the tree (dropped), the agent's next terminal event.
     ///
     /// # Panics
     ///
@@ -249,29 +250,30 @@ impl EventProbe {
     pub async fn expect_terminated_within(&mut self, agent: AgentId, within: Duration) -> Outcome {
         let what = format!("{agent} to end within {within:?}");
         let deadline = tokio::time::Instant::now() + within;
-        // The final run, once the agent is final; without the tree, its next end.
-        let final_run = match self.tree.upgrade() {
-            Some(shared) => {
-                let settled = shared.registry.watch(agent);
-                let record = || shared.registry.record(agent).map(|r| r.incarnation);
-                match settled {
-                    Some(mut settled) => {
-                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                        let ended = tokio::time::timeout(left, settled.wait_for(Option::is_some));
-                        if !matches!(ended.await, Ok(Ok(_))) {
-                            self.fail(&format!("expected {what}"));
-                        }
-                        record()
-                    }
-                    None => record(),
-                }
+        let settled = self
+            .tree
+            .upgrade()
+            .and_then(|shared| shared.registry.watch(agent));
+        if let Some(mut settled) = settled {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ended = tokio::time::timeout(left, settled.wait_for(Option::is_some)).await;
+            let outcome = match ended {
+                Ok(Ok(outcome)) => outcome.clone(),
+                _ => None,
+            };
+            // Every event up to the final terminal one was sent before the outcome was
+            // final: read in what has come, consumed or not.
+            self.seen.extend(self.stream.drain());
+            let Some(outcome) = outcome else {
+                self.fail(&format!("expected {what}"))
+            };
+            let terminal = |e: &Event| e.agent == agent && e.kind.outcome().is_some();
+            if let Some(at) = self.seen[self.read..].iter().rposition(terminal) {
+                self.read += at + 1;
             }
-            None => None,
-        };
-        // The run each of the agent's events belongs to, from its `started` and `restarted`
-        // events (unknown until one is seen).
-        let mut run: Option<u32> = None;
-        let event = loop {
+            return outcome;
+        }
+        loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let Some(event) = self.next_within(left).await else {
                 self.fail(&format!("expected {what}"))
@@ -279,25 +281,9 @@ impl EventProbe {
             if event.agent != agent {
                 continue;
             }
-            match event.kind {
-                EventKind::Started { incarnation, .. } | EventKind::Restarted { incarnation } => {
-                    run = Some(incarnation);
-                }
-                ref kind
-                    if kind.outcome().is_some()
-                        && (final_run.is_none() || run.is_none() || run == final_run) =>
-                {
-                    break event;
-                }
-                _ => {}
+            if let Some(outcome) = event.kind.outcome() {
+                return outcome.clone();
             }
-        };
-        match event.kind {
-            EventKind::Completed { outcome }
-            | EventKind::Failed { outcome }
-            | EventKind::Aborted { outcome }
-            | EventKind::Killed { outcome } => outcome,
-            _ => unreachable!("matched a terminal event"),
         }
     }
 
