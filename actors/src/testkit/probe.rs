@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use agent_tree_protocol::{AgentId, Event, EventKind, Outcome};
+use agent_tree_protocol::{AgentId, Event, Outcome};
 
 use crate::events::EventStream;
 use crate::tree::Tree;
