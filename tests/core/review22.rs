@@ -405,7 +405,7 @@ async fn guard_a_kill_during_a_shutdown_restarts_nothing() {
     let tree = hanging_worker_tree().await;
     let mut events = EventProbe::new(&tree);
     let mut switch = kill_when(&tree, |e| {
-        (matches!(e.kind, EventKind::Completing { .. }) && e.agent == AgentId::ROOT)
+        (matches!(e.kind, EventKind::Completing) && e.agent == AgentId::ROOT)
             .then_some(AgentId::new(2))
     });
     tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
