@@ -5,6 +5,7 @@ mod anthropic;
 mod common;
 mod openai;
 mod review;
+mod review23;
 mod server;
 mod tree;
 mod trial2;

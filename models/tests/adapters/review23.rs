@@ -1,0 +1,465 @@
+//! Review 23: the streaming and parsing paths of both adapters against what real providers
+//! and proxies send. Tests named `review23_defect_*` fail against the code as it stands and
+//! name the promise broken; `review23_guard_*` pass and guard behaviour worth keeping.
+
+use agent_tree_actors::{Model, ModelResponse, TurnSink};
+use agent_tree_models::{Anthropic, OpenAiCompat};
+use agent_tree_protocol::{FinishReason, ModelErrorKind, ToolCall, Usage};
+use serde_json::{Value, json};
+
+use crate::common::{first_turn, read_tool};
+use crate::server::{Reply, Server};
+
+fn openai(server: &Server) -> OpenAiCompat {
+    OpenAiCompat::builder()
+        .base_url(&server.base)
+        .model("gpt-test")
+        .streaming(true)
+        .build()
+        .expect("adapter builds")
+}
+
+fn anthropic(server: &Server) -> Anthropic {
+    Anthropic::builder()
+        .base_url(&server.base)
+        .api_key("sk-ant-test-key")
+        .model("claude-test")
+        .streaming(true)
+        .build()
+        .expect("adapter builds")
+}
+
+async fn turn(
+    model: &impl Model,
+) -> (
+    Result<ModelResponse, agent_tree_actors::ModelError>,
+    TurnSink,
+) {
+    let sink = TurnSink::recording();
+    let result = model
+        .turn(
+            first_turn()
+                .with_tools(vec![read_tool()])
+                .with_sink(sink.clone()),
+        )
+        .await;
+    (result, sink)
+}
+
+fn oa_chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({
+        "id": "chatcmpl-R23", "object": "chat.completion.chunk", "created": 1_735_689_600,
+        "model": "gpt-test",
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+    });
+    format!("data: {body}\n\n")
+}
+
+fn oa_usage_chunk(prompt: u64, completion: u64) -> String {
+    let body = json!({
+        "id": "chatcmpl-R23", "object": "chat.completion.chunk", "created": 1_735_689_600,
+        "model": "gpt-test", "choices": [],
+        "usage": { "prompt_tokens": prompt, "completion_tokens": completion,
+                   "total_tokens": prompt + completion },
+    });
+    format!("data: {body}\n\n")
+}
+
+fn an_event(name: &str, data: Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn an_start(input: u64, read: u64) -> String {
+    an_event(
+        "message_start",
+        json!({ "type": "message_start", "message": {
+            "id": "msg_r23", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": { "input_tokens": input, "cache_read_input_tokens": read,
+                       "cache_creation_input_tokens": 0, "output_tokens": 1 } } }),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Defects
+// ---------------------------------------------------------------------------------------
+
+/// Mistral (magistral) and other compatible servers stream `delta.content` as an array of
+/// parts. The non-streamed path reads the text parts of an array (`content_text`); the
+/// streamed path keeps only strings, so the whole answer is lost.
+#[tokio::test]
+async fn review23_defect_openai_streamed_content_parts_array_is_lost() {
+    let events = [
+        oa_chunk(
+            json!({ "role": "assistant", "content": [{ "type": "text", "text": "Hel" }] }),
+            None,
+        ),
+        oa_chunk(
+            json!({ "content": [{ "type": "text", "text": "lo" }] }),
+            None,
+        ),
+        oa_chunk(json!({}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, sink) = turn(&openai(&server)).await;
+    let response = result.expect("a complete stream");
+    assert_eq!(response.text, "Hello");
+    assert_eq!(sink.streamed_text(), "Hello");
+}
+
+/// docs/models.md: "A server that ignores `stream` and answers one JSON body is read as
+/// such." A server that does so with a content type other than `application/json`
+/// (`text/plain`, as several small servers and proxies label it) is parsed as an event
+/// stream, finds no events, and fails `transient`: retried forever-ish, never read.
+#[tokio::test]
+async fn review23_defect_openai_json_body_not_labelled_json_is_not_read_when_streaming() {
+    let body = json!({
+        "id": "chatcmpl-R23", "object": "chat.completion", "model": "gpt-test",
+        "choices": [{ "index": 0, "finish_reason": "stop",
+                      "message": { "role": "assistant", "content": "Hello" } }],
+        "usage": { "prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10 },
+    });
+    let server = Server::start(vec![Reply::raw(
+        200,
+        "text/plain; charset=utf-8",
+        body.to_string().into_bytes(),
+    )])
+    .await;
+    let (result, _) = turn(&openai(&server)).await;
+    let response = result.expect("the JSON body is read as such");
+    assert_eq!(response.text, "Hello");
+    assert_eq!(response.usage, Usage::tokens(9, 1));
+}
+
+/// docs/models.md: "Errors raised mid-stream carry the usage known so far." A server that
+/// reports usage on every chunk (vLLM's `continuous_usage_stats`, several gateways) and
+/// then sends an `error` object: the error carries no usage.
+#[tokio::test]
+async fn review23_defect_openai_mid_stream_error_drops_the_usage_known_so_far() {
+    let with_usage = {
+        let body = json!({
+            "id": "chatcmpl-R23", "object": "chat.completion.chunk", "model": "gpt-test",
+            "choices": [{ "index": 0, "delta": { "content": "Hel" }, "finish_reason": null }],
+            "usage": { "prompt_tokens": 30, "completion_tokens": 2, "total_tokens": 32 },
+        });
+        format!("data: {body}\n\n")
+    };
+    let error = format!(
+        "data: {}\n\n",
+        json!({ "error": { "message": "upstream overloaded", "type": "server_error", "code": 502 } })
+    );
+    let server = Server::start(vec![Reply::sse([with_usage, error])]).await;
+    let (result, sink) = turn(&openai(&server)).await;
+    let error = result.expect_err("the stream failed");
+    assert_eq!(error.kind, ModelErrorKind::Transient);
+    assert_eq!(sink.reported_usage(), Usage::tokens(30, 2));
+    assert_eq!(
+        error.usage,
+        Usage::tokens(30, 2),
+        "the error carries the usage known"
+    );
+}
+
+/// docs/models.md: "Errors raised mid-stream carry the usage known so far" and "an
+/// unreadable stream event" is `provider`. After `message_start` (input known), an
+/// unreadable event (a proxy's truncated line, an HTML error page spliced in) fails the
+/// call with usage zero.
+#[tokio::test]
+async fn review23_defect_anthropic_unreadable_event_drops_the_usage_known_so_far() {
+    let events = [
+        an_start(40, 0),
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_del\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, _) = turn(&anthropic(&server)).await;
+    let error = result.expect_err("unreadable event");
+    assert_eq!(error.kind, ModelErrorKind::Provider);
+    assert_eq!(
+        error.usage,
+        Usage::tokens(40, 1),
+        "the error carries the usage known"
+    );
+}
+
+/// `message_delta.usage` is Anthropic's `MessageDeltaUsage`, whose `input_tokens` and cache
+/// fields are optional (`null`, as SDK-serialising gateways and proxies send them). The
+/// adapter's own comment says "a field left out keeps what message_start said", but a
+/// `null` field overwrites it with 0: input and cache reads reported by `message_start`
+/// are lost from the bill (docs: "`message_start` (input and cache) and then
+/// `message_delta` (cumulative output)").
+#[tokio::test]
+async fn review23_defect_anthropic_null_usage_fields_in_message_delta_erase_input() {
+    let events = [
+        an_start(25, 1000),
+        an_event(
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "text", "text": "" } }),
+        ),
+        an_event(
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0,
+            "delta": { "type": "text_delta", "text": "Hi" } }),
+        ),
+        an_event(
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": 0 }),
+        ),
+        an_event(
+            "message_delta",
+            json!({ "type": "message_delta",
+            "delta": { "stop_reason": "end_turn", "stop_sequence": null },
+            "usage": { "input_tokens": null, "cache_creation_input_tokens": null,
+                       "cache_read_input_tokens": null, "output_tokens": 12 } }),
+        ),
+        an_event("message_stop", json!({ "type": "message_stop" })),
+    ];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, sink) = turn(&anthropic(&server)).await;
+    let response = result.expect("complete");
+    assert_eq!(response.text, "Hi");
+    let expected = Usage::tokens(25, 12).with_cache_read(1000);
+    assert_eq!(response.usage, expected);
+    assert_eq!(sink.reported_usage(), expected);
+}
+
+/// docs/models.md: tool calls are assembled "tolerating servers that send no index". A
+/// server that streams whole calls without `index` (and without ids) puts two calls in one
+/// delta: they are merged into one call named `read_filewrite_file` whose arguments are
+/// `{"_raw": "{..}{..}"}`.
+#[tokio::test]
+async fn review23_defect_openai_two_calls_without_index_or_id_are_merged() {
+    let events = [
+        oa_chunk(
+            json!({ "role": "assistant", "tool_calls": [
+                { "type": "function", "function": { "name": "read_file", "arguments": "{\"path\":\"a\"}" } },
+                { "type": "function", "function": { "name": "write_file", "arguments": "{\"path\":\"b\"}" } },
+            ] }),
+            None,
+        ),
+        oa_chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, _) = turn(&openai(&server)).await;
+    let response = result.expect("complete");
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall::new("call_0", "read_file", json!({"path": "a"})),
+            ToolCall::new("call_1", "write_file", json!({"path": "b"})),
+        ]
+    );
+}
+
+/// The rustdoc of `sse.rs` claims the WHATWG event-stream format, which strips one leading
+/// U+FEFF BOM from the stream. Not stripped, the first line's field is `\u{feff}data`, so
+/// the first event is dropped: an OpenAI-compatible server that prefixes its stream with a
+/// BOM loses the first piece of the answer (and Anthropic's streams survive only because
+/// the type is read again from the data).
+#[tokio::test]
+async fn review23_defect_sse_leading_bom_loses_the_first_event() {
+    let events = [
+        format!(
+            "\u{feff}{}",
+            oa_chunk(json!({ "role": "assistant", "content": "Hel" }), None)
+        ),
+        oa_chunk(json!({ "content": "lo" }), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, sink) = turn(&openai(&server)).await;
+    let response = result.expect("complete");
+    assert_eq!(response.text, "Hello");
+    assert_eq!(sink.streamed_text(), "Hello");
+}
+
+// ---------------------------------------------------------------------------------------
+// Guards (pass today)
+// ---------------------------------------------------------------------------------------
+
+/// An OpenAI stream in awkward framing: CRLF and bare CR endings, `data:` without a space,
+/// comments, `id:`/`retry:`/`event:` fields, pieces split mid-UTF-8 and between `\r` and
+/// `\n`; two calls interleaved by index, id and name only in their first delta, arguments
+/// split across many deltas; finish in a chunk of its own; usage in a final `choices: []`
+/// chunk; `[DONE]` with no trailing blank line.
+#[tokio::test]
+async fn review23_guard_openai_awkward_framing_and_interleaved_calls() {
+    let mut stream = String::new();
+    stream.push_str(": keep-alive\r\n\r\n");
+    stream.push_str("id: 1\r\nretry: 100\r\nevent: chunk\r\n");
+    stream.push_str(
+        &oa_chunk(
+            json!({ "role": "assistant", "content": "h\u{e9}\u{1f600}" }),
+            None,
+        )
+        .replace("\n", "\r\n"),
+    );
+    stream.push_str(
+        &oa_chunk(json!({ "content": null, "refusal": null }), None)
+            .replace("data: ", "data:")
+            .replace("\n", "\r"),
+    );
+    let deltas = [
+        json!({ "index": 1, "id": "call_b", "type": "function", "function": { "name": "write_file", "arguments": "" } }),
+        json!({ "index": 0, "id": "call_a", "type": "function", "function": { "name": "read_file", "arguments": "{\"pa" } }),
+        json!({ "index": 1, "function": { "arguments": "{\"path\":" } }),
+        json!({ "index": 0, "function": { "arguments": "th\":\"\u{e9}" } }),
+        json!({ "index": 1, "function": { "arguments": "\"b\"}" } }),
+        json!({ "index": 0, "function": { "arguments": "\"}" } }),
+    ];
+    for d in deltas {
+        stream.push_str(&oa_chunk(json!({ "tool_calls": [d] }), None));
+    }
+    stream.push_str(&format!(
+        "data: {}\n\n",
+        json!({ "id": "x", "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] })
+    ));
+    stream.push_str(&oa_usage_chunk(50, 20));
+    stream.push_str("data: [DONE]");
+    let bytes = stream.into_bytes();
+    // Split at awkward places: every 7 bytes, which lands mid-`data:`, mid-character, mid-CRLF.
+    let pieces: Vec<Vec<u8>> = bytes.chunks(7).map(<[u8]>::to_vec).collect();
+    let server = Server::start(vec![Reply::sse(pieces)]).await;
+    let (result, sink) = turn(&openai(&server)).await;
+    let response = result.expect("complete");
+    assert_eq!(response.text, "h\u{e9}\u{1f600}");
+    assert_eq!(sink.streamed_text(), "h\u{e9}\u{1f600}");
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall::new("call_a", "read_file", json!({"path": "\u{e9}"})),
+            ToolCall::new("call_b", "write_file", json!({"path": "b"})),
+        ]
+    );
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(response.usage, Usage::tokens(50, 20));
+}
+
+/// An Anthropic stream with `ping`, a thinking block, text, and a tool_use whose
+/// `input_json_delta` pieces split inside a key and a multi-byte character, cut into 5-byte
+/// pieces: text and input exact, thinking dropped, usage start + cumulative delta.
+#[tokio::test]
+async fn review23_guard_anthropic_thinking_ping_split_json() {
+    let mut stream = String::new();
+    stream.push_str(&an_start(40, 0));
+    stream.push_str(&an_event("ping", json!({ "type": "ping" })));
+    stream.push_str(&an_event(
+        "content_block_start",
+        json!({ "type": "content_block_start", "index": 0,
+        "content_block": { "type": "thinking", "thinking": "" } }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_delta",
+        json!({ "type": "content_block_delta", "index": 0,
+        "delta": { "type": "thinking_delta", "thinking": "secret plan" } }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_delta",
+        json!({ "type": "content_block_delta", "index": 0,
+        "delta": { "type": "signature_delta", "signature": "sig" } }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_stop",
+        json!({ "type": "content_block_stop", "index": 0 }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_start",
+        json!({ "type": "content_block_start", "index": 1,
+        "content_block": { "type": "text", "text": "" } }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_delta",
+        json!({ "type": "content_block_delta", "index": 1,
+        "delta": { "type": "text_delta", "text": "Reading \u{e9}." } }),
+    ));
+    stream.push_str(&an_event(
+        "content_block_stop",
+        json!({ "type": "content_block_stop", "index": 1 }),
+    ));
+    stream.push_str(&an_event("content_block_start", json!({ "type": "content_block_start", "index": 2,
+        "content_block": { "type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {} } })));
+    for piece in ["", "{\"pa", "th\": \"\u{e9}", "\u{1f600}\"", "}"] {
+        stream.push_str(&an_event(
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 2,
+            "delta": { "type": "input_json_delta", "partial_json": piece } }),
+        ));
+    }
+    stream.push_str(&an_event(
+        "content_block_stop",
+        json!({ "type": "content_block_stop", "index": 2 }),
+    ));
+    stream.push_str(&an_event("message_delta", json!({ "type": "message_delta",
+        "delta": { "stop_reason": "tool_use", "stop_sequence": null }, "usage": { "output_tokens": 77 } })));
+    stream.push_str(&an_event("message_stop", json!({ "type": "message_stop" })));
+    let pieces: Vec<Vec<u8>> = stream.into_bytes().chunks(5).map(<[u8]>::to_vec).collect();
+    let server = Server::start(vec![Reply::sse(pieces)]).await;
+    let (result, sink) = turn(&anthropic(&server)).await;
+    let response = result.expect("complete");
+    assert_eq!(response.text, "Reading \u{e9}.");
+    assert_eq!(sink.streamed_text(), "Reading \u{e9}.");
+    assert_eq!(
+        response.tool_calls,
+        vec![ToolCall::new(
+            "toolu_1",
+            "read_file",
+            json!({"path": "\u{e9}\u{1f600}"})
+        )]
+    );
+    assert_eq!(response.usage, Usage::tokens(40, 77));
+    assert_eq!(sink.reported_usage(), Usage::tokens(40, 77));
+}
+
+/// An `overloaded_error` event mid-stream is `transient` (docs: "also mid-stream") and
+/// carries the usage of `message_start`; a stream cut off mid-block is `transient` too.
+#[tokio::test]
+async fn review23_guard_anthropic_overloaded_mid_stream_and_cut_mid_block() {
+    let overloaded = [
+        an_start(40, 0),
+        an_event(
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "text", "text": "" } }),
+        ),
+        an_event(
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0,
+            "delta": { "type": "text_delta", "text": "Hel" } }),
+        ),
+        an_event(
+            "error",
+            json!({ "type": "error",
+            "error": { "type": "overloaded_error", "message": "Overloaded" } }),
+        ),
+    ];
+    let cut = [
+        an_start(40, 0),
+        an_event("content_block_start", json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {} } })),
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"pa\"}}\n\n".to_owned(),
+    ];
+    let server = Server::start(vec![Reply::sse(overloaded), Reply::sse(cut).cut()]).await;
+    let model = anthropic(&server);
+    let (result, _) = turn(&model).await;
+    let error = result.expect_err("overloaded");
+    assert_eq!(error.kind, ModelErrorKind::Transient);
+    assert_eq!(error.usage, Usage::tokens(40, 1));
+    let (result, _) = turn(&model).await;
+    let error = result.expect_err("cut off");
+    assert_eq!(error.kind, ModelErrorKind::Transient);
+    assert_eq!(error.usage, Usage::tokens(40, 1));
+}
+
+/// An OpenAI stream that ends (cleanly, chunked end) without a finish reason or `[DONE]`
+/// is `transient`, with the usage reported.
+#[tokio::test]
+async fn review23_guard_openai_stream_without_finish_is_transient() {
+    let events = [oa_chunk(json!({ "content": "Hel" }), None)];
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let (result, sink) = turn(&openai(&server)).await;
+    let error = result.expect_err("incomplete");
+    assert_eq!(error.kind, ModelErrorKind::Transient);
+    assert_eq!(sink.streamed_text(), "Hel");
+}
