@@ -560,9 +560,15 @@ impl StreamState {
                     self.stop = Some(reason.to_owned());
                 }
                 if let Some(reported) = value.get("usage").filter(|u| u.is_object()) {
-                    // Cumulative counts; a field left out keeps what message_start said.
+                    // Cumulative counts; a field left out (or null, as gateways write the
+                    // optional ones) keeps what message_start said.
                     let mut merged = self.usage;
-                    let field = |name| reported.get(name).map(|v| count(Some(v)));
+                    let field = |name| {
+                        reported
+                            .get(name)
+                            .filter(|v| !v.is_null())
+                            .map(|v| count(Some(v)))
+                    };
                     if let Some(n) = field("input_tokens") {
                         merged.input_tokens = n;
                     }
@@ -667,7 +673,10 @@ async fn read_stream(
             .push(&chunk, &mut events)
             .map_err(|_| http::too_large(max).with_usage(state.usage))?;
         for event in events.drain(..) {
-            state.apply(&event, sink, max)?;
+            // Errors raised mid-stream carry the usage known so far.
+            if let Err(error) = state.apply(&event, sink, max) {
+                return Err(error.with_usage(state.usage));
+            }
             if state.stopped {
                 break;
             }

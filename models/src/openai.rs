@@ -571,10 +571,16 @@ impl StreamState {
             return Ok(());
         };
         let delta = choice.get("delta").unwrap_or(&Value::Null);
-        if let Some(piece) = text(delta.get("content")).filter(|t| !t.is_empty()) {
+        // A string, or (Mistral and others) an array of parts, as a whole message's content.
+        let piece = match delta.get("content") {
+            Some(Value::String(piece)) => std::borrow::Cow::Borrowed(piece.as_str()),
+            parts @ Some(Value::Array(_)) => std::borrow::Cow::Owned(content_text(parts)),
+            _ => std::borrow::Cow::Borrowed(""),
+        };
+        if !piece.is_empty() {
             self.hold(piece.len(), max)?;
-            self.text.push_str(piece);
-            sink.text(piece);
+            self.text.push_str(&piece);
+            sink.text(&piece);
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for call in calls {
@@ -601,7 +607,21 @@ impl StreamState {
             // Without an index: the call of the same id, else a new one when an id comes,
             // else the last one.
             (None, Some(id)) => self.calls.iter().position(|c| c.id == id),
-            (None, None) => self.calls.len().checked_sub(1),
+            // Else the last one, unless this delta names another function after that one's
+            // arguments began: a new call (several whole calls in one delta).
+            (None, None) => {
+                let name = delta
+                    .get("function")
+                    .and_then(|f| text(f.get("name")))
+                    .unwrap_or_default();
+                self.calls.len().checked_sub(1).filter(|&last| {
+                    let last = &self.calls[last];
+                    name.is_empty()
+                        || last.name.is_empty()
+                        || last.name == name
+                        || last.arguments.is_empty()
+                })
+            }
         };
         let position = position.unwrap_or_else(|| {
             self.calls.push(PartialCall {
@@ -683,23 +703,55 @@ async fn read_stream(
     let mut parser = SseParser::new(max);
     let mut state = StreamState::default();
     let mut events = Vec::new();
+    // Whether the body's first byte (past white space) was seen: a `{` there is one JSON
+    // body under another content type, never an event stream.
+    let mut sniffed = false;
     while !state.done {
+        let known = state.usage.unwrap_or_default();
         let chunk = match http::next_chunk(response, idle).await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
-            Err(error) => return Err(error.with_usage(state.usage.unwrap_or_default())),
+            Err(error) => return Err(error.with_usage(known)),
         };
+        if !sniffed {
+            if let Some(&first) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+                sniffed = true;
+                if first == b'{' {
+                    return read_json_rest(response, chunk.to_vec(), max, idle).await;
+                }
+            }
+        }
         parser
             .push(&chunk, &mut events)
-            .map_err(|_| http::too_large(max))?;
+            .map_err(|_| http::too_large(max).with_usage(known))?;
         for event in events.drain(..) {
-            state.apply(&event, sink, max)?;
+            // Errors raised mid-stream carry the usage known so far.
+            if let Err(error) = state.apply(&event, sink, max) {
+                return Err(error.with_usage(state.usage.unwrap_or_default()));
+            }
             if state.done {
                 break;
             }
         }
     }
     state.finish()
+}
+
+/// A body that started as one JSON value (`body`, its first bytes) though it was not
+/// labelled as JSON: the rest is read and the whole parsed as one response.
+async fn read_json_rest(
+    response: &mut reqwest::Response,
+    mut body: Vec<u8>,
+    max: usize,
+    idle: Duration,
+) -> Result<ModelResponse, ModelError> {
+    while let Some(chunk) = http::next_chunk(response, idle).await? {
+        if body.len() + chunk.len() > max {
+            return Err(http::too_large(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_response(&body)
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //!
 //! Lines end with `\n`, `\r\n` or `\r`; a blank line ends an event; `data:` lines are joined
 //! with `\n`; `event:` names the event; comments (`:` lines, the keep-alives) and the `id`
-//! and `retry` fields are skipped. A line or an event's data longer than the limit is an
+//! and `retry` fields are skipped; a byte-order mark starting the stream is dropped. A line
+//! or an event's data longer than the limit is an
 //! error rather than unbounded memory. An event not ended by a blank line when the stream
 //! ends is dropped, as the format says.
 
@@ -31,6 +32,8 @@ pub(crate) struct SseParser {
     data: String,
     has_data: bool,
     max: usize,
+    /// No line has ended yet: the first may start with a byte-order mark.
+    first_line: bool,
 }
 
 impl SseParser {
@@ -43,6 +46,7 @@ impl SseParser {
             data: String::new(),
             has_data: false,
             max,
+            first_line: true,
         }
     }
 
@@ -82,7 +86,11 @@ impl SseParser {
     }
 
     fn end_line(&mut self, out: &mut Vec<SseEvent>) -> Result<(), TooLarge> {
-        let line = std::mem::take(&mut self.line);
+        let mut line = std::mem::take(&mut self.line);
+        if std::mem::take(&mut self.first_line) && line.starts_with(b"\xEF\xBB\xBF") {
+            // The format's decoder drops a byte-order mark that starts the stream.
+            line.drain(..3);
+        }
         if line.is_empty() {
             if self.has_data {
                 // The last data line's `\n` is not part of the data.
@@ -131,6 +139,17 @@ mod tests {
             parser.push(chunk, &mut out).unwrap();
         }
         out
+    }
+
+    /// A byte-order mark starting the stream is dropped, split anywhere; one later is data.
+    #[test]
+    fn a_leading_byte_order_mark_is_dropped() {
+        let input = "\u{feff}data: a\n\ndata: \u{feff}b\n\n".as_bytes();
+        for piece in 1..input.len() {
+            let events = parse_in_pieces(input, piece);
+            let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["a", "\u{feff}b"], "pieces of {piece}");
+        }
     }
 
     #[test]
