@@ -50,9 +50,10 @@ fn check(tree: &Tree, model: &ScriptedModel, events: &[Event], run: u32) {
         let returned = model
             .log_of(record.id)
             .iter()
-            .filter(|c| c.end == CallEnd::Returned)
+            .filter(|c| matches!(c.end, CallEnd::Returned | CallEnd::Failed))
             .count() as u64;
-        // Every scripted turn that returns (answers and failures) reports `U`, except panics.
+        // Every scripted turn that returns (answers, and failures, whose error carries its
+        // usage) reports `U`, except panics.
         assert!(
             record.own.input_tokens <= U.input_tokens * returned,
             "run {run}: {} billed {:?} for {returned} returned calls",
