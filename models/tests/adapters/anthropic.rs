@@ -19,7 +19,7 @@ fn adapter(server: &Server) -> Anthropic {
         .expect("adapter builds")
 }
 
-fn streaming(server: &Server) -> Anthropic {
+pub(crate) fn streaming(server: &Server) -> Anthropic {
     Anthropic::builder()
         .base_url(&server.base)
         .api_key("sk-ant-test-key")

@@ -22,7 +22,7 @@ fn adapter(server: &Server) -> OpenAiCompat {
         .expect("adapter builds")
 }
 
-fn streaming(server: &Server) -> OpenAiCompat {
+pub(crate) fn streaming(server: &Server) -> OpenAiCompat {
     OpenAiCompat::builder()
         .base_url(&server.base)
         .model("gpt-test")

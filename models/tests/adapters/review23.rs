@@ -3,31 +3,14 @@
 //! name the promise broken; `review23_guard_*` pass and guard behaviour worth keeping.
 
 use agent_tree_actors::{Model, ModelResponse, TurnSink};
-use agent_tree_models::{Anthropic, OpenAiCompat};
 use agent_tree_protocol::{FinishReason, ModelErrorKind, ToolCall, Usage};
 use serde_json::{Value, json};
 
 use crate::common::{first_turn, read_tool};
 use crate::server::{Reply, Server};
 
-fn openai(server: &Server) -> OpenAiCompat {
-    OpenAiCompat::builder()
-        .base_url(&server.base)
-        .model("gpt-test")
-        .streaming(true)
-        .build()
-        .expect("adapter builds")
-}
-
-fn anthropic(server: &Server) -> Anthropic {
-    Anthropic::builder()
-        .base_url(&server.base)
-        .api_key("sk-ant-test-key")
-        .model("claude-test")
-        .streaming(true)
-        .build()
-        .expect("adapter builds")
-}
+use crate::anthropic::streaming as anthropic;
+use crate::openai::streaming as openai;
 
 async fn turn(
     model: &impl Model,
