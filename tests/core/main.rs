@@ -18,6 +18,7 @@ mod records_persist;
 mod results_read_by_id;
 mod review21;
 mod review22;
+mod review24;
 mod review_issue10;
 mod review_issue11;
 mod review_issue11b;
