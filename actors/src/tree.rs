@@ -924,23 +924,59 @@ impl Drop for Tree {
 }
 
 /// Whether `bytes` (a whole file without a newline) can be what a crash left of a journal's
-/// header line: zeros (space allocated, never written), or the start of
-/// `<crc32 in hex> {"entry":"header",...`. Anything else is some other file, which the
-/// replay refuses, naming it, instead of its being wiped.
+/// header line: zeros (space allocated, never written), or a prefix of
+/// `<crc32 in lower-case hex> {"entry":"header","version":<digits>,"session":"<text>"}`, the
+/// one line a new journal starts with. Anything else is some other file, which the replay
+/// refuses, naming it, instead of its being wiped.
 fn torn_header(bytes: &[u8]) -> bool {
     if bytes.iter().all(|&b| b == 0) {
         return true;
     }
-    let (crc, rest) = bytes.split_at(bytes.len().min(8));
-    if !crc.iter().all(u8::is_ascii_hexdigit) {
+    // The line's parts in order: each literal is matched as far as the bytes go, and the
+    // bytes may end anywhere.
+    let mut rest = bytes;
+    let lower_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    let crc = rest.iter().take(8).take_while(|b| lower_hex(b)).count();
+    if crc < rest.len().min(8) {
         return false;
     }
-    let Some(json) = rest.strip_prefix(b" ") else {
-        return rest.is_empty();
+    rest = &rest[crc..];
+    // A literal: true when the bytes end inside it (or match it whole: `Some` of the rest).
+    fn literal<'a>(rest: &'a [u8], text: &[u8]) -> Result<&'a [u8], bool> {
+        let n = rest.len().min(text.len());
+        if rest[..n] != text[..n] {
+            return Err(false);
+        }
+        if rest.len() <= text.len() {
+            return Err(true);
+        }
+        Ok(&rest[text.len()..])
+    }
+    let rest = match literal(rest, br#" {"entry":"header","version":"#) {
+        Ok(rest) => rest,
+        Err(torn) => return torn,
     };
-    const START: &[u8] = br#"{"entry":"header","#;
-    let n = json.len().min(START.len());
-    json[..n] == START[..n]
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == rest.len() {
+        return true;
+    }
+    if digits == 0 {
+        return false;
+    }
+    let rest = match literal(&rest[digits..], br#","session":""#) {
+        Ok(rest) => rest,
+        Err(torn) => return torn,
+    };
+    // The session's text (escapes taken whole), then its closing `"}`.
+    let mut at = 0;
+    while at < rest.len() {
+        match rest[at] {
+            b'\\' => at += 2,
+            b'"' => return literal(&rest[at..], br#""}"#).is_err_and(|torn| torn),
+            _ => at += 1,
+        }
+    }
+    true
 }
 
 /// The instant `within` from now. A grace past any clock's reach (`Duration::MAX`, which the
