@@ -361,6 +361,14 @@ impl Registry {
         inner.live += 1;
         inner.peak_live = inner.peak_live.max(inner.live);
         inner.publish_live();
+        if let (Some(journal), false) = (inner.journal.as_ref(), prompt.is_empty()) {
+            // The resumed run's conversation as it starts, its new task included, before
+            // the `resumed` event: a crash after the event, before the run's first turn
+            // boundary, keeps the task (a new agent's is on its `spawn` line).
+            let mut start = conversation.clone();
+            start.push(Message::user(prompt.clone()));
+            journal.conversation(id, run, 0, &std::sync::Arc::from(start));
+        }
         inner.emit(id, EventKind::Resumed, now);
         Ok(StartTicket {
             id,
