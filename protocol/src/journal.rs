@@ -272,9 +272,10 @@ impl JournalEntry {
 }
 
 /// The deepest a journal line may nest (arrays and objects) to be read: a conversation line
-/// wraps each tool input in a few levels of its own, and a model's input nests at most as
-/// deep as a JSON parser reads (127), so every line this crate writes of a model's
-/// conversation is within it; a deeper line is refused before it is parsed.
+/// wraps each tool input in a few levels of its own, and the runtime keeps no input nested
+/// deeper than `ToolInput::MAX_TEXT_DEPTH` (96), so every line it writes is well within it
+/// (a line written by an older build, with an input up to a parser's 127, too); a deeper
+/// line is refused before it is parsed.
 pub(crate) const MAX_LINE_DEPTH: usize = 256;
 
 /// How deep the arrays and objects of JSON text `json` nest (its strings skipped).

@@ -137,6 +137,22 @@ impl ToolInput {
         self.as_str().starts_with('{')
     }
 
+    /// Whether the input nests deeper than [`MAX_TEXT_DEPTH`](Self::MAX_TEXT_DEPTH) (and is
+    /// kept beside its value).
+    ///
+    /// ```
+    /// use agent_tree_protocol::ToolInput;
+    /// let mut deep = serde_json::json!(1);
+    /// for _ in 0..=ToolInput::MAX_TEXT_DEPTH {
+    ///     deep = serde_json::json!([deep]);
+    /// }
+    /// assert!(ToolInput::from(deep).is_deep());
+    /// assert!(!ToolInput::from(serde_json::json!({ "a": [1] })).is_deep());
+    /// ```
+    pub fn is_deep(&self) -> bool {
+        matches!(self.0, Held::Deep { .. })
+    }
+
     /// The input of `value`: its canonical text, and the value itself only when it is
     /// nested deeper than the text can be read back (copied then, if borrowed).
     fn of(value: std::borrow::Cow<'_, serde_json::Value>) -> Self {

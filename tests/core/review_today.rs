@@ -173,12 +173,14 @@ async fn echo_tree(model: ScriptedModel, seen: Arc<Mutex<Vec<Value>>>) -> Tree {
 
 #[tokio::test(start_paused = true)]
 async fn a_user_tool_gets_the_input_the_model_gave() {
+    // Whole, up to the depth JSON parsers read back (`ToolInput::MAX_TEXT_DEPTH`); a call
+    // nested deeper is not run (`a_call_nested_past_the_text_depth_is_not_run`).
     let inputs = [
         json!({"path": "a.rs", "n": 3, "f": 0.1, "u": "\u{1F600}"}),
         json!(null),
         json!("text"),
         json!([1, 2]),
-        nested(140),
+        nested(ToolInput::MAX_TEXT_DEPTH - 1),
     ];
     let model = ScriptedModel::new().script(
         "w",
@@ -470,4 +472,38 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
             "{id}"
         );
     }
+}
+
+/// A call whose input nests past what JSON parsers read back is not run: its result is an
+/// error, and the conversation keeps a `dropped` note in its place (the conversation goes to
+/// providers and into the journal). The turn's other calls run.
+#[tokio::test(start_paused = true)]
+async fn a_call_nested_past_the_text_depth_is_not_run() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::calls([
+                Call::tool("echo", nested(ToolInput::MAX_TEXT_DEPTH + 1)),
+                Call::tool("echo", json!({"ok": 1})),
+            ]),
+            Turn::answer("done"),
+        ]),
+    );
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let tree = echo_tree(model.clone(), seen.clone()).await;
+    let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    within("the run", handle.outcome()).await;
+    assert_eq!(
+        seen.lock().clone(),
+        [json!({"ok": 1})],
+        "only the shallow call ran"
+    );
+    let second = &model.log_of(handle.id())[1].messages;
+    let call = &second[1].tool_calls[0];
+    assert!(call.input.as_str().contains("dropped"), "{call:?}");
+    let result = &second[2];
+    assert!(
+        result.is_error && result.content.contains("not run"),
+        "{result:?}"
+    );
 }

@@ -1,7 +1,9 @@
 //! Model turns: the start hooks before the first, each turn a future the agent's actor
 //! polls, and what a turn's result does to the run.
 
-use agent_tree_protocol::{AgentId, EndReason, EventKind, FinishReason, Message, Outcome};
+use agent_tree_protocol::{
+    AgentId, EndReason, EventKind, FinishReason, Message, Outcome, ToolInput,
+};
 use ractor::ActorRef;
 use std::sync::Arc;
 
@@ -348,7 +350,17 @@ impl AgentState {
         if self.token.is_cancelled() {
             return self.abort(myself);
         }
-        let calls = response.tool_calls;
+        let mut calls = response.tool_calls;
+        // An input nested past what JSON parsers read back is not kept (nor run): the
+        // conversation goes to providers and into the journal, which must read it again.
+        // (No allocation unless one is: this is every delegating turn's path.)
+        let mut too_deep = Vec::new();
+        for (index, call) in calls.iter_mut().enumerate() {
+            if call.input.is_deep() {
+                call.input = ToolInput::from(serde_json::json!({ "dropped": too_deep_text() }));
+                too_deep.push(index);
+            }
+        }
         self.conversation
             .push(Message::assistant(response.text.clone(), calls.clone()));
         if calls.is_empty() && response.finish_reason == FinishReason::Length {
@@ -401,6 +413,11 @@ impl AgentState {
         };
         let most = self.shared.config.max_tool_calls_per_turn;
         for (index, call) in calls.into_iter().enumerate() {
+            if too_deep.contains(&index) {
+                let text = serde_json::json!({ "error": too_deep_text() }).to_string();
+                self.answer_call(turn, index, text, true);
+                continue;
+            }
             if index >= most {
                 let text = format!(
                     "{{\"error\":\"too many tool calls in one turn: at most {most} run; this one \
@@ -413,6 +430,14 @@ impl AgentState {
         }
         self.after_answer(myself);
     }
+}
+
+/// Why a call whose input nests deeper than [`ToolInput::MAX_TEXT_DEPTH`] is not run.
+fn too_deep_text() -> String {
+    format!(
+        "the input nests more than {} arrays and objects deep: not run",
+        ToolInput::MAX_TEXT_DEPTH
+    )
 }
 
 /// Calls the model for one turn, retrying retryable failures by the tree's retry policy.
