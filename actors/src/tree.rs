@@ -941,7 +941,9 @@ fn torn_header(bytes: &[u8]) -> bool {
         return false;
     }
     rest = &rest[crc..];
-    // A literal: true when the bytes end inside it (or match it whole: `Some` of the rest).
+    // A literal: `Ok` with the bytes after it when they match it whole and go on;
+    // `Err(true)` when they end inside it (or right at its end); `Err(false)` when they
+    // differ from it.
     fn literal<'a>(rest: &'a [u8], text: &[u8]) -> Result<&'a [u8], bool> {
         let n = rest.len().min(text.len());
         if rest[..n] != text[..n] {
