@@ -69,7 +69,9 @@ impl ToolCall {
 /// `serde_json` writes a `Value`). Two inputs are equal when their texts are: when their
 /// values are, except that `-0.0` and `0.0` differ. An input nested deeper than a JSON
 /// parser reads back ([`MAX_TEXT_DEPTH`](Self::MAX_TEXT_DEPTH)) is kept as its value too,
-/// so every input a model or a tool builds in code survives whole.
+/// so every input a model or a tool builds in code survives whole. (An agent does not run a
+/// model's call with such an input, nor keep it in its conversation: see
+/// [`is_deep`](Self::is_deep).)
 ///
 /// ```
 /// use agent_tree_protocol::ToolInput;
@@ -138,7 +140,9 @@ impl ToolInput {
     }
 
     /// Whether the input nests deeper than [`MAX_TEXT_DEPTH`](Self::MAX_TEXT_DEPTH) (and is
-    /// kept beside its value).
+    /// kept beside its value). An agent answers a model's call with such an input with an
+    /// error and keeps `{"dropped": ...}` in its place: its conversation goes to providers
+    /// and into the journal, whose readers stop at about 128 levels.
     ///
     /// ```
     /// use agent_tree_protocol::ToolInput;
