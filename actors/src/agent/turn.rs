@@ -245,9 +245,7 @@ impl AgentState {
             return;
         };
         if let TurnResult::Response(response) = &result {
-            if !response.text.is_empty() {
-                self.last_text.clone_from(&response.text);
-            }
+            keep_text(&mut self.last_text, &response.text);
         }
         in_flight.ready = Some(Box::new(result));
         in_flight.waker.scheduled.store(true, Ordering::Release);
@@ -342,11 +340,7 @@ impl AgentState {
             }
             TurnResult::Response(response) => response,
         };
-        // Kept first: a run aborted before it acts on the response (the token was cancelled
-        // while the response was on its way) keeps its text as partial output.
-        if !response.text.is_empty() {
-            self.last_text.clone_from(&response.text);
-        }
+        keep_text(&mut self.last_text, &response.text);
         if self.token.is_cancelled() {
             return self.abort(myself);
         }
@@ -429,6 +423,16 @@ impl AgentState {
             self.dispatch(myself, turn, index, call).await;
         }
         self.after_answer(myself);
+    }
+}
+
+/// A response's text, kept as the run's last text before the agent acts on it: a run
+/// aborted before then (the token was cancelled while the response was on its way) keeps it
+/// as partial output. An empty text keeps the one before.
+fn keep_text(last_text: &mut String, text: &str) {
+    if !text.is_empty() {
+        last_text.clear();
+        last_text.push_str(text);
     }
 }
 
