@@ -304,6 +304,76 @@ fn nesting(json: &str) -> usize {
     deepest
 }
 
+/// Whether `bytes` (a whole file without a newline) can be what a crash left of a journal's
+/// header line: zeros (space allocated, never written), or a prefix of
+/// `<crc32 in lower-case hex> {"entry":"header","version":<digits>,"session":"<text>"}`, the
+/// one line a new journal starts with ([`JournalEntry::to_line`] of a header). Anything
+/// else is some other file, which a tree opening it refuses instead of wiping it.
+///
+/// ```
+/// use agent_tree_protocol::{torn_header, JournalEntry, SessionId, JOURNAL_VERSION};
+/// let header = JournalEntry::Header { version: JOURNAL_VERSION, session: SessionId::new("s1") };
+/// let line = header.to_line();
+/// for cut in 1..line.len() {
+///     assert!(torn_header(&line.as_bytes()[..cut]));
+/// }
+/// assert!(torn_header(&[0, 0, 0]));
+/// assert!(!torn_header(b"DEADBEEF"));
+/// assert!(!torn_header(br#"0123abcd {"entry":"header","note":"mine"}"#));
+/// ```
+pub fn torn_header(bytes: &[u8]) -> bool {
+    if bytes.iter().all(|&b| b == 0) {
+        return true;
+    }
+    // The line's parts in order: each literal is matched as far as the bytes go, and the
+    // bytes may end anywhere.
+    let mut rest = bytes;
+    let lower_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    let crc = rest.iter().take(8).take_while(|b| lower_hex(b)).count();
+    if crc < rest.len().min(8) {
+        return false;
+    }
+    rest = &rest[crc..];
+    // A literal: `Ok` with the bytes after it when they match it whole and go on;
+    // `Err(true)` when they end inside it (or right at its end); `Err(false)` when they
+    // differ from it.
+    fn literal<'a>(rest: &'a [u8], text: &[u8]) -> Result<&'a [u8], bool> {
+        let n = rest.len().min(text.len());
+        if rest[..n] != text[..n] {
+            return Err(false);
+        }
+        if rest.len() <= text.len() {
+            return Err(true);
+        }
+        Ok(&rest[text.len()..])
+    }
+    let rest = match literal(rest, br#" {"entry":"header","version":"#) {
+        Ok(rest) => rest,
+        Err(torn) => return torn,
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == rest.len() {
+        return true;
+    }
+    if digits == 0 {
+        return false;
+    }
+    let rest = match literal(&rest[digits..], br#","session":""#) {
+        Ok(rest) => rest,
+        Err(torn) => return torn,
+    };
+    // The session's text (escapes taken whole), then its closing `"}`.
+    let mut at = 0;
+    while at < rest.len() {
+        match rest[at] {
+            b'\\' => at += 2,
+            b'"' => return literal(&rest[at..], br#""}"#).is_err_and(|torn| torn),
+            _ => at += 1,
+        }
+    }
+    true
+}
+
 /// Why one line does not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

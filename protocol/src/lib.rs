@@ -42,7 +42,7 @@ pub use fold::{Fold, FoldError, RecordStore, apply, apply_owned};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
     JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, assemble_conversation,
-    crc32, definition_hash, replay,
+    crc32, definition_hash, replay, torn_header,
 };
 pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolInput, ToolSpec};
 pub use outcome::{EndReason, Outcome};
