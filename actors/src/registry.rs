@@ -594,6 +594,13 @@ impl Inner {
         }
     }
 
+    /// Whether run `run` is `id`'s current run and has not settled: what may still be
+    /// recorded of it (its usage, its text, its question).
+    fn run_is_on(&self, id: AgentId, run: u32) -> bool {
+        self.entry(id).is_some_and(|e| e.runs == run)
+            && self.status_of(id).is_some_and(|s| !s.is_terminal())
+    }
+
     /// Whether anyone but the records reads the events: a subscriber or the journal.
     fn listened(&self) -> bool {
         !self.subscribers.is_empty() || self.journal.is_some()

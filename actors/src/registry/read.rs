@@ -310,10 +310,10 @@ impl Registry {
         if delta == Usage::default() {
             return delta;
         }
-        let (Some(entry), Some(status)) = (inner.entry(id), inner.status_of(id)) else {
+        if inner.status_of(id).is_none() {
             return delta;
-        };
-        if entry.runs != run || status.is_terminal() {
+        }
+        if !inner.run_is_on(id, run) {
             drop(inner);
             tracing::warn!(agent = %id, run, ?delta, "usage of a turn that returned after its run settled is dropped");
             return delta;
@@ -370,9 +370,7 @@ impl Registry {
     ) -> Option<Option<ractor::ActorCell>> {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let current = inner.entry(id).is_some_and(|e| e.runs == run)
-            && inner.status_of(id).is_some_and(|s| !s.is_terminal());
-        if !current {
+        if !inner.run_is_on(id, run) {
             return None;
         }
         inner.emit(id, EventKind::Asked { question }, now);
@@ -388,9 +386,7 @@ impl Registry {
     pub(crate) fn announce_run(&self, id: AgentId, run: u32, kind: EventKind) {
         let now = self.now_ms();
         let mut inner = self.lock();
-        let current = inner.entry(id).is_some_and(|e| e.runs == run)
-            && inner.status_of(id).is_some_and(|s| !s.is_terminal());
-        if current {
+        if inner.run_is_on(id, run) {
             inner.emit(id, kind, now);
         }
     }
