@@ -8,3 +8,4 @@ mod support;
 mod supervision_intensity_window;
 mod supervision_restart_matrix;
 mod supervision_strategy_escalation;
+mod review25;

@@ -1,0 +1,313 @@
+//! Review 25: supervision and restart semantics (restarts against resumes, the pool, kills,
+//! shutdowns and waits; the test kit's fault plans). Each `review25_*` test that is not marked
+//! a guard fails today for the defect its comment names; guards pass and hold risky areas.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::protocol::{EventKind, RestartPolicy};
+use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn};
+
+use crate::support::harness::{GUARD, tree};
+use crate::support::lifetimes::{hanging, ms};
+use crate::support::races::{REAL_GUARD, bounded, yields};
+use crate::support::{catalog, leaf, within};
+
+/// Defect: the test kit's `FaultyModel::only_in_run(1)` ("limits the fault added last to run
+/// `run` of each agent (1 for the first)") also fires in an agent's second run when that run
+/// is a resume: "fails once, then recovers" fails again after `Tree::resume`.
+///
+/// docs/semantics.md, The registry is the authority: "Only an explicit new run reopens a
+/// record: a supervisor's restart (a new incarnation) or an owner's resume; each is announced
+/// (`restarted`, `resumed`) and counted in the agent's runs." `ModelRequest::incarnation`'s
+/// rustdoc says it is "Which run of the agent (1 for the first)".
+///
+/// Cause: `ModelRequest::incarnation` is filled from the record's incarnation (restarts only,
+/// `AgentState::new` / `Registry::reopen` in `registry/admit.rs` keeps it on a resume), and
+/// `Fault::applies` (`testkit/faults.rs`) compares `only_in_run` with it, so a resumed run is
+/// "run 1" again.
+#[tokio::test(start_paused = true)]
+async fn review25_only_in_run_does_not_fire_in_a_resumed_second_run() {
+    let scripted = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("first run"), Turn::answer("second run")]),
+    );
+    let model = FaultyModel::new(scripted)
+        .fail_at_turn(1, ModelError::new("injected"))
+        .only_in_run(1);
+    let tree = tree(model, catalog([leaf("w")]), TreeConfig::default()).await;
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let first = within("w's first run", w.outcome()).await;
+    assert_eq!(first.status, AgentStatus::Failed, "run 1 gets the fault");
+    let mut resumed = tree.resume(w.id(), "try again").await.expect("resumable");
+    let second = within("w's resumed run", resumed.outcome()).await;
+    assert_eq!(
+        second.status,
+        AgentStatus::Completed,
+        "the fault limited to run 1 fired in run 2 (a resume): {second:?}"
+    );
+    tree.shutdown().await;
+}
+
+/// Guard: a top-level background agent restarted by the root keeps its one pool slot across
+/// the restart: with `max_concurrent` 1 the agent queued behind it starts only once the
+/// restarted agent's exit is final, never while the restart runs.
+#[tokio::test(start_paused = true)]
+async fn review25_guard_a_restarted_pooled_agent_keeps_its_slot() {
+    let model = ScriptedModel::new()
+        .script(
+            "flaky",
+            Script::new([
+                Turn::fail("boom").after(ms(100)),
+                Turn::answer("recovered").after(ms(100)),
+            ]),
+        )
+        .script("next", Script::new([Turn::answer("ok")]));
+    let mut config = TreeConfig::default();
+    config.max_concurrent = 1;
+    let tree = tree(
+        model,
+        catalog([
+            leaf("flaky").with_restart(RestartPolicy::Transient),
+            leaf("next"),
+        ]),
+        config,
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let flaky = tree
+        .spawn(SpawnRequest::new("flaky", "go").background())
+        .await
+        .unwrap();
+    let next = tree
+        .spawn(SpawnRequest::new("next", "go").background())
+        .await
+        .unwrap();
+    let outcomes = within(
+        "both",
+        tree.wait(&[flaky.id(), next.id()], WaitPolicy::AllSettled),
+    )
+    .await;
+    assert!(
+        outcomes.iter().all(|o| o.status == AgentStatus::Completed),
+        "{outcomes:?}"
+    );
+    let events = events.drain();
+    let flaky_done = events
+        .iter()
+        .position(|e| e.agent == flaky.id() && matches!(e.kind, EventKind::Completed { .. }))
+        .expect("flaky completed");
+    let next_started = events
+        .iter()
+        .position(|e| e.agent == next.id() && matches!(e.kind, EventKind::Dequeued))
+        .expect("next dequeued");
+    assert!(
+        next_started > flaky_done,
+        "next took the pool slot while flaky was restarting: {:#?}",
+        events
+    );
+    tree.shutdown().await;
+}
+
+/// Guard: `Tree::wait` with `fail_fast` over an agent that fails and is restarted does not
+/// see the restarted failure as an outcome (it is not final): the rest of the set is not
+/// aborted, and both complete.
+#[tokio::test(start_paused = true)]
+async fn review25_guard_fail_fast_wait_spans_a_restart() {
+    let model = ScriptedModel::new()
+        .script(
+            "flaky",
+            Script::new([
+                Turn::fail("boom").after(ms(10)),
+                Turn::answer("recovered").after(ms(10)),
+            ]),
+        )
+        .script("slow", Script::new([Turn::answer("slow ok").after(ms(500))]));
+    let tree = tree(
+        model,
+        catalog([
+            leaf("flaky").with_restart(RestartPolicy::Transient),
+            leaf("slow"),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    let flaky = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
+    let slow = tree.spawn(SpawnRequest::new("slow", "go")).await.unwrap();
+    let outcomes = within(
+        "the set",
+        tree.wait(&[flaky.id(), slow.id()], WaitPolicy::FailFast),
+    )
+    .await;
+    assert_eq!(
+        outcomes.iter().map(|o| o.status).collect::<Vec<_>>(),
+        vec![AgentStatus::Completed, AgentStatus::Completed],
+        "{outcomes:?}"
+    );
+    tree.shutdown().await;
+}
+
+/// After the root escalated, no top-level agent is admitted.
+#[tokio::test(start_paused = true)]
+async fn review25_probe_spawn_after_root_escalation_is_refused() {
+    let model = ScriptedModel::new()
+        .script("forever", Script::new((0..10).map(|_| Turn::answer("done").after(ms(10)))))
+        .script("late", Script::new([Turn::answer("late")]));
+    let tree = tree(
+        model,
+        catalog([
+            leaf("forever").with_restart(RestartPolicy::Permanent),
+            leaf("late"),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut h = tree.spawn(SpawnRequest::new("forever", "go")).await.unwrap();
+    let out = within("forever", h.outcome()).await;
+    assert_eq!(out.status, AgentStatus::Completed);
+    let root = tree.record(AgentId::ROOT).unwrap();
+    assert_eq!(root.status, AgentStatus::Failed, "{root:?}");
+    let late = tree.spawn(SpawnRequest::new("late", "go")).await;
+    assert!(late.is_err(), "admitted under a failed root: {late:?}");
+    tree.shutdown().await;
+}
+
+/// A `Tree::kill` of a transient top-level agent racing `Tree::shutdown`, on worker threads:
+/// "Nothing restarts during a shutdown" — no `restarted` event follows the root's
+/// `completing`, the agent is reported once, and nothing of it is alive afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review25_kill_racing_shutdown_restarts_nothing_mt() {
+    for i in 0..80u64 {
+        let model = ScriptedModel::new().script("w", hanging(50));
+        let mut config = TreeConfig::default();
+        config.root_max_restarts = 100;
+        let tree = Arc::new(
+            tree(
+                model,
+                catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
+                config,
+            )
+            .await,
+        );
+        let mut events = tree.subscribe();
+        let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        let id = w.id();
+        loop {
+            let e = bounded(REAL_GUARD, "w started", events.next()).await.unwrap();
+            if e.agent == id && matches!(e.kind, EventKind::Started { .. }) {
+                break;
+            }
+        }
+        let killer = {
+            let tree = tree.clone();
+            tokio::spawn(async move {
+                yields(i % 9).await;
+                let _ = tree.kill(id);
+            })
+        };
+        yields(i % 4).await;
+        let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+        killer.await.unwrap();
+        let all = events.drain();
+        let completing = all
+            .iter()
+            .position(|e| e.agent == AgentId::ROOT && matches!(e.kind, EventKind::Completing))
+            .expect("the root's completing");
+        let late: Vec<_> = all[completing..]
+            .iter()
+            .filter(|e| e.agent == id && matches!(e.kind, EventKind::Restarted { .. }))
+            .collect();
+        assert!(late.is_empty(), "iteration {i}: restarted after the shutdown began: {all:#?}");
+        let record = tree.record(id).unwrap();
+        assert!(record.status.is_terminal(), "iteration {i}: {record:?}");
+        assert!(tree.alive_actors().is_empty(), "iteration {i}: {:?}", tree.alive_actors());
+        let listed = report.graceful.iter().chain(&report.killed).filter(|&&a| a == id).count();
+        assert_eq!(listed, 1, "iteration {i}: {report:?}");
+        let _ = GUARD;
+        let _: Duration = ms(0);
+    }
+}
+
+/// Defect: an owner keeps a restarted child's earlier run's question open. `kid` (a2,
+/// transient) asks `boss` a question; before the boss answers, the application kills the kid
+/// (Erlang's `exit(Pid, kill)`), and the boss restarts it. The new run asks nothing and
+/// answers after 2 s. The boss's next `get_subagent_result {wait: true}` on it must wait for
+/// that answer; it is answered at once `{"status": "asking", "question": ...}` with the dead
+/// run's question, and so is every later wait until the boss steers the restarted kid (which
+/// then gets a steer answering a question it never asked).
+///
+/// docs/semantics.md, Control: "If the owner is waiting on that child, the wait is answered
+/// at once with `{"status": "asking", ...}` ... A wait the owner starts later on a child whose
+/// question is still open is answered `asking` at once too." The restarted run has no open
+/// question; Supervision restarts: a restart re-runs the original request "(a fresh
+/// conversation...)". An owner's view of a child's run is keyed by its run ("The owner's
+/// child table keys every end by the child's run").
+///
+/// Cause: `AgentState::open_questions` (`agent/questions.rs`, `on_asked`) is cleared only by
+/// the owner's steer (`orchestration.rs`, `steer`) or the owner's own end (`end_run`), never
+/// when the asking child's run ends (`on_child_ended` / `apply_supervision`'s `Restarted`), so
+/// `asking_among` (`orchestration.rs`) answers waits on the restarted run with it.
+#[tokio::test(start_paused = true)]
+async fn review25_a_restarted_childs_old_question_does_not_answer_waits() {
+    use agent_tree::testkit::{Call, Target};
+
+    use crate::support::{RecordingModel, ask, delegator};
+
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::calls([Call::spawn_background("kid", "work")]),
+                // Answered `asking` (the kid's question, correct).
+                Turn::calls([Call::result(Target::Spawned(0))]),
+                // By now the kid was killed and restarted: this wait is on its new run.
+                Turn::calls([Call::result(Target::Spawned(0))]).after(ms(1_000)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "kid",
+            Script::new([
+                Turn::calls([ask("which colour?")]),
+                Turn::answer("kid done").after(ms(2_000)),
+            ]),
+        );
+    let recorder = RecordingModel::new(scripted);
+    let tree = tree(
+        recorder.clone(),
+        catalog([
+            delegator("boss", &["kid"]),
+            leaf("kid").with_restart(RestartPolicy::Transient),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    let mut events = tree.subscribe();
+    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+    let kid = loop {
+        let e = within("the kid's question", events.next()).await.unwrap();
+        if matches!(e.kind, EventKind::Asked { .. }) {
+            break e.agent;
+        }
+    };
+    tokio::time::sleep(ms(500)).await;
+    tree.kill(kid).expect("the kid's actor runs");
+    let out = within("boss", boss.outcome()).await;
+    assert_eq!(out.status, AgentStatus::Completed, "{out:?}");
+    assert_eq!(
+        tree.record(kid).unwrap().incarnation,
+        2,
+        "the kid was restarted once"
+    );
+    let calls = recorder.calls_of(boss.id());
+    assert_eq!(calls.len(), 4, "boss's turns");
+    let third_wait = &calls[3].results;
+    let value: serde_json::Value =
+        serde_json::from_str(&third_wait.last().expect("a result").content).unwrap();
+    assert_eq!(
+        value["status"], "completed",
+        "the wait on the restarted kid was answered with its dead run's question: {value}"
+    );
+    tree.shutdown().await;
+}
