@@ -40,3 +40,4 @@ mod tree_depth_parent;
 mod trial_issue10;
 mod usage_before_settle;
 mod usage_random_trees;
+mod review26;
