@@ -353,39 +353,90 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
     }
 }
 
-/// `text` with the value of each `key: <integer>` line whose integer no YAML value holds
-/// (past `u64` or below `i64`) quoted: a YAML value cannot be built from it, so the whole
-/// file would be refused as invalid YAML, while as text it is its field's error ("expected
-/// a positive integer, found ...") beside the file's other field errors.
+/// `text` with each integer value no YAML value holds (past `u64` or below `i64`) quoted,
+/// on a `key: <integer>` line or a `- <integer>` list item, a trailing `# comment` kept: a
+/// YAML value cannot be built from it, so the whole file would be refused as invalid YAML,
+/// while as text it is its field's error ("expected a positive integer, found ...") beside
+/// the file's other field errors. The lines of a block scalar (`description: |`) are its
+/// text, kept as written.
 fn quote_huge_integers(text: &str) -> std::borrow::Cow<'_, str> {
-    let huge = |value: &str| {
-        let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
-        !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-            && value.parse::<i64>().is_err()
-            && value.parse::<u64>().is_err()
-    };
-    let quoted = |line: &str| -> Option<String> {
-        let (key, value) = line.split_once(": ")?;
-        let value = value.trim();
-        huge(value).then(|| format!("{key}: \"{value}\""))
-    };
-    if !text.lines().any(|line| quoted(line).is_some()) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
+    let mut out = String::new();
+    let mut changed = false;
+    // The indent of the line that opened the block scalar being read, if any: its text is
+    // the lines indented further (and blank ones).
+    let mut block: Option<usize> = None;
     for line in text.split_inclusive('\n') {
-        let (body, end) = match line.strip_suffix('\n') {
-            Some(body) => (body, "\n"),
-            None => (line, ""),
-        };
-        match quoted(body) {
-            Some(q) => out.push_str(&q),
-            None => out.push_str(body),
+        let body = line.trim_end_matches(['\n', '\r']);
+        let end = &line[body.len()..];
+        let indent = body.len() - body.trim_start_matches(' ').len();
+        if let Some(opened) = block {
+            if body.trim().is_empty() || indent > opened {
+                out.push_str(line);
+                continue;
+            }
+            block = None;
         }
-        out.push_str(end);
+        let (value_at, value) = scalar_value(body);
+        if is_block_indicator(value) {
+            block = Some(indent);
+        }
+        if huge_integer(value) {
+            changed = true;
+            out.push_str(&body[..value_at]);
+            out.push('"');
+            out.push_str(value);
+            out.push('"');
+            out.push_str(&body[value_at + value.len()..]);
+            out.push_str(end);
+        } else {
+            out.push_str(line);
+        }
     }
-    std::borrow::Cow::Owned(out)
+    if changed {
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// The plain value of a `key: value` line or a `- value` list item (`- key: value` too),
+/// without its trailing `# comment`, and its byte offset in `line`. For any other line, the
+/// line's text (which is no integer).
+fn scalar_value(line: &str) -> (usize, &str) {
+    let mut rest = line.trim_start_matches(' ');
+    if let Some(item) = rest.strip_prefix("- ") {
+        rest = item.trim_start_matches(' ');
+    }
+    // A key's value follows its `: ` (the key itself is plain: no quote, no comment).
+    if let Some((key, value)) = rest.split_once(": ") {
+        if !key.contains(['"', '\'', '#']) {
+            rest = value;
+        }
+    }
+    let rest = rest.trim_start_matches(' ');
+    let value = match rest.find(" #") {
+        Some(comment) => &rest[..comment],
+        None => rest,
+    }
+    .trim_end();
+    (line.len() - rest.len(), value)
+}
+
+/// Whether `value` opens a block scalar: `|` or `>`, with an optional chomping (`+`, `-`)
+/// and indentation indicator.
+fn is_block_indicator(value: &str) -> bool {
+    value
+        .strip_prefix(['|', '>'])
+        .is_some_and(|rest| rest.bytes().all(|b| matches!(b, b'+' | b'-' | b'1'..=b'9')))
+}
+
+/// Whether `value` is an integer no YAML value holds: past `u64`, or below `i64`.
+fn huge_integer(value: &str) -> bool {
+    let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && value.parse::<i64>().is_err()
+        && value.parse::<u64>().is_err()
 }
 
 /// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
@@ -652,6 +703,49 @@ pub(super) mod tests {
 
     // The `pub(in crate::catalog)` helpers below are shared with the field table's tests,
     // which read each value through a whole file's text, as a loader does.
+
+    #[test]
+    fn huge_integers_are_quoted_where_they_are_values_and_nowhere_else() {
+        let huge = "123456789012345678901234567890";
+        let cases = [
+            (format!("max_turns: {huge}\n"), format!("max_turns: \"{huge}\"\n")),
+            (
+                format!("max_turns: {huge} # many\r\n"),
+                format!("max_turns: \"{huge}\" # many\r\n"),
+            ),
+            (
+                format!("tools:\n  - {huge}\n  - -{huge}\n"),
+                format!("tools:\n  - \"{huge}\"\n  - \"-{huge}\"\n"),
+            ),
+            // A block scalar's lines are its text, until a line indented no further than
+            // the key that opened it.
+            (
+                format!("description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: {huge}\n"),
+                format!(
+                    "description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: \"{huge}\"\n"
+                ),
+            ),
+            (
+                format!("description: >\n  {huge}\n"),
+                format!("description: >\n  {huge}\n"),
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(quote_huge_integers(&text), expected, "{text:?}");
+        }
+        // Values YAML holds, quoted ones and comments are left alone, and not copied.
+        for text in [
+            "max_turns: 18446744073709551615\n",
+            "max_turns: -9223372036854775808\n",
+            "name: \"123456789012345678901234567890\"\n",
+            "# 123456789012345678901234567890\n",
+        ] {
+            assert!(
+                matches!(quote_huge_integers(text), std::borrow::Cow::Borrowed(_)),
+                "{text:?}"
+            );
+        }
+    }
 
     const FILE: &str = "agents/tester.md";
 
