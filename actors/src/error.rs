@@ -271,7 +271,7 @@ impl ModelError {
     /// use agent_tree_protocol::ModelErrorKind;
     /// let err = ModelError::from_status(503, "x".repeat(10_000));
     /// assert_eq!((err.kind, err.status), (ModelErrorKind::Transient, Some(503)));
-    /// assert!(err.message.len() <= ModelError::MAX_MESSAGE + 3);
+    /// assert!(err.message.len() <= ModelError::MAX_MESSAGE);
     /// ```
     pub fn from_status(status: u16, body: impl Into<String>) -> Self {
         let mut body = body.into();
@@ -338,15 +338,17 @@ impl ModelError {
     }
 }
 
-/// Cuts `text` to at most `max` bytes at a character boundary, marking the cut with `...`.
+/// Cuts `text` to at most `max` bytes at a character boundary, marking the cut with `...`
+/// (which the `max` bytes include).
 pub(crate) fn cut_to(text: &mut String, max: usize) {
+    const MARK: &str = "...";
     if text.len() > max {
-        let mut end = max;
+        let mut end = max.saturating_sub(MARK.len());
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         text.truncate(end);
-        text.push_str("...");
+        text.push_str(MARK);
     }
 }
 
@@ -383,4 +385,26 @@ pub enum TreeError {
     /// The journal cannot be read, recovered or opened for writing.
     #[error(transparent)]
     Journal(#[from] crate::journal::JournalError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_to;
+
+    #[test]
+    fn a_cut_text_with_its_mark_stays_within_the_bound() {
+        for max in [0, 2, 3, 4, 64, 512] {
+            for text in ["a".repeat(600), "é".repeat(300), "x".repeat(max)] {
+                let mut cut = text.clone();
+                cut_to(&mut cut, max);
+                if text.len() <= max {
+                    assert_eq!(cut, text, "a text within the bound is kept whole");
+                } else {
+                    assert!(cut.len() <= max.max(3), "{max}: {} bytes", cut.len());
+                    assert!(cut.ends_with("..."), "{max}: {cut:?}");
+                    assert!(text.starts_with(cut.trim_end_matches("...")));
+                }
+            }
+        }
+    }
 }

@@ -32,6 +32,16 @@ impl Registry {
         text: String,
         config: &crate::config::TreeConfig,
     ) -> Result<SteerRoute, ControlError> {
+        let mut inner = self.lock();
+        let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
+        inner.refuse_mirrored(id)?;
+        let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
+        // A live agent whose run has ended refuses the steer itself (its actor answers).
+        if status.is_terminal() {
+            return Err(ControlError::WrongStatus(id, status));
+        }
+        // The text is judged only for an agent that could read it: an unknown id is not
+        // yours, and a settled agent's status says why, whatever the text.
         if text.trim().is_empty() {
             return Err(ControlError::EmptySteer(id));
         }
@@ -41,14 +51,6 @@ impl Registry {
                 bytes: text.len(),
                 limit: config.max_steer_bytes,
             });
-        }
-        let mut inner = self.lock();
-        let status = inner.status_of(id).ok_or(ControlError::NotYours(id))?;
-        inner.refuse_mirrored(id)?;
-        let entry = inner.entry_mut(id).ok_or(ControlError::NotYours(id))?;
-        // A live agent whose run has ended refuses the steer itself (its actor answers).
-        if status.is_terminal() {
-            return Err(ControlError::WrongStatus(id, status));
         }
         if entry.steers >= config.max_steers_per_run {
             return Err(ControlError::TooManySteers {
