@@ -31,8 +31,11 @@ pub struct ModelRequest {
     pub definition: Arc<AgentDefinition>,
     /// Its depth.
     pub depth: u32,
-    /// Which run of the agent (1 for the first).
+    /// Which incarnation of the agent (1 for the first): a supervisor's restart counts up,
+    /// an owner's resume keeps it (it continues the same conversation).
     pub incarnation: u32,
+    /// Which run of the agent (1 for the first): each restart and each resume counts up.
+    pub run: u32,
     /// The turn's number within this run, from 1.
     pub turn: u32,
     /// The conversation so far (task, assistant turns, tool results, steers).
@@ -77,6 +80,7 @@ impl ModelRequest {
             definition,
             depth: 1,
             incarnation: 1,
+            run: 1,
             turn: 1,
             messages: Arc::from([]),
             tools: Arc::from([]),
@@ -90,7 +94,8 @@ impl ModelRequest {
         self
     }
 
-    /// The same request as turn `turn` of run `incarnation`.
+    /// The same request as turn `turn` of incarnation `incarnation`, in its run of the same
+    /// number (a run no resume made; [`ModelRequest::with_run`] sets another).
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -100,12 +105,29 @@ impl ModelRequest {
     ///     .with_depth(2)
     ///     .with_turn(2, 4)
     ///     .with_messages(vec![Message::user("go")]);
-    /// assert_eq!((request.depth, request.incarnation, request.turn), (2, 2, 4));
+    /// assert_eq!((request.depth, request.incarnation, request.run, request.turn), (2, 2, 2, 4));
     /// assert_eq!(request.messages.len(), 1);
     /// ```
     pub fn with_turn(mut self, incarnation: u32, turn: u32) -> Self {
         self.incarnation = incarnation;
+        self.run = incarnation;
         self.turn = turn;
+        self
+    }
+
+    /// The same request in run `run` (a resume counts a run up, not the incarnation).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_tree_actors::ModelRequest;
+    /// # use agent_tree_protocol::{AgentDefinition, AgentId};
+    /// // Resumed once after its first incarnation.
+    /// let request = ModelRequest::new(AgentId::new(3), Arc::new(AgentDefinition::new("w", "")))
+    ///     .with_run(2);
+    /// assert_eq!((request.incarnation, request.run), (1, 2));
+    /// ```
+    pub fn with_run(mut self, run: u32) -> Self {
+        self.run = run;
         self
     }
 

@@ -140,6 +140,7 @@ impl AgentState {
             definition: self.definition.clone(),
             depth: self.depth,
             incarnation: self.incarnation,
+            run,
             turn,
             messages,
             tools: self.offer.specs.clone(),

@@ -115,7 +115,7 @@ impl ChildProbe {
     pub async fn expect_spawn(&mut self) -> SpawnedChild {
         let turn = self.handle.expect_turn().await;
         let first = turn.turn() == 1;
-        if !first || !self.started.insert((turn.agent(), turn.incarnation())) {
+        if !first || !self.started.insert((turn.agent(), turn.run())) {
             let what = turn.describe();
             turn.answer(ModelResponse::text(""));
             let retry = if first { "a retry of " } else { "" };
@@ -132,7 +132,7 @@ impl ChildProbe {
     pub async fn expect_turn(&mut self) -> PendingTurn {
         let turn = self.handle.expect_turn().await;
         if turn.turn() == 1 {
-            self.started.insert((turn.agent(), turn.incarnation()));
+            self.started.insert((turn.agent(), turn.run()));
         }
         turn
     }
@@ -174,9 +174,14 @@ impl SpawnedChild {
         self.turn.depth()
     }
 
-    /// Which run (1 for a new child).
+    /// Which incarnation (1 for a new child; a restart counts up).
     pub fn incarnation(&self) -> u32 {
         self.turn.incarnation()
+    }
+
+    /// Which run (1 for a new child; a restart or a resume counts up).
+    pub fn run(&self) -> u32 {
+        self.turn.run()
     }
 
     /// The task it was given. The conversation of a first turn is an inherited context or a

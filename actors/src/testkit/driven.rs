@@ -234,10 +234,10 @@ impl Drop for ModelHandle {
 /// One model call, waiting for the test's answer.
 ///
 /// Inspect it ([`agent`](Self::agent), [`agent_type`](Self::agent_type),
-/// [`depth`](Self::depth), [`incarnation`](Self::incarnation), [`turn`](Self::turn),
-/// [`messages`](Self::messages), [`tool_names`](Self::tool_names), or the whole
-/// [`request`](Self::request)), then answer it once: text, tool calls, an error of any kind,
-/// a hang, a panic. Dropping it unanswered fails the test.
+/// [`depth`](Self::depth), [`incarnation`](Self::incarnation), [`run`](Self::run),
+/// [`turn`](Self::turn), [`messages`](Self::messages), [`tool_names`](Self::tool_names), or
+/// the whole [`request`](Self::request)), then answer it once: text, tool calls, an error of
+/// any kind, a hang, a panic. Dropping it unanswered fails the test.
 pub struct PendingTurn {
     request: ModelRequest,
     reply: Option<oneshot::Sender<Reply>>,
@@ -265,9 +265,15 @@ impl PendingTurn {
         self.request.depth
     }
 
-    /// Which run of the agent (1 for the first).
+    /// Which incarnation of the agent (1 for the first; restarts count up, a resume keeps
+    /// it).
     pub fn incarnation(&self) -> u32 {
         self.request.incarnation
+    }
+
+    /// Which run of the agent (1 for the first; restarts and resumes count up).
+    pub fn run(&self) -> u32 {
+        self.request.run
     }
 
     /// The turn within the run, from 1.
@@ -301,7 +307,7 @@ impl PendingTurn {
             "{} ({}) run {} turn {}",
             self.agent(),
             self.agent_type(),
-            self.incarnation(),
+            self.run(),
             self.turn()
         )
     }

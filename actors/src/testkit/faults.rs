@@ -62,7 +62,7 @@ impl Fault {
         {
             return false;
         }
-        if self.run.is_some_and(|run| run != request.incarnation) {
+        if self.run.is_some_and(|run| run != request.run) {
             return false;
         }
         match self.when {
@@ -71,7 +71,7 @@ impl Fault {
             When::Probability { p, seed } => {
                 let draw = splitmix64(
                     seed ^ request.agent.get().rotate_left(21)
-                        ^ (u64::from(request.incarnation) << 40)
+                        ^ (u64::from(request.run) << 40)
                         ^ (u64::from(attempt - 1) << 56)
                         ^ u64::from(request.turn),
                 );
@@ -191,7 +191,7 @@ impl<M: Model> Model for FaultyModel<M> {
         let attempt = {
             let mut attempts = self.attempts.lock();
             let n = attempts
-                .entry((request.agent, request.incarnation, request.turn))
+                .entry((request.agent, request.run, request.turn))
                 .or_insert(0);
             *n += 1;
             *n

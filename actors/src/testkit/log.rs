@@ -36,8 +36,10 @@ pub struct ModelCall {
     pub agent_type: String,
     /// Its depth.
     pub depth: u32,
-    /// Which run of the agent.
+    /// Which incarnation of the agent (restarts count up; a resume keeps it).
     pub incarnation: u32,
+    /// Which run of the agent (1 for the first; restarts and resumes count up).
+    pub run: u32,
     /// The turn number within its run.
     pub turn: u32,
     /// The agent's definition (shared with the request).
@@ -207,7 +209,7 @@ impl CallLog {
                 .map(|c| {
                     format!(
                         "{} ({}) run {} turn {} {:?}",
-                        c.agent, c.agent_type, c.incarnation, c.turn, c.end
+                        c.agent, c.agent_type, c.run, c.turn, c.end
                     )
                 })
                 .collect();
@@ -260,6 +262,7 @@ impl CallLog {
                 agent_type: request.agent_type().to_owned(),
                 depth: request.depth,
                 incarnation: request.incarnation,
+                run: request.run,
                 turn: request.turn,
                 definition: request.definition.clone(),
                 messages: request.messages.clone(),
