@@ -273,6 +273,9 @@ impl AgentState {
             // An end already handled.
             _ => return,
         }
+        // A question the ended run asked is nobody's now: a wait on a later run of the child
+        // (a restart or a resume) is not answered with it, and no steer answers it.
+        self.open_questions.remove(&child);
         let active = self.supervisor.as_ref().is_some_and(|s| s.is_active());
         if deferred || active {
             let closing = self.phase.run_over() || self.token.is_cancelled();
