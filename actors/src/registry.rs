@@ -260,8 +260,13 @@ struct Entry {
     runs: u32,
     /// Steers routed to this run, against `max_steers_per_run`.
     steers: u32,
-    /// Steers sent before its session existed, handed to its actor when it starts.
+    /// Steers sent before its session existed, handed to its actor when it starts; after a
+    /// run ended, the steers it had receipted `delivered` and never read (`unread_kept`).
     pending_steers: Vec<String>,
+    /// `pending_steers` holds an ended run's unread steers ([`Registry::keep_unread_steers`]):
+    /// a restart's first turn reads them; a resume drops them, as the conversation it
+    /// continues holds them.
+    unread_kept: bool,
     /// Its conversation, for resume.
     conversation: ConversationCell,
     /// Its settled conversation was dropped from memory: the journal holds it, and a resume
@@ -330,6 +335,7 @@ impl Entry {
             runs: 1,
             steers: 0,
             pending_steers: Vec::new(),
+            unread_kept: false,
             conversation: ConversationCell::default(),
             conversation_journaled: false,
             output_read: 0,

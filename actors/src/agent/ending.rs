@@ -20,14 +20,7 @@ impl AgentState {
         // Calls left unanswered get their results first: nothing may come between a turn's
         // calls and their results.
         self.close_calls();
-        // Steers receipted `delivered` that no turn will read stay in the conversation kept
-        // for a resume: a delivered steer is never lost.
-        for inbound in std::mem::take(&mut self.inbox) {
-            if let Inbound::Steer(text) = inbound {
-                self.conversation
-                    .push(agent_tree_protocol::Message::user(text));
-            }
-        }
+        self.keep_unread_steers();
         // Open questions can no longer get an answer.
         for child in std::mem::take(&mut self.open_questions).into_keys() {
             self.refuse_question(child);
@@ -252,11 +245,32 @@ impl AgentState {
         self.token.cancel();
         self.cancel_tasks();
         self.close_calls();
+        self.keep_unread_steers();
         let outcome =
             Outcome::ended(AgentStatus::Aborted, EndReason::Shutdown).with_partial(self.partial());
         self.shared.registry.kill_descendants(self.id);
         let _ = self.record_end(outcome);
         self.phase = Phase::Done;
+    }
+
+    /// Steers receipted `delivered` that no turn of this run will read (it ended): they stay
+    /// in the conversation kept for a resume, and the registry keeps them for a restart's
+    /// new run ([`crate::registry::Registry::keep_unread_steers`]). A delivered steer is
+    /// never lost.
+    fn keep_unread_steers(&mut self) {
+        let mut unread = Vec::new();
+        for inbound in std::mem::take(&mut self.inbox) {
+            if let Inbound::Steer(text) = inbound {
+                self.conversation
+                    .push(agent_tree_protocol::Message::user(text.clone()));
+                unread.push(text);
+            }
+        }
+        if !unread.is_empty() {
+            self.shared
+                .registry
+                .keep_unread_steers(self.id, self.run, unread);
+        }
     }
 
     /// Records the run's end (outcome and conversation) and tells the owner. Returns whether

@@ -340,6 +340,10 @@ impl Registry {
         inner.forget_read_output(id);
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
+        if std::mem::take(&mut entry.unread_kept) {
+            // The ended run's unread steers are in the conversation this run continues.
+            entry.pending_steers.clear();
+        }
         entry.conversation_journaled = false;
         if let Some(journaled) = read_back {
             // The cell holds the read-back conversation from now on: a run that ends before
@@ -426,6 +430,7 @@ impl Registry {
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);
+        entry.unread_kept = false;
         let shutdown = entry.shutdown.clone();
         inner.emit(id, kind, now);
         Some(Registered {

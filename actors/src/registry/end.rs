@@ -158,6 +158,18 @@ impl Registry {
         Some((id, run, outcome, deferred, owner))
     }
 
+    /// Keeps `steers`, which run `run` of `id` receipted `delivered` and which no turn of it
+    /// will read (the run ended): a restart hands them to its new run as it starts, whose
+    /// first turn reads them after the task; a resume drops them, since the conversation it
+    /// continues holds them. A delivered steer is never lost.
+    pub(crate) fn keep_unread_steers(&self, id: AgentId, run: u32, steers: Vec<String>) {
+        let mut inner = self.lock();
+        if let Some(entry) = inner.entry_mut(id).filter(|e| e.runs == run) {
+            entry.pending_steers.extend(steers);
+            entry.unread_kept = true;
+        }
+    }
+
     /// Run `run` of `id` could not start its actor: it fails, for good unless it was a
     /// restart (`retryable`), whose exit then awaits its owner's decision again per its
     /// restart type.
