@@ -159,6 +159,9 @@ impl std::fmt::Debug for InFlight {
 enum Inbound {
     /// From a steer (announced as `steered` when it enters the conversation).
     Steer(String),
+    /// A steer an earlier run receipted `delivered`, kept unread when it ended (announced
+    /// then): a restart's first turn reads it.
+    Kept(String),
     /// A runtime notice: a child's question.
     Notice(String),
     /// A background child's end (of its run `run`), noticed because nothing had read its
@@ -419,7 +422,18 @@ impl AgentState {
             phase: Phase::Idle,
             turn_in_flight: None,
             children,
-            inbox: registered.steers.into_iter().map(Inbound::Steer).collect(),
+            inbox: registered
+                .steers
+                .into_iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    if i < registered.kept as usize {
+                        Inbound::Kept(text)
+                    } else {
+                        Inbound::Steer(text)
+                    }
+                })
+                .collect(),
             last_text: String::new(),
             cut_text: String::new(),
             continuations: 0,

@@ -260,13 +260,13 @@ struct Entry {
     runs: u32,
     /// Steers routed to this run, against `max_steers_per_run`.
     steers: u32,
-    /// Steers sent before its session existed, handed to its actor when it starts; after a
-    /// run ended, the steers it had receipted `delivered` and never read (`unread_kept`).
+    /// Steers sent before its session existed, handed to its actor when it starts; first
+    /// among them, `unread_kept` steers an ended run receipted `delivered` and never read.
     pending_steers: Vec<String>,
-    /// `pending_steers` holds an ended run's unread steers ([`Registry::keep_unread_steers`]):
-    /// a restart's first turn reads them; a resume drops them, as the conversation it
-    /// continues holds them.
-    unread_kept: bool,
+    /// How many of `pending_steers`, from the front, an ended run kept
+    /// ([`Registry::keep_unread_steers`]; announced then): a restart's new run reads them
+    /// in its first turn; a resume drops them, as the conversation it continues holds them.
+    unread_kept: u32,
     /// Its conversation, for resume.
     conversation: ConversationCell,
     /// Its settled conversation was dropped from memory: the journal holds it, and a resume
@@ -335,7 +335,7 @@ impl Entry {
             runs: 1,
             steers: 0,
             pending_steers: Vec::new(),
-            unread_kept: false,
+            unread_kept: 0,
             conversation: ConversationCell::default(),
             conversation_journaled: false,
             output_read: 0,

@@ -45,7 +45,8 @@ fn a_block_scalar_line_holding_a_huge_integer_is_kept_as_written() {
 /// reported at all.
 #[test]
 fn a_huge_integer_followed_by_a_comment_is_a_field_error_beside_the_others() {
-    let text = "---\nmax_turns: 123456789012345678901234567890 # many\nisolated: maybe\n---\nYou work.\n";
+    let text =
+        "---\nmax_turns: 123456789012345678901234567890 # many\nisolated: maybe\n---\nYou work.\n";
     let err = parse_agent_file(Path::new("w.md"), text).unwrap_err();
     let CatalogError::Many(problems) = &err else {
         panic!("both field errors should be reported, got {err:?}: {err}");
@@ -96,7 +97,9 @@ async fn a_steer_to_an_unknown_id_is_not_yours_whatever_its_text() {
 async fn a_refusal_a_model_is_shown_is_at_most_512_bytes() {
     let mut definitions = vec![delegator_of_all("lead")];
     for i in 0..12 {
-        definitions.push(leaf(&format!("worker-with-a-rather-long-type-name-number-{i:02}")));
+        definitions.push(leaf(&format!(
+            "worker-with-a-rather-long-type-name-number-{i:02}"
+        )));
     }
     let model = ScriptedModel::new().script(
         "lead",

@@ -351,3 +351,86 @@ async fn review25_a_delivered_steer_survives_a_restart() {
     assert!(read, "the delivered steer was never read by any turn of w");
     tree.shutdown().await;
 }
+
+/// Fails every turn of an agent's first run after `delay` yields; answers every later run's
+/// turns at once. Keeps each request's run and messages.
+#[derive(Clone)]
+struct FailFirstRun {
+    delay: u64,
+    requests: Arc<std::sync::Mutex<Vec<(u32, Arc<[agent_tree::protocol::Message]>)>>>,
+}
+
+impl Model for FailFirstRun {
+    fn turn(
+        &self,
+        request: ModelRequest,
+    ) -> agent_tree::BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        self.requests
+            .lock()
+            .unwrap()
+            .push((request.run, request.messages.clone()));
+        Box::pin(async move {
+            if request.run > 1 {
+                return Ok(ModelResponse::text("done"));
+            }
+            yields(self.delay).await;
+            Err(ModelError::new("boom"))
+        })
+    }
+}
+
+/// A steer racing the failure of an agent's first run, then its restart (transient) or the
+/// application's resume (temporary), on two worker threads: an accepted steer (`delivered`
+/// or `queued`) is read exactly once by the run that completes, and announced once; a
+/// refused one never reaches a model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review25_a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
+    const STEER: &str = "use the EU region";
+    let mut accepted = 0;
+    for i in 0..160u64 {
+        let restart = i % 2 == 0;
+        let model = FailFirstRun {
+            delay: (i / 2) % 7,
+            requests: Arc::default(),
+        };
+        let definition = if restart {
+            leaf("w").with_restart(RestartPolicy::Transient)
+        } else {
+            leaf("w")
+        };
+        let tree = tree(model.clone(), catalog([definition]), TreeConfig::default()).await;
+        let mut events = tree.subscribe();
+        let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        yields(i % 5).await;
+        let receipt = tree.steer(w.id(), STEER).await;
+        let mut out = bounded(REAL_GUARD, "w", w.outcome()).await;
+        if !restart {
+            assert_eq!(out.status, AgentStatus::Failed, "{i}: {out:?}");
+            let mut again = tree.resume(w.id(), "again").await.expect("resumable");
+            out = bounded(REAL_GUARD, "w again", again.outcome()).await;
+        }
+        assert_eq!(out.status, AgentStatus::Completed, "{i}: {out:?}");
+        let requests = model.requests.lock().unwrap().clone();
+        let (run, last) = requests.last().expect("a request").clone();
+        assert_eq!(run, 2, "{i}: the completing run");
+        let read = last.iter().filter(|m| m.content == STEER).count();
+        let steered = events
+            .drain()
+            .iter()
+            .filter(|e| e.agent == w.id() && matches!(e.kind, EventKind::Steered))
+            .count();
+        match receipt {
+            Ok(_) => {
+                accepted += 1;
+                assert_eq!(read, 1, "{i}: an accepted steer ({receipt:?}) is read once");
+                assert_eq!(steered, 1, "{i}: and announced once");
+            }
+            Err(_) => {
+                assert_eq!(read, 0, "{i}: a refused steer ({receipt:?}) is never read");
+                assert_eq!(steered, 0, "{i}");
+            }
+        }
+        tree.shutdown().await;
+    }
+    assert!(accepted > 0, "no steer was accepted in any trial");
+}

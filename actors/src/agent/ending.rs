@@ -258,19 +258,28 @@ impl AgentState {
     /// new run ([`crate::registry::Registry::keep_unread_steers`]). A delivered steer is
     /// never lost.
     fn keep_unread_steers(&mut self) {
-        let mut unread = Vec::new();
+        // In the order they came; those an earlier run kept were announced then.
+        let (mut unread, mut fresh) = (Vec::new(), 0);
         for inbound in std::mem::take(&mut self.inbox) {
-            if let Inbound::Steer(text) = inbound {
-                self.conversation
-                    .push(agent_tree_protocol::Message::user(text.clone()));
-                unread.push(text);
+            match inbound {
+                Inbound::Steer(text) => {
+                    fresh += 1;
+                    unread.push(text);
+                }
+                Inbound::Kept(text) => unread.push(text),
+                Inbound::Notice(_) | Inbound::Ended { .. } => {}
             }
         }
-        if !unread.is_empty() {
-            self.shared
-                .registry
-                .keep_unread_steers(self.id, self.run, unread);
+        if unread.is_empty() {
+            return;
         }
+        for text in &unread {
+            self.conversation
+                .push(agent_tree_protocol::Message::user(text.clone()));
+        }
+        self.shared
+            .registry
+            .keep_unread_steers(self.id, self.run, unread, fresh);
     }
 
     /// Records the run's end (outcome and conversation) and tells the owner. Returns whether

@@ -103,7 +103,7 @@ impl AgentState {
                     self.conversation.push(Message::user(text));
                     self.shared.registry.announce(self.id, EventKind::Steered);
                 }
-                Inbound::Notice(text) | Inbound::Ended { text, .. } => {
+                Inbound::Kept(text) | Inbound::Notice(text) | Inbound::Ended { text, .. } => {
                     self.conversation.push(Message::user(text));
                 }
             }

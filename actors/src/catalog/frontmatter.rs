@@ -708,7 +708,10 @@ pub(super) mod tests {
     fn huge_integers_are_quoted_where_they_are_values_and_nowhere_else() {
         let huge = "123456789012345678901234567890";
         let cases = [
-            (format!("max_turns: {huge}\n"), format!("max_turns: \"{huge}\"\n")),
+            (
+                format!("max_turns: {huge}\n"),
+                format!("max_turns: \"{huge}\"\n"),
+            ),
             (
                 format!("max_turns: {huge} # many\r\n"),
                 format!("max_turns: \"{huge}\" # many\r\n"),
@@ -721,9 +724,7 @@ pub(super) mod tests {
             // the key that opened it.
             (
                 format!("description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: {huge}\n"),
-                format!(
-                    "description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: \"{huge}\"\n"
-                ),
+                format!("description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: \"{huge}\"\n"),
             ),
             (
                 format!("description: >\n  {huge}\n"),

@@ -340,10 +340,11 @@ impl Registry {
         inner.forget_read_output(id);
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
-        if std::mem::take(&mut entry.unread_kept) {
-            // The ended run's unread steers are in the conversation this run continues.
-            entry.pending_steers.clear();
-        }
+        // The ended run's unread steers are in the conversation this run continues.
+        let kept = std::mem::take(&mut entry.unread_kept) as usize;
+        entry
+            .pending_steers
+            .drain(..kept.min(entry.pending_steers.len()));
         entry.conversation_journaled = false;
         if let Some(journaled) = read_back {
             // The cell holds the read-back conversation from now on: a run that ends before
@@ -430,11 +431,12 @@ impl Registry {
         let entry = inner.entry_mut(id)?;
         entry.actor = Some(actor);
         let steers = std::mem::take(&mut entry.pending_steers);
-        entry.unread_kept = false;
+        let kept = std::mem::take(&mut entry.unread_kept);
         let shutdown = entry.shutdown.clone();
         inner.emit(id, kind, now);
         Some(Registered {
             steers,
+            kept,
             shutdown,
             earlier,
         })
@@ -444,8 +446,11 @@ impl Registry {
 /// What a run's actor is handed as it registers ([`Registry::started`]).
 #[derive(Debug)]
 pub(crate) struct Registered {
-    /// Steers sent before the actor existed, in order.
+    /// Steers sent before the actor existed, in order, after those an ended run kept
+    /// unread.
     pub(crate) steers: Vec<String>,
+    /// How many of `steers`, from the front, an ended run kept unread (and announced).
+    pub(crate) kept: u32,
     /// The order of a shutdown that began before the actor registered.
     pub(crate) shutdown: Option<crate::msg::ShutdownOrder>,
     /// The live detached children of the agent's earlier runs, each with its current run

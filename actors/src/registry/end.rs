@@ -159,14 +159,30 @@ impl Registry {
     }
 
     /// Keeps `steers`, which run `run` of `id` receipted `delivered` and which no turn of it
-    /// will read (the run ended): a restart hands them to its new run as it starts, whose
-    /// first turn reads them after the task; a resume drops them, since the conversation it
-    /// continues holds them. A delivered steer is never lost.
-    pub(crate) fn keep_unread_steers(&self, id: AgentId, run: u32, steers: Vec<String>) {
+    /// will read (the run ends; its conversation holds them now), announcing as `steered`
+    /// the `fresh` ones among them (the rest were announced by an earlier run that kept them):
+    /// a restart hands them to its new run as it starts, whose first turn reads them after
+    /// the task; a resume drops them, since the conversation it continues holds them. A
+    /// delivered steer is never lost. Nothing, once the run settled.
+    pub(crate) fn keep_unread_steers(
+        &self,
+        id: AgentId,
+        run: u32,
+        steers: Vec<String>,
+        fresh: usize,
+    ) {
+        let now = self.now_ms();
         let mut inner = self.lock();
-        if let Some(entry) = inner.entry_mut(id).filter(|e| e.runs == run) {
-            entry.pending_steers.extend(steers);
-            entry.unread_kept = true;
+        if !inner.run_is_on(id, run) {
+            return;
+        }
+        for _ in 0..fresh {
+            inner.emit(id, EventKind::Steered, now);
+        }
+        if let Some(entry) = inner.entry_mut(id) {
+            let kept = u32::try_from(steers.len()).unwrap_or(u32::MAX);
+            entry.unread_kept = entry.unread_kept.saturating_add(kept);
+            entry.pending_steers.splice(0..0, steers);
         }
     }
 
