@@ -352,12 +352,15 @@ async fn review25_a_delivered_steer_survives_a_restart() {
     tree.shutdown().await;
 }
 
+/// Each request's run and messages.
+type Requests = Arc<std::sync::Mutex<Vec<(u32, Arc<[agent_tree::protocol::Message]>)>>>;
+
 /// Fails every turn of an agent's first run after `delay` yields; answers every later run's
 /// turns at once. Keeps each request's run and messages.
 #[derive(Clone)]
 struct FailFirstRun {
     delay: u64,
-    requests: Arc<std::sync::Mutex<Vec<(u32, Arc<[agent_tree::protocol::Message]>)>>>,
+    requests: Requests,
 }
 
 impl Model for FailFirstRun {
