@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::http;
 use crate::settings::{BuildError, Endpoint, Settings};
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::SseEvent;
 use crate::tools::{count, object_input, parse_arguments, text};
 
 /// A [`Model`] on the Anthropic Messages API (`POST {base_url}/messages`).
@@ -129,7 +129,13 @@ impl Anthropic {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
         if stream && event_stream {
-            read_stream(&mut response, &request.sink, max, self.endpoint.timeout).await
+            http::read_stream::<StreamState>(
+                &mut response,
+                &request.sink,
+                max,
+                self.endpoint.timeout,
+            )
+            .await
         } else {
             let body = http::read_body(&mut response, max, self.endpoint.timeout, false).await?;
             parse_response(&body)
@@ -652,37 +658,28 @@ impl StreamState {
     }
 }
 
-/// Reads a streamed response to `message_stop` (or the end of the body after a stop
-/// reason), reporting text and usage to `sink` as they come.
-async fn read_stream(
-    response: &mut reqwest::Response,
-    sink: &TurnSink,
-    max: usize,
-    idle: Duration,
-) -> Result<ModelResponse, ModelError> {
-    let mut parser = SseParser::new(max);
-    let mut state = StreamState::default();
-    let mut events = Vec::new();
-    while !state.stopped {
-        let chunk = match http::next_chunk(response, idle).await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => break,
-            Err(error) => return Err(error.with_usage(state.usage)),
-        };
-        parser
-            .push(&chunk, &mut events)
-            .map_err(|_| http::too_large(max).with_usage(state.usage))?;
-        for event in events.drain(..) {
-            // Errors raised mid-stream carry the usage known so far.
-            if let Err(error) = state.apply(&event, sink, max) {
-                return Err(error.with_usage(state.usage));
-            }
-            if state.stopped {
-                break;
-            }
-        }
+impl http::StreamDecoder for StreamState {
+    fn apply(&mut self, event: &SseEvent, sink: &TurnSink, max: usize) -> Result<(), ModelError> {
+        StreamState::apply(self, event, sink, max)
     }
-    state.finish()
+
+    /// `message_stop` came.
+    fn is_done(&self) -> bool {
+        self.stopped
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Complete at `message_stop`, or at the end of the body after a stop reason.
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        StreamState::finish(self)
+    }
+
+    fn parse_whole(body: &[u8]) -> Result<ModelResponse, ModelError> {
+        parse_response(body)
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,13 @@
 
 use std::time::{Duration, SystemTime};
 
-use agent_tree_actors::ModelError;
-use agent_tree_protocol::ModelErrorKind;
+use agent_tree_actors::{ModelError, ModelResponse, TurnSink};
+use agent_tree_protocol::{ModelErrorKind, Usage};
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 
 use crate::settings::Endpoint;
+use crate::sse::{SseEvent, SseParser};
 
 /// The most of an error response's body read (its message is cut to
 /// [`ModelError::MAX_MESSAGE`] anyway).
@@ -78,6 +79,83 @@ pub(crate) async fn read_body(
                 body.extend_from_slice(&chunk[..max - body.len()]);
                 return Ok(body);
             }
+            return Err(too_large(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// What a provider makes of its event stream: each adapter's stream state, which
+/// [`read_stream`] feeds.
+pub(crate) trait StreamDecoder: Default {
+    /// Takes one event, reporting text and usage to `sink` as they come; an error ends the
+    /// stream. `max` bounds the text and arguments held.
+    fn apply(&mut self, event: &SseEvent, sink: &TurnSink, max: usize) -> Result<(), ModelError>;
+    /// The provider said the response is complete (nothing after it is read).
+    fn is_done(&self) -> bool;
+    /// The usage known so far, which an error raised mid-stream carries.
+    fn usage(&self) -> Usage;
+    /// The response, once the stream ended (an error if it ended before it was complete).
+    fn finish(self) -> Result<ModelResponse, ModelError>;
+    /// The response from one whole JSON body, as a request without streaming gets it.
+    fn parse_whole(body: &[u8]) -> Result<ModelResponse, ModelError>;
+}
+
+/// Reads a streamed response with decoder `D` until it is done or the body ends, each wait
+/// for a piece bounded by `idle`, its events bounded by `max`. A body whose first byte (past
+/// white space) is `{` is one JSON response under another content type, never an event
+/// stream: it is read whole and parsed as one ([`StreamDecoder::parse_whole`]).
+pub(crate) async fn read_stream<D: StreamDecoder>(
+    response: &mut reqwest::Response,
+    sink: &TurnSink,
+    max: usize,
+    idle: Duration,
+) -> Result<ModelResponse, ModelError> {
+    let mut parser = SseParser::new(max);
+    let mut decoder = D::default();
+    let mut events = Vec::new();
+    let mut sniffed = false;
+    while !decoder.is_done() {
+        let chunk = match next_chunk(response, idle).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(error) => return Err(error.with_usage(decoder.usage())),
+        };
+        if !sniffed {
+            if let Some(&first) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+                sniffed = true;
+                if first == b'{' {
+                    let body = read_rest(response, chunk.to_vec(), max, idle).await?;
+                    return D::parse_whole(&body);
+                }
+            }
+        }
+        parser
+            .push(&chunk, &mut events)
+            .map_err(|_| too_large(max).with_usage(decoder.usage()))?;
+        for event in events.drain(..) {
+            // Errors raised mid-stream carry the usage known so far.
+            if let Err(error) = decoder.apply(&event, sink, max) {
+                return Err(error.with_usage(decoder.usage()));
+            }
+            if decoder.is_done() {
+                break;
+            }
+        }
+    }
+    decoder.finish()
+}
+
+/// The rest of a body whose first bytes are `body`, the whole at most `max` bytes.
+async fn read_rest(
+    response: &mut reqwest::Response,
+    mut body: Vec<u8>,
+    max: usize,
+    idle: Duration,
+) -> Result<Vec<u8>, ModelError> {
+    while let Some(chunk) = next_chunk(response, idle).await? {
+        if body.len() + chunk.len() > max {
             return Err(too_large(max));
         }
         body.extend_from_slice(&chunk);

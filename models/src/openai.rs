@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::http;
 use crate::settings::{BuildError, Endpoint, Settings};
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::SseEvent;
 use crate::tools::{count, parse_arguments, raw_arguments, text};
 
 /// A [`Model`] on an OpenAI-compatible Chat Completions endpoint (`POST
@@ -129,7 +129,13 @@ impl OpenAiCompat {
         let mut response = http::post(&self.endpoint, bytes, stream, error_from_status).await?;
         let max = self.endpoint.max_response_bytes;
         if stream && !is_json(&response) {
-            read_stream(&mut response, &request.sink, max, self.endpoint.timeout).await
+            http::read_stream::<StreamState>(
+                &mut response,
+                &request.sink,
+                max,
+                self.endpoint.timeout,
+            )
+            .await
         } else {
             // A server that ignored `stream` answered with one JSON body: read it as such.
             let body = http::read_body(&mut response, max, self.endpoint.timeout, false).await?;
@@ -692,66 +698,28 @@ impl StreamState {
     }
 }
 
-/// Reads a streamed response to its end (`[DONE]`, or the end of the body after a finish
-/// reason), reporting text and usage to `sink` as they come.
-async fn read_stream(
-    response: &mut reqwest::Response,
-    sink: &TurnSink,
-    max: usize,
-    idle: Duration,
-) -> Result<ModelResponse, ModelError> {
-    let mut parser = SseParser::new(max);
-    let mut state = StreamState::default();
-    let mut events = Vec::new();
-    // Whether the body's first byte (past white space) was seen: a `{` there is one JSON
-    // body under another content type, never an event stream.
-    let mut sniffed = false;
-    while !state.done {
-        let known = state.usage.unwrap_or_default();
-        let chunk = match http::next_chunk(response, idle).await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => break,
-            Err(error) => return Err(error.with_usage(known)),
-        };
-        if !sniffed {
-            if let Some(&first) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
-                sniffed = true;
-                if first == b'{' {
-                    return read_json_rest(response, chunk.to_vec(), max, idle).await;
-                }
-            }
-        }
-        parser
-            .push(&chunk, &mut events)
-            .map_err(|_| http::too_large(max).with_usage(known))?;
-        for event in events.drain(..) {
-            // Errors raised mid-stream carry the usage known so far.
-            if let Err(error) = state.apply(&event, sink, max) {
-                return Err(error.with_usage(state.usage.unwrap_or_default()));
-            }
-            if state.done {
-                break;
-            }
-        }
+impl http::StreamDecoder for StreamState {
+    fn apply(&mut self, event: &SseEvent, sink: &TurnSink, max: usize) -> Result<(), ModelError> {
+        StreamState::apply(self, event, sink, max)
     }
-    state.finish()
-}
 
-/// A body that started as one JSON value (`body`, its first bytes) though it was not
-/// labelled as JSON: the rest is read and the whole parsed as one response.
-async fn read_json_rest(
-    response: &mut reqwest::Response,
-    mut body: Vec<u8>,
-    max: usize,
-    idle: Duration,
-) -> Result<ModelResponse, ModelError> {
-    while let Some(chunk) = http::next_chunk(response, idle).await? {
-        if body.len() + chunk.len() > max {
-            return Err(http::too_large(max));
-        }
-        body.extend_from_slice(&chunk);
+    /// `[DONE]` came.
+    fn is_done(&self) -> bool {
+        self.done
     }
-    parse_response(&body)
+
+    fn usage(&self) -> Usage {
+        self.usage.unwrap_or_default()
+    }
+
+    /// Complete at `[DONE]`, or at the end of the body after a finish reason.
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        StreamState::finish(self)
+    }
+
+    fn parse_whole(body: &[u8]) -> Result<ModelResponse, ModelError> {
+        parse_response(body)
+    }
 }
 
 #[cfg(test)]

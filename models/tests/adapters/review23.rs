@@ -115,6 +115,28 @@ async fn review23_defect_openai_json_body_not_labelled_json_is_not_read_when_str
     assert_eq!(response.usage, Usage::tokens(9, 1));
 }
 
+/// The same for the Anthropic adapter, which shares the stream reader since: a Messages
+/// response body labelled `text/plain` while streaming was asked for is read as one.
+#[tokio::test]
+async fn anthropic_json_body_not_labelled_json_is_read_when_streaming() {
+    let body = json!({
+        "id": "msg_R23", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{ "type": "text", "text": "Hello" }],
+        "stop_reason": "end_turn",
+        "usage": { "input_tokens": 9, "output_tokens": 1 },
+    });
+    let server = Server::start(vec![Reply::raw(
+        200,
+        "text/plain; charset=utf-8",
+        body.to_string().into_bytes(),
+    )])
+    .await;
+    let (result, _) = turn(&anthropic(&server)).await;
+    let response = result.expect("the JSON body is read as such");
+    assert_eq!(response.text, "Hello");
+    assert_eq!(response.usage, Usage::tokens(9, 1));
+}
+
 /// docs/models.md: "Errors raised mid-stream carry the usage known so far." A server that
 /// reports usage on every chunk (vLLM's `continuous_usage_stats`, several gateways) and
 /// then sends an `error` object: the error carries no usage.
