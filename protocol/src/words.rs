@@ -10,8 +10,10 @@
 //!
 //! * A value is a string, a list of strings, or a boolean (which only `allowed_subagents`
 //!   takes). Anything else is refused.
-//! * A string is a comma-separated list: `"read, grep"` is `["read", "grep"]`. The items of a
-//!   string or of a list are trimmed and blank items dropped; a list item is never split.
+//! * A string is a comma-separated list: `"read, grep"` is `["read", "grep"]`; a comma inside
+//!   parentheses splits nothing (`"Agent(writer, reviewer), Read"` is two items:
+//!   [`split_list`]). The items of a string or of a list are trimmed and blank items dropped;
+//!   a list item is never split.
 //! * The **keywords** are `all`, `*`, `none`, `true` and `false` ([`Keyword`]), recognised
 //!   after trimming and ignoring ASCII case: `All`, `NONE` and `" * "` are keywords. A keyword
 //!   is never a name: as the only item it stands for the whole value (`all`, `[all]`,
@@ -377,7 +379,7 @@ impl Written {
         const FIELD: ListField = ListField::DisallowedTools;
         let names = match self {
             Written::Bool(b) => return Err(shape(FIELD, b)),
-            Written::Text(text) => items(text.split(',')),
+            Written::Text(text) => items(split_list(&text)),
             Written::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.iter().find_map(|n| Keyword::parse(n)) {
@@ -419,7 +421,7 @@ impl Written {
     fn is_all_with_selectors(&self) -> bool {
         let names = match self {
             Written::Bool(_) => return false,
-            Written::Text(text) => items(text.split(',')),
+            Written::Text(text) => items(split_list(&text)),
             Written::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.split_first() {
@@ -436,7 +438,7 @@ impl Written {
     fn read(self) -> Result<Reading, WordsError> {
         let names = match self {
             Written::Bool(b) => return Ok(Reading::Bool(b)),
-            Written::Text(text) => items(text.split(',')),
+            Written::Text(text) => items(split_list(&text)),
             Written::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.iter().find_map(|n| Keyword::parse(n)) {
@@ -445,6 +447,38 @@ impl Written {
             Some(word) => Err(WordsError::NotAlone { word, names }),
         }
     }
+}
+
+/// The items of a comma-separated list, a comma inside parentheses not splitting one:
+/// Claude Code's `Agent(writer, reviewer), Read` is two items.
+///
+/// ```
+/// use agent_tree_protocol::split_list;
+/// let items: Vec<&str> = split_list("Agent(writer, reviewer), Read").collect();
+/// assert_eq!(items, ["Agent(writer, reviewer)", " Read"]);
+/// assert_eq!(split_list("a,,b").count(), 3);
+/// // An unclosed parenthesis keeps the rest as one item.
+/// assert_eq!(split_list("Task(a, b").count(), 1);
+/// ```
+pub fn split_list(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let mut depth = 0usize;
+        for (i, c) in text.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    rest = Some(&text[i + 1..]);
+                    return Some(&text[..i]);
+                }
+                _ => {}
+            }
+        }
+        rest = None;
+        Some(text)
+    })
 }
 
 /// Trimmed, non-blank items.

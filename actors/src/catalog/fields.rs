@@ -5,7 +5,8 @@
 //! camelCase spellings Claude Code and Pi write: `disallowedTools`/`disallowed-tools`,
 //! `allowedSubagents`/`allowed-subagents`, `maxTurns`/`max-turns`,
 //! `inheritContext`/`inherit-context`, `runInBackground`/`run-in-background`,
-//! `maxRestarts`/`max-restarts` and `restartPeriodMs`/`restart-period-ms`. Keys are
+//! `maxRestarts`/`max-restarts` and `restartPeriodMs`/`restart-period-ms`; Claude Code's
+//! `background` is `run_in_background`. Keys are
 //! case-sensitive; a key naming no field is no field (the `frontmatter` module ignores it with
 //! a warning).
 //!
@@ -19,7 +20,8 @@
 //! finds a field given twice and never touches the file system.
 
 use agent_tree_protocol::{
-    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, WordsError, Written,
+    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance,
+    WordsError, Written, split_list,
 };
 use serde_yaml_ng::Value;
 
@@ -68,7 +70,10 @@ impl Field {
             "model" => Field::Model,
             "max_turns" | "maxTurns" | "max-turns" => Field::MaxTurns,
             "inherit_context" | "inheritContext" | "inherit-context" => Field::InheritContext,
-            "run_in_background" | "runInBackground" | "run-in-background" => Field::RunInBackground,
+            // Claude Code's subagent files call it `background`.
+            "run_in_background" | "runInBackground" | "run-in-background" | "background" => {
+                Field::RunInBackground
+            }
             "enabled" => Field::Enabled,
             "restart" => Field::Restart,
             "strategy" => Field::Strategy,
@@ -84,10 +89,16 @@ impl Field {
 ///
 /// Only reading happens here: types, trimming and the words rule. Whether a value is in range
 /// (`max_turns: 0`, a blank name) is for the definition check, which runs afterwards.
+///
+/// Claude Code's delegation entries in `tools` (`Agent`, `Task`, `Agent(writer, reviewer)`)
+/// grant no tool: they are taken out of the tool list, and the delegation they grant is put
+/// in `delegated` (the caller settles it with an `allowed_subagents` field, if the file has
+/// one).
 pub(super) fn apply(
     definition: &mut AgentDefinition,
     field: Field,
     value: &Value,
+    delegated: &mut Option<SubagentAllowance>,
 ) -> Result<(), String> {
     match field {
         Field::Name => {
@@ -97,7 +108,12 @@ pub(super) fn apply(
             definition.name = if trimmed.is_empty() { name } else { trimmed }.to_owned();
         }
         Field::Description => definition.description = string(value)?.trim().to_owned(),
-        Field::Tools => definition.tools = words(value, ListField::Tools, Written::tool_set)?,
+        Field::Tools => {
+            let (tools, delegation) =
+                delegation_entries(written(value, ListField::Tools).map_err(|e| e.to_string())?);
+            definition.tools = tools.tool_set().map_err(|e| e.to_string())?;
+            *delegated = delegation;
+        }
         Field::DisallowedTools => {
             definition.disallowed_tools =
                 words(value, ListField::DisallowedTools, Written::tool_names)?;
@@ -238,6 +254,66 @@ fn words<T>(
     written(value, field)
         .and_then(read)
         .map_err(|e| e.to_string())
+}
+
+/// `tools` without Claude Code's delegation entries, and the delegation they grant: `Agent`
+/// or `Task` (its older name) alone grants every type, with types in parentheses
+/// (`Agent(writer, reviewer)`) those types (`Agent(*)` every type), several entries the
+/// types of all. `None` (and `tools` as written) when it has none.
+fn delegation_entries(tools: Written) -> (Written, Option<SubagentAllowance>) {
+    let items: Vec<String> = match &tools {
+        Written::Bool(_) => return (tools, None),
+        Written::Text(text) => split_list(text).map(|i| i.trim().to_owned()).collect(),
+        Written::List(list) => list.iter().map(|i| i.trim().to_owned()).collect(),
+    };
+    let delegation = |item: &str| -> Option<Option<Vec<String>>> {
+        let (head, rest) = item.split_at(item.find('(').unwrap_or(item.len()));
+        let head = head.trim_end();
+        if !head.eq_ignore_ascii_case("agent") && !head.eq_ignore_ascii_case("task") {
+            return None;
+        }
+        if rest.is_empty() {
+            return Some(None);
+        }
+        let inner = rest.strip_prefix('(')?.strip_suffix(')')?;
+        let types: Vec<String> = split_list(inner)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        // `Agent(*)` (or empty parentheses, which Claude Code reads as no restriction).
+        if types.is_empty() || types.iter().any(|t| t == "*") {
+            return Some(None);
+        }
+        Some(Some(types))
+    };
+    let mut granted: Option<Option<Vec<String>>> = None;
+    let mut rest = Vec::new();
+    for item in items {
+        match delegation(&item) {
+            None => rest.push(item),
+            // `None` inside: every type.
+            Some(None) => granted = Some(None),
+            Some(Some(types)) => match &mut granted {
+                Some(None) => {}
+                Some(Some(all)) => {
+                    for t in types {
+                        if !all.contains(&t) {
+                            all.push(t);
+                        }
+                    }
+                }
+                None => granted = Some(Some(types)),
+            },
+        }
+    }
+    match granted {
+        None => (tools, None),
+        Some(types) => (
+            Written::List(rest),
+            Some(types.map_or(SubagentAllowance::All, SubagentAllowance::only)),
+        ),
+    }
 }
 
 /// A YAML value in the shapes the words rule reads, or the rule's refusal of its shape.
@@ -643,6 +719,53 @@ Twice.
             "blank model means the default"
         );
         assert!(!field_ok("enabled: false").enabled);
+    }
+
+    #[test]
+    fn claude_code_delegation_entries_in_tools_are_the_subagent_allowance() {
+        use agent_tree_protocol::ToolSet;
+        let lead = field_ok("tools: Agent(web-researcher, analyst), Read");
+        assert_eq!(lead.tools, ToolSet::only(["Read"]));
+        assert_eq!(
+            lead.allowed_subagents,
+            SubagentAllowance::only(["web-researcher", "analyst"])
+        );
+        for (tools, allowed) in [
+            ("Task, Read", SubagentAllowance::All),
+            ("agent", SubagentAllowance::All),
+            ("Agent(*)", SubagentAllowance::All),
+            ("Agent(a), Agent(*)", SubagentAllowance::All),
+            // (In a YAML flow list, YAML itself splits `Task(b, a)`: quoted, it is one item.)
+            (
+                r#"[Agent(a), "Task(b, a)"]"#,
+                SubagentAllowance::only(["a", "b"]),
+            ),
+        ] {
+            assert_eq!(
+                field_ok(&format!("tools: {tools}")).allowed_subagents,
+                allowed,
+                "{tools}"
+            );
+        }
+        // Only delegation: no other tool.
+        assert_eq!(field_ok("tools: Agent(a)").tools, ToolSet::None);
+        // Without such an entry `tools` reads as ever, and delegation is not granted.
+        let plain = field_ok("tools: read, grep");
+        assert_eq!(plain.tools, ToolSet::only(["read", "grep"]));
+        assert_eq!(plain.allowed_subagents, SubagentAllowance::None);
+        // Said twice, it must say one thing.
+        assert_eq!(
+            field_ok("tools: Agent(a)\nallowed_subagents: a").allowed_subagents,
+            SubagentAllowance::only(["a"])
+        );
+        let (field, message) = field_err("allowedSubagents: b\ntools: Agent(a), Read");
+        assert_eq!(field, "tools");
+        assert!(
+            message.contains("grant a but `allowedSubagents` grants b"),
+            "{message}"
+        );
+        // Claude Code's `background` is `run_in_background`.
+        assert!(field_ok("background: true").run_in_background);
     }
 
     #[test]

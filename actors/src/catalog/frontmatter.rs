@@ -43,7 +43,7 @@ use std::path::Path;
 
 use std::cell::Cell;
 
-use agent_tree_protocol::AgentDefinition;
+use agent_tree_protocol::{AgentDefinition, SubagentAllowance};
 use serde::de::{self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde_yaml_ng::{Mapping, Value};
 
@@ -75,14 +75,14 @@ use super::{CatalogError, check, combine};
 /// |---|---|---|---|
 /// | `name` | | a non-blank string, trimmed | the file stem |
 /// | `description` | | a string, trimmed | empty |
-/// | `tools` | | `all`, `*`, `none`, or tool names | `all` |
+/// | `tools` | | `all`, `*`, `none`, or tool names (Claude Code's `Agent(...)` entries: see below) | `all` |
 /// | `disallowed_tools` | `disallowedTools`, `disallowed-tools` | tool names | no tool |
 /// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents`, `spawns` (pi) | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
 /// | `isolated` | | `true` or `false` | `false` |
 /// | `model` | | a string; blank or `inherit` means the tree's default; a comma list (pi's fallbacks) is its first | the tree's default |
 /// | `max_turns` | `maxTurns`, `max-turns` | a positive integer | the depth-scaled default |
 /// | `inherit_context` | `inheritContext`, `inherit-context` | `true` or `false` | `false` |
-/// | `run_in_background` | `runInBackground`, `run-in-background` | `true` or `false` | `false` |
+/// | `run_in_background` | `runInBackground`, `run-in-background`, `background` (Claude Code) | `true` or `false` | `false` |
 /// | `enabled` | | `true` or `false` | `true` |
 /// | `restart` | | `permanent`, `transient` or `temporary` | `temporary` |
 /// | `strategy` | | `one_for_one`, `one_for_all` or `rest_for_one` | `one_for_one` |
@@ -100,6 +100,12 @@ use super::{CatalogError, check, combine};
 ///   error. An empty string or list means none (`tools: ""` is no tool at all).
 ///   `allowed_subagents` also takes `true` and `false` (YAML booleans or words); `tools` does
 ///   not.
+/// * Claude Code grants delegation in `tools`: `Agent` (or its older name `Task`) alone lets
+///   the agent start any subagent type, `Agent(writer, reviewer)` those types (a comma inside
+///   the parentheses splits nothing). Such entries are no tool: they are taken out of
+///   `tools` and are the agent's `allowed_subagents` (`tools: Agent(analyst), Read` is
+///   `tools: Read` and `allowed_subagents: analyst`). A file that writes both must have them
+///   agree, or it is an error of `tools`.
 /// * `disallowed_tools` takes tool names only: every keyword is refused, because a deny list
 ///   must name what it denies.
 /// * The words of `restart`, `strategy` and `settle` ignore case and accept `-` for `_`
@@ -199,6 +205,8 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     // check must not be asked to judge (a blank default name would be reported twice).
     let mut unread: Vec<Field> = Vec::new();
     let mut name_given = false;
+    // What Claude Code's `Agent(...)` entries in `tools` grant (`fields::apply`).
+    let mut delegated = None;
     for (position, (key, value)) in fields.iter().enumerate() {
         let Some(key) = key.as_str() else {
             ignored.push(describe(key));
@@ -221,9 +229,32 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             continue;
         }
         name_given |= field == Field::Name;
-        if let Err(message) = apply(&mut definition, field, value) {
+        if let Err(message) = apply(&mut definition, field, value, &mut delegated) {
             unread.push(field);
             errors.push((position, field_error(path, key, message)));
+        }
+    }
+    if let Some(granted) = delegated {
+        // Delegation written twice must say one thing.
+        match seen.get(&Field::AllowedSubagents) {
+            None => definition.allowed_subagents = granted,
+            Some(_) if definition.allowed_subagents == granted => {}
+            Some((allowed_key, _)) => {
+                let (tools_key, position) = seen[&Field::Tools];
+                errors.push((
+                    position,
+                    field_error(
+                        path,
+                        tools_key,
+                        format!(
+                            "its `Agent(...)` entries grant {} but `{allowed_key}` grants {}: \
+                             write the subagent types in one of them",
+                            allowance_words(&granted),
+                            allowance_words(&definition.allowed_subagents),
+                        ),
+                    ),
+                ));
+            }
         }
     }
     if !name_given {
@@ -262,6 +293,15 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             definition,
             ignored,
         }),
+    }
+}
+
+/// An allowance as the file's words: `every type`, `no type`, or the types.
+fn allowance_words(allowance: &SubagentAllowance) -> String {
+    match allowance {
+        SubagentAllowance::All => "every type".into(),
+        SubagentAllowance::None => "no type".into(),
+        SubagentAllowance::Only(types) => types.join(", "),
     }
 }
 
