@@ -9,3 +9,4 @@ mod review23;
 mod server;
 mod tree;
 mod trial2;
+mod trial3;

@@ -1,0 +1,888 @@
+//! A third new user's trial: a "research desk". A `lead` (Claude Code agent file, on the
+//! Anthropic adapter, streamed) delegates to a `web-researcher` (Claude Code file, Anthropic)
+//! and an `analyst` (pi file, on the OpenAI-compatible adapter, streamed), against a mock of
+//! both providers on 127.0.0.1 that speaks SSE the way the real APIs do (tool_use /
+//! tool_calls deltas, usage chunks, 429 with retry-after-ms, HTTP 529 overloaded, an
+//! `overloaded_error` event mid-stream) and refuses, with the providers' 400, any request a
+//! real provider would refuse (a tool call without its result, a result without its call,
+//! results after text, empty text blocks, a tool name a provider would not take).
+//!
+//! Tests named `guard_*` are scenarios that behaved as documented, kept as guards. Tests named
+//! `defect_*` FAIL on the current code: each says what was expected, what happened and the
+//! documentation line it contradicts.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_tree_actors::{
+    BoxFuture, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
+    ToolError, Tree, TreeConfig,
+};
+use agent_tree_models::{Anthropic, OpenAiCompat};
+use agent_tree_protocol::{
+    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, Fold, ModelErrorKind,
+    SpawnRequest, Usage,
+};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+// ---------------------------------------------------------------------------------------
+// The mock provider (both wire formats on one port; routed by the `[agent:NAME]` marker of
+// the system prompt, so agents running in parallel each get their own script)
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+enum Resp {
+    /// Status, extra headers, body (JSON).
+    Body(u16, Vec<(String, String)>, Vec<u8>),
+    /// A server-sent event stream, each piece flushed as its own chunk.
+    Sse(Vec<String>),
+    /// Answered with the inner reply once the gate is opened.
+    Gate(Arc<Notify>, Box<Resp>),
+}
+
+impl Resp {
+    fn json(status: u16, body: Value) -> Resp {
+        Resp::Body(status, vec![], body.to_string().into_bytes())
+    }
+    fn header(self, name: &str, value: &str) -> Resp {
+        match self {
+            Resp::Body(s, mut h, b) => {
+                h.push((name.into(), value.into()));
+                Resp::Body(s, h, b)
+            }
+            other => other,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Req {
+    path: String,
+    body: Value,
+}
+
+impl Req {
+    fn is_anthropic(&self) -> bool {
+        self.path.ends_with("/messages")
+    }
+    fn system(&self) -> String {
+        match &self.body["system"] {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => self.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        }
+    }
+    fn agent(&self) -> String {
+        let system = self.system();
+        let start = system.find("[agent:").map(|i| i + 7).unwrap_or(0);
+        system[start..]
+            .split(']')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+    fn messages(&self) -> Vec<Value> {
+        self.body["messages"].as_array().cloned().unwrap_or_default()
+    }
+    /// Assistant messages so far: the turn being asked for (0 = first).
+    fn turn(&self) -> usize {
+        self.messages()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .count()
+    }
+    /// The whole request as text.
+    fn text(&self) -> String {
+        self.body.to_string()
+    }
+    /// What came after the last assistant message, as text (tool results, steers, notices).
+    fn pending(&self) -> String {
+        let messages = self.messages();
+        let last = messages.iter().rposition(|m| m["role"] == "assistant");
+        let from = last.map_or(0, |i| i + 1);
+        messages[from..]
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+    /// Every tool result's text, in order (both formats).
+    fn tool_results(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in self.messages() {
+            if m["role"] == "tool" {
+                out.push(m["content"].as_str().unwrap_or_default().to_owned());
+            }
+            for block in m["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    out.push(match &block["content"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
+                }
+            }
+        }
+        out
+    }
+    /// The ids the `Agent` results name, in order.
+    fn spawned_ids(&self) -> Vec<String> {
+        self.tool_results()
+            .iter()
+            .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+            .filter_map(|v| v["agent_id"].as_str().map(str::to_owned))
+            .fold(Vec::new(), |mut acc, id| {
+                if !acc.contains(&id) {
+                    acc.push(id);
+                }
+                acc
+            })
+    }
+    fn tool_names(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                t["name"]
+                    .as_str()
+                    .or_else(|| t["function"]["name"].as_str())
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
+
+type Script = Arc<dyn Fn(&Req, usize) -> Resp + Send + Sync>;
+
+struct Mock {
+    base: String,
+    requests: Arc<Mutex<Vec<Req>>>,
+    refusals: Arc<Mutex<Vec<String>>>,
+    arrived: Arc<Notify>,
+}
+
+impl Mock {
+    async fn start(script: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static) -> Mock {
+        let script: Script = Arc::new(script);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::<Req>::new()));
+        let refusals = Arc::new(Mutex::new(Vec::<String>::new()));
+        let arrived = Arc::new(Notify::new());
+        let attempts = Arc::new(Mutex::new(HashMap::<(String, usize), usize>::new()));
+        let (r, f, a) = (requests.clone(), refusals.clone(), arrived.clone());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (script, attempts) = (script.clone(), attempts.clone());
+                let (r, f, a) = (r.clone(), f.clone(), a.clone());
+                tokio::spawn(async move {
+                    let _ = serve(socket, script, attempts, r, f, a).await;
+                });
+            }
+        });
+        Mock {
+            base,
+            requests,
+            refusals,
+            arrived,
+        }
+    }
+    fn requests(&self) -> Vec<Req> {
+        self.requests.lock().clone()
+    }
+    fn of(&self, agent: &str) -> Vec<Req> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.agent() == agent)
+            .collect()
+    }
+    /// What the mock refused as a real provider would (each a 400 it answered).
+    fn refusals(&self) -> Vec<String> {
+        self.refusals.lock().clone()
+    }
+    async fn until(&self, agent: &str, n: usize) {
+        loop {
+            let note = self.arrived.notified();
+            if self.of(agent).len() >= n {
+                return;
+            }
+            note.await;
+        }
+    }
+}
+
+async fn serve(
+    mut socket: TcpStream,
+    script: Script,
+    attempts: Arc<Mutex<HashMap<(String, usize), usize>>>,
+    requests: Arc<Mutex<Vec<Req>>>,
+    refusals: Arc<Mutex<Vec<String>>>,
+    arrived: Arc<Notify>,
+) -> std::io::Result<()> {
+    let recorded = crate::server::read_request(&mut socket).await?;
+    let req = Req {
+        path: recorded.path,
+        body: recorded.body,
+    };
+    let resp = match refusal(&req) {
+        Some(why) => {
+            refusals.lock().push(format!("{}: {why}", req.agent()));
+            provider_400(&req, &why)
+        }
+        None => {
+            let attempt = {
+                let mut map = attempts.lock();
+                let n = map.entry((req.agent(), req.turn())).or_insert(0);
+                *n += 1;
+                *n - 1
+            };
+            script(&req, attempt)
+        }
+    };
+    requests.lock().push(req);
+    arrived.notify_waiters();
+    let resp = match resp {
+        Resp::Gate(gate, inner) => {
+            gate.notified().await;
+            *inner
+        }
+        other => other,
+    };
+    match resp {
+        Resp::Gate(..) => unreachable!(),
+        Resp::Body(status, headers, body) => {
+            let mut head = format!(
+                "HTTP/1.1 {status} Mock\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+                body.len()
+            );
+            for (n, v) in headers {
+                head.push_str(&format!("{n}: {v}\r\n"));
+            }
+            head.push_str("\r\n");
+            socket.write_all(head.as_bytes()).await?;
+            socket.write_all(&body).await?;
+            socket.shutdown().await
+        }
+        Resp::Sse(pieces) => {
+            let head = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await?;
+            for piece in pieces {
+                socket
+                    .write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+                    .await?;
+                socket.flush().await?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            socket.write_all(b"0\r\n\r\n").await?;
+            let mut sink = [0u8; 64];
+            let _ = tokio::time::timeout(Duration::from_millis(1), socket.read(&mut sink)).await;
+            socket.shutdown().await
+        }
+    }
+}
+
+fn provider_400(req: &Req, why: &str) -> Resp {
+    if req.is_anthropic() {
+        Resp::json(
+            400,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":why}}),
+        )
+    } else {
+        Resp::json(
+            400,
+            json!({"error":{"message":why,"type":"invalid_request_error","param":"messages","code":null}}),
+        )
+    }
+}
+
+/// Why a real provider would refuse this request with a 400, if it would.
+fn refusal(req: &Req) -> Option<String> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 64
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    for name in req.tool_names() {
+        if !name_ok(&name) {
+            return Some(format!("tools: name {name:?} does not match ^[a-zA-Z0-9_-]{{1,64}}$"));
+        }
+    }
+    if req.body["model"].as_str().is_none_or(str::is_empty) {
+        return Some("model: field required".into());
+    }
+    let messages = req.messages();
+    if req.is_anthropic() {
+        if req.body["max_tokens"].as_u64().is_none() {
+            return Some("max_tokens: field required".into());
+        }
+        if messages.first().is_none_or(|m| m["role"] != "user") {
+            return Some("messages: first message must use the \"user\" role".into());
+        }
+        for (i, m) in messages.iter().enumerate() {
+            match &m["content"] {
+                Value::String(s) if s.trim().is_empty() => {
+                    return Some(format!("messages.{i}: text content blocks must be non-empty"));
+                }
+                Value::Array(blocks) => {
+                    if blocks.is_empty() {
+                        return Some(format!("messages.{i}: content must be non-empty"));
+                    }
+                    let mut seen_other = false;
+                    for b in blocks {
+                        if b["type"] == "text" && b["text"].as_str().is_none_or(|t| t.trim().is_empty()) {
+                            return Some(format!("messages.{i}: text content blocks must contain non-whitespace text"));
+                        }
+                        if b["type"] == "tool_result" {
+                            if seen_other {
+                                return Some(format!("messages.{i}: tool_result blocks must come first in the content"));
+                            }
+                            let id = b["tool_use_id"].as_str().unwrap_or_default();
+                            let asked = i > 0
+                                && messages[i - 1]["content"].as_array().into_iter().flatten().any(
+                                    |p| p["type"] == "tool_use" && p["id"] == id,
+                                );
+                            if !asked {
+                                return Some(format!("messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."));
+                            }
+                        } else {
+                            seen_other = true;
+                        }
+                        if b["type"] == "tool_use" && !b["input"].is_object() {
+                            return Some(format!("messages.{i}: tool_use.input: Input should be a valid dictionary"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if m["role"] == "assistant" {
+                for b in m["content"].as_array().into_iter().flatten() {
+                    if b["type"] != "tool_use" {
+                        continue;
+                    }
+                    let id = b["id"].as_str().unwrap_or_default();
+                    let answered = messages.get(i + 1).is_some_and(|n| {
+                        n["content"].as_array().into_iter().flatten().any(|p| {
+                            p["type"] == "tool_result" && p["tool_use_id"] == id
+                        })
+                    });
+                    if !answered {
+                        return Some(format!("messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {id}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."));
+                    }
+                }
+            }
+        }
+    } else {
+        for (i, m) in messages.iter().enumerate() {
+            if m["role"] == "tool" {
+                let id = m["tool_call_id"].as_str().unwrap_or_default();
+                let owner = messages[..i]
+                    .iter()
+                    .rev()
+                    .find(|p| p["role"] != "tool");
+                let ok = owner.is_some_and(|p| {
+                    p["role"] == "assistant"
+                        && p["tool_calls"].as_array().into_iter().flatten().any(|c| c["id"] == id)
+                });
+                if !ok {
+                    return Some(format!("messages.[{i}].role: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."));
+                }
+            }
+            if m["role"] == "assistant" {
+                for call in m["tool_calls"].as_array().into_iter().flatten() {
+                    if !call["function"]["arguments"].is_string() {
+                        return Some(format!("messages.[{i}].tool_calls.function.arguments: expected a string"));
+                    }
+                    let id = call["id"].as_str().unwrap_or_default();
+                    let answered = messages[i + 1..]
+                        .iter()
+                        .take_while(|n| n["role"] == "tool")
+                        .any(|n| n["tool_call_id"] == id);
+                    if !answered {
+                        return Some(format!("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {id}"));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------
+// What the providers send
+// ---------------------------------------------------------------------------------------
+
+fn sse(name: &str, data: Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn an_start(input: u64) -> String {
+    sse(
+        "message_start",
+        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":input,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}),
+    )
+}
+
+fn an_end(stop: &str, output: u64) -> Vec<String> {
+    vec![
+        sse(
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":output}}),
+        ),
+        sse("message_stop", json!({"type":"message_stop"})),
+    ]
+}
+
+/// A streamed Anthropic answer, the text in two deltas.
+fn an_text(text: &str, input: u64, output: u64) -> Resp {
+    let (a, b) = text.split_at(text.len() / 2);
+    let mut v = vec![
+        an_start(input),
+        sse("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        sse("ping", json!({"type":"ping"})),
+        sse("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":a}})),
+        sse("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":b}})),
+        sse("content_block_stop", json!({"type":"content_block_stop","index":0})),
+    ];
+    v.extend(an_end("end_turn", output));
+    Resp::Sse(v)
+}
+
+/// A streamed Anthropic turn: a short text, then tool_use blocks whose input comes in
+/// `input_json_delta` pieces.
+fn an_calls(calls: &[(&str, Value)], input: u64, output: u64) -> Resp {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let mut v = vec![
+        an_start(input),
+        sse("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        sse("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"On it."}})),
+        sse("content_block_stop", json!({"type":"content_block_stop","index":0})),
+    ];
+    for (i, (name, input)) in calls.iter().enumerate() {
+        let index = i + 1;
+        let id = format!("toolu_{:04}", N.fetch_add(1, Ordering::SeqCst));
+        v.push(sse("content_block_start", json!({"type":"content_block_start","index":index,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}})));
+        let text = input.to_string();
+        let (a, b) = text.split_at(text.len() / 2);
+        for piece in ["", a, b] {
+            v.push(sse("content_block_delta", json!({"type":"content_block_delta","index":index,"delta":{"type":"input_json_delta","partial_json":piece}})));
+        }
+        v.push(sse("content_block_stop", json!({"type":"content_block_stop","index":index})));
+    }
+    v.extend(an_end("tool_use", output));
+    Resp::Sse(v)
+}
+
+/// An Anthropic stream that fails mid-way with `overloaded_error`, after some text.
+fn an_overloaded_mid_stream(input: u64) -> Resp {
+    Resp::Sse(vec![
+        an_start(input),
+        sse("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        sse("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Searching the press archive"}})),
+        sse("error", json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})),
+    ])
+}
+
+fn an_529() -> Resp {
+    Resp::json(
+        529,
+        json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}),
+    )
+}
+
+fn oa_chunk(delta: Value, finish: Option<&str>) -> String {
+    let data = json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen2.5:7b",
+        "choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
+    format!("data: {data}\n\n")
+}
+
+fn oa_usage_chunk(prompt: u64, completion: u64) -> String {
+    let data = json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen2.5:7b",
+        "choices":[],"usage":{"prompt_tokens":prompt,"completion_tokens":completion,"total_tokens":prompt+completion}});
+    format!("data: {data}\n\n")
+}
+
+/// A streamed Chat Completions turn calling one tool, its arguments in three deltas, usage
+/// in the last chunk (`stream_options.include_usage`).
+fn oa_call(name: &str, args: Value, prompt: u64, completion: u64) -> Resp {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let id = format!("call_{:04}", N.fetch_add(1, Ordering::SeqCst));
+    let text = args.to_string();
+    let (a, b) = text.split_at(text.len() / 2);
+    Resp::Sse(vec![
+        oa_chunk(json!({"role":"assistant","content":null,"tool_calls":[{"index":0,"id":id,"type":"function","function":{"name":name,"arguments":""}}]}), None),
+        oa_chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":a}}]}), None),
+        oa_chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":b}}]}), None),
+        oa_chunk(json!({}), Some("tool_calls")),
+        oa_usage_chunk(prompt, completion),
+        "data: [DONE]\n\n".into(),
+    ])
+}
+
+fn oa_text(text: &str, prompt: u64, completion: u64) -> Resp {
+    let (a, b) = text.split_at(text.len() / 2);
+    Resp::Sse(vec![
+        oa_chunk(json!({"role":"assistant","content":""}), None),
+        oa_chunk(json!({"content":a}), None),
+        oa_chunk(json!({"content":b}), None),
+        oa_chunk(json!({}), Some("stop")),
+        oa_usage_chunk(prompt, completion),
+        "data: [DONE]\n\n".into(),
+    ])
+}
+
+fn oa_429() -> Resp {
+    Resp::json(
+        429,
+        json!({"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}),
+    )
+    .header("retry-after-ms", "20")
+}
+
+// ---------------------------------------------------------------------------------------
+// The project: agent files as a user keeps them
+// ---------------------------------------------------------------------------------------
+
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "agent-tree-trial3-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const LEAD: &str = "---\nname: lead\ndescription: Runs the research desk and splits each question between researchers\ntools: Read, WebSearch\nmodel: opus\nallowedSubagents: [web-researcher, analyst]\nmaxTurns: 12\ncolor: purple\n---\n[agent:lead] You run the research desk. Delegate, then write the report.\n";
+const WEB: &str = "---\nname: web-researcher\ndescription: Reads press coverage and documentation on the web\ntools: WebFetch, WebSearch, Read\nmodel: sonnet\ncolor: cyan\n---\n[agent:web-researcher] You research on the web and quote your sources.\n";
+const ANALYST: &str = "---\nname: analyst\ndescription: Computes figures from the CSV exports\ntools: read, bash\nmodel: claude-haiku-4-5\nthinking: low\n---\n[agent:analyst] You compute figures from data files.\n";
+
+/// `.claude/agents/` and `.pi/agents/` of a project; `analyst` may be replaced.
+fn project(analyst: &str) -> Catalog {
+    let root = scratch("desk");
+    let claude = root.join(".claude/agents");
+    let pi = root.join(".pi/agents");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::create_dir_all(&pi).unwrap();
+    std::fs::write(claude.join("lead.md"), LEAD).unwrap();
+    std::fs::write(claude.join("web-researcher.md"), WEB).unwrap();
+    std::fs::write(pi.join("analyst.md"), analyst).unwrap();
+    let loaded = Catalog::load_dirs([&claude, &pi]);
+    assert!(loaded.is_clean(), "{:?}", loaded.problems);
+    loaded.catalog
+}
+
+/// The lead and the web researcher on Anthropic, the analyst on an OpenAI-compatible server
+/// (say Ollama): routed by agent type, as `docs/models.md` suggests.
+struct Desk {
+    claude: Anthropic,
+    local: OpenAiCompat,
+}
+
+impl Model for Desk {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        if request.agent_type() == "analyst" {
+            self.local.turn(request)
+        } else {
+            self.claude.turn(request)
+        }
+    }
+}
+
+fn desk(mock: &Mock) -> Desk {
+    Desk {
+        claude: Anthropic::builder()
+            .base_url(&mock.base)
+            .api_key("sk-ant-test")
+            .model_alias("opus", "claude-opus-4-1")
+            .model_alias("sonnet", "claude-sonnet-4-5")
+            .streaming(true)
+            .build()
+            .unwrap(),
+        local: OpenAiCompat::builder()
+            .base_url(&mock.base)
+            .model_alias("claude-haiku-4-5", "qwen2.5:7b")
+            .streaming(true)
+            .build()
+            .unwrap(),
+    }
+}
+
+fn config() -> TreeConfig {
+    TreeConfig::default()
+        .with_retry(
+            RetryPolicy::default()
+                .with_max_attempts(3)
+                .with_backoff(Duration::from_millis(2), Duration::from_millis(5)),
+        )
+        .with_stream_events(true)
+}
+
+fn read_tool() -> impl agent_tree_actors::Tool {
+    FnTool::new("read", "Reads a file of the project", |_ctx, input: Value| async move {
+        let path = input["path"].as_str().unwrap_or_default().to_owned();
+        if path == "q3.csv" {
+            Ok::<String, ToolError>("region,revenue\nEMEA,12\nAPAC,9\n".into())
+        } else {
+            Err(ToolError::new(format!("no such file: {path}")))
+        }
+    })
+}
+
+fn find(tree: &Tree, agent_type: &str) -> AgentRecord {
+    tree.snapshot()
+        .agents()
+        .find(|r| r.agent_type == agent_type)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {agent_type} record"))
+}
+
+/// Every event queued now.
+fn drain(events: &mut agent_tree_actors::EventStream) -> Vec<Event> {
+    events.drain()
+}
+
+// ---------------------------------------------------------------------------------------
+// The research desk, end to end
+// ---------------------------------------------------------------------------------------
+
+/// The lead's script: decided from what it was sent, since its turns depend on when its
+/// background children's notices and questions arrive.
+fn lead_script(req: &Req, attempt: usize) -> Resp {
+    let pending = req.pending();
+    let ids = req.spawned_ids();
+    if req.turn() == 1 && attempt == 0 {
+        // The provider is overloaded once (HTTP 529), then answers.
+        return an_529();
+    }
+    if req.turn() == 0 {
+        return an_calls(
+            &[
+                ("Agent", json!({"agent_type":"analyst","prompt":"Compute Q3 revenue by region from q3.csv","description":"Q3 revenue","background":true})),
+                ("Agent", json!({"agent_type":"web-researcher","prompt":"Find the press coverage of our Q3 results","description":"Q3 press","background":true})),
+            ],
+            120,
+            40,
+        );
+    }
+    // The resume of the lead by the application (a second question).
+    if pending.contains("Now break APAC down by country") {
+        return an_calls(
+            &[("Agent", json!({"agent_type":"analyst","resume":ids[0],"prompt":"Break APAC down by country"}))],
+            100,
+            10,
+        );
+    }
+    if pending.contains("ANALYST-APAC-DONE") {
+        return an_text("DESK REPORT 2: APAC by country attached", 100, 10);
+    }
+    let question = pending.contains("asking") || pending.contains("\\\"notice\\\":\\\"question\\\"");
+    if question && !req.text().contains("WEB-DONE") {
+        return an_calls(
+            &[("steer_subagent", json!({"agent_id": ids[1], "message": "EMEA only, last 30 days"}))],
+            100,
+            10,
+        );
+    }
+    let text = req.text();
+    if text.contains("ANALYST-DONE") && text.contains("WEB-DONE") {
+        return an_text("DESK REPORT: EMEA 12 (press positive), APAC 9", 100, 10);
+    }
+    an_calls(
+        &[("wait_subagents", json!({"agent_ids": [ids[0], ids[1]]}))],
+        100,
+        10,
+    )
+}
+
+fn desk_script(req: &Req, attempt: usize) -> Resp {
+    match (req.agent().as_str(), req.turn(), attempt) {
+        ("lead", ..) => lead_script(req, attempt),
+        // The web researcher: overloaded mid-stream after some text, then asks its owner.
+        ("web-researcher", 0, 0) => an_overloaded_mid_stream(200),
+        ("web-researcher", 0, _) => an_calls(
+            &[("ask_owner", json!({"question":"Which region should I focus on?"}))],
+            210,
+            15,
+        ),
+        ("web-researcher", _, _) => an_text("WEB-DONE: EMEA press was positive", 220, 25),
+        // The analyst: rate-limited once, then reads the CSV, then answers; resumed later.
+        ("analyst", 0, 0) => oa_429(),
+        ("analyst", 0, _) => oa_call("read", json!({"path":"q3.csv"}), 300, 30),
+        ("analyst", 1, _) => oa_text("ANALYST-DONE: EMEA 12, APAC 9", 350, 20),
+        ("analyst", _, _) => oa_text("ANALYST-APAC-DONE: JP 5, AU 4", 400, 20),
+        (other, ..) => Resp::json(500, json!({"error":{"message":format!("unscripted {other}")}})),
+    }
+}
+
+/// GUARD. The whole desk: agent files of both formats, model aliases, background children
+/// with `wait_subagents`, a 429 with `retry-after-ms`, an HTTP 529 and an `overloaded_error`
+/// mid-stream (each retried), a child's `ask_owner` answered by the owner's
+/// `steer_subagent`, usage per agent and per subtree (every attempt billed), the event stream
+/// folded back into the records, a resume of the lead that resumes a child, and shutdown.
+/// Every request is checked the way the providers check it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_research_desk_end_to_end() {
+    let mock = Mock::start(desk_script).await;
+    let tree = Tree::builder()
+        .config(config())
+        .catalog(project(ANALYST))
+        .model(desk(&mock))
+        .tool(read_tool())
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let mut events = tree.subscribe();
+    let mut lead = tree
+        .spawn(SpawnRequest::new("lead", "How did Q3 go, by region?"))
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), lead.outcome())
+        .await
+        .expect("the desk hangs");
+    assert_eq!(mock.refusals(), Vec::<String>::new(), "requests a provider refuses");
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("DESK REPORT: EMEA 12 (press positive), APAC 9"),
+        "{}",
+        outcome.summary()
+    );
+
+    // Model names of the files reach each provider through the aliases.
+    for req in mock.requests() {
+        let want = match req.agent().as_str() {
+            "lead" => "claude-opus-4-1",
+            "web-researcher" => "claude-sonnet-4-5",
+            _ => "qwen2.5:7b",
+        };
+        assert_eq!(req.body["model"], want, "{}", req.agent());
+        assert_eq!(req.body["stream"], true);
+    }
+    // The analyst offered its file's tools (`read` registered; `bash` is not).
+    let analyst_req = &mock.of("analyst")[1];
+    assert_eq!(analyst_req.tool_names(), ["read", "ask_owner"]);
+    // The web researcher: Claude Code's `Read` is `read`; no delegation tools, `ask_owner`.
+    let web_req = &mock.of("web-researcher")[0];
+    assert_eq!(web_req.tool_names(), ["read", "ask_owner"]);
+
+    let web = find(&tree, "web-researcher");
+    let analyst = find(&tree, "analyst");
+    let web_outcome = web.outcome.clone().unwrap();
+    assert_eq!(
+        web_outcome.text.as_deref(),
+        Some("WEB-DONE: EMEA press was positive"),
+        "the failed attempt's streamed text must not leak into the answer"
+    );
+    // The answer to its question reached it (the owner's steer).
+    assert!(mock.of("web-researcher").last().unwrap().text().contains("EMEA only, last 30 days"));
+
+    // Usage: every attempt billed (the mid-stream failure's message_start counts).
+    assert_eq!(analyst.own, Usage::tokens(650, 50));
+    assert_eq!(web.own, Usage::tokens(630, 41));
+    let lead_calls = mock.of("lead").len() as u64;
+    // Turn 0 (120, 40); the 529 bills nothing; every later call (100, 10).
+    let lead_own = Usage::tokens(120 + 100 * (lead_calls - 2), 40 + 10 * (lead_calls - 2));
+    let lead_record = tree.record(lead.id()).unwrap();
+    assert_eq!(lead_record.own, lead_own);
+    assert_eq!(
+        lead_record.subtree,
+        Usage::tokens(
+            lead_own.input_tokens + 650 + 630,
+            lead_own.output_tokens + 50 + 41
+        )
+    );
+    tree.snapshot().check_usage().unwrap();
+
+    // The event stream: the retries, the question, the steer.
+    let seen = drain(&mut events);
+    let retries: Vec<(AgentId, ModelErrorKind, u64)> = seen
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Retrying {
+                error_kind,
+                delay_ms,
+                ..
+            } => Some((e.agent, *error_kind, *delay_ms)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        retries.contains(&(analyst.id, ModelErrorKind::RateLimited, 20)),
+        "{retries:?}"
+    );
+    assert!(
+        retries
+            .iter()
+            .any(|(a, k, _)| *a == web.id && *k == ModelErrorKind::Transient),
+        "{retries:?}"
+    );
+    assert!(
+        retries
+            .iter()
+            .any(|(a, k, _)| *a == lead.id() && *k == ModelErrorKind::Transient),
+        "{retries:?}"
+    );
+    assert!(seen.iter().any(|e| e.agent == web.id
+        && matches!(&e.kind, EventKind::Asked { question } if question == "Which region should I focus on?")));
+    assert!(seen
+        .iter()
+        .any(|e| e.agent == web.id && matches!(e.kind, EventKind::Steered)));
+
+    // Resume the lead with a follow-up; it resumes its analyst child.
+    let mut again = tree
+        .resume(lead.id(), "Now break APAC down by country")
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), again.outcome())
+        .await
+        .expect("the resumed desk hangs");
+    assert_eq!(mock.refusals(), Vec::<String>::new(), "requests a provider refuses");
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("DESK REPORT 2: APAC by country attached"),
+        "{}",
+        outcome.summary()
+    );
+    let analyst = tree.record(analyst.id).unwrap();
+    assert_eq!(analyst.own, Usage::tokens(1050, 70));
+    assert_eq!(analyst.status, AgentStatus::Completed);
+    // The resumed analyst continued its own conversation.
+    let last = mock.of("analyst").pop().unwrap();
+    assert!(last.text().contains("ANALYST-DONE") && last.text().contains("Break APAC down"));
+
+    let report = tree.shutdown().await;
+    assert!(report.killed.is_empty(), "{report:?}");
+    assert!(tree.alive_actors().is_empty());
+    tree.snapshot().check_usage().unwrap();
+
+    // The event stream alone rebuilds every record.
+    let mut all = seen;
+    all.extend(drain(&mut events));
+    let mut fold = Fold::new();
+    for e in &all {
+        fold.apply(e).unwrap();
+    }
+    let snapshot = tree.snapshot();
+    let records: Vec<AgentRecord> = snapshot.records.iter().map(|r| (**r).clone()).collect();
+    assert_eq!(fold.records().len(), records.len());
+    for (folded, real) in fold.records().iter().zip(&records) {
+        assert_eq!(folded, real);
+    }
+}
