@@ -886,3 +886,283 @@ async fn guard_research_desk_end_to_end() {
         assert_eq!(folded, real);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Probes of single behaviours
+// ---------------------------------------------------------------------------------------
+
+async fn desk_tree(mock: &Mock, analyst: &str) -> Tree {
+    Tree::builder()
+        .config(config())
+        .catalog(project(analyst))
+        .model(desk(mock))
+        .tool(read_tool())
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+/// GUARD. `maxTurns` from a pi file: an analyst that keeps calling tools fails with reason
+/// `max_turns` after exactly that many model calls, and its owner, waiting in a foreground
+/// `Agent` call, reads `failed` with the reason and carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_max_turns_of_a_child() {
+    let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
+        ("lead", 0) => an_calls(
+            &[("Agent", json!({"agent_type":"analyst","prompt":"Sum every CSV"}))],
+            50,
+            5,
+        ),
+        ("lead", _) => an_text("the analyst ran out of turns", 50, 5),
+        ("analyst", n) => oa_call("read", json!({"path": format!("part{n}.csv")}), 10, 1),
+        _ => Resp::json(500, json!({})),
+    })
+    .await;
+    let analyst = ANALYST.replace("thinking: low\n", "thinking: low\nmaxTurns: 2\n");
+    let tree = desk_tree(&mock, &analyst).await;
+    let outcome = tree
+        .run(SpawnRequest::new("lead", "Sum every CSV"))
+        .await
+        .unwrap();
+    assert_eq!(mock.refusals(), Vec::<String>::new());
+    assert_eq!(outcome.text.as_deref(), Some("the analyst ran out of turns"));
+    let analyst = find(&tree, "analyst");
+    let analyst_outcome = analyst.outcome.clone().unwrap();
+    assert_eq!(analyst_outcome.status, AgentStatus::Failed);
+    assert_eq!(analyst_outcome.reason, EndReason::MaxTurns);
+    assert_eq!(mock.of("analyst").len(), 2);
+    assert_eq!(analyst.own, Usage::tokens(20, 2));
+    let result = &mock.of("lead")[1].tool_results()[0];
+    assert!(result.contains("failed") && result.contains("max_turns"), "{result}");
+    tree.shutdown().await;
+}
+
+/// GUARD. The application steers an analyst (OpenAI-compatible, streamed) while its `read`
+/// tool call runs: the next request answers the call first (`tool` right after the
+/// assistant's `tool_calls`), then the steer, as Chat Completions requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_steer_while_a_tool_runs() {
+    let mock = Mock::start(|req, _| match req.turn() {
+        0 => oa_call("read", json!({"path":"q3.csv"}), 10, 1),
+        _ => oa_text("ANALYST-DONE", 10, 1),
+    })
+    .await;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (e, r) = (entered.clone(), release.clone());
+    let slow_read = FnTool::new("read", "Reads a file", move |_ctx, _input: Value| {
+        let (e, r) = (e.clone(), r.clone());
+        async move {
+            e.notify_one();
+            r.notified().await;
+            Ok::<String, ToolError>("region,revenue\nEMEA,12\n".into())
+        }
+    });
+    let tree = Tree::builder()
+        .config(config())
+        .catalog(project(ANALYST))
+        .model(desk(&mock))
+        .tool(slow_read)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let mut analyst = tree
+        .spawn(SpawnRequest::new("analyst", "Q3 by region"))
+        .await
+        .unwrap();
+    entered.notified().await;
+    tree.steer(analyst.id(), "Only EMEA, please").await.unwrap();
+    release.notify_one();
+    let outcome = analyst.outcome().await;
+    assert_eq!(mock.refusals(), Vec::<String>::new());
+    assert_eq!(outcome.text.as_deref(), Some("ANALYST-DONE"), "{}", outcome.summary());
+    let second = &mock.of("analyst")[1];
+    let roles: Vec<&str> = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+    assert!(second.pending().contains("Only EMEA, please"));
+    tree.shutdown().await;
+}
+
+/// GUARD. An OpenAI-compatible gateway (OpenRouter) that fails mid-stream after some text,
+/// with an `error` object and `finish_reason: "error"`: retried, and the answer is the retry's
+/// text alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_openai_error_mid_stream_is_retried() {
+    let mock = Mock::start(|_, attempt| match attempt {
+        0 => Resp::Sse(vec![
+            oa_chunk(json!({"role":"assistant","content":""}), None),
+            oa_chunk(json!({"content":"EMEA was "}), None),
+            format!(
+                "data: {}\n\n",
+                json!({"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"m",
+                    "error":{"code":502,"message":"Provider returned error"},
+                    "choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]})
+            ),
+        ]),
+        _ => oa_text("ANALYST-DONE: EMEA 12", 40, 4),
+    })
+    .await;
+    let tree = desk_tree(&mock, ANALYST).await;
+    let mut events = tree.subscribe();
+    let outcome = tree
+        .run(SpawnRequest::new("analyst", "Q3 by region"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("ANALYST-DONE: EMEA 12"), "{}", outcome.summary());
+    let retried = drain(&mut events).into_iter().any(|e| {
+        matches!(e.kind, EventKind::Retrying { error_kind: ModelErrorKind::Transient, .. })
+    });
+    assert!(retried);
+    assert_eq!(mock.requests().len(), 2);
+    tree.shutdown().await;
+}
+
+/// DEFECT (agent files). Claude Code's subagent frontmatter has `background: true` ("always
+/// run this subagent as a background task"); the crate's own field is `run_in_background`
+/// (also `runInBackground`, `run-in-background`). A `.claude/agents/*.md` file with
+/// `background: true` loads without a problem (`is_clean()`), the key only logged as
+/// unknown, and the agent runs in the FOREGROUND: its owner's `Agent` call blocks until it
+/// ends instead of returning `{"agent_id", "status": "running"}` at once.
+/// README: "Definitions load from `.pi/agents/*.md` / `.claude/agents/*.md` files".
+/// Expected: `run_in_background == true` (or at least a load problem naming the key).
+/// Actual: `false`, `problems` empty. Cause: `actors/src/catalog/fields.rs`
+/// `Field::from_key` has no `background` spelling.
+#[test]
+fn defect_claude_code_background_field_is_dropped() {
+    let dir = scratch("background");
+    std::fs::write(
+        dir.join("watcher.md"),
+        "---\nname: watcher\ndescription: Watches the deploy in the background\ntools: Read, Bash\nbackground: true\n---\nYou watch.\n",
+    )
+    .unwrap();
+    let loaded = Catalog::load_dir(&dir);
+    let watcher = loaded.catalog.resolve("watcher").unwrap();
+    assert!(
+        watcher.run_in_background || !loaded.problems.is_empty(),
+        "Claude Code's `background: true` was silently ignored: run_in_background = {}, problems = {:?}",
+        watcher.run_in_background,
+        loaded.problems
+    );
+}
+
+/// GUARD. A shutdown while a child waits for its owner's answer to `ask_owner` and the
+/// owner's model call (Anthropic, streamed) hangs: quick, nobody killed, both aborted with
+/// reason `shutdown`, usage still adding up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_shutdown_while_a_question_is_open() {
+    let never = Arc::new(Notify::new());
+    let n = never.clone();
+    let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
+        ("lead", 0) => an_calls(
+            &[("Agent", json!({"agent_type":"web-researcher","prompt":"press","background":true}))],
+            50,
+            5,
+        ),
+        ("lead", _) => Resp::Gate(n.clone(), Box::new(an_text("never", 1, 1))),
+        ("web-researcher", 0) => an_calls(&[("ask_owner", json!({"question":"Which region?"}))], 30, 3),
+        _ => an_text("unexpected", 1, 1),
+    })
+    .await;
+    let tree = desk_tree(&mock, ANALYST).await;
+    let lead = tree.spawn(SpawnRequest::new("lead", "Q3 press")).await.unwrap();
+    let mut events = tree.subscribe();
+    loop {
+        let e = events.next().await.unwrap();
+        if matches!(e.kind, EventKind::Asked { .. }) {
+            break;
+        }
+    }
+    mock.until("lead", 2).await;
+    let report = tokio::time::timeout(Duration::from_secs(5), tree.shutdown())
+        .await
+        .expect("shutdown hangs");
+    assert!(report.killed.is_empty(), "{report:?}");
+    assert!(report.elapsed < Duration::from_secs(2), "{report:?}");
+    for record in tree.snapshot().agents() {
+        let outcome = record.outcome.clone().unwrap();
+        assert_eq!(outcome.status, AgentStatus::Aborted, "{record:?}");
+        assert_eq!(outcome.reason, EndReason::Shutdown, "{record:?}");
+    }
+    assert_eq!(tree.record(lead.id()).unwrap().subtree, Usage::tokens(80, 8));
+    tree.snapshot().check_usage().unwrap();
+    drop(never);
+}
+
+/// GUARD. `wait_subagents` with `fail_fast`: one child's provider refuses its request for
+/// good (a 400 "prompt is too long", not retried), the other child is aborted, and the lead
+/// reads both outcomes; the aborted child's streamed usage stays billed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_fail_fast_after_a_permanent_error() {
+    let hold = Arc::new(Notify::new());
+    let h = hold.clone();
+    let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
+        ("lead", 0) => an_calls(
+            &[
+                ("Agent", json!({"agent_type":"analyst","prompt":"sum","background":true})),
+                ("Agent", json!({"agent_type":"web-researcher","prompt":"press","background":true})),
+            ],
+            50,
+            5,
+        ),
+        ("lead", 1) => {
+            let ids = req.spawned_ids();
+            an_calls(&[("wait_subagents", json!({"agent_ids": ids, "policy": "fail_fast"}))], 50, 5)
+        }
+        ("lead", _) => an_text("one failed, the other was stopped", 50, 5),
+        ("analyst", _) => Resp::json(
+            400,
+            json!({"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}),
+        ),
+        ("web-researcher", _) => Resp::Gate(h.clone(), Box::new(an_text("late", 1, 1))),
+        _ => an_text("?", 1, 1),
+    })
+    .await;
+    let tree = desk_tree(&mock, ANALYST).await;
+    let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert_eq!(mock.refusals(), Vec::<String>::new());
+    assert_eq!(outcome.text.as_deref(), Some("one failed, the other was stopped"), "{}", outcome.summary());
+    let analyst = find(&tree, "analyst").outcome.unwrap();
+    assert_eq!(analyst.status, AgentStatus::Failed);
+    assert!(analyst.error.as_deref().unwrap_or_default().contains("context_length"), "{analyst:?}");
+    assert_eq!(mock.of("analyst").len(), 1, "a 400 is not retried");
+    let web = find(&tree, "web-researcher").outcome.unwrap();
+    assert_eq!(web.status, AgentStatus::Aborted);
+    let waited = mock.of("lead")[2].tool_results().pop().unwrap();
+    assert!(waited.contains("failed") && waited.contains("aborted"), "{waited}");
+    tree.shutdown().await;
+    drop(hold);
+}
+
+/// GUARD. A top-level lead asks the application (`TreeBuilder::on_question`): it is offered
+/// `ask_owner`, the handler's answer is the call's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_top_level_question_to_the_application() {
+    let mock = Mock::start(|req, _| match req.turn() {
+        0 => an_calls(&[("ask_owner", json!({"question":"Which quarter?"}))], 20, 2),
+        _ => an_text("Q3 it is", 20, 2),
+    })
+    .await;
+    let tree = Tree::builder()
+        .config(config())
+        .catalog(project(ANALYST))
+        .model(desk(&mock))
+        .on_question(|q: agent_tree_actors::Question| async move {
+            assert_eq!(q.question, "Which quarter?");
+            Ok::<String, String>("Q3".into())
+        })
+        .build()
+        .await
+        .unwrap();
+    let outcome = tree.run(SpawnRequest::new("lead", "report")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("Q3 it is"));
+    assert!(mock.of("lead")[0].tool_names().contains(&"ask_owner".to_owned()));
+    assert_eq!(mock.of("lead")[1].tool_results(), ["Q3"]);
+    tree.shutdown().await;
+}
