@@ -45,6 +45,8 @@ enum Resp {
     Sse(Vec<String>),
     /// Answered with the inner reply once the gate is opened.
     Gate(Arc<Notify>, Box<Resp>),
+    /// A stream that stalls after its pieces (the connection kept open, never ended).
+    SseStall(Vec<String>),
 }
 
 impl Resp {
@@ -276,6 +278,23 @@ async fn serve(
             socket.write_all(head.as_bytes()).await?;
             socket.write_all(&body).await?;
             socket.shutdown().await
+        }
+        Resp::SseStall(pieces) => {
+            let head = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await?;
+            for piece in pieces {
+                socket
+                    .write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+                    .await?;
+                socket.flush().await?;
+            }
+            let mut sink = [0u8; 64];
+            while let Ok(n) = socket.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            Ok(())
         }
         Resp::Sse(pieces) => {
             let head = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
@@ -1164,5 +1183,243 @@ async fn guard_top_level_question_to_the_application() {
     assert_eq!(outcome.text.as_deref(), Some("Q3 it is"));
     assert!(mock.of("lead")[0].tool_names().contains(&"ask_owner".to_owned()));
     assert_eq!(mock.of("lead")[1].tool_results(), ["Q3"]);
+    tree.shutdown().await;
+}
+
+/// The crash-recovery probe's first life: the lead has spawned both researchers, and waits
+/// on them (`wait_subagents`) while their provider calls hang. Returns the lead's id.
+fn first_life(journal: PathBuf) -> AgentId {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let lead = runtime.block_on(async {
+        let never = Arc::new(Notify::new());
+        let n = never.clone();
+        let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
+            ("lead", 0) => an_calls(
+                &[
+                    ("Agent", json!({"agent_type":"analyst","prompt":"Compute Q3 revenue by region","background":true})),
+                    ("Agent", json!({"agent_type":"web-researcher","prompt":"Q3 press","background":true})),
+                ],
+                120,
+                40,
+            ),
+            ("lead", _) => {
+                let ids = req.spawned_ids();
+                an_calls(&[("wait_subagents", json!({"agent_ids": ids}))], 100, 10)
+            }
+            _ => Resp::Gate(n.clone(), Box::new(an_text("never", 1, 1))),
+        })
+        .await;
+        let tree = Tree::builder()
+            .config(config())
+            .catalog(project(ANALYST))
+            .model(desk(&mock))
+            .tool(read_tool())
+            .unwrap()
+            .journal(
+                agent_tree_actors::JournalConfig::new(&journal)
+                    .durability(agent_tree_actors::Durability::EveryEntry),
+            )
+            .build()
+            .await
+            .unwrap();
+        let lead = tree
+            .spawn(SpawnRequest::new("lead", "How did Q3 go?"))
+            .await
+            .unwrap()
+            .id();
+        mock.until("lead", 2).await;
+        mock.until("analyst", 1).await;
+        mock.until("web-researcher", 1).await;
+        // Let the lead's wait begin, and the journal write what it was handed.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tree.flush_journal().await;
+        // The process dies: nothing of the tree runs again (no drop, no shutdown).
+        std::mem::forget(tree);
+        std::mem::forget(never);
+        lead
+    });
+    runtime.shutdown_background();
+    lead
+}
+
+/// GUARD (crash recovery, journal). The desk's process dies while the lead waits on its two
+/// researchers; a tree built on the journal comes back with the three `interrupted`, the
+/// usage billed before the crash, and `Tree::resume(lead, "")` re-runs the lead on its
+/// journaled conversation: every request of the second life is one a provider takes.
+#[test]
+fn guard_crash_then_resume_from_the_journal() {
+    let dir = scratch("journal");
+    let journal = dir.join("desk.journal");
+    let lead = first_life(journal.clone());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mock = Mock::start(|req, _| match (req.agent().as_str(), req.pending()) {
+            ("lead", p) if p.contains("ANALYST-DONE") && p.contains("WEB-DONE") => {
+                an_text("RECOVERED REPORT", 100, 10)
+            }
+            ("lead", p) if p.contains("interrupted") || p.contains("aborted") => {
+                let ids = req.spawned_ids();
+                an_calls(
+                    &[
+                        ("Agent", json!({"agent_type":"analyst","resume":ids[0],"prompt":"Please finish"})),
+                        ("Agent", json!({"agent_type":"web-researcher","resume":ids[1],"prompt":"Please finish"})),
+                    ],
+                    100,
+                    10,
+                )
+            }
+            ("lead", _) => {
+                let ids = req.spawned_ids();
+                an_calls(&[("wait_subagents", json!({"agent_ids": ids}))], 100, 10)
+            }
+            ("analyst", _) => oa_text("ANALYST-DONE", 30, 3),
+            ("web-researcher", _) => an_text("WEB-DONE", 30, 3),
+            _ => Resp::json(500, json!({})),
+        })
+        .await;
+        let tree = Tree::builder()
+            .config(config())
+            .catalog(project(ANALYST))
+            .model(desk(&mock))
+            .tool(read_tool())
+            .unwrap()
+            .journal(agent_tree_actors::JournalConfig::new(&journal))
+            .build()
+            .await
+            .unwrap();
+        let interrupted = tree.interrupted();
+        assert_eq!(interrupted.len(), 3, "{:?}", tree.snapshot().render_text());
+        // Billed before the crash: the lead's two turns.
+        assert_eq!(tree.record(lead).unwrap().subtree, Usage::tokens(220, 50));
+        let mut resumed = tree.resume(lead, "").await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+            .await
+            .expect("the recovered desk hangs");
+        assert_eq!(mock.refusals(), Vec::<String>::new(), "requests a provider refuses");
+        for r in mock.requests() { eprintln!("{} turn {}: {}", r.agent(), r.turn(), r.pending()); }
+        assert_eq!(outcome.text.as_deref(), Some("RECOVERED REPORT"), "{}", outcome.summary());
+        tree.snapshot().check_usage().unwrap();
+        tree.shutdown().await;
+    });
+}
+
+/// GUARD. Two children ask their owner at about the same time (one on each adapter) while
+/// the lead waits on both: each question reaches the lead (as a wait's `asking` or a
+/// notice), each answer reaches its child, nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_two_questions_at_once() {
+    let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
+        ("lead", 0) => an_calls(
+            &[
+                ("Agent", json!({"agent_type":"analyst","prompt":"sum","background":true})),
+                ("Agent", json!({"agent_type":"web-researcher","prompt":"press","background":true})),
+            ],
+            10,
+            1,
+        ),
+        ("lead", _) => {
+            let ids = req.spawned_ids();
+            let text = req.text();
+            if text.contains("ANALYST-DONE") && text.contains("WEB-DONE") {
+                return an_text("both answered", 10, 1);
+            }
+            // Answer every question of the pending part (a wait's `asking`, or a notice).
+            let pending = req.pending();
+            let mut calls = Vec::new();
+            for (i, id) in ids.iter().enumerate() {
+                let needle = format!("\\\"agent_id\\\":\\\"{id}\\\"");
+                let asked = pending.split("agent_id").count() > 1
+                    && pending.contains(&needle)
+                    && (pending.contains("asking") || pending.contains("\\\"question\\\""));
+                let answered_before = text.matches(&format!("ANSWER-{i}")).count() > 0;
+                let still_open = pending
+                    .split('}')
+                    .any(|part| part.contains(&needle) && (part.contains("asking") || part.contains("\\\"notice\\\":\\\"question\\\"")));
+                if asked && still_open && !answered_before {
+                    calls.push(("steer_subagent", json!({"agent_id": id, "message": format!("ANSWER-{i}")})));
+                }
+            }
+            if calls.is_empty() {
+                an_calls(&[("wait_subagents", json!({"agent_ids": ids}))], 10, 1)
+            } else {
+                an_calls(&calls, 10, 1)
+            }
+        }
+        ("analyst", 0) => oa_call("ask_owner", json!({"question":"Which currency?"}), 10, 1),
+        ("analyst", _) => {
+            assert!(req.text().contains("ANSWER-0"), "the analyst's answer");
+            oa_text("ANALYST-DONE", 10, 1)
+        }
+        ("web-researcher", 0) => an_calls(&[("ask_owner", json!({"question":"Which outlets?"}))], 10, 1),
+        ("web-researcher", _) => {
+            assert!(req.text().contains("ANSWER-1"), "the researcher's answer");
+            an_text("WEB-DONE", 10, 1)
+        }
+        _ => Resp::json(500, json!({})),
+    })
+    .await;
+    let tree = desk_tree(&mock, ANALYST).await;
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), lead.outcome()).await;
+    let log: Vec<String> = mock
+        .of("lead")
+        .iter()
+        .map(|r| r.pending().chars().take(400).collect())
+        .collect();
+    let outcome = outcome.unwrap_or_else(|_| panic!("hangs; the lead was sent:\n{}", log.join("\n")));
+    assert_eq!(mock.refusals(), Vec::<String>::new());
+    assert_eq!(outcome.text.as_deref(), Some("both answered"), "{}\n{}", outcome.summary(), log.join("\n"));
+    tree.shutdown().await;
+}
+
+/// GUARD. A stalled stream (Anthropic: `message_start`, some text, then silence) is cut after
+/// the adapter's `timeout` of silence and retried; the stalled attempt's `message_start`
+/// usage is billed, its text is not the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_stalled_stream_is_cut_and_retried() {
+    let mock = Mock::start(|_, attempt| match attempt {
+        0 => Resp::SseStall(vec![
+            an_start(70),
+            sse("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+            sse("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Half an ans"}})),
+        ]),
+        _ => an_text("WEB-DONE", 80, 8),
+    })
+    .await;
+    let claude = Anthropic::builder()
+        .base_url(&mock.base)
+        .api_key("k")
+        .model("claude-test")
+        .definition_models(false)
+        .streaming(true)
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let tree = Tree::builder()
+        .config(config())
+        .catalog(project(ANALYST))
+        .model(claude)
+        .build()
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        tree.run(SpawnRequest::new("web-researcher", "press")),
+    )
+    .await
+    .expect("a stalled stream hangs the agent")
+    .unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("WEB-DONE"), "{}", outcome.summary());
+    let record = find(&tree, "web-researcher");
+    assert_eq!(record.own, Usage::tokens(150, 9));
     tree.shutdown().await;
 }
