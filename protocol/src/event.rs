@@ -86,6 +86,8 @@ pub enum EventKind {
     },
     /// A model turn failed with a transient error and will be tried again after `delay_ms`
     /// (the tree's retry policy). The failed attempt's usage, if any, was reported before.
+    /// Text it streamed (`text_delta`) is not the turn's: a view showing streamed text
+    /// starts the turn's text afresh here.
     Retrying {
         /// The turn being retried.
         turn: u32,
@@ -97,7 +99,8 @@ pub enum EventKind {
         delay_ms: u64,
     },
     /// Text the model streamed during a turn (only when the tree's config enables
-    /// `stream_events`; several deltas may be joined into one event).
+    /// `stream_events`; several deltas may be joined into one event). A failed attempt's text
+    /// comes too, followed by `retrying` and then the next attempt's.
     TextDelta {
         /// The turn streaming.
         turn: u32,

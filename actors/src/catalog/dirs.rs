@@ -98,7 +98,10 @@ pub struct LoadedCatalog {
 }
 
 impl LoadedCatalog {
-    /// Whether every agent file loaded (skipped files aside).
+    /// Whether every agent file loaded (skipped files aside). It says nothing of the tools
+    /// the files name, which only the application's registered tools can judge: ask
+    /// [`Catalog::tool_problems`] for those once the tools are known (a tree also logs them
+    /// when it is built).
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-clean-{}", std::process::id()));
