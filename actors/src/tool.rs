@@ -183,10 +183,39 @@ impl fmt::Debug for Toolbox {
     }
 }
 
-/// A tool whose name is reserved or taken.
+/// A tool name a toolbox refuses: reserved for an orchestration tool, already taken, or one
+/// the providers refuse (they accept 1 to 64 of `A-Z a-z 0-9 _ -`: OpenAI's and Anthropic's
+/// rule, so a name such as `web.search` would fail every model turn that offers it).
+///
+/// ```
+/// use agent_tree_actors::{FnTool, Toolbox};
+/// let tool = |name: &str| FnTool::new(name, "Searches.", |_ctx, _input| async { Ok(String::new()) });
+/// let mut tools = Toolbox::new();
+/// tools.insert(tool("web_search"))?;
+/// let err = tools.insert(tool("web.search")).unwrap_err();
+/// assert_eq!(err.name, "web.search");
+/// assert!(err.to_string().contains("A-Z a-z 0-9 _ -"), "{err}");
+/// assert!(tools.insert(tool("web_search")).is_err());
+/// # Ok::<(), agent_tree_actors::ToolNameError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("tool name {0:?} is reserved or already taken")]
-pub struct ToolNameError(pub String);
+#[error("tool name {name:?} {reason}")]
+#[non_exhaustive]
+pub struct ToolNameError {
+    /// The name refused.
+    pub name: String,
+    /// Why, in words.
+    pub reason: &'static str,
+}
+
+/// Whether providers accept `name` as a tool's name: 1 to 64 ASCII letters, digits, `_`
+/// and `-`.
+fn provider_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 impl Toolbox {
     /// An empty toolbox.
@@ -198,11 +227,24 @@ impl Toolbox {
     ///
     /// # Errors
     ///
-    /// [`ToolNameError`] if the name is an orchestration tool's or already taken.
+    /// [`ToolNameError`] if the name is an orchestration tool's, already taken, or not one
+    /// the providers accept (1 to 64 of `A-Z a-z 0-9 _ -`).
     pub fn insert(&mut self, tool: impl Tool) -> Result<(), ToolNameError> {
         let spec = tool.spec();
-        if RESERVED_TOOLS.contains(&spec.name.as_str()) || self.tools.contains_key(&spec.name) {
-            return Err(ToolNameError(spec.name));
+        let reason = if RESERVED_TOOLS.contains(&spec.name.as_str()) {
+            "is an orchestration tool's"
+        } else if self.tools.contains_key(&spec.name) {
+            "is already taken"
+        } else if !provider_name(&spec.name) {
+            "is not one providers accept: 1 to 64 of A-Z a-z 0-9 _ -"
+        } else {
+            ""
+        };
+        if !reason.is_empty() {
+            return Err(ToolNameError {
+                name: spec.name,
+                reason,
+            });
         }
         self.tools.insert(spec.name.clone(), (Arc::new(tool), spec));
         Ok(())

@@ -127,7 +127,8 @@ impl TreeBuilder {
     ///
     /// # Errors
     ///
-    /// [`ToolNameError`] when the name is reserved or taken.
+    /// [`ToolNameError`] when the name is reserved, taken, or not one the providers accept
+    /// (1 to 64 of `A-Z a-z 0-9 _ -`).
     pub fn tool(mut self, tool: impl Tool) -> Result<Self, ToolNameError> {
         self.toolbox.insert(tool)?;
         Ok(self)
