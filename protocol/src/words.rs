@@ -421,7 +421,7 @@ impl Written {
     fn is_all_with_selectors(&self) -> bool {
         let names = match self {
             Written::Bool(_) => return false,
-            Written::Text(text) => items(split_list(&text)),
+            Written::Text(text) => items(split_list(text)),
             Written::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.split_first() {
