@@ -546,7 +546,9 @@ impl Tree {
     /// An empty prompt adds no message: the conversation continues as it is. For an agent a
     /// crash interrupted ([`Tree::interrupted`]) that re-runs the turn the crash cut off,
     /// and the spawns it re-issues (at the same places) find the children the lost turn
-    /// started.
+    /// started. For an agent that gave its final answer, the model is asked again with that
+    /// answer last, which Anthropic's API reads as a prefill to continue: give a prompt to
+    /// ask for something new.
     ///
     /// # Errors
     ///
