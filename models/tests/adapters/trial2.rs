@@ -6,12 +6,11 @@
 //! The `probe_*` tests are the scenarios the trial ran and that behaved as documented. The
 //! other three each held a defect the trial found (a child inheriting its owner's context
 //! mid-turn, and a resume of a run aborted during a tool call, were sent a tool call without
-//! its result): they failed then and guard the fix now. The mock answers a request the way
-//! both providers do when an assistant tool call has no result (a 400), so such a defect
-//! shows as the provider's refusal. No real sleeps: every wait is on an event (a request
-//! arriving, a connection closing, an outcome, a gate).
+//! its result): they failed then and guard the fix now. The mock (`routed.rs`, shared with
+//! `trial3`) answers a request the way both providers do when an assistant tool call has no
+//! result (a 400), so such a defect shows as the provider's refusal. No real sleeps: every
+//! wait is on an event (a request arriving, a connection closing, an outcome, a gate).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,390 +19,15 @@ use std::time::Duration;
 use agent_tree_actors::{Catalog, CatalogError, Model, RetryPolicy, Tree, TreeConfig};
 use agent_tree_models::{Anthropic, OpenAiCompat};
 use agent_tree_protocol::{AgentId, AgentStatus, EventKind, SpawnRequest, Usage};
-
-const LONG: &str = "The logs show a burst of 502s from the gateway at 14:02, all from one upstream; the retries doubled the load and the pool ran dry within a minute. Then the health checks failed and the upstream was taken out of rotation, which moved its traffic to the two others, which slowed down too. Nothing else stands out in the window.";
-use parking_lot::Mutex;
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use serde_json::json;
 use tokio::sync::Notify;
 
-// ---------------------------------------------------------------------------------------
-// The mock provider
-// ---------------------------------------------------------------------------------------
+use crate::routed::{
+    Mock, Req, Resp, an_json_calls, an_json_text, an_partial, an_start, an_text, oa_json_calls,
+    oa_json_text, oa_usage,
+};
 
-/// One scripted reply.
-#[derive(Clone)]
-enum Resp {
-    /// Status, extra headers, content type, body.
-    Body(u16, Vec<(String, String)>, String, Vec<u8>),
-    /// A server-sent event stream, each piece flushed as a chunk; `hang` keeps the
-    /// connection open after the pieces (never ending the body).
-    Sse(Vec<String>, bool),
-    /// Never answered.
-    Hang,
-    /// Answered with the inner reply once the gate is opened (`Notify::notify_one`).
-    Gate(Arc<Notify>, Box<Resp>),
-}
-
-impl Resp {
-    fn json(status: u16, body: Value) -> Resp {
-        Resp::Body(
-            status,
-            vec![],
-            "application/json".into(),
-            body.to_string().into_bytes(),
-        )
-    }
-    fn with_header(self, name: &str, value: &str) -> Resp {
-        match self {
-            Resp::Body(s, mut h, c, b) => {
-                h.push((name.into(), value.into()));
-                Resp::Body(s, h, c, b)
-            }
-            other => other,
-        }
-    }
-}
-
-/// A request as the server got it.
-#[derive(Clone, Debug)]
-struct Req {
-    #[allow(dead_code)]
-    path: String,
-    body: Value,
-}
-
-impl Req {
-    /// Which agent asks: the `[agent:NAME]` marker of its system prompt (OpenAI: the first
-    /// message; Anthropic: the top-level `system`).
-    fn agent(&self) -> String {
-        let system = match &self.body["system"] {
-            Value::String(s) => s.clone(),
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => self.body["messages"][0]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        };
-        let start = system.find("[agent:").map(|i| i + 7).unwrap_or(0);
-        system[start..]
-            .split(']')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// The turn: how many assistant messages the conversation holds.
-    fn turn(&self) -> usize {
-        self.body["messages"]
-            .as_array()
-            .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
-            .unwrap_or(0)
-    }
-
-    /// Every tool result's text in the conversation (both wire formats).
-    fn tool_results(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for m in self.body["messages"].as_array().into_iter().flatten() {
-            if m["role"] == "tool" {
-                out.push(m["content"].as_str().unwrap_or_default().to_owned());
-            }
-            for block in m["content"].as_array().into_iter().flatten() {
-                if block["type"] == "tool_result" {
-                    let text = match &block["content"] {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    out.push(text);
-                }
-            }
-        }
-        out
-    }
-
-    /// The whole conversation as text, to look for a string in it.
-    fn text(&self) -> String {
-        self.body.to_string()
-    }
-}
-
-type Script = Arc<dyn Fn(&Req, usize) -> Resp + Send + Sync>;
-
-/// The mock: each request is answered by `script(request, attempt)`, `attempt` counting
-/// earlier requests of the same agent at the same turn (so a retry gets the next reply).
-struct Mock {
-    base: String,
-    requests: Arc<Mutex<Vec<Req>>>,
-    arrived: Arc<Notify>,
-    closed: Arc<AtomicUsize>,
-    closed_note: Arc<Notify>,
-}
-
-impl Mock {
-    async fn start(script: impl Fn(&Req, usize) -> Resp + Send + Sync + 'static) -> Mock {
-        let script: Script = Arc::new(script);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}/v1", listener.local_addr().unwrap());
-        let requests = Arc::new(Mutex::new(Vec::<Req>::new()));
-        let arrived = Arc::new(Notify::new());
-        let closed = Arc::new(AtomicUsize::new(0));
-        let closed_note = Arc::new(Notify::new());
-        let attempts = Arc::new(Mutex::new(HashMap::<(String, usize), usize>::new()));
-        let (r, a, c, cn) = (
-            requests.clone(),
-            arrived.clone(),
-            closed.clone(),
-            closed_note.clone(),
-        );
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                let (script, attempts) = (script.clone(), attempts.clone());
-                let (r, a, c, cn) = (r.clone(), a.clone(), c.clone(), cn.clone());
-                tokio::spawn(async move {
-                    let _ = serve(socket, script, attempts, r, a, c, cn).await;
-                });
-            }
-        });
-        Mock {
-            base,
-            requests,
-            arrived,
-            closed,
-            closed_note,
-        }
-    }
-
-    fn requests(&self) -> Vec<Req> {
-        self.requests.lock().clone()
-    }
-
-    fn of(&self, agent: &str) -> Vec<Req> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.agent() == agent)
-            .collect()
-    }
-
-    /// Waits until `agent` has made `n` requests.
-    async fn until(&self, agent: &str, n: usize) {
-        loop {
-            let note = self.arrived.notified();
-            if self.of(agent).len() >= n {
-                return;
-            }
-            note.await;
-        }
-    }
-
-    /// Waits until `n` hanging connections were closed by the client.
-    async fn until_closed(&self, n: usize) {
-        loop {
-            let note = self.closed_note.notified();
-            if self.closed.load(Ordering::SeqCst) >= n {
-                return;
-            }
-            note.await;
-        }
-    }
-}
-
-async fn serve(
-    mut socket: TcpStream,
-    script: Script,
-    attempts: Arc<Mutex<HashMap<(String, usize), usize>>>,
-    requests: Arc<Mutex<Vec<Req>>>,
-    arrived: Arc<Notify>,
-    closed: Arc<AtomicUsize>,
-    closed_note: Arc<Notify>,
-) -> std::io::Result<()> {
-    let req = read_request(&mut socket).await?;
-    let attempt = {
-        let mut map = attempts.lock();
-        let n = map.entry((req.agent(), req.turn())).or_insert(0);
-        *n += 1;
-        *n - 1
-    };
-    let resp = script(&req, attempt);
-    requests.lock().push(req);
-    arrived.notify_waiters();
-    let resp = match resp {
-        Resp::Gate(gate, inner) => {
-            gate.notified().await;
-            *inner
-        }
-        other => other,
-    };
-    match resp {
-        Resp::Gate(..) => unreachable!("one gate at a time"),
-        Resp::Hang => {
-            hang_after(&mut socket, &closed, &closed_note).await;
-            Ok(())
-        }
-        Resp::Body(status, headers, content_type, body) => {
-            let mut head = format!(
-                "HTTP/1.1 {status} Mock\r\nconnection: close\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n",
-                body.len()
-            );
-            for (n, v) in headers {
-                head.push_str(&format!("{n}: {v}\r\n"));
-            }
-            head.push_str("\r\n");
-            socket.write_all(head.as_bytes()).await?;
-            socket.write_all(&body).await?;
-            socket.shutdown().await
-        }
-        Resp::Sse(pieces, hang) => {
-            let head = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-            socket.write_all(head.as_bytes()).await?;
-            for piece in pieces {
-                socket
-                    .write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
-                    .await?;
-                socket.flush().await?;
-            }
-            if hang {
-                hang_after(&mut socket, &closed, &closed_note).await;
-                return Ok(());
-            }
-            socket.write_all(b"0\r\n\r\n").await?;
-            socket.shutdown().await
-        }
-    }
-}
-
-async fn hang_after(socket: &mut TcpStream, closed: &AtomicUsize, closed_note: &Notify) {
-    let mut buf = [0u8; 1024];
-    while let Ok(n) = socket.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-    }
-    closed.fetch_add(1, Ordering::SeqCst);
-    closed_note.notify_waiters();
-}
-
-/// A request as the shared test server reads it (`server::read_request`).
-async fn read_request(socket: &mut TcpStream) -> std::io::Result<Req> {
-    let recorded = crate::server::read_request(socket).await?;
-    Ok(Req {
-        path: recorded.path,
-        body: recorded.body,
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// What providers send
-// ---------------------------------------------------------------------------------------
-
-fn oa_usage(prompt: u64, completion: u64) -> Value {
-    json!({ "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion })
-}
-
-/// A Chat Completions reply calling tools; each call's `arguments` is JSON *text*, as sent.
-fn oa_calls(calls: &[(&str, String)], usage: (u64, u64)) -> Resp {
-    let calls: Vec<Value> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, (name, args))| {
-            json!({ "id": format!("call_{i}"), "type": "function",
-                    "function": { "name": name, "arguments": args } })
-        })
-        .collect();
-    Resp::json(
-        200,
-        json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{ "index": 0, "finish_reason": "tool_calls",
-                          "message": { "role": "assistant", "content": null, "tool_calls": calls } }],
-            "usage": oa_usage(usage.0, usage.1)
-        }),
-    )
-}
-
-fn oa_text(text: &str, usage: (u64, u64)) -> Resp {
-    Resp::json(
-        200,
-        json!({
-            "id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{ "index": 0, "finish_reason": "stop",
-                          "message": { "role": "assistant", "content": text } }],
-            "usage": oa_usage(usage.0, usage.1)
-        }),
-    )
-}
-
-/// Anthropic's streamed answer, as the API sends it.
-fn an_sse_text(text: &str, input: u64, output: u64) -> Resp {
-    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-    Resp::Sse(
-        vec![
-            ev(
-                "message_start",
-                json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":input,"output_tokens":1}}}),
-            ),
-            ev(
-                "content_block_start",
-                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-            ),
-            ev(
-                "content_block_delta",
-                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-            ),
-            ev(
-                "content_block_stop",
-                json!({"type":"content_block_stop","index":0}),
-            ),
-            ev(
-                "message_delta",
-                json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":output}}),
-            ),
-            ev("message_stop", json!({"type":"message_stop"})),
-        ],
-        false,
-    )
-}
-
-fn an_text(text: &str, input: u64, output: u64) -> Resp {
-    Resp::json(
-        200,
-        json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-            "content": [{ "type": "text", "text": text }],
-            "stop_reason": "end_turn", "stop_sequence": null,
-            "usage": { "input_tokens": input, "output_tokens": output }
-        }),
-    )
-}
-
-fn an_calls(calls: &[(&str, Value)], input: u64, output: u64) -> Resp {
-    let content: Vec<Value> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, (name, input))| json!({"type":"tool_use","id":format!("toolu_{i}"),"name":name,"input":input}))
-        .collect();
-    Resp::json(
-        200,
-        json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-            "content": content, "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": { "input_tokens": input, "output_tokens": output }
-        }),
-    )
-}
-
-/// The agent ids the `Agent` tool results of a request name, in order.
-fn spawned_ids(req: &Req) -> Vec<String> {
-    req.tool_results()
-        .iter()
-        .filter_map(|t| serde_json::from_str::<Value>(t).ok())
-        .filter_map(|v| v["agent_id"].as_str().map(str::to_owned))
-        .collect()
-}
+const LONG: &str = "The logs show a burst of 502s from the gateway at 14:02, all from one upstream; the retries doubled the load and the pool ran dry within a minute. Then the health checks failed and the upstream was taken out of rotation, which moved its traffic to the two others, which slowed down too. Nothing else stands out in the window.";
 
 // ---------------------------------------------------------------------------------------
 // Agent files and trees
@@ -510,7 +134,7 @@ fn find(tree: &Tree, agent_type: &str) -> agent_tree_protocol::AgentRecord {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_openai_main() {
     let mock = Mock::start(|req, attempt| match (req.agent().as_str(), req.turn()) {
-        ("coordinator", 0) => oa_calls(
+        ("coordinator", 0) => oa_json_calls(
             &[
                 ("Agent", json!({"agent_type":"worker-a","prompt":"logs","background":true}).to_string()),
                 ("Agent", json!({"agent_type":"worker-b","prompt":"metrics","background":true}).to_string()),
@@ -518,14 +142,14 @@ async fn probe_openai_main() {
             (100, 20),
         ),
         ("coordinator", 1) => {
-            let ids = spawned_ids(req);
-            oa_calls(&[("wait_subagents", json!({"agent_ids": ids}).to_string())], (150, 10))
+            let ids = req.spawned_ids();
+            oa_json_calls(&[("wait_subagents", json!({"agent_ids": ids}).to_string())], (150, 10))
         }
-        ("coordinator", _) => oa_text("both fine", (200, 5)),
-        ("worker-a", _) if attempt == 0 => Resp::json(429, json!({"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}})).with_header("retry-after-ms", "3"),
-        ("worker-a", _) => oa_text("logs fine", (40, 4)),
+        ("coordinator", _) => oa_json_text("both fine", (200, 5)),
+        ("worker-a", _) if attempt == 0 => Resp::json(429, json!({"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}})).header("retry-after-ms", "3"),
+        ("worker-a", _) => oa_json_text("logs fine", (40, 4)),
         ("worker-b", _) if attempt == 0 => Resp::json(500, json!({"error":{"message":"The server had an error","type":"server_error"}})),
-        ("worker-b", _) => oa_text("metrics fine", (30, 3)),
+        ("worker-b", _) => oa_json_text("metrics fine", (30, 3)),
         _ => Resp::json(404, json!({"error":{"message":"?"}})),
     })
     .await;
@@ -567,7 +191,7 @@ async fn probe_openai_main() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_anthropic_streaming_main() {
     let mock = Mock::start(|req, attempt| match (req.agent().as_str(), req.turn()) {
-        ("coordinator", 0) => an_calls(
+        ("coordinator", 0) => an_json_calls(
             &[
                 (
                     "Agent",
@@ -582,21 +206,21 @@ async fn probe_anthropic_streaming_main() {
             20,
         ),
         ("coordinator", 1) => {
-            let ids = spawned_ids(req);
-            an_calls(&[("wait_subagents", json!({"agent_ids": ids}))], 150, 10)
+            let ids = req.spawned_ids();
+            an_json_calls(&[("wait_subagents", json!({"agent_ids": ids}))], 150, 10)
         }
-        ("coordinator", _) => an_sse_text("both fine", 200, 5),
+        ("coordinator", _) => an_text("both fine", 200, 5),
         ("worker-a", _) if attempt == 0 => Resp::json(
             429,
             json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}),
         )
-        .with_header("retry-after", "0"),
-        ("worker-a", _) => an_sse_text("logs fine", 40, 4),
+        .header("retry-after", "0"),
+        ("worker-a", _) => an_text("logs fine", 40, 4),
         ("worker-b", _) if attempt == 0 => Resp::json(
             500,
             json!({"type":"error","error":{"type":"api_error","message":"Internal"}}),
         ),
-        ("worker-b", _) => an_text("metrics fine", 30, 3),
+        ("worker-b", _) => an_json_text("metrics fine", 30, 3),
         _ => Resp::json(
             404,
             json!({"type":"error","error":{"type":"not_found_error","message":"?"}}),
@@ -628,7 +252,7 @@ async fn probe_anthropic_streaming_main() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_model_mistakes() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
-        ("coordinator", 0) => oa_calls(
+        ("coordinator", 0) => oa_json_calls(
             &[
                 ("frobnicate", "{}".into()),
                 (
@@ -646,8 +270,8 @@ async fn probe_model_mistakes() {
             ],
             (10, 1),
         ),
-        ("coordinator", _) => oa_text("done", (10, 1)),
-        _ => oa_text("?", (1, 1)),
+        ("coordinator", _) => oa_json_text("done", (10, 1)),
+        _ => oa_json_text("?", (1, 1)),
     })
     .await;
     let tree = tree_on(openai(&mock, false), fast_retry()).await;
@@ -677,7 +301,7 @@ async fn probe_model_mistakes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_malformed_bodies() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
-        ("coordinator", 0) => oa_calls(
+        ("coordinator", 0) => oa_json_calls(
             &[
                 (
                     "Agent",
@@ -690,18 +314,17 @@ async fn probe_malformed_bodies() {
             ],
             (10, 1),
         ),
-        ("coordinator", _) => oa_text("done", (10, 1)),
-        ("worker-a", _) => Resp::Body(
+        ("coordinator", _) => oa_json_text("done", (10, 1)),
+        ("worker-a", _) => Resp::raw(
             200,
-            vec![],
-            "application/json".into(),
+            "application/json",
             b"<html>Bad gateway</html>".to_vec(),
         ),
         ("worker-b", _) => Resp::json(
             200,
             json!({"id":"x","object":"chat.completion","choices":[],"usage":oa_usage(7,0)}),
         ),
-        _ => oa_text("?", (1, 1)),
+        _ => oa_json_text("?", (1, 1)),
     })
     .await;
     let tree = tree_on(openai(&mock, false), fast_retry()).await;
@@ -737,8 +360,8 @@ async fn probe_steer_while_in_flight() {
             let _ = &g;
             Resp::Hang
         }
-        ("worker-a", _) => oa_text("steered answer", (5, 1)),
-        _ => oa_text("?", (1, 1)),
+        ("worker-a", _) => oa_json_text("steered answer", (5, 1)),
+        _ => oa_json_text("?", (1, 1)),
     })
     .await;
     let tree = tree_on(openai(&mock, false), fast_retry()).await;
@@ -765,18 +388,8 @@ async fn probe_steer_while_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_shutdown_during_hanging_stream() {
     let mock = Mock::start(|req, _| match req.agent().as_str() {
-        "worker-a" => {
-            let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-            Resp::Sse(
-                vec![
-                    ev("message_start", json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"c","content":[],"stop_reason":null,"usage":{"input_tokens":77,"output_tokens":1}}})),
-                    ev("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
-                    ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":LONG}})),
-                ],
-                true,
-            )
-        }
-        _ => an_text("?", 1, 1),
+        "worker-a" => Resp::SseStall(an_partial(77, LONG)),
+        _ => an_json_text("?", 1, 1),
     })
     .await;
     let tree = tree_on(
@@ -882,10 +495,10 @@ impl Model for Router {
 
 /// The reply to a request of either wire format: OpenAI for the coordinator.
 fn reply_text(req: &Req, text: &str) -> Resp {
-    if req.body["system"].is_null() {
-        oa_text(text, (10, 1))
+    if !req.is_anthropic() {
+        oa_json_text(text, (10, 1))
     } else {
-        an_text(text, 10, 1)
+        an_json_text(text, 10, 1)
     }
 }
 
@@ -897,8 +510,8 @@ async fn probe_steer_then_reply() {
     let gate = Arc::new(Notify::new());
     let g = gate.clone();
     let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
-        ("worker-a", 0) => Resp::Gate(g.clone(), Box::new(an_sse_text("first answer", 20, 2))),
-        ("worker-a", _) => an_sse_text("steered answer", 30, 3),
+        ("worker-a", 0) => Resp::Gate(g.clone(), Box::new(an_text("first answer", 20, 2))),
+        ("worker-a", _) => an_text("steered answer", 30, 3),
         _ => reply_text(req, "?"),
     })
     .await;
@@ -931,17 +544,36 @@ async fn probe_steer_then_reply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_background_control() {
     let mock = Mock::start(|req, _| {
-        let id = spawned_ids(req).first().cloned().unwrap_or_default();
+        let id = req.spawned_ids().first().cloned().unwrap_or_default();
         match (req.agent().as_str(), req.turn()) {
-            ("coordinator", 0) => oa_calls(&[("Agent", json!({"agent_type":"worker-b","prompt":"metrics","background":true}).to_string())], (10, 1)),
-            ("coordinator", 1) => oa_calls(&[("get_subagent_result", json!({"agent_id": id, "wait": true, "timeout_ms": 1}).to_string())], (10, 1)),
-            ("coordinator", 2) => oa_calls(&[("abort_subagent", json!({"agent_id": id}).to_string())], (10, 1)),
-            ("coordinator", 3) => oa_calls(&[("get_subagent_result", json!({"agent_id": id, "wait": true}).to_string())], (10, 1)),
-            ("coordinator", _) => oa_text("aborted it", (10, 1)),
-            ("worker-b", _) => {
-                let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-                Resp::Sse(vec![ev("message_start", json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"c","content":[],"stop_reason":null,"usage":{"input_tokens":77,"output_tokens":1}}}))], true)
-            }
+            ("coordinator", 0) => oa_json_calls(
+                &[(
+                    "Agent",
+                    json!({"agent_type":"worker-b","prompt":"metrics","background":true})
+                        .to_string(),
+                )],
+                (10, 1),
+            ),
+            ("coordinator", 1) => oa_json_calls(
+                &[(
+                    "get_subagent_result",
+                    json!({"agent_id": id, "wait": true, "timeout_ms": 1}).to_string(),
+                )],
+                (10, 1),
+            ),
+            ("coordinator", 2) => oa_json_calls(
+                &[("abort_subagent", json!({"agent_id": id}).to_string())],
+                (10, 1),
+            ),
+            ("coordinator", 3) => oa_json_calls(
+                &[(
+                    "get_subagent_result",
+                    json!({"agent_id": id, "wait": true}).to_string(),
+                )],
+                (10, 1),
+            ),
+            ("coordinator", _) => oa_json_text("aborted it", (10, 1)),
+            ("worker-b", _) => Resp::SseStall(vec![an_start(77)]),
             _ => reply_text(req, "?"),
         }
     })
@@ -980,7 +612,7 @@ async fn probe_background_control() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_shutdown_while_waiting() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
-        ("coordinator", 0) => oa_calls(
+        ("coordinator", 0) => oa_json_calls(
             &[
                 (
                     "Agent",
@@ -1020,52 +652,6 @@ async fn probe_shutdown_while_waiting() {
     );
 }
 
-/// What a real provider says of a request whose assistant tool calls lack results (both
-/// APIs refuse such a request with a 400), or `None` when every call has its result.
-fn dangling_calls(req: &Req) -> Option<Resp> {
-    let messages = req.body["messages"].as_array().cloned().unwrap_or_default();
-    for (i, m) in messages.iter().enumerate() {
-        if m["role"] != "assistant" {
-            continue;
-        }
-        // OpenAI: `tool_calls`, answered by the `tool` messages that follow.
-        for call in m["tool_calls"].as_array().into_iter().flatten() {
-            let id = call["id"].as_str().unwrap_or_default();
-            let answered = messages[i + 1..]
-                .iter()
-                .take_while(|n| n["role"] == "tool")
-                .any(|n| n["tool_call_id"] == id);
-            if !answered {
-                return Some(Resp::json(
-                    400,
-                    json!({"error": {"message": format!("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {id}"), "type": "invalid_request_error", "param": "messages", "code": null}}),
-                ));
-            }
-        }
-        // Anthropic: `tool_use` blocks, answered by `tool_result` blocks of the next message.
-        for block in m["content"].as_array().into_iter().flatten() {
-            if block["type"] != "tool_use" {
-                continue;
-            }
-            let id = block["id"].as_str().unwrap_or_default();
-            let answered = messages.get(i + 1).is_some_and(|n| {
-                n["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
-            });
-            if !answered {
-                return Some(Resp::json(
-                    400,
-                    json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!("messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {id}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.")}}),
-                ));
-            }
-        }
-    }
-    None
-}
-
 /// A project whose worker inherits its owner's context (`inherit_context: true`, a field
 /// `parse_agent_file` documents).
 fn inheriting_catalog() -> Catalog {
@@ -1084,21 +670,16 @@ fn inheriting_catalog() -> Catalog {
 }
 
 async fn inherit_context_reaches_the_provider(streaming: bool) {
-    let mock = Mock::start(|req, _| {
-        if let Some(refusal) = dangling_calls(req) {
-            return refusal;
-        }
-        match (req.agent().as_str(), req.turn()) {
-            ("coordinator", 0) => oa_calls(
-                &[(
-                    "Agent",
-                    json!({"agent_type":"heir","prompt":"go on from here"}).to_string(),
-                )],
-                (10, 1),
-            ),
-            ("coordinator", _) => oa_text("done", (10, 1)),
-            _ => reply_text(req, "heir done"),
-        }
+    let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
+        ("coordinator", 0) => oa_json_calls(
+            &[(
+                "Agent",
+                json!({"agent_type":"heir","prompt":"go on from here"}).to_string(),
+            )],
+            (10, 1),
+        ),
+        ("coordinator", _) => oa_json_text("done", (10, 1)),
+        _ => reply_text(req, "heir done"),
     })
     .await;
     let workers = anthropic(&mock, streaming);
@@ -1142,21 +723,16 @@ async fn an_inheriting_childs_request_has_every_call_answered_anthropic() {
 /// `tool_calls` and no `tool` message answering them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inheriting_childs_request_has_every_call_answered_openai() {
-    let mock = Mock::start(|req, _| {
-        if let Some(refusal) = dangling_calls(req) {
-            return refusal;
-        }
-        match (req.agent().as_str(), req.turn()) {
-            ("coordinator", 0) => oa_calls(
-                &[(
-                    "Agent",
-                    json!({"agent_type":"heir","prompt":"go on from here"}).to_string(),
-                )],
-                (10, 1),
-            ),
-            ("coordinator", _) => oa_text("done", (10, 1)),
-            _ => oa_text("heir done", (10, 1)),
-        }
+    let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
+        ("coordinator", 0) => oa_json_calls(
+            &[(
+                "Agent",
+                json!({"agent_type":"heir","prompt":"go on from here"}).to_string(),
+            )],
+            (10, 1),
+        ),
+        ("coordinator", _) => oa_json_text("done", (10, 1)),
+        _ => oa_json_text("heir done", (10, 1)),
     })
     .await;
     let tree = Tree::builder()
@@ -1188,14 +764,9 @@ async fn an_inheriting_childs_request_has_every_call_answered_openai() {
 /// (400) and the resume fails at once. Here on Anthropic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_an_abort_mid_tool_has_every_call_answered() {
-    let mock = Mock::start(|req, _| {
-        if let Some(refusal) = dangling_calls(req) {
-            return refusal;
-        }
-        match req.turn() {
-            0 => an_calls(&[("Read", json!({"path": "/var/log/app.log"}))], 10, 1),
-            _ => an_text("resumed fine", 10, 1),
-        }
+    let mock = Mock::start(|req, _| match req.turn() {
+        0 => an_json_calls(&[("Read", json!({"path": "/var/log/app.log"}))], 10, 1),
+        _ => an_json_text("resumed fine", 10, 1),
     })
     .await;
     let started = Arc::new(Notify::new());
@@ -1245,7 +816,7 @@ async fn a_resume_after_an_abort_mid_tool_has_every_call_answered() {
 async fn probe_shutdown_during_retry_after() {
     let mock = Mock::start(|_, _| {
         Resp::json(429, json!({"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}))
-            .with_header("retry-after", "30")
+            .header("retry-after", "30")
     })
     .await;
     let tree = tree_on(anthropic(&mock, false), TreeConfig::default()).await;
@@ -1272,7 +843,7 @@ async fn probe_shutdown_during_retry_after() {
 async fn probe_retry_after_over_max_wait() {
     let mock = Mock::start(|_, _| {
         Resp::json(429, json!({"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}))
-            .with_header("retry-after", "3600")
+            .header("retry-after", "3600")
     })
     .await;
     let tree = tree_on(openai(&mock, true), TreeConfig::default()).await;
