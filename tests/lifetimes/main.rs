@@ -19,6 +19,7 @@ mod review12;
 mod review18;
 mod review19;
 mod review20;
+mod review27;
 mod review5;
 mod review8;
 mod review9;
