@@ -422,3 +422,122 @@ async fn review27_guard_a_kept_steer_survives_a_kill_then_a_restart_mt() {
     }
     assert!(counted > 0, "no kill landed while the lead waited for its kid");
 }
+
+/// One trial of [`review27_a_question_the_application_answered_is_not_open_mt`]: `lead` (a1)
+/// starts a background `kid` (a2) whose first turn asks `lead` a question; the application
+/// answers it with `Tree::steer` (`delay` yields after the question); the kid's next turn
+/// (which read the answer) finishes once `finish` opens. `lead`'s next turn, once the
+/// application's answer was delivered, waits on the kid (`wait_subagents`); `finish` opens
+/// `delay` yields later. Returns what the wait answered and the kid's conversation.
+async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::Value, String) {
+    let (gate, gated) = watch::channel(false);
+    let (finish, finishing) = watch::channel(false);
+    let model = FnModel::new(move |request| {
+        let mut gated = gated.clone();
+        let mut finishing = finishing.clone();
+        Box::pin(async move {
+            let messages = request.messages.clone();
+            if request.agent == AgentId::new(2) {
+                if messages.len() == 1 {
+                    return Ok(call("ask", "ask_owner", json!({ "question": "which?" })));
+                }
+                let _ = finishing.wait_for(|f| *f).await;
+                return Ok(ModelResponse::text("kid done"));
+            }
+            if messages.len() == 1 {
+                return Ok(call(
+                    "spawn",
+                    "Agent",
+                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
+                ));
+            }
+            if result_of(&messages, "read").is_some() {
+                return Ok(ModelResponse::text("lead done"));
+            }
+            let _ = gated.wait_for(|open| *open).await;
+            Ok(call("read", "wait_subagents", json!({ "agent_ids": ["a2"] })))
+        })
+    });
+    let tree = Tree::builder()
+        .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
+        .model(model.clone())
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut events = tree.subscribe();
+    let mut watch_events = tree.subscribe();
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    bounded(REAL_GUARD, "the kid's question", async {
+        while let Some(e) = watch_events.next().await {
+            if matches!(e.kind, EventKind::Asked { .. }) {
+                break;
+            }
+        }
+    })
+    .await;
+    yields(delay).await;
+    let receipt = bounded(REAL_GUARD, "the answer", tree.steer(a(2), "blue")).await;
+    assert!(
+        matches!(receipt, Ok(SteerReceipt::Delivered)),
+        "trial {trial}: {receipt:?}"
+    );
+    gate.send_replace(true);
+    yields(delay).await;
+    finish.send_replace(true);
+    let out = bounded(REAL_GUARD, "the lead", lead.outcome()).await;
+    assert!(out.is_completed(), "trial {trial}: {out:?}");
+    let read = model
+        .of(a(1))
+        .iter()
+        .find_map(|l| result_of(&l.messages, "read").cloned())
+        .expect("the lead waited on the kid");
+    let answer = model
+        .of(a(2))
+        .iter()
+        .find_map(|l| result_of(&l.messages, "ask").cloned())
+        .map(|m| m.content)
+        .unwrap_or_default();
+    shut_down_and_check(tree, &mut events, trial).await;
+    (serde_json::from_str(&read.content).expect("JSON"), answer)
+}
+
+/// Defect: a question the application answered (`Tree::steer` to the asker, which the asker
+/// takes as the answer: the receipt is `delivered` and its `ask_owner` call returns it) is
+/// still open in the owner: a wait the owner starts afterwards on the running child is
+/// answered at once `{"status": "asking", "question": ...}` for a question nobody asks any
+/// more, instead of waiting for the child's outcome; the owner's model then "answers" with a
+/// steer the child reads as an ordinary steer.
+///
+/// docs/semantics.md, Control: "A wait the owner starts later on a child whose question is
+/// still open is answered `asking` at once too"; `wait_subagents` `all_settled` "returns
+/// every outcome ... when all are terminal"; for questions to the application "the first
+/// answer wins".
+///
+/// The owner's `open_questions` (`agent/questions.rs`) is cleared only by the owner's own
+/// `steer_subagent` (`orchestration::steer`), the child's end (`on_child_ended`) and the
+/// owner's end; `AgentState::on_steer` in the child answers the question whoever sent the
+/// steer and tells the owner nothing. `orchestration::dispatch` answers the wait from
+/// `asking_among` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review27_a_question_the_application_answered_is_not_open_mt() {
+    let mut wrong = Vec::new();
+    for trial in 0..150u32 {
+        let delay = u64::from(trial % 30);
+        let (read, answer) = app_answered_then_owner_waits(delay, trial).await;
+        if answer != "blue" {
+            // The application's steer did not answer the question (a steer to read): the
+            // question stayed open, and `asking` is right.
+            continue;
+        }
+        let outcome = &read["outcomes"][0];
+        if outcome["status"] != "completed" || outcome["text"] != "kid done" {
+            wrong.push((trial, read));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 150 waits on a running child whose question was answered were answered: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+}
