@@ -541,3 +541,122 @@ async fn review27_a_question_the_application_answered_is_not_open_mt() {
         &wrong[..wrong.len().min(3)]
     );
 }
+
+/// One trial of [`review27_a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt`]:
+/// `lead` (a1) starts a background `kid` (a2); both hang in their model turns. The
+/// application steers `lead` (delivered, unread), then, `delay` yields later, shuts the
+/// lead's subtree down: the lead's shutdown hook returns at once (its run ends, keeping and
+/// announcing the steer), the kid's outlasts the deadline, so both are killed there. Then
+/// the application resumes `lead`. Returns the report's killed agents, the resumed run's
+/// first conversation and the lead's `steered` events.
+async fn steer_kept_then_shutdown_deadline(
+    delay: u64,
+    trial: u32,
+) -> (Vec<AgentId>, Vec<Message>, usize) {
+    let model = FnModel::new(move |request| {
+        Box::pin(async move {
+            if request.agent == AgentId::new(1) && request.run > 1 {
+                return Ok(ModelResponse::text("lead done"));
+            }
+            if request.agent == AgentId::new(1) && request.messages.len() == 1 {
+                return Ok(call(
+                    "spawn",
+                    "Agent",
+                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
+                ));
+            }
+            std::future::pending::<()>().await;
+            unreachable!()
+        })
+    });
+    let tree = Tree::builder()
+        .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
+        .model(model.clone())
+        .config(TreeConfig::default().with_shutdown_grace(Duration::from_millis(40)))
+        .on_shutdown(|ctx: agent_tree::HookContext| async move {
+            if ctx.agent == AgentId::new(2) {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Ok(())
+        })
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut events = tree.subscribe();
+    let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    bounded(REAL_GUARD, "the lead's second turn and the kid's first", async {
+        while model.of(a(1)).len() < 2 || model.of(a(2)).is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let receipt = tree.steer(a(1), STEER).await;
+    assert!(
+        matches!(receipt, Ok(SteerReceipt::Delivered)),
+        "trial {trial}: {receipt:?}"
+    );
+    yields(delay).await;
+    let report = bounded(REAL_GUARD, "the subtree's shutdown", tree.shutdown_agent(a(1)))
+        .await
+        .expect("shuts down");
+    drop(lead);
+    let mut again = tree.resume(a(1), "again").await.expect("resumes");
+    let later = bounded(REAL_GUARD, "the resumed lead", again.outcome()).await;
+    assert!(later.is_completed(), "trial {trial}: {later:?}");
+    let second = model
+        .of(a(1))
+        .into_iter()
+        .find(|l| l.run == 2)
+        .map(|l| l.messages.to_vec())
+        .expect("a second run");
+    bounded(REAL_GUARD, "the shutdown", tree.shutdown()).await;
+    assert!(tree.alive_actors().is_empty(), "trial {trial}");
+    let all = events.drain();
+    assert_folds(&tree, &all, trial);
+    let steered = all
+        .iter()
+        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
+        .count();
+    (report.killed, second, steered)
+}
+
+/// Defect: the same loss without any `Tree::kill`: a subtree shutdown ends the lead's run
+/// (its hook returns at once), which keeps and announces its unread delivered steer; the
+/// lead then waits for its kid, whose hook outlasts the deadline, and the deadline kills
+/// both. The application's resume continues the last turn boundary's conversation: the
+/// steer, announced `steered` once, is never read by any turn.
+///
+/// docs/semantics.md, Control: "Steers still unread when a run ends otherwise (a failure,
+/// an abort, a shutdown) enter the conversation kept for a resume as the run ends
+/// (announced `steered` then)"; the only exception named is `Tree::kill`.
+///
+/// As above: `keep_unread_steers` (`agent/ending.rs`) changes only the actor's copy of the
+/// conversation; the deadline's `Registry::kill_runs` settles the run without it, and
+/// `Registry::reopen` drops the kept copy (`unread_kept`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review27_a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt() {
+    let (mut lost, mut counted) = (Vec::new(), 0);
+    for trial in 0..60u32 {
+        let delay = u64::from(trial % 10);
+        let (killed, messages, steered) = steer_kept_then_shutdown_deadline(delay, trial).await;
+        if !killed.contains(&a(1)) {
+            continue;
+        }
+        counted += 1;
+        assert_eq!(steered, 1, "trial {trial}: announced once");
+        if let Some(problem) = unanswered(&messages) {
+            panic!("trial {trial}: {problem}: {messages:#?}");
+        }
+        let read = messages.iter().filter(|m| m.content == STEER).count();
+        if read != 1 {
+            lost.push((trial, read));
+        }
+    }
+    assert!(counted > 0, "the deadline never killed the lead");
+    assert!(
+        lost.is_empty(),
+        "{} of {counted} announced steers were not read exactly once by the resumed run: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
