@@ -70,7 +70,13 @@ impl Model for FnModel {
             run: request.run,
             messages: request.messages.clone(),
         });
-        (self.respond)(request)
+        let respond = (self.respond)(request);
+        Box::pin(async move {
+            // Every answered turn bills a little, so usage totals are checked too.
+            respond
+                .await
+                .map(|response| response.with_usage(Usage::tokens(3, 1)))
+        })
     }
 }
 
@@ -825,7 +831,7 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
     .await;
     yields(action % 23).await;
     let target = a(1 + (action >> 8) % 3);
-    match (action >> 16) % 7 {
+    match (action >> 16) % 8 {
         0 => {
             let _ = tree.steer(target, "a steer").await;
         }
@@ -842,6 +848,10 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
             let _ = tree.steer(target, "blue").await;
             yields(action % 5).await;
             let _ = tree.abort(target);
+        }
+        5 => {
+            let report = bounded(REAL_GUARD, "the tree's shutdown", tree.shutdown()).await;
+            assert!(report.killed.is_empty(), "trial {trial}: {report:?}");
         }
         _ => {}
     }
@@ -867,6 +877,25 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
     if let Some(problem) = event_after_terminal(&all) {
         panic!("trial {trial} (seed {seed}): {problem}");
     }
+    let snapshot = tree.snapshot();
+    for record in snapshot.records.iter() {
+        let children: Usage = record
+            .children
+            .iter()
+            .map(|&c| snapshot.record(c).unwrap().subtree)
+            .sum();
+        assert_eq!(
+            record.subtree,
+            record.own + children,
+            "trial {trial}: {}'s subtree",
+            record.id
+        );
+    }
+    assert_eq!(
+        snapshot.records[0].subtree,
+        crate::support::reported_usage(&all),
+        "trial {trial}: the usage events sum to the root's subtree"
+    );
     let tally = tree.snapshot().tally;
     STATS.lock().unwrap().push((
         tally.restarted,
