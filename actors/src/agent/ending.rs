@@ -277,6 +277,10 @@ impl AgentState {
             self.conversation
                 .push(agent_tree_protocol::Message::user(text.clone()));
         }
+        // Published now, as at a turn boundary: a kill before the settle (a deadline while
+        // the children end) settles with what the cell holds, and a resume continues that.
+        let messages = self.conversation.publish();
+        self.conversation_cell.lock().messages = messages;
         self.shared
             .registry
             .keep_unread_steers(self.id, self.run, unread, fresh);
