@@ -241,7 +241,7 @@ impl Actor for AgentActor {
             }
             AgentMsg::Cancel => state.abort(&myself),
             AgentMsg::Shutdown(order) => state.on_shutdown(&myself, order),
-            AgentMsg::Steer { text, reply } => state.on_steer(&myself, text, reply),
+            AgentMsg::Steer { text, from, reply } => state.on_steer(&myself, text, from, reply),
             AgentMsg::ChildEnded {
                 child,
                 run,
@@ -254,8 +254,10 @@ impl Actor for AgentActor {
                 state.on_output_read(&myself, child, outcome)
             }
             AgentMsg::ChildAsked {
-                child, question, ..
-            } => state.on_asked(&myself, child, question),
+                child,
+                question,
+                asked: (run, _),
+            } => state.on_asked(&myself, child, question, run),
             AgentMsg::QuestionRefused { reason } => state.on_question_refused(&myself, reason),
             AgentMsg::QuestionAnswered { answer, asked } => {
                 state.on_question_answered(&myself, answer, asked)

@@ -122,9 +122,14 @@ pub(crate) enum AgentMsg {
     Cancel,
     /// A shutdown reached it: run the shutdown hooks under the deadline, then end.
     Shutdown(ShutdownOrder),
-    /// Text for the agent's conversation at its next turn boundary.
+    /// Text for the agent's conversation at its next turn boundary, or the answer to its
+    /// pending `ask_owner` question when `from` is its owner (the application, `a0`, for a
+    /// top-level agent): the one its question went to. Any other sender's steer (the
+    /// application's to a nested agent, an ancestor's under `ControlScope::Descendants`)
+    /// waits for the next turn boundary.
     Steer {
         text: String,
+        from: AgentId,
         reply: Option<RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     },
 

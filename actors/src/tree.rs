@@ -732,6 +732,7 @@ impl Tree {
                 };
                 crate::msg::ask(&actor, |reply| AgentMsg::Steer {
                     text,
+                    from: AgentId::ROOT,
                     reply: Some(reply),
                 })
                 .await

@@ -184,6 +184,12 @@ impl Children {
             .is_some_and(|c| matches!(c.state, ChildState::Final { .. }))
     }
 
+    /// Whether run `run` of child `id` is its current run, and goes on (its end not handled).
+    pub(super) fn is_running_run(&self, id: AgentId, run: u32) -> bool {
+        self.get(id)
+            .is_some_and(|c| c.run == run && matches!(c.state, ChildState::Running))
+    }
+
     /// Child `id` asked a question: waits on it were answered with the question, so its end
     /// will be noticed like a background child's.
     pub(super) fn asked(&mut self, id: AgentId) {

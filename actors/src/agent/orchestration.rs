@@ -550,6 +550,7 @@ async fn steer(state: &mut AgentState, call: &ToolCall) -> Answer {
                 let text = input.message;
                 let reply = crate::msg::ask(&actor, |reply| AgentMsg::Steer {
                     text,
+                    from: state.id,
                     reply: Some(reply),
                 })
                 .await;

@@ -9,14 +9,17 @@ use crate::error::ControlError;
 use crate::msg::{AgentMsg, SteerReceipt};
 
 impl AgentState {
-    /// A steer arrived. It answers a pending `ask_owner` call if there is one; otherwise it
-    /// waits for the next turn boundary. The receipt is honest: `delivered` only if a turn
-    /// will read it, so a steer that crossed the end of the run, or arrives during the last
-    /// turn `max_turns` allows, is refused.
+    /// A steer arrived. From the owner (the one a question goes to), it answers a pending
+    /// `ask_owner` call if there is one; otherwise, and from anyone else, it waits for the
+    /// next turn boundary (the owner, which keeps the question open, hears no answer it did
+    /// not give). The receipt is honest: `delivered` only if a turn will read it, so a steer
+    /// that crossed the end of the run, or arrives during the last turn `max_turns` allows,
+    /// is refused.
     pub(super) fn on_steer(
         &mut self,
         myself: &ActorRef<AgentMsg>,
         text: String,
+        from: AgentId,
         reply: Option<RpcReplyPort<Result<SteerReceipt, ControlError>>>,
     ) {
         let receipt = if self.phase.run_over() {
@@ -27,7 +30,12 @@ impl AgentState {
                 .unwrap_or(AgentStatus::Completing);
             Err(ControlError::WrongStatus(self.id, status))
         } else {
-            match self.answer_question(text, false) {
+            let answered = if from == self.owner_id {
+                self.answer_question(text, false)
+            } else {
+                Err(text)
+            };
+            match answered {
                 Ok(()) => {
                     self.shared.registry.announce(self.id, EventKind::Steered);
                     self.after_answer(myself);
@@ -89,13 +97,18 @@ impl AgentState {
     /// any wait that includes that child is answered now with the question, so the turn can
     /// end and the model can answer (a foreground wait would otherwise deadlock). The child's
     /// end is then noticed like a background child's.
+    ///
+    /// A question of a run whose end this agent already handled (a kill's supervision event
+    /// can overtake the question in the mailbox) is nobody's: it is dropped, so no wait is
+    /// answered with it.
     pub(super) fn on_asked(
         &mut self,
         myself: &ActorRef<AgentMsg>,
         child: AgentId,
         question: String,
+        run: u32,
     ) {
-        if self.children.get(child).is_none() {
+        if !self.children.is_running_run(child, run) {
             return;
         }
         if self.phase.run_over() {

@@ -326,9 +326,9 @@ impl Actor for StandIn {
         }
         match message {
             AgentMsg::Edge(input) => state.on_edge(&myself, input),
-            AgentMsg::Steer { text, reply } => {
-                // A steer answers a pending question, as it does a local agent's.
-                if state.asking.take().is_some() {
+            AgentMsg::Steer { text, from, reply } => {
+                // The owner's steer answers a pending question, as it does a local agent's.
+                if from == state.owner_id && state.asking.take().is_some() {
                     let receipt = state.answer(text, false).map(|()| SteerReceipt::Delivered);
                     state.flush();
                     if let Some(reply) = reply {
