@@ -6,6 +6,7 @@ mod common;
 mod openai;
 mod review;
 mod review23;
+mod review29;
 mod routed;
 mod server;
 mod tree;
