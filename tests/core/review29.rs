@@ -159,3 +159,50 @@ fn guard_claude_code_tools_entries_in_every_shape() {
     assert_eq!(d.tools, ToolSet::only(["Agents", "Read"]));
     assert_eq!(d.allowed_subagents, SubagentAllowance::None);
 }
+
+/// Claim (docs/semantics.md, Agent files): "A definition's tool names reach the
+/// application's registered tools by one rule (`match_tool_name`): the exact name, else the
+/// one ASCII-case-insensitive match"; words.rs: "Names keep their case"; DESIGN.md:
+/// "Delegation is an explicit capability". The toolbox accepts a tool named `task` (a to-do
+/// tool is a common one), and Claude Code's delegation entry is `Task`/`Agent`.
+///
+/// Expected: with a registered tool `task`, an agent file writing `tools: task, read` gives
+/// the agent the tools `task` and `read`, and no delegation (the file grants none).
+/// Actual: `task` is read as Claude Code's `Task` entry: the agent is offered no `task`
+/// tool, and instead gets `Agent` with every type allowed — a delegation capability the
+/// file's author never wrote, and a registered tool no file can ever grant.
+/// Cause: actors/src/catalog/fields.rs `delegation_entries` matches `agent`/`task` ignoring
+/// ASCII case (`eq_ignore_ascii_case`) while registered names are matched exactly first.
+#[tokio::test(start_paused = true)]
+async fn a_file_naming_a_registered_tool_task_gets_that_tool_not_delegation() {
+    use agent_tree::testkit::{Script, ScriptedModel, Turn};
+    let todo = parse_agent_file(
+        Path::new("agents/todo.md"),
+        "---\nname: todo\ndescription: Keeps a list.\ntools: task, read\n---\nYou keep a list.\n",
+    )
+    .unwrap();
+    let catalog = Catalog::new([todo, AgentDefinition::new("helper", "You help.")]).unwrap();
+    let model = ScriptedModel::new().script("todo", Script::new([Turn::answer("done")]));
+    let tree = Tree::builder()
+        .config(TreeConfig::default())
+        .catalog(catalog)
+        .model(model.clone())
+        .tool(crate::support::harness::ok_tool("task"))
+        .and_then(|b| b.tool(crate::support::harness::ok_tool("read")))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        crate::support::harness::GUARD,
+        tree.run(SpawnRequest::new("todo", "go")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let offered = crate::support::harness::tools(&model, AgentId::new(1), 0);
+    assert!(
+        offered.iter().any(|t| t == "task") && !offered.iter().any(|t| t == "Agent"),
+        "offered {offered:?}"
+    );
+}
