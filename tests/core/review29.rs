@@ -149,7 +149,11 @@ fn guard_claude_code_tools_entries_in_every_shape() {
     ] {
         let d = parse(fm).unwrap();
         assert_eq!(d.tools, ToolSet::only(["Read"]), "{fm}");
-        assert_eq!(d.allowed_subagents, SubagentAllowance::only(["a", "b"]), "{fm}");
+        assert_eq!(
+            d.allowed_subagents,
+            SubagentAllowance::only(["a", "b"]),
+            "{fm}"
+        );
     }
     let crlf = "---\r\ntools: Agent(a), Read\r\nbackground: true\r\n---\r\nYou work.\r\n";
     let d = parse_agent_file(Path::new("agents/lead.md"), crlf).unwrap();
