@@ -377,8 +377,9 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
             None => yaml_error(e),
         });
     }
-    let text = quote_huge_integers(&text);
-    let mut value: Value = serde_yaml_ng::from_str(&text).map_err(yaml_error)?;
+    let mut value = Build
+        .deserialize(serde_yaml_ng::Deserializer::from_str(&text))
+        .map_err(yaml_error)?;
     value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
         value = tagged.value;
@@ -391,92 +392,6 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
             describe(&other)
         ))),
     }
-}
-
-/// `text` with each integer value no YAML value holds (past `u64` or below `i64`) quoted,
-/// on a `key: <integer>` line or a `- <integer>` list item, a trailing `# comment` kept: a
-/// YAML value cannot be built from it, so the whole file would be refused as invalid YAML,
-/// while as text it is its field's error ("expected a positive integer, found ...") beside
-/// the file's other field errors. The lines of a block scalar (`description: |`) are its
-/// text, kept as written.
-fn quote_huge_integers(text: &str) -> std::borrow::Cow<'_, str> {
-    let mut out = String::new();
-    let mut changed = false;
-    // The indent of the line that opened the block scalar being read, if any: its text is
-    // the lines indented further (and blank ones).
-    let mut block: Option<usize> = None;
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches(['\n', '\r']);
-        let end = &line[body.len()..];
-        let indent = body.len() - body.trim_start_matches(' ').len();
-        if let Some(opened) = block {
-            if body.trim().is_empty() || indent > opened {
-                out.push_str(line);
-                continue;
-            }
-            block = None;
-        }
-        let (value_at, value) = scalar_value(body);
-        if is_block_indicator(value) {
-            block = Some(indent);
-        }
-        if huge_integer(value) {
-            changed = true;
-            out.push_str(&body[..value_at]);
-            out.push('"');
-            out.push_str(value);
-            out.push('"');
-            out.push_str(&body[value_at + value.len()..]);
-            out.push_str(end);
-        } else {
-            out.push_str(line);
-        }
-    }
-    if changed {
-        std::borrow::Cow::Owned(out)
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
-
-/// The plain value of a `key: value` line or a `- value` list item (`- key: value` too),
-/// without its trailing `# comment`, and its byte offset in `line`. For any other line, the
-/// line's text (which is no integer).
-fn scalar_value(line: &str) -> (usize, &str) {
-    let mut rest = line.trim_start_matches(' ');
-    if let Some(item) = rest.strip_prefix("- ") {
-        rest = item.trim_start_matches(' ');
-    }
-    // A key's value follows its `: ` (the key itself is plain: no quote, no comment).
-    if let Some((key, value)) = rest.split_once(": ") {
-        if !key.contains(['"', '\'', '#']) {
-            rest = value;
-        }
-    }
-    let rest = rest.trim_start_matches(' ');
-    let value = match rest.find(" #") {
-        Some(comment) => &rest[..comment],
-        None => rest,
-    }
-    .trim_end();
-    (line.len() - rest.len(), value)
-}
-
-/// Whether `value` opens a block scalar: `|` or `>`, with an optional chomping (`+`, `-`)
-/// and indentation indicator.
-fn is_block_indicator(value: &str) -> bool {
-    value
-        .strip_prefix(['|', '>'])
-        .is_some_and(|rest| rest.bytes().all(|b| matches!(b, b'+' | b'-' | b'1'..=b'9')))
-}
-
-/// Whether `value` is an integer no YAML value holds: past `u64`, or below `i64`.
-fn huge_integer(value: &str) -> bool {
-    let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
-    !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && value.parse::<i64>().is_err()
-        && value.parse::<u64>().is_err()
 }
 
 /// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
@@ -691,6 +606,118 @@ impl<'de> Visitor<'de> for Count<'_> {
     }
 }
 
+/// The visitor that builds a frontmatter's YAML value: `serde_yaml_ng::Value`'s own, except
+/// that an integer no such value holds (past `u64`, below `i64`, within 128 bits) is the
+/// string of its digits rather than an error of the whole document, so it is its field's
+/// error ("expected a positive integer, found ...") beside the file's other field errors
+/// (where a string is read, such as a tool list, it is read as one).
+/// Tags are dropped (they are ignored); a key given twice is an error, as in `serde_yaml_ng`.
+#[derive(Clone, Copy)]
+struct Build;
+
+impl<'de> DeserializeSeed<'de> for Build {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Build {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_newtype_struct<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Sequence(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut mapping = Mapping::new();
+        while let Some(key) = map.next_key_seed(self)? {
+            if mapping.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate entry {}",
+                    match &key {
+                        Value::String(key) => format!("with key {key:?}"),
+                        Value::Null => "with null key".to_owned(),
+                        Value::Bool(key) => format!("with key `{key}`"),
+                        Value::Number(key) => format!("with key {key}"),
+                        _ => "in YAML map".to_owned(),
+                    }
+                )));
+            }
+            let value = map.next_value_seed(self)?;
+            mapping.insert(key, value);
+        }
+        Ok(Value::Mapping(mapping))
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
+        // A tagged value (`!tag value`): the tag, then the value, which is kept alone (tags
+        // are ignored).
+        let (de::IgnoredAny, variant) = data.variant::<de::IgnoredAny>()?;
+        variant.newtype_variant_seed(self)
+    }
+}
+
 /// Most `[` and `{` a frontmatter may have open at once.
 ///
 /// YAML nesting deeper than 128 levels is refused by the parser anyway, but libyaml's scanner
@@ -745,45 +772,42 @@ pub(super) mod tests {
     // which read each value through a whole file's text, as a loader does.
 
     #[test]
-    fn huge_integers_are_quoted_where_they_are_values_and_nowhere_else() {
+    fn an_integer_no_yaml_value_holds_is_its_fields_error_and_text_stays_text() {
         let huge = "123456789012345678901234567890";
-        let cases = [
-            (
-                format!("max_turns: {huge}\n"),
-                format!("max_turns: \"{huge}\"\n"),
-            ),
-            (
-                format!("max_turns: {huge} # many\r\n"),
-                format!("max_turns: \"{huge}\" # many\r\n"),
-            ),
-            (
-                format!("tools:\n  - {huge}\n  - -{huge}\n"),
-                format!("tools:\n  - \"{huge}\"\n  - \"-{huge}\"\n"),
-            ),
-            // A block scalar's lines are its text, until a line indented no further than
-            // the key that opened it.
-            (
-                format!("description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: {huge}\n"),
-                format!("description: |-\n  limit: {huge}\n\n  - {huge}\nmax_turns: \"{huge}\"\n"),
-            ),
-            (
-                format!("description: >\n  {huge}\n"),
-                format!("description: >\n  {huge}\n"),
-            ),
-        ];
-        for (text, expected) in cases {
-            assert_eq!(quote_huge_integers(&text), expected, "{text:?}");
-        }
-        // Values YAML holds, quoted ones and comments are left alone, and not copied.
-        for text in [
-            "max_turns: 18446744073709551615\n",
-            "max_turns: -9223372036854775808\n",
-            "name: \"123456789012345678901234567890\"\n",
-            "# 123456789012345678901234567890\n",
+        for frontmatter in [
+            format!("max_turns: {huge}"),
+            format!("max_turns: {huge}\t# many"),
+            format!("max_turns:\t-{huge}"),
+            format!("max_turns: &m {huge}"),
+            format!("max_turns: !custom {huge}"),
         ] {
-            assert!(
-                matches!(quote_huge_integers(text), std::borrow::Cow::Borrowed(_)),
-                "{text:?}"
+            let (field, message) = field_err(&frontmatter);
+            assert_eq!(field, "max_turns", "{frontmatter:?}");
+            assert!(message.contains(huge), "{frontmatter:?}: {message}");
+        }
+        // Where a string is read, it is one (a tool of that name, which the tree's tool
+        // check reports as unknown).
+        assert_eq!(
+            field_ok(&format!("tools: [{huge}]")).tools,
+            agent_tree_protocol::ToolSet::only([huge])
+        );
+        // In a string, the digits are the string's, whatever the style.
+        for (frontmatter, description) in [
+            (
+                format!("description: |\n  limit: {huge}"),
+                format!("limit: {huge}"),
+            ),
+            (format!("description: !!str |+\n  {huge}"), huge.to_owned()),
+            (format!("description: &d >-\n  {huge}"), huge.to_owned()),
+            (
+                format!("description: this is\n  {huge}\n  more"),
+                format!("this is {huge} more"),
+            ),
+        ] {
+            assert_eq!(
+                field_ok(&frontmatter).description,
+                description,
+                "{frontmatter:?}"
             );
         }
     }
