@@ -906,8 +906,11 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
     ));
 }
 
-/// Per trial of the mixed guard: restarted, asked, steered, killed and aborted events.
-static STATS: Mutex<Vec<(u64, u64, u64, u64, u64)>> = Mutex::new(Vec::new());
+/// One trial's restarted, asked, steered, killed and aborted events.
+type TrialStats = (u64, u64, u64, u64, u64);
+
+/// Per trial of the mixed guard.
+static STATS: Mutex<Vec<TrialStats>> = Mutex::new(Vec::new());
 
 /// Guard (passes): a lead with two transient background kids that ask it questions, fail
 /// and restart, while the application steers, aborts, kills or shuts down one of the three
