@@ -154,6 +154,9 @@ async fn read_rest(
     max: usize,
     idle: Duration,
 ) -> Result<Vec<u8>, ModelError> {
+    if body.len() > max {
+        return Err(too_large(max));
+    }
     while let Some(chunk) = next_chunk(response, idle).await? {
         if body.len() + chunk.len() > max {
             return Err(too_large(max));
