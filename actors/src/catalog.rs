@@ -487,7 +487,17 @@ impl Catalog {
     ) -> Result<Self, CatalogError> {
         let mut inner = CatalogInner::default();
         let mut errors = Vec::new();
-        for definition in definitions {
+        for mut definition in definitions {
+            // Claude Code's `Agent(...)` entries in `tools`, for a definition built in code
+            // (files and serde apply them as they read).
+            if let Err(e) = definition.apply_delegation_entries() {
+                errors.push(CatalogError::Definition {
+                    name: definition.name.clone(),
+                    field: "tools",
+                    message: e.to_string(),
+                });
+                continue;
+            }
             let refusals = check(&definition);
             if !refusals.is_empty() {
                 errors.extend(refusals.into_iter().map(|r| CatalogError::Definition {

@@ -9,7 +9,7 @@ use serde::de::Deserializer;
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
-use crate::words::{self, Keyword, ListField, Written};
+use crate::words::{self, Keyword, ListField, WordsError, Written};
 
 /// A set of tool names with the two special forms users write: every tool, or none.
 ///
@@ -249,7 +249,9 @@ pub enum SettlePolicy {
 /// assert!(planner.enabled);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+// The derives write inherent functions; the trait impls below wrap them, so a definition
+// read through serde has Claude Code's delegation entries applied, as a file's has.
+#[serde(default, remote = "Self")]
 #[non_exhaustive]
 pub struct AgentDefinition {
     /// The type name agents are spawned by.
@@ -300,6 +302,24 @@ pub struct AgentDefinition {
     /// node the tree cannot reach is refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+}
+
+impl Serialize for AgentDefinition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        AgentDefinition::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentDefinition {
+    /// The fields, then Claude Code's delegation entries in `tools` applied
+    /// ([`AgentDefinition::apply_delegation_entries`]).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut definition = AgentDefinition::deserialize(deserializer)?;
+        definition
+            .apply_delegation_entries()
+            .map_err(|e| serde::de::Error::custom(format_args!("tools: {e}")))?;
+        Ok(definition)
+    }
 }
 
 /// The default restart intensity (Erlang's default).
@@ -369,6 +389,64 @@ impl AgentDefinition {
     pub fn with_allowed_subagents(mut self, allowed: SubagentAllowance) -> Self {
         self.allowed_subagents = allowed;
         self
+    }
+
+    /// Makes what Claude Code's delegation entries in `tools` (`Agent`, `Task`,
+    /// `Agent(writer, reviewer)`: [`delegation_entries`](crate::delegation_entries)) grant
+    /// the definition's `allowed_subagents`, unless it has one: then a bare `Agent` defers to
+    /// it, and entries naming types must name the same ones (in any order). The entries stay
+    /// in `tools`, where the runtime offers no tool for them. Agent files, serde and catalogs
+    /// apply it; applying it twice is applying it once.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance, ToolSet};
+    /// let mut lead = AgentDefinition::new("lead", "You lead.")
+    ///     .with_tools(ToolSet::only(["Agent(writer, reviewer)", "Read"]));
+    /// lead.apply_delegation_entries()?;
+    /// assert_eq!(lead.allowed_subagents, SubagentAllowance::only(["writer", "reviewer"]));
+    /// let mut planner = AgentDefinition::new("planner", "You plan.")
+    ///     .with_tools(ToolSet::only(["Read", "Agent"]))
+    ///     .with_allowed_subagents(SubagentAllowance::only(["writer"]));
+    /// planner.apply_delegation_entries()?;
+    /// assert_eq!(planner.allowed_subagents, SubagentAllowance::only(["writer"]));
+    /// # Ok::<(), agent_tree_protocol::WordsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The words rule's refusal of an entry's types, or [`WordsError::Disagrees`] when
+    /// `allowed_subagents` grants other types than entries naming theirs; the definition is
+    /// unchanged then.
+    pub fn apply_delegation_entries(&mut self) -> Result<(), WordsError> {
+        let ToolSet::Only(names) = &self.tools else {
+            return Ok(());
+        };
+        let Some((granted, named)) = crate::words::delegation_entries(names)? else {
+            return Ok(());
+        };
+        let sorted = |types: &[String]| {
+            let mut types = types.to_vec();
+            types.sort();
+            types.dedup();
+            types
+        };
+        let agrees = match (&self.allowed_subagents, &granted) {
+            (SubagentAllowance::None, _) => {
+                self.allowed_subagents = granted;
+                return Ok(());
+            }
+            (_, _) if !named => true,
+            (SubagentAllowance::Only(a), SubagentAllowance::Only(b)) => sorted(a) == sorted(b),
+            (allowed, granted) => allowed == granted,
+        };
+        if agrees {
+            Ok(())
+        } else {
+            Err(WordsError::Disagrees {
+                entries: granted,
+                allowed: self.allowed_subagents.clone(),
+            })
+        }
     }
 
     /// Marks it isolated (never delegates).

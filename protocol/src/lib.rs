@@ -50,7 +50,10 @@ pub use request::{SpawnRequest, WaitPolicy};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;
-pub use words::{ExtensionSelector, Keyword, ListField, WordsError, Written, split_list};
+pub use words::{
+    ExtensionSelector, Keyword, ListField, WordsError, Written, delegation_entries,
+    is_delegation_entry, split_list,
+};
 
 /// JSON encoding and decoding of protocol types, with errors that name the type.
 pub trait Wire: serde::Serialize + serde::de::DeserializeOwned {

@@ -30,6 +30,13 @@
 //!   (pi would hide the tools of other extensions; here nothing tells them apart). Among
 //!   names, a selector is kept as written (`read, ext:mcp/search`), and the runtime matches
 //!   `ext:<extension>/<tool>` as the tool `<tool>`. Any other name beside `*` is refused.
+//! * Claude Code's delegation entries in `tools` (`Agent`, `Task`, `Agent(writer, reviewer)`)
+//!   name no tool: they grant delegation ([`delegation_entries`]). A definition read through
+//!   serde, from an agent file, or given to a catalog without `allowed_subagents` gets what
+//!   they grant as its `allowed_subagents`
+//!   ([`AgentDefinition::apply_delegation_entries`]); beside an `allowed_subagents`, a bare
+//!   `Agent` defers to it, and entries naming other types are an error. They stay in `tools`
+//!   as written (so a definition written back reads back as itself).
 //! * A field left out, or given as null, takes its default.
 //!
 //! | written | `tools` | `disallowed_tools` | `allowed_subagents` |
@@ -57,6 +64,8 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, SeqAccess, Visitor};
 
+#[cfg(doc)]
+use crate::definition::AgentDefinition;
 use crate::definition::{SubagentAllowance, ToolSet};
 
 /// One of the list fields the words rule reads.
@@ -481,12 +490,102 @@ pub fn split_list(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// Claude Code's delegation entries among `tools` names: `Agent` (or its older name `Task`)
+/// alone, or with subagent types in parentheses (`Agent(writer, reviewer)`, read by the words
+/// rule of `allowed_subagents`, so `Agent(*)` is every type; empty parentheses are the bare
+/// entry). The head is matched exactly: `task` or `Agents` is a tool's name. Returns what the
+/// entries grant together (a bare entry every type) and whether any named its types, or
+/// `None` when there is no entry.
+///
+/// ```
+/// use agent_tree_protocol::{SubagentAllowance, delegation_entries};
+/// let names = ["Agent(writer, reviewer)".to_owned(), "Read".to_owned(), "Task(writer)".to_owned()];
+/// let (granted, named) = delegation_entries(&names)?.unwrap();
+/// assert_eq!((granted, named), (SubagentAllowance::only(["writer", "reviewer"]), true));
+/// assert_eq!(delegation_entries(&["Agent".to_owned()])?, Some((SubagentAllowance::All, false)));
+/// assert!(delegation_entries(&["task".to_owned(), "Agents".to_owned()])?.is_none());
+/// assert!(delegation_entries(&["Agent(all, writer)".to_owned()]).is_err());
+/// # Ok::<(), agent_tree_protocol::WordsError>(())
+/// ```
+///
+/// # Errors
+///
+/// The words rule's refusal of an entry's types (`Agent(all, writer)`).
+pub fn delegation_entries(
+    names: &[String],
+) -> Result<Option<(SubagentAllowance, bool)>, WordsError> {
+    let mut granted: Option<SubagentAllowance> = None;
+    let mut named = false;
+    for name in names {
+        let entry = match delegation_entry(name) {
+            None => continue,
+            Some(None) => SubagentAllowance::All,
+            Some(Some(types)) => {
+                named = true;
+                Written::Text(types.to_owned()).subagent_allowance()?
+            }
+        };
+        granted = Some(match (granted, entry) {
+            (None, entry) => entry,
+            (Some(SubagentAllowance::All), _) | (_, SubagentAllowance::All) => {
+                SubagentAllowance::All
+            }
+            (Some(SubagentAllowance::None), entry) => entry,
+            (Some(before), SubagentAllowance::None) => before,
+            (Some(SubagentAllowance::Only(mut types)), SubagentAllowance::Only(more)) => {
+                for t in more {
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
+                }
+                SubagentAllowance::Only(types)
+            }
+        });
+    }
+    Ok(granted.map(|granted| (granted, named)))
+}
+
+/// Whether the tool name `name` is a Claude Code delegation entry ([`delegation_entries`]):
+/// it names no tool.
+///
+/// ```
+/// use agent_tree_protocol::is_delegation_entry;
+/// assert!(is_delegation_entry("Agent(writer, reviewer)") && is_delegation_entry(" Task "));
+/// assert!(!is_delegation_entry("task") && !is_delegation_entry("Agent(writer"));
+/// ```
+pub fn is_delegation_entry(name: &str) -> bool {
+    delegation_entry(name).is_some()
+}
+
+/// `name` as a delegation entry: `None` if it is none, `Some(None)` for a bare one (or empty
+/// parentheses), `Some(Some(types))` for one naming types.
+fn delegation_entry(name: &str) -> Option<Option<&str>> {
+    let name = name.trim();
+    let (head, types) = match name.split_once('(') {
+        Some((head, tail)) => (head.trim_end(), Some(tail.strip_suffix(')')?)),
+        None => (name, None),
+    };
+    if !matches!(head, "Agent" | "Task") {
+        return None;
+    }
+    Some(types.filter(|t| !t.trim().is_empty()))
+}
+
 /// Trimmed, non-blank items.
 fn items<'a>(raw: impl Iterator<Item = &'a str>) -> Vec<String> {
     raw.map(str::trim)
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// An allowance in words: `every type`, `no type`, or the types.
+fn allowance_words(allowance: &SubagentAllowance) -> String {
+    match allowance {
+        SubagentAllowance::All => "every type".into(),
+        SubagentAllowance::None => "no type".into(),
+        SubagentAllowance::Only(types) => types.join(", "),
+    }
 }
 
 fn shape(field: ListField, found: impl fmt::Display) -> WordsError {
@@ -544,6 +643,19 @@ pub enum WordsError {
         field: ListField,
         /// The keyword.
         word: Keyword,
+    },
+    /// A definition's delegation is written twice, and the two disagree: Claude Code's
+    /// `Agent(...)` entries in `tools` ([`delegation_entries`]) and `allowed_subagents`.
+    #[error(
+        "its `Agent(...)` entries grant {} but `allowed_subagents` grants {}: write the subagent types in one of them",
+        allowance_words(.entries),
+        allowance_words(.allowed)
+    )]
+    Disagrees {
+        /// What the entries grant.
+        entries: SubagentAllowance,
+        /// What `allowed_subagents` grants.
+        allowed: SubagentAllowance,
     },
     /// A name in a list built in code is a keyword ([`ListField::check_names`]).
     #[error("list item {index} is the keyword `{word}`, which is never {}", .field.item())]

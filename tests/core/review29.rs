@@ -39,7 +39,11 @@ fn fields_of(err: &CatalogError) -> Vec<String> {
 fn delegation_written_twice_in_another_order_agrees() {
     let definition = parse("tools: Agent(a, b), Read\nallowed_subagents: b, a")
         .unwrap_or_else(|e| panic!("the same two types in another order agree: {e}"));
-    assert_eq!(definition.tools, ToolSet::only(["Read"]));
+    // (Since the fix, the entry stays in `tools` as written, naming no tool.)
+    assert_eq!(
+        definition.allowed_subagents,
+        SubagentAllowance::only(["b", "a"])
+    );
 }
 
 /// Claim (docs/semantics.md, Agent files): "every error names the file and the field"; the
@@ -54,7 +58,9 @@ fn delegation_written_twice_in_another_order_agrees() {
 /// (`catalog::check`) reports it against `allowed_subagents`.
 #[test]
 fn a_bad_agent_entry_is_an_error_of_the_field_written() {
-    let err = parse("tools: Agent(all), Read").unwrap_err();
+    // (Since the fix, an entry's types are read by the words rule: `Agent(all)` is every
+    // type; a keyword among names is the bad entry.)
+    let err = parse("tools: Agent(all, a), Read").unwrap_err();
     assert_eq!(fields_of(&err), ["tools"], "{err}");
 }
 
@@ -145,10 +151,15 @@ fn guard_claude_code_tools_entries_in_every_shape() {
         "tools: Agent(a,\tb),\tRead",
         "tools:\n  - Agent(a, b)\n  - Read",
         "tools: [\"Agent(a, b)\", Read]",
-        "tools: Task(a), agent(b), Read",
+        "tools: Task(a), Agent(b), Read",
     ] {
         let d = parse(fm).unwrap();
-        assert_eq!(d.tools, ToolSet::only(["Read"]), "{fm}");
+        // (Since review 29's fix, entries stay in `tools` as written, and match the exact
+        // heads `Agent` and `Task` only.)
+        let ToolSet::Only(names) = &d.tools else {
+            panic!("{fm}: {:?}", d.tools)
+        };
+        assert_eq!(names.last().map(String::as_str), Some("Read"), "{fm}");
         assert_eq!(
             d.allowed_subagents,
             SubagentAllowance::only(["a", "b"]),

@@ -20,8 +20,7 @@
 //! finds a field given twice and never touches the file system.
 
 use agent_tree_protocol::{
-    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, SubagentAllowance,
-    WordsError, Written, split_list,
+    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, WordsError, Written,
 };
 use serde_yaml_ng::Value;
 
@@ -89,16 +88,10 @@ impl Field {
 ///
 /// Only reading happens here: types, trimming and the words rule. Whether a value is in range
 /// (`max_turns: 0`, a blank name) is for the definition check, which runs afterwards.
-///
-/// Claude Code's delegation entries in `tools` (`Agent`, `Task`, `Agent(writer, reviewer)`)
-/// grant no tool: they are taken out of the tool list, and the delegation they grant is put
-/// in `delegated` (the caller settles it with an `allowed_subagents` field, if the file has
-/// one).
 pub(super) fn apply(
     definition: &mut AgentDefinition,
     field: Field,
     value: &Value,
-    delegated: &mut Option<SubagentAllowance>,
 ) -> Result<(), String> {
     match field {
         Field::Name => {
@@ -108,12 +101,7 @@ pub(super) fn apply(
             definition.name = if trimmed.is_empty() { name } else { trimmed }.to_owned();
         }
         Field::Description => definition.description = string(value)?.trim().to_owned(),
-        Field::Tools => {
-            let (tools, delegation) =
-                delegation_entries(written(value, ListField::Tools).map_err(|e| e.to_string())?);
-            definition.tools = tools.tool_set().map_err(|e| e.to_string())?;
-            *delegated = delegation;
-        }
+        Field::Tools => definition.tools = words(value, ListField::Tools, Written::tool_set)?,
         Field::DisallowedTools => {
             definition.disallowed_tools =
                 words(value, ListField::DisallowedTools, Written::tool_names)?;
@@ -254,66 +242,6 @@ fn words<T>(
     written(value, field)
         .and_then(read)
         .map_err(|e| e.to_string())
-}
-
-/// `tools` without Claude Code's delegation entries, and the delegation they grant: `Agent`
-/// or `Task` (its older name) alone grants every type, with types in parentheses
-/// (`Agent(writer, reviewer)`) those types (`Agent(*)` every type), several entries the
-/// types of all. `None` (and `tools` as written) when it has none.
-fn delegation_entries(tools: Written) -> (Written, Option<SubagentAllowance>) {
-    let items: Vec<String> = match &tools {
-        Written::Bool(_) => return (tools, None),
-        Written::Text(text) => split_list(text).map(|i| i.trim().to_owned()).collect(),
-        Written::List(list) => list.iter().map(|i| i.trim().to_owned()).collect(),
-    };
-    let delegation = |item: &str| -> Option<Option<Vec<String>>> {
-        let (head, rest) = item.split_at(item.find('(').unwrap_or(item.len()));
-        let head = head.trim_end();
-        if !head.eq_ignore_ascii_case("agent") && !head.eq_ignore_ascii_case("task") {
-            return None;
-        }
-        if rest.is_empty() {
-            return Some(None);
-        }
-        let inner = rest.strip_prefix('(')?.strip_suffix(')')?;
-        let types: Vec<String> = split_list(inner)
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect();
-        // `Agent(*)` (or empty parentheses, which Claude Code reads as no restriction).
-        if types.is_empty() || types.iter().any(|t| t == "*") {
-            return Some(None);
-        }
-        Some(Some(types))
-    };
-    let mut granted: Option<Option<Vec<String>>> = None;
-    let mut rest = Vec::new();
-    for item in items {
-        match delegation(&item) {
-            None => rest.push(item),
-            // `None` inside: every type.
-            Some(None) => granted = Some(None),
-            Some(Some(types)) => match &mut granted {
-                Some(None) => {}
-                Some(Some(all)) => {
-                    for t in types {
-                        if !all.contains(&t) {
-                            all.push(t);
-                        }
-                    }
-                }
-                None => granted = Some(Some(types)),
-            },
-        }
-    }
-    match granted {
-        None => (tools, None),
-        Some(types) => (
-            Written::List(rest),
-            Some(types.map_or(SubagentAllowance::All, SubagentAllowance::only)),
-        ),
-    }
 }
 
 /// A YAML value in the shapes the words rule reads, or the rule's refusal of its shape.
@@ -725,14 +653,18 @@ Twice.
     fn claude_code_delegation_entries_in_tools_are_the_subagent_allowance() {
         use agent_tree_protocol::ToolSet;
         let lead = field_ok("tools: Agent(web-researcher, analyst), Read");
-        assert_eq!(lead.tools, ToolSet::only(["Read"]));
+        // The entry stays in `tools` as written (no tool is offered for it).
+        assert_eq!(
+            lead.tools,
+            ToolSet::only(["Agent(web-researcher, analyst)", "Read"])
+        );
         assert_eq!(
             lead.allowed_subagents,
             SubagentAllowance::only(["web-researcher", "analyst"])
         );
         for (tools, allowed) in [
             ("Task, Read", SubagentAllowance::All),
-            ("agent", SubagentAllowance::All),
+            ("Agent()", SubagentAllowance::All),
             ("Agent(*)", SubagentAllowance::All),
             ("Agent(a), Agent(*)", SubagentAllowance::All),
             // (In a YAML flow list, YAML itself splits `Task(b, a)`: quoted, it is one item.)
@@ -747,8 +679,11 @@ Twice.
                 "{tools}"
             );
         }
-        // Only delegation: no other tool.
-        assert_eq!(field_ok("tools: Agent(a)").tools, ToolSet::None);
+        // A bare entry beside `allowed_subagents` defers to it.
+        assert_eq!(
+            field_ok("tools: Read, Agent\nallowed_subagents: a").allowed_subagents,
+            SubagentAllowance::only(["a"])
+        );
         // Without such an entry `tools` reads as ever, and delegation is not granted.
         let plain = field_ok("tools: read, grep");
         assert_eq!(plain.tools, ToolSet::only(["read", "grep"]));
@@ -758,12 +693,22 @@ Twice.
             field_ok("tools: Agent(a)\nallowed_subagents: a").allowed_subagents,
             SubagentAllowance::only(["a"])
         );
+        assert_eq!(
+            field_ok("tools: Agent(a, b)\nallowed_subagents: [b, a, b]").allowed_subagents,
+            SubagentAllowance::only(["b", "a", "b"])
+        );
         let (field, message) = field_err("allowedSubagents: b\ntools: Agent(a), Read");
         assert_eq!(field, "tools");
         assert!(
-            message.contains("grant a but `allowedSubagents` grants b"),
+            message.contains("grant a but `allowed_subagents` grants b"),
             "{message}"
         );
+        // An entry's types are read by the words rule, and its errors are `tools`'s.
+        assert_eq!(field_err("tools: Agent(all, a), Read").0, "tools");
+        // Only the exact heads: a tool named `task` or `Agents` is a tool.
+        let tools = field_ok("tools: task, Agents");
+        assert_eq!(tools.tools, ToolSet::only(["task", "Agents"]));
+        assert_eq!(tools.allowed_subagents, SubagentAllowance::None);
         // Claude Code's `background` is `run_in_background`.
         assert!(field_ok("background: true").run_in_background);
     }

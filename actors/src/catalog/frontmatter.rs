@@ -43,7 +43,7 @@ use std::path::Path;
 
 use std::cell::Cell;
 
-use agent_tree_protocol::{AgentDefinition, SubagentAllowance};
+use agent_tree_protocol::AgentDefinition;
 use serde::de::{self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde_yaml_ng::{Mapping, Value};
 
@@ -102,10 +102,10 @@ use super::{CatalogError, check, combine};
 ///   not.
 /// * Claude Code grants delegation in `tools`: `Agent` (or its older name `Task`) alone lets
 ///   the agent start any subagent type, `Agent(writer, reviewer)` those types (a comma inside
-///   the parentheses splits nothing). Such entries are no tool: they are taken out of
-///   `tools` and are the agent's `allowed_subagents` (`tools: Agent(analyst), Read` is
-///   `tools: Read` and `allowed_subagents: analyst`). A file that writes both must have them
-///   agree, or it is an error of `tools`.
+///   the parentheses splits nothing). Such entries name no tool: without an
+///   `allowed_subagents` field they are the agent's (`tools: Agent(analyst), Read` grants
+///   `analyst`); beside one, a bare `Agent` defers to it, and entries naming other types are
+///   an error of `tools` (`AgentDefinition::apply_delegation_entries`).
 /// * `disallowed_tools` takes tool names only: every keyword is refused, because a deny list
 ///   must name what it denies.
 /// * The words of `restart`, `strategy` and `settle` ignore case and accept `-` for `_`
@@ -205,8 +205,6 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     // check must not be asked to judge (a blank default name would be reported twice).
     let mut unread: Vec<Field> = Vec::new();
     let mut name_given = false;
-    // What Claude Code's `Agent(...)` entries in `tools` grant (`fields::apply`).
-    let mut delegated = None;
     for (position, (key, value)) in fields.iter().enumerate() {
         let Some(key) = key.as_str() else {
             ignored.push(describe(key));
@@ -229,33 +227,17 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             continue;
         }
         name_given |= field == Field::Name;
-        if let Err(message) = apply(&mut definition, field, value, &mut delegated) {
+        if let Err(message) = apply(&mut definition, field, value) {
             unread.push(field);
             errors.push((position, field_error(path, key, message)));
         }
     }
-    if let Some(granted) = delegated {
-        // Delegation written twice must say one thing.
-        match seen.get(&Field::AllowedSubagents) {
-            None => definition.allowed_subagents = granted,
-            Some(_) if definition.allowed_subagents == granted => {}
-            Some((allowed_key, _)) => {
-                let (tools_key, position) = seen[&Field::Tools];
-                errors.push((
-                    position,
-                    field_error(
-                        path,
-                        tools_key,
-                        format!(
-                            "its `Agent(...)` entries grant {} but `{allowed_key}` grants {}: \
-                             write the subagent types in one of them",
-                            allowance_words(&granted),
-                            allowance_words(&definition.allowed_subagents),
-                        ),
-                    ),
-                ));
-            }
-        }
+    // Claude Code's `Agent(...)` entries in `tools` are the subagent allowance: an error of
+    // theirs (their types, or an `allowed_subagents` granting others) is `tools`'s.
+    if let Err(e) = definition.apply_delegation_entries() {
+        let (key, position) = seen.get(&Field::Tools).copied().unwrap_or(("tools", 0));
+        unread.push(Field::Tools);
+        errors.push((position, field_error(path, key, e.to_string())));
     }
     if !name_given {
         let stem = path
@@ -293,15 +275,6 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             definition,
             ignored,
         }),
-    }
-}
-
-/// An allowance as the file's words: `every type`, `no type`, or the types.
-fn allowance_words(allowance: &SubagentAllowance) -> String {
-    match allowance {
-        SubagentAllowance::All => "every type".into(),
-        SubagentAllowance::None => "no type".into(),
-        SubagentAllowance::Only(types) => types.join(", "),
     }
 }
 

@@ -18,7 +18,7 @@
 //!   none of them. A deny (`disallowed_tools`) is wider: it names every tool equal to it
 //!   ignoring ASCII case, orchestration tools included, so a deny never misses by case.
 
-use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
+use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet, is_delegation_entry};
 
 use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS, RESERVED_TOOLS};
 
@@ -75,7 +75,7 @@ where
 /// The rule matching a definition's tool name `name` to the registered user tools.
 ///
 /// In order: a registered tool named exactly `name`; an orchestration tool named exactly
-/// `name`; the one registered tool equal to `name` ignoring ASCII case (several are
+/// `name`, or a Claude Code delegation entry (`Agent(writer)`, `Task`); the one registered tool equal to `name` ignoring ASCII case (several are
 /// [`ToolMatch::Ambiguous`]); an orchestration tool equal to it ignoring ASCII case. pi's
 /// `ext:<extension>/<tool>` is matched as `<tool>`; a whole extension (`ext:<extension>`)
 /// names no tool here (agent-tree has no extensions), so it is [`ToolMatch::Unknown`].
@@ -90,7 +90,11 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
     };
     match match_name(name, registered.iter().copied()) {
         NameMatch::Exact(tool) => ToolMatch::Tool(tool),
-        _ if RESERVED_TOOLS.contains(&name) => ToolMatch::Orchestration,
+        // Claude Code's `Agent(writer, reviewer)` / `Task`: delegation, which the definition's
+        // `allowed_subagents` holds (`AgentDefinition::apply_delegation_entries`).
+        _ if RESERVED_TOOLS.contains(&name) || is_delegation_entry(name) => {
+            ToolMatch::Orchestration
+        }
         NameMatch::Folded(tool) => ToolMatch::Tool(tool),
         NameMatch::Ambiguous(tools) => ToolMatch::Ambiguous(tools),
         NameMatch::None if RESERVED_TOOLS.iter().any(|t| t.eq_ignore_ascii_case(name)) => {
