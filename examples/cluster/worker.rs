@@ -26,8 +26,9 @@
 //!   `work 1 0`; a run after the first then reads, by the id its conversation gives it, the
 //!   first helper (`get_subagent_result`), and answers `recalled <status> <text>, new
 //!   helper <same|another>` (whether the new helper's id is the one it read); the first
-//!   run answers `first helper`. No id is in an answer, so a remote run's answers are a
-//!   local one's.
+//!   run answers `first helper`. A spawn its run's end answered with an error (an abort
+//!   while the helper worked) started no helper the conversation knows of: the next run
+//!   starts one anew. No id is in an answer, so a remote run's answers are a local one's.
 //! * `recall-big N`: as `recall`, but each helper's task is `big N`, and a run after the
 //!   first answers `recalled <status> <bytes of the text it read> bytes, new helper
 //!   <same|another>`.
@@ -350,7 +351,11 @@ fn recall(request: &ModelRequest) -> ModelResponse {
     let last_tool = last
         .filter(|m| m.role == Role::Tool)
         .and_then(|m| call_name(m.tool_call_id.as_deref().unwrap_or_default()));
+    // An `Agent` call its run's end answered with an error (an abort while the helper
+    // worked) started no helper this conversation knows of: the next run starts one anew.
+    let spawned = last.is_some_and(|m| field(m, "agent_id").is_some());
     match last_tool.as_deref() {
+        Some("Agent") if !spawned => spawn_helper(helpers.len()),
         Some("Agent") if helpers.len() == 1 => ModelResponse::text("first helper"),
         Some("Agent") => {
             let call = ToolCall::new(
@@ -377,15 +382,18 @@ fn recall(request: &ModelRequest) -> ModelResponse {
             ))
         }
         // A run's first turn: a new helper.
-        _ => {
-            let call = ToolCall::new(
-                format!("recall-spawn-{}", helpers.len()),
-                "Agent",
-                serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
-            );
-            ModelResponse::text_and_calls("", vec![call])
-        }
+        _ => spawn_helper(helpers.len()),
     }
+}
+
+/// The `recall` turn that starts a helper, the conversation knowing of `known` before it.
+fn spawn_helper(known: usize) -> ModelResponse {
+    let call = ToolCall::new(
+        format!("recall-spawn-{known}"),
+        "Agent",
+        serde_json::json!({ "subagent_type": "helper", "prompt": "work 1 0" }),
+    );
+    ModelResponse::text_and_calls("", vec![call])
 }
 
 /// The `recall-big N` task's turn (see the module docs).
