@@ -40,6 +40,7 @@ mod tool_calls_by_position;
 mod tools_unknown_name;
 mod tracing_spans;
 mod tree_depth_parent;
+mod trial4;
 mod trial_issue10;
 mod usage_before_settle;
 mod usage_random_trees;
