@@ -36,7 +36,8 @@ pub struct TrialRow {
     pub restarts: u64,
     /// Restarts of each agent that was restarted.
     pub restarts_per_agent: BTreeMap<AgentId, u64>,
-    /// Agents that failed because a child's restart intensity was exceeded.
+    /// Agents that failed because a child's restart intensity was exceeded (each counted
+    /// once, however many of its runs did).
     pub escalations: u64,
     /// Virtual milliseconds from the first failure in the tree to the top agent's end, when
     /// something failed and the top agent still completed.
@@ -136,6 +137,8 @@ async fn run_trial(
     };
     let mut first_failure = None;
     let mut top_end = None;
+    // An agent restarted and escalating again is one agent that escalated.
+    let mut escalated = std::collections::BTreeSet::new();
     for event in events.drain() {
         match &event.kind {
             EventKind::Restarted { .. } => {
@@ -144,7 +147,7 @@ async fn run_trial(
             }
             EventKind::Failed { outcome } | EventKind::Killed { outcome } => {
                 first_failure.get_or_insert(event.at_ms);
-                if outcome.reason == EndReason::Escalated {
+                if outcome.reason == EndReason::Escalated && escalated.insert(event.agent) {
                     row.escalations += 1;
                 }
             }

@@ -9,8 +9,9 @@
 //!   and a seeded probability draws once per call from (seed, agent, run, turn, attempt), so
 //!   the same tree under the same seed fails the same calls, whatever the interleaving, and
 //!   a retry of a failed call draws anew.
-//! * The first fault of the plan that applies to a call wins; a call no fault applies to
-//!   goes to the wrapped model or tool unchanged.
+//! * Every delay (`slow`) that applies to a call is waited, then the first failure, panic or
+//!   hang of the plan that applies acts; a call no fault applies to goes to the wrapped model
+//!   or tool unchanged (after the delays).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,7 +164,8 @@ impl<M: Model> FaultyModel<M> {
         self.with(When::Turn(turn), FaultKind::Hang)
     }
 
-    /// Delays every call by `delay`.
+    /// Delays every call by `delay`. Delays add up, and a failure, panic or hang that also
+    /// applies acts after them, whichever was added first.
     pub fn slow(self, delay: Duration) -> Self {
         self.with(When::Always, FaultKind::Slow(delay))
     }
@@ -196,23 +198,29 @@ impl<M: Model> Model for FaultyModel<M> {
             *n += 1;
             *n
         };
-        let fault = self
-            .plan
-            .iter()
-            .find(|f| f.applies(&request, attempt))
-            .map(|f| f.kind.clone());
+        // Faults combine: every delay that applies is waited, then the first failure, panic
+        // or hang that applies acts (in the order they were added).
+        let mut delay = Duration::ZERO;
+        let mut fault = None;
+        for f in self.plan.iter().filter(|f| f.applies(&request, attempt)) {
+            match &f.kind {
+                FaultKind::Slow(by) => delay = delay.saturating_add(*by),
+                kind => {
+                    fault.get_or_insert_with(|| kind.clone());
+                }
+            }
+        }
         Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             match fault {
                 Some(FaultKind::Fail(error)) => Err(error),
                 Some(FaultKind::Panic) => {
                     panic!("injected panic in {} turn {}", request.agent, request.turn)
                 }
                 Some(FaultKind::Hang) => std::future::pending().await,
-                Some(FaultKind::Slow(delay)) => {
-                    tokio::time::sleep(delay).await;
-                    self.inner.turn(request).await
-                }
-                None => self.inner.turn(request).await,
+                Some(FaultKind::Slow(_)) | None => self.inner.turn(request).await,
             }
         })
     }

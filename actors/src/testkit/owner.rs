@@ -167,6 +167,8 @@ pub struct OwnerProbe {
     subtree: HashSet<AgentId>,
     /// Every message delivered, described.
     seen: Vec<String>,
+    /// The agent's current run as the events tell it (1, +1 for each restart or resume).
+    run: u32,
 }
 
 impl fmt::Debug for OwnerProbe {
@@ -227,6 +229,7 @@ impl OwnerProbe {
                 questions,
                 owned,
                 agent: None,
+                run: 1,
                 subtree: HashSet::new(),
                 seen: Vec::new(),
             },
@@ -290,8 +293,14 @@ impl OwnerProbe {
                 EventKind::Asked { question } if event.agent == agent => {
                     OwnerMessage::Question(self.question(question, deadline).await)
                 }
-                EventKind::Restarted { incarnation } if event.agent == agent => {
-                    OwnerMessage::Restarted { run: incarnation }
+                // A resume is a run too (a restart's number counts it), with no message.
+                EventKind::Resumed if event.agent == agent => {
+                    self.run += 1;
+                    continue;
+                }
+                EventKind::Restarted { .. } if event.agent == agent => {
+                    self.run += 1;
+                    OwnerMessage::Restarted { run: self.run }
                 }
                 ref kind if event.agent == agent && kind.outcome().is_some() => match event.kind {
                     EventKind::Completed { outcome }
