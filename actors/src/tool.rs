@@ -183,7 +183,8 @@ impl fmt::Debug for Toolbox {
     }
 }
 
-/// A tool name a toolbox refuses: reserved for an orchestration tool, already taken, or one
+/// A tool name a toolbox refuses: reserved for an orchestration tool (or `Task`, which agent
+/// files use as Claude Code does, to grant subagents), already taken, or one
 /// the providers refuse (they accept 1 to 64 of `A-Z a-z 0-9 _ -`: OpenAI's and Anthropic's
 /// rule, so a name such as `web.search` would fail every model turn that offers it).
 ///
@@ -233,6 +234,8 @@ impl Toolbox {
         let spec = tool.spec();
         let reason = if RESERVED_TOOLS.contains(&spec.name.as_str()) {
             "is an orchestration tool's"
+        } else if agent_tree_protocol::is_delegation_entry(&spec.name) {
+            "is Claude Code's delegation entry (`Task`), which agent files use to grant subagents"
         } else if self.tools.contains_key(&spec.name) {
             "is already taken"
         } else if !provider_name(&spec.name) {

@@ -268,7 +268,10 @@ pub struct AgentDefinition {
     #[serde(deserialize_with = "words::disallowed_tools_field")]
     pub disallowed_tools: Vec<String>,
     /// Which types it may spawn.
-    #[serde(deserialize_with = "words::allowed_subagents_field")]
+    #[serde(
+        deserialize_with = "words::allowed_subagents_field",
+        default = "unwritten_allowance"
+    )]
     pub allowed_subagents: SubagentAllowance,
     /// An isolated agent never delegates, whatever else it says.
     pub isolated: bool,
@@ -311,15 +314,29 @@ impl Serialize for AgentDefinition {
 }
 
 impl<'de> Deserialize<'de> for AgentDefinition {
-    /// The fields, then Claude Code's delegation entries in `tools` applied
-    /// ([`AgentDefinition::apply_delegation_entries`]).
+    /// The fields, then Claude Code's delegation entries in `tools` applied beside the
+    /// `allowed_subagents` written, if one was
+    /// ([`AgentDefinition::apply_delegation_entries_beside`]). Their disagreement is an error
+    /// of ``field `tools` ``, found once the whole definition is read: it carries no line
+    /// and column.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut definition = AgentDefinition::deserialize(deserializer)?;
+        let written = definition.allowed_subagents != unwritten_allowance();
+        if !written {
+            definition.allowed_subagents = SubagentAllowance::None;
+        }
         definition
-            .apply_delegation_entries()
-            .map_err(|e| serde::de::Error::custom(format_args!("tools: {e}")))?;
+            .apply_delegation_entries_beside(written)
+            .map_err(|e| serde::de::Error::custom(format_args!("field `tools`: {e}")))?;
         Ok(definition)
     }
+}
+
+/// What `allowed_subagents` reads as while a definition is deserialized and the field was
+/// left out: an empty `Only`, which no written value reads as (the words rule makes an
+/// empty list `None`), told apart then and made `None`.
+fn unwritten_allowance() -> SubagentAllowance {
+    SubagentAllowance::Only(Vec::new())
 }
 
 /// The default restart intensity (Erlang's default).
@@ -393,10 +410,13 @@ impl AgentDefinition {
 
     /// Makes what Claude Code's delegation entries in `tools` (`Agent`, `Task`,
     /// `Agent(writer, reviewer)`: [`delegation_entries`](crate::delegation_entries)) grant
-    /// the definition's `allowed_subagents`, unless it has one: then a bare `Agent` defers to
-    /// it, and entries naming types must name the same ones (in any order). The entries stay
-    /// in `tools`, where the runtime offers no tool for them. Agent files, serde and catalogs
-    /// apply it; applying it twice is applying it once.
+    /// the definition's `allowed_subagents` when it has none (`None`, as a definition built
+    /// in code without one has): a bare `Agent` grants every type, else the named types.
+    /// Beside an `allowed_subagents`, a bare `Agent` defers to it, and entries naming types
+    /// may name only types it allows. The entries stay in `tools`, where the
+    /// runtime offers no tool for them; applying it twice is applying it once. A reader that
+    /// knows whether `allowed_subagents` was written (`none` written is not `none` left
+    /// out) calls [`AgentDefinition::apply_delegation_entries_beside`].
     ///
     /// ```
     /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance, ToolSet};
@@ -415,35 +435,60 @@ impl AgentDefinition {
     /// # Errors
     ///
     /// The words rule's refusal of an entry's types, or [`WordsError::Disagrees`] when
-    /// `allowed_subagents` grants other types than entries naming theirs; the definition is
-    /// unchanged then.
+    /// entries name a type `allowed_subagents` does not allow; the definition is unchanged
+    /// then.
     pub fn apply_delegation_entries(&mut self) -> Result<(), WordsError> {
+        let written = self.allowed_subagents != SubagentAllowance::None;
+        self.apply_delegation_entries_beside(written)
+    }
+
+    /// As [`AgentDefinition::apply_delegation_entries`], told whether `allowed_subagents`
+    /// was written (`allowed_subagents: none` beside `tools: Agent, Read` keeps `none`).
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance, ToolSet};
+    /// let mut solo = AgentDefinition::new("solo", "")
+    ///     .with_tools(ToolSet::only(["Agent", "Read"]));
+    /// solo.apply_delegation_entries_beside(true)?;
+    /// assert_eq!(solo.allowed_subagents, SubagentAllowance::None);
+    /// # Ok::<(), agent_tree_protocol::WordsError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`AgentDefinition::apply_delegation_entries`].
+    pub fn apply_delegation_entries_beside(
+        &mut self,
+        allowed_written: bool,
+    ) -> Result<(), WordsError> {
         let ToolSet::Only(names) = &self.tools else {
             return Ok(());
         };
-        let Some((granted, named)) = crate::words::delegation_entries(names)? else {
+        let Some(entries) = crate::words::delegation_entries(names)? else {
             return Ok(());
         };
-        let sorted = |types: &[String]| {
-            let mut types = types.to_vec();
-            types.sort();
-            types.dedup();
-            types
+        if !allowed_written {
+            self.allowed_subagents = entries.grants();
+            return Ok(());
+        }
+        let Some(named) = entries.named else {
+            // A bare `Agent` defers to what is written.
+            return Ok(());
         };
-        let agrees = match (&self.allowed_subagents, &granted) {
-            (SubagentAllowance::None, _) => {
-                self.allowed_subagents = granted;
-                return Ok(());
+        // The written allowance is the authority: entries may name only types it allows.
+        let agrees = match (&self.allowed_subagents, &named) {
+            (_, SubagentAllowance::None) | (SubagentAllowance::All, _) => true,
+            (SubagentAllowance::Only(allowed), SubagentAllowance::Only(named)) => {
+                named.iter().all(|t| allowed.contains(t))
             }
-            (_, _) if !named => true,
-            (SubagentAllowance::Only(a), SubagentAllowance::Only(b)) => sorted(a) == sorted(b),
-            (allowed, granted) => allowed == granted,
+            (SubagentAllowance::None | SubagentAllowance::Only(_), SubagentAllowance::All) => false,
+            (SubagentAllowance::None, SubagentAllowance::Only(_)) => false,
         };
         if agrees {
             Ok(())
         } else {
             Err(WordsError::Disagrees {
-                entries: granted,
+                entries: named,
                 allowed: self.allowed_subagents.clone(),
             })
         }

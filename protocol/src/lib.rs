@@ -51,8 +51,8 @@ pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;
 pub use words::{
-    ExtensionSelector, Keyword, ListField, WordsError, Written, delegation_entries,
-    is_delegation_entry, split_list,
+    DelegationEntries, ExtensionSelector, Keyword, ListField, WordsError, Written,
+    delegation_entries, is_delegation_entry, split_list,
 };
 
 /// JSON encoding and decoding of protocol types, with errors that name the type.

@@ -35,7 +35,7 @@
 //!   serde, from an agent file, or given to a catalog without `allowed_subagents` gets what
 //!   they grant as its `allowed_subagents`
 //!   ([`AgentDefinition::apply_delegation_entries`]); beside an `allowed_subagents`, a bare
-//!   `Agent` defers to it, and entries naming other types are an error. They stay in `tools`
+//!   `Agent` defers to it, and entries naming a type it does not allow are an error. They stay in `tools`
 //!   as written (so a definition written back reads back as itself).
 //! * A field left out, or given as null, takes its default.
 //!
@@ -493,16 +493,17 @@ pub fn split_list(text: &str) -> impl Iterator<Item = &str> {
 /// Claude Code's delegation entries among `tools` names: `Agent` (or its older name `Task`)
 /// alone, or with subagent types in parentheses (`Agent(writer, reviewer)`, read by the words
 /// rule of `allowed_subagents`, so `Agent(*)` is every type; empty parentheses are the bare
-/// entry). The head is matched exactly: `task` or `Agents` is a tool's name. Returns what the
-/// entries grant together (a bare entry every type) and whether any named its types, or
-/// `None` when there is no entry.
+/// entry). The head is matched exactly: `task` or `Agents` is a tool's name. `None` when
+/// there is no entry.
 ///
 /// ```
-/// use agent_tree_protocol::{SubagentAllowance, delegation_entries};
+/// use agent_tree_protocol::{DelegationEntries, SubagentAllowance, delegation_entries};
 /// let names = ["Agent(writer, reviewer)".to_owned(), "Read".to_owned(), "Task(writer)".to_owned()];
-/// let (granted, named) = delegation_entries(&names)?.unwrap();
-/// assert_eq!((granted, named), (SubagentAllowance::only(["writer", "reviewer"]), true));
-/// assert_eq!(delegation_entries(&["Agent".to_owned()])?, Some((SubagentAllowance::All, false)));
+/// let entries = delegation_entries(&names)?.unwrap();
+/// assert_eq!(entries.named, Some(SubagentAllowance::only(["writer", "reviewer"])));
+/// assert!(!entries.bare);
+/// let bare = delegation_entries(&["Agent".to_owned()])?.unwrap();
+/// assert_eq!(bare.grants(), SubagentAllowance::All);
 /// assert!(delegation_entries(&["task".to_owned(), "Agents".to_owned()])?.is_none());
 /// assert!(delegation_entries(&["Agent(all, writer)".to_owned()]).is_err());
 /// # Ok::<(), agent_tree_protocol::WordsError>(())
@@ -511,21 +512,22 @@ pub fn split_list(text: &str) -> impl Iterator<Item = &str> {
 /// # Errors
 ///
 /// The words rule's refusal of an entry's types (`Agent(all, writer)`).
-pub fn delegation_entries(
-    names: &[String],
-) -> Result<Option<(SubagentAllowance, bool)>, WordsError> {
-    let mut granted: Option<SubagentAllowance> = None;
-    let mut named = false;
+pub fn delegation_entries(names: &[String]) -> Result<Option<DelegationEntries>, WordsError> {
+    let mut entries: Option<DelegationEntries> = None;
     for name in names {
-        let entry = match delegation_entry(name) {
-            None => continue,
-            Some(None) => SubagentAllowance::All,
-            Some(Some(types)) => {
-                named = true;
-                Written::Text(types.to_owned()).subagent_allowance()?
-            }
+        let Some(types) = delegation_entry(name) else {
+            continue;
         };
-        granted = Some(match (granted, entry) {
+        let found = entries.get_or_insert(DelegationEntries {
+            bare: false,
+            named: None,
+        });
+        let Some(types) = types else {
+            found.bare = true;
+            continue;
+        };
+        let entry = Written::Text(types.to_owned()).subagent_allowance()?;
+        found.named = Some(match (found.named.take(), entry) {
             (None, entry) => entry,
             (Some(SubagentAllowance::All), _) | (_, SubagentAllowance::All) => {
                 SubagentAllowance::All
@@ -542,7 +544,28 @@ pub fn delegation_entries(
             }
         });
     }
-    Ok(granted.map(|granted| (granted, named)))
+    Ok(entries)
+}
+
+/// What a definition's delegation entries say ([`delegation_entries`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DelegationEntries {
+    /// A bare `Agent` or `Task` is among them: the agent may delegate.
+    pub bare: bool,
+    /// What the entries naming types grant together, if any names types.
+    pub named: Option<SubagentAllowance>,
+}
+
+impl DelegationEntries {
+    /// What they grant alone (no `allowed_subagents` beside them): every type for a bare
+    /// entry, else the named types.
+    pub fn grants(&self) -> SubagentAllowance {
+        match (&self.named, self.bare) {
+            (_, true) | (None, false) => SubagentAllowance::All,
+            (Some(named), false) => named.clone(),
+        }
+    }
 }
 
 /// Whether the tool name `name` is a Claude Code delegation entry ([`delegation_entries`]):
@@ -645,9 +668,10 @@ pub enum WordsError {
         word: Keyword,
     },
     /// A definition's delegation is written twice, and the two disagree: Claude Code's
-    /// `Agent(...)` entries in `tools` ([`delegation_entries`]) and `allowed_subagents`.
+    /// `Agent(...)` entries in `tools` ([`delegation_entries`]) name a type
+    /// `allowed_subagents` does not allow.
     #[error(
-        "its `Agent(...)` entries grant {} but `allowed_subagents` grants {}: write the subagent types in one of them",
+        "its `Agent(...)` entries grant {} but `allowed_subagents` allows {}: write the subagent types in one of them",
         allowance_words(.entries),
         allowance_words(.allowed)
     )]

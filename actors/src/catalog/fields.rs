@@ -700,7 +700,7 @@ Twice.
         let (field, message) = field_err("allowedSubagents: b\ntools: Agent(a), Read");
         assert_eq!(field, "tools");
         assert!(
-            message.contains("grant a but `allowed_subagents` grants b"),
+            message.contains("grant a but `allowed_subagents` allows b"),
             "{message}"
         );
         // An entry's types are read by the words rule, and its errors are `tools`'s.

@@ -205,6 +205,8 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     // check must not be asked to judge (a blank default name would be reported twice).
     let mut unread: Vec<Field> = Vec::new();
     let mut name_given = false;
+    // Whether `allowed_subagents` has a value (`none` written is not `none` left out).
+    let mut allowed_written = false;
     for (position, (key, value)) in fields.iter().enumerate() {
         let Some(key) = key.as_str() else {
             ignored.push(describe(key));
@@ -227,6 +229,7 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
             continue;
         }
         name_given |= field == Field::Name;
+        allowed_written |= field == Field::AllowedSubagents;
         if let Err(message) = apply(&mut definition, field, value) {
             unread.push(field);
             errors.push((position, field_error(path, key, message)));
@@ -234,7 +237,7 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     }
     // Claude Code's `Agent(...)` entries in `tools` are the subagent allowance: an error of
     // theirs (their types, or an `allowed_subagents` granting others) is `tools`'s.
-    if let Err(e) = definition.apply_delegation_entries() {
+    if let Err(e) = definition.apply_delegation_entries_beside(allowed_written) {
         let (key, position) = seen.get(&Field::Tools).copied().unwrap_or(("tools", 0));
         unread.push(Field::Tools);
         errors.push((position, field_error(path, key, e.to_string())));
@@ -581,9 +584,9 @@ impl<'de> Visitor<'de> for Count<'_> {
 
 /// The visitor that builds a frontmatter's YAML value: `serde_yaml_ng::Value`'s own, except
 /// that an integer no such value holds (past `u64`, below `i64`, within 128 bits) is the
-/// string of its digits rather than an error of the whole document, so it is its field's
-/// error ("expected a positive integer, found ...") beside the file's other field errors
-/// (where a string is read, such as a tool list, it is read as one).
+/// float YAML reads a longer one as, rather than an error of the whole document: a number,
+/// so it is its field's error ("expected a positive integer, found 1.2345678901234568e29")
+/// beside the file's other field errors, and never a string.
 /// Tags are dropped (they are ignored); a key given twice is an error, as in `serde_yaml_ng`.
 #[derive(Clone, Copy)]
 struct Build;
@@ -612,7 +615,9 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
+        // Past `i64`: the float YAML gives an integer past 128 bits (never a string).
+        #[allow(clippy::cast_precision_loss)]
+        Ok(Value::Number((v as f64).into()))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
@@ -620,7 +625,9 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
+        // Past `u64`: as `visit_i128`.
+        #[allow(clippy::cast_precision_loss)]
+        Ok(Value::Number((v as f64).into()))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
@@ -756,13 +763,14 @@ pub(super) mod tests {
         ] {
             let (field, message) = field_err(&frontmatter);
             assert_eq!(field, "max_turns", "{frontmatter:?}");
-            assert!(message.contains(huge), "{frontmatter:?}: {message}");
+            assert!(message.contains("e29"), "{frontmatter:?}: {message}");
         }
-        // Where a string is read, it is one (a tool of that name, which the tree's tool
-        // check reports as unknown).
+        // A number, never a string: not a name, not a tool.
+        assert_eq!(field_err(&format!("name: {huge}")).0, "name");
+        assert_eq!(field_err(&format!("tools: [{huge}]")).0, "tools");
         assert_eq!(
-            field_ok(&format!("tools: [{huge}]")).tools,
-            agent_tree_protocol::ToolSet::only([huge])
+            field_err("max_turns: 0xFFFFFFFFFFFFFFFFFFFF").0,
+            "max_turns"
         );
         // In a string, the digits are the string's, whatever the style.
         for (frontmatter, description) in [
