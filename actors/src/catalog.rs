@@ -488,9 +488,11 @@ impl Catalog {
         let mut inner = CatalogInner::default();
         let mut errors = Vec::new();
         for mut definition in definitions {
-            // Claude Code's `Agent(...)` entries in `tools`, for a definition built in code
-            // (files and serde apply them as they read).
-            if let Err(e) = definition.apply_delegation_entries() {
+            // Claude Code's `Agent(...)` entries in `tools` against the allowance as it
+            // stands: the readers (files, serde) made them the allowance where none was
+            // written, so this only checks, and never undoes a written `none`; a definition
+            // built in code writes its own.
+            if let Err(e) = definition.apply_delegation_entries_beside(true) {
                 errors.push(CatalogError::Definition {
                     name: definition.name.clone(),
                     field: "tools",

@@ -414,9 +414,10 @@ impl AgentDefinition {
     /// in code without one has): a bare `Agent` grants every type, else the named types.
     /// Beside an `allowed_subagents`, a bare `Agent` defers to it, and entries naming types
     /// may name only types it allows. The entries stay in `tools`, where the
-    /// runtime offers no tool for them; applying it twice is applying it once. A reader that
-    /// knows whether `allowed_subagents` was written (`none` written is not `none` left
-    /// out) calls [`AgentDefinition::apply_delegation_entries_beside`].
+    /// runtime offers no tool for them; applying it twice is applying it once. Readers
+    /// that know whether `allowed_subagents` was written (`none` written is not `none` left
+    /// out), agent files and serde, call [`AgentDefinition::apply_delegation_entries_beside`];
+    /// a catalog checks each definition with it, as written.
     ///
     /// ```
     /// use agent_tree_protocol::{AgentDefinition, SubagentAllowance, ToolSet};

@@ -32,11 +32,11 @@
 //!   `ext:<extension>/<tool>` as the tool `<tool>`. Any other name beside `*` is refused.
 //! * Claude Code's delegation entries in `tools` (`Agent`, `Task`, `Agent(writer, reviewer)`)
 //!   name no tool: they grant delegation ([`delegation_entries`]). A definition read through
-//!   serde, from an agent file, or given to a catalog without `allowed_subagents` gets what
-//!   they grant as its `allowed_subagents`
-//!   ([`AgentDefinition::apply_delegation_entries`]); beside an `allowed_subagents`, a bare
-//!   `Agent` defers to it, and entries naming a type it does not allow are an error. They stay in `tools`
-//!   as written (so a definition written back reads back as itself).
+//!   serde or from an agent file without `allowed_subagents` gets what they grant as its
+//!   `allowed_subagents` ([`AgentDefinition::apply_delegation_entries_beside`]); beside a
+//!   written one, a bare `Agent` defers to it, and entries naming a type it does not allow
+//!   are an error. They stay in `tools` as written (so a definition written back reads back
+//!   as itself).
 //! * A field left out, or given as null, takes its default.
 //!
 //! | written | `tools` | `disallowed_tools` | `allowed_subagents` |

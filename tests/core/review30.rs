@@ -293,3 +293,27 @@ fn a_disagreeing_entry_error_of_a_json_definition_is_a_field_error_with_its_posi
     // Not kept: a line and column. The disagreement is found once the whole definition is
     // read, after serde_json's position is gone; the `Deserialize` impl's docs say so.
 }
+
+/// A written `none` beside a bare `Agent` stays `none` once the definition is in a catalog
+/// too (the catalog checks entries against the allowance as it stands, never re-reads it as
+/// left out), read from a file and through serde alike; a definition built in code with
+/// entries its allowance does not allow is refused by the catalog.
+#[test]
+fn a_written_none_stays_none_in_a_catalog() {
+    let file = parse("tools: Agent, Read\nallowed_subagents: none").unwrap();
+    let json: AgentDefinition =
+        serde_json::from_str(r#"{"name":"json","tools":"Agent, Read","allowed_subagents":"none"}"#)
+            .unwrap();
+    let catalog = Catalog::new([file, json]).unwrap();
+    for definition in catalog.definitions() {
+        assert_eq!(
+            definition.allowed_subagents,
+            SubagentAllowance::None,
+            "{}",
+            definition.name
+        );
+    }
+    let coded = AgentDefinition::new("coded", "").with_tools(ToolSet::only(["Agent(w)"]));
+    let err = Catalog::new([coded]).unwrap_err();
+    assert!(err.to_string().contains("tools"), "{err}");
+}
