@@ -873,43 +873,7 @@ fn guard_root_escalation_in_an_experiment_row() {
 fn defect_nested_escalation_counts_agents() {
     let rows = experiment::run_trials(1, 5, |_| {
         Box::pin(async move {
-            let model = FaultyModel::new(
-                ScriptedModel::new()
-                    .script(
-                        "lead",
-                        Script::new([Turn::spawn("sup", "s"), Turn::answer("lead ok")]),
-                    )
-                    // The cursor runs on across restarts, and an escalated run never took
-                    // its answer turn: the restarted run's first turn is the second spawn.
-                    .script(
-                        "sup",
-                        Script::new([
-                            Turn::spawn("flaky", "f"),
-                            Turn::spawn("flaky", "f"),
-                            Turn::answer("sup ok"),
-                        ]),
-                    )
-                    .script("flaky", Script::new([Turn::answer("never")])),
-            )
-            .fail_at_turn(1, ModelError::new("connection reset"))
-            .only_for("flaky");
-            let catalog = Catalog::new([
-                AgentDefinition::new("lead", "")
-                    .with_allowed_subagents(SubagentAllowance::only(["sup"]))
-                    .with_supervision(Strategy::OneForOne, 1, 5_000),
-                AgentDefinition::new("sup", "")
-                    .with_allowed_subagents(SubagentAllowance::only(["flaky"]))
-                    .with_supervision(Strategy::OneForAll, 1, 5_000)
-                    .with_restart(RestartPolicy::Transient),
-                AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
-            ])
-            .unwrap();
-            let tree = Tree::builder()
-                .catalog(catalog)
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = nested_escalation_tree().await;
             (tree, SpawnRequest::new("lead", "go"))
         })
     });
@@ -928,41 +892,7 @@ fn defect_nested_escalation_counts_agents() {
 /// the chain (`sup a2 failed (escalated): flaky a4 failed (model_error): connection reset`).
 #[tokio::test(start_paused = true)]
 async fn guard_nested_escalation_names_the_original_failure() {
-    let model = FaultyModel::new(
-        ScriptedModel::new()
-            .script(
-                "lead",
-                Script::new([Turn::spawn("sup", "s"), Turn::answer("lead ok")]),
-            )
-            .script(
-                "sup",
-                Script::new([
-                    Turn::spawn("flaky", "f"),
-                    Turn::spawn("flaky", "f"),
-                    Turn::answer("sup ok"),
-                ]),
-            )
-            .script("flaky", Script::new([Turn::answer("never")])),
-    )
-    .fail_at_turn(1, ModelError::new("connection reset"))
-    .only_for("flaky");
-    let catalog = Catalog::new([
-        AgentDefinition::new("lead", "")
-            .with_allowed_subagents(SubagentAllowance::only(["sup"]))
-            .with_supervision(Strategy::OneForOne, 1, 5_000),
-        AgentDefinition::new("sup", "")
-            .with_allowed_subagents(SubagentAllowance::only(["flaky"]))
-            .with_supervision(Strategy::OneForAll, 1, 5_000)
-            .with_restart(RestartPolicy::Transient),
-        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = nested_escalation_tree().await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let outcome = events.expect_terminated(lead.id()).await;
@@ -1124,4 +1054,47 @@ async fn guard_last_turn_refuses_steers_and_questions() {
     let outcome = w.outcome().await;
     assert_eq!(outcome.reason, EndReason::MaxTurns, "{outcome:?}");
     tree.shutdown().await;
+}
+
+/// lead (one_for_one, 1 restart in 5 s) supervises a transient sup (one_for_all, 1 in 5 s),
+/// which supervises a transient flaky whose every first turn fails: sup escalates in each of
+/// its two runs, then lead escalates.
+async fn nested_escalation_tree() -> Tree {
+    let model = FaultyModel::new(
+        ScriptedModel::new()
+            .script(
+                "lead",
+                Script::new([Turn::spawn("sup", "s"), Turn::answer("lead ok")]),
+            )
+            // The cursor runs on across restarts, and an escalated run never took its answer
+            // turn: the restarted run's first turn is the second spawn.
+            .script(
+                "sup",
+                Script::new([
+                    Turn::spawn("flaky", "f"),
+                    Turn::spawn("flaky", "f"),
+                    Turn::answer("sup ok"),
+                ]),
+            )
+            .script("flaky", Script::new([Turn::answer("never")])),
+    )
+    .fail_at_turn(1, ModelError::new("connection reset"))
+    .only_for("flaky");
+    let catalog = Catalog::new([
+        AgentDefinition::new("lead", "")
+            .with_allowed_subagents(SubagentAllowance::only(["sup"]))
+            .with_supervision(Strategy::OneForOne, 1, 5_000),
+        AgentDefinition::new("sup", "")
+            .with_allowed_subagents(SubagentAllowance::only(["flaky"]))
+            .with_supervision(Strategy::OneForAll, 1, 5_000)
+            .with_restart(RestartPolicy::Transient),
+        AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
+    ])
+    .unwrap();
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap()
 }
