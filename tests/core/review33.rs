@@ -144,7 +144,7 @@ async fn guard_owner_probe_runs_through_restarts_resumes_and_kills() {
     .unwrap();
     let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     let mut restarts = Vec::new();
-    let mut take = |m: &testkit::OwnerMessage, restarts: &mut Vec<u32>| {
+    let take = |m: &testkit::OwnerMessage, restarts: &mut Vec<u32>| {
         if let testkit::OwnerMessage::Restarted { run } = m {
             restarts.push(*run);
         }
