@@ -146,7 +146,11 @@ async fn run_trial(
                 *row.restarts_per_agent.entry(event.agent).or_default() += 1;
             }
             EventKind::Failed { outcome } | EventKind::Killed { outcome } => {
-                first_failure.get_or_insert(event.at_ms);
+                // What the trial's own shutdown ends after the top agent's end is no failure
+                // it recovered from.
+                if top_end.is_none() {
+                    first_failure.get_or_insert(event.at_ms);
+                }
                 if outcome.reason == EndReason::Escalated && escalated.insert(event.agent) {
                     row.escalations += 1;
                 }

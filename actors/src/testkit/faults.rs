@@ -70,12 +70,17 @@ impl Fault {
             When::Turn(turn) => request.turn == turn,
             When::Always => true,
             When::Probability { p, seed } => {
-                let draw = splitmix64(
-                    seed ^ request.agent.get().rotate_left(21)
-                        ^ (u64::from(request.run) << 40)
-                        ^ (u64::from(attempt - 1) << 56)
-                        ^ u64::from(request.turn),
-                );
+                // Each field hashed in after the last, so no two (seed, call) pairs share a
+                // draw by their bits lining up (a plain xor of the fields let seed `s ^ 3`
+                // replay seed `s`'s draws one turn apart).
+                let draw = [
+                    request.agent.get(),
+                    u64::from(request.run),
+                    u64::from(request.turn),
+                    u64::from(attempt - 1),
+                ]
+                .into_iter()
+                .fold(splitmix64(seed), |h, field| splitmix64(h ^ field));
                 // 53 bits of the draw as a fraction in [0, 1).
                 ((draw >> 11) as f64 / (1u64 << 53) as f64) < p
             }
