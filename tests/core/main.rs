@@ -22,6 +22,7 @@ mod review24;
 mod review26;
 mod review29;
 mod review30;
+mod review32;
 mod review33;
 mod review_issue10;
 mod review_issue11;
