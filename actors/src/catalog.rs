@@ -278,10 +278,11 @@ fn tool_problems_of(definition: &AgentDefinition, registered: &[&str]) -> Vec<To
         }
     }
     for name in &definition.disallowed_tools {
-        let names_something = registered
-            .iter()
-            .chain(crate::tool::RESERVED_TOOLS.iter())
-            .any(|t| deny_names(name, t));
+        let names_something = agent_tree_protocol::is_delegation_entry(name)
+            || registered
+                .iter()
+                .chain(crate::tool::RESERVED_TOOLS.iter())
+                .any(|t| deny_names(name, t));
         if !names_something {
             problems.push(ToolProblem::Unknown {
                 agent_type: definition.name.clone(),
@@ -492,16 +493,16 @@ impl Catalog {
             // stands: the readers (files, serde) made them the allowance where none was
             // written, so this only checks, and never undoes a written `none`; a definition
             // built in code writes its own.
-            if let Err(e) = definition.apply_delegation_entries_beside(true) {
+            let entries = definition.apply_delegation_entries_beside(true);
+            if let Err(e) = &entries {
                 errors.push(CatalogError::Definition {
                     name: definition.name.clone(),
                     field: "tools",
                     message: e.to_string(),
                 });
-                continue;
             }
             let refusals = check(&definition);
-            if !refusals.is_empty() {
+            if entries.is_err() || !refusals.is_empty() {
                 errors.extend(refusals.into_iter().map(|r| CatalogError::Definition {
                     name: definition.name.clone(),
                     field: r.field,

@@ -248,10 +248,7 @@ pub enum SettlePolicy {
 /// assert!(planner.allowed_subagents.permits("writer"));
 /// assert!(planner.enabled);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-// The derives write inherent functions; the trait impls below wrap them, so a definition
-// read through serde has Claude Code's delegation entries applied, as a file's has.
-#[serde(default, remote = "Self")]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct AgentDefinition {
     /// The type name agents are spawned by.
@@ -261,17 +258,11 @@ pub struct AgentDefinition {
     /// The system prompt.
     pub prompt: String,
     /// Tools the agent may use (before the tree adds or removes orchestration tools).
-    #[serde(deserialize_with = "words::tools_field")]
     pub tools: ToolSet,
     /// Tools the agent may never use; an explicit deny always wins. Read by the words rule
     /// ([`Written::tool_names`]): names only, as a list or a comma-separated string.
-    #[serde(deserialize_with = "words::disallowed_tools_field")]
     pub disallowed_tools: Vec<String>,
     /// Which types it may spawn.
-    #[serde(
-        deserialize_with = "words::allowed_subagents_field",
-        default = "unwritten_allowance"
-    )]
     pub allowed_subagents: SubagentAllowance,
     /// An isolated agent never delegates, whatever else it says.
     pub isolated: bool,
@@ -307,20 +298,15 @@ pub struct AgentDefinition {
     pub node: Option<String>,
 }
 
-impl Serialize for AgentDefinition {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        AgentDefinition::serialize(self, serializer)
-    }
-}
-
 impl<'de> Deserialize<'de> for AgentDefinition {
-    /// The fields, then Claude Code's delegation entries in `tools` applied beside the
+    /// The fields (by the words rule for the list fields; a field left out or null takes
+    /// its default), then Claude Code's delegation entries in `tools` applied beside the
     /// `allowed_subagents` written, if one was
     /// ([`AgentDefinition::apply_delegation_entries_beside`]). Their disagreement is an error
     /// of ``field `tools` ``, found once the whole definition is read: it carries no line
     /// and column.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut definition = AgentDefinition::deserialize(deserializer)?;
+        let mut definition = DefinitionFields::deserialize(deserializer)?;
         let written = definition.allowed_subagents != unwritten_allowance();
         if !written {
             definition.allowed_subagents = SubagentAllowance::None;
@@ -332,10 +318,43 @@ impl<'de> Deserialize<'de> for AgentDefinition {
     }
 }
 
+/// How serde reads an [`AgentDefinition`]'s fields (its `Deserialize` impl then applies the
+/// delegation entries). A private mirror, so the function serde writes for it is no public
+/// path around that step.
+#[derive(Deserialize)]
+#[serde(remote = "AgentDefinition", default = "AgentDefinition::default")]
+struct DefinitionFields {
+    name: String,
+    description: String,
+    prompt: String,
+    #[serde(deserialize_with = "words::tools_field")]
+    tools: ToolSet,
+    #[serde(deserialize_with = "words::disallowed_tools_field")]
+    disallowed_tools: Vec<String>,
+    #[serde(
+        deserialize_with = "words::allowed_subagents_field_or_unwritten",
+        default = "unwritten_allowance"
+    )]
+    allowed_subagents: SubagentAllowance,
+    isolated: bool,
+    model: Option<String>,
+    max_turns: Option<u32>,
+    inherit_context: bool,
+    run_in_background: bool,
+    enabled: bool,
+    restart: RestartPolicy,
+    strategy: Strategy,
+    max_restarts: u32,
+    restart_period_ms: u64,
+    settle: SettlePolicy,
+    detached: bool,
+    node: Option<String>,
+}
+
 /// What `allowed_subagents` reads as while a definition is deserialized and the field was
-/// left out: an empty `Only`, which no written value reads as (the words rule makes an
-/// empty list `None`), told apart then and made `None`.
-fn unwritten_allowance() -> SubagentAllowance {
+/// left out (or null): an empty `Only`, which no written value reads as (the words rule
+/// makes an empty list `None`), told apart then and made `None`.
+pub(crate) fn unwritten_allowance() -> SubagentAllowance {
     SubagentAllowance::Only(Vec::new())
 }
 
@@ -479,9 +498,11 @@ impl AgentDefinition {
         // The written allowance is the authority: entries may name only types it allows.
         let agrees = match (&self.allowed_subagents, &named) {
             (_, SubagentAllowance::None) | (SubagentAllowance::All, _) => true,
-            (SubagentAllowance::Only(allowed), SubagentAllowance::Only(named)) => {
-                named.iter().all(|t| allowed.contains(t))
-            }
+            // Types are matched to the catalog ignoring ASCII case (the exact name first), so
+            // `Agent(Writer)` is the `writer` an allowance names.
+            (SubagentAllowance::Only(allowed), SubagentAllowance::Only(named)) => named
+                .iter()
+                .all(|t| allowed.iter().any(|a| a.eq_ignore_ascii_case(t))),
             (SubagentAllowance::None | SubagentAllowance::Only(_), SubagentAllowance::All) => false,
             (SubagentAllowance::None, SubagentAllowance::Only(_)) => false,
         };

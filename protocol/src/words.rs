@@ -739,7 +739,12 @@ where
     D: Deserializer<'de>,
     T: Default,
 {
-    deserializer.deserialize_any(WordsVisitor { field, named, read })
+    deserializer.deserialize_any(WordsVisitor {
+        field,
+        named,
+        read,
+        null: T::default,
+    })
 }
 
 /// `tools` of an [`AgentDefinition`](crate::AgentDefinition).
@@ -755,21 +760,27 @@ pub(crate) fn disallowed_tools_field<'de, D: Deserializer<'de>>(
 }
 
 /// `allowed_subagents` of an [`AgentDefinition`](crate::AgentDefinition).
-pub(crate) fn allowed_subagents_field<'de, D: Deserializer<'de>>(
+/// Deserializes `allowed_subagents` inside an [`AgentDefinition`] by the words rule, a null
+/// read as left out: its delegation entries tell a written allowance from one left out.
+///
+/// [`AgentDefinition`]: crate::AgentDefinition
+pub(crate) fn allowed_subagents_field_or_unwritten<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<SubagentAllowance, D::Error> {
-    deserialize(
-        d,
-        ListField::AllowedSubagents,
-        true,
-        Written::subagent_allowance,
-    )
+    d.deserialize_any(WordsVisitor {
+        field: ListField::AllowedSubagents,
+        named: true,
+        read: Written::subagent_allowance,
+        null: crate::definition::unwritten_allowance,
+    })
 }
 
 struct WordsVisitor<T> {
     field: ListField,
     named: bool,
     read: fn(Written) -> Result<T, WordsError>,
+    /// What null reads as (the field's default).
+    null: fn() -> T,
 }
 
 impl<T> WordsVisitor<T> {
@@ -826,11 +837,11 @@ impl<'de, T: Default> Visitor<'de> for WordsVisitor<T> {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<T, E> {
-        Ok(T::default())
+        Ok((self.null)())
     }
 
     fn visit_none<E: de::Error>(self) -> Result<T, E> {
-        Ok(T::default())
+        Ok((self.null)())
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {

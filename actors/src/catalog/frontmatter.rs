@@ -237,7 +237,13 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     }
     // Claude Code's `Agent(...)` entries in `tools` are the subagent allowance: an error of
     // theirs (their types, or an `allowed_subagents` granting others) is `tools`'s.
-    if let Err(e) = definition.apply_delegation_entries_beside(allowed_written) {
+    // (An `allowed_subagents` that could not be read is its own error: nothing to agree with.)
+    let entries = if unread.contains(&Field::AllowedSubagents) {
+        Ok(())
+    } else {
+        definition.apply_delegation_entries_beside(allowed_written)
+    };
+    if let Err(e) = entries {
         let (key, position) = seen.get(&Field::Tools).copied().unwrap_or(("tools", 0));
         unread.push(Field::Tools);
         errors.push((position, field_error(path, key, e.to_string())));

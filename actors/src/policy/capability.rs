@@ -105,9 +105,13 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
 }
 
 /// Whether the deny name `denied` denies the tool `tool`: equal ignoring ASCII case (pi's
-/// `ext:<extension>/<tool>` as `<tool>`).
+/// `ext:<extension>/<tool>` as `<tool>`). Claude Code's delegation entries (`Task`,
+/// `Agent(writer)`) deny the `Agent` tool, as they grant it.
 pub(crate) fn deny_names(denied: &str, tool: &str) -> bool {
     let denied = denied.trim();
+    if is_delegation_entry(denied) {
+        return tool == AGENT_TOOL;
+    }
     let denied = match ExtensionSelector::parse(denied) {
         Some(ExtensionSelector {
             tool: Some(tool), ..
