@@ -23,9 +23,10 @@
 //!   (`description: Use when: ...`) gets a hint to quote it.
 //! * Parsing takes time and memory bounded by the text's size: YAML aliases are expanded
 //!   within a budget for the whole document ([`MAX_FRONTMATTER_NODES`] nodes and
-//!   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars), counted while the parser replays
-//!   them and before any value is built, so an alias bomb ("billion laughs") is refused in
-//!   microseconds instead of exhausting memory.
+//!   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars), spent while the parser replays
+//!   them and each node before it is built (the build stops at the first node beyond the
+//!   budget), so an alias bomb ("billion laughs") is refused in microseconds instead of
+//!   exhausting memory.
 //! * Reading and judging are apart. The field table reads each value (its type, trimming, and
 //!   the words rule of `agent_tree_protocol::Written` for the list fields); the values are then
 //!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
@@ -120,7 +121,7 @@ use super::{CatalogError, check, combine};
 ///   byte-order mark and CRLF line ends are accepted. A frontmatter may expand, aliases
 ///   included, to at most [`MAX_FRONTMATTER_NODES`] YAML nodes and
 ///   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars; beyond that it is refused
-///   ([`CatalogError::File`]) before any value is built.
+///   ([`CatalogError::File`]) at the first node beyond it, nothing more built.
 /// * An unquoted value holding `: ` is invalid YAML (`description: Use when: asked`); the
 ///   error says to quote it.
 ///
@@ -348,20 +349,16 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
     // The newline stands for the opening `---` line, so the line numbers in the parser's
     // errors are the file's.
     let text = format!("\n{yaml}");
-    // Count first, building nothing: only a document within the budget is built as a value.
+    // Built within the budget: the build stops at the first node beyond it, so no more than
+    // the budget is ever built.
     let budget = Budget::default();
-    if let Err(e) = budget.count(&text) {
-        return Err(match budget.exceeded() {
-            Some(what) => file_error(format!(
-                "frontmatter expands to more than {what} through YAML aliases (`*name`); \
-                 agent files need no aliases"
-            )),
-            None => yaml_error(e),
-        });
-    }
-    let mut value = Build
-        .deserialize(serde_yaml_ng::Deserializer::from_str(&text))
-        .map_err(yaml_error)?;
+    let mut value = budget.build(&text).map_err(|e| match budget.exceeded() {
+        Some(what) => file_error(format!(
+            "frontmatter expands to more than {what} through YAML aliases (`*name`); \
+             agent files need no aliases"
+        )),
+        None => yaml_error(e),
+    })?;
     value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
         value = tagged.value;
@@ -466,11 +463,11 @@ impl Default for Budget {
 }
 
 impl Budget {
-    /// Walks the YAML document `text` as the parser replays it (each alias expanded where it
-    /// is used), spending one node per node and the bytes of every scalar; stops with an
-    /// error at the first node beyond the budget. Builds nothing.
-    fn count(&self, text: &str) -> Result<(), serde_yaml_ng::Error> {
-        Count(self).deserialize(serde_yaml_ng::Deserializer::from_str(text))
+    /// Builds the YAML document `text` ([`Build`]) as the parser replays it (each alias
+    /// expanded where it is used), spending one node per node and the bytes of every
+    /// scalar; stops with an error at the first node beyond the budget.
+    fn build(&self, text: &str) -> Result<Value, serde_yaml_ng::Error> {
+        Build(self).deserialize(serde_yaml_ng::Deserializer::from_str(text))
     }
 
     /// What ran out (for the message), if anything did.
@@ -497,107 +494,17 @@ impl Budget {
     }
 }
 
-/// The visitor of [`Budget::count`]: every node spends from the budget, nothing is kept.
-#[derive(Clone, Copy)]
-struct Count<'a>(&'a Budget);
-
-impl<'de> DeserializeSeed<'de> for Count<'_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Count<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any YAML value")
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        self.0.spend(1)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        self.0.spend(8)
-    }
-
-    fn visit_i128<E: de::Error>(self, _: i128) -> Result<(), E> {
-        self.0.spend(16)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        self.0.spend(8)
-    }
-
-    fn visit_u128<E: de::Error>(self, _: u128) -> Result<(), E> {
-        self.0.spend(16)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        self.0.spend(8)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        self.0.spend(v.len())
-    }
-
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<(), E> {
-        self.0.spend(v.len())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.0.spend(0)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        self.0.spend(0)
-    }
-
-    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-
-    fn visit_newtype_struct<D: de::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.0.spend(0)?;
-        while seq.next_element_seed(self)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.0.spend(0)?;
-        while map.next_key_seed(self)?.is_some() {
-            map.next_value_seed(self)?;
-        }
-        Ok(())
-    }
-
-    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
-        // A tagged value (`!tag value`): the tag, then the value.
-        let ((), variant) = data.variant_seed(self)?;
-        variant.newtype_variant_seed(self)
-    }
-}
-
 /// The visitor that builds a frontmatter's YAML value: `serde_yaml_ng::Value`'s own, except
 /// that an integer no such value holds (past `u64`, below `i64`, within 128 bits) is the
 /// float YAML reads a longer one as, rather than an error of the whole document: a number,
 /// so it is its field's error ("expected a positive integer, found 1.2345678901234568e29")
 /// beside the file's other field errors, and never a string.
 /// Tags are dropped (they are ignored); a key given twice is an error, as in `serde_yaml_ng`.
+/// Every node spends from the [`Budget`] before it is built.
 #[derive(Clone, Copy)]
-struct Build;
+struct Build<'a>(&'a Budget);
 
-impl<'de> DeserializeSeed<'de> for Build {
+impl<'de> DeserializeSeed<'de> for Build<'_> {
     type Value = Value;
 
     fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
@@ -605,7 +512,7 @@ impl<'de> DeserializeSeed<'de> for Build {
     }
 }
 
-impl<'de> Visitor<'de> for Build {
+impl<'de> Visitor<'de> for Build<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -613,46 +520,56 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.0.spend(1)?;
         Ok(Value::Bool(v))
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.0.spend(8)?;
         Ok(Value::Number(v.into()))
     }
 
     fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        self.0.spend(16)?;
         // Past `i64`: the float YAML gives an integer past 128 bits (never a string).
         #[allow(clippy::cast_precision_loss)]
         Ok(Value::Number((v as f64).into()))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.0.spend(8)?;
         Ok(Value::Number(v.into()))
     }
 
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        self.0.spend(16)?;
         // Past `u64`: as `visit_i128`.
         #[allow(clippy::cast_precision_loss)]
         Ok(Value::Number((v as f64).into()))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.0.spend(8)?;
         Ok(Value::Number(v.into()))
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.0.spend(v.len())?;
         Ok(Value::String(v.to_owned()))
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.0.spend(v.len())?;
         Ok(Value::String(v))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.0.spend(0)?;
         Ok(Value::Null)
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.0.spend(0)?;
         Ok(Value::Null)
     }
 
@@ -668,6 +585,7 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.0.spend(0)?;
         let mut items = Vec::new();
         while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
@@ -676,6 +594,7 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.0.spend(0)?;
         let mut mapping = Mapping::new();
         while let Some(key) = map.next_key_seed(self)? {
             if mapping.contains_key(&key) {
@@ -697,9 +616,9 @@ impl<'de> Visitor<'de> for Build {
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
-        // A tagged value (`!tag value`): the tag, then the value, which is kept alone (tags
-        // are ignored).
-        let (de::IgnoredAny, variant) = data.variant::<de::IgnoredAny>()?;
+        // A tagged value (`!tag value`): the tag (spent from the budget as a string), then
+        // the value, which is kept alone (tags are ignored).
+        let (_tag, variant) = data.variant_seed(self)?;
         variant.newtype_variant_seed(self)
     }
 }
