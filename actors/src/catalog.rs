@@ -33,8 +33,13 @@ use crate::policy::capability::{ToolMatch, deny_names, match_tool_name};
 mod dirs;
 mod fields;
 mod frontmatter;
-pub use dirs::{LoadedCatalog, MAX_AGENT_FILE_BYTES, SkipReason, Skipped};
-pub use frontmatter::{MAX_FRONTMATTER_EXPANDED_BYTES, MAX_FRONTMATTER_NODES, parse_agent_file};
+mod notes;
+pub use dirs::{LoadedCatalog, MAX_AGENT_DIR_DEPTH, MAX_AGENT_FILE_BYTES, SkipReason, Skipped};
+pub use frontmatter::{
+    MAX_FRONTMATTER_EXPANDED_BYTES, MAX_FRONTMATTER_NODES, parse_agent_file,
+    parse_agent_file_with_notes,
+};
+pub use notes::{FileNote, NoteKind};
 
 /// A definition or agent file that could not enter a catalog.
 ///
@@ -111,12 +116,15 @@ pub enum CatalogError {
         #[source]
         source: std::str::Utf8Error,
     },
-    /// An agent file's frontmatter is not valid YAML.
+    /// An agent file's frontmatter is not valid YAML, even once its plain single-line values
+    /// holding `: ` are re-quoted (see [`NoteKind::Requoted`]); the error is the file's own.
     ///
     /// ```
     /// use std::path::Path;
     /// use agent_tree_actors::{CatalogError, parse_agent_file};
-    /// let err = parse_agent_file(Path::new("a.md"), "---\ndescription: a: b\n---\n").unwrap_err();
+    /// // The value goes on over the next line: it is not re-quoted, and gets a hint instead.
+    /// let text = "---\ndescription: a: b\n  and more\n---\n";
+    /// let err = parse_agent_file(Path::new("a.md"), text).unwrap_err();
     /// assert!(matches!(err, CatalogError::Yaml { hint: Some(_), .. }));
     /// assert!(err.to_string().ends_with("(quote the value: description: \"a: b\")"));
     /// ```
@@ -401,6 +409,9 @@ pub(crate) fn check(definition: &AgentDefinition) -> Vec<Refusal> {
     }
     if definition.max_turns == Some(0) {
         refuse("max_turns", "expected a positive integer, found 0".into());
+    }
+    if let Err(e) = definition.sampling.check() {
+        refuse(e.field, e.problem);
     }
     if definition.restart_period_ms == 0 {
         refuse(

@@ -106,7 +106,7 @@ fn problems(error: CatalogError) -> Vec<Problem> {
 #[test]
 fn pi_style_directory_loads_its_md_files_in_name_order() {
     let catalog = Catalog::load_dir_strict(fixture("pi")).unwrap();
-    // notes.txt and drafts/unfinished.md are not read.
+    // notes.txt is no agent file; drafts/unfinished.md has no frontmatter, so it is skipped.
     assert_eq!(names(&catalog), ["planner", "reviewer", "scout", "worker"]);
 
     let planner = catalog.get("planner").unwrap();
@@ -494,11 +494,7 @@ fn files_and_json_read_every_word_and_list_alike() {
 fn catalog_new_refuses_what_a_file_refuses_with_the_same_message() {
     let scratch = ScratchDir::new("same-check");
     for (frontmatter, json, field) in [
-        (
-            "max_turns: 0",
-            r#"{"name": "x", "max_turns": 0}"#,
-            "max_turns",
-        ),
+        ("node: a@b", r#"{"name": "x", "node": "a@b"}"#, "node"),
         (
             "restart_period_ms: 0",
             r#"{"name": "x", "restart_period_ms": 0}"#,
@@ -525,6 +521,15 @@ fn catalog_new_refuses_what_a_file_refuses_with_the_same_message() {
             other => panic!("{frontmatter}: {other:?}"),
         }
     }
+    // One word means something in a file only: pi's `max_turns: 0` ("no turn limit") is
+    // read as the field left out, with a note; a definition holding 0 is still refused.
+    scratch.write("x.md", "---\nmax_turns: 0\n---\n");
+    let loaded = Catalog::load_dir(&scratch.0);
+    assert!(loaded.is_clean());
+    assert_eq!(loaded.catalog.get("x").unwrap().max_turns, None);
+    assert_eq!(loaded.notes.len(), 1);
+    let decoded = AgentDefinition::from_json(r#"{"name": "x", "max_turns": 0}"#).unwrap();
+    assert!(Catalog::new([decoded]).is_err());
 }
 
 #[test]

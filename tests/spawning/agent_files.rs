@@ -3,10 +3,14 @@
 //! `README.md` and one malformed file among valid ones (`tests/fixtures/agents/`).
 //!
 //! Loading keeps every valid file and reports the bad one (file and field); the strict form
-//! fails. Tool names as those files write them (`Read`, `*, ext:...`) reach the tools an
-//! application registered in lower case; unknown names are reported, ambiguous ones refused.
-//! Hostile files (an alias bomb, a link to `/dev/zero`, a FIFO, an oversize file) are refused
-//! by name, in bounded time and memory.
+//! fails. What those tools accept and YAML or agent-tree reads differently (an unquoted value
+//! holding `: `, pi's `max_turns: 0`, `*, ext:...` and `isolated`, names differing only in
+//! case) loads with a note naming the file and field. A collection kept as category folders
+//! (`tests/fixtures/agents/claude-categories`) loads whole. Tool names as those files write
+//! them (`Read`, `*, ext:...`) reach the tools an application registered in lower case;
+//! unknown names are reported, ambiguous ones refused. Hostile files and directories (an
+//! alias bomb, a link to `/dev/zero`, a FIFO, an oversize file, a link loop) are refused or
+//! skipped by name, in bounded time and memory.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,7 +21,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::ListField;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{
-    CatalogError, LoadedCatalog, MAX_AGENT_FILE_BYTES, SkipReason, ToolProblem, TreeBuilder,
+    CatalogError, LoadedCatalog, MAX_AGENT_DIR_DEPTH, MAX_AGENT_FILE_BYTES, NoteKind, SkipReason,
+    ToolProblem, TreeBuilder,
 };
 
 use crate::support::harness::{a, ok_tool, results, tools};
@@ -96,8 +101,19 @@ fn bounded<T: Send + 'static>(limit: Duration, load: impl FnOnce() -> T + Send +
 
 const GOOD: &str = "---\ndescription: A good agent.\n---\nYou are good.\n";
 
+/// The (file, field, kind) of every note.
+fn notes(loaded: &LoadedCatalog) -> Vec<(String, String, NoteKind)> {
+    loaded
+        .notes
+        .iter()
+        .map(|n| (file_name(&n.file), n.field.clone(), n.kind.clone()))
+        .collect()
+}
+
+/// A collection's unquoted `description: ... Use when: ...` loads as Claude Code loads it: the
+/// value is re-quoted, read as written, and the loader says so (a note, not a problem).
 #[test]
-fn claude_files_load_and_the_malformed_one_is_reported_with_a_quote_hint() {
+fn claude_files_load_and_an_unquoted_colon_value_is_requoted_and_noted() {
     let loaded = Catalog::load_dir(fixture("claude"));
     assert_eq!(
         names(&loaded.catalog),
@@ -105,6 +121,7 @@ fn claude_files_load_and_the_malformed_one_is_reported_with_a_quote_hint() {
             "code-reviewer",
             "debugger",
             "docs-writer",
+            "planner",
             "security-auditor",
             "test-runner",
             "web-researcher"
@@ -125,26 +142,27 @@ fn claude_files_load_and_the_malformed_one_is_reported_with_a_quote_hint() {
     assert_eq!(loaded.catalog.get("docs-writer").unwrap().model, None);
 
     // planner.md writes `description: Plans multi-step work. Use when: ...` unquoted.
-    assert_eq!(problem_files(&loaded), [("planner.md".to_owned(), None)]);
-    let CatalogError::Yaml { hint, .. } = &loaded.problems[0] else {
-        panic!("{:?}", loaded.problems[0]);
-    };
+    let planner = loaded.catalog.get("planner").unwrap();
     assert_eq!(
-        hint.as_deref(),
-        Some("quote the value: description: \"Plans multi-step work. Use when: a task...\"")
+        planner.description,
+        "Plans multi-step work. Use when: a task touches more than three files."
     );
-    let shown = loaded.problems[0].to_string();
-    assert!(
-        shown.contains("planner.md: invalid YAML in frontmatter: "),
-        "{shown}"
+    assert_eq!(planner.tools, ToolSet::only(["Read", "Grep", "Glob"]));
+    assert!(loaded.is_clean(), "{:?}", loaded.problems);
+    assert_eq!(
+        notes(&loaded),
+        [(
+            "planner.md".to_owned(),
+            "description".to_owned(),
+            NoteKind::Requoted { line: 3 }
+        )]
     );
-    assert!(
-        shown.contains("at line 3 column"),
-        "the file's line: {shown}"
-    );
+    let shown = loaded.notes[0].to_string();
     assert!(
         shown.ends_with(
-            "(quote the value: description: \"Plans multi-step work. Use when: a task...\")"
+            "planner.md: field `description`: re-quoted the value on line 3, which holds `: ` \
+             (unquoted, YAML reads it as a mapping and refuses it; pi and Claude Code read it \
+             as text): quote it to silence this note"
         ),
         "{shown}"
     );
@@ -152,16 +170,19 @@ fn claude_files_load_and_the_malformed_one_is_reported_with_a_quote_hint() {
     assert_eq!(loaded.skipped.len(), 1);
     assert_eq!(file_name(&loaded.skipped[0].file), "README.md");
     assert_eq!(loaded.skipped[0].reason, SkipReason::NoFrontmatter);
-    assert!(!loaded.is_clean());
 }
 
+/// pi's files load as pi means them: `*, ext:...` is every tool (noted as widened: there are
+/// no extensions to narrow), `max_turns: 0` is no turn limit of the file's own (noted), and an
+/// isolated agent's extension selectors are dropped, as pi drops them (noted).
 #[test]
-fn pi_files_load_with_star_and_extension_selectors() {
+fn pi_files_load_as_pi_means_them_and_each_difference_is_noted() {
     let loaded = Catalog::load_dir(fixture("pi"));
     assert_eq!(
         names(&loaded.catalog),
         [
             "auditor",
+            "explorer",
             "planner",
             "researcher",
             "reviewer",
@@ -181,8 +202,43 @@ fn pi_files_load_with_star_and_extension_selectors() {
     assert_eq!(auditor.max_turns, Some(30));
     assert!(catalog.get("reviewer").unwrap().isolated);
     assert_eq!(catalog.get("worker").unwrap().tools, ToolSet::All);
+    // explorer.md: `isolated: true`, `max_turns: 0`, `tools: read, ..., ext:.../web_search`.
+    let explorer = catalog.get("explorer").unwrap();
+    assert!(explorer.isolated);
+    assert_eq!(explorer.max_turns, None, "the depth-scaled default");
+    assert_eq!(
+        explorer.tools,
+        ToolSet::only(["read", "grep", "find", "ls"])
+    );
+    assert_eq!(
+        notes(&loaded),
+        [
+            (
+                "explorer.md".to_owned(),
+                "tools".to_owned(),
+                NoteKind::SelectorsDropped {
+                    selectors: vec!["ext:pi-web-access/web_search".into()]
+                }
+            ),
+            (
+                "explorer.md".to_owned(),
+                "max_turns".to_owned(),
+                NoteKind::UnlimitedTurns
+            ),
+            (
+                "researcher.md".to_owned(),
+                "tools".to_owned(),
+                NoteKind::SelectorsWidened {
+                    selectors: vec![
+                        "ext:pi-web-access/web_search".into(),
+                        "ext:pi-web-access/fetch_content".into()
+                    ]
+                }
+            ),
+        ]
+    );
 
-    // context-builder.md writes `max_turns: unlimited`.
+    // context-builder.md writes `max_turns: unlimited`, a word pi does not have either.
     assert_eq!(
         problem_files(&loaded),
         [(
@@ -202,18 +258,21 @@ fn pi_files_load_with_star_and_extension_selectors() {
 }
 
 #[test]
-fn strict_mode_fails_on_the_malformed_files() {
-    let err = Catalog::load_dir_strict(fixture("claude")).unwrap_err();
+fn strict_mode_fails_on_problems_and_never_on_notes() {
+    // The Claude Code directory has notes and no problem.
+    let claude = Catalog::load_dir_strict(fixture("claude")).unwrap();
+    assert_eq!(claude.len(), 7);
+    let err = Catalog::load_dir_strict(fixture("pi")).unwrap_err();
     assert!(
-        matches!(&err, CatalogError::Yaml { file, .. } if file.ends_with("planner.md")),
+        matches!(&err, CatalogError::Field { file, field, .. }
+            if file.ends_with("context-builder.md") && field == "max_turns"),
         "{err:?}"
     );
     let err = Catalog::load_dirs_strict([fixture("claude"), fixture("pi")]).unwrap_err();
-    let CatalogError::Many(problems) = err else {
-        panic!("two problems, got {err:?}");
-    };
-    assert_eq!(problems.len(), 2);
-    assert!(matches!(&problems[1], CatalogError::Field { field, .. } if field == "max_turns"));
+    assert!(
+        matches!(&err, CatalogError::Field { field, .. } if field == "max_turns"),
+        "one problem, as itself: {err:?}"
+    );
     // A README alone is no problem, strict or not.
     let scratch = Scratch::new("strict-readme");
     scratch.write("README.md", "# Agents\n");
@@ -222,13 +281,13 @@ fn strict_mode_fails_on_the_malformed_files() {
         names(&Catalog::load_dir_strict(&scratch.0).unwrap()),
         ["good"]
     );
-    // The lenient load of both directories keeps all twelve valid files.
+    // The lenient load of both directories keeps all thirteen valid files.
     let both = Catalog::load_dirs([fixture("claude"), fixture("pi")]);
-    assert_eq!(both.problems.len(), 2);
+    assert_eq!(both.problems.len(), 1);
     assert_eq!(both.skipped.len(), 2);
-    // No name is in both; Claude's broken planner.md defines nothing, so pi's `planner`
-    // is the only one.
-    assert_eq!(both.catalog.len(), 12);
+    assert_eq!(both.notes.len(), 4);
+    // `planner` is in both: the later directory's (pi's) overrides Claude Code's.
+    assert_eq!(both.catalog.len(), 13);
     assert!(
         both.catalog
             .get("planner")
@@ -236,6 +295,233 @@ fn strict_mode_fails_on_the_malformed_files() {
             .prompt
             .starts_with("You are a planning")
     );
+}
+
+/// A collection kept as category folders (`01-core-development/`, ...) loads whole, as
+/// Claude Code loads it: every subfolder's agents, READMEs skipped, hidden folders
+/// (`.claude-plugin/`) and other files ignored, in reading order.
+#[test]
+fn a_directory_of_category_subfolders_loads_every_agent() {
+    let dir = fixture("claude-categories");
+    let loaded = Catalog::load_dir(&dir);
+    assert!(loaded.is_clean(), "{:?}", loaded.problems);
+    assert_eq!(
+        names(&loaded.catalog),
+        [
+            "api-designer",
+            "backend-developer",
+            "rust-engineer",
+            "code-reviewer",
+            "debugger",
+            "whimsy-injector"
+        ]
+    );
+    assert_eq!(
+        loaded
+            .catalog
+            .get("rust-engineer")
+            .unwrap()
+            .model
+            .as_deref(),
+        Some("opus")
+    );
+    assert_eq!(loaded.catalog.get("code-reviewer").unwrap().model, None);
+    // contains-studio's one-line description with `Context: ...` and `user: "..."` in it.
+    let whimsy = loaded.catalog.get("whimsy-injector").unwrap();
+    assert!(
+        whimsy
+            .description
+            .ends_with(r#"user: "We finished the onboarding screens"\nassistant: "I'll use the whimsy-injector agent to add moments of delight."\n</example>"#),
+        "{}",
+        whimsy.description
+    );
+    assert_eq!(
+        notes(&loaded),
+        [(
+            "whimsy-injector.md".to_owned(),
+            "description".to_owned(),
+            NoteKind::Requoted { line: 3 }
+        )]
+    );
+    let skipped: Vec<PathBuf> = loaded
+        .skipped
+        .iter()
+        .map(|s| s.file.strip_prefix(&dir).unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            PathBuf::from("01-core-development/README.md"),
+            PathBuf::from("README.md")
+        ]
+    );
+}
+
+/// A collection's folders are one namespace: the same type in two folders is a duplicate,
+/// reported naming both files, and the first read (`a/` before `b/`) is loaded.
+#[test]
+fn the_same_type_in_two_subfolders_is_a_duplicate_naming_both_files() {
+    let scratch = Scratch::new("subfolder-duplicate");
+    for sub in ["a", "b", "b/deeper"] {
+        fs::create_dir_all(scratch.0.join(sub)).unwrap();
+    }
+    scratch.write("a/reviewer.md", "---\nmodel: first\n---\nYou review.\n");
+    let second = scratch.write("b/deeper/reviewer.md", "---\nmodel: second\n---\n");
+    scratch.write("b/writer.md", GOOD);
+    scratch.write("top.md", GOOD);
+    let loaded = Catalog::load_dir(&scratch.0);
+    assert_eq!(names(&loaded.catalog), ["reviewer", "writer", "top"]);
+    assert_eq!(
+        loaded.catalog.get("reviewer").unwrap().model.as_deref(),
+        Some("first")
+    );
+    assert_eq!(
+        problem_files(&loaded),
+        [("reviewer.md".to_owned(), Some("name".to_owned()))]
+    );
+    let CatalogError::Field { file, message, .. } = &loaded.problems[0] else {
+        panic!("{:?}", loaded.problems[0]);
+    };
+    assert_eq!(file, &second);
+    assert_eq!(
+        message,
+        &format!(
+            "agent type \"reviewer\" is already defined in {}",
+            scratch.0.join("a/reviewer.md").display()
+        )
+    );
+}
+
+/// Links to directories are followed, but a directory is read once: a link back into the
+/// tree (a loop) ends at once, listed as skipped, and nothing is loaded twice.
+#[cfg(unix)]
+#[test]
+fn a_link_back_into_the_agent_directory_is_read_once() {
+    let scratch = Scratch::new("link-loop");
+    fs::create_dir_all(scratch.0.join("team")).unwrap();
+    scratch.write("team/lead.md", GOOD);
+    std::os::unix::fs::symlink(&scratch.0, scratch.0.join("team/loop")).unwrap();
+    let elsewhere = Scratch::new("link-target");
+    elsewhere.write("shared.md", GOOD);
+    std::os::unix::fs::symlink(&elsewhere.0, scratch.0.join("linked")).unwrap();
+    let dir = scratch.0.clone();
+    let loaded = bounded(Duration::from_secs(60), move || Catalog::load_dir(dir));
+    assert!(loaded.is_clean(), "{:?}", loaded.problems);
+    assert_eq!(names(&loaded.catalog), ["shared", "lead"]);
+    assert_eq!(loaded.skipped.len(), 1);
+    assert_eq!(loaded.skipped[0].file, scratch.0.join("team/loop"));
+    assert_eq!(loaded.skipped[0].reason, SkipReason::AlreadyRead);
+}
+
+/// Subfolders deeper than `MAX_AGENT_DIR_DEPTH` are skipped and listed, never read.
+#[test]
+fn a_subfolder_too_deep_is_skipped_and_listed() {
+    let scratch = Scratch::new("too-deep");
+    let mut deepest = scratch.0.clone();
+    for level in 1..=MAX_AGENT_DIR_DEPTH + 1 {
+        deepest = deepest.join(format!("l{level}"));
+        fs::create_dir(&deepest).unwrap();
+        fs::write(deepest.join(format!("agent-{level}.md")), GOOD).unwrap();
+    }
+    let loaded = Catalog::load_dir(&scratch.0);
+    assert_eq!(loaded.catalog.len(), MAX_AGENT_DIR_DEPTH);
+    assert!(
+        loaded
+            .catalog
+            .get(&format!("agent-{MAX_AGENT_DIR_DEPTH}"))
+            .is_some()
+    );
+    assert_eq!(loaded.skipped.len(), 1);
+    assert_eq!(loaded.skipped[0].file, deepest);
+    assert_eq!(loaded.skipped[0].reason, SkipReason::TooDeep);
+}
+
+/// Two types whose names differ only in case load (each resolves by its exact name) and the
+/// loader warns: a note on the later file naming the other, in one directory or across two.
+#[test]
+fn names_differing_only_in_case_load_with_a_note() {
+    let user = Scratch::new("case-user");
+    let project = Scratch::new("case-project");
+    let first = user.write("Reviewer.md", "---\ndescription: Reviews.\n---\n");
+    let second = project.write("reviewer.md", "---\ndescription: Also reviews.\n---\n");
+    let loaded = Catalog::load_dirs([&user.0, &project.0]);
+    assert!(loaded.is_clean());
+    assert_eq!(names(&loaded.catalog), ["Reviewer", "reviewer"]);
+    assert_eq!(
+        notes(&loaded),
+        [(
+            "reviewer.md".to_owned(),
+            "name".to_owned(),
+            NoteKind::CaseTwin {
+                name: "reviewer".into(),
+                other: "Reviewer".into(),
+                other_file: first.clone(),
+            }
+        )]
+    );
+    assert_eq!(loaded.notes[0].file, second);
+    assert!(matches!(
+        loaded.catalog.resolve("REVIEWER"),
+        Err(SpawnError::AmbiguousType { .. })
+    ));
+    // In one directory too, named by the `name` field.
+    project.write("x.md", "---\nname: REVIEWER\n---\n");
+    let loaded = Catalog::load_dir(&project.0);
+    assert_eq!(names(&loaded.catalog), ["reviewer", "REVIEWER"]);
+    assert!(matches!(
+        &notes(&loaded)[..],
+        [(file, field, NoteKind::CaseTwin { name, other, .. })]
+            if file == "x.md" && field == "name" && name == "REVIEWER" && other == "reviewer"
+    ));
+}
+
+/// A file saved with CRLF line ends loads as if saved with LF: no carriage return reaches the
+/// prompt or a value.
+#[test]
+fn a_crlf_file_loads_without_carriage_returns() {
+    let scratch = Scratch::new("crlf");
+    scratch.write(
+        "windows.md",
+        "---\r\nname: windows\r\ndescription: |\r\n  Saved on Windows.\r\n  Twice.\r\ntools: Read, Grep\r\n---\r\n\r\nYou were saved with CRLF.\r\n\r\nStill you.\r\n",
+    );
+    let loaded = Catalog::load_dir_strict(&scratch.0).unwrap();
+    let windows = loaded.get("windows").unwrap();
+    assert_eq!(windows.prompt, "You were saved with CRLF.\n\nStill you.");
+    assert_eq!(windows.description, "Saved on Windows.\nTwice.");
+    assert_eq!(windows.tools, ToolSet::only(["Read", "Grep"]));
+}
+
+/// An agent file sets its own sampling with the APIs' own key names, and a value out of range
+/// is refused naming the file and the field.
+#[test]
+fn sampling_keys_in_a_file_are_the_agents_sampling_and_out_of_range_is_refused() {
+    let scratch = Scratch::new("sampling");
+    scratch.write(
+        "picker.md",
+        "---\nname: picker\ndescription: Picks one.\ntemperature: 0.2\ntop_p: 0.9\nseed: 7\nstop: [\"END\"]\nmax_tokens: 300\ntool_choice: required\nparallel_tool_calls: false\n---\nPick.\n",
+    );
+    let loaded = Catalog::load_dir_strict(&scratch.0).unwrap();
+    let sampling = &loaded.get("picker").unwrap().sampling;
+    assert_eq!(sampling.temperature, Some(0.2));
+    assert_eq!(sampling.top_p, Some(0.9));
+    assert_eq!(sampling.seed, Some(7));
+    assert_eq!(sampling.stop, ["END"]);
+    assert_eq!(sampling.max_output_tokens, Some(300));
+    assert_eq!(
+        sampling.tool_choice,
+        Some(agent_tree::protocol::ToolChoice::Required)
+    );
+    assert_eq!(sampling.parallel_tool_calls, Some(false));
+
+    scratch.write(
+        "hot.md",
+        "---\nname: hot\ndescription: Too hot.\ntemperature: 3\n---\nBurn.\n",
+    );
+    let err = Catalog::load_dir_strict(&scratch.0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hot.md"), "{err}");
+    assert!(err.contains("`temperature`"), "{err}");
 }
 
 /// A tree with the user tools an application registers, all in lower case.
@@ -377,9 +663,10 @@ async fn pi_star_with_extension_selectors_gets_every_registered_tool() {
     ];
     let model = ScriptedModel::new()
         .script("researcher", Script::new([Turn::answer("found")]))
-        .script("auditor", Script::new([Turn::answer("audited")]));
+        .script("auditor", Script::new([Turn::answer("audited")]))
+        .script("explorer", Script::new([Turn::answer("mapped")]));
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
-    for agent_type in ["researcher", "auditor"] {
+    for agent_type in ["researcher", "auditor", "explorer"] {
         let outcome = tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap();
         assert!(outcome.is_completed(), "{}", outcome.summary());
     }
@@ -404,6 +691,8 @@ async fn pi_star_with_extension_selectors_gets_every_registered_tool() {
     );
     // `tools: read, grep, find, bash` with `disallowed_tools: write, edit`.
     assert_eq!(user(2), ["bash", "read"]);
+    // Isolated, its `ext:pi-web-access/web_search` dropped as pi drops it: no `web_search`.
+    assert_eq!(user(3), ["read"]);
     let unknown: Vec<String> = catalog
         .tool_problems(registered)
         .into_iter()

@@ -15,8 +15,13 @@
 //!
 //! # Invariants
 //!
-//! * A directory is read deterministically: only the `*.md` entries directly in it (no
-//!   subdirectories, no hidden files), sorted by file name.
+//! * A directory is read deterministically: its `*.md` entries and its subdirectories'
+//!   (read recursively, as Claude Code reads `.claude/agents`), hidden entries excluded, the
+//!   entries of each directory sorted by name and a subdirectory's files read where the
+//!   subdirectory sorts. Links to directories are followed, but each directory is read once
+//!   (by its canonical path) and no deeper than [`MAX_AGENT_DIR_DEPTH`] levels, so a link back
+//!   into the tree cannot loop; a directory not read for either reason is listed in
+//!   [`LoadedCatalog::skipped`].
 //! * Files are untrusted. A file is refused, naming it, in bounded time and memory, when it is
 //!   not a regular file ([`CatalogError::NotAFile`]: a FIFO, socket or device, checked with
 //!   `fs::metadata` before it is opened, so a FIFO never blocks the loader; a symbolic link is
@@ -30,17 +35,23 @@
 //!   no agent file: it is skipped, listed in [`LoadedCatalog::skipped`] and logged at debug
 //!   level, never a problem, in the strict forms too.
 //! * Every problem is reported: every problem of every file in every directory, flat (never a
-//!   [`CatalogError::Many`]), in directory order, then file-name order, then the order of the
+//!   [`CatalogError::Many`]), in directory order, then reading order, then the order of the
 //!   fields in the file, and each is logged as a `tracing` warning. One bad file never hides
 //!   another, and never keeps the valid files out of the catalog.
-//! * Two files of one directory defining the same name are a problem naming both files (the
-//!   first in file-name order is loaded); across the directories given to
+//! * Two files of one directory defining the same name, in one subdirectory or in two, are a
+//!   problem naming both files (the first in reading order is loaded): a collection's
+//!   category folders are one namespace, as in Claude Code, whose types are named by their
+//!   `name` and never by their folder. Across the directories given to
 //!   [`Catalog::load_dirs`], a later directory overrides an earlier one by name. A file with a
 //!   problem defines nothing, so it overrides nothing.
+//! * What a file says that is loaded but read differently from its letter is a [`FileNote`]
+//!   (in [`LoadedCatalog::notes`], each logged as a `tracing` warning), never a problem: a
+//!   re-quoted value, pi's words agent-tree reads its own way, and two loaded types whose
+//!   names differ only in case.
 //! * A loaded catalog is built by [`Catalog::new`], so it holds the same checks as one built in
 //!   code.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File};
@@ -49,8 +60,20 @@ use std::path::{Path, PathBuf};
 
 use agent_tree_protocol::AgentDefinition;
 
-use super::frontmatter::{has_frontmatter, parse_agent_file};
+#[cfg(doc)]
+use super::frontmatter::parse_agent_file;
+use super::frontmatter::{has_frontmatter, parse_agent_file_with_notes};
+use super::notes::{FileNote, NoteKind};
 use super::{Catalog, CatalogError, combine};
+
+/// The deepest subdirectory the directory loaders read, in levels below the agent directory
+/// given (a collection's category folders are level 1). A deeper one is skipped and listed
+/// ([`SkipReason::TooDeep`]).
+///
+/// ```
+/// assert_eq!(agent_tree_actors::MAX_AGENT_DIR_DEPTH, 8);
+/// ```
+pub const MAX_AGENT_DIR_DEPTH: usize = 8;
 
 /// The largest agent file the directory loaders read, in bytes (256 KiB). A larger file is
 /// refused ([`CatalogError::TooLarge`]) without reading more than this and one byte.
@@ -61,11 +84,12 @@ use super::{Catalog, CatalogError, combine};
 pub const MAX_AGENT_FILE_BYTES: u64 = 256 * 1024;
 
 /// What a directory loader found: the catalog of every valid agent file, every problem of the
-/// others, and the markdown files it skipped because they are no agent files.
+/// others, the notes on what it loaded, and the markdown files it skipped because they are no
+/// agent files.
 ///
 /// Returned by [`Catalog::load_dir`] and [`Catalog::load_dirs`]. The catalog is usable
 /// whatever the problems; [`LoadedCatalog::into_strict`] turns any problem into an error, as
-/// [`Catalog::load_dir_strict`] does.
+/// [`Catalog::load_dir_strict`] does. Notes are not problems.
 ///
 /// ```
 /// use agent_tree_actors::{Catalog, CatalogError};
@@ -75,10 +99,13 @@ pub const MAX_AGENT_FILE_BYTES: u64 = 256 * 1024;
 /// std::fs::write(dir.join("writer.md"), "---\ndescription: Writes.\n---\nYou write.\n")?;
 /// std::fs::write(dir.join("broken.md"), "---\nmax_turns: ten\n---\nYou break.\n")?;
 /// std::fs::write(dir.join("README.md"), "# Our agents\n")?;
+/// std::fs::write(dir.join("critic.md"), "---\ndescription: Use when: asked\n---\nYou judge.\n")?;
 ///
 /// let loaded = Catalog::load_dir(&dir);
-/// assert_eq!(loaded.catalog.len(), 1);
+/// assert_eq!(loaded.catalog.len(), 2);
 /// assert!(matches!(&loaded.problems[..], [CatalogError::Field { field, .. }] if field == "max_turns"));
+/// assert_eq!(loaded.catalog.resolve("critic")?.description, "Use when: asked");
+/// assert!(matches!(&loaded.notes[..], [note] if note.field == "description"));
 /// assert!(loaded.skipped[0].file.ends_with("README.md"));
 /// assert!(loaded.into_strict().is_err());
 /// # std::fs::remove_dir_all(&dir)?;
@@ -91,14 +118,19 @@ pub struct LoadedCatalog {
     /// Every valid definition found.
     pub catalog: Catalog,
     /// Every problem of every file that could not be loaded (and of a directory that could
-    /// not be read), flat, in directory, file-name and field order. Each names its file.
+    /// not be read), flat, in directory, reading and field order. Each names its file.
     pub problems: Vec<CatalogError>,
-    /// The markdown files skipped as no agent files, in the same order.
+    /// What was read differently from the letter of a loaded file, in directory, reading and
+    /// field order, then the names that differ only in case
+    /// ([`NoteKind::CaseTwin`](crate::NoteKind::CaseTwin)). Each names its file and field.
+    pub notes: Vec<FileNote>,
+    /// The markdown files skipped as no agent files, and the subdirectories not read (see
+    /// [`SkipReason`]), in the same order.
     pub skipped: Vec<Skipped>,
 }
 
 impl LoadedCatalog {
-    /// Whether every agent file loaded (skipped files aside). It says nothing of the tools
+    /// Whether every agent file loaded (skipped files and notes aside). It says nothing of the tools
     /// the files name, which only the application's registered tools can judge: ask
     /// [`Catalog::tool_problems`] for those once the tools are known (a tree also logs them
     /// when it is built).
@@ -116,7 +148,8 @@ impl LoadedCatalog {
     }
 
     /// The catalog if there was no problem, else every problem: one as itself, several as one
-    /// [`CatalogError::Many`]. Skipped files are not problems.
+    /// [`CatalogError::Many`]. Skipped files and notes are not problems (the notes were
+    /// logged as warnings; read [`LoadedCatalog::notes`] before this to act on them).
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("agent-tree-doc-strict-{}", std::process::id()));
@@ -139,7 +172,8 @@ impl LoadedCatalog {
     }
 }
 
-/// A markdown file a directory loader skipped because it is no agent file.
+/// A markdown file a directory loader skipped because it is no agent file, or a subdirectory
+/// it did not read.
 ///
 /// ```
 /// use agent_tree_actors::SkipReason;
@@ -151,41 +185,61 @@ impl LoadedCatalog {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Skipped {
-    /// The file.
+    /// The file (or the subdirectory).
     pub file: PathBuf,
     /// Why it was skipped.
     pub reason: SkipReason,
 }
 
-/// Why a markdown file is no agent file.
+/// Why a markdown file is no agent file, or a subdirectory was not read.
 ///
 /// ```
 /// use agent_tree_actors::SkipReason;
 /// assert_ne!(SkipReason::NoFrontmatter.to_string(), "");
+/// assert!(SkipReason::TooDeep.to_string().contains("8 levels"));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SkipReason {
     /// It does not start with a `---` line (a `README.md`, notes, an empty file).
     NoFrontmatter,
+    /// A subdirectory already read under another path: a link back into the tree, or a
+    /// second link to one directory.
+    AlreadyRead,
+    /// A subdirectory more than [`MAX_AGENT_DIR_DEPTH`] levels below the agent directory.
+    TooDeep,
 }
 
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SkipReason::NoFrontmatter => f.write_str("no frontmatter: the first line is not `---`"),
+            SkipReason::AlreadyRead => {
+                f.write_str("a directory already read (a link back into the agent directory)")
+            }
+            SkipReason::TooDeep => write!(
+                f,
+                "more than {MAX_AGENT_DIR_DEPTH} levels below the agent directory"
+            ),
         }
     }
 }
 
 impl Catalog {
-    /// Loads every valid agent file (`*.md`) directly in `dir`, in file-name order, and
-    /// reports the others.
+    /// Loads every valid agent file (`*.md`) in `dir` and its subdirectories, in reading
+    /// order, and reports the others.
     ///
-    /// Other files, hidden files and subdirectories are ignored; markdown files without
-    /// frontmatter (a `README.md`) are skipped and listed. Each file is parsed as by
+    /// Subdirectories are read recursively, as Claude Code reads them (a collection of
+    /// category folders loads whole): each directory's entries in name order, a
+    /// subdirectory's files where it sorts; links to directories are followed, each directory
+    /// read once and at most [`MAX_AGENT_DIR_DEPTH`] levels down. The whole tree is one
+    /// namespace: two files naming one type, in one folder or two, are a problem naming both
+    /// (the first read is loaded). Other files and hidden entries are ignored; markdown files
+    /// without frontmatter (a `README.md`) are skipped and listed. Each file is parsed as by
     /// [`parse_agent_file`], which describes the format: YAML frontmatter between `---` lines,
-    /// then the prompt. Files are read as untrusted input: anything but a regular file or a
+    /// then the prompt; what it reads differently from the file's letter, and names that
+    /// differ only in case, are [`LoadedCatalog::notes`], each logged as a `tracing` warning.
+    /// Files are read as untrusted input: anything but a regular file or a
     /// link to one (a FIFO, a socket, a device) is refused without being opened
     /// ([`CatalogError::NotAFile`]), a file over [`MAX_AGENT_FILE_BYTES`] without reading
     /// more than the limit ([`CatalogError::TooLarge`]), and a frontmatter expanding beyond
@@ -214,7 +268,8 @@ impl Catalog {
     /// [`CatalogError::Utf8`] for a file that cannot be read as an agent file,
     /// [`CatalogError::Yaml`] and [`CatalogError::File`] for malformed frontmatter,
     /// [`CatalogError::Field`] for a malformed or refused field or a name two files define
-    /// (the error names both files).
+    /// (the error names both files); [`CatalogError::ReadDir`] for a subdirectory that cannot
+    /// be read.
     pub fn load_dir(dir: impl AsRef<Path>) -> LoadedCatalog {
         let mut loader = Loader::default();
         loader.add_dir(dir.as_ref(), IfMissing::Fail);
@@ -322,7 +377,9 @@ struct Loader {
     by_name: HashMap<String, usize>,
     /// Every problem found, flat, in the order found.
     problems: Vec<CatalogError>,
-    /// Files skipped as no agent files.
+    /// Every note of a loaded file, in the order found.
+    notes: Vec<FileNote>,
+    /// Files skipped as no agent files, and subdirectories not read.
     skipped: Vec<Skipped>,
 }
 
@@ -330,8 +387,8 @@ impl Loader {
     /// Reads the agent files of `dir`; a definition overrides one of the same name from an
     /// earlier directory.
     fn add_dir(&mut self, dir: &Path, if_missing: IfMissing) {
-        let files = match agent_files(dir) {
-            Ok(files) => files,
+        let listing = match agent_files(dir) {
+            Ok(listing) => listing,
             Err(e) if e.kind() == io::ErrorKind::NotFound && if_missing == IfMissing::Skip => {
                 tracing::debug!(dir = %dir.display(), "agent directory does not exist, skipped");
                 return;
@@ -344,12 +401,17 @@ impl Loader {
                 return;
             }
         };
-        // Names this directory defined so far, with their files: the same name twice in one
-        // directory is an error, while across directories it is an override.
+        for problem in listing.problems {
+            self.problem(problem);
+        }
+        self.skipped.extend(listing.skipped);
+        // Names this directory (its subdirectories included) defined so far, with their
+        // files: the same name twice in one directory is an error, while across directories
+        // it is an override.
         let mut here: HashMap<String, PathBuf> = HashMap::new();
-        for file in files {
-            let definition = match read_agent_file(&file) {
-                Ok(Entry::Agent(definition)) => *definition,
+        for file in listing.files {
+            let (definition, notes) = match read_agent_file(&file) {
+                Ok(Entry::Agent(definition, notes)) => (*definition, notes),
                 Ok(Entry::Skipped(reason)) => {
                     tracing::debug!(file = %file.display(), %reason, "markdown file skipped");
                     self.skipped.push(Skipped { file, reason });
@@ -372,6 +434,9 @@ impl Loader {
                 });
                 continue;
             }
+            for note in notes {
+                self.note(note);
+            }
             here.insert(definition.name.clone(), file.clone());
             if let Some(&earlier) = self.by_name.get(&definition.name) {
                 if let Some((earlier_file, _)) = self.loaded.get_mut(earlier).and_then(Option::take)
@@ -390,6 +455,12 @@ impl Loader {
         }
     }
 
+    /// Records and logs `note`.
+    fn note(&mut self, note: FileNote) {
+        tracing::warn!("agent file read with a note: {note}");
+        self.notes.push(note);
+    }
+
     /// Records and logs `error`, flattening a [`CatalogError::Many`] so problems never nest.
     fn problem(&mut self, error: CatalogError) {
         let errors = match error {
@@ -402,9 +473,40 @@ impl Loader {
         }
     }
 
-    /// The catalog of the surviving definitions, with every problem and skipped file.
+    /// The catalog of the surviving definitions, with every problem, note and skipped file.
     fn finish(mut self) -> LoadedCatalog {
-        let definitions = self.loaded.into_iter().flatten().map(|(_, d)| d);
+        let loaded: Vec<(PathBuf, AgentDefinition)> = std::mem::take(&mut self.loaded)
+            .into_iter()
+            .flatten()
+            .collect();
+        // Names that differ only in case are two types, and resolve only by their exact
+        // spellings: legal, but likely a mistake (one file copied from two collections).
+        let mut first_by_folded: HashMap<String, usize> = HashMap::new();
+        let mut twins = Vec::new();
+        for (i, (file, definition)) in loaded.iter().enumerate() {
+            let folded = definition.name.to_ascii_lowercase();
+            match first_by_folded.get(&folded) {
+                Some(&first) => {
+                    let (other_file, other) = &loaded[first];
+                    twins.push(FileNote::new(
+                        file,
+                        "name",
+                        NoteKind::CaseTwin {
+                            name: definition.name.clone(),
+                            other: other.name.clone(),
+                            other_file: other_file.clone(),
+                        },
+                    ));
+                }
+                None => {
+                    first_by_folded.insert(folded, i);
+                }
+            }
+        }
+        for note in twins {
+            self.note(note);
+        }
+        let definitions = loaded.into_iter().map(|(_, d)| d);
         // Every definition passed the check when its file was parsed and names are unique
         // by construction, so this cannot fail; if it ever did, nothing is lost silently.
         let catalog = match Catalog::new(definitions) {
@@ -424,35 +526,115 @@ impl Loader {
         LoadedCatalog {
             catalog,
             problems: self.problems,
+            notes: self.notes,
             skipped: self.skipped,
         }
     }
 }
 
-/// The `*.md` entries directly in `dir`, hidden files excluded, sorted by file name.
+/// What [`agent_files`] found under an agent directory.
+#[derive(Debug, Default)]
+struct Listing {
+    /// The agent files, in reading order.
+    files: Vec<PathBuf>,
+    /// Subdirectories not read again (a link back into the tree) or too deep.
+    skipped: Vec<Skipped>,
+    /// Subdirectories that could not be read.
+    problems: Vec<CatalogError>,
+}
+
+/// The `*.md` files under `dir`, its subdirectories read recursively, hidden entries
+/// excluded, in reading order: the entries of each directory sorted by name, a subdirectory's
+/// files where the subdirectory sorts.
 ///
 /// Anything that is not a directory counts as a file, so a dangling link or a FIFO named
-/// `x.md` is listed and refused by [`read_agent_file`] rather than skipped silently.
-fn agent_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut files: Vec<(OsString, PathBuf)> = Vec::new();
+/// `x.md` is listed and refused by [`read_agent_file`] rather than skipped silently. Links to
+/// directories are followed, but a directory is read once (by its canonical path), so a link
+/// back into the tree ends there, and no deeper than [`MAX_AGENT_DIR_DEPTH`] below `dir`.
+///
+/// # Errors
+///
+/// Only `dir` itself not being readable; a subdirectory that cannot be read is a problem of
+/// the listing.
+fn agent_files(dir: &Path) -> io::Result<Listing> {
+    let mut listing = Listing::default();
+    let entries = sorted_entries(dir)?;
+    let mut visited = HashSet::new();
+    // A directory whose canonical path cannot be found is still read; only loops need it.
+    if let Ok(canonical) = fs::canonicalize(dir) {
+        visited.insert(canonical);
+    }
+    list_entries(entries, 0, &mut visited, &mut listing);
+    Ok(listing)
+}
+
+/// The non-hidden entries of `dir` (path, and whether it is a directory, links followed),
+/// sorted by name.
+fn sorted_entries(dir: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+    let mut entries: Vec<(OsString, PathBuf, bool)> = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
+        if name.as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
         let path = entry.path();
-        let hidden = name.as_encoded_bytes().starts_with(b".");
         // `Path::is_dir` follows links and reads metadata only: it never opens the entry.
-        if !hidden && path.extension().is_some_and(|ext| ext == "md") && !path.is_dir() {
-            files.push((name, path));
+        let is_dir = path.is_dir();
+        entries.push((name, path, is_dir));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries
+        .into_iter()
+        .map(|(_, path, is_dir)| (path, is_dir))
+        .collect())
+}
+
+/// Adds the agent files among `entries` (of a directory `depth` levels below the agent
+/// directory) to `listing`, reading subdirectories not yet `visited`.
+fn list_entries(
+    entries: Vec<(PathBuf, bool)>,
+    depth: usize,
+    visited: &mut HashSet<PathBuf>,
+    listing: &mut Listing,
+) {
+    for (path, is_dir) in entries {
+        if !is_dir {
+            if path.extension().is_some_and(|ext| ext == "md") {
+                listing.files.push(path);
+            }
+            continue;
+        }
+        let skip = |reason| {
+            tracing::debug!(dir = %path.display(), %reason, "agent subdirectory skipped");
+            Skipped {
+                file: path.clone(),
+                reason,
+            }
+        };
+        if depth + 1 > MAX_AGENT_DIR_DEPTH {
+            listing.skipped.push(skip(SkipReason::TooDeep));
+            continue;
+        }
+        if let Ok(canonical) = fs::canonicalize(&path) {
+            if !visited.insert(canonical) {
+                listing.skipped.push(skip(SkipReason::AlreadyRead));
+                continue;
+            }
+        }
+        match sorted_entries(&path) {
+            Ok(entries) => list_entries(entries, depth + 1, visited, listing),
+            Err(source) => listing
+                .problems
+                .push(CatalogError::ReadDir { dir: path, source }),
         }
     }
-    files.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(files.into_iter().map(|(_, path)| path).collect())
 }
 
 /// What one markdown file of a directory turned out to be.
 enum Entry {
     /// Boxed: a definition is a few hundred bytes, a skip none.
-    Agent(Box<AgentDefinition>),
+    Agent(Box<AgentDefinition>, Vec<FileNote>),
     Skipped(SkipReason),
 }
 
@@ -462,7 +644,7 @@ fn read_agent_file(path: &Path) -> Result<Entry, CatalogError> {
     if !has_frontmatter(&text) {
         return Ok(Entry::Skipped(SkipReason::NoFrontmatter));
     }
-    parse_agent_file(path, &text).map(|d| Entry::Agent(Box::new(d)))
+    parse_agent_file_with_notes(path, &text).map(|(d, notes)| Entry::Agent(Box::new(d), notes))
 }
 
 /// The text of the regular file at `path` (a link followed), at most

@@ -6,25 +6,35 @@
 //! `allowedSubagents`/`allowed-subagents`, `maxTurns`/`max-turns`,
 //! `inheritContext`/`inherit-context`, `runInBackground`/`run-in-background`,
 //! `maxRestarts`/`max-restarts` and `restartPeriodMs`/`restart-period-ms`; Claude Code's
-//! `background` is `run_in_background`. Keys are
+//! `background` is `run_in_background`. Sampling has keys of its own, since neither Claude Code
+//! nor pi has any: `temperature`, `top_p`, `seed`, `stop` (also `stop_sequences`; one text or
+//! a list), `max_output_tokens` (also `max_tokens`), `tool_choice` (`auto`, `required` or
+//! `any`, `none`, or a tool's name) and `parallel_tool_calls`, each with its camelCase and
+//! kebab-case spellings. Keys are
 //! case-sensitive; a key naming no field is no field (the `frontmatter` module ignores it with
 //! a warning).
 //!
 //! Reading a value is its type (never coerced), trimming, and for the list fields the words
 //! rule of [`Written`], which JSON definitions follow too. A value that cannot be read is
-//! refused with a message saying what was expected and what was found, a long string cut.
+//! refused with a message saying what was expected and what was found, a long string cut. pi's
+//! words that agent-tree cannot hold to the letter are read as documented in
+//! `docs/semantics.md` and come with a note ([`NoteKind`]): `max_turns: 0` (no turn limit in
+//! pi) is no limit of the file's own, `tools: *, ext:...` is every tool, and beside
+//! `isolated: true` extension selectors among tool names are dropped, as pi drops them.
 //!
-//! It never judges whether a value is in range (`max_turns: 0`, a blank name): the catalog's
+//! It never judges whether a value is in range (`restart_period_ms: 0`, a blank name): the catalog's
 //! one definition check does, after every field is read. It never sees a file, its text or its
 //! frontmatter as a whole, only one key or one value at a time, so it never names a file, never
 //! finds a field given twice and never touches the file system.
 
 use agent_tree_protocol::{
-    AgentDefinition, ListField, RestartPolicy, SettlePolicy, Strategy, WordsError, Written,
+    AgentDefinition, ExtensionSelector, Keyword, ListField, RestartPolicy, SettlePolicy, Strategy,
+    ToolChoice, ToolSet, WordsError, Written, split_list,
 };
 use serde_yaml_ng::Value;
 
 use super::frontmatter::untag;
+use super::notes::NoteKind;
 
 /// The fields of the format; see the module documentation for their spellings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,6 +57,13 @@ pub(super) enum Field {
     MaxRestarts,
     RestartPeriodMs,
     Settle,
+    Temperature,
+    TopP,
+    Seed,
+    Stop,
+    MaxOutputTokens,
+    ToolChoice,
+    ParallelToolCalls,
 }
 
 impl Field {
@@ -79,20 +96,34 @@ impl Field {
             "max_restarts" | "maxRestarts" | "max-restarts" => Field::MaxRestarts,
             "restart_period_ms" | "restartPeriodMs" | "restart-period-ms" => Field::RestartPeriodMs,
             "settle" => Field::Settle,
+            // Sampling: neither Claude Code nor pi has keys for it; these are the APIs' own
+            // names (`max_tokens` is OpenAI's and Anthropic's word for the output limit).
+            "temperature" => Field::Temperature,
+            "top_p" | "topP" | "top-p" => Field::TopP,
+            "seed" => Field::Seed,
+            "stop" | "stop_sequences" | "stopSequences" | "stop-sequences" => Field::Stop,
+            "max_output_tokens" | "maxOutputTokens" | "max-output-tokens" | "max_tokens"
+            | "maxTokens" | "max-tokens" => Field::MaxOutputTokens,
+            "tool_choice" | "toolChoice" | "tool-choice" => Field::ToolChoice,
+            "parallel_tool_calls" | "parallelToolCalls" | "parallel-tool-calls" => {
+                Field::ParallelToolCalls
+            }
             _ => return None,
         })
     }
 }
 
-/// Sets `field` of `definition` from a non-null `value`, or says why it cannot be read.
+/// Sets `field` of `definition` from a non-null `value`, or says why it cannot be read; the
+/// note, when the value was read differently from its letter (pi's `max_turns: 0` and
+/// `tools: *, ext:...`).
 ///
 /// Only reading happens here: types, trimming and the words rule. Whether a value is in range
-/// (`max_turns: 0`, a blank name) is for the definition check, which runs afterwards.
+/// (`restart_period_ms: 0`, a blank name) is for the definition check, which runs afterwards.
 pub(super) fn apply(
     definition: &mut AgentDefinition,
     field: Field,
     value: &Value,
-) -> Result<(), String> {
+) -> Result<Option<NoteKind>, String> {
     match field {
         Field::Name => {
             let name = string(value)?;
@@ -101,7 +132,13 @@ pub(super) fn apply(
             definition.name = if trimmed.is_empty() { name } else { trimmed }.to_owned();
         }
         Field::Description => definition.description = string(value)?.trim().to_owned(),
-        Field::Tools => definition.tools = words(value, ListField::Tools, Written::tool_set)?,
+        Field::Tools => {
+            definition.tools = words(value, ListField::Tools, Written::tool_set)?;
+            let selectors = selectors_after_star(value);
+            if definition.tools == ToolSet::All && !selectors.is_empty() {
+                return Ok(Some(NoteKind::SelectorsWidened { selectors }));
+            }
+        }
         Field::DisallowedTools => {
             definition.disallowed_tools =
                 words(value, ListField::DisallowedTools, Written::tool_names)?;
@@ -128,7 +165,16 @@ pub(super) fn apply(
             let default = model.is_empty() || model.eq_ignore_ascii_case("inherit");
             definition.model = (!default).then(|| model.to_owned());
         }
-        Field::MaxTurns => definition.max_turns = Some(integer(value, "a positive integer")?),
+        Field::MaxTurns => {
+            // pi's `0` is "no turn limit": no limit of the file's own, as the field left out
+            // (the definition check still refuses `Some(0)` from code or JSON).
+            let turns: u32 = integer(value, "a positive integer")?;
+            if turns == 0 {
+                definition.max_turns = None;
+                return Ok(Some(NoteKind::UnlimitedTurns));
+            }
+            definition.max_turns = Some(turns);
+        }
         Field::InheritContext => definition.inherit_context = boolean(value)?,
         Field::RunInBackground => definition.run_in_background = boolean(value)?,
         Field::Enabled => definition.enabled = boolean(value)?,
@@ -167,8 +213,74 @@ pub(super) fn apply(
                 ],
             )?;
         }
+        Field::Temperature => definition.sampling.temperature = Some(number(value)?),
+        Field::TopP => definition.sampling.top_p = Some(number(value)?),
+        Field::Seed => definition.sampling.seed = Some(integer(value, "a non-negative integer")?),
+        Field::Stop => {
+            // One text or a list of texts, kept as written (a stop sequence's spaces count).
+            definition.sampling.stop = match untag(value) {
+                Value::Sequence(items) => items
+                    .iter()
+                    .map(|item| string(item).map(str::to_owned))
+                    .collect::<Result<_, _>>()?,
+                other => vec![string(other)?.to_owned()],
+            };
+        }
+        Field::MaxOutputTokens => {
+            definition.sampling.max_output_tokens = Some(integer(value, "a positive integer")?);
+        }
+        Field::ToolChoice => {
+            let text = string(value)?;
+            definition.sampling.tool_choice = Some(
+                ToolChoice::parse(text)
+                    .ok_or_else(|| expected("auto, required, none or a tool's name", value))?,
+            );
+        }
+        Field::ParallelToolCalls => {
+            definition.sampling.parallel_tool_calls = Some(boolean(value)?);
+        }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// pi's extension selectors after a leading `*` or `all` (`*, ext:mcp/search`), as written, if
+/// the `tools` value is that; else none.
+fn selectors_after_star(value: &Value) -> Vec<String> {
+    let items: Vec<&str> = match untag(value) {
+        Value::String(text) => split_list(text).map(str::trim).collect(),
+        Value::Sequence(items) => items.iter().filter_map(|i| untag(i).as_str()).collect(),
+        _ => return Vec::new(),
+    };
+    let mut items = items.into_iter().filter(|i| !i.is_empty());
+    match items.next().and_then(Keyword::parse) {
+        Some(Keyword::All | Keyword::Star) => {}
+        _ => return Vec::new(),
+    }
+    items
+        .filter(|i| ExtensionSelector::parse(i).is_some())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// pi gives an isolated agent no extension tool: an isolated definition's extension selectors
+/// among its tool names ([`ExtensionSelector`]) are dropped, and the note says which. (`*`
+/// followed by selectors is already every tool, and has its own note.)
+pub(super) fn drop_selectors_if_isolated(definition: &mut AgentDefinition) -> Option<NoteKind> {
+    if !definition.isolated {
+        return None;
+    }
+    let ToolSet::Only(names) = &definition.tools else {
+        return None;
+    };
+    let (selectors, kept): (Vec<String>, Vec<String>) = names
+        .iter()
+        .cloned()
+        .partition(|n| ExtensionSelector::parse(n).is_some());
+    if selectors.is_empty() {
+        return None;
+    }
+    definition.tools = ToolSet::only(kept);
+    Some(NoteKind::SelectorsDropped { selectors })
 }
 
 /// `expected {what}, found {value}`.
@@ -197,6 +309,11 @@ pub(super) fn describe(value: &Value) -> String {
 
 fn string(value: &Value) -> Result<&str, String> {
     value.as_str().ok_or_else(|| expected("a string", value))
+}
+
+/// A number, integer or not (the definition check judges its range).
+fn number(value: &Value) -> Result<f64, String> {
+    value.as_f64().ok_or_else(|| expected("a number", value))
 }
 
 fn boolean(value: &Value) -> Result<bool, String> {
@@ -271,10 +388,12 @@ fn written(value: &Value, field: ListField) -> Result<Written, WordsError> {
 
 #[cfg(test)]
 mod tests {
-    use agent_tree_protocol::{SubagentAllowance, ToolSet};
+    use agent_tree_protocol::SubagentAllowance;
 
     use super::*;
-    use crate::catalog::frontmatter::tests::{field_err, field_ok, parse_ok, with_fields};
+    use crate::catalog::frontmatter::tests::{
+        field_err, field_ok, notes_of, parse_ok, with_fields,
+    };
 
     #[test]
     fn model_inherit_means_the_default() {
@@ -584,7 +703,6 @@ Twice.
         for (value, found) in [
             ("ten", "\"ten\""),
             ("'10'", "\"10\""),
-            ("0", "0"),
             ("-3", "-3"),
             ("1.5", "1.5"),
             ("[1]", "a list"),
@@ -616,6 +734,121 @@ Twice.
             field_ok("restart_period_ms: 18446744073709551615").restart_period_ms,
             u64::MAX
         );
+    }
+
+    #[test]
+    fn pis_zero_turns_is_no_limit_of_the_files_own_and_reported() {
+        for spelling in ["max_turns", "maxTurns", "max-turns"] {
+            let (d, notes) = notes_of(&format!("---\n{spelling}: 0\n---\n"));
+            assert_eq!(
+                d.max_turns, None,
+                "the depth-scaled default, as when left out"
+            );
+            assert_eq!(notes, [(spelling.to_owned(), NoteKind::UnlimitedTurns)]);
+        }
+        // In code and JSON, `Some(0)` is still refused: only a file's word means "no limit".
+        assert!(crate::Catalog::new([AgentDefinition::new("x", "").with_max_turns(0)]).is_err());
+        assert!(notes_of("---\nmax_turns: 1\n---\n").1.is_empty());
+    }
+
+    #[test]
+    fn pis_star_with_extension_selectors_is_every_tool_and_reported_as_widened() {
+        for tools in [
+            "'*, ext:mcp/search, ext:web'",
+            "[all, ext:mcp/search, ext:web]",
+            "\"ALL,ext:mcp/search , ext:web\"",
+        ] {
+            let (d, notes) = notes_of(&format!("---\ntools: {tools}\n---\n"));
+            assert_eq!(d.tools, ToolSet::All, "{tools}");
+            assert_eq!(
+                notes,
+                [(
+                    "tools".to_owned(),
+                    NoteKind::SelectorsWidened {
+                        selectors: vec!["ext:mcp/search".into(), "ext:web".into()]
+                    }
+                )],
+                "{tools}"
+            );
+        }
+        // `*` alone, and selectors among names, are read as written: no note.
+        for tools in ["'*'", "all", "read, ext:mcp/search"] {
+            assert!(
+                notes_of(&format!("---\ntools: {tools}\n---\n"))
+                    .1
+                    .is_empty(),
+                "{tools}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_isolated_agent_loses_its_extension_selectors_as_in_pi_and_it_is_reported() {
+        let (d, notes) =
+            notes_of("---\ntools: read, ext:mcp/search, grep, ext:web\nisolated: true\n---\n");
+        assert!(d.isolated);
+        assert_eq!(d.tools, ToolSet::only(["read", "grep"]));
+        assert_eq!(
+            notes,
+            [(
+                "tools".to_owned(),
+                NoteKind::SelectorsDropped {
+                    selectors: vec!["ext:mcp/search".into(), "ext:web".into()]
+                }
+            )]
+        );
+        // Only selectors: no tool is left, as pi gives no built-in tool to such a list.
+        let (d, _) = notes_of("---\nisolated: true\ntools: ext:mcp/search\n---\n");
+        assert_eq!(d.tools, ToolSet::None);
+        // Not isolated, or isolated without selectors: tools as written, no note.
+        let (d, notes) = notes_of("---\ntools: read, ext:mcp/search\n---\n");
+        assert_eq!(d.tools, ToolSet::only(["read", "ext:mcp/search"]));
+        assert!(notes.is_empty());
+        let (d, notes) = notes_of("---\ntools: read, grep\nisolated: true\n---\n");
+        assert_eq!(d.tools, ToolSet::only(["read", "grep"]));
+        assert!(notes.is_empty());
+        // `*` with selectors beside `isolated` is every tool, with its own note.
+        let (d, notes) = notes_of("---\ntools: '*, ext:web'\nisolated: true\n---\n");
+        assert_eq!(d.tools, ToolSet::All);
+        assert!(matches!(
+            &notes[..],
+            [(_, NoteKind::SelectorsWidened { .. })]
+        ));
+    }
+
+    #[test]
+    fn sampling_keys_set_the_definitions_sampling() {
+        let mut definition = AgentDefinition::default();
+        let read = |definition: &mut AgentDefinition, key: &str, yaml: &str| {
+            let field = Field::from_key(key).unwrap_or_else(|| panic!("{key} is a field"));
+            let value: Value = serde_yaml_ng::from_str(yaml).unwrap();
+            apply(definition, field, &value).unwrap();
+        };
+        read(&mut definition, "temperature", "0");
+        read(&mut definition, "topP", "0.9");
+        read(&mut definition, "seed", "42");
+        read(&mut definition, "stop", "[\"END\", \"\\n\\n\"]");
+        read(&mut definition, "max_tokens", "256");
+        read(&mut definition, "tool_choice", "any");
+        read(&mut definition, "parallel-tool-calls", "false");
+        let sampling = &definition.sampling;
+        assert_eq!(sampling.temperature, Some(0.0));
+        assert_eq!(sampling.top_p, Some(0.9));
+        assert_eq!(sampling.seed, Some(42));
+        assert_eq!(sampling.stop, ["END", "\n\n"]);
+        assert_eq!(sampling.max_output_tokens, Some(256));
+        assert_eq!(sampling.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(sampling.parallel_tool_calls, Some(false));
+        read(&mut definition, "stop_sequences", "STOP");
+        read(&mut definition, "toolChoice", "lookup");
+        assert_eq!(definition.sampling.stop, ["STOP"]);
+        assert_eq!(
+            definition.sampling.tool_choice,
+            Some(ToolChoice::Tool("lookup".into()))
+        );
+        let value: Value = serde_yaml_ng::from_str("hot").unwrap();
+        let err = apply(&mut definition, Field::Temperature, &value).unwrap_err();
+        assert!(err.contains("expected a number"), "{err}");
     }
 
     #[test]

@@ -19,8 +19,15 @@
 //!   [`CatalogError::Yaml`] (the parser's error gives the line and column in the file),
 //!   keeping the parser's error as its source; a frontmatter missing, unterminated or not a
 //!   mapping is [`CatalogError::File`]. A frontmatter leaving more than 1000 `[` or `{` open is
-//!   refused before parsing, so no file makes the parser crawl. An unquoted value holding `: `
-//!   (`description: Use when: ...`) gets a hint to quote it.
+//!   refused before parsing, so no file makes the parser crawl.
+//! * A frontmatter YAML refuses is parsed once more with its top-level plain single-line
+//!   values holding `: ` (`description: Triggers on: review`) quoted, as pi and Claude Code
+//!   load them; if that parses, the file loads with a note per re-quoted line
+//!   ([`NoteKind::Requoted`]), else the file's own error is reported, with a hint to quote the
+//!   value where it is one. Re-quoting keeps the lines one for one, and parses at most twice,
+//!   each within the budget below.
+//! * A file with CRLF line ends reads as if it had LF ones: no carriage return of a CRLF pair
+//!   reaches a value or the prompt.
 //! * Parsing takes time and memory bounded by the text's size: YAML aliases are expanded
 //!   within a budget for the whole document ([`MAX_FRONTMATTER_NODES`] nodes and
 //!   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars), spent while the parser replays
@@ -32,29 +39,34 @@
 //!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
 //!   refusals are reported as field errors of the file in the same order as the rest.
 //! * Every field error of a file is reported. One problem is returned as itself, several as one
-//!   flat [`CatalogError::Many`] (never nested), in the order of the fields in the file.
+//!   flat [`CatalogError::Many`] (never nested), in the order of the fields in the file. What
+//!   a loaded file says that is read differently from its letter is a [`FileNote`], in the
+//!   same order.
 //! * Names are trimmed and must not be blank; a file that gives no name is named by its stem.
 //! * Keys are case-sensitive; a field given in two spellings is an error. Other keys (`color`,
 //!   `permissionMode`, ...) are ignored with a `tracing` warning naming the file and the key.
 //!
 //! [`Catalog::new`]: super::Catalog::new
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
-
-use std::cell::Cell;
 
 use agent_tree_protocol::AgentDefinition;
 use serde::de::{self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
 use serde_yaml_ng::{Mapping, Value};
 
-use super::fields::{Field, apply, describe};
+use super::fields::{Field, apply, describe, drop_selectors_if_isolated};
+use super::notes::{FileNote, NoteKind};
 use super::{CatalogError, check, combine};
 
 /// Parses the text of one agent file; `path` names the file in errors and gives the default
 /// name (its stem).
 ///
-/// Pure: it touches no file system. Unknown fields are ignored with a `tracing` warning.
+/// Pure: it touches no file system. Unknown fields are ignored with a `tracing` warning, and
+/// so is each note on what was read differently from the file's letter
+/// ([`parse_agent_file_with_notes`] returns them).
 ///
 /// # Format
 ///
@@ -81,7 +93,7 @@ use super::{CatalogError, check, combine};
 /// | `allowed_subagents` | `allowedSubagents`, `allowed-subagents`, `spawns` (pi) | `all`, `*`, `true`, `none`, `false`, or type names | `none` |
 /// | `isolated` | | `true` or `false` | `false` |
 /// | `model` | | a string; blank or `inherit` means the tree's default; a comma list (pi's fallbacks) is its first | the tree's default |
-/// | `max_turns` | `maxTurns`, `max-turns` | a positive integer | the depth-scaled default |
+/// | `max_turns` | `maxTurns`, `max-turns` | a positive integer; `0` (pi's "no limit") is the default, with a note | the depth-scaled default |
 /// | `inherit_context` | `inheritContext`, `inherit-context` | `true` or `false` | `false` |
 /// | `run_in_background` | `runInBackground`, `run-in-background`, `background` (Claude Code) | `true` or `false` | `false` |
 /// | `enabled` | | `true` or `false` | `true` |
@@ -118,12 +130,21 @@ use super::{CatalogError, check, combine};
 ///   is an error. Unknown keys (`color`, `permissionMode`, ...) are ignored with a `tracing`
 ///   warning naming the file and the key.
 /// * YAML anchors and merge keys (`<<`) work and YAML tags are ignored (`!custom 3` is `3`); a
-///   byte-order mark and CRLF line ends are accepted. A frontmatter may expand, aliases
+///   byte-order mark is accepted, and CRLF line ends are read as LF ones (the prompt keeps no
+///   carriage return). A frontmatter may expand, aliases
 ///   included, to at most [`MAX_FRONTMATTER_NODES`] YAML nodes and
 ///   [`MAX_FRONTMATTER_EXPANDED_BYTES`] bytes of scalars; beyond that it is refused
 ///   ([`CatalogError::File`]) at the first node beyond it, nothing more built.
-/// * An unquoted value holding `: ` is invalid YAML (`description: Use when: asked`); the
-///   error says to quote it.
+/// * An unquoted value holding `: ` is invalid YAML (`description: Use when: asked`), but pi
+///   and Claude Code load it as text, and so does this: a top-level plain value on one line
+///   holding `: ` is quoted and the frontmatter parsed again, with a note
+///   ([`NoteKind::Requoted`], logged as a warning). A value that cannot be re-quoted (it goes
+///   on over the next line) is an error saying to quote it.
+/// * pi's words: `tools: *, ext:...` is every tool, with a note
+///   ([`NoteKind::SelectorsWidened`]); beside `isolated: true`, extension selectors among tool
+///   names are dropped, as pi drops them, with a note ([`NoteKind::SelectorsDropped`]).
+///   `isolated` keeps its meaning here (the agent never delegates), which pi's has too: pi's
+///   delegation tools come from an extension, which an isolated pi agent does not load.
 ///
 /// # Example
 ///
@@ -166,6 +187,43 @@ use super::{CatalogError, check, combine};
 ///
 /// [`Catalog::new`]: super::Catalog::new
 pub fn parse_agent_file(path: &Path, text: &str) -> Result<AgentDefinition, CatalogError> {
+    let (definition, notes) = parse_agent_file_with_notes(path, text)?;
+    for note in &notes {
+        tracing::warn!("agent file read with a note: {note}");
+    }
+    Ok(definition)
+}
+
+/// [`parse_agent_file`], also returning what was read differently from the letter of the
+/// file ([`FileNote`]s, in field order), instead of only logging it.
+///
+/// The notes: a plain single-line value holding `: ` that was re-quoted so the frontmatter
+/// parses ([`NoteKind::Requoted`]), pi's `max_turns: 0` read as no limit of the file's own
+/// ([`NoteKind::UnlimitedTurns`]), pi's `*, ext:...` read as every tool
+/// ([`NoteKind::SelectorsWidened`]) and extension selectors dropped beside `isolated: true`
+/// ([`NoteKind::SelectorsDropped`]). Unknown fields are logged as warnings, as by
+/// [`parse_agent_file`]; notes are not logged (the caller has them).
+///
+/// ```
+/// use std::path::Path;
+/// use agent_tree_actors::{NoteKind, parse_agent_file_with_notes};
+///
+/// let text = "---\nmax_turns: 0\ntools: \"*, ext:pi-web-access/web_search\"\n---\nYou research.\n";
+/// let (researcher, notes) = parse_agent_file_with_notes(Path::new("researcher.md"), text)?;
+/// assert_eq!(researcher.max_turns, None, "the tree's depth-scaled default");
+/// let kinds: Vec<_> = notes.iter().map(|n| (n.field.as_str(), &n.kind)).collect();
+/// assert_eq!(kinds[0], ("max_turns", &NoteKind::UnlimitedTurns));
+/// assert!(matches!(kinds[1], ("tools", NoteKind::SelectorsWidened { .. })));
+/// # Ok::<(), agent_tree_actors::CatalogError>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`parse_agent_file`].
+pub fn parse_agent_file_with_notes(
+    path: &Path,
+    text: &str,
+) -> Result<(AgentDefinition, Vec<FileNote>), CatalogError> {
     let parsed = parse(path, text)?;
     for field in &parsed.ignored {
         tracing::warn!(
@@ -174,24 +232,54 @@ pub fn parse_agent_file(path: &Path, text: &str) -> Result<AgentDefinition, Cata
             "unknown field in agent file ignored"
         );
     }
-    Ok(parsed.definition)
+    Ok((parsed.definition, parsed.notes))
 }
 
-/// A parsed file: its definition, and the frontmatter keys it ignored (for the warnings).
+/// A parsed file: its definition, the frontmatter keys it ignored (for the warnings) and its
+/// notes.
 #[derive(Debug)]
 struct Parsed {
     definition: AgentDefinition,
     ignored: Vec<String>,
+    notes: Vec<FileNote>,
 }
 
-/// [`parse_agent_file`] without the logging, so tests can see what was ignored.
+/// [`parse_agent_file_with_notes`] without the logging, so tests can see what was ignored.
 fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     let file_error = |message| CatalogError::File {
         file: path.to_owned(),
         message,
     };
-    let (yaml, body) = split_frontmatter(text).map_err(file_error)?;
-    let fields = frontmatter_fields(path, yaml)?;
+    // A file saved with CRLF line ends is read as if saved with LF: the prompt a model gets,
+    // and every value, carry no carriage return the author never typed. (A lone CR is kept.)
+    let text: Cow<'_, str> = if text.contains("\r\n") {
+        Cow::Owned(text.replace("\r\n", "\n"))
+    } else {
+        Cow::Borrowed(text)
+    };
+    let (yaml, body) = split_frontmatter(&text).map_err(file_error)?;
+    let (fields, requoted) = frontmatter_fields(path, yaml)?;
+    // Each note with the position of its key, sorted with the rest below. A re-quoted line's
+    // key is found in the fields by its spelling.
+    let positions: HashMap<&str, usize> = if requoted.is_empty() {
+        HashMap::new()
+    } else {
+        fields
+            .keys()
+            .enumerate()
+            .filter_map(|(i, k)| Some((k.as_str()?, i)))
+            .collect()
+    };
+    let mut notes: Vec<(usize, FileNote)> = requoted
+        .into_iter()
+        .map(|Requoted { key, line }| {
+            let position = positions.get(key.as_str()).copied().unwrap_or(usize::MAX);
+            (
+                position,
+                FileNote::new(path, key, NoteKind::Requoted { line }),
+            )
+        })
+        .collect();
 
     let mut definition = AgentDefinition::default();
     definition.prompt = body.trim().to_owned();
@@ -231,10 +319,19 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
         }
         name_given |= field == Field::Name;
         allowed_written |= field == Field::AllowedSubagents;
-        if let Err(message) = apply(&mut definition, field, value) {
-            unread.push(field);
-            errors.push((position, field_error(path, key, message)));
+        match apply(&mut definition, field, value) {
+            Ok(Some(kind)) => notes.push((position, FileNote::new(path, key, kind))),
+            Ok(None) => {}
+            Err(message) => {
+                unread.push(field);
+                errors.push((position, field_error(path, key, message)));
+            }
         }
+    }
+    // pi gives an isolated agent no extension tool: its selectors among names go.
+    if let Some(kind) = drop_selectors_if_isolated(&mut definition) {
+        let (key, position) = seen.get(&Field::Tools).copied().unwrap_or(("tools", 0));
+        notes.push((position, FileNote::new(path, key, kind)));
     }
     // Claude Code's `Agent(...)` entries in `tools` are the subagent allowance: an error of
     // theirs (their types, or an `allowed_subagents` granting others) is `tools`'s.
@@ -279,11 +376,13 @@ fn parse(path: &Path, text: &str) -> Result<Parsed, CatalogError> {
     }
     // Stable: errors of one position keep the order they were found in.
     errors.sort_by_key(|(position, _)| *position);
+    notes.sort_by_key(|(position, _)| *position);
     match combine(errors.into_iter().map(|(_, e)| e).collect()) {
         Some(error) => Err(error),
         None => Ok(Parsed {
             definition,
             ignored,
+            notes: notes.into_iter().map(|(_, n)| n).collect(),
         }),
     }
 }
@@ -330,22 +429,50 @@ pub(super) fn has_frontmatter(text: &str) -> bool {
         .is_some_and(|first| first.trim_end() == "---")
 }
 
-/// Parses the frontmatter of `path` into its fields; an empty frontmatter has none.
-fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> {
+/// Parses the frontmatter of `path` into its fields; an empty frontmatter has none. Also
+/// returns the lines re-quoted so it parses (see [`requote`]).
+fn frontmatter_fields(path: &Path, yaml: &str) -> Result<(Mapping, Vec<Requoted>), CatalogError> {
     let file_error = |message| CatalogError::File {
         file: path.to_owned(),
         message,
-    };
-    let yaml_error = |e: serde_yaml_ng::Error| CatalogError::Yaml {
-        file: path.to_owned(),
-        hint: quote_hint(yaml, &e),
-        source: Box::new(e),
     };
     if opens_too_deep(yaml) {
         return Err(file_error(format!(
             "frontmatter opens more than {MAX_OPEN_BRACKETS} `[` or `{{` without closing them"
         )));
     }
+    let (value, requoted) = match yaml_value(path, yaml) {
+        Ok(value) => (value, Vec::new()),
+        // pi and Claude Code load a plain value holding `: ` as text, which YAML refuses: such
+        // values are quoted and the frontmatter parsed once more. If that fails too, the
+        // file's own error (with its hint) is the one worth reading.
+        Err(original @ CatalogError::Yaml { .. }) => match requote(yaml) {
+            Some((text, requoted)) => match yaml_value(path, &text) {
+                Ok(value) => (value, requoted),
+                Err(_) => return Err(original),
+            },
+            None => return Err(original),
+        },
+        Err(other) => return Err(other),
+    };
+    match value {
+        Value::Mapping(fields) => Ok((fields, requoted)),
+        Value::Null => Ok((Mapping::new(), requoted)),
+        other => Err(file_error(format!(
+            "frontmatter must be a mapping of `field: value` lines, found {}",
+            describe(&other)
+        ))),
+    }
+}
+
+/// The YAML value of the frontmatter `yaml`, merge keys applied and tags dropped, built within
+/// the expansion budget.
+fn yaml_value(path: &Path, yaml: &str) -> Result<Value, CatalogError> {
+    let yaml_error = |e: serde_yaml_ng::Error| CatalogError::Yaml {
+        file: path.to_owned(),
+        hint: quote_hint(yaml, &e),
+        source: Box::new(e),
+    };
     // The newline stands for the opening `---` line, so the line numbers in the parser's
     // errors are the file's.
     let text = format!("\n{yaml}");
@@ -353,24 +480,128 @@ fn frontmatter_fields(path: &Path, yaml: &str) -> Result<Mapping, CatalogError> 
     // the budget is ever built.
     let budget = Budget::default();
     let mut value = budget.build(&text).map_err(|e| match budget.exceeded() {
-        Some(what) => file_error(format!(
-            "frontmatter expands to more than {what} through YAML aliases (`*name`); \
-             agent files need no aliases"
-        )),
+        Some(what) => CatalogError::File {
+            file: path.to_owned(),
+            message: format!(
+                "frontmatter expands to more than {what} through YAML aliases (`*name`); \
+                 agent files need no aliases"
+            ),
+        },
         None => yaml_error(e),
     })?;
     value.apply_merge().map_err(yaml_error)?;
     while let Value::Tagged(tagged) = value {
         value = tagged.value;
     }
-    match value {
-        Value::Mapping(fields) => Ok(fields),
-        Value::Null => Ok(Mapping::new()),
-        other => Err(file_error(format!(
-            "frontmatter must be a mapping of `field: value` lines, found {}",
-            describe(&other)
-        ))),
+    Ok(value)
+}
+
+/// A line [`requote`] quoted: its key as written, and its line in the file (from 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Requoted {
+    key: String,
+    line: usize,
+}
+
+/// The frontmatter `yaml` with every top-level plain single-line value holding `: ` quoted, or
+/// `None` when no line has one.
+///
+/// A line qualifies when it is not indented, its key is simple (ASCII letters, digits, `_`,
+/// `-`) and followed by `: `, its value is a plain scalar (it does not start with a quote, a
+/// bracket, `|`, `>`, `&`, `*`, `!` or another YAML indicator), holds `: ` (or a colon before
+/// a tab, or ends with a colon), and does not go on over the next lines (the next line that is
+/// neither blank nor a comment is not indented), and no flow collection (`[`, `{`) opened on
+/// an earlier line is still open. The value becomes a YAML double-quoted string with `\` and
+/// `"` escaped, so it reads back as written; a `#` comment after it stays a comment, as YAML
+/// reads it. Lines are kept one for one, so the parser's line numbers stay the file's.
+fn requote(yaml: &str) -> Option<(String, Vec<Requoted>)> {
+    let lines: Vec<&str> = yaml.split_inclusive('\n').collect();
+    let mut out = String::with_capacity(yaml.len() + 16);
+    let mut requoted = Vec::new();
+    // Flow brackets opened by earlier lines and not closed yet (counted only from a line
+    // whose value opens one: brackets in plain text open nothing).
+    let mut open = 0usize;
+    // Whether the value of each line goes on: the next line that is neither blank nor a
+    // comment is indented. Found in one pass from the end, so the scan stays linear.
+    let mut continues = vec![false; lines.len()];
+    let mut next_indented = false;
+    for (i, line) in lines.iter().enumerate().rev() {
+        continues[i] = next_indented;
+        let trimmed = line.trim();
+        if !trimmed.is_empty() && !trimmed.starts_with('#') {
+            next_indented = line.starts_with([' ', '\t']);
+        }
     }
+    for (i, raw) in lines.iter().enumerate() {
+        let (line, end) = match raw.strip_suffix('\n') {
+            Some(line) => (line, "\n"),
+            None => (*raw, ""),
+        };
+        if open == 0 && !continues[i] {
+            if let Some((key, quoted)) = requote_line(line) {
+                // The parser's line 1 is the opening `---` line.
+                requoted.push(Requoted { key, line: i + 2 });
+                out.push_str(&quoted);
+                out.push_str(end);
+                continue;
+            }
+        }
+        let opens_flow = line
+            .split_once(": ")
+            .is_some_and(|(_, value)| value.trim_start().starts_with(['[', '{']));
+        if open > 0 || opens_flow {
+            for byte in line.bytes() {
+                match byte {
+                    b'[' | b'{' => open += 1,
+                    b']' | b'}' => open = open.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+        out.push_str(raw);
+    }
+    (!requoted.is_empty()).then_some((out, requoted))
+}
+
+/// `key: "value"` (a trailing comment kept) for a line [`requote`] quotes, with its key.
+fn requote_line(line: &str) -> Option<(String, String)> {
+    if line.starts_with([' ', '\t']) {
+        return None;
+    }
+    let (key, rest) = line.split_once(':')?;
+    let simple_key = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !simple_key || !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    let rest = rest.trim_start_matches([' ', '\t']);
+    // A `#` after white space starts a comment, in a plain value as anywhere.
+    let comment_at = rest
+        .char_indices()
+        .find(|&(i, c)| c == '#' && i > 0 && rest[..i].ends_with([' ', '\t']))
+        .map_or(rest.len(), |(i, _)| i);
+    let (value, comment) = rest.split_at(comment_at);
+    let value = value.trim_end_matches([' ', '\t']);
+    let mut chars = value.chars();
+    let plain = match (chars.next(), chars.next()) {
+        (None, _) => false,
+        (Some(c), _) if ",[]{}#&*!|>'\"%@`".contains(c) => false,
+        // `-`, `?` and `:` start a plain value only before a character that is not a space.
+        (Some('-' | '?' | ':'), next) => next.is_some_and(|n| n != ' ' && n != '\t'),
+        (Some(_), _) => true,
+    };
+    let holds_colon = value.contains(": ") || value.contains(":\t") || value.ends_with(':');
+    if !plain || !holds_colon {
+        return None;
+    }
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    let gap = if comment.is_empty() { "" } else { " " };
+    Some((
+        key.to_owned(),
+        format!("{key}: \"{escaped}\"{gap}{comment}"),
+    ))
 }
 
 /// The hint for a YAML error a person commonly makes, if `error` is one: an unquoted value
@@ -801,8 +1032,8 @@ pub(super) mod tests {
 
     #[test]
     fn refusals_of_the_definition_check_come_in_file_order_with_the_file_spelling() {
-        let err = with_fields("maxTurns: 0\nisolated: maybe\nrestart-period-ms: 0\nname: ' '")
-            .unwrap_err();
+        let err =
+            with_fields("node: a@b\nisolated: maybe\nrestart-period-ms: 0\nname: ' '").unwrap_err();
         let CatalogError::Many(errors) = err else {
             panic!("expected several errors, got {err:?}");
         };
@@ -816,7 +1047,10 @@ pub(super) mod tests {
         assert_eq!(
             found,
             [
-                ("maxTurns", "expected a positive integer, found 0"),
+                (
+                    "node",
+                    "expected a node name (no white space around it, no '@'), found \"a@b\""
+                ),
                 ("isolated", "expected true or false, found \"maybe\""),
                 ("restart-period-ms", "expected a positive integer, found 0"),
                 ("name", "expected a non-blank name, found \" \""),
@@ -837,7 +1071,7 @@ pub(super) mod tests {
     #[test]
     fn the_loader_and_catalog_new_refuse_the_same_definitions() {
         for frontmatter in [
-            "max_turns: 0",
+            "node: a@b",
             "restart_period_ms: 0",
             "name: '  '",
             "max_turns: 1",
@@ -854,7 +1088,7 @@ pub(super) mod tests {
                     // The same values, built in code, are refused too.
                     let mut d = AgentDefinition::new("tester", "");
                     match frontmatter {
-                        "max_turns: 0" => d.max_turns = Some(0),
+                        "node: a@b" => d.node = Some("a@b".into()),
                         "restart_period_ms: 0" => d.restart_period_ms = 0,
                         "name: '  '" => d.name = "  ".into(),
                         other => panic!("{other} should parse"),
@@ -1066,8 +1300,9 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn an_unquoted_value_holding_a_colon_gets_a_hint_to_quote_it() {
-        let err = with_fields("name: x\ndescription: a: b").unwrap_err();
+    fn a_value_that_cannot_be_requoted_gets_a_hint_to_quote_it() {
+        // The value goes on over the next line: not a single-line value, so not re-quoted.
+        let err = with_fields("name: x\ndescription: a: b\n  and more").unwrap_err();
         assert!(matches!(&err, CatalogError::Yaml { hint: Some(h), .. }
             if h == "quote the value: description: \"a: b\""));
         let shown = err.to_string();
@@ -1082,19 +1317,31 @@ pub(super) mod tests {
             "{shown}"
         );
         // Quotes and backslashes in the value are escaped; a long value is cut.
-        let message = file_err("---\ndescription: Use when: the user says \"go\\now\"\n---\n");
+        let message =
+            file_err("---\ndescription: Use when: the user says \"go\\now\"\n  and more\n---\n");
         assert!(
             message.ends_with(
                 r#"(quote the value: description: "Use when: the user says \"go\\now\"")"#
             ),
             "{message}"
         );
-        let message = file_err(&format!("---\ndescription: a: {}\n---\n", "b".repeat(100)));
+        let message = file_err(&format!(
+            "---\ndescription: a: {}\n more\n---\n",
+            "b".repeat(100)
+        ));
         assert!(message.ends_with("bbbbbbb...\")"), "{message}");
-        // Not a simple `key: value` line: the general advice.
+        // Not a top-level `key: value` line: the general advice.
         let message = file_err("---\nlist:\n  - a: b: c\n---\n");
         assert!(
             message.ends_with("(a value holding `: ` must be quoted)"),
+            "{message}"
+        );
+        // Re-quoting fixes the value but another error remains: the file's own error, with
+        // its line and hint, is reported.
+        let message = file_err("---\ndescription: a: b\ntools: [read\n---\n");
+        assert!(message.contains("mapping values"), "{message}");
+        assert!(
+            message.ends_with("at line 2 column 15 (quote the value: description: \"a: b\")"),
             "{message}"
         );
         // Other YAML errors get no hint.
@@ -1103,6 +1350,135 @@ pub(super) mod tests {
             matches!(err, CatalogError::Yaml { hint: None, .. }),
             "{err:?}"
         );
+    }
+
+    /// The notes of `text`, as (field, kind).
+    pub(in crate::catalog) fn notes_of(text: &str) -> (AgentDefinition, Vec<(String, NoteKind)>) {
+        let (definition, notes) = parse_agent_file_with_notes(Path::new(FILE), text)
+            .unwrap_or_else(|e| panic!("{text:?} should parse: {e}"));
+        for note in &notes {
+            assert_eq!(note.file, Path::new(FILE));
+        }
+        let notes = notes.into_iter().map(|n| (n.field, n.kind)).collect();
+        (definition, notes)
+    }
+
+    #[test]
+    fn a_value_with_a_colon_space_is_requoted_and_reported() {
+        // As contains-studio writes descriptions: one long line, `: ` and quotes in it, and
+        // escapes (`\n`) that a plain YAML value keeps as written.
+        let description = r#"Use this agent for reviews. Triggers on: code review, PR. Examples:\n\n<example>\nContext: a PR\nuser: "Review it"\n</example>"#;
+        let text = format!(
+            "---\nname: reviewer\ndescription: {description}\ncolor: purple\ntools: Read, Grep\n---\nYou review.\n"
+        );
+        let (reviewer, notes) = notes_of(&text);
+        assert_eq!(reviewer.description, description, "the text as written");
+        assert_eq!(reviewer.tools, ToolSet::only(["Read", "Grep"]));
+        assert_eq!(
+            notes,
+            [("description".to_owned(), NoteKind::Requoted { line: 3 })]
+        );
+        // Each such line is re-quoted, and noted with its own key and line; a comment after
+        // the value stays a comment; a value ending in a colon is one too.
+        let (d, notes) = notes_of(
+            "---\ndescription: When: asked # a comment: ignored\nmodel: small\nexamples: Steps:\n---\n",
+        );
+        assert_eq!(d.description, "When: asked");
+        assert_eq!(d.model.as_deref(), Some("small"));
+        assert_eq!(
+            notes,
+            [
+                ("description".to_owned(), NoteKind::Requoted { line: 2 }),
+                ("examples".to_owned(), NoteKind::Requoted { line: 4 }),
+            ]
+        );
+        // Backslashes and quotes read back as written.
+        let (d, _) = notes_of("---\ndescription: a: \"b\" \\ c\\\n---\n");
+        assert_eq!(d.description, r#"a: "b" \ c\"#);
+        // A re-quoted value is read by its field like any string: its errors are its field's.
+        let (field, message) = field_err("max_turns: ten: 10");
+        assert_eq!(field, "max_turns");
+        assert_eq!(message, "expected a positive integer, found \"ten: 10\"");
+        // A file that parses as written gets no note.
+        assert!(notes_of("---\ndescription: 'a: b'\n---\n").1.is_empty());
+    }
+
+    #[test]
+    fn only_top_level_plain_single_line_values_are_requoted() {
+        for (yaml, requoted) in [
+            ("description: a: b", Some("description: \"a: b\"")),
+            ("description: a:\tb", Some("description: \"a:\tb\"")),
+            (
+                "run-in_background2: a: b",
+                Some("run-in_background2: \"a: b\""),
+            ),
+            (
+                "description: a: b  # c: d",
+                Some("description: \"a: b\" # c: d"),
+            ),
+            ("description: -x: y", Some("description: \"-x: y\"")),
+            ("description: a#b: c", Some("description: \"a#b: c\"")),
+            // Indented, quoted, flow, block, alias, anchor, tag, sequence: not plain or not
+            // top-level; a colon without a space after it is no mapping.
+            ("  description: a: b", None),
+            ("description: 'a: b", None),
+            ("description: \"a: b", None),
+            ("description: [a: b]", None),
+            ("description: {a: b}", None),
+            ("description: |", None),
+            ("description: &x a: b", None),
+            ("description: *x: b", None),
+            ("description: !t a: b", None),
+            ("description: - a: b", None),
+            ("description: http://x", None),
+            ("description:a: b", None),
+            ("\"description\": a: b", None),
+            ("de scription: a: b", None),
+            ("description:", None),
+            ("# description: a: b", None),
+        ] {
+            assert_eq!(
+                requote_line(yaml).map(|(_, line)| line).as_deref(),
+                requoted,
+                "{yaml:?}"
+            );
+        }
+        // A value that goes on over the next (indented) line is not single-line; a comment or
+        // a blank line between does not make it go on.
+        assert_eq!(requote("description: a: b\n  more\n"), None);
+        let (text, lines) = requote("description: a: b\n\n  # note\nmodel: m\n").unwrap();
+        assert_eq!(text, "description: \"a: b\"\n\n  # note\nmodel: m\n");
+        assert_eq!(
+            lines,
+            [Requoted {
+                key: "description".into(),
+                line: 2
+            }]
+        );
+        // Nothing inside a flow collection opened on an earlier line.
+        assert_eq!(requote("tools: [read,\nx: a: b]\n"), None);
+        assert!(requote("tools: [read]\nx: a: b\n").is_some());
+        // Lines are kept one for one.
+        let yaml = "a: 1\nb: x: y\r\nc: 3";
+        assert_eq!(
+            requote(yaml).unwrap().0.lines().count(),
+            yaml.lines().count()
+        );
+    }
+
+    #[test]
+    fn crlf_line_ends_are_read_as_lf_in_the_frontmatter_and_the_prompt() {
+        let d = parse_ok(
+            "---\r\nname: x\r\ndescription: |\r\n  One.\r\n  Two.\r\n---\r\nLine one.\r\n\r\nLine two.\r\n",
+        );
+        assert_eq!(d.description, "One.\nTwo.");
+        assert_eq!(d.prompt, "Line one.\n\nLine two.");
+        // A re-quoted value in a CRLF file has no carriage return either.
+        let (d, notes) = notes_of("---\r\ndescription: a: b\r\n---\r\nYou.\r\n");
+        assert_eq!(d.description, "a: b");
+        assert_eq!(notes.len(), 1);
+        // A lone CR is no line end of a CRLF file, and is kept.
+        assert_eq!(parse_ok("---\n---\nA\rB\n").prompt, "A\rB");
     }
 
     /// Every leaf error names `FILE` and is a field or file error.
@@ -1201,6 +1577,16 @@ pub(super) mod tests {
                 Ok(definition) => prop_assert!(!definition.name.trim().is_empty()),
                 Err(e) => assert_leaves_name_the_file(&e),
             }
+        }
+
+        #[test]
+        fn a_requoted_value_reads_back_as_written(
+            head in "[a-zA-Z][a-zA-Z\"\\\\ .,()<>/*&!|'-]{0,12}",
+            tail in "[a-zA-Z\"\\\\ :.,()<>/*&!|'-]{0,24}[a-zA-Z.)\"]",
+        ) {
+            let value = format!("{head}: {tail}");
+            let definition = with_fields(&format!("name: x\ndescription: {value}"));
+            prop_assert_eq!(definition.ok().map(|d| d.description), Some(value.clone()), "{}", value);
         }
 
         #[test]
