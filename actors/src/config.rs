@@ -15,7 +15,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use agent_tree_protocol::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, Strategy};
+use agent_tree_protocol::{DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, Sampling, Strategy};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,9 @@ pub const DEFAULT_MAX_STEERS_PER_RUN: u32 = 100;
 pub const DEFAULT_MAX_STEER_BYTES: usize = 32 * 1024;
 /// Default number of times a turn cut off at the length limit is continued.
 pub const DEFAULT_LENGTH_CONTINUATIONS: u32 = 2;
+/// The output limit of a model turn when neither the agent's definition nor the application
+/// sets one: a model that never stops cannot fill a server's whole context.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
 /// How failed model calls of retryable kinds (rate-limited, transient) are tried again.
 ///
@@ -188,6 +191,16 @@ pub struct TreeConfig {
     pub root_max_restarts: u32,
     /// ...within this window.
     pub root_restart_period: Duration,
+    /// The application's sampling for every agent; a definition's own fields win
+    /// ([`Sampling::or`]). By default only an output limit,
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`].
+    pub sampling: Sampling,
+    /// Model calls in flight at once per model name (a definition's `model`; definitions
+    /// naming none share one bound), across the whole tree, if bounded (by default not).
+    /// A turn waits for its place inside the tree before each attempt, so a model's
+    /// timeout measures the server's work, never a queue in the tree; see
+    /// [`TreeConfig::with_max_model_calls`].
+    pub max_model_calls: Option<usize>,
 }
 
 impl Default for TreeConfig {
@@ -212,6 +225,8 @@ impl Default for TreeConfig {
             root_strategy: Strategy::OneForOne,
             root_max_restarts: DEFAULT_MAX_RESTARTS,
             root_restart_period: Duration::from_millis(DEFAULT_RESTART_PERIOD_MS),
+            sampling: Sampling::default().with_max_output_tokens(DEFAULT_MAX_OUTPUT_TOKENS),
+            max_model_calls: None,
         }
     }
 }
@@ -326,6 +341,8 @@ settings! {
     root_strategy: Strategy,
     root_max_restarts: u32,
     root_restart_period_ms: u64,
+    sampling: Sampling,
+    max_model_calls: usize,
 }
 
 /// Reads [`Settings`], keeping in `current` the field whose key or value is being read, so
@@ -465,6 +482,10 @@ impl TreeConfig {
                 .root_restart_period_ms
                 .map(Duration::from_millis)
                 .unwrap_or(d.root_restart_period),
+            sampling: s
+                .sampling
+                .map_or(d.sampling.clone(), |own| own.or(&d.sampling)),
+            max_model_calls: s.max_model_calls.or(d.max_model_calls),
         };
         config.check(origin)?;
         Ok(config)
@@ -508,6 +529,16 @@ impl TreeConfig {
         }
         if self.max_steer_bytes == 0 {
             return Err(invalid("max_steer_bytes", "must be at least 1"));
+        }
+        if self.max_model_calls == Some(0) {
+            return Err(invalid("max_model_calls", "must be at least 1"));
+        }
+        if let Err(error) = self.sampling.check() {
+            return Err(ConfigError::Invalid {
+                origin: origin.to_owned(),
+                field: "sampling",
+                message: error.to_string(),
+            });
         }
         if self.retry.max_attempts == 0 {
             return Err(invalid("model_retry_attempts", "must be at least 1"));
@@ -628,6 +659,46 @@ impl TreeConfig {
     /// Sets the shutdown grace period.
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// Bounds the model calls in flight at once to `max` per model name, across the whole
+    /// tree (settings key `max_model_calls`). A local server serving a few requests at a
+    /// time is given no more; the rest wait inside the tree, in the order they asked, each
+    /// before its attempt (a retry's backoff holds no place), so an adapter's timeout never
+    /// counts a wait in the tree. An abort, kill or shutdown of a waiting agent ends its wait
+    /// at once. Unbounded by default.
+    ///
+    /// ```
+    /// use agent_tree_actors::TreeConfig;
+    /// let config = TreeConfig::default().with_max_model_calls(1);
+    /// assert_eq!(config.max_model_calls, Some(1));
+    /// assert_eq!(TreeConfig::default().max_model_calls, None);
+    /// let config = TreeConfig::from_json(r#"{"max_model_calls": 2}"#).unwrap();
+    /// assert_eq!(config.max_model_calls, Some(2));
+    /// assert!(TreeConfig::from_json(r#"{"max_model_calls": 0}"#).is_err());
+    /// ```
+    pub fn with_max_model_calls(mut self, max: usize) -> Self {
+        self.max_model_calls = Some(max);
+        self
+    }
+
+    /// The same config with the application's sampling for every agent (a definition's own
+    /// fields win). Replaces the default, output limit included: keep one
+    /// (`.with_max_output_tokens(..)`) unless the provider's own default is meant.
+    ///
+    /// ```
+    /// use agent_tree_actors::TreeConfig;
+    /// use agent_tree_protocol::Sampling;
+    /// let config = TreeConfig::default()
+    ///     .with_sampling(Sampling::default().with_temperature(0.0).with_max_output_tokens(256));
+    /// assert_eq!(config.sampling.max_output_tokens, Some(256));
+    /// let config = TreeConfig::from_json(r#"{"sampling": {"seed": 7}}"#).unwrap();
+    /// assert_eq!(config.sampling.seed, Some(7));
+    /// assert_eq!(config.sampling.max_output_tokens, Some(agent_tree_actors::DEFAULT_MAX_OUTPUT_TOKENS));
+    /// ```
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
         self
     }
 }

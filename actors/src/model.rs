@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use agent_tree_protocol::{
-    AgentDefinition, AgentId, EventKind, FinishReason, Message, ToolCall, ToolSpec, Usage,
+    AgentDefinition, AgentId, EventKind, FinishReason, Message, Sampling, ToolCall, ToolSpec, Usage,
 };
 use parking_lot::Mutex;
 
@@ -44,6 +44,11 @@ pub struct ModelRequest {
     pub tools: Arc<[ToolSpec]>,
     /// Where a streaming model reports text as it arrives and usage as it learns it.
     pub sink: TurnSink,
+    /// How to sample: the definition's sampling laid over the tree's
+    /// ([`TreeConfig::sampling`](crate::TreeConfig::sampling)). An adapter sends each field
+    /// set under its API's own name, and its own builder settings only where this leaves
+    /// a field unset.
+    pub sampling: Sampling,
 }
 
 impl ModelRequest {
@@ -85,6 +90,7 @@ impl ModelRequest {
             messages: Arc::from([]),
             tools: Arc::from([]),
             sink: TurnSink::default(),
+            sampling: Sampling::default(),
         }
     }
 
@@ -141,6 +147,21 @@ impl ModelRequest {
     /// The same request with `messages`.
     pub fn with_messages(mut self, messages: impl Into<Arc<[Message]>>) -> Self {
         self.messages = messages.into();
+        self
+    }
+
+    /// The same request with `sampling`.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_tree_actors::ModelRequest;
+    /// # use agent_tree_protocol::{AgentDefinition, AgentId, Sampling};
+    /// let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")))
+    ///     .with_sampling(Sampling::default().with_seed(42));
+    /// assert_eq!(request.sampling.seed, Some(42));
+    /// ```
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
         self
     }
 
@@ -221,13 +242,17 @@ impl ModelResponse {
 /// each text delta and [`TurnSink::usage`] whenever the provider reports usage. What that
 /// buys:
 ///
-/// * An agent aborted mid-turn keeps the text streamed so far as its partial output.
+/// * An agent aborted mid-turn keeps the text streamed so far as its partial output, and a
+///   turn that fails keeps it too: of a retried turn, the text of its last attempt that
+///   streamed any (a server that died after 6 KB, and refused the retries, leaves those
+///   6 KB).
 /// * A call that is aborted, or fails without usage of its own, is billed the usage last
 ///   reported here (the provider billed it). A call that returns is billed its response's
 ///   usage; a call that fails with usage in its [`ModelError`] is billed that.
 /// * With the tree's `stream_events` setting on, deltas reach event subscribers as
 ///   `text_delta` events, joined into pieces of at least [`TurnSink::EVENT_BYTES`] bytes so
-///   a busy stream stays a few events.
+///   a busy stream stays a few events. Each names the attempt of the turn it belongs to;
+///   all of a failed attempt's text is announced before its `retrying` event.
 ///
 /// Cheap to clone: clones report to the same turn. A sink made with `default()` records
 /// nothing.
@@ -259,11 +284,24 @@ struct SinkInner {
 
 #[derive(Default)]
 struct SinkState {
+    /// The text the current attempt streamed.
     text: String,
     /// Text not yet announced as an event (only when the sink has `events`).
     pending: String,
     /// The usage last reported; boxed, as most models report none until they return.
     usage: Option<Box<Usage>>,
+    /// Attempts of the turn before the current one (the current is `retries + 1`).
+    retries: u32,
+    /// The text of the last earlier attempt that streamed any: the turn's partial output
+    /// while the current attempt has streamed nothing.
+    kept: String,
+}
+
+impl SinkState {
+    /// The current attempt's number, from 1.
+    fn attempt(&self) -> u32 {
+        self.retries.saturating_add(1)
+    }
 }
 
 /// Where a sink's `text_delta` events go: its agent's run `run`, turn `turn` (refused once
@@ -325,10 +363,10 @@ impl TurnSink {
                 state.pending.push_str(delta);
             }
             (state.pending.len() >= TurnSink::EVENT_BYTES)
-                .then(|| std::mem::take(&mut state.pending))
+                .then(|| (state.attempt(), std::mem::take(&mut state.pending)))
         };
-        if let Some(text) = ready {
-            inner.announce(text);
+        if let Some((attempt, text)) = ready {
+            inner.announce(attempt, text);
         }
     }
 
@@ -339,7 +377,8 @@ impl TurnSink {
         }
     }
 
-    /// The text streamed so far.
+    /// The text streamed so far (by the current attempt, when the runtime retries the
+    /// turn).
     pub fn streamed_text(&self) -> String {
         self.inner
             .as_ref()
@@ -355,23 +394,46 @@ impl TurnSink {
             .unwrap_or_default()
     }
 
-    /// Starts a new attempt of the same turn: the text and usage of a failed attempt are
-    /// not the next one's.
-    pub(crate) fn reset(&self) {
+    /// Starts the next attempt of the same turn: the text and usage of a failed attempt are
+    /// not the next one's (its text was announced: [`flush`](Self::flush) comes first). Its
+    /// text, if it streamed any, is kept as the turn's partial output until a later attempt
+    /// streams some.
+    pub(crate) fn next_attempt(&self) {
         if let Some(inner) = &self.inner {
             let mut state = inner.state.lock();
-            state.text.clear();
+            let text = std::mem::take(&mut state.text);
+            if !text.is_empty() {
+                state.kept = text;
+            }
             state.pending.clear();
             state.usage = None;
+            state.retries = state.retries.saturating_add(1);
+        }
+    }
+
+    /// The text to keep as the turn's partial output: the current attempt's, else (it
+    /// streamed nothing) the last earlier attempt's that streamed any.
+    pub(crate) fn partial_text(&self) -> String {
+        let Some(inner) = &self.inner else {
+            return String::new();
+        };
+        let state = inner.state.lock();
+        if state.text.is_empty() {
+            state.kept.clone()
+        } else {
+            state.text.clone()
         }
     }
 
     /// Announces the text not yet announced (at the end of a call).
     pub(crate) fn flush(&self) {
         let Some(inner) = &self.inner else { return };
-        let text = std::mem::take(&mut inner.state.lock().pending);
+        let (attempt, text) = {
+            let mut state = inner.state.lock();
+            (state.attempt(), std::mem::take(&mut state.pending))
+        };
         if !text.is_empty() {
-            inner.announce(text);
+            inner.announce(attempt, text);
         }
     }
 
@@ -382,13 +444,20 @@ impl TurnSink {
             .is_some_and(|inner| inner.state.lock().usage.is_some())
     }
 
-    /// Takes the text not yet announced, with its turn, for a settle that announces it
-    /// itself (under the registry lock, before the terminal event).
-    pub(crate) fn take_pending(&self) -> Option<(u32, String)> {
+    /// Takes the text not yet announced, as the `text_delta` announcing it, for a settle
+    /// that announces it itself (under the registry lock, before the terminal event).
+    pub(crate) fn take_pending(&self) -> Option<EventKind> {
         let inner = self.inner.as_ref()?;
         let events = inner.events.as_ref()?;
-        let text = std::mem::take(&mut inner.state.lock().pending);
-        (!text.is_empty()).then_some((events.turn, text))
+        let (attempt, text) = {
+            let mut state = inner.state.lock();
+            (state.attempt(), std::mem::take(&mut state.pending))
+        };
+        (!text.is_empty()).then_some(EventKind::TextDelta {
+            turn: events.turn,
+            attempt,
+            text,
+        })
     }
 
     /// Takes the usage last reported, so it is billed once.
@@ -402,13 +471,14 @@ impl TurnSink {
 }
 
 impl SinkInner {
-    fn announce(&self, text: String) {
+    fn announce(&self, attempt: u32, text: String) {
         if let Some(events) = &self.events {
             events.shared.registry.announce_run(
                 events.agent,
                 events.run,
                 EventKind::TextDelta {
                     turn: events.turn,
+                    attempt,
                     text,
                 },
             );
@@ -466,4 +536,13 @@ pub trait Model: Send + Sync + 'static {
     /// A [`ModelError`]: retried by the tree's retry policy when its kind is retryable,
     /// else the agent fails with reason `model_error`.
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>>;
+
+    /// The context window, in tokens, of the model `request` would be sent to, when known:
+    /// the runtime then never continues a cut-off answer with a request that cannot fit
+    /// (the prompt it last reported plus the output limit). `None` (the default) when
+    /// unknown.
+    fn context_window(&self, request: &ModelRequest) -> Option<u32> {
+        let _ = request;
+        None
+    }
 }

@@ -13,6 +13,8 @@
 //! * [`admission`]: whether a new child may take a slot now (depth, width, total, budgets),
 //!   and whether a top-level background agent runs or queues for a pool slot.
 //! * [`capability`]: which tools an agent is offered, and its default `max_turns`.
+//! * [`continuation`]: whether a turn cut off at the output limit is continued (the
+//!   continuations left, and whether the next request fits the model's context window).
 //! * [`control`]: which agents an agent's control tools reach.
 //! * [`edge`]: the owner edge across nodes: exactly-once delivery, the lease, the mirror of
 //!   a remote subtree, the shutdown deadline across nodes, the frame size guard.
@@ -35,6 +37,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod capability;
+pub(crate) mod continuation;
 pub(crate) mod control;
 pub(crate) mod edge;
 pub(crate) mod restart;

@@ -3,23 +3,28 @@
 use std::time::Duration;
 
 use agent_tree_actors::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse, TurnSink};
-use agent_tree_protocol::{FinishReason, Message, ModelErrorKind, Role, ToolCall, Usage};
+use agent_tree_protocol::{
+    FinishReason, Message, ModelErrorKind, Role, Sampling, ToolCall, ToolChoice, Usage,
+};
 use serde_json::{Map, Value, json};
 
 use crate::http;
 use crate::settings::{BuildError, Endpoint, Settings};
 use crate::sse::SseEvent;
-use crate::tools::{count, object_input, parse_arguments, text};
+use crate::tools::{count, is_sendable, parse_arguments, text};
 
 /// A [`Model`] on the Anthropic Messages API (`POST {base_url}/messages`).
 ///
 /// Each turn sends the agent's system prompt (as `system`), its conversation (tool results
 /// as `tool_result` blocks of a user message, answering the assistant's `tool_use` blocks)
-/// and its tools, and returns the text, the tool calls, the stop reason and the usage:
+/// its tools and its sampling ([`ModelRequest::sampling`], under the Messages API's names;
+/// no seed, which the API lacks), and returns the text, the tool calls, the stop reason and
+/// the usage:
 /// `input_tokens` as Anthropic reports it (it excludes cached tokens already),
 /// `cache_read_input_tokens` as cache reads and `cache_creation_input_tokens` as cache
-/// writes. It never retries: the tree's retry policy does (overloaded, HTTP 529, is
-/// `transient`).
+/// writes. It marks each request's stable prefix for Anthropic's prompt cache (see
+/// [`AnthropicBuilder::prompt_caching`]). It never retries: the tree's retry policy does
+/// (overloaded, HTTP 529, is `transient`).
 ///
 /// ```no_run
 /// use agent_tree_models::Anthropic;
@@ -34,6 +39,7 @@ use crate::tools::{count, object_input, parse_arguments, text};
 #[derive(Debug)]
 pub struct Anthropic {
     settings: Settings,
+    prompt_caching: bool,
     endpoint: Endpoint,
 }
 
@@ -42,7 +48,9 @@ pub struct Anthropic {
 /// Defaults: base URL [`Anthropic::DEFAULT_BASE_URL`], no key, no default model (a turn
 /// whose definition names no model fails with `invalid_request`),
 /// [`Anthropic::DEFAULT_MAX_TOKENS`] output tokens (the API requires a limit), API version
-/// [`Anthropic::API_VERSION`], a 600 s timeout, streaming off, responses capped at
+/// [`Anthropic::API_VERSION`], timeouts of 10 s to connect, 600 s for a whole call (600 s to
+/// the first byte and 120 s between pieces with streaming), prompt caching on, streaming off,
+/// responses capped at
 /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::DEFAULT_MAX_RESPONSE_BYTES).
 ///
 /// ```
@@ -69,6 +77,7 @@ pub struct Anthropic {
 pub struct AnthropicBuilder {
     settings: Settings,
     version: String,
+    prompt_caching: bool,
 }
 
 impl Anthropic {
@@ -94,6 +103,7 @@ impl Anthropic {
         AnthropicBuilder {
             settings: Settings::new(Self::DEFAULT_BASE_URL),
             version: Self::API_VERSION.to_owned(),
+            prompt_caching: true,
         }
     }
 
@@ -121,24 +131,18 @@ impl Anthropic {
             tools = request.tools.len(),
             "messages call"
         );
-        let mut response = http::post(&self.endpoint, bytes, stream, error_from_status).await?;
+        let mut body = http::post(&self.endpoint, bytes, stream, error_from_status).await?;
         let max = self.endpoint.max_response_bytes;
-        let event_stream = response
+        let event_stream = body
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/event-stream"));
         if stream && event_stream {
-            http::read_stream::<StreamState>(
-                &mut response,
-                &request.sink,
-                max,
-                self.endpoint.timeout,
-            )
-            .await
+            http::read_stream::<StreamState>(&mut body, &request.sink, max).await
         } else {
-            let body = http::read_body(&mut response, max, self.endpoint.timeout, false).await?;
-            parse_response(&body)
+            let whole = http::read_body(&mut body, max, false).await?;
+            parse_response(&whole)
         }
     }
 
@@ -153,10 +157,12 @@ impl Anthropic {
         let (system, messages) = messages(request);
         let mut body = Map::new();
         body.insert("model".into(), json!(model));
-        body.insert(
-            "max_tokens".into(),
-            json!(self.settings.max_tokens.unwrap_or(Self::DEFAULT_MAX_TOKENS)),
-        );
+        let sampling = &request.sampling;
+        let max_tokens = self
+            .settings
+            .output_limit(sampling.max_output_tokens)
+            .unwrap_or(Self::DEFAULT_MAX_TOKENS);
+        body.insert("max_tokens".into(), json!(max_tokens));
         if !system.is_empty() {
             body.insert("system".into(), json!(system));
         }
@@ -174,6 +180,24 @@ impl Anthropic {
                 })
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
+            if let Some(choice) = tool_choice(sampling) {
+                body.insert("tool_choice".into(), choice);
+            }
+        }
+        if let Some(temperature) = sampling.temperature {
+            // The Messages API takes 0 to 1; a tree's sampling may be shared with providers
+            // that take up to 2.
+            body.insert("temperature".into(), json!(temperature.min(1.0)));
+        }
+        if let Some(top_p) = sampling.top_p {
+            body.insert("top_p".into(), json!(top_p));
+        }
+        if !sampling.stop.is_empty() {
+            body.insert("stop_sequences".into(), json!(sampling.stop));
+        }
+        // No `seed`: the Messages API has none.
+        if self.prompt_caching {
+            mark_cache_breakpoints(&mut body);
         }
         if stream {
             body.insert("stream".into(), json!(true));
@@ -186,10 +210,30 @@ impl Model for Anthropic {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(self.call(request))
     }
+
+    /// The builder's [`context_window`](AnthropicBuilder::context_window), if set.
+    fn context_window(&self, _request: &ModelRequest) -> Option<u32> {
+        self.settings.context_window
+    }
 }
 
 impl AnthropicBuilder {
-    /// The API's base URL, up to and including `/v1` (`/messages` is appended).
+    /// The API's base URL: up to and including `/v1` (`/messages` is appended), or without
+    /// it, as Anthropic's SDKs and Claude Code's `ANTHROPIC_BASE_URL` take it (a base whose
+    /// last segment is no version gets `/v1/messages`), or the whole endpoint.
+    ///
+    /// ```
+    /// use agent_tree_models::Anthropic;
+    /// for base in [
+    ///     "http://127.0.0.1:8080",             // ANTHROPIC_BASE_URL's form
+    ///     "http://127.0.0.1:8080/v1",
+    ///     "http://127.0.0.1:8080/v1/messages", // the whole endpoint
+    /// ] {
+    ///     let model = Anthropic::builder().base_url(base).build()?;
+    ///     assert_eq!(model.url(), "http://127.0.0.1:8080/v1/messages");
+    /// }
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.settings.base_url = url.into();
         self
@@ -233,17 +277,120 @@ impl AnthropicBuilder {
         self
     }
 
-    /// The most tokens a turn may produce (default [`Anthropic::DEFAULT_MAX_TOKENS`]).
+    /// The most tokens any turn through this adapter may produce: a ceiling, which the
+    /// request's [`Sampling::max_output_tokens`] (the definition's or the tree's) may lower,
+    /// never raise. With neither, [`Anthropic::DEFAULT_MAX_TOKENS`] (the API requires a
+    /// limit).
+    ///
+    /// ```
+    /// let model = agent_tree_models::Anthropic::builder().max_tokens(8192).build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
     pub fn max_tokens(mut self, max: u32) -> Self {
         self.settings.max_tokens = Some(max);
         self
     }
 
-    /// The request timeout: the whole call without streaming; with streaming, the wait for
-    /// the response's head and then for each event. A call past it fails with a `transient`
-    /// error (which the tree retries). Default 600 s.
+    /// The whole-call timeout of a call without streaming (default
+    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT), 600 s): the server's queue, prompt
+    /// processing and generation together. It also stands in for the
+    /// [`first_byte_timeout`](Self::first_byte_timeout) and the
+    /// [`chunk_timeout`](Self::chunk_timeout) where those are not set, as the one timeout
+    /// of earlier versions did. A call past a timeout fails with a `transient` error (which
+    /// the tree retries).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::Anthropic::builder()
+    ///     .timeout(Duration::from_secs(120))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.settings.timeout = timeout;
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// The longest wait for a connection to the server (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT), 10 s): a server that
+    /// is down fails fast, whatever the other timeouts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::Anthropic::builder()
+    ///     .connect_timeout(Duration::from_secs(3))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// With streaming, the longest wait from sending a request to the first byte of its
+    /// answer (default [`DEFAULT_FIRST_BYTE_TIMEOUT`](crate::DEFAULT_FIRST_BYTE_TIMEOUT),
+    /// 600 s, unless [`timeout`](Self::timeout) is set): what a server spends before it
+    /// answers at all. A local server with one slot (llama.cpp) queues a request while it
+    /// serves another, then processes the prompt, which for a long prompt on small hardware
+    /// takes minutes: this timeout must cover both. The tree bounds the calls in flight per
+    /// model, so a request waiting inside the tree is not counted here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::Anthropic::builder()
+    ///     .streaming(true)
+    ///     .first_byte_timeout(Duration::from_secs(1800)) // a slow local server
+    ///     .chunk_timeout(Duration::from_secs(60))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.first_byte_timeout = Some(timeout);
+        self
+    }
+
+    /// With streaming, the longest silence between two pieces of the stream once its first
+    /// byte came (default [`DEFAULT_CHUNK_TIMEOUT`](crate::DEFAULT_CHUNK_TIMEOUT), 120 s,
+    /// unless [`timeout`](Self::timeout) is set): a stalled stream is cut after it and
+    /// retried by the tree, while a long healthy stream is never cut.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::Anthropic::builder()
+    ///     .streaming(true)
+    ///     .chunk_timeout(Duration::from_secs(30))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn chunk_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.chunk_timeout = Some(timeout);
+        self
+    }
+
+    /// The model's context window, in tokens (the server's `n_ctx`, the provider's
+    /// published window): the runtime then never continues a cut-off answer with a request
+    /// that cannot fit. Nothing is sent; unset, the window is unknown and the runtime does
+    /// not check. One window for every model the adapter sends to: for models of different
+    /// windows give the smallest, or one adapter per model behind a routing `Model`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_tree_actors::{Model, ModelRequest};
+    /// use agent_tree_models::Anthropic;
+    /// use agent_tree_protocol::{AgentDefinition, AgentId};
+    /// // A Claude model of 200 000 tokens.
+    /// let model = Anthropic::builder().model("m").context_window(200_000).build()?;
+    /// let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")));
+    /// assert_eq!(model.context_window(&request), Some(200_000));
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.settings.context_window = Some(tokens);
         self
     }
 
@@ -251,6 +398,24 @@ impl AnthropicBuilder {
     /// value is treated as a secret: never logged, never shown.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Whether to mark the stable prefix of each request for Anthropic's prompt cache
+    /// (default on): `cache_control: {"type": "ephemeral"}` on the last tool, on the system
+    /// prompt (sent as a text block) and on the conversation's last message (and the
+    /// previous turn's), so a run's later turns and agents of the same type read their
+    /// common prefix from cache, at a tenth of the input price, after paying a quarter
+    /// more to write it once. Turn it off for a server that refuses `cache_control` or a
+    /// system prompt given as blocks.
+    ///
+    /// ```
+    /// let model = agent_tree_models::Anthropic::builder().prompt_caching(false).build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn prompt_caching(mut self, on: bool) -> Self {
+        self.prompt_caching = on;
         self
     }
 
@@ -285,12 +450,94 @@ impl AnthropicBuilder {
         if let Some(key) = &self.settings.api_key {
             auth.push(("x-api-key", key.clone()));
         }
-        let endpoint = Endpoint::new(&self.settings, "/messages", auth)?;
+        let endpoint = Endpoint::new(&self.settings, Some("/v1"), "/messages", auth)?;
         Ok(Anthropic {
             settings: self.settings,
+            prompt_caching: self.prompt_caching,
             endpoint,
         })
     }
+}
+
+/// Anthropic's prompt-cache breakpoint: the prefix up to the block it marks is cached (for
+/// five minutes, renewed by each read).
+fn ephemeral() -> Value {
+    json!({ "type": "ephemeral" })
+}
+
+/// Marks the stable prefix of a request for Anthropic's prompt cache, with at most the four
+/// breakpoints the API allows, in its cache order (tools, system, messages):
+///
+/// 1. the last tool: every agent of a type offered the same tools reads them from cache;
+/// 2. the system prompt, made a text block: so do same-type siblings, whose conversations
+///    differ;
+/// 3. the last message: the next turn of this run reads the whole conversation so far;
+/// 4. the message before the last assistant message, which was the last message of the
+///    previous turn: this turn reads what that turn wrote, however many blocks (tool calls
+///    and results) came since (the API looks back only 20 blocks from a breakpoint).
+///
+/// A prefix shorter than the model's minimum (1024 tokens, more on small models) is simply
+/// not cached.
+fn mark_cache_breakpoints(body: &mut Map<String, Value>) {
+    if let Some(last) = body
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|tools| tools.last_mut())
+    {
+        last["cache_control"] = ephemeral();
+    }
+    if let Some(Value::String(system)) = body.get("system") {
+        let block = json!([{ "type": "text", "text": system, "cache_control": ephemeral() }]);
+        body.insert("system".into(), block);
+    }
+    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let last = messages.len().checked_sub(1);
+    let previous_turn = last.and_then(|last| {
+        messages[..last]
+            .iter()
+            .rposition(|m| m["role"] == "assistant")
+            .and_then(|assistant| assistant.checked_sub(1))
+    });
+    for index in [previous_turn, last].into_iter().flatten() {
+        mark_last_block(&mut messages[index]);
+    }
+}
+
+/// Puts a cache breakpoint on a message's last content block (a text content becomes one
+/// text block).
+fn mark_last_block(message: &mut Value) {
+    if let Some(text) = message["content"].as_str() {
+        message["content"] = json!([{ "type": "text", "text": text }]);
+    }
+    if let Some(block) = message["content"]
+        .as_array_mut()
+        .and_then(|blocks| blocks.last_mut())
+    {
+        block["cache_control"] = ephemeral();
+    }
+}
+
+/// The Messages `tool_choice` of a request's sampling: `auto`, `any` (required), `tool`
+/// (named) or `none`, with `disable_parallel_tool_use` when parallel calls are set (an
+/// `auto` choice carries it when no choice is set); `None` when neither is set.
+fn tool_choice(sampling: &Sampling) -> Option<Value> {
+    let parallel = sampling.parallel_tool_calls;
+    let mut choice = match &sampling.tool_choice {
+        Some(ToolChoice::None) => return Some(json!({ "type": "none" })),
+        Some(ToolChoice::Auto) => json!({ "type": "auto" }),
+        Some(ToolChoice::Required) => json!({ "type": "any" }),
+        Some(ToolChoice::Tool(name)) => json!({ "type": "tool", "name": name }),
+        // No choice (or one this version has no word for): the API's default, `auto`,
+        // written only to carry the parallel setting.
+        _ if parallel.is_some() => json!({ "type": "auto" }),
+        _ => return None,
+    };
+    if let Some(parallel) = parallel {
+        choice["disable_parallel_tool_use"] = json!(!parallel);
+    }
+    Some(choice)
 }
 
 /// The system text and the Messages conversation.
@@ -363,11 +610,18 @@ fn assistant(message: &Message) -> Option<Value> {
         content.push(json!({ "type": "text", "text": message.content }));
     }
     for call in &message.tool_calls {
+        // `input` must be an object; a call cut off or written wrong goes back as `{}`
+        // (its error result follows).
+        let input = if is_sendable(&call.input) {
+            call.input.to_value()
+        } else {
+            Value::Object(Map::new())
+        };
         content.push(json!({
             "type": "tool_use",
             "id": call.id,
             "name": call.name,
-            "input": object_input(&call.input),
+            "input": input,
         }));
     }
     (!content.is_empty()).then(|| json!({ "role": "assistant", "content": content }))
@@ -454,6 +708,11 @@ pub(crate) fn error_from_status(status: u16, body: &str) -> ModelError {
             && http::says_context_length(message) =>
         {
             error.with_kind(ModelErrorKind::ContextLength)
+        }
+        // A server refusing what it cannot parse with a 5xx (Anthropic-compatible servers
+        // such as llama.cpp's): the same body again gets the same answer.
+        _ if status >= 500 && http::says_unparseable(message) => {
+            error.with_kind(ModelErrorKind::InvalidRequest)
         }
         _ => error,
     }

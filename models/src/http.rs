@@ -23,40 +23,103 @@ const ERROR_BODY_BYTES: usize = 64 * 1024;
 /// retry-after is added here).
 pub(crate) type ErrorMapper = fn(u16, &str) -> ModelError;
 
+/// A response being read, each wait for a piece of its body bounded by the call's timeouts.
+pub(crate) struct Body {
+    response: reqwest::Response,
+    /// The longest wait for the next piece.
+    wait: Duration,
+    /// The longest wait for each piece after it.
+    then: Duration,
+    /// What did not come if `wait` runs out, for the error.
+    waiting_for: &'static str,
+    /// The same for `then`.
+    then_waiting_for: &'static str,
+}
+
+const NO_FIRST_BYTE: &str = "no first byte of the response";
+const NO_RESPONSE: &str = "no response";
+const STALLED: &str = "the stream stalled: nothing";
+
+impl Body {
+    /// The response's headers.
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        self.response.headers()
+    }
+
+    /// The next piece of the body, within the wait for it; `None` at its end.
+    pub(crate) async fn next_chunk(&mut self) -> Result<Option<Bytes>, ModelError> {
+        let wait = std::mem::replace(&mut self.wait, self.then);
+        let waiting_for = std::mem::replace(&mut self.waiting_for, self.then_waiting_for);
+        match tokio::time::timeout(wait, self.response.chunk()).await {
+            Ok(chunk) => chunk.map_err(request_error),
+            Err(_) => Err(timed_out(waiting_for, wait)),
+        }
+    }
+}
+
 /// POSTs `body` to `endpoint` and returns the response once its status is a success.
 ///
-/// Without streaming, the endpoint's timeout bounds the whole call (reqwest's request
-/// timeout, body included). With streaming it bounds the wait for the response's head here,
-/// and each wait for a piece of the body in [`next_chunk`].
+/// Without streaming, the endpoint's whole-call timeout bounds the call (reqwest's request
+/// timeout, body included). With streaming, the first-byte timeout bounds the wait for the
+/// response's head and then for the first piece of its body together (wherever the server
+/// spends its queueing and prompt processing), but never leaves that piece less than a
+/// chunk timeout; the chunk timeout bounds each later wait. Connecting is bounded by the
+/// client's connect timeout, within those.
 pub(crate) async fn post(
     endpoint: &Endpoint,
     body: Vec<u8>,
     stream: bool,
     on_error: ErrorMapper,
-) -> Result<reqwest::Response, ModelError> {
+) -> Result<Body, ModelError> {
+    let timeouts = endpoint.timeouts;
     let mut builder = endpoint
         .client
         .post(endpoint.url.clone())
         .headers(endpoint.headers.clone())
         .body(body);
-    if !stream {
-        builder = builder.timeout(endpoint.timeout);
-    }
-    let sent = match tokio::time::timeout(endpoint.timeout, builder.send()).await {
-        Ok(sent) => sent,
-        Err(_) => return Err(timed_out(endpoint.timeout)),
+    let (head_wait, what) = if stream {
+        (timeouts.first_byte, NO_FIRST_BYTE)
+    } else {
+        builder = builder.timeout(timeouts.whole);
+        (timeouts.whole, NO_RESPONSE)
     };
-    let mut response = sent.map_err(request_error)?;
-    let status = response.status();
+    let started = tokio::time::Instant::now();
+    let sent = match tokio::time::timeout(head_wait, builder.send()).await {
+        Ok(sent) => sent,
+        Err(_) => return Err(timed_out(what, head_wait)),
+    };
+    let response = sent.map_err(request_error)?;
+    let mut body = if stream {
+        // The first piece may come well after the head (a server that answers the head
+        // at once and then processes the prompt): it has what is left of the first-byte
+        // timeout, and at least one chunk's wait.
+        let left = timeouts.first_byte.saturating_sub(started.elapsed());
+        Body {
+            response,
+            wait: left.max(timeouts.chunk),
+            then: timeouts.chunk,
+            waiting_for: NO_FIRST_BYTE,
+            then_waiting_for: STALLED,
+        }
+    } else {
+        Body {
+            response,
+            wait: timeouts.whole,
+            then: timeouts.whole,
+            waiting_for: NO_RESPONSE,
+            then_waiting_for: NO_RESPONSE,
+        }
+    };
+    let status = body.response.status();
     if status.is_success() {
-        return Ok(response);
+        return Ok(body);
     }
-    let retry_after = retry_after(response.headers(), SystemTime::now());
+    let retry_after = retry_after(body.headers(), SystemTime::now());
     // A body that cannot be read is no reason to lose the status: map what was read.
-    let body = read_body(&mut response, ERROR_BODY_BYTES, endpoint.timeout, true)
+    let text = read_body(&mut body, ERROR_BODY_BYTES, true)
         .await
         .unwrap_or_default();
-    let mut error = on_error(status.as_u16(), &String::from_utf8_lossy(&body));
+    let mut error = on_error(status.as_u16(), &String::from_utf8_lossy(&text));
     if let Some(wait) = retry_after {
         error = error.with_retry_after(wait);
     }
@@ -67,23 +130,22 @@ pub(crate) async fn post(
 /// Reads the whole body, at most `max` bytes (`truncate`: keep the first `max` bytes and
 /// stop; else a body past `max` is a [`ModelErrorKind::Provider`] error).
 pub(crate) async fn read_body(
-    response: &mut reqwest::Response,
+    body: &mut Body,
     max: usize,
-    idle: Duration,
     truncate: bool,
 ) -> Result<Vec<u8>, ModelError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = next_chunk(response, idle).await? {
-        if body.len() + chunk.len() > max {
+    let mut read = Vec::new();
+    while let Some(chunk) = body.next_chunk().await? {
+        if read.len() + chunk.len() > max {
             if truncate {
-                body.extend_from_slice(&chunk[..max - body.len()]);
-                return Ok(body);
+                read.extend_from_slice(&chunk[..max - read.len()]);
+                return Ok(read);
             }
             return Err(too_large(max));
         }
-        body.extend_from_slice(&chunk);
+        read.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(read)
 }
 
 /// What a provider makes of its event stream: each adapter's stream state, which
@@ -103,21 +165,21 @@ pub(crate) trait StreamDecoder: Default {
 }
 
 /// Reads a streamed response with decoder `D` until it is done or the body ends, each wait
-/// for a piece bounded by `idle`, its events bounded by `max`. A body whose first byte (past
-/// white space) is `{` is one JSON response under another content type, never an event
-/// stream: it is read whole and parsed as one ([`StreamDecoder::parse_whole`]).
+/// for a piece bounded by the body's timeouts, its events bounded by `max`. A body whose
+/// first byte (past white space) is `{` is one JSON response under another content type,
+/// never an event stream: it is read whole and parsed as one
+/// ([`StreamDecoder::parse_whole`]).
 pub(crate) async fn read_stream<D: StreamDecoder>(
-    response: &mut reqwest::Response,
+    body: &mut Body,
     sink: &TurnSink,
     max: usize,
-    idle: Duration,
 ) -> Result<ModelResponse, ModelError> {
     let mut parser = SseParser::new(max);
     let mut decoder = D::default();
     let mut events = Vec::new();
     let mut sniffed = false;
     while !decoder.is_done() {
-        let chunk = match next_chunk(response, idle).await {
+        let chunk = match body.next_chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
             Err(error) => return Err(error.with_usage(decoder.usage())),
@@ -126,8 +188,8 @@ pub(crate) async fn read_stream<D: StreamDecoder>(
             if let Some(&first) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
                 sniffed = true;
                 if first == b'{' {
-                    let body = read_rest(response, chunk.to_vec(), max, idle).await?;
-                    return D::parse_whole(&body);
+                    let whole = read_rest(body, chunk.to_vec(), max).await?;
+                    return D::parse_whole(&whole);
                 }
             }
         }
@@ -147,34 +209,18 @@ pub(crate) async fn read_stream<D: StreamDecoder>(
     decoder.finish()
 }
 
-/// The rest of a body whose first bytes are `body`, the whole at most `max` bytes.
-async fn read_rest(
-    response: &mut reqwest::Response,
-    mut body: Vec<u8>,
-    max: usize,
-    idle: Duration,
-) -> Result<Vec<u8>, ModelError> {
-    if body.len() > max {
+/// The rest of a body whose first bytes are `read`, the whole at most `max` bytes.
+async fn read_rest(body: &mut Body, mut read: Vec<u8>, max: usize) -> Result<Vec<u8>, ModelError> {
+    if read.len() > max {
         return Err(too_large(max));
     }
-    while let Some(chunk) = next_chunk(response, idle).await? {
-        if body.len() + chunk.len() > max {
+    while let Some(chunk) = body.next_chunk().await? {
+        if read.len() + chunk.len() > max {
             return Err(too_large(max));
         }
-        body.extend_from_slice(&chunk);
+        read.extend_from_slice(&chunk);
     }
-    Ok(body)
-}
-
-/// The next piece of the body, waiting at most `idle` for it; `None` at its end.
-pub(crate) async fn next_chunk(
-    response: &mut reqwest::Response,
-    idle: Duration,
-) -> Result<Option<Bytes>, ModelError> {
-    match tokio::time::timeout(idle, response.chunk()).await {
-        Ok(chunk) => chunk.map_err(request_error),
-        Err(_) => Err(timed_out(idle)),
-    }
+    Ok(read)
 }
 
 /// The error of a response larger than `max` bytes.
@@ -182,9 +228,9 @@ pub(crate) fn too_large(max: usize) -> ModelError {
     ModelError::new(format!("the response is larger than {max} bytes"))
 }
 
-/// The error of a call that took longer than `timeout`.
-pub(crate) fn timed_out(timeout: Duration) -> ModelError {
-    ModelError::transient(format!("no response within {} ms", timeout.as_millis()))
+/// The error of a wait that took longer than `timeout`; `what` says what did not come.
+pub(crate) fn timed_out(what: &str, timeout: Duration) -> ModelError {
+    ModelError::transient(format!("{what} within {} ms", timeout.as_millis()))
 }
 
 /// The error reqwest reported for a request or a body read. Everything but a request that
@@ -283,6 +329,30 @@ pub(crate) fn says_context_length(text: &str) -> bool {
     .any(|needle| text.contains(needle))
 }
 
+/// Whether a server error's text says the server could not parse the request: llama.cpp's
+/// "Failed to parse tool call arguments as JSON" (a 500), and the like. Sending the same
+/// body again gets the same answer, so such a 5xx is an invalid request, not a transient
+/// failure. A proxy that could not parse its upstream's *response* says nothing about the
+/// request, and stays transient.
+pub(crate) fn says_unparseable(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    let unparseable = [
+        "failed to parse",
+        "could not parse",
+        "couldn't parse",
+        "unable to parse",
+        "cannot parse",
+        "invalid json",
+        "not valid json",
+        "malformed json",
+        "json parse error",
+        "json.exception.parse_error",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle));
+    unparseable && !text.contains("response") && !text.contains("upstream")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +398,17 @@ mod tests {
             "prompt is too long: 210000 tokens > 200000 maximum"
         ));
         assert!(!says_context_length("invalid tool schema"));
+    }
+
+    #[test]
+    fn unparseable_request_words() {
+        assert!(says_unparseable(
+            "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] \
+             parse error at line 1, column 131: syntax error while parsing value"
+        ));
+        assert!(says_unparseable("Invalid JSON in request body"));
+        assert!(says_unparseable("failed to parse messages"));
+        assert!(!says_unparseable("failed to parse the upstream response"));
+        assert!(!says_unparseable("internal server error"));
     }
 }

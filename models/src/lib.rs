@@ -8,8 +8,10 @@
 //! * [`Anthropic`] (feature `anthropic`) speaks the Anthropic Messages API.
 //!
 //! Both are built with a builder (base URL, API key, default model, max output tokens,
-//! request timeout, extra headers, streaming on or off), convert the provider's usage to the
-//! [`Usage`](agent_tree_protocol::Usage) contract, and map failures to
+//! timeouts for connecting, a whole call, a stream's first byte and the gaps between its
+//! pieces, the context window, extra headers, streaming on or off; Anthropic's prompt
+//! caching), send each agent's sampling under the API's own names, convert the provider's
+//! usage to the [`Usage`](agent_tree_protocol::Usage) contract, and map failures to
 //! [`ModelError`](agent_tree_actors::ModelError) kinds the tree's retry policy acts on. They
 //! never retry themselves. `docs/models.md` in the repository has the rules in full.
 //!
@@ -58,6 +60,9 @@ pub use anthropic::{Anthropic, AnthropicBuilder};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiCompat, OpenAiCompatBuilder};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
-pub use settings::{BuildError, DEFAULT_MAX_RESPONSE_BYTES};
+pub use settings::{
+    BuildError, DEFAULT_CHUNK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT,
+};
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use tools::RAW_ARGUMENTS_KEY;

@@ -3,20 +3,23 @@
 use std::time::Duration;
 
 use agent_tree_actors::{BoxFuture, Model, ModelError, ModelRequest, ModelResponse, TurnSink};
-use agent_tree_protocol::{FinishReason, Message, ModelErrorKind, Role, ToolCall, Usage};
+use agent_tree_protocol::{
+    FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolChoice, Usage,
+};
 use serde_json::{Map, Value, json};
 
 use crate::http;
 use crate::settings::{BuildError, Endpoint, Settings};
 use crate::sse::SseEvent;
-use crate::tools::{count, parse_arguments, raw_arguments, text};
+use crate::tools::{count, is_sendable, parse_arguments, text};
 
 /// A [`Model`] on an OpenAI-compatible Chat Completions endpoint (`POST
 /// {base_url}/chat/completions`): OpenAI, and by base URL Ollama
 /// (`http://127.0.0.1:11434/v1`), vLLM, llama.cpp server, LM Studio, OpenRouter and other
 /// servers speaking the same wire format.
 ///
-/// Each turn sends the agent's system prompt, conversation and tools, and returns the text,
+/// Each turn sends the agent's system prompt, conversation, tools and sampling
+/// ([`ModelRequest::sampling`], under Chat Completions' names), and returns the text,
 /// the tool calls (arguments parsed as JSON; see [`RAW_ARGUMENTS_KEY`](crate::RAW_ARGUMENTS_KEY)
 /// for arguments that are not), the finish reason and the usage, converted so that
 /// `input_tokens` excludes the cached prompt tokens (`prompt_tokens -
@@ -48,8 +51,9 @@ pub struct OpenAiCompat {
 /// Builds an [`OpenAiCompat`]; made by [`OpenAiCompat::builder`].
 ///
 /// Defaults: base URL [`OpenAiCompat::DEFAULT_BASE_URL`], no key, no default model (a turn
-/// whose definition names no model fails with `invalid_request`), no output limit sent,
-/// a 600 s timeout, streaming off, responses capped at
+/// whose definition names no model fails with `invalid_request`), no output limit of its
+/// own, timeouts of 10 s to connect, 600 s for a whole call (600 s to the first byte and
+/// 120 s between pieces with streaming), streaming off, responses capped at
 /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::DEFAULT_MAX_RESPONSE_BYTES).
 ///
 /// ```
@@ -126,20 +130,14 @@ impl OpenAiCompat {
             tools = request.tools.len(),
             "chat completions call"
         );
-        let mut response = http::post(&self.endpoint, bytes, stream, error_from_status).await?;
+        let mut body = http::post(&self.endpoint, bytes, stream, error_from_status).await?;
         let max = self.endpoint.max_response_bytes;
-        if stream && !is_json(&response) {
-            http::read_stream::<StreamState>(
-                &mut response,
-                &request.sink,
-                max,
-                self.endpoint.timeout,
-            )
-            .await
+        if stream && !is_json(body.headers()) {
+            http::read_stream::<StreamState>(&mut body, &request.sink, max).await
         } else {
             // A server that ignored `stream` answered with one JSON body: read it as such.
-            let body = http::read_body(&mut response, max, self.endpoint.timeout, false).await?;
-            parse_response(&body)
+            let whole = http::read_body(&mut body, max, false).await?;
+            parse_response(&whole)
         }
     }
 
@@ -169,9 +167,7 @@ impl OpenAiCompat {
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
         }
-        if let Some(max) = self.settings.max_tokens {
-            body.insert(self.max_tokens_field.into(), json!(max));
-        }
+        self.insert_sampling(&mut body, request);
         if stream {
             body.insert("stream".into(), json!(true));
             body.insert("stream_options".into(), json!({ "include_usage": true }));
@@ -180,9 +176,58 @@ impl OpenAiCompat {
     }
 }
 
+impl OpenAiCompat {
+    /// The request's sampling, each field set under its Chat Completions name; the
+    /// builder's output limit where the request sets none. Tool choice and parallel calls
+    /// only with tools offered (servers refuse them without).
+    fn insert_sampling(&self, body: &mut Map<String, Value>, request: &ModelRequest) {
+        let sampling = &request.sampling;
+        if let Some(temperature) = sampling.temperature {
+            body.insert("temperature".into(), json!(temperature));
+        }
+        if let Some(top_p) = sampling.top_p {
+            body.insert("top_p".into(), json!(top_p));
+        }
+        if let Some(seed) = sampling.seed {
+            body.insert("seed".into(), json!(seed));
+        }
+        if !sampling.stop.is_empty() {
+            body.insert("stop".into(), json!(sampling.stop));
+        }
+        if let Some(max) = self.settings.output_limit(sampling.max_output_tokens) {
+            body.insert(self.max_tokens_field.into(), json!(max));
+        }
+        if request.tools.is_empty() {
+            return;
+        }
+        if let Some(choice) = sampling.tool_choice.as_ref().and_then(tool_choice) {
+            body.insert("tool_choice".into(), choice);
+        }
+        if let Some(parallel) = sampling.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(parallel));
+        }
+    }
+}
+
+/// A tool choice as Chat Completions writes it (`None` for a choice it has no word for).
+fn tool_choice(choice: &ToolChoice) -> Option<Value> {
+    Some(match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Tool(name) => json!({ "type": "function", "function": { "name": name } }),
+        _ => return None,
+    })
+}
+
 impl Model for OpenAiCompat {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         Box::pin(self.call(request))
+    }
+
+    /// The builder's [`context_window`](OpenAiCompatBuilder::context_window), if set.
+    fn context_window(&self, _request: &ModelRequest) -> Option<u32> {
+        self.settings.context_window
     }
 }
 
@@ -232,8 +277,17 @@ impl OpenAiCompatBuilder {
         self
     }
 
-    /// The most tokens a turn may produce, sent as `max_tokens` (which every compatible
-    /// server reads). Unset, no limit is sent and the server's default applies.
+    /// The most tokens any turn through this adapter may produce, sent as `max_tokens`
+    /// (which every compatible server reads): a ceiling, which the request's
+    /// [`Sampling::max_output_tokens`](agent_tree_protocol::Sampling::max_output_tokens)
+    /// (the definition's or the tree's) may lower, never raise. With neither, no limit is
+    /// sent and the server's default applies.
+    ///
+    /// ```
+    /// let model = agent_tree_models::OpenAiCompat::builder().max_tokens(1024).build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
     pub fn max_tokens(mut self, max: u32) -> Self {
         self.settings.max_tokens = Some(max);
         self.max_tokens_field = "max_tokens";
@@ -241,18 +295,113 @@ impl OpenAiCompatBuilder {
     }
 
     /// As [`max_tokens`](Self::max_tokens), sent as `max_completion_tokens`: what OpenAI's
-    /// reasoning models require (they refuse `max_tokens`).
+    /// reasoning models require (they refuse `max_tokens`). The request's own limit is sent
+    /// under this name too.
     pub fn max_completion_tokens(mut self, max: u32) -> Self {
         self.settings.max_tokens = Some(max);
         self.max_tokens_field = "max_completion_tokens";
         self
     }
 
-    /// The request timeout: the whole call without streaming; with streaming, the wait for
-    /// the response's head and then for each piece of the stream. A call past it fails with
-    /// a `transient` error (which the tree retries). Default 600 s.
+    /// The whole-call timeout of a call without streaming (default
+    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT), 600 s): the server's queue, prompt
+    /// processing and generation together. It also stands in for the
+    /// [`first_byte_timeout`](Self::first_byte_timeout) and the
+    /// [`chunk_timeout`](Self::chunk_timeout) where those are not set, as the one timeout
+    /// of earlier versions did. A call past a timeout fails with a `transient` error (which
+    /// the tree retries).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::OpenAiCompat::builder()
+    ///     .timeout(Duration::from_secs(120))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.settings.timeout = timeout;
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// The longest wait for a connection to the server (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT), 10 s): a server that
+    /// is down fails fast, whatever the other timeouts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::OpenAiCompat::builder()
+    ///     .connect_timeout(Duration::from_secs(3))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// With streaming, the longest wait from sending a request to the first byte of its
+    /// answer (default [`DEFAULT_FIRST_BYTE_TIMEOUT`](crate::DEFAULT_FIRST_BYTE_TIMEOUT),
+    /// 600 s, unless [`timeout`](Self::timeout) is set): what a server spends before it
+    /// answers at all. A local server with one slot (llama.cpp) queues a request while it
+    /// serves another, then processes the prompt, which for a long prompt on small hardware
+    /// takes minutes: this timeout must cover both. The tree bounds the calls in flight per
+    /// model, so a request waiting inside the tree is not counted here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::OpenAiCompat::builder()
+    ///     .streaming(true)
+    ///     .first_byte_timeout(Duration::from_secs(1800)) // a slow local server
+    ///     .chunk_timeout(Duration::from_secs(60))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.first_byte_timeout = Some(timeout);
+        self
+    }
+
+    /// With streaming, the longest silence between two pieces of the stream once its first
+    /// byte came (default [`DEFAULT_CHUNK_TIMEOUT`](crate::DEFAULT_CHUNK_TIMEOUT), 120 s,
+    /// unless [`timeout`](Self::timeout) is set): a stalled stream is cut after it and
+    /// retried by the tree, while a long healthy stream is never cut.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let model = agent_tree_models::OpenAiCompat::builder()
+    ///     .streaming(true)
+    ///     .chunk_timeout(Duration::from_secs(30))
+    ///     .build()?;
+    /// # let _ = model;
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn chunk_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.chunk_timeout = Some(timeout);
+        self
+    }
+
+    /// The model's context window, in tokens (the server's `n_ctx`, the provider's
+    /// published window): the runtime then never continues a cut-off answer with a request
+    /// that cannot fit. Nothing is sent; unset, the window is unknown and the runtime does
+    /// not check. One window for every model the adapter sends to: for models of different
+    /// windows give the smallest, or one adapter per model behind a routing `Model`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_tree_actors::{Model, ModelRequest};
+    /// use agent_tree_models::OpenAiCompat;
+    /// use agent_tree_protocol::{AgentDefinition, AgentId};
+    /// // A llama.cpp server started with `-c 32768`.
+    /// let model = OpenAiCompat::builder().model("m").context_window(32_768).build()?;
+    /// let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")));
+    /// assert_eq!(model.context_window(&request), Some(32_768));
+    /// # Ok::<(), agent_tree_models::BuildError>(())
+    /// ```
+    pub fn context_window(mut self, tokens: u32) -> Self {
+        self.settings.context_window = Some(tokens);
         self
     }
 
@@ -290,7 +439,7 @@ impl OpenAiCompatBuilder {
             .iter()
             .map(|key| ("authorization", format!("Bearer {key}")))
             .collect();
-        let endpoint = Endpoint::new(&self.settings, "/chat/completions", auth)?;
+        let endpoint = Endpoint::new(&self.settings, None, "/chat/completions", auth)?;
         Ok(OpenAiCompat {
             settings: self.settings,
             max_tokens_field: self.max_tokens_field,
@@ -306,9 +455,8 @@ fn no_model() -> ModelError {
     )
 }
 
-fn is_json(response: &reqwest::Response) -> bool {
-    response
-        .headers()
+fn is_json(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"))
@@ -336,8 +484,13 @@ fn message(message: &Message) -> Value {
                 .tool_calls
                 .iter()
                 .map(|call| {
-                    let arguments = raw_arguments(&call.input)
-                        .unwrap_or_else(|| call.input.as_str().to_owned());
+                    // Servers parse the arguments of every call in the history: a call
+                    // cut off or written wrong goes back as `{}` (its error result follows).
+                    let arguments = if is_sendable(&call.input) {
+                        call.input.as_str()
+                    } else {
+                        "{}"
+                    };
                     json!({
                         "id": call.id,
                         "type": "function",
@@ -479,6 +632,10 @@ pub(crate) fn error_from_status(status: u16, body: &str) -> ModelError {
         error.with_kind(ModelErrorKind::Provider)
     } else if (400..500).contains(&status) && status != 429 && context_length(detail, message) {
         error.with_kind(ModelErrorKind::ContextLength)
+    } else if status >= 500 && http::says_unparseable(message) {
+        // The server refuses what it cannot parse (llama.cpp: 500 "Failed to parse tool
+        // call arguments as JSON"): the same body again gets the same answer.
+        error.with_kind(ModelErrorKind::InvalidRequest)
     } else {
         error
     }

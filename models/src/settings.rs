@@ -17,12 +17,41 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 /// ```
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
-/// The default request timeout: a whole call without streaming, the wait for each piece of
-/// a stream with it.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// The default whole-call timeout of a call without streaming: queueing, prompt processing
+/// and generation together.
+///
+/// ```
+/// # use std::time::Duration;
+/// assert_eq!(agent_tree_models::DEFAULT_TIMEOUT, Duration::from_secs(600));
+/// ```
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The longest wait for a connection to be made.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default longest wait for a connection to be made.
+///
+/// ```
+/// # use std::time::Duration;
+/// assert_eq!(agent_tree_models::DEFAULT_CONNECT_TIMEOUT, Duration::from_secs(10));
+/// ```
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default longest wait, in a streamed call, for the first byte of the answer: the time
+/// a server spends before it answers at all (a busy server's queue, then its prompt
+/// processing, which on a local server takes minutes for a long prompt).
+///
+/// ```
+/// # use std::time::Duration;
+/// assert_eq!(agent_tree_models::DEFAULT_FIRST_BYTE_TIMEOUT, Duration::from_secs(600));
+/// ```
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The default longest silence, in a streamed call, between two pieces of the stream once
+/// it has begun: a healthy stream sends tokens (or keep-alives) far more often.
+///
+/// ```
+/// # use std::time::Duration;
+/// assert_eq!(agent_tree_models::DEFAULT_CHUNK_TIMEOUT, Duration::from_secs(120));
+/// ```
+pub const DEFAULT_CHUNK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An adapter that could not be built from its builder's settings.
 ///
@@ -61,7 +90,12 @@ pub(crate) struct Settings {
     pub(crate) api_key: Option<String>,
     pub(crate) model: Option<String>,
     pub(crate) max_tokens: Option<u32>,
-    pub(crate) timeout: Duration,
+    /// The whole-call timeout; also the first-byte and chunk timeouts where those are not
+    /// set (as the one timeout of earlier versions was).
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) first_byte_timeout: Option<Duration>,
+    pub(crate) chunk_timeout: Option<Duration>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) streaming: bool,
     pub(crate) max_response_bytes: usize,
@@ -70,9 +104,23 @@ pub(crate) struct Settings {
     pub(crate) model_aliases: Vec<(String, String)>,
     /// Whether a definition's `model` is sent at all (else the builder's always is).
     pub(crate) definition_models: bool,
+    /// The model's context window in tokens, when the application knows it: reported to
+    /// the runtime, never sent.
+    pub(crate) context_window: Option<u32>,
 }
 
 impl Settings {
+    /// The output limit a turn is sent: the request's and the builder's, the lower where
+    /// both are set. The builder's `max_tokens` is a ceiling for every call through the
+    /// adapter (a provider's or a budget's), which a definition or the tree may lower, never
+    /// raise.
+    pub(crate) fn output_limit(&self, requested: Option<u32>) -> Option<u32> {
+        match (requested, self.max_tokens) {
+            (Some(requested), Some(ceiling)) => Some(requested.min(ceiling)),
+            (requested, ceiling) => requested.or(ceiling),
+        }
+    }
+
     /// The model a turn asks for: the definition's (through the aliases, matched ignoring
     /// ASCII case) unless definitions' models are ignored, else the builder's.
     pub(crate) fn model_for<'a>(&'a self, definition: Option<&'a str>) -> Option<&'a str> {
@@ -87,18 +135,38 @@ impl Settings {
         }
     }
 
+    /// The timeouts in force: each set one, else the whole-call `timeout` where that is
+    /// set, else its default.
+    pub(crate) fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            whole: self.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            first_byte: self
+                .first_byte_timeout
+                .or(self.timeout)
+                .unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT),
+            chunk: self
+                .chunk_timeout
+                .or(self.timeout)
+                .unwrap_or(DEFAULT_CHUNK_TIMEOUT),
+        }
+    }
+
     pub(crate) fn new(base_url: &str) -> Self {
         Settings {
             base_url: base_url.to_owned(),
             api_key: None,
             model: None,
             max_tokens: None,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_byte_timeout: None,
+            chunk_timeout: None,
             headers: Vec::new(),
             streaming: false,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             model_aliases: Vec::new(),
             definition_models: true,
+            context_window: None,
         }
     }
 }
@@ -112,14 +180,27 @@ impl fmt::Debug for Settings {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("max_tokens", &self.max_tokens)
-            .field("timeout", &self.timeout)
+            .field("timeouts", &self.timeouts())
+            .field("connect_timeout", &self.connect_timeout)
             .field("headers", &header_names)
             .field("streaming", &self.streaming)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("model_aliases", &self.model_aliases)
             .field("definition_models", &self.definition_models)
+            .field("context_window", &self.context_window)
             .finish()
     }
+}
+
+/// How long each part of a call may take (connecting is the client's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// A call without streaming, from sending to the end of the body.
+    pub(crate) whole: Duration,
+    /// A streamed call, from sending to the first piece of the body.
+    pub(crate) first_byte: Duration,
+    /// A streamed call, each later wait for a piece of the body.
+    pub(crate) chunk: Duration,
 }
 
 /// Where and how an adapter sends its requests: built once, shared by every turn.
@@ -127,7 +208,7 @@ pub(crate) struct Endpoint {
     pub(crate) client: reqwest::Client,
     pub(crate) url: reqwest::Url,
     pub(crate) headers: HeaderMap,
-    pub(crate) timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     pub(crate) max_response_bytes: usize,
 }
 
@@ -136,21 +217,23 @@ impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoint")
             .field("url", &self.url.as_str())
-            .field("timeout", &self.timeout)
+            .field("timeouts", &self.timeouts)
             .field("max_response_bytes", &self.max_response_bytes)
             .finish_non_exhaustive()
     }
 }
 
 impl Endpoint {
-    /// The endpoint of `settings` at `path` below the base URL, with `auth` headers (each
+    /// The endpoint of `settings` at `path` below the base URL (below `version` too, when
+    /// the base URL ends in no version: see [`endpoint_url`]), with `auth` headers (each
     /// marked sensitive, so it is never logged by the HTTP stack) before the extra ones.
     pub(crate) fn new(
         settings: &Settings,
+        version: Option<&str>,
         path: &str,
         auth: Vec<(&'static str, String)>,
     ) -> Result<Endpoint, BuildError> {
-        let url = endpoint_url(&settings.base_url, path)?;
+        let url = endpoint_url(&settings.base_url, version, path)?;
         let mut headers = HeaderMap::new();
         headers.insert(
             reqwest::header::CONTENT_TYPE,
@@ -172,25 +255,32 @@ impl Endpoint {
             headers.insert(header, value);
         }
         Ok(Endpoint {
-            client: client(settings.timeout)?,
+            client: client(settings.connect_timeout)?,
             url,
             headers,
-            timeout: settings.timeout,
+            timeouts: settings.timeouts(),
             max_response_bytes: settings.max_response_bytes.max(1),
         })
     }
 }
 
-/// `base` with `path` appended (a trailing slash of `base` is not doubled).
-fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
+/// `base` with `path` appended (a trailing slash of `base` is not doubled). A base URL
+/// copied as the whole endpoint (`.../v1/chat/completions`) is taken as meant. With a
+/// `version` (`/v1`), a base URL whose last segment is no version (`v` and digits) gets it
+/// first: the form the provider's SDKs take (`ANTHROPIC_BASE_URL=http://127.0.0.1:8080`).
+fn endpoint_url(base: &str, version: Option<&str>, path: &str) -> Result<reqwest::Url, BuildError> {
     let bad = |reason: String| BuildError::BaseUrl {
         url: base.to_owned(),
         reason,
     };
-    let base = base.trim().trim_end_matches('/');
-    // A base URL copied as the whole endpoint (`.../v1/chat/completions`) is taken as meant.
-    let base = base.strip_suffix(path).unwrap_or(base);
-    let joined = format!("{base}{path}");
+    let trimmed = base.trim().trim_end_matches('/');
+    let joined = match trimmed.strip_suffix(path) {
+        Some(endpoint) => format!("{endpoint}{path}"),
+        None => match version {
+            Some(version) if !ends_in_version(trimmed) => format!("{trimmed}{version}{path}"),
+            _ => format!("{trimmed}{path}"),
+        },
+    };
     let url = reqwest::Url::parse(&joined).map_err(|e| bad(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!(
@@ -204,11 +294,22 @@ fn endpoint_url(base: &str, path: &str) -> Result<reqwest::Url, BuildError> {
     Ok(url)
 }
 
+/// Whether a URL's last path segment is an API version (`v1`, `v2`, ...). A URL with no
+/// path ends in its host, which is none.
+fn ends_in_version(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let Some((_, last)) = after_scheme.rsplit_once('/') else {
+        return false;
+    };
+    last.strip_prefix('v')
+        .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The HTTP client: rustls with ring, HTTP/1.1, no retries, no redirects, a connect
-/// timeout. Installs ring as the
+/// timeout (the call's other timeouts are set per request). Installs ring as the
 /// process's rustls provider when none is installed yet (an application that installed its
 /// own keeps it).
-fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
+fn client(connect_timeout: Duration) -> Result<reqwest::Client, BuildError> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Fails only when another thread installed one meanwhile, which is as good. rustls
         // 0.23.48 deprecates ring's provider (no post-quantum key exchange); ring keeps the
@@ -224,7 +325,7 @@ fn client(timeout: Duration) -> Result<reqwest::Client, BuildError> {
         .retry(reqwest::retry::never())
         // A redirect would carry the key headers to wherever it points: a 3xx is an error.
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(timeout.min(CONNECT_TIMEOUT))
+        .connect_timeout(connect_timeout)
         .user_agent(concat!("agent-tree-models/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(BuildError::Client)
@@ -236,11 +337,12 @@ mod tests {
 
     #[test]
     fn urls_join_without_doubled_slashes() {
-        let url = endpoint_url("http://127.0.0.1:8080/v1/", "/chat/completions").unwrap();
+        let url = endpoint_url("http://127.0.0.1:8080/v1/", None, "/chat/completions").unwrap();
         assert_eq!(url.as_str(), "http://127.0.0.1:8080/v1/chat/completions");
-        assert!(endpoint_url("ftp://x/v1", "/m").is_err());
-        assert!(endpoint_url("127.0.0.1:8080", "/m").is_err());
-        assert!(endpoint_url("", "/m").is_err());
+        assert!(endpoint_url("ftp://x/v1", None, "/m").is_err());
+        assert!(endpoint_url("127.0.0.1:8080", None, "/m").is_err());
+        assert!(endpoint_url("", None, "/m").is_err());
+        assert!(endpoint_url("", Some("/v1"), "/m").is_err());
     }
 
     #[test]
@@ -255,6 +357,7 @@ mod tests {
         assert!(shown.contains("<redacted>") && shown.contains("api-key"));
         let endpoint = Endpoint::new(
             &settings,
+            None,
             "/x",
             vec![("authorization", "Bearer sk-secret-123".into())],
         )
@@ -268,7 +371,7 @@ mod tests {
         settings
             .headers
             .push(("x-token".into(), "bad\nvalue".into()));
-        let err = Endpoint::new(&settings, "/x", Vec::new()).unwrap_err();
+        let err = Endpoint::new(&settings, None, "/x", Vec::new()).unwrap_err();
         assert!(matches!(&err, BuildError::Header { name } if name == "x-token"));
         assert!(!err.to_string().contains("bad"));
     }
@@ -289,6 +392,70 @@ mod tests {
     }
 
     #[test]
+    fn the_whole_call_timeout_stands_in_for_the_timeouts_not_set() {
+        let mut settings = Settings::new("http://127.0.0.1/v1");
+        let defaults = Timeouts {
+            whole: DEFAULT_TIMEOUT,
+            first_byte: DEFAULT_FIRST_BYTE_TIMEOUT,
+            chunk: DEFAULT_CHUNK_TIMEOUT,
+        };
+        assert_eq!(settings.timeouts(), defaults);
+        settings.timeout = Some(Duration::from_secs(30));
+        let thirty = Duration::from_secs(30);
+        assert_eq!(
+            settings.timeouts(),
+            Timeouts {
+                whole: thirty,
+                first_byte: thirty,
+                chunk: thirty
+            }
+        );
+        settings.first_byte_timeout = Some(Duration::from_secs(900));
+        settings.chunk_timeout = Some(Duration::from_secs(5));
+        assert_eq!(
+            settings.timeouts(),
+            Timeouts {
+                whole: thirty,
+                first_byte: Duration::from_secs(900),
+                chunk: Duration::from_secs(5)
+            }
+        );
+    }
+
+    #[test]
+    fn a_base_url_without_its_version_gets_the_one_given() {
+        let at = |base| {
+            endpoint_url(base, Some("/v1"), "/messages")
+                .unwrap()
+                .to_string()
+        };
+        for base in [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "http://127.0.0.1:8080/v1",
+            "http://127.0.0.1:8080/v1/",
+            "http://127.0.0.1:8080/v1/messages",
+        ] {
+            assert_eq!(at(base), "http://127.0.0.1:8080/v1/messages", "{base}");
+        }
+        assert_eq!(
+            at("https://api.deepseek.com/anthropic"),
+            "https://api.deepseek.com/anthropic/v1/messages"
+        );
+        assert_eq!(
+            at("https://gateway.example.com/anthropic/v1"),
+            "https://gateway.example.com/anthropic/v1/messages"
+        );
+        // A whole endpoint is taken as meant, version or not.
+        assert_eq!(
+            at("https://gateway.example.com/messages"),
+            "https://gateway.example.com/messages"
+        );
+        assert_eq!(at("http://v1:8080"), "http://v1:8080/v1/messages");
+        assert_eq!(at("http://h/api/v2"), "http://h/api/v2/messages");
+    }
+
+    #[test]
     fn a_base_url_copied_as_the_whole_endpoint_is_taken_as_meant() {
         for base in [
             "http://127.0.0.1:8080/v1",
@@ -296,7 +463,7 @@ mod tests {
             "http://127.0.0.1:8080/v1/chat/completions",
             "http://127.0.0.1:8080/v1/chat/completions/",
         ] {
-            let url = endpoint_url(base, "/chat/completions").unwrap();
+            let url = endpoint_url(base, None, "/chat/completions").unwrap();
             assert_eq!(
                 url.as_str(),
                 "http://127.0.0.1:8080/v1/chat/completions",

@@ -5,18 +5,23 @@ use agent_tree_protocol::ToolInput;
 use serde_json::{Map, Value, json};
 
 /// The key under which a tool call's arguments are kept when the model wrote text that is
-/// not valid JSON.
+/// not valid JSON (most often a call cut off by the output limit).
 ///
 /// Such a call does not fail the turn: it reaches the runtime with input
 /// `{"_raw": "<the text as written>"}`, so the tool (or the runtime, for an orchestration
-/// tool) answers it with an error result the model can read and correct. Sent back to an
-/// OpenAI-compatible provider in a later turn, the call's arguments are the raw text again,
-/// exactly as the model wrote them.
+/// tool) answers it with an error result the model can read and correct. Sent back to a
+/// provider in a later turn, the call's input is `{}`: servers parse the arguments of every
+/// call in the history (llama.cpp's server answers a 500 to text that is not JSON), and the
+/// error result that follows the call tells the model what went wrong.
+///
+///
+/// The key is the protocol's [`RAW_ARGUMENTS_KEY`], re-exported here, so the runtime and
+/// the adapters agree on it by construction.
 ///
 /// ```
-/// assert_eq!(agent_tree_models::RAW_ARGUMENTS_KEY, "_raw");
+/// assert_eq!(agent_tree_models::RAW_ARGUMENTS_KEY, agent_tree_protocol::RAW_ARGUMENTS_KEY);
 /// ```
-pub const RAW_ARGUMENTS_KEY: &str = "_raw";
+pub use agent_tree_protocol::RAW_ARGUMENTS_KEY;
 
 /// A tool call's input from the arguments text a model wrote: its JSON, `{}` for no text,
 /// and `{"_raw": text}` for text that is not JSON.
@@ -34,35 +39,28 @@ pub(crate) fn parse_arguments(raw: &str, tool: &str) -> Value {
     }
 }
 
-/// The text kept by [`parse_arguments`] for arguments that were not JSON, if `input` is one.
-#[cfg_attr(not(feature = "openai"), allow(dead_code))]
-pub(crate) fn raw_arguments(input: &ToolInput) -> Option<String> {
+/// Whether `input` is what [`parse_arguments`] keeps for arguments that were not JSON:
+/// an object of the one string field [`RAW_ARGUMENTS_KEY`].
+fn is_raw(input: &ToolInput) -> bool {
+    // Cheap test first: the canonical text of such an input starts with its only key.
     if !input.as_str().starts_with(r#"{"_raw":"#) {
-        return None;
+        return false;
     }
-    let Value::Object(mut object) = input.to_value() else {
-        return None;
-    };
-    if object.len() != 1 {
-        return None;
-    }
-    match object.remove(RAW_ARGUMENTS_KEY)? {
-        Value::String(text) => Some(text),
-        _ => None,
+    match input.to_value() {
+        Value::Object(object) => {
+            object.len() == 1 && object.get(RAW_ARGUMENTS_KEY).is_some_and(Value::is_string)
+        }
+        _ => false,
     }
 }
 
-/// An input as a JSON object, as Anthropic requires: an object as is, null as `{}`, any
-/// other value under [`RAW_ARGUMENTS_KEY`] as its JSON text.
-#[cfg_attr(not(feature = "anthropic"), allow(dead_code))]
-pub(crate) fn object_input(input: &ToolInput) -> Value {
-    if input.is_object() {
-        return input.to_value();
-    }
-    match input.as_str() {
-        "null" => Value::Object(Map::new()),
-        other => json!({ RAW_ARGUMENTS_KEY: other }),
-    }
+/// Whether a call's input is sent back to a provider as it is: an object a model wrote.
+/// Else `{}` is sent in its place. A call whose arguments were not JSON (see
+/// [`RAW_ARGUMENTS_KEY`]) or not an object is answered by an error result in the
+/// conversation; its own arguments must still be an object every server parses, since
+/// servers parse the history (llama.cpp) or require an object (Anthropic).
+pub(crate) fn is_sendable(input: &ToolInput) -> bool {
+    input.is_object() && !is_raw(input)
 }
 
 /// A token count from wire JSON: a non-negative integer (or a float, truncated); anything
@@ -95,19 +93,19 @@ mod tests {
         assert_eq!(parse_arguments("  ", "read"), json!({}));
         let broken = parse_arguments(r#"{"path": "a"#, "read");
         assert_eq!(broken, json!({"_raw": "{\"path\": \"a"}));
-        assert_eq!(
-            raw_arguments(&broken.into()).as_deref(),
-            Some("{\"path\": \"a")
-        );
-        assert_eq!(raw_arguments(&json!({"_raw": "x", "y": 1}).into()), None);
-        assert_eq!(raw_arguments(&json!({"_raw": 1}).into()), None);
+        assert!(is_raw(&broken.into()));
+        assert!(!is_raw(&json!({"_raw": "x", "y": 1}).into()));
+        assert!(!is_raw(&json!({"_raw": 1}).into()));
     }
 
     #[test]
-    fn inputs_become_objects() {
-        assert_eq!(object_input(&Value::Null.into()), json!({}));
-        assert_eq!(object_input(&json!([1]).into()), json!({"_raw": "[1]"}));
-        assert_eq!(object_input(&json!({"a": 1}).into()), json!({"a": 1}));
+    fn only_objects_a_model_wrote_are_sent_back_as_they_are() {
+        assert!(is_sendable(&json!({"a": 1}).into()));
+        assert!(is_sendable(&json!({}).into()));
+        assert!(!is_sendable(&json!({"_raw": "{\"a\": "}).into()));
+        assert!(!is_sendable(&Value::Null.into()));
+        assert!(!is_sendable(&json!([1]).into()));
+        assert!(!is_sendable(&json!("text").into()));
     }
 
     #[test]

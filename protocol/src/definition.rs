@@ -9,6 +9,7 @@ use serde::de::Deserializer;
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
+use crate::sampling::Sampling;
 use crate::words::{self, Keyword, ListField, WordsError, Written};
 
 /// A set of tool names with the two special forms users write: every tool, or none.
@@ -296,6 +297,10 @@ pub struct AgentDefinition {
     /// node the tree cannot reach is refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// How its model is asked to generate (temperature, output limit, tool choice, ...):
+    /// laid over the tree's [`Sampling`] field by field. Unset by default.
+    #[serde(skip_serializing_if = "Sampling::is_unset")]
+    pub sampling: Sampling,
 }
 
 impl<'de> Deserialize<'de> for AgentDefinition {
@@ -349,6 +354,7 @@ struct DefinitionFields {
     settle: SettlePolicy,
     detached: bool,
     node: Option<String>,
+    sampling: Sampling,
 }
 
 /// What `allowed_subagents` reads as while a definition is deserialized and the field was
@@ -385,6 +391,7 @@ impl Default for AgentDefinition {
             settle: SettlePolicy::AbortChildren,
             detached: false,
             node: None,
+            sampling: Sampling::default(),
         }
     }
 }
@@ -597,6 +604,19 @@ impl AgentDefinition {
     /// ```
     pub fn with_model(mut self, model: Option<String>) -> Self {
         self.model = model;
+        self
+    }
+
+    /// The same definition with its own sampling (laid over the tree's).
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentDefinition, Sampling, ToolChoice};
+    /// let def = AgentDefinition::new("lookup", "Look things up.")
+    ///     .with_sampling(Sampling::default().with_temperature(0.0).with_tool_choice(ToolChoice::Required));
+    /// assert_eq!(def.sampling.temperature, Some(0.0));
+    /// ```
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
         self
     }
 

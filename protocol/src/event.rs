@@ -85,9 +85,10 @@ pub enum EventKind {
         delta: Usage,
     },
     /// A model turn failed with a transient error and will be tried again after `delay_ms`
-    /// (the tree's retry policy). The failed attempt's usage, if any, was reported before.
-    /// Text it streamed (`text_delta`) is not the turn's: a view showing streamed text
-    /// starts the turn's text afresh here.
+    /// (the tree's retry policy). Everything of the failed attempt came before: its usage,
+    /// if any, and the text it streamed (`text_delta` events of its `attempt`); nothing of
+    /// it comes after. That text is not the turn's: a view showing streamed text starts the
+    /// turn's text afresh here, with the next attempt's (`attempt + 1`).
     Retrying {
         /// The turn being retried.
         turn: u32,
@@ -100,10 +101,27 @@ pub enum EventKind {
     },
     /// Text the model streamed during a turn (only when the tree's config enables
     /// `stream_events`; several deltas may be joined into one event). A failed attempt's text
-    /// comes too, followed by `retrying` and then the next attempt's.
+    /// comes too, all of it before that attempt's `retrying` event, and then the next
+    /// attempt's.
+    ///
+    /// ```
+    /// use agent_tree_protocol::EventKind;
+    /// let delta = EventKind::TextDelta { turn: 2, attempt: 1, text: "Hel".into() };
+    /// let json = serde_json::to_value(&delta).unwrap();
+    /// assert_eq!(json, serde_json::json!({"event": "text_delta", "turn": 2, "attempt": 1, "text": "Hel"}));
+    /// // Written before attempts were numbered: the first attempt.
+    /// let old: EventKind =
+    ///     serde_json::from_str(r#"{"event": "text_delta", "turn": 2, "text": "Hel"}"#).unwrap();
+    /// assert_eq!(old, delta);
+    /// ```
     TextDelta {
         /// The turn streaming.
         turn: u32,
+        /// The attempt of the turn streaming, from 1: a retried turn (see `retrying`)
+        /// streams its next attempt's text under the next number. 1 when read from a
+        /// journal written before attempts were numbered.
+        #[serde(default = "first_attempt")]
+        attempt: u32,
         /// The text since the last delta.
         text: String,
     },
@@ -153,6 +171,11 @@ pub enum EventKind {
         /// The bytes released.
         bytes: u64,
     },
+}
+
+/// The attempt a `text_delta` without one belongs to: the first.
+fn first_attempt() -> u32 {
+    1
 }
 
 impl<'de> Deserialize<'de> for Event {

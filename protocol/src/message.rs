@@ -56,6 +56,18 @@ impl ToolCall {
     }
 }
 
+/// The key under which a model adapter keeps a tool call's arguments when the model wrote
+/// text that is not valid JSON (a call cut off at the output limit, most often): the call's
+/// input is `{"_raw": "<the text as written>"}`. The runtime never runs such a call; it
+/// answers it with an error telling the model what happened ([`ToolInput::raw_arguments`]).
+///
+/// ```
+/// use agent_tree_protocol::{RAW_ARGUMENTS_KEY, ToolInput};
+/// let cut = ToolInput::from(serde_json::json!({ RAW_ARGUMENTS_KEY: "{\"path\": \"a" }));
+/// assert_eq!(cut.raw_arguments().as_deref(), Some("{\"path\": \"a"));
+/// ```
+pub const RAW_ARGUMENTS_KEY: &str = "_raw";
+
 /// A tool call's input: one JSON value, held as its compact text.
 ///
 /// A call stays in its agent's conversation for the agent's life (every later turn sends it
@@ -131,6 +143,35 @@ impl ToolInput {
         match &self.0 {
             Held::Text(raw) => raw.get(),
             Held::Deep { text, .. } => text,
+        }
+    }
+
+    /// The text a model wrote as the call's arguments, when it was not valid JSON: the
+    /// input is exactly `{"_raw": "<text>"}` ([`RAW_ARGUMENTS_KEY`]), as an adapter passes
+    /// such a call on. `None` for any other input.
+    ///
+    /// ```
+    /// use agent_tree_protocol::ToolInput;
+    /// use serde_json::json;
+    /// let cut = ToolInput::from(json!({ "_raw": "{\"prompt\": \"Summ" }));
+    /// assert_eq!(cut.raw_arguments().as_deref(), Some("{\"prompt\": \"Summ"));
+    /// assert_eq!(ToolInput::from(json!({ "_raw": "x", "more": 1 })).raw_arguments(), None);
+    /// assert_eq!(ToolInput::from(json!({ "_raw": 1 })).raw_arguments(), None);
+    /// assert_eq!(ToolInput::from(json!({ "path": "a.rs" })).raw_arguments(), None);
+    /// ```
+    pub fn raw_arguments(&self) -> Option<String> {
+        // The canonical text sorts keys: a one-key object under `_raw` starts so.
+        if !self.as_str().starts_with("{\"_raw\":") {
+            return None;
+        }
+        match self.to_value() {
+            serde_json::Value::Object(mut fields) if fields.len() == 1 => {
+                match fields.remove(RAW_ARGUMENTS_KEY)? {
+                    serde_json::Value::String(text) => Some(text),
+                    _ => None,
+                }
+            }
+            _ => None,
         }
     }
 

@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::message::ModelErrorKind;
 use crate::status::AgentStatus;
 
 /// Why an agent reached its terminal status.
@@ -94,6 +95,12 @@ pub struct Outcome {
     /// The error, for a failed agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For a run that failed on a model call (reason `model_error`): what kind of failure
+    /// it was, as data (`context_length`, `rate_limited`, ...), so a reader decides on it
+    /// without parsing [`error`](Self::error). `None` for every other outcome, and absent
+    /// from the JSON then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ModelErrorKind>,
     /// Its output (`text` and `partial`) was released from memory under the journal's
     /// retention policy: both are `None` here, and the journal holds them
     /// (`Tree::read_outcome` reads them back). Status, reason and error stay.
@@ -110,6 +117,7 @@ impl Outcome {
             text: Some(text.into()),
             partial: None,
             error: None,
+            error_kind: None,
             released: false,
         }
     }
@@ -122,6 +130,7 @@ impl Outcome {
             text: None,
             partial: None,
             error: Some(error.into()),
+            error_kind: None,
             released: false,
         }
     }
@@ -134,6 +143,7 @@ impl Outcome {
             text: None,
             partial: None,
             error: None,
+            error_kind: None,
             released: false,
         }
     }
@@ -144,6 +154,26 @@ impl Outcome {
         if !partial.is_empty() {
             self.partial = Some(partial);
         }
+        self
+    }
+
+    /// The same outcome naming the kind of model failure it ended on.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{EndReason, ModelErrorKind, Outcome};
+    /// let failed = Outcome::failed(EndReason::ModelError, "context_length: prompt too long")
+    ///     .with_error_kind(ModelErrorKind::ContextLength);
+    /// assert_eq!(failed.error_kind, Some(ModelErrorKind::ContextLength));
+    /// let json = serde_json::to_string(&failed).unwrap();
+    /// assert!(json.contains(r#""error_kind":"context_length""#), "{json}");
+    /// // Written without it (an older journal), it reads as `None`.
+    /// let old: Outcome =
+    ///     serde_json::from_str(r#"{"status":"failed","reason":"model_error","error":"x"}"#).unwrap();
+    /// assert_eq!(old.error_kind, None);
+    /// ```
+    #[must_use]
+    pub fn with_error_kind(mut self, kind: ModelErrorKind) -> Self {
+        self.error_kind = Some(kind);
         self
     }
 

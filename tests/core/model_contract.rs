@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, EventKind, FinishReason, Message, ModelErrorKind, Role};
+use agent_tree::protocol::{
+    EndReason, EventKind, FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role,
+    SubagentAllowance, ToolCall,
+};
 use agent_tree::{
     BoxFuture, EventStream, FnTool, ModelError, ModelRequest, ModelResponse, RetryPolicy,
 };
@@ -24,6 +27,8 @@ enum Step {
     StreamThenHang(Vec<&'static str>, Usage, Arc<Notify>),
     /// Streams these pieces, then answers with their concatenation.
     Stream(Vec<&'static str>, Usage),
+    /// Streams these pieces, then fails with this error (a server dying mid-stream).
+    StreamThenFail(Vec<String>, ModelError),
 }
 
 /// A model answering every call (of any agent) with the next step, recording each request.
@@ -31,6 +36,8 @@ enum Step {
 struct Steps {
     steps: Arc<Mutex<VecDeque<Step>>>,
     seen: Arc<Mutex<Vec<ModelRequest>>>,
+    /// The context window it reports, if any.
+    window: Option<u32>,
 }
 
 impl Steps {
@@ -38,7 +45,14 @@ impl Steps {
         Steps {
             steps: Arc::new(Mutex::new(steps.into_iter().collect())),
             seen: Arc::default(),
+            window: None,
         }
+    }
+
+    /// The same model, reporting a context window of `tokens`.
+    fn with_window(mut self, tokens: u32) -> Self {
+        self.window = Some(tokens);
+        self
     }
 
     fn calls(&self) -> usize {
@@ -47,6 +61,10 @@ impl Steps {
 }
 
 impl Model for Steps {
+    fn context_window(&self, _: &ModelRequest) -> Option<u32> {
+        self.window
+    }
+
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         self.seen.lock().push(request.clone());
         let step = self.steps.lock().pop_front();
@@ -64,6 +82,13 @@ impl Model for Steps {
                     }
                     request.sink.usage(usage);
                     Ok(ModelResponse::text(text).with_usage(usage))
+                }
+                Some(Step::StreamThenFail(pieces, error)) => {
+                    for piece in pieces {
+                        request.sink.text(&piece);
+                        tokio::task::yield_now().await;
+                    }
+                    Err(error)
                 }
                 Some(Step::StreamThenHang(pieces, usage, ready)) => {
                     for piece in pieces {
@@ -264,6 +289,142 @@ async fn a_turn_cut_off_past_the_continuations_fails_with_length_limit() {
     assert_eq!(outcome.reason, EndReason::LengthLimit);
 }
 
+/// The `text_delta` and `retrying` events of `events`, in order, as
+/// `delta <turn>.<attempt> <text>` and `retrying <turn>.<attempt>`.
+fn stream_and_retries(events: &mut EventStream) -> Vec<String> {
+    events
+        .drain()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TextDelta {
+                turn,
+                attempt,
+                text,
+            } => Some(format!("delta {turn}.{attempt} {text}")),
+            EventKind::Retrying { turn, attempt, .. } => Some(format!("retrying {turn}.{attempt}")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Everything a failed attempt streamed is announced before its `retrying` event, under
+/// its attempt's number, and the next attempt's text under the next number: nothing of a
+/// failed attempt comes after its `retrying`.
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempts_streamed_text_is_announced_before_its_retrying_event() {
+    let long = "x".repeat(300);
+    let model = Steps::new([
+        Step::StreamThenFail(
+            vec![long.clone(), "Half ".into(), "an ".into()],
+            ModelError::transient("connection reset"),
+        ),
+        Step::Stream(vec!["Whole ", "answer"], Usage::tokens(5, 2)),
+    ]);
+    let tree = build(&model, TreeConfig::default().with_stream_events(true)).await;
+    let mut events = tree.subscribe();
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("Whole answer"), "{outcome:?}");
+    assert_eq!(
+        stream_and_retries(&mut events),
+        [
+            // 300 bytes reach an event at once; the tail was held back, and is announced
+            // before the retry.
+            format!("delta 1.1 {long}"),
+            "delta 1.1 Half an ".to_owned(),
+            "retrying 1.1".to_owned(),
+            "delta 1.2 Whole answer".to_owned(),
+        ]
+    );
+}
+
+/// A streamed turn that fails after its retries keeps what it streamed as partial output,
+/// as an aborted one does: the text of its last attempt that streamed any (the server died
+/// after 6 KB; the retries, refused, streamed nothing). The outcome names the failure's
+/// kind.
+#[tokio::test(start_paused = true)]
+async fn a_failed_streamed_turn_keeps_its_last_streamed_attempts_text_as_partial() {
+    let pieces: Vec<String> = (0..6).map(|i| format!("{i}").repeat(1024)).collect();
+    let streamed = pieces.concat();
+    let refused = || Step::Fail(ModelError::transient("connection refused"));
+    let model = Steps::new([
+        Step::StreamThenFail(pieces, ModelError::transient("connection reset")),
+        refused(),
+        refused(),
+        refused(),
+    ]);
+    let tree = build(&model, TreeConfig::default().with_stream_events(true)).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(model.calls(), 4);
+    assert_eq!(outcome.reason, EndReason::ModelError);
+    assert_eq!(outcome.error_kind, Some(ModelErrorKind::Transient));
+    assert_eq!(outcome.partial.as_deref(), Some(streamed.as_str()));
+
+    // Without events on, the same; of two attempts that streamed, the later one's text.
+    let model = Steps::new([
+        Step::StreamThenFail(
+            vec!["An earlier try".into()],
+            ModelError::transient("reset"),
+        ),
+        Step::StreamThenFail(
+            vec!["Half an answer".into()],
+            ModelError::transient("reset"),
+        ),
+        Step::Fail(ModelError::from_status(400, "bad request")),
+    ]);
+    let tree = build(&model, TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.error_kind, Some(ModelErrorKind::InvalidRequest));
+    assert_eq!(outcome.partial.as_deref(), Some("Half an answer"));
+}
+
+/// A cut-off answer is continued only when the continuation fits the model's context window:
+/// the prompt the model last reported (every token of the cut turn, cached ones included)
+/// plus the next request's output limit. One that would not fit fails `length_limit` at
+/// once, saying why, and keeps the text so far; no request is sent that cannot fit.
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_turn_is_continued_only_when_the_continuation_fits_the_context_window() {
+    let cut = |usage: Usage| {
+        Step::Respond(
+            ModelResponse::text("The plan: ")
+                .with_usage(usage)
+                .with_finish_reason(FinishReason::Length),
+        )
+    };
+    let config = || {
+        TreeConfig::default()
+            .with_sampling(agent_tree::protocol::Sampling::default().with_max_output_tokens(512))
+    };
+    // 1 000 + 300 cached + 200 out = 1 500, + 512 = 2 012 > 2 000.
+    let model =
+        Steps::new([cut(Usage::tokens(1_000, 200).with_cache_read(300))]).with_window(2_000);
+    let tree = build(&model, config()).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::LengthLimit, "{outcome:?}");
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some(
+            "the model's output was cut off at its length limit, and continuing would not fit \
+             the 2000-token context: the prompt reached 1500 tokens and the reply may take 512"
+        )
+    );
+    assert_eq!(outcome.partial.as_deref(), Some("The plan: "));
+    assert_eq!(model.calls(), 1, "no continuation was sent");
+
+    // 1 000 + 200 + 512 fits 2 000: continued and joined.
+    let model = Steps::new([
+        cut(Usage::tokens(1_000, 200)),
+        Step::Respond(ModelResponse::text("done.")),
+    ])
+    .with_window(2_000);
+    let tree = build(&model, config()).await;
+    let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("The plan: done."),
+        "{outcome:?}"
+    );
+}
+
 /// A worker that streams "Half an answer" and reports usage 7/3, then hangs, aborted once
 /// it has: its outcome and its own usage.
 async fn abort_mid_stream() -> (Outcome, Usage) {
@@ -303,7 +464,11 @@ async fn stream_events_carry_the_deltas_in_pieces_and_the_response_bills_once() 
         .drain()
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::TextDelta { turn: 1, text } => Some(text),
+            EventKind::TextDelta {
+                turn: 1,
+                attempt: 1,
+                text,
+            } => Some(text),
             _ => None,
         })
         .collect();
@@ -361,6 +526,77 @@ async fn tool_calls_past_the_per_turn_cap_get_an_error_result_and_never_run() {
         results[2].content.contains("too many tool calls"),
         "{}",
         results[2].content
+    );
+}
+
+/// A call whose arguments the output limit cut off (an adapter passes it as
+/// `{"_raw": <the text as written>}`) is not run, for an orchestration tool as for any: the
+/// model gets an error result saying its call was cut off, that nothing ran and how to go
+/// on, and its next turn can recover.
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_cut_off_at_the_output_limit_is_not_run_and_the_model_is_told() {
+    let cut = ToolCall::new(
+        "c1",
+        "Agent",
+        serde_json::json!({ RAW_ARGUMENTS_KEY: r#"{"agent_type": "worker", "prompt": "Summarise the fi"# }),
+    );
+    let model = Steps::new([
+        Step::Respond(ModelResponse::calls(vec![cut]).with_finish_reason(FinishReason::Length)),
+        Step::Respond(ModelResponse::text("Said in fewer words.")),
+    ]);
+    let catalog = Catalog::new([
+        AgentDefinition::new("lead", "You lead.")
+            .with_allowed_subagents(SubagentAllowance::only(["worker"])),
+        AgentDefinition::new("worker", "You work."),
+    ])
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model.clone())
+        .build()
+        .await
+        .unwrap();
+    let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("Said in fewer words."),
+        "{outcome:?}"
+    );
+    assert_eq!(model.calls(), 2, "no worker ran");
+    assert_eq!(tree.snapshot().agents().count(), 1, "no worker was spawned");
+    let seen = model.seen.lock();
+    let result = seen[1].messages.last().unwrap();
+    assert_eq!((result.role, result.is_error), (Role::Tool, true));
+    assert_eq!(result.tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(
+        result.content,
+        r#"{"error":"your call to `Agent` was cut off at the output length limit before its arguments were complete, so nothing was run: call it again with shorter arguments (or say it in fewer words)"}"#
+    );
+}
+
+/// A call whose arguments were not valid JSON in a turn that was not cut off is not run
+/// either: the model is told its arguments were not JSON.
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_with_arguments_that_are_not_json_is_not_run() {
+    let broken = ToolCall::new(
+        "c1",
+        "read",
+        serde_json::json!({ RAW_ARGUMENTS_KEY: "{path: a.rs}" }),
+    );
+    let model = Steps::new([
+        Step::Respond(
+            ModelResponse::calls(vec![broken]).with_finish_reason(FinishReason::ToolCalls),
+        ),
+        Step::Respond(ModelResponse::text("done")),
+    ]);
+    let tree = build(&model, TreeConfig::default()).await;
+    tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
+    let seen = model.seen.lock();
+    let result = seen[1].messages.last().unwrap();
+    assert!(result.is_error);
+    assert_eq!(
+        result.content,
+        r#"{"error":"the arguments of your call to `read` were not valid JSON, so nothing was run: call it again with its arguments as a JSON object"}"#
     );
 }
 

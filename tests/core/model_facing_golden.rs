@@ -1,7 +1,8 @@
 //! What a model sees: the spec (name, description, JSON schema) of every orchestration tool,
 //! for one delegating definition, compared with the fixtures in `tests/fixtures/model_facing`.
 //! The `Agent` tool lists exactly the types the caller may reach, with descriptions and
-//! whether each can delegate further, and constrains `agent_type` to them.
+//! whether each can delegate further, and constrains `agent_type` to them. Every turn of a
+//! delegating agent sends them all, so their size is held under a bound.
 //!
 //! Regenerate with `UPDATE_GOLDEN=1 cargo test --test core model_facing_golden`; review the
 //! diff before committing it.
@@ -50,8 +51,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(format!("{name}.json"))
 }
 
-#[tokio::test(start_paused = true)]
-async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
+/// The tools a planner (which delegates and may ask its owner) is offered on its first turn.
+async fn planner_tools() -> Vec<ToolSpec> {
     let model = Capture::default();
     let tree = Tree::builder()
         .catalog(catalog())
@@ -63,7 +64,13 @@ async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
     tree.run(SpawnRequest::new("planner", "plan"))
         .await
         .unwrap();
-    let tools = model.0.lock().clone().unwrap();
+    let tools = model.0.lock().clone();
+    tools.expect("the planner took a turn")
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
+    let tools = planner_tools().await;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     let mut expected: Vec<&str> = ORCHESTRATION_TOOLS.to_vec();
     expected.push("ask_owner");
@@ -90,6 +97,54 @@ async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
         serde_json::json!(["agent_type", "prompt"])
     );
     assert!(agent.description.contains("- scout: Finds the files"));
-    assert!(agent.description.contains("- writer: Writes and edits code for one step. (can delegate further; runs in the background by default)"));
+    assert!(agent.description.contains(
+        "- writer: Writes and edits code for one step. (can delegate; background by default)"
+    ));
     assert!(!agent.description.contains("secret") && !agent.description.contains("retired"));
+}
+
+/// What the six orchestration tools cost in every prompt of a delegating agent, as compact
+/// JSON (what a server's chat template renders, give or take its wrapping): for this
+/// catalog, 3,498 bytes (about 875 tokens at 4 bytes a token) before they were cut; they
+/// must stay at most half that, with every type, required field and tool still described.
+#[tokio::test(start_paused = true)]
+async fn the_orchestration_tools_cost_at_most_half_their_former_prompt_size() {
+    const BEFORE: usize = 3_498;
+    let tools = planner_tools().await;
+    let sizes: Vec<(String, usize)> = tools
+        .iter()
+        .map(|spec| {
+            (
+                spec.name.clone(),
+                serde_json::to_string(spec).unwrap().len(),
+            )
+        })
+        .collect();
+    let total: usize = sizes.iter().map(|(_, size)| size).sum();
+    assert!(
+        total <= BEFORE / 2,
+        "{total} bytes (about {} tokens), over {}: {sizes:?}",
+        total / 4,
+        BEFORE / 2
+    );
+    // Still there: one sentence or more per tool, and each required field in its schema.
+    for spec in &tools {
+        assert!(
+            spec.description.len() >= 30,
+            "{}: {:?}",
+            spec.name,
+            spec.description
+        );
+        let required = spec.input_schema["required"]
+            .as_array()
+            .expect("required fields");
+        for field in required {
+            let field = field.as_str().unwrap();
+            assert!(
+                spec.input_schema["properties"].get(field).is_some(),
+                "{}: {field} is required but not described",
+                spec.name
+            );
+        }
+    }
 }

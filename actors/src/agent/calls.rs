@@ -211,6 +211,29 @@ impl Calls {
 pub(crate) const NOT_ANSWERED: &str =
     "{\"error\":\"not answered: the run ended before this call returned\"}";
 
+/// The error result of a call whose arguments the model wrote as text that is not JSON (an
+/// adapter passes it as `{"_raw": ...}`), or `None` for a call that may run. Such a call is
+/// never run: the model is told plainly what happened and how to go on, a call its turn's
+/// output limit cut off (`cut_off`) as such.
+fn unreadable_arguments(call: &ToolCall, cut_off: bool) -> Option<String> {
+    call.input.raw_arguments()?;
+    let mut tool = call.name.clone();
+    crate::error::cut_to(&mut tool, 64);
+    let error = if cut_off {
+        format!(
+            "your call to `{tool}` was cut off at the output length limit before its arguments \
+             were complete, so nothing was run: call it again with shorter arguments (or say \
+             it in fewer words)"
+        )
+    } else {
+        format!(
+            "the arguments of your call to `{tool}` were not valid JSON, so nothing was run: \
+             call it again with its arguments as a JSON object"
+        )
+    };
+    Some(serde_json::json!({ "error": error }).to_string())
+}
+
 impl PendingCall {
     /// Whether it waits on `agent`.
     fn waits_on(&self, agent: AgentId) -> bool {
@@ -365,13 +388,16 @@ impl AgentState {
     }
 
     /// Starts one tool call. Orchestration tools are answered by [`orchestration`]; user
-    /// tools run as tasks.
+    /// tools run as tasks. A call of an offered tool whose arguments were not JSON (an
+    /// adapter's `{"_raw": ...}`) runs neither: it is answered with an error saying what
+    /// happened, a cut-off one (`cut_off`: its turn stopped at the length limit) as such.
     pub(super) async fn dispatch(
         &mut self,
         myself: &ActorRef<AgentMsg>,
         turn: u32,
         index: usize,
         mut call: ToolCall,
+        cut_off: bool,
     ) {
         // A model that writes a tool's name in another case (`Grep` for `grep`, as the
         // prompts of agent files do) means the one offered tool of that name.
@@ -381,11 +407,13 @@ impl AgentState {
             }
         }
         if let Some(tool) = orchestration::Orchestration::named(&call.name) {
-            if self.offer.capabilities.holds(&call.name) {
-                orchestration::dispatch(self, myself, turn, index, tool, call).await;
-            } else {
+            if !self.offer.capabilities.holds(&call.name) {
                 let text = self.not_available(&call.name);
                 self.answer_call(turn, index, text, true);
+            } else if let Some(text) = unreadable_arguments(&call, cut_off) {
+                self.answer_call(turn, index, text, true);
+            } else {
+                orchestration::dispatch(self, myself, turn, index, tool, call).await;
             }
             return;
         }
@@ -402,6 +430,10 @@ impl AgentState {
             self.answer_call(turn, index, text, true);
             return;
         };
+        if let Some(text) = unreadable_arguments(&call, cut_off) {
+            self.answer_call(turn, index, text, true);
+            return;
+        }
         let context = ToolContext {
             agent: self.id,
             agent_type: self.definition.name.clone(),

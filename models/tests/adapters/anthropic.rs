@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use agent_tree_actors::{Model, TurnSink};
 use agent_tree_models::Anthropic;
-use agent_tree_protocol::{FinishReason, Message, ModelErrorKind, ToolCall, Usage};
+use agent_tree_protocol::{
+    FinishReason, Message, ModelErrorKind, Sampling, ToolCall, ToolChoice, Usage,
+};
 use serde_json::{Value, json};
 
 use crate::common::{first_turn, later_turn, read_tool};
@@ -81,6 +83,7 @@ async fn anthropic_text_answer_and_the_request_it_sent() {
         .model("claude-test")
         .max_tokens(512)
         .header("anthropic-beta", "test-beta")
+        .prompt_caching(false)
         .build()
         .unwrap();
     let response = model.turn(later_turn()).await.expect("answered");
@@ -122,6 +125,103 @@ async fn anthropic_text_answer_and_the_request_it_sent() {
     );
 }
 
+/// A base URL in the form Anthropic's SDKs and Claude Code's `ANTHROPIC_BASE_URL` take it,
+/// without `/v1`, reaches `/v1/messages` as the `.../v1` and whole-endpoint forms do.
+/// Prompt caching (on by default) marks the stable prefix with `cache_control` breakpoints,
+/// at most the API's four: the last tool, the system prompt (as a text block), the last
+/// message, and the previous turn's last message (the one before the last assistant
+/// message), so later turns and same-type siblings read from cache. Nothing else changes.
+#[tokio::test]
+async fn anthropic_prompt_caching_marks_the_stable_prefix() {
+    let server = Server::start(vec![text_reply("ok")]).await;
+    let model = adapter(&server);
+    model.turn(later_turn()).await.unwrap();
+    let cached = json!({ "type": "ephemeral" });
+    let sent = server.body(0);
+    assert_eq!(
+        sent["system"],
+        json!([{ "type": "text", "text": "You write short answers.", "cache_control": cached }])
+    );
+    assert_eq!(
+        sent["tools"],
+        json!([{
+            "name": "read_file",
+            "description": "Reads a file.",
+            "input_schema": read_tool().input_schema,
+            "cache_control": cached
+        }])
+    );
+    assert_eq!(
+        sent["messages"],
+        json!([
+            { "role": "user", "content": [
+                { "type": "text", "text": "Summarise a.txt and b.txt", "cache_control": cached }
+            ]},
+            { "role": "assistant", "content": [
+                { "type": "text", "text": "Reading both." },
+                { "type": "tool_use", "id": "call_a", "name": "read_file", "input": { "path": "a.txt" } },
+                { "type": "tool_use", "id": "call_b", "name": "read_file", "input": { "path": "b.txt" } }
+            ]},
+            { "role": "user", "content": [
+                { "type": "tool_result", "tool_use_id": "call_a", "content": "alpha" },
+                { "type": "tool_result", "tool_use_id": "call_b", "content": "no such file", "is_error": true },
+                { "type": "text", "text": "Be brief.", "cache_control": cached }
+            ]}
+        ])
+    );
+    let breakpoints = sent.to_string().matches("\"cache_control\"").count();
+    assert!(breakpoints <= 4, "{breakpoints} breakpoints");
+
+    // A first turn: the task alone, no tools; its one message is the last.
+    model.turn(first_turn()).await.unwrap();
+    let sent = server.body(1);
+    assert!(sent.get("tools").is_none());
+    assert_eq!(
+        sent["messages"],
+        json!([{ "role": "user", "content": [
+            { "type": "text", "text": "Say hello", "cache_control": cached }
+        ]}])
+    );
+}
+
+/// With prompt caching off, no breakpoint is sent and the system prompt is a plain string.
+#[tokio::test]
+async fn anthropic_prompt_caching_off_sends_no_breakpoints() {
+    let server = Server::start(vec![text_reply("ok")]).await;
+    let model = Anthropic::builder()
+        .base_url(&server.base)
+        .model("claude-test")
+        .prompt_caching(false)
+        .build()
+        .unwrap();
+    model.turn(later_turn()).await.unwrap();
+    let sent = server.body(0);
+    assert!(!sent.to_string().contains("cache_control"));
+    assert_eq!(sent["system"], "You write short answers.");
+    assert_eq!(sent["messages"][0]["content"], "Summarise a.txt and b.txt");
+}
+
+#[tokio::test]
+async fn anthropic_a_base_url_without_v1_reaches_v1_messages() {
+    let server = Server::start(vec![text_reply("ok")]).await;
+    let root = server.base.strip_suffix("/v1").unwrap().to_owned();
+    for base in [
+        root.clone(),
+        format!("{root}/"),
+        server.base.clone(),
+        format!("{}/messages", server.base),
+    ] {
+        let model = Anthropic::builder()
+            .base_url(&base)
+            .model("claude-test")
+            .build()
+            .unwrap();
+        model.turn(first_turn()).await.expect(&base);
+    }
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, vec!["/v1/messages"; 4]);
+}
+
 #[tokio::test]
 async fn anthropic_default_max_tokens_and_no_model_is_refused() {
     let server = Server::start(vec![text_reply("ok")]).await;
@@ -133,6 +233,107 @@ async fn anthropic_default_max_tokens_and_no_model_is_refused() {
     let unnamed = Anthropic::builder().base_url(&server.base).build().unwrap();
     let error = unnamed.turn(first_turn()).await.unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+}
+
+/// The request's sampling is sent under the Messages API's own names: `stop_sequences`,
+/// `tool_choice` objects (`any` for required), parallel calls as
+/// `disable_parallel_tool_use`; no `seed` (the API has none); a temperature above the API's
+/// maximum of 1 is sent as 1. The request's output limit, under the builder's ceiling, is sent.
+#[tokio::test]
+async fn anthropic_sampling_is_sent_under_its_own_names() {
+    let server = Server::start(vec![text_reply("ok")]).await;
+    let model = Anthropic::builder()
+        .base_url(&server.base)
+        .model("claude-test")
+        .max_tokens(8192)
+        .build()
+        .unwrap();
+    let sampling = Sampling::default()
+        .with_temperature(0.3)
+        .with_top_p(0.8)
+        .with_seed(7)
+        .with_stop(["END"])
+        .with_max_output_tokens(2048)
+        .with_tool_choice(ToolChoice::Required)
+        .with_parallel_tool_calls(false);
+    model
+        .turn(later_turn().with_sampling(sampling))
+        .await
+        .unwrap();
+    let sent = server.body(0);
+    assert_eq!(sent["temperature"], 0.3);
+    assert_eq!(sent["top_p"], 0.8);
+    assert_eq!(sent["stop_sequences"], json!(["END"]));
+    assert_eq!(sent["max_tokens"], 2048, "the request's lower limit wins");
+    assert_eq!(
+        sent["tool_choice"],
+        json!({ "type": "any", "disable_parallel_tool_use": true })
+    );
+    for absent in ["seed", "stop", "parallel_tool_calls"] {
+        assert!(sent.get(absent).is_none(), "{absent}");
+    }
+
+    for (sampling, sent) in [
+        (
+            Sampling::default().with_tool_choice(ToolChoice::Auto),
+            json!({ "type": "auto" }),
+        ),
+        (
+            Sampling::default().with_tool_choice(ToolChoice::None),
+            json!({ "type": "none" }),
+        ),
+        (
+            Sampling::default()
+                .with_tool_choice(ToolChoice::Tool("read_file".into()))
+                .with_parallel_tool_calls(true),
+            json!({ "type": "tool", "name": "read_file", "disable_parallel_tool_use": false }),
+        ),
+        (
+            Sampling::default().with_parallel_tool_calls(false),
+            json!({ "type": "auto", "disable_parallel_tool_use": true }),
+        ),
+    ] {
+        model
+            .turn(later_turn().with_sampling(sampling))
+            .await
+            .unwrap();
+        let body = server.requests().pop().unwrap().body;
+        assert_eq!(body["tool_choice"], sent);
+        assert_eq!(
+            body["max_tokens"], 8192,
+            "the builder's limit is the fallback"
+        );
+    }
+
+    // Past the API's range, and without tools: the temperature at its maximum, no tool choice.
+    let sampling = Sampling::default()
+        .with_temperature(1.5)
+        .with_tool_choice(ToolChoice::Required)
+        .with_parallel_tool_calls(false);
+    model
+        .turn(first_turn().with_sampling(sampling))
+        .await
+        .unwrap();
+    let body = server.requests().pop().unwrap().body;
+    assert_eq!(body["temperature"], 1.0);
+    assert!(body.get("tool_choice").is_none());
+    assert!(body.get("tools").is_none());
+}
+
+/// The context window the builder was given is reported to the runtime, never sent.
+#[tokio::test]
+async fn anthropic_the_context_window_is_reported_never_sent() {
+    let server = Server::start(vec![text_reply("ok")]).await;
+    assert_eq!(adapter(&server).context_window(&first_turn()), None);
+    let model = Anthropic::builder()
+        .base_url(&server.base)
+        .model("claude-test")
+        .context_window(200_000)
+        .build()
+        .unwrap();
+    assert_eq!(model.context_window(&first_turn()), Some(200_000));
+    model.turn(first_turn()).await.unwrap();
+    assert!(!server.body(0).to_string().contains("200000"));
 }
 
 #[tokio::test]
@@ -398,8 +599,11 @@ async fn anthropic_streaming_text_tool_calls_and_usage() {
     assert_eq!(server.body(0)["stream"], true);
 }
 
+/// A streamed tool call cut off by the output limit reaches the runtime as
+/// `{"_raw": text}`, and goes back as `input: {}`: the Messages API takes only an object,
+/// and the error result that follows the call tells the model what happened.
 #[tokio::test]
-async fn anthropic_streamed_malformed_tool_input_passes_raw() {
+async fn anthropic_a_cut_off_call_is_sent_back_as_an_empty_object() {
     let mut events = vec![
         message_start(usage(40, 1, 0, 0)),
         block_start(
@@ -412,28 +616,86 @@ async fn anthropic_streamed_malformed_tool_input_passes_raw() {
         ),
         block_stop(0),
     ];
-    events.extend(message_end("tool_use", 9));
+    events.extend(message_end("max_tokens", 9));
     let server = Server::start(vec![Reply::sse(events), text_reply("ok")]).await;
     let model = streaming(&server);
     let response = model
         .turn(first_turn())
         .await
         .expect("the turn does not fail");
+    assert_eq!(response.finish_reason, FinishReason::Length);
     assert_eq!(
         response.tool_calls[0].input.to_value(),
         json!({ "_raw": "{\"path\": " })
     );
-    // Sent back as an object, as the Messages API requires.
     let next = first_turn().with_messages(vec![
         Message::user("Say hello"),
         Message::assistant("", response.tool_calls.clone()),
-        Message::tool_result("toolu_x", "arguments are not valid JSON", true),
+        Message::tool_result("toolu_x", "the call was cut off by the output limit", true),
     ]);
     model.turn(next).await.unwrap();
     assert_eq!(
-        server.body(1)["messages"][1]["content"][0]["input"],
-        json!({ "_raw": "{\"path\": " })
+        server.body(1)["messages"][1]["content"][0],
+        json!({ "type": "tool_use", "id": "toolu_x", "name": "read_file", "input": {} })
     );
+}
+
+/// An Anthropic-compatible server (llama.cpp's `/v1/messages`) refusing with a 5xx what it
+/// cannot parse: `invalid_request`, never retried.
+#[tokio::test]
+async fn anthropic_a_server_refusing_what_it_cannot_parse_is_an_invalid_request() {
+    let server = Server::start(vec![Reply::json(
+        500,
+        error_body(
+            "api_error",
+            "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]",
+        ),
+    )])
+    .await;
+    let error = adapter(&server).turn(first_turn()).await.unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::InvalidRequest, "{error}");
+    assert_eq!(error.status, Some(500));
+}
+
+/// The first event may take as long as the first-byte timeout (a queued request, then its
+/// prompt), longer than the chunk timeout; once the stream has begun, a silence past the
+/// chunk timeout cuts it, `transient`, with the usage `message_start` reported. Paused time.
+#[tokio::test(start_paused = true)]
+async fn anthropic_a_slow_first_byte_is_waited_for_and_a_stalled_stream_is_cut() {
+    let server = Server::start(vec![Reply::sse_timed([
+        (Duration::from_secs(300), message_start(usage(40, 1, 0, 0))),
+        (
+            Duration::ZERO,
+            block_start(0, json!({ "type": "text", "text": "" })),
+        ),
+        (
+            Duration::ZERO,
+            delta(0, json!({ "type": "text_delta", "text": "Hal" })),
+        ),
+        (
+            Duration::from_secs(200),
+            delta(0, json!({ "type": "text_delta", "text": "f" })),
+        ),
+    ])])
+    .await;
+    let model = Anthropic::builder()
+        .base_url(&server.base)
+        .model("claude-test")
+        .streaming(true)
+        .chunk_timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let sink = TurnSink::recording();
+    let started = tokio::time::Instant::now();
+    let error = model
+        .turn(first_turn().with_sink(sink.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::Transient, "{error}");
+    assert!(error.message.contains("stalled"), "{error}");
+    assert_eq!(error.usage, Usage::tokens(40, 1));
+    assert_eq!(sink.streamed_text(), "Hal");
+    assert_eq!(started.elapsed().as_secs(), 300 + 120);
 }
 
 #[tokio::test]

@@ -6,7 +6,8 @@
 //! Every request is first checked the way the real providers check it; one they would refuse
 //! (a tool call without its result, a result without its call, results after text, empty
 //! text blocks, a tool name they would not take, ...) is answered with the provider's own
-//! 400 and listed in [`Mock::refusals`], so a defect shows as the provider's refusal.
+//! 400 (or, for tool-call arguments that are not JSON, llama.cpp's 500) and listed in
+//! [`Mock::refusals`], so a defect shows as the provider's refusal.
 //!
 //! Unlike `server.rs` (replies in order, one per connection), the reply is decided from the
 //! request. The builders under "What the providers send" give the replies of each wire
@@ -292,13 +293,17 @@ async fn serve(mut socket: TcpStream, shared: &Shared) -> std::io::Result<()> {
         path: recorded.path,
         body: recorded.body,
     };
-    let mut resp = match refusal(&req) {
-        Some(why) => {
+    let refused = match unparseable(&req) {
+        Some(why) => Some((why.clone(), llama_500(&why))),
+        None => refusal(&req).map(|why| (why.clone(), provider_400(&req, &why))),
+    };
+    let mut resp = match refused {
+        Some((why, resp)) => {
             shared
                 .refusals
                 .lock()
                 .push(format!("{}: {why}", req.agent()));
-            provider_400(&req, &why)
+            resp
         }
         None => {
             let attempt = {
@@ -397,6 +402,34 @@ fn provider_400(req: &Req, why: &str) -> Resp {
     }
 }
 
+/// llama.cpp's server (`llama-server --jinja`) parses the arguments of every tool call in
+/// an OpenAI-compatible request's history to render its chat template; text that is not
+/// JSON fails the request with a 500. Why it would, if it would.
+fn unparseable(req: &Req) -> Option<String> {
+    if req.is_anthropic() {
+        return None;
+    }
+    for m in req.messages() {
+        for call in m["tool_calls"].as_array().into_iter().flatten() {
+            let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+            if let Err(error) = serde_json::from_str::<Value>(arguments) {
+                return Some(format!(
+                    "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] {error}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// llama.cpp's 500 for a request it fails to render.
+fn llama_500(why: &str) -> Resp {
+    Resp::json(
+        500,
+        json!({"error":{"code":500,"message":why,"type":"server_error"}}),
+    )
+}
+
 /// Why a real provider would refuse this request with a 400, if it would.
 fn refusal(req: &Req) -> Option<String> {
     let name_ok = |n: &str| {
@@ -419,6 +452,12 @@ fn refusal(req: &Req) -> Option<String> {
     if req.is_anthropic() {
         if req.body["max_tokens"].as_u64().is_none() {
             return Some("max_tokens: field required".into());
+        }
+        let breakpoints = req.text().matches("\"cache_control\"").count();
+        if breakpoints > 4 {
+            return Some(format!(
+                "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+            ));
         }
         if messages.first().is_none_or(|m| m["role"] != "user") {
             return Some("messages: first message must use the \"user\" role".into());

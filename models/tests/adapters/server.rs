@@ -66,6 +66,21 @@ impl Reply {
         }
     }
 
+    /// A server-sent event stream whose pieces are each written after their own delay (the
+    /// head at once): a server that answers at once and then processes the prompt, or a
+    /// stream that stalls.
+    pub(crate) fn sse_timed<S: AsRef<[u8]>>(
+        pieces: impl IntoIterator<Item = (Duration, S)>,
+    ) -> Reply {
+        Reply {
+            pieces: pieces
+                .into_iter()
+                .map(|(delay, p)| (delay, p.as_ref().to_vec()))
+                .collect(),
+            ..Reply::sse(Vec::<Vec<u8>>::new())
+        }
+    }
+
     /// A request that is never answered.
     pub(crate) fn hang() -> Reply {
         Reply {

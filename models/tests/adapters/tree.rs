@@ -10,6 +10,7 @@ use agent_tree_protocol::{AgentStatus, SpawnRequest, Usage};
 use serde_json::json;
 
 use crate::common::{first_turn, tree};
+use crate::routed::{Mock, Resp, oa_json_text, oa_usage};
 use crate::server::{Reply, Server};
 
 fn openai(server: &Server, streaming: bool) -> OpenAiCompat {
@@ -87,6 +88,81 @@ async fn anthropic_overloaded_then_success_through_a_tree() {
     ])
     .await;
     completes_on_the_second_attempt(anthropic(&server, false), &server, Usage::tokens(30, 5)).await;
+}
+
+/// A server that cannot parse a request says so with a 500 (llama.cpp: "Failed to parse
+/// tool call arguments as JSON"): the agent fails at once with `model_error`, the same body
+/// is never sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_server_cannot_parse_is_not_retried() {
+    let server = Server::start(vec![
+        Reply::json(
+            500,
+            json!({ "error": { "code": 500, "type": "server_error",
+                "message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 13" } }),
+        ),
+        Reply::json(500, json!({ "error": { "message": "unreachable" } })),
+    ])
+    .await;
+    let tree = tree(openai(&server, false)).await;
+    let outcome = tree
+        .run(SpawnRequest::new("writer", "Say hello"))
+        .await
+        .expect("admitted");
+    assert_eq!(outcome.status, AgentStatus::Failed, "{}", outcome.summary());
+    assert!(
+        outcome.summary().contains("Failed to parse"),
+        "{}",
+        outcome.summary()
+    );
+    assert_eq!(server.requests().len(), 1, "not retried");
+    tree.shutdown().await;
+}
+
+/// A tool call cut off by the output limit (`finish_reason: length`, arguments that are not
+/// JSON) is answered with an error result, and the next turn is one llama.cpp's server
+/// takes: the call goes back with arguments `"{}"`, so the agent carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_call_does_not_break_the_next_turn() {
+    let mock = Mock::start(|req, _| match req.turn() {
+        0 => Resp::json(
+            200,
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{ "index": 0, "finish_reason": "length",
+                              "message": { "role": "assistant", "content": null, "tool_calls": [
+                                  { "id": "call_0", "type": "function",
+                                    "function": { "name": "read_file", "arguments": "{\"path\": \"a.t" } }
+                              ] } }],
+                "usage": oa_usage(20, 16)
+            }),
+        ),
+        _ => oa_json_text("done", (40, 2)),
+    })
+    .await;
+    let model = OpenAiCompat::builder()
+        .base_url(&mock.base)
+        .model("gpt-test")
+        .build()
+        .unwrap();
+    let tree = tree(model).await;
+    let outcome = tree
+        .run(SpawnRequest::new("writer", "Say hello"))
+        .await
+        .expect("admitted");
+    assert_eq!(mock.refusals(), Vec::<String>::new());
+    assert!(outcome.is_completed(), "{}", outcome.summary());
+    assert_eq!(outcome.text.as_deref(), Some("done"));
+    let second = mock.requests().pop().unwrap();
+    let messages = second.messages();
+    let call = messages
+        .iter()
+        .find_map(|m| m["tool_calls"].get(0))
+        .expect("the call is in the history");
+    assert_eq!(call["function"]["arguments"], "{}");
+    assert_eq!(second.tool_results().len(), 1, "the call is answered");
+    assert!(second.tool_results()[0].starts_with("Error"));
+    tree.shutdown().await;
 }
 
 /// Starts one agent on `model` against a server that never answers, aborts it once the

@@ -817,6 +817,14 @@ fn guard_crash_then_resume_from_the_journal() {
     let dir = scratch("journal");
     let journal = dir.join("desk.journal");
     let lead = first_life(journal.clone());
+    // The first life's tree was leaked, not dropped, so in this process it still holds the
+    // journal's lock (one tree per journal), which a dead process's would not: the second
+    // life recovers from a copy of the file, as a new process would from the file itself.
+    let journal = {
+        let copy = dir.join("desk-recovered.journal");
+        std::fs::copy(&journal, &copy).unwrap();
+        copy
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1031,7 +1039,7 @@ async fn deltas_across_a_retry(failed_text: String) -> String {
     drain(&mut events)
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::TextDelta { turn: _, text } => Some(text),
+            EventKind::TextDelta { text, .. } => Some(text),
             _ => None,
         })
         .collect()

@@ -19,8 +19,9 @@ use std::path::PathBuf;
 
 use agent_tree_protocol::{
     AgentDefinition, AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, EventTally,
-    Message, Outcome, RequestId, RestartPolicy, Role, SessionId, SettlePolicy, SpawnRequest,
-    Strategy, SubagentAllowance, ToolCall, ToolSet, ToolSpec, TreeSnapshot, Usage, Wire,
+    Message, ModelErrorKind, Outcome, RequestId, RestartPolicy, Role, SessionId, SettlePolicy,
+    SpawnRequest, Strategy, SubagentAllowance, ToolCall, ToolSet, ToolSpec, TreeSnapshot, Usage,
+    Wire,
 };
 use serde_json::{Value, json};
 
@@ -513,7 +514,8 @@ fn usage_golden() {
 #[test]
 fn outcome_golden() {
     let completed = Outcome::completed("The release plan has 3 steps.");
-    let failed = Outcome::failed(EndReason::ModelError, "HTTP 529: overloaded");
+    let failed = Outcome::failed(EndReason::ModelError, "HTTP 529: overloaded")
+        .with_error_kind(ModelErrorKind::Transient);
     let aborted =
         Outcome::ended(AgentStatus::Aborted, EndReason::OwnerEnded).with_partial("Step 1 done");
     assert_golden("outcome_completed.json", &completed);
@@ -527,6 +529,13 @@ fn outcome_golden() {
         failed.summary(),
         "failed (model_error): HTTP 529: overloaded"
     );
+    // Written before outcomes carried their kind: read without one.
+    let older = Outcome::from_json(
+        r#"{"status": "failed", "reason": "model_error", "error": "HTTP 529: overloaded"}"#,
+    )
+    .unwrap();
+    assert_eq!(older.error_kind, None);
+    assert_eq!(older.with_error_kind(ModelErrorKind::Transient), failed);
 }
 
 #[test]
@@ -553,6 +562,41 @@ fn events_decode_from_golden() {
     for (name, event) in golden_events() {
         assert_decodes(name, &event);
     }
+}
+
+/// A `text_delta` names the attempt that streamed it; one journaled before attempts were
+/// numbered reads as the first attempt's, and the strict decoding still refuses strangers.
+#[test]
+fn a_text_delta_names_its_attempt_and_an_older_one_reads_as_the_first() {
+    let event = Event::from_json(
+        r#"{"seq":4,"agent":"a1","parent":"a0","depth":1,"at_ms":9,"event":"text_delta","turn":2,"text":"Hel"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        event.kind,
+        EventKind::TextDelta {
+            turn: 2,
+            attempt: 1,
+            text: "Hel".into()
+        }
+    );
+    let retried = Event {
+        kind: EventKind::TextDelta {
+            turn: 2,
+            attempt: 3,
+            text: "lo".into(),
+        },
+        ..event
+    };
+    let json = retried.to_json();
+    assert!(json.contains(r#""attempt":3"#), "{json}");
+    assert_eq!(Event::from_json(&json).unwrap(), retried);
+    assert!(
+        Event::from_json(
+            r#"{"seq":4,"agent":"a1","parent":"a0","depth":1,"at_ms":9,"event":"text_delta","turn":2,"text":"x","try":2}"#
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -752,9 +796,9 @@ fn snapshot_queries() {
 fn render_text_of_golden_snapshot() {
     let text = decoded_snapshot().render_text();
     let expected = [
-        "tree agents=3 live=0 usage=0/350",
-        "- [d1] planner #a1 parent=a0 status=completed usage=120/300",
-        "  - [d2] analyst #a2 parent=a1 status=completed usage=180/180",
+        "tree agents=3 live=0 usage=0/410",
+        "- [d1] planner #a1 parent=a0 status=completed usage=170/360",
+        "  - [d2] analyst #a2 parent=a1 status=completed usage=190/190",
         "- [d1] writer #a3 parent=a0 status=aborted usage=50/50 incarnation=2 detached",
         "depth histogram: d1=2 d2=1",
         "event tally: started=4 completed=2 failed=0 aborted=1 killed=0 restarted=1 queued=0 \
@@ -806,7 +850,7 @@ fn to_dot_of_golden_snapshot() {
     }
     assert_eq!(dot.matches("->").count(), 3, "{dot}");
     assert!(
-        dot.contains(r#"  a1 [label="planner a1\ncompleted d1\nown=120 subtree=300"];"#),
+        dot.contains(r#"  a1 [label="planner a1\ncompleted d1\nown=170 subtree=360"];"#),
         "{dot}"
     );
     assert!(

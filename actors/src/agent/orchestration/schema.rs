@@ -170,11 +170,21 @@ fn build_offered(
         .collect()
 }
 
-/// The longest description of a type the `Agent` tool quotes, in bytes.
-const MAX_TYPE_DESCRIPTION: usize = 300;
+/// The longest description of a type the `Agent` tool quotes, in bytes: every turn of a
+/// delegating agent sends the list, so a long description (an agent file's examples) is cut.
+const MAX_TYPE_DESCRIPTION: usize = 200;
+
+/// What the `Agent` tool says after its list of types (and, with no list, after its first
+/// sentence).
+const AGENT_RETURNS: &str =
+    "Returns its result (`background`: its id). Running subagents stop when you answer.";
 
 /// The `Agent` tool as `caller` sees it: the types it may start, each with its description
 /// and whether it can delegate further, and `agent_type` constrained to them.
+///
+/// Every spec here is sent on every turn of every agent holding it, so each says what its
+/// tool does in a sentence or two and its schema holds the fields and types, with no
+/// descriptions a field's name already gives (`docs/semantics.md` has the measured size).
 pub(crate) fn agent_spec(caller: &Caller<'_>) -> ToolSpec {
     let reachable = caller.catalog.reachable_for(caller.definition);
     let mut listing = String::new();
@@ -186,10 +196,10 @@ pub(crate) fn agent_spec(caller: &Caller<'_>) -> ToolSpec {
         crate::error::cut_to(&mut description, MAX_TYPE_DESCRIPTION);
         let mut notes = Vec::new();
         if capability::may_delegate(definition, caller.depth + 1, caller.max_depth) {
-            notes.push("can delegate further");
+            notes.push("can delegate");
         }
         if definition.run_in_background {
-            notes.push("runs in the background by default");
+            notes.push("background by default");
         }
         let notes = if notes.is_empty() {
             String::new()
@@ -200,65 +210,45 @@ pub(crate) fn agent_spec(caller: &Caller<'_>) -> ToolSpec {
     }
     let names: Vec<&str> = reachable.iter().map(|d| d.name.as_str()).collect();
     let description = format!(
-        "Start a subagent on a task, or resume one of your settled subagents. The subagent \
-         does not see your conversation: put everything it needs in `prompt`.\n\n\
-         Types you may start:{}\n\n\
-         In the foreground this call returns the subagent's result. With `background: true` \
-         it returns the subagent's id at once; read the result later with \
-         get_subagent_result or wait_subagents. Your run ends when you answer without tool \
-         calls, and subagents still running then are stopped: wait for those whose results \
-         you need first. To resume a settled subagent, give its id in `resume` and a new \
-         `prompt`.",
+        "Start a subagent (it sees only `prompt`) or `resume` one. Types:{}\n\
+         {AGENT_RETURNS}",
         if listing.is_empty() {
             " none (every type you may start is disabled)".to_owned()
         } else {
             listing
         }
     );
-    let mut agent_type = json!({
-        "type": "string",
-        "description": "The type of subagent to start (with `resume`: the resumed subagent's type)."
-    });
+    let mut agent_type = json!({ "type": "string" });
     if !names.is_empty() {
         agent_type["enum"] = json!(names);
     }
-    let schema = json!({
+    ToolSpec::new(
+        Orchestration::Agent.name(),
+        description,
+        agent_schema(agent_type),
+    )
+}
+
+/// The `Agent` tool's input schema, with `agent_type`'s.
+fn agent_schema(agent_type: Value) -> Value {
+    json!({
         "type": "object",
         "properties": {
             "agent_type": agent_type,
-            "prompt": {
-                "type": "string",
-                "description": "The task, with everything the subagent needs to know."
-            },
-            "description": {
-                "type": "string",
-                "description": "A short label for the task (3 to 5 words)."
-            },
-            "background": {
-                "type": "boolean",
-                "description": "Run in the background and get the subagent's id at once."
-            },
-            "resume": {
-                "type": "string",
-                "description": "The id of one of your settled subagents to run again with `prompt`."
-            }
+            "prompt": { "type": "string" },
+            "background": { "type": "boolean" },
+            "resume": { "type": "string" }
         },
         "required": ["agent_type", "prompt"]
-    });
-    ToolSpec::new(Orchestration::Agent.name(), description, schema)
+    })
 }
 
 pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
-    let target = |extra: Value| {
+    let target = |extra: Value, required: Value| {
         let mut schema = json!({
             "type": "object",
-            "properties": {
-                "agent_id": {
-                    "type": "string",
-                    "description": "The subagent's id, as the Agent tool returned it (a2)."
-                }
-            },
-            "required": ["agent_id"]
+            "properties": { "agent_id": { "type": "string" } },
+            "required": required
         });
         if let (Some(props), Some(extra)) =
             (schema["properties"].as_object_mut(), extra.as_object())
@@ -271,78 +261,48 @@ pub(super) fn build_spec(tool: Orchestration) -> ToolSpec {
         // The spec of no particular caller; every agent that delegates is offered its own,
         // listing its types ([`agent_spec`]).
         Orchestration::Agent => (
-            "Start a subagent of an allowed type with a task, or resume one of your settled \
-             subagents (`resume`: its id) with a new prompt. In the foreground the result comes \
-             back as this tool's result; in the background an agent id comes back at once.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "agent_type": { "type": "string" },
-                    "prompt": { "type": "string" },
-                    "description": { "type": "string" },
-                    "background": { "type": "boolean" },
-                    "resume": { "type": "string" }
-                },
-                "required": ["agent_type", "prompt"]
-            }),
+            format!(
+                "Start a subagent of an allowed type (it sees only `prompt`) or `resume` one. \
+                 {AGENT_RETURNS}"
+            ),
+            agent_schema(json!({ "type": "string" })),
         ),
         Orchestration::GetResult => (
-            "Read the result of one of your subagents by id; with `wait`, wait for it to settle \
-             (at most `timeout_ms` if given; the subagent keeps running either way).",
-            target(json!({
-                "wait": {
-                    "type": "boolean",
-                    "description": "Wait for the subagent to settle instead of reading its status now."
-                },
-                "timeout_ms": {
-                    "type": "integer",
-                    "description": "With `wait`: the longest wait, in milliseconds."
-                }
-            })),
+            "Read a subagent's result (`wait`: wait for it).".to_owned(),
+            target(
+                json!({ "wait": { "type": "boolean" } }),
+                json!(["agent_id"]),
+            ),
         ),
         Orchestration::Steer => (
-            "Send guidance to one of your running subagents; it arrives at its next turn, or \
-             answers its pending question.",
-            {
-                let mut schema = target(json!({
-                    "message": { "type": "string", "description": "The guidance, or the answer to its question." }
-                }));
-                schema["required"] = json!(["agent_id", "message"]);
-                schema
-            },
+            "Message a running subagent or answer its question.".to_owned(),
+            target(
+                json!({ "message": { "type": "string" } }),
+                json!(["agent_id", "message"]),
+            ),
         ),
         Orchestration::Abort => (
-            "Abort one of your subagents and everything below it.",
-            target(json!({})),
+            "Abort a subagent and its subtree.".to_owned(),
+            target(json!({}), json!(["agent_id"])),
         ),
         Orchestration::Wait => (
-            "Wait for several of your subagents. `all_settled` returns every outcome when all \
-             have ended; `fail_fast` aborts the rest of the set at the first outcome that is \
-             not completed. Outcomes come back in the order of `agent_ids`.",
+            "Wait for subagents (policy `fail_fast`: abort the rest at a failure).".to_owned(),
             json!({
                 "type": "object",
                 "properties": {
-                    "agent_ids": {
-                        "type": "array",
-                        "items": { "type": "string" },
-                        "description": "The ids of the subagents to wait for."
-                    },
-                    "policy": {
-                        "type": "string",
-                        "enum": ["all_settled", "fail_fast"],
-                        "description": "How the wait ends (default all_settled)."
-                    }
+                    "agent_ids": { "type": "array", "items": { "type": "string" } },
+                    // No enum: the description names the one other than the default, and a
+                    // wrong word is answered with serde's list of both.
+                    "policy": { "type": "string" }
                 },
                 "required": ["agent_ids"]
             }),
         ),
         Orchestration::AskOwner => (
-            "Ask the agent that started you a question and wait for its answer.",
+            "Ask the agent that started you; waits for its answer.".to_owned(),
             json!({
                 "type": "object",
-                "properties": {
-                    "question": { "type": "string", "description": "What you need to know to go on." }
-                },
+                "properties": { "question": { "type": "string" } },
                 "required": ["question"]
             }),
         ),
@@ -360,6 +320,9 @@ pub(crate) fn result_value(agent: AgentId, outcome: Option<&Outcome>) -> Value {
             }
             if let Some(error) = &outcome.error {
                 value["error"] = json!(error);
+            }
+            if let Some(kind) = outcome.error_kind {
+                value["error_kind"] = json!(kind);
             }
             if let Some(partial) = &outcome.partial {
                 value["partial"] = json!(partial);
