@@ -33,10 +33,10 @@ fn fan_out(child: &str, n: usize) -> Script {
 /// 97th never returns, every 89th panics.
 async fn flush(ctx: HookContext) -> Result<(), HookError> {
     let n = ctx.agent.get();
-    if n % 97 == 0 {
+    if n.is_multiple_of(97) {
         std::future::pending::<()>().await;
     }
-    if n % 89 == 0 {
+    if n.is_multiple_of(89) {
         panic!("flush of {} panicked", ctx.agent);
     }
     tokio::time::sleep(Duration::from_millis(5 + n % 40)).await;

@@ -125,6 +125,9 @@ pub(crate) struct AgentState {
     supervisor: Option<Box<ChildSupervisor>>,
     /// Children whose `ask_owner` question has not been answered by a steer yet, with it.
     open_questions: BTreeMap<AgentId, String>,
+    /// The question a crash cut the last run off waiting on, recovered from the journal:
+    /// this run starts by putting it again (or reading its journaled answer), not by a turn.
+    question: Option<Box<agent_tree_protocol::OpenQuestion>>,
     /// The shutdown that reached this run, if one did (one pointer: the order is shared).
     shutdown: Option<ShutdownOrder>,
     /// This run's span (see `docs/architecture.md`, tracing), if enabled.
@@ -358,6 +361,7 @@ impl AgentState {
             token,
             conversation: conversation_cell,
             start,
+            question,
         } = ticket;
         let PendingStart {
             definition,
@@ -441,6 +445,7 @@ impl AgentState {
             continuations: 0,
             supervisor: None,
             open_questions: BTreeMap::new(),
+            question,
             shutdown: registered.shutdown,
             span: crate::util::SpanSlot::new(span),
         })

@@ -385,6 +385,9 @@ pub enum TreeError {
     /// The journal cannot be read, recovered or opened for writing.
     #[error(transparent)]
     Journal(#[from] crate::journal::JournalError),
+    /// Another tree holds the journal file (one tree per journal).
+    #[error(transparent)]
+    JournalInUse(#[from] crate::journal::JournalInUseError),
 }
 
 #[cfg(test)]

@@ -88,7 +88,10 @@ pub struct Question {
 /// Result<String, String>>`.
 ///
 /// The handler runs as a task while the agent waits (it keeps handling steers and aborts);
-/// it is dropped if the agent settles first. A panic in it refuses the question.
+/// it is dropped if the agent settles first. A panic in it refuses the question. With a
+/// journal, a question still open at a crash is asked again when a tree is built on the
+/// journal (the agent waits again, its turn is not re-run), and an answer given before the
+/// crash is delivered, not asked for again.
 ///
 /// ```
 /// use agent_tree_actors::{Question, Tree};

@@ -6,7 +6,10 @@
 //!
 //! The registry hands each event to the journal in the same transaction that folds it into
 //! the records, and admissions hand over their definition and request just before their
-//! admission event; agents hand over their conversation at each turn boundary. All of it goes
+//! admission event; agents hand over their conversation at each turn boundary, and each
+//! steer they receipt before the receipt is sent (a steer queued for an agent's start, by
+//! the registry as it queues it), each `ask_owner` question with the turn that asked it,
+//! and each answer before the agent reads it. All of it goes
 //! onto an unbounded channel (sending never blocks, so no actor and no registry transaction
 //! ever waits on the disk) to one writer thread, which encodes, writes and syncs by the
 //! [`Durability`] policy, and rotates the file by compacting it when it grows past
@@ -18,6 +21,20 @@
 //! work waits: a model turn does not start, and [`Tree::spawn`](crate::Tree::spawn) does not
 //! admit, until the writer has caught up below the bound. Entries already on their way are
 //! never dropped; the queue can exceed its bound by what turns already in flight emit.
+//!
+//! # One tree per journal
+//!
+//! A tree that opens a journal file holds an advisory lock on a file beside it,
+//! `<journal>.lock` ([`JournalLock`], `std`'s [`File::try_lock`]), in which it writes its
+//! process id, and holds it while its writer may write: until [`Tree::shutdown`](crate::Tree::shutdown)
+//! returns or the tree is dropped. A second tree on the file is refused with
+//! [`JournalInUseError`], naming the file and that process, before it reads or writes a
+//! byte of it. The lock is the operating system's, so it dies with its process: a process
+//! killed while it held it leaves the lock file behind, and that is no obstacle (the file
+//! is never removed: removing it would let two processes lock two different files). The
+//! lock is beside the journal, not on it, because a compaction renames a new file over the
+//! journal. A store of the application's own ([`TreeBuilder::journal_store`](crate::TreeBuilder::journal_store))
+//! is not locked.
 //!
 //! # Reading back
 //!
@@ -38,7 +55,13 @@
 //! | [`Durability::None`] | the entries queued, not yet written | whatever the OS had not flushed |
 //!
 //! In every case a crash leaves at most a partial last line, which recovery drops (and
-//! reports); nothing before it is lost or changed.
+//! reports); nothing before it is lost or changed. And under every policy nothing the
+//! application had seen when it asked for a [`Tree::flush_journal`](crate::Tree::flush_journal)
+//! that returned is lost: the registry hands each event to the journal before any
+//! subscriber or waiter sees it (the registry's invariant 8), and the writer takes commands
+//! in order. With [`Durability::EveryEntry`] an outcome is synced before
+//! [`AgentHandle::outcome`](crate::AgentHandle::outcome), [`Tree::wait`](crate::Tree::wait)
+//! or [`Tree::run`](crate::Tree::run) returns it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -61,7 +84,7 @@ use crate::policy::retention::OutputRetention;
 #[non_exhaustive]
 pub enum Durability {
     /// Each entry is written and synced (`fsync`) before the next: slowest, loses only what
-    /// was still queued.
+    /// was still queued. An outcome is synced before a handle, a wait or a run returns it.
     EveryEntry,
     /// Entries are written as they come and synced once `max_entries` are unsynced or the
     /// oldest unsynced one is `max_delay` old (group commit).
@@ -193,6 +216,131 @@ impl JournalConfig {
         self.rotate_at = Some(bytes);
         self
     }
+}
+
+/// A journal file another tree holds: a second tree on it is refused
+/// ([`TreeError::JournalInUse`](crate::TreeError::JournalInUse)), before anything of it is
+/// read or written. The holder is the process id the holding tree wrote into the lock file
+/// (its own process's, for another tree in this process).
+///
+/// ```
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// use agent_tree_actors::testkit::ScriptedModel;
+/// use agent_tree_actors::{JournalConfig, Tree, TreeError};
+/// # let path = std::env::temp_dir().join(format!("agent-tree-doc-in-use-{}", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// let open = || Tree::builder().model(ScriptedModel::new()).journal(JournalConfig::new(&path)).build();
+/// let first = open().await?;
+/// match open().await {
+///     Err(TreeError::JournalInUse(in_use)) => {
+///         assert_eq!(in_use.path, path);
+///         assert_eq!(in_use.holder, Some(std::process::id()));
+///     }
+///     other => panic!("a second tree opened a journal in use: {other:?}"),
+/// }
+/// // Released when the tree shuts down (or is dropped).
+/// first.shutdown().await;
+/// let again = open().await?;
+/// # again.shutdown().await;
+/// # let _ = std::fs::remove_file(&path);
+/// # let _ = std::fs::remove_file(path.with_extension("lock"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "journal {} is in use by {} (it holds the lock {}): one tree per journal",
+    path.display(),
+    holder_text(*holder),
+    lock_file.display()
+)]
+#[non_exhaustive]
+pub struct JournalInUseError {
+    /// The journal.
+    pub path: PathBuf,
+    /// The lock file beside it (`<journal>.lock`).
+    pub lock_file: PathBuf,
+    /// The process holding it, as its lock file says (`None` when it does not say yet).
+    pub holder: Option<u32>,
+}
+
+fn holder_text(holder: Option<u32>) -> String {
+    match holder {
+        Some(pid) if pid == std::process::id() => format!("another tree of this process {pid}"),
+        Some(pid) => format!("process {pid}"),
+        None => "another process".to_owned(),
+    }
+}
+
+/// The advisory lock a tree holds on its journal file while its writer may write (see
+/// "One tree per journal" above): released when dropped, or by the OS when its process
+/// ends, however it ends.
+#[derive(Debug)]
+pub(crate) struct JournalLock {
+    /// Locked (`File::try_lock`); closing it unlocks.
+    _file: File,
+}
+
+impl JournalLock {
+    /// Locks the journal at `journal`, through `<journal>.lock`, and writes this process's
+    /// id into it.
+    ///
+    /// # Errors
+    ///
+    /// [`JournalInUseError`] when another tree holds it; a [`JournalError`] when the lock
+    /// file cannot be opened or locked. A file system that has no locks is used unlocked,
+    /// with a warning.
+    pub(crate) fn acquire(journal: &Path) -> Result<Option<Self>, crate::TreeError> {
+        use std::io::{Read as _, Seek as _};
+        let lock_file = lock_path(journal);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_file)
+            .map_err(|e| JournalError::io(journal, "cannot open its lock file", &e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                // Unreadable (a platform whose locks bar reads) says no holder.
+                let _ = file.read_to_string(&mut text);
+                let holder = text
+                    .split_whitespace()
+                    .find_map(|word| word.parse::<u32>().ok());
+                return Err(JournalInUseError {
+                    path: journal.to_owned(),
+                    lock_file,
+                    holder,
+                }
+                .into());
+            }
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => {
+                tracing::warn!(
+                    path = %journal.display(),
+                    "the file system has no file locks: the journal is opened unlocked"
+                );
+                return Ok(None);
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(JournalError::io(journal, "cannot lock", &e).into());
+            }
+        }
+        // Ours: say who holds it, for the error another tree gets.
+        file.set_len(0)
+            .and_then(|()| file.seek(io::SeekFrom::Start(0)))
+            .and_then(|_| writeln!(file, "pid {}", std::process::id()))
+            .map_err(|e| JournalError::io(journal, "cannot write its lock file", &e))?;
+        Ok(Some(JournalLock { _file: file }))
+    }
+}
+
+/// The lock file of the journal at `journal`: `<journal>.lock`, beside it.
+fn lock_path(journal: &Path) -> PathBuf {
+    let mut name = journal.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
 }
 
 /// A journal that cannot be read or written: the file, the line (0 when none), and why.
@@ -399,11 +547,16 @@ struct Backlog {
     queued: AtomicUsize,
     bound: usize,
     room: tokio::sync::Notify,
-    /// Set when the writer stopped on an I/O error: nothing waits for it any more.
+    /// Set when the writer stopped writing, on an I/O error or a close: nothing waits for
+    /// it any more.
     failed: AtomicBool,
     /// Every event up to this sequence number is written to the store (appended: a
     /// read-back finds it), so an output settled by then may be released from memory.
     written_seq: AtomicU64,
+    /// Every event up to this sequence number is synced (durable): what
+    /// [`JournalTap::synced_through`] waits for; woken on `synced` at each sync.
+    synced_seq: AtomicU64,
+    synced: tokio::sync::Notify,
     /// Set by the registry when a release waits for a line to be written: the writer then
     /// calls `on_written` after its next append (on its own thread, holding no lock; the
     /// tree's call starts a task on its runtime, which takes the registry lock).
@@ -418,6 +571,7 @@ impl std::fmt::Debug for Backlog {
             .field("bound", &self.bound)
             .field("failed", &self.failed)
             .field("written_seq", &self.written_seq)
+            .field("synced_seq", &self.synced_seq)
             .finish_non_exhaustive()
     }
 }
@@ -428,6 +582,9 @@ enum Command {
     Entry(Box<JournalEntry>),
     /// Sync everything and answer (a clean shutdown, or a test).
     Flush(std::sync::mpsc::SyncSender<()>),
+    /// Write and sync everything, release the file's lock, write nothing more, and answer
+    /// (reads are still answered): the tree is done with the journal.
+    Close(std::sync::mpsc::SyncSender<()>),
     /// Write everything, then answer with the lines of the agent's latest conversation.
     ReadConversation(
         AgentId,
@@ -447,6 +604,11 @@ enum Command {
 pub(crate) struct JournalTap {
     sender: mpsc::Sender<Command>,
     backlog: Arc<Backlog>,
+    /// The policy is [`Durability::EveryEntry`]: an outcome is synced before the
+    /// application is handed it ([`JournalTap::synced_through`]).
+    pub(crate) every_entry: bool,
+    /// The writer holds the file's lock ([`JournalLock`]).
+    locked: bool,
     /// Whether settled agents keep their conversation in memory.
     pub(crate) retain_conversations: bool,
     /// How long read outputs stay in memory.
@@ -484,6 +646,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Entry(_) => f.write_str("Entry"),
             Command::Flush(_) => f.write_str("Flush"),
+            Command::Close(_) => f.write_str("Close"),
             Command::ReadConversation(..) => f.write_str("ReadConversation"),
             Command::ReadOutput(..) => f.write_str("ReadOutput"),
         }
@@ -494,13 +657,16 @@ impl JournalTap {
     /// Starts the writer thread on `store`, writing a header first when the store is empty.
     /// `index` says where the store's settled outcomes and conversations are (a recovery's
     /// replay; empty for a new journal).
+    /// `lock`, the file's lock, is held by the writer until the journal is closed.
     pub(crate) fn start(
         config: &JournalConfig,
         mut store: Box<dyn JournalStore>,
         session: &SessionId,
         index: Index,
+        lock: Option<JournalLock>,
     ) -> Result<Self, JournalError> {
         let path = config.path.clone();
+        let locked = lock.is_some();
         if store.size() == 0 {
             let header = JournalEntry::Header {
                 version: JOURNAL_VERSION,
@@ -517,6 +683,9 @@ impl JournalTap {
             room: tokio::sync::Notify::new(),
             failed: AtomicBool::new(false),
             written_seq: AtomicU64::new(index.last_seq),
+            // What the store holds was synced when it was opened (a recovery's replay).
+            synced_seq: AtomicU64::new(index.last_seq),
+            synced: tokio::sync::Notify::new(),
             release_waits: AtomicBool::new(false),
             on_written: std::sync::OnceLock::new(),
         });
@@ -536,6 +705,7 @@ impl JournalTap {
             conversations: index.conversations,
             buffered_seq: 0,
             compacted_size: 0,
+            lock,
         };
         let (died_backlog, died_error, died_path) =
             (backlog.clone(), error.clone(), path_of(config));
@@ -552,12 +722,15 @@ impl JournalTap {
                     *died_error.lock() = Some(text);
                     died_backlog.failed.store(true, Ordering::Release);
                     died_backlog.room.notify_waiters();
+                    died_backlog.synced.notify_waiters();
                 }
             })
             .map_err(|e| JournalError::io(&config.path, "cannot start the writer", &e))?;
         Ok(JournalTap {
             sender,
             backlog,
+            every_entry: config.durability == Durability::EveryEntry,
+            locked,
             retain_conversations: config.retain_conversations,
             outputs: config.outputs,
             error,
@@ -609,6 +782,46 @@ impl JournalTap {
             definition: hash,
             request,
             context: context.into(),
+        });
+    }
+
+    /// A steer `agent` receipted (`delivered` or `queued`), before the receipt is sent: a
+    /// crash before a turn boundary reads it keeps it for the agent's next run.
+    pub(crate) fn steer(&self, agent: AgentId, text: &str) {
+        self.send(JournalEntry::Steer {
+            agent,
+            text: text.to_owned(),
+        });
+    }
+
+    /// A question `agent` asked its owner in run `run`, by the call at place `call` of
+    /// `asking`, before the `asked` event: a crash while it waits keeps the question, and
+    /// the turn that asked it, for the run a recovery starts.
+    pub(crate) fn question(
+        &self,
+        agent: AgentId,
+        run: u32,
+        call: usize,
+        question: &str,
+        asking: &agent_tree_protocol::Message,
+    ) {
+        self.send(JournalEntry::Question {
+            agent,
+            run,
+            call,
+            question: question.to_owned(),
+            asking: asking.clone(),
+        });
+    }
+
+    /// The answer to `agent`'s open question of run `run`, before the agent reads it: a
+    /// crash before the turn boundary after it delivers it once, without asking again.
+    pub(crate) fn answer(&self, agent: AgentId, run: u32, text: &str, is_error: bool) {
+        self.send(JournalEntry::Answer {
+            agent,
+            run,
+            text: text.to_owned(),
+            is_error,
         });
     }
 
@@ -674,6 +887,24 @@ impl JournalTap {
         self.backlog.written_seq.load(Ordering::Acquire)
     }
 
+    /// Waits until every event up to `seq` is synced, or the writer has stopped (an I/O
+    /// error: nothing more will be). The writer syncs what it was handed in order, so this
+    /// waits for what was queued before, never for later work.
+    pub(crate) async fn synced_through(&self, seq: u64) {
+        loop {
+            let notified = self.backlog.synced.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a sync between the check and the await wakes it.
+            notified.as_mut().enable();
+            if self.backlog.synced_seq.load(Ordering::Acquire) >= seq
+                || self.backlog.failed.load(Ordering::Acquire)
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// A release waits for lines not written yet: the writer calls back after its next
     /// append (under the registry lock: this only sets a flag).
     pub(crate) fn release_waits(&self) {
@@ -685,7 +916,7 @@ impl JournalTap {
         let _ = self.backlog.on_written.set(call);
     }
 
-    /// Whether the writer stopped on an I/O error.
+    /// Whether the writer stopped writing: an I/O error, or the journal was closed.
     pub(crate) fn failed(&self) -> bool {
         self.backlog.failed.load(Ordering::Acquire)
     }
@@ -713,6 +944,27 @@ impl JournalTap {
     /// Writes and syncs everything queued so far, waiting on a blocking thread.
     pub(crate) async fn flush(&self) {
         self.ask(Command::Flush).await;
+    }
+
+    /// Writes and syncs everything queued so far, then stops writing and releases the
+    /// file's lock (another tree may open it now), waiting on a blocking thread. What is
+    /// handed over afterwards is dropped; reads are still answered.
+    pub(crate) async fn close(&self) {
+        self.ask(Command::Close).await;
+    }
+
+    /// [`JournalTap::close`], blocking the calling thread until it is done (a dropped tree:
+    /// the file is free when the drop returns). Only a locked journal (a file's) waits: a
+    /// store of the application's own is left to end with the tree's last reference, as it
+    /// would without a close.
+    pub(crate) fn close_now(&self) {
+        if !self.locked {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self.sender.send(Command::Close(tx)).is_ok() {
+            let _ = rx.recv();
+        }
     }
 
     /// Agent `agent`'s latest journaled conversation, read back from the journal (after
@@ -801,6 +1053,8 @@ struct Writer {
     buffered_seq: u64,
     /// The store's size after the last compaction (0 before any).
     compacted_size: u64,
+    /// The file's lock, held until the journal is closed (or the writer ends).
+    lock: Option<JournalLock>,
 }
 
 /// Each agent's latest conversation in the store: its run and the lines that make it up.
@@ -884,6 +1138,14 @@ impl Writer {
                         // shutdown) returns, the writer does not touch the file again, so
                         // a tree opened on it next reads what stays.
                         self.maybe_rotate();
+                        let _ = done.send(());
+                    }
+                    Command::Close(done) => {
+                        self.write(&mut buffer, written);
+                        self.release(std::mem::take(&mut written));
+                        self.sync_now();
+                        self.maybe_rotate();
+                        self.close();
                         let _ = done.send(());
                     }
                     Command::ReadConversation(agent, reply) => {
@@ -991,11 +1253,20 @@ impl Writer {
         if self.unsynced == 0 || self.backlog.failed.load(Ordering::Acquire) {
             return;
         }
-        if let Err(error) = self.store.sync() {
-            self.fail("cannot sync", &error);
-        }
+        let synced = self.store.sync();
         self.unsynced = 0;
         self.oldest_unsynced = None;
+        match synced {
+            Ok(()) => self.publish_synced(),
+            Err(error) => self.fail("cannot sync", &error),
+        }
+    }
+
+    /// Everything written is synced: waiters for it go on.
+    fn publish_synced(&self) {
+        let written = self.backlog.written_seq.load(Ordering::Acquire);
+        self.backlog.synced_seq.fetch_max(written, Ordering::AcqRel);
+        self.backlog.synced.notify_waiters();
     }
 
     /// Compacts the file once it is past `rotate_at`: a header, a checkpoint of the records,
@@ -1047,6 +1318,15 @@ impl Writer {
         }
     }
 
+    /// The tree is done with the journal: nothing more is written (as after a failure,
+    /// without an error), nothing waits on it, and its lock is released.
+    fn close(&mut self) {
+        self.backlog.failed.store(true, Ordering::Release);
+        self.backlog.room.notify_waiters();
+        self.backlog.synced.notify_waiters();
+        self.lock = None;
+    }
+
     fn fail(&mut self, what: &str, error: &io::Error) {
         let text = format!("journal {}: {what}: {error}", self.path.display());
         tracing::error!("{text}; the tree goes on without it");
@@ -1055,6 +1335,7 @@ impl Writer {
         self.oldest_unsynced = None;
         self.backlog.failed.store(true, Ordering::Release);
         self.backlog.room.notify_waiters();
+        self.backlog.synced.notify_waiters();
     }
 }
 
@@ -1181,6 +1462,47 @@ pub(crate) fn compact(
         conversations.insert(*agent, (*run, vec![span]));
         out += &line;
     }
+    // After every conversation: steers no journaled conversation holds yet stay so.
+    let mut agents: Vec<&AgentId> = state.steers.keys().collect();
+    agents.sort();
+    for agent in agents {
+        for text in &state.steers[agent] {
+            out += &JournalEntry::Steer {
+                agent: *agent,
+                text: text.clone(),
+            }
+            .to_line();
+        }
+    }
+    // And the questions live agents wait on, with the answers given to them.
+    let live = |agent: &AgentId| {
+        usize::try_from(agent.get())
+            .ok()
+            .and_then(|i| state.records.get(i))
+            .is_some_and(|r| !r.status.is_terminal())
+    };
+    let mut agents: Vec<&AgentId> = state.questions.keys().filter(|a| live(a)).collect();
+    agents.sort();
+    for agent in agents {
+        let open = &state.questions[agent];
+        out += &JournalEntry::Question {
+            agent: *agent,
+            run: open.run,
+            call: open.call,
+            question: open.question.clone(),
+            asking: open.asking.clone(),
+        }
+        .to_line();
+        if let Some((text, is_error)) = &open.answer {
+            out += &JournalEntry::Answer {
+                agent: *agent,
+                run: open.run,
+                text: text.clone(),
+                is_error: *is_error,
+            }
+            .to_line();
+        }
+    }
     (out.into_bytes(), outputs, conversations)
 }
 
@@ -1193,4 +1515,155 @@ fn released_output(state: &Replay, bytes: &[u8], agent: AgentId) -> Option<Outco
     let entry = JournalEntry::from_line_bytes(line).ok()?;
     let (found, outcome) = entry.output()?;
     (found == agent).then(|| outcome.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::{EventKind, Message};
+
+    use super::*;
+
+    /// A compaction keeps what recovery reads: an agent's steers no journaled conversation
+    /// holds stay unread in the compacted file, and those a conversation read stay read.
+    #[test]
+    fn a_compaction_keeps_the_steers_no_conversation_holds() {
+        let session = SessionId::new("s");
+        let agent = AgentId::new(1);
+        let lines = [
+            JournalEntry::Header {
+                version: JOURNAL_VERSION,
+                session: session.clone(),
+            },
+            JournalEntry::Event {
+                event: Event {
+                    seq: 1,
+                    agent,
+                    parent: Some(AgentId::ROOT),
+                    depth: 1,
+                    at_ms: 0,
+                    kind: EventKind::Spawned {
+                        agent_type: "w".into(),
+                        request_id: None,
+                        detached: false,
+                    },
+                },
+            },
+            JournalEntry::Steer {
+                agent,
+                text: "read".into(),
+            },
+            JournalEntry::Conversation {
+                agent,
+                run: 1,
+                from: 0,
+                messages: vec![Message::user("task"), Message::user("read")].into(),
+            },
+            JournalEntry::Steer {
+                agent,
+                text: "unread".into(),
+            },
+        ];
+        let bytes: String = lines.iter().map(JournalEntry::to_line).collect();
+        let state = agent_tree_protocol::replay(bytes.as_bytes(), None).unwrap();
+        assert_eq!(state.steers[&agent], ["unread"]);
+        let (compacted, _, _) = compact(&state, &session, bytes.as_bytes());
+        let again = agent_tree_protocol::replay(&compacted, None).unwrap();
+        assert_eq!(again.steers, state.steers);
+        assert_eq!(again.conversations, state.conversations);
+    }
+
+    /// A compaction keeps the question a live agent waits on, with the answer given to it;
+    /// a question a later conversation line answered is not kept, and neither is a settled
+    /// agent's.
+    #[test]
+    fn a_compaction_keeps_the_open_questions_of_live_agents() {
+        let session = SessionId::new("s");
+        let spawned = |seq: u64, agent: AgentId| JournalEntry::Event {
+            event: Event {
+                seq,
+                agent,
+                parent: Some(AgentId::ROOT),
+                depth: 1,
+                at_ms: 0,
+                kind: EventKind::Spawned {
+                    agent_type: "w".into(),
+                    request_id: None,
+                    detached: false,
+                },
+            },
+        };
+        let asking = Message::assistant(
+            "",
+            vec![agent_tree_protocol::ToolCall::new(
+                "c",
+                "ask_owner",
+                serde_json::json!({ "question": "tabs?" }),
+            )],
+        );
+        let question = |agent: AgentId| JournalEntry::Question {
+            agent,
+            run: 1,
+            call: 0,
+            question: "tabs?".into(),
+            asking: asking.clone(),
+        };
+        let (waiting, answered, settled) = (AgentId::new(1), AgentId::new(2), AgentId::new(3));
+        let lines = [
+            JournalEntry::Header {
+                version: JOURNAL_VERSION,
+                session: session.clone(),
+            },
+            spawned(1, waiting),
+            spawned(2, answered),
+            spawned(3, settled),
+            question(waiting),
+            JournalEntry::Answer {
+                agent: waiting,
+                run: 1,
+                text: "tabs".into(),
+                is_error: false,
+            },
+            // An answer to another run's question is not this one's.
+            JournalEntry::Answer {
+                agent: waiting,
+                run: 2,
+                text: "spaces".into(),
+                is_error: false,
+            },
+            question(answered),
+            JournalEntry::Conversation {
+                agent: answered,
+                run: 1,
+                from: 0,
+                messages: vec![Message::user("task")].into(),
+            },
+            question(settled),
+            JournalEntry::Event {
+                event: Event {
+                    seq: 4,
+                    agent: settled,
+                    parent: Some(AgentId::ROOT),
+                    depth: 1,
+                    at_ms: 0,
+                    kind: EventKind::Aborted {
+                        outcome: agent_tree_protocol::Outcome::ended(
+                            agent_tree_protocol::AgentStatus::Aborted,
+                            agent_tree_protocol::EndReason::Killed,
+                        ),
+                    },
+                },
+            },
+        ];
+        let bytes: String = lines.iter().map(JournalEntry::to_line).collect();
+        let state = agent_tree_protocol::replay(bytes.as_bytes(), None).unwrap();
+        assert_eq!(
+            state.questions[&waiting].answer,
+            Some(("tabs".into(), false))
+        );
+        assert!(!state.questions.contains_key(&answered));
+        let (compacted, _, _) = compact(&state, &session, bytes.as_bytes());
+        let again = agent_tree_protocol::replay(&compacted, None).unwrap();
+        assert_eq!(again.questions.len(), 1);
+        assert_eq!(again.questions[&waiting], state.questions[&waiting]);
+    }
 }

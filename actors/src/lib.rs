@@ -18,6 +18,7 @@ mod hooks;
 mod journal;
 mod model;
 mod msg;
+mod permits;
 mod policy;
 mod registry;
 mod root;
@@ -34,21 +35,23 @@ mod util;
 mod wait;
 
 pub use catalog::{
-    Catalog, CatalogError, LoadedCatalog, MAX_AGENT_FILE_BYTES, MAX_FRONTMATTER_EXPANDED_BYTES,
-    MAX_FRONTMATTER_NODES, SkipReason, Skipped, ToolProblem, parse_agent_file,
+    Catalog, CatalogError, FileNote, LoadedCatalog, MAX_AGENT_DIR_DEPTH, MAX_AGENT_FILE_BYTES,
+    MAX_FRONTMATTER_EXPANDED_BYTES, MAX_FRONTMATTER_NODES, NoteKind, SkipReason, Skipped,
+    ToolProblem, parse_agent_file, parse_agent_file_with_notes,
 };
 pub use config::{
     ConfigError, ControlScope, DEFAULT_LENGTH_CONTINUATIONS, DEFAULT_MAX_CHILDREN_PER_AGENT,
-    DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_SPAWNS_PER_AGENT,
-    DEFAULT_MAX_SPAWNS_PER_TREE, DEFAULT_MAX_STEER_BYTES, DEFAULT_MAX_STEERS_PER_RUN,
-    DEFAULT_MAX_TOOL_CALLS_PER_TURN, DEFAULT_MAX_TOTAL_AGENTS, DEFAULT_SHUTDOWN_GRACE,
-    INHERIT_CONTEXT_MAX_DEPTH, RetryPolicy, SHUTDOWN_KILL_WAIT, TreeConfig,
+    DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_MAX_SPAWNS_PER_AGENT, DEFAULT_MAX_SPAWNS_PER_TREE, DEFAULT_MAX_STEER_BYTES,
+    DEFAULT_MAX_STEERS_PER_RUN, DEFAULT_MAX_TOOL_CALLS_PER_TURN, DEFAULT_MAX_TOTAL_AGENTS,
+    DEFAULT_SHUTDOWN_GRACE, INHERIT_CONTEXT_MAX_DEPTH, RetryPolicy, SHUTDOWN_KILL_WAIT, TreeConfig,
 };
 pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
 pub use hooks::{Hook, HookContext, HookError, Question, QuestionHandler};
 pub use journal::{
-    Durability, FileJournal, JournalConfig, JournalError, JournalStore, read_journal,
+    Durability, FileJournal, JournalConfig, JournalError, JournalInUseError, JournalStore,
+    read_journal,
 };
 pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;

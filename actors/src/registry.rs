@@ -30,6 +30,16 @@
 //! 7. An output leaves memory (its `released` event) only after it was read and the journal
 //!    has appended the event that settled it; never without a journal, after the journal
 //!    failed, or after the tree shut down.
+//! 8. **The journal before anyone else.** An event is handed to the journal before any
+//!    subscriber or waiter can see it: [`Inner::try_emit_as`] queues it for the writer
+//!    before it sends it to the subscribers, and every watcher (an outcome's, a run's end,
+//!    `idle`) is told after the event that changed what it watches was emitted. Commands to
+//!    the writer are taken in the order they were sent, so a
+//!    [`Tree::flush_journal`](crate::Tree::flush_journal) asked for after the application
+//!    saw anything (an event, an outcome, a record) makes it durable; with
+//!    [`Durability::EveryEntry`](crate::Durability::EveryEntry) an outcome is synced before
+//!    a handle, [`Tree::wait`](crate::Tree::wait) or [`Tree::run`](crate::Tree::run)
+//!    returns it. What each durability setting can lose is in `docs/semantics.md`.
 //!
 //! # Deadlock safety
 //!
@@ -106,6 +116,9 @@ pub(crate) struct StartTicket {
     pub(crate) token: CancellationToken,
     pub(crate) conversation: ConversationCell,
     pub(crate) start: PendingStart,
+    /// A resumed run's question, recovered from the journal: put again (or answered with
+    /// its journaled answer) before any model turn.
+    pub(crate) question: Option<Box<agent_tree_protocol::OpenQuestion>>,
 }
 
 /// One owner's children by request id: a short list, and a map once it has more than a few
@@ -205,7 +218,7 @@ struct Inner {
     max_concurrent: usize,
     /// Top-level background agents waiting for a slot, FIFO.
     pool_queue: VecDeque<AgentId>,
-    /// The journal every event goes to, after the subscribers (queued: never blocks), and
+    /// The journal every event goes to, before the subscribers (queued: never blocks), and
     /// the definitions already written to it.
     journal: Option<crate::journal::JournalTap>,
     journaled_definitions: crate::journal::Written,
@@ -267,6 +280,10 @@ struct Entry {
     /// ([`Registry::keep_unread_steers`]; announced then): a restart's new run reads them
     /// in its first turn; a resume drops them, as the conversation it continues holds them.
     unread_kept: u32,
+    /// The `ask_owner` question a crash cut its run off waiting on (recovered from the
+    /// journal, with its answer if one was journaled): its next run (a resume) starts by
+    /// putting it again, or by reading that answer, instead of re-running the turn.
+    question: Option<Box<agent_tree_protocol::OpenQuestion>>,
     /// Its conversation, for resume.
     conversation: ConversationCell,
     /// Its settled conversation was dropped from memory: the journal holds it, and a resume
@@ -336,6 +353,7 @@ impl Entry {
             steers: 0,
             pending_steers: Vec::new(),
             unread_kept: 0,
+            question: None,
             conversation: ConversationCell::default(),
             conversation_journaled: false,
             output_read: 0,
@@ -644,11 +662,14 @@ impl Inner {
         agent_tree_protocol::apply(&mut self.records, &event)?;
         self.seq = event.seq;
         self.tally.count(&event.kind);
-        // Sending on an unbounded channel never blocks; closed subscribers are dropped here.
-        self.subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+        // The journal first (invariant 8): a subscriber woken by its send may ask for a
+        // flush at once, on another thread, while this transaction still sends; the flush
+        // must find the event already handed to the writer.
         if let Some(journal) = &self.journal {
             journal.event(&event);
         }
+        // Sending on an unbounded channel never blocks; closed subscribers are dropped here.
+        self.subscribers.retain(|tx| tx.send(event.clone()).is_ok());
         Ok(())
     }
 
@@ -903,6 +924,7 @@ pub(crate) mod tests {
                 Box::new(Memory::default()),
                 &session,
                 Default::default(),
+                None,
             )
             .unwrap();
             registry.set_journal(tap.clone());
@@ -920,7 +942,7 @@ pub(crate) mod tests {
                 .messages
                 .len();
             assert_eq!(held, if retain { 2 } else { 0 }, "retain {retain}");
-            assert_eq!(registry.conversation_journaled(id), !retain);
+            assert_eq!(registry.conversation_journaled(id).is_some(), !retain);
             // Either way the journal has its last state, and reads it back.
             let read = tap.read_conversation(id).await.expect("journaled");
             assert_eq!(&read[..], &conversation[..]);

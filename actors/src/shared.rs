@@ -23,6 +23,8 @@ use crate::tool::Toolbox;
 pub(crate) struct Shared {
     pub(crate) config: TreeConfig,
     pub(crate) model: Arc<dyn Model>,
+    /// The bound on model calls in flight per model (`TreeConfig::max_model_calls`).
+    pub(crate) model_permits: crate::permits::ModelPermits,
     pub(crate) toolbox: Toolbox,
     pub(crate) registry: Registry,
     pub(crate) hooks: Hooks,

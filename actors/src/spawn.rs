@@ -232,40 +232,50 @@ pub(crate) async fn reopen(
             None => Ok(()),
         }
     };
+    // A read-back is of the run the agent was at when it was read: if another resume ran a
+    // run meanwhile (the reads await the journal), the registry refuses it as stale and it
+    // is read again, so a resume never continues an older run's conversation.
     let mut journaled = None;
-    if shared.registry.conversation_journaled(id) {
+    if let Some(run) = shared.registry.conversation_journaled(id) {
         let read = read_back(shared, id).await?;
         nothing_to_continue(&read)?;
-        journaled = Some(read);
+        journaled = Some((run, read));
     } else if prompt.is_empty() {
         nothing_to_continue(&shared.registry.conversation(id))?;
     }
-    match shared.registry.reopen(
-        id,
-        owner,
-        &shared.config,
-        prompt.clone(),
-        journaled.as_ref(),
-        owner_capabilities.clone(),
-    ) {
-        // It settled (and its conversation went to the journal) since the check.
-        Err(SpawnError::InvalidRequest(text))
-            if text == crate::registry::NEEDS_CONVERSATION && journaled.is_none() =>
-        {
-            let journaled = read_back(shared, id).await?;
-            nothing_to_continue(&journaled)?;
-            shared.registry.reopen(
-                id,
-                owner,
-                &shared.config,
-                prompt,
-                Some(&journaled),
-                owner_capabilities,
-            )
+    let mut attempts = 0;
+    loop {
+        let reopened = shared.registry.reopen(
+            id,
+            owner,
+            &shared.config,
+            prompt.clone(),
+            journaled.as_ref().map(|(run, read)| (*run, read)),
+            owner_capabilities.clone(),
+        );
+        match reopened {
+            // It settled since the check (its conversation went to the journal), or a
+            // concurrent resume ran a run since the read: read it (again).
+            Err(SpawnError::InvalidRequest(text))
+                if text == crate::registry::NEEDS_CONVERSATION && attempts < MAX_READ_BACKS =>
+            {
+                attempts += 1;
+                let Some(run) = shared.registry.conversation_journaled(id) else {
+                    journaled = None;
+                    continue;
+                };
+                let read = read_back(shared, id).await?;
+                nothing_to_continue(&read)?;
+                journaled = Some((run, read));
+            }
+            other => return other,
         }
-        other => other,
     }
 }
+
+/// How many times a resume reads a conversation back before it gives up on one that keeps
+/// changing under it (each change is a whole run of another resume).
+const MAX_READ_BACKS: u32 = 4;
 
 /// `id`'s conversation, read back from the journal; never an empty one in its place (its
 /// places would collide with the earlier run's children).

@@ -37,6 +37,10 @@ use crate::wait;
 /// Dropping a `Tree` without [`Tree::shutdown`] aborts every agent (their tokens are
 /// cancelled, so no further model call starts) and stops the root actor at once, which kills
 /// what is left without running shutdown work. Call [`Tree::shutdown`] for a graceful stop.
+/// A journal file is closed either way: the drop (blocking its thread for as long as the
+/// writer takes to write and sync what it was handed) or the shutdown returns with the file
+/// written, synced and free for another tree; what the dying agents of a dropped tree emit
+/// afterwards is not journaled (recovery finds them interrupted, as after a crash).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -168,13 +172,19 @@ impl TreeBuilder {
     /// abandoned, never re-run on their own; a resumed owner that re-issues a spawn at the
     /// same place in its conversation gets the existing child. The journal goes on from
     /// there. A bad journal fails the build, naming the file and line.
+    ///
+    /// One tree per journal file: the tree locks it (an advisory lock on `<file>.lock`,
+    /// released by [`Tree::shutdown`], by dropping the tree, or by the OS when the process
+    /// ends), and a tree built on a file another tree holds fails with
+    /// [`TreeError::JournalInUse`] naming the file and the holding process.
     pub fn journal(mut self, config: JournalConfig) -> Self {
         self.journal = Some((config, None));
         self
     }
 
     /// As [`TreeBuilder::journal`], writing to `store` instead of the file (a slow disk in a
-    /// test, a store of your own); `store` should be empty.
+    /// test, a store of your own); `store` should be empty. A store is not locked: one tree
+    /// per store is the application's to keep.
     pub fn journal_store(mut self, config: JournalConfig, store: impl JournalStore) -> Self {
         self.journal = Some((config, Some(Box::new(store))));
         self
@@ -199,7 +209,8 @@ impl TreeBuilder {
     /// # Errors
     ///
     /// [`TreeError::NoModel`] without a model; [`TreeError::Startup`] if the root actor
-    /// cannot start.
+    /// cannot start; [`TreeError::Journal`] for a journal that cannot be read or recovered,
+    /// [`TreeError::JournalInUse`] for a journal file another tree holds.
     pub async fn build(self) -> Result<Tree, TreeError> {
         let model = self.model.ok_or(TreeError::NoModel)?;
         self.config.validate()?;
@@ -209,6 +220,7 @@ impl TreeBuilder {
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
             registry: Registry::new(session, root_token.clone(), self.config.max_concurrent),
+            model_permits: crate::permits::ModelPermits::new(self.config.max_model_calls),
             config: self.config,
             model,
             toolbox: self.toolbox,
@@ -262,6 +274,9 @@ impl TreeBuilder {
             .await
             .map_err(|e| TreeError::Startup(Box::new(e)))?;
         let _ = shared.root.set(root.clone());
+        if recovered.is_some() && shared.hooks.questions.is_some() {
+            resume_questions(&shared, &root).await;
+        }
         let branch = RwLock::new(branch);
         Ok(Tree {
             shared,
@@ -271,6 +286,21 @@ impl TreeBuilder {
             stopped: std::sync::atomic::AtomicBool::new(false),
             remote_owned: parking_lot::Mutex::default(),
         })
+    }
+}
+
+/// Resumes the top-level agents a crash cut off waiting on the application's answer: each
+/// waits again, its question put to the question handler again (its turn is not re-run),
+/// or, answered before the crash, reads the journaled answer.
+async fn resume_questions(shared: &SharedRef, root: &ActorRef<AgentMsg>) {
+    for id in shared.registry.waiting_on_questions(AgentId::ROOT) {
+        let started = match spawn::reopen(shared, id, AgentId::ROOT, String::new(), None).await {
+            Ok(ticket) => spawn::start(shared, ticket, root).await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = started {
+            tracing::warn!(agent = %id, %error, "a recovered question could not be put again");
+        }
     }
 }
 
@@ -291,10 +321,12 @@ fn open_journal(
     let Some((config, store)) = journal else {
         return Ok((session.unwrap_or_else(new_session_id), None, None));
     };
-    let (store, recovered) = match store {
-        Some(store) => (store, None),
+    let (store, recovered, lock) = match store {
+        Some(store) => (store, None, None),
         None => {
             let path = config.path();
+            // Before a byte of it is read: a file another tree writes is not this tree's.
+            let lock = crate::journal::JournalLock::acquire(path)?;
             let io = |what: &str, e: &std::io::Error| JournalError::io(path, what, e);
             // Read once: the torn-header check and the replay share the bytes.
             let mut bytes = match std::fs::read(path) {
@@ -328,7 +360,7 @@ fn open_journal(
             };
             let store = crate::journal::FileJournal::open(path)
                 .map_err(|e| io("cannot open for appending", &e))?;
-            (Box::new(store) as Box<dyn JournalStore>, replay)
+            (Box::new(store) as Box<dyn JournalStore>, replay, lock)
         }
     };
     // An existing journal's session is the tree's (a header-only one is taken over too).
@@ -342,7 +374,7 @@ fn open_journal(
         .as_ref()
         .map(crate::journal::Index::of)
         .unwrap_or_default();
-    let tap = crate::journal::JournalTap::start(&config, store, &session, index)?;
+    let tap = crate::journal::JournalTap::start(&config, store, &session, index, lock)?;
     Ok((session, Some(tap), recovered))
 }
 
@@ -381,8 +413,9 @@ impl AgentHandle {
     }
 
     /// Waits for the agent to settle and returns its outcome, whole (a released output is
-    /// read back from the journal). Cancel-safe: dropping the future leaves the agent
-    /// running.
+    /// read back from the journal). With [`Durability::EveryEntry`](crate::Durability) the
+    /// outcome is synced to the journal before it is returned. Cancel-safe: dropping the
+    /// future leaves the agent running.
     pub async fn outcome(&mut self) -> Outcome {
         let outcome = match self.settled.wait_for(Option::is_some).await {
             Ok(outcome) => outcome.clone().unwrap_or_else(killed_outcome),
@@ -407,15 +440,26 @@ impl AgentHandle {
 }
 
 /// The application took `id`'s final `outcome`: read, for the journal's retention policy,
-/// and whole (a released output read back).
+/// and whole (a released output read back). With [`Durability::EveryEntry`](crate::Durability)
+/// it is returned only once the journal has synced everything emitted up to now, its
+/// terminal event included: what the application is handed survives a crash.
 async fn taken(shared: &Shared, id: AgentId, outcome: Outcome) -> Outcome {
-    if shared.journal.is_none() {
+    let Some(journal) = &shared.journal else {
         return outcome;
+    };
+    let (outcome, seq) = if outcome.released {
+        let whole = shared.whole_outcome(id, outcome).await;
+        (
+            whole,
+            journal.every_entry.then(|| shared.registry.last_seq()),
+        )
+    } else {
+        let seq = shared.registry.output_read(id);
+        (outcome, Some(seq))
+    };
+    if let Some(seq) = seq.filter(|_| journal.every_entry) {
+        journal.synced_through(seq).await;
     }
-    if outcome.released {
-        return shared.whole_outcome(id, outcome).await;
-    }
-    shared.registry.output_read(id);
     outcome
 }
 
@@ -546,7 +590,12 @@ impl Tree {
     /// An empty prompt adds no message: the conversation continues as it is. For an agent a
     /// crash interrupted ([`Tree::interrupted`]) that re-runs the turn the crash cut off,
     /// and the spawns it re-issues (at the same places) find the children the lost turn
-    /// started. For an agent that gave its final answer, the model is asked again with that
+    /// started; one the crash cut off before its first turn continues from its task, as its
+    /// first run would have started. One a crash cut off waiting on its owner's answer to
+    /// `ask_owner` does not re-run the asking turn: with an empty prompt it puts the
+    /// question again, and a prompt is the answer (top-level agents waiting on the
+    /// application are resumed so when the tree is built, with a question handler). For an
+    /// agent that gave its final answer, the model is asked again with that
     /// answer last, which Anthropic's API reads as a prefill to continue: give a prompt to
     /// ask for something new.
     ///
@@ -580,7 +629,8 @@ impl Tree {
             .collect()
     }
 
-    /// Starts a top-level agent and waits for its outcome.
+    /// Starts a top-level agent and waits for its outcome (synced to the journal first,
+    /// with [`Durability::EveryEntry`](crate::Durability)).
     ///
     /// # Errors
     ///
@@ -815,6 +865,8 @@ impl Tree {
     /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:
     /// `all_settled` waits for all; `fail_fast` aborts the rest of the set at the first
     /// outcome that is not `completed`. Cancelling the wait leaves the agents running.
+    /// With [`Durability::EveryEntry`](crate::Durability) the outcomes are synced to the
+    /// journal before they are returned.
     pub async fn wait(&self, ids: &[AgentId], policy: WaitPolicy) -> Vec<Outcome> {
         let outcomes = wait::wait_set(&self.shared.registry, ids, policy).await;
         let mut whole = Vec::with_capacity(outcomes.len());
@@ -853,14 +905,21 @@ impl Tree {
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
         // Everything the shutdown emitted is on disk before it returns (outside the grace:
-        // agents are done by now).
+        // agents are done by now), and the file is free for another tree.
         self.flush_journal().await;
+        if let Some(journal) = &self.shared.journal {
+            journal.close().await;
+        }
         report
     }
 
     /// Writes and syncs everything the journal has been handed so far, whatever its
     /// durability policy, and finishes a compaction that is due (a no-op without a
     /// journal). [`Tree::shutdown`] ends with it: after it the writer leaves the file alone.
+    ///
+    /// The journal is handed every event before any subscriber or waiter sees it, so
+    /// whatever the application has seen when it calls this (an event on its stream, an
+    /// outcome, a record) is durable once it returns.
     pub async fn flush_journal(&self) {
         if let Some(journal) = &self.shared.journal {
             journal.flush().await;
@@ -926,6 +985,12 @@ impl Drop for Tree {
         if !self.stopped.load(std::sync::atomic::Ordering::Acquire) {
             self.root_token.cancel();
             self.root.stop(None);
+            // The journal file is free once the drop returns: what was handed over is
+            // written and synced, the rest (what the dying agents emit) is dropped, as a
+            // crash would, and the lock released.
+            if let Some(journal) = &self.shared.journal {
+                journal.close_now();
+            }
         }
     }
 }

@@ -5,11 +5,16 @@
 //!
 //! ```text
 //! trials=<n> duplicates=0 lost_results=0 corrupt=0
+//! questions_kept=<n> of <m> tasks_kept=<k> of <l>
 //! ```
 //!
 //! `duplicates` counts parts spawned twice for one lead (one owner and request), and
 //! `lost_results` outcomes the child reported settled (and journaled) before the kill that
-//! recovery cannot read back; `corrupt` counts journals recovery refused.
+//! recovery cannot read back; `corrupt` counts journals recovery refused. `m` counts the
+//! agents the kills found waiting on a question, `n` those that came back waiting (not
+//! interrupted) and completed with the answer read once, their asking turn not re-run; `l`
+//! the agents the kills found admitted but before their first turn, `k` those that did
+//! their own task once resumed.
 //!
 //! ```text
 //! cargo run --release --example crash_recovery -- --trials 200
@@ -59,6 +64,10 @@ fn main() {
         total.interrupted += found.interrupted;
         total.reported += found.reported;
         total.released += found.released;
+        total.questions += found.questions;
+        total.questions_kept += found.questions_kept;
+        total.tasks += found.tasks;
+        total.tasks_kept += found.tasks_kept;
         mid_work += u32::from(found.interrupted > 0);
         let _ = std::fs::remove_file(&journal);
     }
@@ -67,13 +76,20 @@ fn main() {
         "trials={trials} duplicates={} lost_results={} corrupt={}",
         total.duplicates, total.lost_results, total.corrupt
     );
+    println!(
+        "questions_kept={} of {} tasks_kept={} of {}",
+        total.questions_kept, total.questions, total.tasks_kept, total.tasks
+    );
     // How much the kills cut into (on stderr: stdout is the one line above).
     eprintln!(
         "info: {mid_work} of {trials} kills came mid-work; {} agents interrupted, {} outcomes \
          reported before the kills, {} of them released and read back from the journal",
         total.interrupted, total.reported, total.released
     );
-    if (total.duplicates, total.lost_results, total.corrupt) != (0, 0, 0) {
+    if (total.duplicates, total.lost_results, total.corrupt) != (0, 0, 0)
+        || total.questions_kept != total.questions
+        || total.tasks_kept != total.tasks
+    {
         std::process::exit(1);
     }
 }

@@ -213,7 +213,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn size(n: usize) -> String {
-    if n % 1000 == 0 {
+    if n.is_multiple_of(1000) {
         format!("{}k", n / 1000)
     } else {
         n.to_string()

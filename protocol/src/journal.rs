@@ -3,7 +3,8 @@
 //!
 //! A line is `<CRC-32 of the JSON, 8 lower-case hex digits> <JSON>\n`, the JSON one
 //! [`JournalEntry`] tagged by `entry` (`header`, `event`, `definition`, `spawn`,
-//! `conversation`, `decided`, `checkpoint`, `output`, `mirror`).
+//! `conversation`, `steer`, `question`, `answer`, `decided`, `checkpoint`, `output`,
+//! `mirror`).
 //!
 //! # Invariants
 //!
@@ -14,6 +15,12 @@
 //!   last line (no newline, or a tail of zero bytes), which replay drops and reports. Any
 //!   other line that fails its checksum or does not parse is an error naming its line.
 //! * Replay never panics, whatever the bytes.
+//! * A steer line stands for a steer receipted and not yet in a journaled conversation
+//!   until the next conversation line of its agent: a conversation is journaled at a turn
+//!   boundary, after the steers before it entered it ([`Replay::steers`]).
+//! * A question line likewise stands for a question its agent waits on, and an answer line
+//!   after it for the answer given to it, until the next conversation line of its agent or
+//!   the start of its next run ([`Replay::questions`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -82,6 +89,47 @@ pub enum JournalEntry {
         from: usize,
         /// The messages from `from` on.
         messages: std::sync::Arc<[Message]>,
+    },
+    /// A steer `agent` receipted (`delivered` or `queued`) and no turn has read yet. It is
+    /// read by the agent's next turn boundary, whose conversation line follows it: the
+    /// steers of an agent after its latest conversation line are those no journaled
+    /// conversation holds ([`Replay::steers`]), which a recovered agent's next run reads.
+    Steer {
+        /// The agent steered.
+        agent: AgentId,
+        /// The steer's text.
+        text: String,
+    },
+    /// A question `agent` asked its owner with `ask_owner` in run `run` and that is not
+    /// answered yet: the assistant message whose call (at place `call`) asked it, written
+    /// before the `asked` event. Until the next conversation line of its agent it stands
+    /// for a question waiting on its owner ([`Replay::questions`]), which a recovered tree
+    /// puts again instead of re-running the turn that asked it.
+    Question {
+        /// The agent asking.
+        agent: AgentId,
+        /// Its run.
+        run: u32,
+        /// The place of the `ask_owner` call among the message's calls.
+        call: usize,
+        /// The question.
+        question: String,
+        /// The assistant message of the turn that asked it (every call of that turn).
+        asking: Message,
+    },
+    /// The answer to `agent`'s open question of run `run`, written before the agent reads
+    /// it: a recovery hands it to the agent instead of asking again, so it is delivered
+    /// once.
+    Answer {
+        /// The agent that asked.
+        agent: AgentId,
+        /// Its run.
+        run: u32,
+        /// The answer (or the refusal).
+        text: String,
+        /// Whether the question was refused: the call's result is an error.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
     },
     /// An agent's run ended with `outcome`, held while its children drain (`completing`):
     /// the outcome it settles with once they have.
@@ -492,6 +540,12 @@ pub struct Replay {
     pub decided: HashMap<AgentId, Outcome>,
     /// Each agent's latest journaled conversation, with its run.
     pub conversations: HashMap<AgentId, (u32, std::sync::Arc<[Message]>)>,
+    /// The steers each agent receipted after its latest conversation line, in order: those
+    /// no journaled conversation holds yet.
+    pub steers: HashMap<AgentId, Vec<String>>,
+    /// The `ask_owner` question each agent asked after its latest conversation line and
+    /// run start, with its answer if one was journaled: what a recovered agent waits on.
+    pub questions: HashMap<AgentId, OpenQuestion>,
     /// Where each settled agent's whole outcome is: the line of its terminal event, or of
     /// a compaction's [`JournalEntry::Output`]. One output is read back from there alone.
     pub outputs: HashMap<AgentId, LineSpan>,
@@ -506,6 +560,22 @@ pub struct Replay {
     pub bytes: usize,
     /// The line number of a torn last line that was dropped, if there was one.
     pub torn: Option<usize>,
+}
+
+/// A question an agent asked its owner (`ask_owner`) that no journaled conversation holds
+/// yet ([`JournalEntry::Question`]), and its answer, once journaled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenQuestion {
+    /// The run that asked it.
+    pub run: u32,
+    /// The place of the `ask_owner` call among the asking message's calls.
+    pub call: usize,
+    /// The question.
+    pub question: String,
+    /// The assistant message of the turn that asked it.
+    pub asking: Message,
+    /// The answer, if one was given (its text, and whether it is a refusal).
+    pub answer: Option<(String, bool)>,
 }
 
 impl Replay {
@@ -707,6 +777,20 @@ impl Replay {
                     crate::event::EventKind::Resumed
                     | crate::event::EventKind::Restarted { .. } => {
                         self.outputs.remove(&event.agent);
+                        // A new run: the earlier run's question is not its own.
+                        self.questions.remove(&event.agent);
+                        if matches!(event.kind, crate::event::EventKind::Restarted { .. }) {
+                            // A restart starts its incarnation afresh from its task: until
+                            // its first turn boundary, its conversation is that start (an
+                            // empty one here; recovery rebuilds it from the request).
+                            if let Some((run, _)) = self.conversations.get(&event.agent) {
+                                let run = run + 1;
+                                self.conversations
+                                    .insert(event.agent, (run, std::sync::Arc::from([])));
+                                self.conversation_lines
+                                    .insert(event.agent, (run, Vec::new()));
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -727,6 +811,37 @@ impl Replay {
             }
             JournalEntry::Decided { agent, outcome } => {
                 self.decided.insert(agent, outcome);
+            }
+            JournalEntry::Steer { agent, text } => {
+                self.steers.entry(agent).or_default().push(text);
+            }
+            JournalEntry::Question {
+                agent,
+                run,
+                call,
+                question,
+                asking,
+            } => {
+                self.questions.insert(
+                    agent,
+                    OpenQuestion {
+                        run,
+                        call,
+                        question,
+                        asking,
+                        answer: None,
+                    },
+                );
+            }
+            JournalEntry::Answer {
+                agent,
+                run,
+                text,
+                is_error,
+            } => {
+                if let Some(open) = self.questions.get_mut(&agent).filter(|q| q.run == run) {
+                    open.answer = Some((text, is_error));
+                }
             }
             JournalEntry::Mirror { agent, records } => {
                 self.mirrors.insert(agent, records);
@@ -758,6 +873,10 @@ impl Replay {
                     }
                 };
                 self.conversations.insert(agent, (run, whole));
+                // The steers before it entered the conversation it ends, and the question
+                // answered before it (or the run's end that gave up on it).
+                self.steers.remove(&agent);
+                self.questions.remove(&agent);
                 let lines = self.conversation_lines.entry(agent).or_default();
                 if from == 0 || lines.0 != run {
                     *lines = (run, Vec::new());

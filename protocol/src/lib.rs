@@ -23,6 +23,7 @@ mod journal;
 mod message;
 mod outcome;
 mod request;
+mod sampling;
 mod snapshot;
 mod status;
 mod usage;
@@ -41,12 +42,15 @@ pub use event::{Event, EventKind, EventTally};
 pub use fold::{Fold, FoldError, RecordStore, apply, apply_owned};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
-    JOURNAL_VERSION, JournalEntry, LineError, LineSpan, Replay, ReplayError, assemble_conversation,
-    crc32, definition_hash, replay, torn_header,
+    JOURNAL_VERSION, JournalEntry, LineError, LineSpan, OpenQuestion, Replay, ReplayError,
+    assemble_conversation, crc32, definition_hash, replay, torn_header,
 };
-pub use message::{FinishReason, Message, ModelErrorKind, Role, ToolCall, ToolInput, ToolSpec};
+pub use message::{
+    FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role, ToolCall, ToolInput, ToolSpec,
+};
 pub use outcome::{EndReason, Outcome};
 pub use request::{SpawnRequest, WaitPolicy};
+pub use sampling::{Sampling, SamplingError, ToolChoice};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;

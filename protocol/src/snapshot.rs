@@ -272,7 +272,23 @@ impl TreeSnapshot {
     /// max concurrent agents: 2
     /// ```
     ///
-    /// `usage=own/subtree` counts input plus output tokens.
+    /// `usage=own/subtree` counts every token ([`Usage::total_tokens`]): input, cache read,
+    /// cache write and output, so an agent whose prompts are served from a cache shows the
+    /// prompt it was sent, as the provider counted it.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{AgentRecord, EventTally, SessionId, TreeSnapshot, Usage};
+    /// let mut root = AgentRecord::root();
+    /// root.subtree = Usage::tokens(10, 5).with_cache_read(80).with_cache_write(5);
+    /// let snapshot = TreeSnapshot {
+    ///     session: SessionId::new("s"),
+    ///     taken_ms: 0,
+    ///     records: vec![root.into()],
+    ///     tally: EventTally::default(),
+    ///     peak_live: 0,
+    /// };
+    /// assert!(snapshot.render_text().starts_with("tree agents=0 live=0 usage=0/100\n"));
+    /// ```
     ///
     /// The rendering is deterministic: it holds only what the tree did, never the session id
     /// (random unless set) or the time the snapshot was taken, so two identical runs render
@@ -292,7 +308,8 @@ impl TreeSnapshot {
         self.to_string()
     }
 
-    /// A Graphviz DOT rendering of the tree.
+    /// A Graphviz DOT rendering of the tree; `own=` and `subtree=` count every token, as the
+    /// text rendering does.
     pub fn to_dot(&self) -> String {
         let mut dot = String::from("digraph agent_tree {\n  node [shape=box];\n");
         for r in &self.records {
@@ -320,8 +337,9 @@ impl TreeSnapshot {
 /// The deepest indentation the text rendering uses.
 const MAX_INDENT: u32 = 64;
 
+/// The tokens a rendering shows for `usage`: every one of them.
 fn tokens(usage: &Usage) -> u64 {
-    usage.input_tokens.saturating_add(usage.output_tokens)
+    usage.total_tokens()
 }
 
 fn escape_dot(s: &str) -> String {

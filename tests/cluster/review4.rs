@@ -166,7 +166,7 @@ pub(crate) async fn review4_a_recovered_remote_child_is_interrupted_with_its_usa
     assert_eq!(tree.interrupted(), vec![id]);
     let recovered = root_tokens(&tree);
     assert!(
-        recovered >= before && recovered % 12 == 0,
+        recovered >= before && recovered.is_multiple_of(12),
         "recovered {recovered} tokens, {before} counted before the copy"
     );
     assert_eq!(record.subtree.total_tokens(), recovered);
@@ -182,7 +182,7 @@ pub(crate) async fn review4_a_recovered_remote_child_is_interrupted_with_its_usa
         .expect("the resumed remote child settles");
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let sent = messages_sent(&outcome);
-    assert!(sent >= 3 + 1 + 10 && sent % 2 == 0, "{outcome:?}");
+    assert!(sent >= 3 + 1 + 10 && sent.is_multiple_of(2), "{outcome:?}");
     assert_eq!(root_tokens(&tree), recovered + 72);
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
@@ -479,7 +479,7 @@ pub(crate) async fn review4_a_killed_journaled_owner_process_orphans_stop_by_lea
         .await
         .expect("the resumed remote child settles");
     let sent = messages_sent(&outcome);
-    assert!(sent >= 1 + 1 + 6 && sent % 2 == 0, "{outcome:?}");
+    assert!(sent >= 1 + 1 + 6 && sent.is_multiple_of(2), "{outcome:?}");
     assert_eq!(root_tokens(&tree), recovered + 48);
     tree.shutdown().await;
     process.finish();

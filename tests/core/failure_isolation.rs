@@ -165,6 +165,9 @@ async fn a_failing_agent_fails_alone() {
     let model_error = read("call_2_1");
     assert_eq!(model_error["status"], "failed");
     assert_eq!(model_error["reason"], "model_error");
+    // The kind as data beside the text (the scripted failure is a provider error).
+    assert_eq!(model_error["error_kind"], "provider");
+    assert_eq!(background_panicker.get("error_kind"), None);
     assert!(
         model_error["error"]
             .as_str()

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::EndReason;
 use agent_tree::protocol::EventKind;
+use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
@@ -175,6 +175,29 @@ async fn every_status_comes_back() {
     assert_eq!(replay.records, records);
 }
 
+/// A run that failed on a model call keeps the failure's kind as data (`error_kind`) in its
+/// outcome: in the live record, and in the record the journal's fold gives back.
+#[tokio::test(start_paused = true)]
+async fn a_model_failures_kind_comes_back_from_the_journal() {
+    let dir = TempDir::new("kind");
+    let path = dir.file("tree.journal");
+    let model = ScriptedModel::new().script("w", Script::new([Turn::fail("no such model")]));
+    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(outcome.reason, EndReason::ModelError);
+    assert_eq!(
+        outcome.error_kind,
+        Some(ModelErrorKind::Provider),
+        "{outcome:?}"
+    );
+    let live = tree.record(AgentId::new(1)).unwrap();
+    assert_eq!(live.outcome.as_ref(), Some(&outcome));
+    tree.shutdown().await;
+    drop(tree);
+    let replay = read_journal(&path, None).unwrap();
+    assert_eq!(replay.records[1].outcome.as_ref(), Some(&outcome));
+}
+
 /// The lead's turn 1 spawns a worker in the foreground and waits; the crash comes while the
 /// worker's turn hangs. Recovered, the lead is resumed with no prompt: its lost turn is
 /// re-run, its spawn (at the same place) returns the existing, interrupted worker instead of
@@ -315,4 +338,207 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
         )),
         "{error}"
     );
+}
+
+/// An agent admitted and journaled (its request, prompt included) but cut off before its
+/// first turn boundary (here its start hook is still running) has no conversation in the
+/// journal: recovery rebuilds the one its first run starts with from its request, so a
+/// resume with no prompt sends the model its task, as the first run would have.
+#[tokio::test(start_paused = true)]
+async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
+    let dir = TempDir::new("task");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let catalog = catalog([leaf("writer")]);
+    let tree = Tree::builder()
+        .catalog(catalog.clone())
+        .model(ScriptedModel::new().script("writer", Script::new([Turn::answer("unused")])))
+        .on_start(|_: agent_tree::HookContext| std::future::pending())
+        .journal(JournalConfig::new(&live))
+        .build()
+        .await
+        .unwrap();
+    let writer = tree
+        .spawn(SpawnRequest::new("writer", "the task"))
+        .await
+        .unwrap()
+        .id();
+    crash_copy(&tree, &live, &crashed).await;
+    drop(tree);
+
+    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("written")]));
+    let log = model.call_log();
+    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    assert_eq!(tree.interrupted(), [writer]);
+    let mut handle = tree.resume(writer, "").await.unwrap();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("written"));
+    let calls = log.of(writer);
+    assert_eq!(crate::support::user_texts(&calls[0].messages), ["the task"]);
+    assert_eq!(calls[0].messages.len(), 1, "the task, once");
+    tree.shutdown().await;
+}
+
+/// A steer receipted `delivered` and not read by a turn yet survives a crash: the resumed
+/// run reads it once, after the journaled conversation. Once read it is part of the
+/// conversation, so a later recovery and resume do not deliver it again.
+#[tokio::test(start_paused = true)]
+async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
+    let dir = TempDir::new("steer");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let catalog = catalog([leaf("writer")]);
+    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let writer = tree
+        .spawn(SpawnRequest::new("writer", "the task"))
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        tree.steer(writer, "use blue").await,
+        Ok(agent_tree::SteerReceipt::Delivered)
+    );
+    crash_copy(&tree, &live, &crashed).await;
+    drop(tree);
+
+    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let log = model.call_log();
+    let tree = build(model, catalog.clone(), &crashed, TreeConfig::default()).await;
+    let mut handle = tree.resume(writer, "").await.unwrap();
+    assert!(handle.outcome().await.is_completed());
+    assert_eq!(
+        crate::support::user_texts(&log.of(writer)[0].messages),
+        ["the task", "use blue"]
+    );
+    tree.shutdown().await;
+    drop(tree);
+
+    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("more done")]));
+    let log = model.call_log();
+    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    assert!(tree.interrupted().is_empty());
+    let mut handle = tree.resume(writer, "more").await.unwrap();
+    assert!(handle.outcome().await.is_completed());
+    assert_eq!(
+        crate::support::user_texts(&log.of(writer)[0].messages),
+        ["the task", "use blue", "more"]
+    );
+    tree.shutdown().await;
+}
+
+/// A steer recovery kept stays unread until a turn reads it, even when the agent is
+/// resumed with a new prompt (whose conversation is journaled before any turn) and the
+/// process crashes again before that resumed run's first turn.
+#[tokio::test(start_paused = true)]
+async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_crash() {
+    let dir = TempDir::new("steer-twice");
+    let (live, first, second) = (
+        dir.file("live.journal"),
+        dir.file("first.journal"),
+        dir.file("second.journal"),
+    );
+    let catalog = catalog([leaf("writer")]);
+    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let writer = tree
+        .spawn(SpawnRequest::new("writer", "the task"))
+        .await
+        .unwrap()
+        .id();
+    tree.steer(writer, "use blue").await.unwrap();
+    crash_copy(&tree, &live, &first).await;
+    drop(tree);
+
+    // Resumed with a prompt, and cut off again before its first turn (a start hook).
+    let tree = Tree::builder()
+        .catalog(catalog.clone())
+        .model(ScriptedModel::new())
+        .on_start(|_: agent_tree::HookContext| std::future::pending())
+        .journal(JournalConfig::new(&first))
+        .build()
+        .await
+        .unwrap();
+    tree.resume(writer, "go on").await.unwrap();
+    crash_copy(&tree, &first, &second).await;
+    drop(tree);
+
+    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let log = model.call_log();
+    let tree = build(model, catalog, &second, TreeConfig::default()).await;
+    let mut handle = tree.resume(writer, "").await.unwrap();
+    assert!(handle.outcome().await.is_completed());
+    assert_eq!(
+        crate::support::user_texts(&log.of(writer)[0].messages),
+        ["the task", "go on", "use blue"]
+    );
+    tree.shutdown().await;
+}
+
+/// A run a supervisor restarted starts its incarnation afresh from its task; cut off by a
+/// crash before its first turn boundary (its start hook still running), it is resumed with
+/// that fresh start, not with the failed run's conversation.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
+    let dir = TempDir::new("restarted");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let catalog = catalog([leaf("flaky").with_restart(RestartPolicy::Transient)]);
+    let model = ScriptedModel::new().script(
+        "flaky",
+        Script::new([
+            Turn::calls([Call::tool("noop", serde_json::json!({}))]),
+            Turn::fail("boom"),
+        ]),
+    );
+    let hooks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let runs = hooks.clone();
+    let tree = Tree::builder()
+        .config(TreeConfig::default().with_retry(agent_tree::RetryPolicy::none()))
+        .catalog(catalog.clone())
+        .model(model)
+        .tool(agent_tree::FnTool::new(
+            "noop",
+            "does nothing",
+            |_, _| async { Ok("ok".to_owned()) },
+        ))
+        .unwrap()
+        // The first run starts; the restarted one never gets past its start hook.
+        .on_start(move |_: agent_tree::HookContext| {
+            let first = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            async move {
+                if !first {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+        .journal(JournalConfig::new(&live))
+        .build()
+        .await
+        .unwrap();
+    let mut events = EventProbe::new(&tree);
+    let flaky = tree
+        .spawn(SpawnRequest::new("flaky", "the task"))
+        .await
+        .unwrap()
+        .id();
+    events
+        .expect_event("the restart", |e| {
+            e.agent == flaky && matches!(e.kind, EventKind::Restarted { .. })
+        })
+        .await;
+    crash_copy(&tree, &live, &crashed).await;
+    drop(tree);
+
+    let model = ScriptedModel::new().script("flaky", Script::new([Turn::answer("fresh")]));
+    let log = model.call_log();
+    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    assert_eq!(tree.interrupted(), [flaky]);
+    let mut handle = tree.resume(flaky, "").await.unwrap();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("fresh"));
+    let messages = &log.of(flaky)[0].messages;
+    assert_eq!(crate::support::user_texts(messages), ["the task"]);
+    assert_eq!(
+        messages.len(),
+        1,
+        "the restarted incarnation's start: its task alone"
+    );
+    tree.shutdown().await;
 }

@@ -491,3 +491,155 @@ async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
     assert_eq!(texts, ["go", "first answer", "follow up"]);
     tree.shutdown().await;
 }
+
+/// The journal is handed every event before any subscriber or waiter can see it, so a
+/// flush asked for after the application saw an event makes that event durable. Here the
+/// application flushes at each `completed` it reads and checks the store holds it; more
+/// subscribers after its own widen the window in which it could have seen an event the
+/// journal was not handed yet. On worker threads, many times.
+#[test]
+fn a_flush_after_an_event_was_seen_makes_that_event_durable() {
+    use crate::support::journal::Recorded;
+    use crate::support::races::{REAL_GUARD, bounded, on_worker_threads};
+    const AGENTS: usize = 40;
+    on_worker_threads(30, Duration::from_secs(60), || async {
+        let store = Recorded::default();
+        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let tree = Tree::builder()
+            .config(TreeConfig::default().with_max_total_agents(AGENTS))
+            .catalog(catalog([leaf("w")]))
+            .model(model)
+            .journal_store(
+                JournalConfig::new("seen").durability(Durability::None),
+                store.clone(),
+            )
+            .build()
+            .await
+            .unwrap();
+        let mut events = tree.subscribe();
+        let _others: Vec<_> = (0..256).map(|_| tree.subscribe()).collect();
+        for i in 0..AGENTS {
+            tree.spawn(SpawnRequest::new("w", format!("task {i}")))
+                .await
+                .unwrap();
+        }
+        let mut completed = 0;
+        while completed < AGENTS {
+            // Polled without parking, so the event is seen the moment it is sent.
+            let event = bounded(REAL_GUARD, "the next event", async {
+                loop {
+                    match events.try_next() {
+                        Some(event) => break event,
+                        None => tokio::task::yield_now().await,
+                    }
+                }
+            })
+            .await;
+            if event.kind.terminal_status() != Some(AgentStatus::Completed) {
+                continue;
+            }
+            completed += 1;
+            tree.flush_journal().await;
+            assert!(
+                store.synced(event.seq),
+                "event {} ({} completed) was seen and flushed, and the flush did not sync it",
+                event.seq,
+                event.agent
+            );
+        }
+        tree.shutdown().await;
+    });
+}
+
+/// With `Durability::EveryEntry`, an outcome is synced to the store before `Tree::run`,
+/// `AgentHandle::outcome` or `Tree::wait` returns it (a store whose syncs take a while
+/// keeps the writer behind the tree). On worker threads, many times.
+#[test]
+fn every_entry_syncs_an_outcome_before_it_is_returned() {
+    use crate::support::journal::Recorded;
+    use crate::support::races::on_worker_threads;
+    on_worker_threads(10, Duration::from_secs(60), || async {
+        let store = Recorded::syncing_in(Duration::from_micros(300));
+        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let tree = Tree::builder()
+            .catalog(catalog([leaf("w")]))
+            .model(model)
+            .journal_store(
+                JournalConfig::new("every").durability(Durability::EveryEntry),
+                store.clone(),
+            )
+            .build()
+            .await
+            .unwrap();
+        let mut handle = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
+        assert!(handle.outcome().await.is_completed());
+        assert!(
+            store.settle_synced(handle.id()),
+            "a handle returned an outcome not synced"
+        );
+        let outcome = tree.run(SpawnRequest::new("w", "b")).await.unwrap();
+        assert!(outcome.is_completed());
+        assert!(
+            store.settle_synced(AgentId::new(2)),
+            "run returned an outcome not synced"
+        );
+        let a = tree.spawn(SpawnRequest::new("w", "c")).await.unwrap().id();
+        let b = tree.spawn(SpawnRequest::new("w", "d")).await.unwrap().id();
+        let outcomes = tree.wait(&[a, b], WaitPolicy::AllSettled).await;
+        assert!(outcomes.iter().all(Outcome::is_completed));
+        for agent in [a, b] {
+            assert!(
+                store.settle_synced(agent),
+                "a wait returned {agent}'s outcome not synced"
+            );
+        }
+        tree.shutdown().await;
+    });
+}
+
+/// One tree per journal file: a second tree on a journal a tree has open is refused, with
+/// an error naming the file and the process holding it; once the first tree has shut down,
+/// or been dropped, a new one opens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_in_use_is_refused_naming_the_file_and_its_holder() {
+    let dir = TempDir::new("in-use");
+    let path = dir.file("tree.journal");
+    let (model, catalog) = team();
+    let open = || {
+        Tree::builder()
+            .catalog(catalog.clone())
+            .model(model.clone())
+            .journal(JournalConfig::new(&path))
+            .build()
+    };
+    let first = open().await.unwrap();
+    first.run(SpawnRequest::new("lead", "go")).await.unwrap();
+    let error = open().await.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&path.display().to_string())
+            && text.contains(&format!("process {}", std::process::id())),
+        "{text}"
+    );
+    assert!(
+        matches!(&error, agent_tree::TreeError::JournalInUse(in_use)
+            if in_use.path == path && in_use.holder == Some(std::process::id())),
+        "{error:?}"
+    );
+    // Refused before anything was read or written: the first tree's journal goes on.
+    first.run(SpawnRequest::new("lead", "again")).await.unwrap();
+    first.shutdown().await;
+    let second = open()
+        .await
+        .expect("opens once the first tree has shut down");
+    assert_eq!(second.snapshot().agents().count(), 6);
+    second.run(SpawnRequest::new("lead", "more")).await.unwrap();
+    drop(second);
+    let third = open()
+        .await
+        .expect("opens once the second tree was dropped");
+    assert_eq!(third.snapshot().agents().count(), 9);
+    third.shutdown().await;
+    // The first tree still reads what it holds after its shutdown.
+    assert!(first.read_outcome(AgentId::new(1)).await.is_some());
+}

@@ -330,7 +330,9 @@ fn a_catalog_reports_every_refused_field_beside_a_disagreeing_entry() {
         _ => vec!["?"],
     };
     assert_eq!(fields, ["tools", "max_turns"], "{err}");
-    let from_file = parse("tools: Agent(writer), Read\nallowed_subagents: none\nmax_turns: 0")
+    // (A file's `max_turns: 0` is pi's "no turn limit", read as the default: `-1` is the
+    // file's fault in that field.)
+    let from_file = parse("tools: Agent(writer), Read\nallowed_subagents: none\nmax_turns: -1")
         .unwrap_err()
         .to_string();
     assert!(

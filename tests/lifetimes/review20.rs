@@ -239,7 +239,7 @@ fn review20_guard_every_end_with_calls_out_keeps_them_answered_mt() {
         trial += 1;
         let end = ends[(trial % 4) as usize];
         let delay = (trial * 7) % 40;
-        let asked = trial % 3 != 0;
+        let asked = !trial.is_multiple_of(3);
         async move {
             let Some(messages) = ended_while_calls_are_out(end, delay, asked).await else {
                 return;
@@ -348,7 +348,7 @@ fn review20_guard_detached_question_around_owner_runs_mt() {
     crate::support::races::on_worker_threads(160, Duration::from_secs(20), || {
         trial += 1;
         let delay = Duration::from_micros((trial % 16) * 500);
-        let resume = trial % 2 == 0;
+        let resume = trial.is_multiple_of(2);
         async move {
             let answer = detached_question_around_owner_runs(delay, resume).await;
             assert!(

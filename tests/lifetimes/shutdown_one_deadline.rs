@@ -417,10 +417,10 @@ async fn a_tree_200_wide_stops_gracefully_and_reports_failing_hooks() {
         .on_shutdown(|ctx: HookContext| async move {
             let n = ctx.agent.get();
             tokio::time::sleep(ms(n % 37)).await;
-            if n % 50 == 0 {
+            if n.is_multiple_of(50) {
                 return Err(HookError(format!("flush of {} failed", ctx.agent)));
             }
-            if n % 71 == 0 {
+            if n.is_multiple_of(71) {
                 panic!("flush of {} panicked", ctx.agent);
             }
             Ok(())

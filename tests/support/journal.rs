@@ -42,3 +42,88 @@ pub async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
     tree.flush_journal().await;
     std::fs::copy(from, to).unwrap();
 }
+
+/// A journal store in memory that knows, as the writer appends and syncs, which events it
+/// holds: the last event appended, the last synced, and each agent's latest terminal event.
+/// `sync_delay` makes every sync take that long (a slow disk), on the writer's thread.
+#[derive(Clone, Default)]
+pub struct Recorded {
+    inner: std::sync::Arc<parking_lot::Mutex<RecordedState>>,
+    sync_delay: std::time::Duration,
+}
+
+#[derive(Default)]
+struct RecordedState {
+    bytes: Vec<u8>,
+    appended_seq: u64,
+    synced_seq: u64,
+    terminal: std::collections::HashMap<agent_tree::protocol::AgentId, u64>,
+}
+
+impl Recorded {
+    /// A store whose every sync takes `delay`.
+    pub fn syncing_in(delay: std::time::Duration) -> Self {
+        Recorded {
+            sync_delay: delay,
+            ..Recorded::default()
+        }
+    }
+
+    /// Whether the event numbered `seq` has been appended and synced.
+    pub fn synced(&self, seq: u64) -> bool {
+        self.inner.lock().synced_seq >= seq
+    }
+
+    /// Whether `agent`'s latest terminal event has been appended and synced.
+    pub fn settle_synced(&self, agent: agent_tree::protocol::AgentId) -> bool {
+        let state = self.inner.lock();
+        state
+            .terminal
+            .get(&agent)
+            .is_some_and(|&seq| seq <= state.synced_seq)
+    }
+
+    /// Everything appended.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.inner.lock().bytes.clone()
+    }
+}
+
+impl agent_tree::JournalStore for Recorded {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use agent_tree::protocol::JournalEntry;
+        let mut state = self.inner.lock();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            if let Ok(JournalEntry::Event { event }) = JournalEntry::from_line_bytes(line) {
+                state.appended_seq = state.appended_seq.max(event.seq);
+                if event.kind.terminal_status().is_some() {
+                    state.terminal.insert(event.agent, event.seq);
+                }
+            }
+        }
+        state.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        if !self.sync_delay.is_zero() {
+            std::thread::sleep(self.sync_delay);
+        }
+        let mut state = self.inner.lock();
+        state.synced_seq = state.appended_seq;
+        Ok(())
+    }
+
+    fn replace(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.inner.lock().bytes = bytes.to_vec();
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.lock().bytes.len() as u64
+    }
+
+    fn read(&self) -> std::io::Result<Vec<u8>> {
+        Ok(self.inner.lock().bytes.clone())
+    }
+}

@@ -46,6 +46,11 @@ impl Conversation {
         self.published.len() + self.added.len()
     }
 
+    /// Its last message, if any.
+    pub(super) fn last(&self) -> Option<&Message> {
+        self.added.last().or_else(|| self.published.last())
+    }
+
     /// The position of its last assistant message, if any.
     pub(super) fn last_assistant(&self) -> Option<usize> {
         let is_assistant = |m: &Message| m.role == Role::Assistant;

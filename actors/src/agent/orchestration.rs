@@ -146,7 +146,7 @@ pub(super) async fn dispatch(
         Orchestration::Steer => steer(state, &call).await,
         Orchestration::Abort => abort(state, &call),
         Orchestration::Wait => wait_set(state, &call),
-        Orchestration::AskOwner => ask_owner(state, &call),
+        Orchestration::AskOwner => ask_owner(state, index, &call),
     };
     // A wait on an agent whose question is open is answered with the question at once: that
     // agent waits for its owner's answer, so the owner's model must answer first.
@@ -630,7 +630,9 @@ struct AskInput {
     question: String,
 }
 
-fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
+/// `ask_owner`, the call at place `index` of the turn: the question goes to the owner (and,
+/// with the turn's assistant message, into the journal) and the call waits for the answer.
+fn ask_owner(state: &mut AgentState, index: usize, call: &ToolCall) -> Answer {
     let input: AskInput = match input_of(call) {
         Ok(input) => input,
         Err(answer) => return answer,
@@ -643,16 +645,29 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         // The answer would come back as this call's result, which only a next turn reads.
         return refused(ControlError::NoTurnsLeft(state.id));
     }
+    // The turn's assistant message is the conversation's last: journaled with the question,
+    // so a recovery puts the question again instead of re-running the turn.
+    let asking = state.conversation.last().cloned();
+    put_question(state, input.question, asking.as_ref().map(|m| (index, m)))
+}
+
+/// Puts `question` to the owner (journaled with `asking` when given) and says how the
+/// asking call is answered.
+fn put_question(
+    state: &mut AgentState,
+    question: String,
+    asking: Option<(usize, &agent_tree_protocol::Message)>,
+) -> Answer {
     let Some(owner) = state
         .shared
         .registry
-        .ask(state.id, state.run, input.question.clone())
+        .ask(state.id, state.run, question.clone(), asking)
     else {
         return refused("this run has ended");
     };
     let asked = AgentMsg::ChildAsked {
         child: state.id,
-        question: input.question,
+        question,
         asked: (state.run, state.turns),
     };
     // The owner's current run: the one this agent was started under may have ended since
@@ -665,5 +680,27 @@ fn ask_owner(state: &mut AgentState, call: &ToolCall) -> Answer {
         Answer::Owner
     } else {
         refused("the owner is gone")
+    }
+}
+
+/// Puts again the question a recovered run starts with (journaled already), the call at
+/// place `index` of turn `turn`: it waits for the owner's answer as the first asking did,
+/// or is answered with the refusal.
+pub(super) fn ask_again(
+    state: &mut AgentState,
+    myself: &ActorRef<AgentMsg>,
+    turn: u32,
+    index: usize,
+    question: String,
+) {
+    match put_question(state, question, None) {
+        Answer::Owner => {
+            let task = owner_gone_task(state, myself);
+            if let Some(calls) = state.phase.calls_mut(turn) {
+                calls.wait(index, task, Waiting::Owner);
+            }
+        }
+        Answer::Now(text, is_error) => state.answer_call(turn, index, text, is_error),
+        Answer::Wait(..) | Answer::Set(..) => {}
     }
 }

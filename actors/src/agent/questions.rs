@@ -30,26 +30,50 @@ impl AgentState {
                 .unwrap_or(AgentStatus::Completing);
             Err(ControlError::WrongStatus(self.id, status))
         } else {
-            let answered = if from == self.owner_id {
-                self.answer_question(text, false)
+            let answers = from == self.owner_id
+                && self
+                    .phase
+                    .current_calls()
+                    .is_some_and(|calls| calls.asking());
+            if !answers && self.turns >= self.max_turns {
+                Err(ControlError::NoTurnsLeft(self.id))
             } else {
-                Err(text)
-            };
-            match answered {
-                Ok(()) => {
-                    self.shared.registry.announce(self.id, EventKind::Steered);
+                // Journaled before it is receipted: as the question's answer (read once,
+                // also after a crash), or as a steer for the next turn boundary.
+                if answers {
+                    self.journal_answer(&text, false);
+                    let _ = self.answer_question(text, false);
+                    self.shared
+                        .registry
+                        .announce_run(self.id, self.run, EventKind::Steered);
                     self.after_answer(myself);
-                    Ok(SteerReceipt::Delivered)
-                }
-                Err(_) if self.turns >= self.max_turns => Err(ControlError::NoTurnsLeft(self.id)),
-                Err(text) => {
+                } else {
+                    self.journal_steer(&text);
                     self.inbox.push_back(Inbound::Steer(text));
-                    Ok(SteerReceipt::Delivered)
                 }
+                Ok(SteerReceipt::Delivered)
             }
         };
         if let Some(reply) = reply {
             let _ = reply.send(receipt);
+        }
+    }
+
+    /// Journals a steer this run receipts `delivered`, before the receipt is sent: a crash
+    /// before the turn boundary that reads it keeps it for the run a resume starts (its
+    /// boundary's conversation line, after it, says it was read).
+    fn journal_steer(&self, text: &str) {
+        if let Some(journal) = &self.shared.journal {
+            journal.steer(self.id, text);
+        }
+    }
+
+    /// Journals the answer to this run's open question before the run reads it: a crash
+    /// before the turn boundary after it hands it to the run a recovery starts, without
+    /// asking again.
+    fn journal_answer(&self, text: &str, is_error: bool) {
+        if let Some(journal) = &self.shared.journal {
+            journal.answer(self.id, self.run, text, is_error);
         }
     }
 
@@ -81,13 +105,23 @@ impl AgentState {
                 .phase
                 .calls_mut(turn)
                 .is_some_and(|calls| calls.asking());
-        if pending && self.answer_question(answer, false).is_ok() {
-            self.after_answer(myself);
+        if pending {
+            self.journal_answer(&answer, false);
+            if self.answer_question(answer, false).is_ok() {
+                self.after_answer(myself);
+            }
         }
     }
 
     /// The owner cannot answer the pending `ask_owner` call: it gets an error result.
     pub(super) fn on_question_refused(&mut self, myself: &ActorRef<AgentMsg>, reason: String) {
+        if self
+            .phase
+            .current_calls()
+            .is_some_and(|calls| calls.asking())
+        {
+            self.journal_answer(&reason, true);
+        }
         if self.answer_question(reason, true).is_ok() {
             self.after_answer(myself);
         }

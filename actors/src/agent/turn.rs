@@ -2,17 +2,19 @@
 //! polls, and what a turn's result does to the run.
 
 use agent_tree_protocol::{
-    AgentId, EndReason, EventKind, FinishReason, Message, Outcome, ToolInput,
+    AgentId, EndReason, EventKind, FinishReason, Message, OpenQuestion, Outcome, ToolInput, Usage,
 };
 use ractor::ActorRef;
 use std::sync::Arc;
 
 use super::calls::Calls;
 use super::lifecycle::Phase;
+use super::orchestration;
 use super::{AgentState, InFlight, Inbound};
 use crate::hooks;
 use crate::model::{ModelRequest, TurnSink};
 use crate::msg::{AgentMsg, TurnResult};
+use crate::policy::continuation::{self, WouldNotFit};
 use crate::policy::retry;
 use crate::shared::SharedRef;
 use std::future::Future;
@@ -21,6 +23,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use tracing::Instrument;
+
+/// The result of a call made in the turn that asked a question a crash cut off, other than
+/// the question: it may or may not have run before the crash.
+const CUT_OFF_CALL: &str = "{\"error\":\"the process restarted while this turn waited on its question; \
+    this call may or may not have run before: check, and call it again if it is still needed\"}";
 
 /// What the model is told when its reply was cut off at the length limit and the run
 /// continues it.
@@ -34,7 +41,7 @@ impl AgentState {
     pub(super) fn start(&mut self, myself: &ActorRef<AgentMsg>) {
         let start_hooks = self.shared.hooks.on_start.clone();
         if start_hooks.is_empty() || self.token.is_cancelled() {
-            return self.begin_turn(myself, FirstPoll::Here);
+            return self.first_turn(myself, FirstPoll::Here);
         }
         let context = self.hook_context(None);
         let token = self.token.clone();
@@ -67,13 +74,57 @@ impl AgentState {
             return;
         }
         match result {
-            Ok(()) => self.next_turn(myself),
+            Ok(()) => self.first_turn(myself, FirstPoll::Message),
             Err(error) => {
                 let outcome =
                     Outcome::failed(EndReason::HookFailed, format!("start hook failed: {error}"));
                 self.end_run(myself, outcome);
             }
         }
+    }
+
+    /// The run's first turn: a model turn, or, for a run that continues a question a crash
+    /// cut off, that question's turn again (its answer journaled, or the question put
+    /// again), without calling the model.
+    fn first_turn(&mut self, myself: &ActorRef<AgentMsg>, first: FirstPoll) {
+        match self.question.take() {
+            Some(open) if !self.token.is_cancelled() => self.resume_question(myself, *open),
+            _ => self.begin_turn(myself, first),
+        }
+    }
+
+    /// Acts on the turn that asked `open` again: its other calls are answered with an error
+    /// saying the process restarted before they returned (they ran, or not, before the
+    /// crash), and the question's call with its journaled answer, or it waits for the
+    /// answer to the question put again.
+    fn resume_question(&mut self, myself: &ActorRef<AgentMsg>, open: OpenQuestion) {
+        let OpenQuestion {
+            call,
+            question,
+            asking,
+            answer,
+            ..
+        } = open;
+        let calls = asking.tool_calls.clone();
+        if call >= calls.len() {
+            // Not a question this message asked (a journal written by hand): a turn.
+            return self.begin_turn(myself, FirstPoll::Message);
+        }
+        self.conversation.push(asking);
+        self.turns += 1;
+        let turn = self.turns;
+        self.phase = Phase::Acting {
+            turn,
+            calls: Calls::new(&calls),
+        };
+        for index in (0..calls.len()).filter(|&i| i != call) {
+            self.answer_call(turn, index, CUT_OFF_CALL.to_owned(), true);
+        }
+        match answer {
+            Some((text, is_error)) => self.answer_call(turn, call, text, is_error),
+            None => orchestration::ask_again(self, myself, turn, call, question),
+        }
+        self.after_answer(myself);
     }
 
     /// Starts the next model turn, or ends the run when the token is cancelled or the turns
@@ -97,11 +148,12 @@ impl AgentState {
             self.end_run(myself, outcome);
             return;
         }
+        let mut steered = 0;
         while let Some(inbound) = self.inbox.pop_front() {
             match inbound {
                 Inbound::Steer(text) => {
                     self.conversation.push(Message::user(text));
-                    self.shared.registry.announce(self.id, EventKind::Steered);
+                    steered += 1;
                 }
                 Inbound::Kept(text) | Inbound::Notice(text) | Inbound::Ended { text, .. } => {
                     self.conversation.push(Message::user(text));
@@ -131,21 +183,19 @@ impl AgentState {
             .registry
             .tap_conversation(self.id, self.depth, &messages);
         if let Some(journal) = &self.shared.journal {
-            // Only what this run added since its last boundary.
+            // Only what this run added since its last boundary. After the steers it read
+            // were journaled (as they were receipted), so it says they were read.
             journal.conversation(self.id, self.run, self.journaled, &messages);
             self.journaled = messages.len();
         }
-        let request = ModelRequest {
-            agent: id,
-            definition: self.definition.clone(),
-            depth: self.depth,
-            incarnation: self.incarnation,
-            run,
-            turn,
-            messages,
-            tools: self.offer.specs.clone(),
-            sink: sink.clone(),
-        };
+        // Announced once the conversation holding them is journaled, and only while the
+        // run is on (a kill may have settled it meanwhile: nothing follows a terminal event).
+        for _ in 0..steered {
+            self.shared
+                .registry
+                .announce_run(self.id, self.run, EventKind::Steered);
+        }
+        let request = self.request(turn, messages, sink.clone());
         let model = self.shared.model.clone();
         let bill = TurnBill {
             unbilled: true,
@@ -227,6 +277,41 @@ impl AgentState {
         }
     }
 
+    /// The request of this run's turn `turn`, with `messages`, reporting to `sink`.
+    fn request(&self, turn: u32, messages: Arc<[Message]>, sink: TurnSink) -> ModelRequest {
+        ModelRequest {
+            agent: self.id,
+            definition: self.definition.clone(),
+            depth: self.depth,
+            incarnation: self.incarnation,
+            run: self.run,
+            turn,
+            messages,
+            tools: self.offer.specs.clone(),
+            sink,
+            sampling: self.definition.sampling.or(&self.shared.config.sampling),
+        }
+    }
+
+    /// Whether continuing turn `turn`, cut off with `usage`, fits the model's context
+    /// window: the model is asked the window of the request the continuation would send
+    /// (unknown, or a panic asking, counts as fitting).
+    fn continuation_fits(&self, turn: u32, usage: &Usage) -> Result<(), WouldNotFit> {
+        let mut messages = self.conversation.to_vec();
+        messages.push(Message::user(CONTINUE_NOTICE));
+        let next = self.request(turn + 1, messages.into(), TurnSink::default());
+        let asked =
+            std::panic::catch_unwind(AssertUnwindSafe(|| self.shared.model.context_window(&next)));
+        let window = asked.unwrap_or_else(|_| {
+            tracing::warn!(agent = %self.id, "Model::context_window panicked; taken as unknown");
+            None
+        });
+        match window {
+            Some(window) => continuation::fits(window, usage, next.sampling.max_output_tokens),
+            None => Ok(()),
+        }
+    }
+
     /// The first poll of a run's first turn, in `post_start` (no message was handled yet).
     /// A turn that is pending asks for its next poll when woken, as any turn does; one that
     /// finished keeps its result, acted on when a `PollTurn` message asks for it, so what was
@@ -279,7 +364,7 @@ impl AgentState {
     /// The turn in flight leaves: its future is dropped (billing, if it did not finish, what
     /// the model reported to the sink) and the text it held back is announced. A turn that
     /// did not return a response keeps what it streamed as the last text: the run's partial
-    /// output.
+    /// output (of a retried turn, its last attempt's that streamed any).
     pub(super) fn land(&mut self, in_flight: InFlight, responded: bool) {
         let InFlight { future, sink, .. } = in_flight;
         drop(future);
@@ -287,7 +372,7 @@ impl AgentState {
         // before anything of the run's end (a returned turn flushed its own).
         sink.flush();
         if !responded {
-            let streamed = sink.streamed_text();
+            let streamed = sink.partial_text();
             if !streamed.is_empty() {
                 self.last_text = streamed;
             }
@@ -301,7 +386,7 @@ impl AgentState {
         let streamed = self
             .turn_in_flight
             .as_ref()
-            .map(|in_flight| in_flight.sink.streamed_text())
+            .map(|in_flight| in_flight.sink.partial_text())
             .unwrap_or_default();
         let text = if streamed.is_empty() {
             &self.last_text
@@ -330,6 +415,7 @@ impl AgentState {
             TurnResult::Failed(error) => {
                 tracing::warn!(agent = %self.id, turn, error = %error, "model call failed");
                 let outcome = Outcome::failed(EndReason::ModelError, error.describe())
+                    .with_error_kind(error.kind)
                     .with_partial(self.partial());
                 return self.end_run(myself, outcome);
             }
@@ -365,7 +451,16 @@ impl AgentState {
             self.cut_text.push_str(&response.text);
             self.last_text.clear();
             let allowed = self.shared.config.length_continuations;
-            if self.continuations < allowed && self.turns < self.max_turns {
+            let turns_left = self.turns < self.max_turns;
+            if !continuation::spent(self.continuations, allowed, turns_left) {
+                // Never a request that cannot fit: the server would refuse it, or cut the
+                // prompt and answer something else.
+                if let Err(would_not_fit) = self.continuation_fits(turn, &response.usage) {
+                    let outcome =
+                        Outcome::failed(EndReason::LengthLimit, would_not_fit.to_string())
+                            .with_partial(std::mem::take(&mut self.cut_text));
+                    return self.end_run(myself, outcome);
+                }
                 self.continuations += 1;
                 self.conversation.push(Message::user(CONTINUE_NOTICE));
                 return self.next_turn(myself);
@@ -407,6 +502,9 @@ impl AgentState {
             calls: Calls::new(&calls),
         };
         let most = self.shared.config.max_tool_calls_per_turn;
+        // A call cut off by the output limit reaches here with its text as written (an
+        // adapter's `{"_raw": ...}`): `dispatch` tells the model so instead of running it.
+        let cut_off = response.finish_reason == FinishReason::Length;
         for (index, call) in calls.into_iter().enumerate() {
             if too_deep.contains(&index) {
                 let text = serde_json::json!({ "error": too_deep_text() }).to_string();
@@ -421,7 +519,7 @@ impl AgentState {
                 self.answer_call(turn, index, text, true);
                 continue;
             }
-            self.dispatch(myself, turn, index, call).await;
+            self.dispatch(myself, turn, index, call, cut_off).await;
         }
         self.after_answer(myself);
     }
@@ -457,15 +555,26 @@ async fn call_with_retries(
     turn: u32,
 ) -> TurnResult {
     // A panic here is caught where the turn is polled (`AgentState::poll_turn`).
-    match model.turn(request.clone()).await {
+    match one_attempt(model, &request, shared).await {
         Ok(response) => TurnResult::Response(response),
         Err(error) => Box::pin(retry_after(model, request, shared, id, run, turn, error)).await,
     }
 }
 
+/// One attempt of a turn: waits for a place among the model's calls in flight (the tree's
+/// `max_model_calls`), then calls the model, holding the place until the call returns.
+async fn one_attempt(
+    model: &dyn crate::model::Model,
+    request: &ModelRequest,
+    shared: &SharedRef,
+) -> Result<crate::model::ModelResponse, crate::error::ModelError> {
+    let _place = shared.model_permits.acquire(request.model()).await;
+    model.turn(request.clone()).await
+}
+
 /// After attempt 1 failed with `error`: bills each failed attempt (its error's usage, else
-/// what it reported to the sink), announces each retry as a `retrying` event, waits and
-/// tries again while the policy allows.
+/// what it reported to the sink), announces the text it held back and then the retry as a
+/// `retrying` event, waits and tries again while the policy allows.
 async fn retry_after(
     model: &dyn crate::model::Model,
     request: ModelRequest,
@@ -492,6 +601,9 @@ async fn retry_after(
             agent = %id, turn, attempt, error = %error, delay_ms,
             "model call failed; retrying"
         );
+        // Everything of the failed attempt goes out before its `retrying` event (its usage
+        // was billed above), so nothing of it comes after: the next attempt's text follows.
+        request.sink.flush();
         shared.registry.announce_run(
             id,
             run,
@@ -502,11 +614,10 @@ async fn retry_after(
                 delay_ms,
             },
         );
-        request.sink.flush();
-        request.sink.reset();
+        request.sink.next_attempt();
         tokio::time::sleep(wait).await;
         attempt += 1;
-        error = match model.turn(request.clone()).await {
+        error = match one_attempt(model, &request, shared).await {
             Ok(response) => return TurnResult::Response(response),
             Err(error) => error,
         };

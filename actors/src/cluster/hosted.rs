@@ -561,7 +561,7 @@ impl Side {
 
     async fn on_tick(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
-        if self.ticks % RETRANSMIT_EVERY == 0 {
+        if self.ticks.is_multiple_of(RETRANSMIT_EVERY) {
             self.end.retransmit_tick();
         }
         if self.down && self.edge.node.reaches(&self.edge.owner) {

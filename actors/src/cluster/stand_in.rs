@@ -624,7 +624,9 @@ impl State {
                     }
                     // The remote agent's steers show in the owner's stream as a local one's do.
                     if self.top == Some(event.agent) && matches!(event.kind, EventKind::Steered) {
-                        self.shared.registry.announce(self.id, EventKind::Steered);
+                        self.shared
+                            .registry
+                            .announce_run(self.id, self.run, EventKind::Steered);
                     }
                     if self.top == Some(event.agent) {
                         if let Some(outcome) = event.kind.outcome() {
@@ -789,7 +791,7 @@ impl State {
 
     fn on_tick(&mut self, myself: &ActorRef<AgentMsg>) {
         self.ticks = self.ticks.wrapping_add(1);
-        if self.ticks % RETRANSMIT_EVERY == 0 {
+        if self.ticks.is_multiple_of(RETRANSMIT_EVERY) {
             self.end.retransmit_tick();
         }
         let now = self.now();

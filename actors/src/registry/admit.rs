@@ -47,15 +47,18 @@ pub(crate) enum Admitted {
 }
 
 /// What [`Registry::reopen`] says when the agent's conversation is only in the journal and
-/// was not read back first ([`crate::spawn::reopen`] reads it and tries again).
+/// was not read back first, or was read back at an earlier run ([`crate::spawn::reopen`]
+/// reads it and tries again).
 pub(crate) const NEEDS_CONVERSATION: &str = "its conversation is in the journal";
 
 impl Registry {
-    /// Whether `id`'s settled conversation is only in the journal.
-    pub(crate) fn conversation_journaled(&self, id: AgentId) -> bool {
+    /// When `id`'s settled conversation is only in the journal: the run it is of (a
+    /// read-back of it is stale once the agent is at a later run).
+    pub(crate) fn conversation_journaled(&self, id: AgentId) -> Option<u32> {
         self.lock()
             .entry(id)
-            .is_some_and(|e| e.conversation_journaled)
+            .filter(|e| e.conversation_journaled)
+            .map(|e| e.runs)
     }
 
     /// Reserves a slot for a child of `owner`, atomically: the owner must be accepting
@@ -178,6 +181,7 @@ impl Registry {
                     token,
                     conversation,
                     start: spec,
+                    question: None,
                 };
                 (kind, Admitted::New(ticket))
             }
@@ -230,6 +234,7 @@ impl Registry {
                 token: entry.token.clone(),
                 conversation: entry.conversation.clone(),
                 start,
+                question: None,
             };
             inner.emit(id, EventKind::Dequeued, now);
             inner.pool_running += 1;
@@ -273,6 +278,7 @@ impl Registry {
             token,
             conversation,
             start,
+            question: None,
         })
     }
 
@@ -287,7 +293,7 @@ impl Registry {
         owner: AgentId,
         config: &TreeConfig,
         prompt: String,
-        journaled: Option<&std::sync::Arc<[Message]>>,
+        journaled: Option<(u32, &std::sync::Arc<[Message]>)>,
         owner_capabilities: Option<Box<crate::policy::capability::Capabilities>>,
     ) -> Result<StartTicket, SpawnError> {
         let now = self.now_ms();
@@ -315,10 +321,11 @@ impl Registry {
             // The owner's capabilities now (after a recovery the journal has none).
             spec.owner_capabilities = owner_capabilities;
         }
+        // A read-back of an earlier run (another resume ran one since it was read) is stale.
         let read_back = match (entry.conversation_journaled, journaled) {
             (false, _) => None,
-            (true, Some(journaled)) => Some(journaled.clone()),
-            (true, None) => return Err(SpawnError::InvalidRequest(NEEDS_CONVERSATION.into())),
+            (true, Some((run, journaled))) if run == entry.runs => Some(journaled.clone()),
+            (true, _) => return Err(SpawnError::InvalidRequest(NEEDS_CONVERSATION.into())),
         };
         let conversation = match &read_back {
             None => entry.conversation.lock().messages.to_vec(),
@@ -340,6 +347,14 @@ impl Registry {
         inner.forget_read_output(id);
         let entry = inner.entry_mut(id).expect("checked above");
         entry.new_run(token.clone());
+        // A question a crash cut its run off waiting on is put again; a prompt answers it.
+        let mut question = entry.question.take();
+        let mut prompt = prompt;
+        if let Some(open) = question.as_mut().filter(|q| q.answer.is_none()) {
+            if !prompt.is_empty() {
+                open.answer = Some((std::mem::take(&mut prompt), false));
+            }
+        }
         // The ended run's unread steers are in the conversation this run continues.
         let kept = std::mem::take(&mut entry.unread_kept) as usize;
         entry
@@ -373,8 +388,26 @@ impl Registry {
             let mut start = conversation.clone();
             start.push(Message::user(prompt.clone()));
             journal.conversation(id, run, 0, &std::sync::Arc::from(start));
+            // Steers a recovery kept for this run are not in that conversation (its first
+            // turn reads them): journaled again after it, so they stay unread there too.
+            if let Some(entry) = inner.entry(id) {
+                for text in &entry.pending_steers {
+                    journal.steer(id, text);
+                }
+            }
         }
         inner.emit(id, EventKind::Resumed, now);
+        if let Some(open) = question.as_mut() {
+            open.run = run;
+        }
+        if let (Some(journal), Some(open)) = (inner.journal.as_ref(), question.as_ref()) {
+            // The question, for this run, after the `resumed` event that ended the last
+            // run's: a crash before the run puts it keeps it again, with its answer.
+            journal.question(id, run, open.call, &open.question, &open.asking);
+            if let Some((text, is_error)) = &open.answer {
+                journal.answer(id, run, text, *is_error);
+            }
+        }
         Ok(StartTicket {
             id,
             owner,
@@ -389,6 +422,7 @@ impl Registry {
                 resumed: true,
                 ..spec
             },
+            question,
         })
     }
 

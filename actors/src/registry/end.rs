@@ -497,8 +497,8 @@ impl Inner {
         // The text it held back for a fuller `text_delta` event goes first.
         let cut_off = entry.conversation.lock().turn.take();
         if let Some(sink) = cut_off {
-            if let Some((turn, text)) = sink.take_pending() {
-                self.emit(id, EventKind::TextDelta { turn, text }, now);
+            if let Some(delta) = sink.take_pending() {
+                self.emit(id, delta, now);
             }
             let delta = sink.take_usage();
             if delta != Usage::default() {

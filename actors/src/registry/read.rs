@@ -2,7 +2,7 @@
 //! usage, `completing`, announcements, and what handles, waits and snapshots read.
 
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EventKind, Outcome, TreeSnapshot, Usage,
+    AgentId, AgentRecord, AgentStatus, EventKind, Message, Outcome, TreeSnapshot, Usage,
 };
 use ractor::ActorCell;
 use tokio::sync::{mpsc, watch};
@@ -62,7 +62,14 @@ impl Registry {
         match &entry.actor {
             Some(actor) => Ok(SteerRoute::Actor(actor.clone())),
             None => {
-                entry.pending_steers.push(text);
+                // Journaled before it is receipted `queued`: a crash before the agent's
+                // start keeps it for the run a resume starts.
+                if let Some(journal) = &inner.journal {
+                    journal.steer(id, &text);
+                }
+                if let Some(entry) = inner.entry_mut(id) {
+                    entry.pending_steers.push(text);
+                }
                 Ok(SteerRoute::Queued)
             }
         }
@@ -217,10 +224,18 @@ impl Registry {
     }
 
     /// `id`'s final output was read (by its owner's tools, or by the application through
-    /// a handle or a wait): see [`Registry::read_outcome`].
-    pub(crate) fn output_read(&self, id: AgentId) {
+    /// a handle or a wait): see [`Registry::read_outcome`]. Returns the last event's
+    /// sequence number, which a journal synced through it has made durable.
+    pub(crate) fn output_read(&self, id: AgentId) -> u64 {
         let now = self.now_ms();
-        self.lock().output_read(id, now);
+        let mut inner = self.lock();
+        inner.output_read(id, now);
+        inner.seq
+    }
+
+    /// The last event's sequence number.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.lock().seq
     }
 
     /// Releases the read outputs that are due (see [`Registry::read_outcome`]): after a
@@ -352,36 +367,39 @@ impl Registry {
             .unwrap_or_else(|| std::sync::Arc::from(Vec::new()))
     }
 
-    /// Announces an event about `id` that changes no record.
-    pub(crate) fn announce(&self, id: AgentId, kind: EventKind) {
-        let now = self.now_ms();
-        self.lock().emit(id, kind, now);
-    }
-
     /// Announces the question of run `run` of `id` (an `asked` event) and returns where it
     /// goes: its owner's current actor (a later run of the owner, restarted or resumed, owns
     /// the children of its earlier runs), `Some(None)` for an owner with no actor
     /// registered. `None`, announcing nothing, once that run settled (another path, a kill,
     /// settled it while its actor was asking): nothing of an agent follows its terminal
     /// event.
+    ///
+    /// With `asking` (the place of the `ask_owner` call and the assistant message it is
+    /// in), the question is journaled first, in the same transaction: whoever sees the
+    /// event, then flushes the journal, has made the question durable.
     pub(crate) fn ask(
         &self,
         id: AgentId,
         run: u32,
         question: String,
+        asking: Option<(usize, &Message)>,
     ) -> Option<Option<ractor::ActorCell>> {
         let now = self.now_ms();
         let mut inner = self.lock();
         if !inner.run_is_on(id, run) {
             return None;
         }
+        if let (Some(journal), Some((call, message))) = (inner.journal.as_ref(), asking) {
+            journal.question(id, run, call, &question, message);
+        }
         inner.emit(id, EventKind::Asked { question }, now);
         let owner = inner.rec(id).and_then(|r| r.parent);
         Some(owner.and_then(|o| inner.entry(o)?.actor.clone()))
     }
 
-    /// As [`Registry::announce`], for what run `run` of `id` does while it runs (a turn's
-    /// streamed text): dropped once that run settled, as a late bill is
+    /// Announces an event about `id` that changes no record, for what run `run` of `id`
+    /// does while it runs (a turn's streamed text, a steer it read): dropped once that run
+    /// settled, as a late bill is
     /// ([`Registry::bill_turn`]), so nothing of an agent follows its terminal event. (Its
     /// actor may be inside a poll of its turn while its owner's transaction settles it
     /// killed.)

@@ -1,10 +1,20 @@
 //! Recovery: a registry seeded from a journal's replay, the same fold's records, with the
 //! runtime's side of each agent rebuilt and every agent the crash interrupted settled
 //! `aborted` with reason `interrupted`.
+//!
+//! # Invariants
+//!
+//! * Every agent the journal has a request of comes back with a conversation to continue:
+//!   its latest journaled one, or, when none was journaled (it never reached a turn
+//!   boundary), the one its first run starts with (inherited context, then its task), so a
+//!   resume with no prompt continues the task exactly as a first run would have started it.
+//! * A steer receipted (`delivered` or `queued`) that no journaled conversation holds is
+//!   kept for the agent's next run, which reads it at its first turn boundary: once, since
+//!   that boundary's conversation line ends it in the journal.
 
 use std::sync::Arc;
 
-use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Outcome, Replay};
+use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome, Replay};
 use tokio_util::sync::CancellationToken;
 
 use super::{Entry, Registry};
@@ -13,7 +23,7 @@ use crate::spawn::PendingStart;
 
 impl Registry {
     /// Seeds this fresh registry from `replay`: its records (the journal's fold), each
-    /// agent's request, definition and conversation (for resumes), the request ids (for
+    /// agent's request, definition, conversation and unread steers (for resumes), the request ids (for
     /// replay-safe spawns), the owners' spawn counts; then settles every agent the journal
     /// leaves live as interrupted, one event each, journaled like any other. Returns those
     /// agents, children before owners.
@@ -52,12 +62,24 @@ impl Registry {
                 .is_some_and(|j| !j.retain_conversations)
                 && record.status.is_terminal();
             match conversation {
-                // Settled, and the journal keeps it: read back on a resume.
+                // A restarted run cut off before its first turn boundary (its incarnation's
+                // start, below), or the journal keeps it and a resume reads it back.
+                Some((_, messages)) if messages.is_empty() => {
+                    entry.conversation.lock().messages = first_conversation(replay, record.id);
+                }
                 Some(_) if dropped => entry.conversation_journaled = true,
                 Some((_, messages)) => entry.conversation.lock().messages = messages.clone(),
-                None => {}
+                // Admitted, never at a turn boundary (a start hook still running, a kill
+                // right after admission): its conversation is the one its first run would
+                // have started with, from its journaled request.
+                None => entry.conversation.lock().messages = first_conversation(replay, record.id),
             }
             entry.spec = spec_of(replay, record, branch);
+            // Steers receipted that no journaled conversation holds: its next run reads them
+            // first thing, as a run reads steers queued before it started.
+            if let Some(steers) = replay.steers.get(&record.id) {
+                entry.pending_steers.clone_from(steers);
+            }
             // A mirrored record (a remote child's descendant) has no spawn of this tree's:
             // it is under a stand-in (placed on a node) or under another mirrored record.
             entry.mirrored = !replay.spawns.contains_key(&record.id)
@@ -102,6 +124,13 @@ impl Registry {
                     inner.emit(id, EventKind::settled(outcome.clone()), now);
                 }
                 _ => {
+                    // A question it was waiting on: its next run puts it again (or reads the
+                    // answer journaled for it) instead of re-running the turn that asked it.
+                    if let (Some(open), Some(entry)) =
+                        (replay.questions.get(&id), inner.entry_mut(id))
+                    {
+                        entry.question = Some(Box::new(open.clone()));
+                    }
                     let outcome = Outcome::ended(AgentStatus::Aborted, EndReason::Interrupted);
                     inner.emit(id, EventKind::Aborted { outcome }, now);
                     interrupted_now.push(id);
@@ -123,6 +152,35 @@ impl Registry {
         }
         interrupted_now
     }
+}
+
+impl Registry {
+    /// The agents of `owner` a recovery found waiting on a question (settled `interrupted`,
+    /// their question kept for their next run), in id order.
+    pub(crate) fn waiting_on_questions(&self, owner: AgentId) -> Vec<AgentId> {
+        let inner = self.lock();
+        inner
+            .records
+            .iter()
+            .filter(|r| r.parent == Some(owner))
+            .filter(|r| inner.entry(r.id).is_some_and(|e| e.question.is_some()))
+            .map(|r| r.id)
+            .collect()
+    }
+}
+
+/// The conversation agent `id`'s first run starts with, from its journaled request: the
+/// context it inherited, then its task (as `AgentState::new` builds it). Empty for an agent
+/// the journal has no request of (a mirrored record).
+fn first_conversation(replay: &Replay, id: AgentId) -> Arc<[Message]> {
+    let Some((_, request)) = replay.spawns.get(&id) else {
+        return Arc::default();
+    };
+    let context = replay.contexts.get(&id).map_or(&[][..], |c| &c[..]);
+    // A new agent's task is never blank (a spawn refuses one); only a remote agent's resumed
+    // run, whose context is its own conversation, is admitted with none.
+    let task = (!request.prompt.is_empty()).then(|| Message::user(request.prompt.clone()));
+    context.iter().cloned().chain(task).collect()
 }
 
 /// How `record`'s agent was started, for a resume: its journaled request and definition (or
@@ -154,4 +212,67 @@ fn spec_of(
         parent_span: crate::util::SpanSlot::default(),
         node,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_tree_protocol::{
+        AgentDefinition, Event, JOURNAL_VERSION, JournalEntry, SessionId, SpawnRequest,
+        definition_hash,
+    };
+
+    use super::*;
+    use crate::catalog::Catalog;
+
+    /// An agent whose journal holds its request (with the context it inherited) and no
+    /// conversation comes back with the conversation its first run starts with: the
+    /// context, then its task.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_without_a_journaled_conversation_gets_its_first_runs() {
+        let definition = AgentDefinition::new("w", "").with_inherit_context(true);
+        let hash = definition_hash(&definition);
+        let context = vec![Message::user("the owner's task")];
+        let agent = AgentId::new(1);
+        let lines = [
+            JournalEntry::Header {
+                version: JOURNAL_VERSION,
+                session: SessionId::new("s"),
+            },
+            JournalEntry::Definition {
+                hash: hash.clone(),
+                definition,
+            },
+            JournalEntry::Spawn {
+                agent,
+                definition: hash,
+                request: SpawnRequest::new("w", "the task"),
+                context: context.clone().into(),
+            },
+            JournalEntry::Event {
+                event: Event {
+                    seq: 1,
+                    agent,
+                    parent: Some(AgentId::ROOT),
+                    depth: 1,
+                    at_ms: 0,
+                    kind: EventKind::Spawned {
+                        agent_type: "w".into(),
+                        request_id: None,
+                        detached: false,
+                    },
+                },
+            },
+        ];
+        let bytes: String = lines.iter().map(JournalEntry::to_line).collect();
+        let replay = agent_tree_protocol::replay(bytes.as_bytes(), None).unwrap();
+        let registry = Registry::new(SessionId::new("s"), CancellationToken::new(), 10);
+        let branch = Arc::new(Branch {
+            catalog: Catalog::default(),
+            max_depth: 5,
+        });
+        assert_eq!(registry.recover(&replay, &branch), [agent]);
+        let conversation = registry.conversation(agent);
+        let texts: Vec<&str> = conversation.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(texts, ["the owner's task", "the task"]);
+    }
 }

@@ -384,3 +384,41 @@ fn the_latest_mirror_of_each_remote_child_is_replayed() {
     assert_eq!(replay.mirrors[&AgentId::new(1)], second);
     assert_eq!(replay.mirrors[&AgentId::new(2)], other);
 }
+
+/// Steer lines: those of an agent after its latest conversation line are the ones no
+/// journaled conversation holds, in order; a conversation line of the agent ends them
+/// (its turn boundary read them), another agent's does not; a line round-trips.
+#[test]
+fn steers_after_an_agents_latest_conversation_are_replayed_in_order() {
+    let steer = |agent: u64, text: &str| JournalEntry::Steer {
+        agent: AgentId::new(agent),
+        text: text.into(),
+    };
+    let line = steer(1, "use \"blue\"\n").to_line();
+    assert!(line.contains("\"entry\":\"steer\""), "{line}");
+    assert_eq!(
+        JournalEntry::from_line(line.trim_end()).unwrap(),
+        steer(1, "use \"blue\"\n")
+    );
+    let mut entries = journal();
+    entries.push(steer(1, "read"));
+    entries.push(JournalEntry::Conversation {
+        agent: AgentId::new(1),
+        run: 2,
+        from: 0,
+        messages: vec![Message::user("first"), Message::user("read")].into(),
+    });
+    entries.push(steer(2, "a"));
+    entries.push(steer(1, "not read"));
+    entries.push(JournalEntry::Conversation {
+        agent: AgentId::new(3),
+        run: 1,
+        from: 0,
+        messages: vec![Message::user("other")].into(),
+    });
+    entries.push(steer(2, "b"));
+    let replay = replay(bytes(&entries).as_bytes(), None).unwrap();
+    assert_eq!(replay.steers[&AgentId::new(1)], ["not read"]);
+    assert_eq!(replay.steers[&AgentId::new(2)], ["a", "b"]);
+    assert_eq!(replay.steers.len(), 2);
+}

@@ -469,7 +469,7 @@ impl Child {
 
     fn tick(&mut self, now: u64) -> Vec<Frame<Up>> {
         let local = Self::local(now);
-        if now % RETRANSMIT_MS == 0 {
+        if now.is_multiple_of(RETRANSMIT_MS) {
             self.end.retransmit_tick();
         }
         self.flush_held();
@@ -677,7 +677,7 @@ impl Owner {
     }
 
     fn tick(&mut self, now: u64) -> Vec<Frame<Down>> {
-        if now % RETRANSMIT_MS == 0 {
+        if now.is_multiple_of(RETRANSMIT_MS) {
             self.end.retransmit_tick();
         }
         if let Verdict::Declare { .. } = self.lease.declare(ms(now)) {
