@@ -33,7 +33,6 @@ mod review30;
 mod review32;
 mod review33;
 mod review_issue10;
-mod review_issue11b;
 mod review_journal2;
 mod review_retention;
 mod review_today;

@@ -4,7 +4,7 @@
 //! crash or the shutdown. A "crash" is a copy of the journal taken while the tree runs, after
 //! `flush_journal` (`crash_copy` in `support::journal`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_tree::JournalConfig;
@@ -317,5 +317,54 @@ async fn completing_agent_after_recovery() {
         kept.contains(&Some("lead's answer")),
         "the held answer after recovery: {outcome:?}"
     );
+    tree.shutdown().await;
+}
+
+/// With `retain_conversations(false)`, an agent settled before a crash, in a journal
+/// compacted by rotation, is resumed on the recovered tree with its whole conversation, read
+/// back from the recovered file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
+    let dir = TempDir::new("rotated");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+    );
+    let config = |path: &PathBuf| {
+        JournalConfig::new(path)
+            .retain_conversations(false)
+            .rotate_at(2_000)
+    };
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model.clone())
+        .journal(config(&live))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..6 {
+        tree.run(SpawnRequest::new("w", format!("go {i}")))
+            .await
+            .unwrap();
+    }
+    tree.flush_journal().await;
+    std::fs::copy(&live, &crashed).unwrap();
+    drop(tree);
+
+    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("again")]));
+    let log = model.call_log();
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal(config(&crashed))
+        .build()
+        .await
+        .unwrap();
+    let mut resumed = tree.resume(AgentId::new(2), "follow up").await.unwrap();
+    assert_eq!(resumed.outcome().await.text.as_deref(), Some("again"));
+    let call = &log.of(AgentId::new(2))[0];
+    let texts: Vec<&str> = call.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["go 1", "first answer", "follow up"]);
     tree.shutdown().await;
 }
