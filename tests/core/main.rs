@@ -26,7 +26,6 @@ mod results_read_by_id;
 mod resume_read_back;
 mod review21;
 mod review22;
-mod review24;
 mod review26;
 mod review29;
 mod review30;

@@ -12,10 +12,11 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
+use crate::journal_open::open;
 use crate::support::harness::ok_tool;
-use crate::support::journal::{TempDir, crash_copy};
+use crate::support::journal::{Recorded, TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, unanswered};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
@@ -366,5 +367,131 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
     let call = &log.of(AgentId::new(2))[0];
     let texts: Vec<&str> = call.messages.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["go 1", "first answer", "follow up"]);
+    tree.shutdown().await;
+}
+
+/// A run aborted while its call is out keeps the call closed in its journaled conversation:
+/// after a crash and recovery, a resume with an empty prompt sends the model a conversation
+/// with a result for every call, the aborted turn's call included.
+#[tokio::test(start_paused = true)]
+async fn an_aborted_runs_open_call_is_closed_across_recovery() {
+    let dir = TempDir::new("closed-call");
+    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::calls([Call::tool(
+            "slow",
+            serde_json::json!({"x": 1}),
+        )])]),
+    );
+    let log = model.call_log();
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .tool(FnTool::new("slow", "never returns", |_, _| async {
+            std::future::pending::<()>().await;
+            Ok("never".to_owned())
+        }))
+        .unwrap()
+        .journal(JournalConfig::new(&live))
+        .open()
+        .await
+        .unwrap();
+    let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let id = handle.id();
+    log.until_calls(id, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    tree.abort(id).unwrap();
+    assert_eq!(handle.outcome().await.status, AgentStatus::Aborted);
+    crash_copy(&tree, &live, &crashed).await;
+    drop(tree);
+
+    let after = ScriptedModel::new().script("w", Script::new([Turn::answer("resumed")]));
+    let after_log = after.call_log();
+    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    let mut handle = tree.resume(id, "").await.unwrap();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("resumed"));
+    let calls = after_log.of(id);
+    assert_eq!(
+        unanswered(&calls[0].messages),
+        None,
+        "{:?}",
+        calls[0].messages
+    );
+    assert!(
+        calls[0].messages.iter().any(|m| !m.tool_calls.is_empty()),
+        "the aborted turn's call is in the conversation: {:?}",
+        calls[0].messages
+    );
+    tree.shutdown().await;
+}
+
+/// A resume's prompt survives a crash that lands after its `resumed` event was written and
+/// before its first turn's conversation line ("A process kill loses only what was queued and
+/// not yet written"; recovery rebuilds "each agent's request ... and conversation"; "A
+/// resume with an empty prompt ... continues as journaled, so the turn the crash cut off is
+/// re-run"): the re-run turn holds the task the agent was resumed with, as a spawn's line
+/// holds its prompt before its admission event.
+// regression: the prompt lived only in the run's first conversation line, so the re-run
+// turn ended on the old answer without the task.
+#[tokio::test(start_paused = true)]
+async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
+    let dir = TempDir::new("resume-prompt");
+    let crashed = dir.file("crashed.journal");
+    let store = Recorded::default();
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+    );
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal_store(JournalConfig::new(&crashed), store.clone())
+        .open()
+        .await
+        .unwrap();
+    let mut handle = tree
+        .spawn(SpawnRequest::new("w", "task one"))
+        .await
+        .unwrap();
+    let id = handle.id();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("first answer"));
+    let mut handle = tree.resume(id, "task two").await.unwrap();
+    assert_eq!(
+        handle.outcome().await.text.as_deref(),
+        Some("second answer")
+    );
+    tree.shutdown().await;
+    drop(tree);
+
+    // The crash: right after the resume's `resumed` event, before its run's first turn
+    // boundary wrote anything.
+    let bytes = store.bytes();
+    let text = String::from_utf8(bytes).unwrap();
+    let mut kept = String::new();
+    for line in text.split_inclusive('\n') {
+        kept.push_str(line);
+        if line.contains("\"resumed\"") {
+            break;
+        }
+    }
+    assert!(
+        kept.contains("\"resumed\""),
+        "the resume's event was written: {kept}"
+    );
+    std::fs::write(&crashed, kept).unwrap();
+
+    let after = ScriptedModel::new().script("w", Script::new([Turn::answer("third answer")]));
+    let log = after.call_log();
+    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    assert_eq!(tree.interrupted(), [id], "the resumed run was interrupted");
+    let mut handle = tree.resume(id, "").await.unwrap();
+    handle.outcome().await;
+    let calls = log.of(id);
+    let messages = &calls[0].messages;
+    assert!(
+        messages.iter().any(|m| m.content == "task two"),
+        "the re-run turn lost the task it was resumed with: {messages:?}"
+    );
     tree.shutdown().await;
 }
