@@ -19,7 +19,12 @@ use crate::support::races::on_worker_threads;
 use crate::support::{catalog, delegator, leaf, unanswered};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
-pub(crate) async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
+pub(crate) async fn build(
+    model: ScriptedModel,
+    catalog: Catalog,
+    path: &Path,
+    config: TreeConfig,
+) -> Tree {
     Tree::builder()
         .config(config)
         .catalog(catalog)
@@ -394,7 +399,7 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
         }))
         .unwrap()
         .journal(JournalConfig::new(&live))
-        .open()
+        .build()
         .await
         .unwrap();
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
@@ -447,7 +452,7 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
         .catalog(catalog([leaf("w")]))
         .model(model)
         .journal_store(JournalConfig::new(&crashed), store.clone())
-        .open()
+        .build()
         .await
         .unwrap();
     let mut handle = tree
