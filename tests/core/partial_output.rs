@@ -1,5 +1,6 @@
-//! Review of issue 9 (the model contract): each test here fails against the code as it
-//! landed and names the behaviour the contract promises.
+//! Partial output: a run cut short (its model call failed, an abort or a shutdown landed
+//! mid-turn, a length continuation broke off) keeps the text it had so far as the outcome's
+//! `partial`, once, whatever cut it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,21 +1,19 @@
-//! Review of today's changes: `ToolInput` (a tool call's input kept as compact JSON text),
-//! the shutdown's kill-token cancel only for hooks on the caller's runtime, and the one-pass
-//! `kill_runs`.
+//! A tool call's input (`ToolInput`, kept as compact JSON text): journal lines that hold it
+//! as a JSON value decode, equal inputs hash equal, the sign of zero and deep nesting
+//! survive, a user tool gets the value the model gave, orchestration tools read their typed
+//! fields strictly, and a call nested past what parsers read back is not run.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{JournalEntry, ToolCall, ToolInput};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{FnTool, HookContext, HookError, ToolError};
+use agent_tree::{FnTool, ToolError};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::support::harness::{a, results};
-use crate::support::races::{REAL_GUARD, bounded, on_worker_threads};
 use crate::support::{catalog, delegator, leaf, within};
 
 /// An array nested `depth` deep around `1`.
@@ -27,12 +25,14 @@ fn nested(depth: usize) -> Value {
     value
 }
 
-// ---- ToolInput: wire compatibility --------------------------------------------------------
-
+/// A journal line holding each call's input as a JSON value (any value, or none at all)
+/// decodes through every path (spaced text with keys out of order, a `Value`) to the same
+/// entry; each input keeps its value, held as compact text with sorted keys, and is written
+/// back as JSON.
 #[test]
-fn journal_lines_written_before_decode_and_keep_their_input() {
-    // A conversation line as the journal wrote it when the input was a `Value`: today's
-    // line with the old inputs spliced in (one without an input at all).
+fn journal_lines_holding_inputs_as_json_values_decode_and_keep_their_input() {
+    // A conversation line as the journal writes it, with inputs spliced in as a line held
+    // them while an input was a `Value` (one without an input at all).
     let line = JournalEntry::Conversation {
         agent: a(1),
         run: 1,
@@ -105,6 +105,8 @@ fn journal_lines_written_before_decode_and_keep_their_input() {
     assert_eq!(serde_json::to_value(&from_text).unwrap(), as_value);
 }
 
+/// Two calls with equal inputs are equal and hash equal, whatever the spacing and key order
+/// of the text they came from.
 #[test]
 fn equal_tool_calls_hash_equal_whatever_their_source_spacing() {
     let a: ToolCall =
@@ -114,7 +116,6 @@ fn equal_tool_calls_hash_equal_whatever_their_source_spacing() {
     let set: HashSet<ToolInput> = [a.input.clone(), b.input.clone()].into_iter().collect();
     assert_eq!(set.len(), 1);
 }
-
 /// `serde_json` holds `-0.0 == 0.0`; an input keeps the sign (it is sent back to the model
 /// as written), so the two are different inputs, as `ToolInput` documents.
 #[test]
@@ -130,7 +131,6 @@ fn negative_zero_keeps_its_sign_and_is_its_own_input() {
     );
     assert_ne!(ToolInput::from(&neg), ToolInput::from(&pos));
 }
-
 /// A deeply nested input (built in code: a `Value` has no depth limit) is kept as it was
 /// given: `to_value` must not turn it into `null` silently.
 #[test]
@@ -141,8 +141,8 @@ fn a_deeply_nested_input_survives_to_value() {
     assert_eq!(input.to_value(), deep, "to_value of a 200-deep input");
 }
 
-/// The same input serialized into a `Value` (the path `serde_json::to_value` of a message
-/// takes): it worked while the input was a `Value`.
+/// The same deeply nested input serializes into a `Value` inside its call (the path
+/// `serde_json::to_value` of a message takes), whole.
 #[test]
 fn a_deeply_nested_call_serializes_to_a_value() {
     let deep = nested(200);
@@ -151,8 +151,7 @@ fn a_deeply_nested_call_serializes_to_a_value() {
     assert_eq!(value["input"], deep);
 }
 
-// ---- ToolInput: a user tool gets the call's value -----------------------------------------
-
+/// A tree with the user tool `echo`, which records each input it is given in `seen`.
 async fn echo_tree(model: ScriptedModel, seen: Arc<Mutex<Vec<Value>>>) -> Tree {
     let tool = FnTool::new("echo", "records its input", move |_ctx, input: Value| {
         let seen = seen.clone();
@@ -171,6 +170,8 @@ async fn echo_tree(model: ScriptedModel, seen: Arc<Mutex<Vec<Value>>>) -> Tree {
         .expect("the tree builds")
 }
 
+/// A user tool gets the input the model gave, whole: objects, `null`, strings, arrays and
+/// nesting up to the depth JSON parsers read back (`ToolInput::MAX_TEXT_DEPTH`).
 #[tokio::test(start_paused = true)]
 async fn a_user_tool_gets_the_input_the_model_gave() {
     // Whole, up to the depth JSON parsers read back (`ToolInput::MAX_TEXT_DEPTH`); a call
@@ -205,13 +206,15 @@ async fn a_user_tool_gets_the_input_the_model_gave() {
     }
 }
 
-// ---- ToolInput: orchestration tools' typed input ------------------------------------------
-
+/// The `error` field of a JSON refusal.
 fn error_of(answer: &agent_tree::protocol::Message) -> String {
     let value: Value = serde_json::from_str(&answer.content).expect("a JSON refusal");
     value["error"].as_str().unwrap_or_default().to_owned()
 }
 
+/// The orchestration tools read a typed input: a string or an array is refused as "not a
+/// JSON object of Agent's fields", a field of the wrong type is refused with serde's message
+/// and no text position, and a `null` field reads as absent.
 #[tokio::test(start_paused = true)]
 async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
     let model = ScriptedModel::new()
@@ -265,215 +268,6 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
         answers[3].content
     );
 }
-
-// ---- Shutdown: no hook task outlives the call ----------------------------------------------
-
-/// Counts hook futures alive (started, not dropped).
-#[derive(Clone, Default)]
-struct Live(Arc<AtomicUsize>);
-
-struct LiveGuard(Arc<AtomicUsize>);
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Live {
-    fn hook(&self) -> impl agent_tree::Hook + use<> {
-        let live = self.0.clone();
-        move |_ctx: HookContext| {
-            let live = live.clone();
-            async move {
-                live.fetch_add(1, Ordering::SeqCst);
-                let _guard = LiveGuard(live);
-                // A hook that never returns and ignores its deadline.
-                std::future::pending::<()>().await;
-                Ok::<(), HookError>(())
-            }
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-fn team(workers: usize) -> ScriptedModel {
-    ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([
-                Turn::calls((0..workers).map(|i| Call::spawn_background("w", format!("part {i}")))),
-                Turn::hang(),
-            ]),
-        )
-        .script("w", Script::new([Turn::hang()]))
-}
-
-async fn team_tree(workers: usize, grace: Duration, live: &Live) -> Tree {
-    let model = team(workers);
-    let tree = Tree::builder()
-        .config(TreeConfig::default().with_shutdown_grace(grace))
-        .catalog(catalog([delegator("lead", &["w"]), leaf("w")]))
-        .model(model.clone())
-        .on_shutdown(live.hook())
-        .build()
-        .await
-        .unwrap();
-    tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
-    // Every worker has started (its one call hangs).
-    while model.calls() < workers + 2 {
-        tokio::task::yield_now().await;
-    }
-    tree
-}
-
-#[tokio::test(start_paused = true)]
-async fn no_hook_outlives_shutdown_current_thread() {
-    let live = Live::default();
-    let tree = team_tree(4, Duration::from_millis(5), &live).await;
-    let report = within("shutdown", tree.shutdown()).await;
-    assert_eq!(report.killed.len(), 5, "{report:?}");
-    assert!(report.graceful.is_empty(), "{report:?}");
-    assert_eq!(report.hook_failures.len(), 5, "{report:?}");
-    // The hook tasks were cancelled: let them run once.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(live.count(), 0, "hook futures still alive after shutdown");
-    assert!(tree.alive_actors().is_empty());
-}
-
-/// Tiny graces on worker threads: the kill can come before (or while) the first agent starts
-/// its hooks. A hook started then must still end with the shutdown.
-#[test]
-fn no_hook_outlives_shutdown_multi_thread() {
-    let round = AtomicUsize::new(0);
-    on_worker_threads(40, Duration::from_secs(60), || {
-        let n = round.fetch_add(1, Ordering::SeqCst) as u64;
-        async move {
-            let live = Live::default();
-            let grace = Duration::from_micros(1 + 50 * (n % 20));
-            let tree = team_tree(4, grace, &live).await;
-            let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
-            assert!(report.graceful.is_empty(), "{report:?}");
-            assert!(tree.alive_actors().is_empty(), "run {n}");
-            // Tasks on a stopped hook runtime are dropped by its own threads: allow them a
-            // bounded moment, never forever.
-            bounded(REAL_GUARD, "the hook futures' drop", async {
-                while live.count() != 0 {
-                    tokio::task::yield_now().await;
-                }
-            })
-            .await;
-            drop(tree);
-        }
-    });
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_subtree_shutdown_inside_a_tree_shutdown_leaves_no_hook() {
-    // Overlapping: shutdown_agent(lead) and the tree's shutdown, one grace each.
-    let live = Live::default();
-    let tree = Arc::new(team_tree(4, Duration::from_millis(20), &live).await);
-    let t = tree.clone();
-    let sub = tokio::spawn(async move { t.shutdown_agent(a(1)).await });
-    tokio::task::yield_now().await;
-    let report = within("shutdown", tree.shutdown()).await;
-    let sub = sub.await.unwrap().unwrap();
-    let mut killed: Vec<AgentId> = report.killed.iter().chain(&sub.killed).copied().collect();
-    killed.sort();
-    killed.dedup();
-    assert_eq!(killed.len(), 5, "{report:?} {sub:?}");
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(
-        live.count(),
-        0,
-        "hook futures still alive after both shutdowns"
-    );
-    assert!(tree.alive_actors().is_empty());
-}
-
-/// A shutdown dropped before its kill: its backstop still ends the hooks a little after
-/// the deadline.
-#[tokio::test(start_paused = true)]
-async fn a_dropped_shutdown_still_ends_its_hooks() {
-    let live = Live::default();
-    let tree = team_tree(3, Duration::from_millis(20), &live).await;
-    let _ = tokio::time::timeout(Duration::from_millis(5), tree.shutdown()).await;
-    assert_eq!(live.count(), 4, "every agent runs its hook");
-    tokio::time::sleep(
-        Duration::from_millis(20) + agent_tree::SHUTDOWN_KILL_WAIT + Duration::from_millis(1),
-    )
-    .await;
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(
-        live.count(),
-        0,
-        "hooks of a dropped shutdown outlive its deadline"
-    );
-}
-
-// ---- kill_runs: the report of a deep chain ------------------------------------------------
-
-#[tokio::test(start_paused = true)]
-async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
-    let depth = 30u64;
-    let mut model = ScriptedModel::new();
-    model = model.script(
-        "c",
-        Script::new([
-            Turn::calls([Call::spawn_background("c", "deeper")]),
-            Turn::hang(),
-        ]),
-    );
-    let live = Live::default();
-    let tree = Tree::builder()
-        .config(
-            TreeConfig::default()
-                .with_shutdown_grace(Duration::from_millis(10))
-                .with_max_depth(depth as u32),
-        )
-        .catalog(catalog([
-            AgentDefinition::new("c", "").with_allowed_subagents(SubagentAllowance::only(["c"]))
-        ]))
-        .model(model.clone())
-        .on_shutdown(live.hook())
-        .build()
-        .await
-        .unwrap();
-    tree.spawn(SpawnRequest::new("c", "go")).await.unwrap();
-    for _ in 0..10_000 {
-        if tree.snapshot().agents().count() as u64 >= depth {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    let n = tree.snapshot().agents().count();
-    let report = within("shutdown", tree.shutdown()).await;
-    let mut killed = report.killed.clone();
-    killed.sort();
-    killed.dedup();
-    assert_eq!(killed.len(), report.killed.len(), "each once: {report:?}");
-    assert_eq!(report.killed.len() + report.graceful.len(), n, "{report:?}");
-    assert!(tree.alive_actors().is_empty());
-    let snapshot = tree.snapshot();
-    for id in &report.killed {
-        assert_eq!(
-            snapshot.record(*id).map(|r| r.status),
-            Some(AgentStatus::Killed),
-            "{id}"
-        );
-    }
-}
-
 /// A call whose input nests past what JSON parsers read back is not run: its result is an
 /// error, and the conversation keeps a `dropped` note in its place (the conversation goes to
 /// providers and into the journal). The turn's other calls run.

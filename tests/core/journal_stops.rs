@@ -1,0 +1,159 @@
+//! When the journal stops (an I/O error, a store that panics), "the tree goes on, and
+//! nothing waits on the journal any more": work is never held back by a dead writer, and
+//! what the journal already holds is still read back.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_tree::prelude::*;
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::{JournalConfig, JournalStore};
+use parking_lot::Mutex;
+
+use crate::support::{catalog, leaf};
+
+/// A store whose writes panic (a bug in a store of the application's own,
+/// `TreeBuilder::journal_store`).
+struct PanickingStore;
+
+impl JournalStore for PanickingStore {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        // The header goes through; the first entries do not.
+        if bytes.windows(8).any(|w| w == b"\"header\"") {
+            return Ok(());
+        }
+        panic!("store bug");
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn replace(&mut self, _bytes: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        0
+    }
+    fn read(&self) -> io::Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+}
+
+/// A journal writer that is gone (its store panicked) never holds new work back: with a queue
+/// bound of 1 the run still ends, whatever `journal_error` says.
+// regression: the dead writer never released the entries it took, and `Tree::spawn` waited
+// for room in its queue forever.
+// Real time: the writer is a thread of its own, so a paused clock would time the wait out
+// before the thread has even run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_journal_writer_never_holds_work_back() {
+    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .journal_store(
+            JournalConfig::new("unused.journal").max_queue(1),
+            PanickingStore,
+        )
+        .build()
+        .await
+        .unwrap();
+    let run = tokio::time::timeout(
+        Duration::from_secs(60),
+        tree.run(SpawnRequest::new("w", "a")),
+    )
+    .await;
+    assert!(
+        run.is_ok(),
+        "the run waited for a dead journal writer (journal_error: {:?})",
+        tree.journal_error()
+    );
+    tree.shutdown().await;
+}
+
+/// An in-memory store whose appends start failing on request (a full disk); what it holds
+/// stays readable.
+#[derive(Clone, Default)]
+struct Failing {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    fail: Arc<AtomicBool>,
+}
+
+impl JournalStore for Failing {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.fail.load(Ordering::Acquire) {
+            return Err(io::Error::other("disk full"));
+        }
+        self.bytes.lock().extend_from_slice(bytes);
+        Ok(())
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
+        *self.bytes.lock() = bytes.to_vec();
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.bytes.lock().len() as u64
+    }
+    fn read(&self) -> io::Result<Vec<u8>> {
+        Ok(self.bytes.lock().clone())
+    }
+}
+
+/// A resume continues the agent's conversation whatever became of the journal since it
+/// settled: with `retain_conversations(false)` a settled agent's conversation "is read back
+/// ... when the agent is resumed", and an I/O error that stopped the journal since ("the tree
+/// goes on") still leaves what the store holds readable.
+// regression: once an append failed, the writer dropped its channel, the read-back could not
+// even be asked, and the resume ran on an empty conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+    );
+    let log = model.call_log();
+    let store = Failing::default();
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w"), leaf("x")]))
+        .model(model.script("x", Script::new([Turn::answer("x done")])))
+        .journal_store(
+            JournalConfig::new("failing.journal").retain_conversations(false),
+            store.clone(),
+        )
+        .build()
+        .await
+        .unwrap();
+    let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(first.text.as_deref(), Some("first answer"));
+    tree.flush_journal().await;
+    // The disk fills up: the next entries fail, the journal stops, the tree goes on.
+    store.fail.store(true, Ordering::Release);
+    tree.run(SpawnRequest::new("x", "more")).await.unwrap();
+    tree.flush_journal().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tree.journal_error().is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        tree.journal_error().is_some(),
+        "the journal should have stopped"
+    );
+
+    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
+    assert_eq!(
+        resumed.outcome().await.text.as_deref(),
+        Some("second answer")
+    );
+    let second = &log.of(AgentId::new(1))[1];
+    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["go", "first answer", "follow up"],
+        "the resumed run lost its conversation"
+    );
+    tree.shutdown().await;
+}
