@@ -56,6 +56,7 @@ mod end;
 mod mirror;
 mod read;
 mod recover;
+mod running;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -81,7 +82,7 @@ pub(crate) use end::KilledRuns;
 #[cfg(feature = "cluster")]
 pub(crate) use mirror::EARLIER_REQUEST;
 
-pub(crate) use read::SteerRoute;
+pub(crate) use running::SteerRoute;
 
 /// What an agent's actor publishes at each turn boundary, written by it without the registry
 /// lock (a leaf lock of its own: only these fields are touched under it, and nothing is

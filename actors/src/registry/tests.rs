@@ -1,4 +1,3 @@
-
 use std::sync::Arc;
 
 use agent_tree_protocol::{AgentDefinition, RestartPolicy, SettlePolicy};

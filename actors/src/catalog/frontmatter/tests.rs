@@ -1,4 +1,3 @@
-
 use agent_tree_protocol::{
     DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_PERIOD_MS, RestartPolicy, SubagentAllowance, ToolSet,
 };
