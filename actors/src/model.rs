@@ -1,9 +1,10 @@
 //! The `Model` trait: one language-model turn, for any LLM client.
 //!
 //! A turn gets the agent's conversation and the tools it is offered, and returns text and/or
-//! tool calls plus the turn's usage. The runtime runs every turn as its own cancellable task,
-//! so the agent keeps handling steers, child results and aborts while a call is in flight;
-//! an abort drops the turn's future at its next await point.
+//! tool calls plus the turn's usage. The agent's actor holds the turn's future and polls it
+//! between its messages (no task of its own), so the agent keeps handling steers, child
+//! results and aborts while a call is in flight; an abort drops the turn's future at its
+//! next await point.
 
 use std::fmt;
 use std::sync::Arc;

@@ -88,8 +88,6 @@ pub(crate) struct Order {
     /// report that their hooks did not finish, and their agents end. One timer per
     /// shutdown, not one per agent.
     pub(crate) overdue: CancellationToken,
-    /// Where the shutdown's hook tasks run; stopped at the kill, or by the backstop.
-    pub(crate) hooks: std::sync::Arc<crate::util::HookRuntime>,
     /// The agents that started their hooks under this order: the shutdown's report counts
     /// them as started, and the backstop tells each its hooks are over (a hook blocking its
     /// thread never sees `overdue`). A leaf lock: only pushed to and drained.

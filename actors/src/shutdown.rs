@@ -118,19 +118,17 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         reports,
         killed: CancellationToken::new(),
         overdue: CancellationToken::new(),
-        hooks: std::sync::Arc::default(),
         hooked: std::sync::Arc::default(),
     });
     // Should this shutdown be dropped before its kill, its hooks still end a little after the
-    // deadline: hook tasks that can see it stop at `overdue`, the hook runtime stops (so a
-    // blocked hook's task is abandoned and no thread of it outlives the shutdown's work),
-    // and every agent that started its hooks is told they are over (a duplicate is ignored).
+    // deadline: hook tasks that can see it stop at `overdue`, and every agent that started
+    // its hooks is told they are over (a hook blocking its thread never sees `overdue`; a
+    // duplicate is ignored).
     let backstop = {
         let order = order.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(deadline + SHUTDOWN_KILL_WAIT).await;
             order.overdue.cancel();
-            order.hooks.stop();
             let hooked = std::mem::take(&mut *order.hooked.lock());
             for (_, agent) in hooked {
                 let failures = vec!["shutdown hook did not finish before the deadline".to_owned()];
@@ -164,26 +162,16 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
         ended_killed,
     } = registry.kill_runs(&runs);
     kill_all(&tops);
-    // Hook tasks still running die with their agents: nothing of them outlives the call.
-    order.hooks.stop();
     // The agents whose hooks started, for the report. Nothing more is owed to them (they were
     // killed or have settled), and the orders the registry keeps must not hold their actors.
     let hooked = std::mem::take(&mut *order.hooked.lock());
     let mut hooks = HookLedger::new(hooked.into_iter().map(|(id, _)| id).collect());
-    // Hook tasks on the caller's runtime (current-thread) end with the kill token. Its cancel
-    // wakes every one of them (100,000 agents: tens of milliseconds), so it runs as a task of
-    // its own while this one waits and reports, and is awaited before returning. Hook tasks
-    // on the hook runtime were ended by its stop above: their futures are dropped unpolled,
-    // so the token has nobody to tell (and cancelling it anyway, while the hook runtime's
-    // threads drop 100,000 waiters of it, cost 150 ms of contention on its lock). Had no
-    // hook runtime been built by the stop, a hook started later goes to the caller's runtime
-    // (`HookRuntime::stop`), and the token is cancelled for it.
-    let hooks_killed = order
-        .hooks
-        .on_caller_runtime()
-        .then(|| order.killed.clone());
+    // Hook tasks still running end with the kill token. Its cancel wakes every one of them
+    // (100,000 agents: tens of milliseconds), so it runs as a task of its own while this one
+    // waits and reports, and is awaited before returning.
+    let hooks_killed = order.killed.clone();
     drop(order);
-    let hooks_cut = hooks_killed.map(|token| tokio::spawn(async move { token.cancel() }));
+    let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });
 
     // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
     // that registered after the kill above (a run that was still starting), and so does any
@@ -226,9 +214,7 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     });
     let (graceful, killed_report) = classify(ends, at_once);
     // The hook tasks' cancel was only handed to another task (see step 3).
-    if let Some(cut) = hooks_cut {
-        let _ = cut.await;
-    }
+    let _ = hooks_cut.await;
     ShutdownReport {
         hook_failures: hooks.failures(&runs, &killed),
         graceful,

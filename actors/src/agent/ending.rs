@@ -3,7 +3,6 @@
 
 use agent_tree_protocol::{AgentStatus, EndReason, Outcome};
 use ractor::ActorRef;
-use tracing::Instrument;
 
 use super::AgentState;
 use super::Inbound;
@@ -125,27 +124,20 @@ impl AgentState {
         // cancels `killed`, which ends this task; `overdue`, a little later, is only a
         // backstop.
         order.hooked.lock().push((id, myself.clone()));
-        // On the shutdown's hook runtime: a hook that blocks its thread cannot hold up the
-        // deadline, and the kill ends every hook task at once.
-        let hook_runtime = order.hooks.clone();
-        self.shared
-            .tasks
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let task = hook_runtime.spawn(
-            async move {
-                let failures = tokio::select! {
-                    biased;
-                    () = order.killed.cancelled() => return,
-                    () = order.overdue.cancelled() => {
-                        vec!["shutdown hook did not finish before the deadline".to_owned()]
-                    }
-                    failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
-                };
-                let _ = order.reports.send((id, failures.clone()));
-                let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
-            }
-            .instrument(self.span.span()),
-        );
+        // A task of the application's runtime: a hook that blocks its thread holds that
+        // worker until it returns (the deadline bounds what awaits; see `shutdown`).
+        let task = self.shared.spawn_in(self.span.span(), async move {
+            let failures = tokio::select! {
+                biased;
+                () = order.killed.cancelled() => return,
+                () = order.overdue.cancelled() => {
+                    vec!["shutdown hook did not finish before the deadline".to_owned()]
+                }
+                failures = hooks::run_all(&shutdown_hooks, &context, false) => failures,
+            };
+            let _ = order.reports.send((id, failures.clone()));
+            let _ = reply_to.cast(AgentMsg::ShutdownHooksFinished { failures });
+        });
         self.phase = Phase::Stopping {
             task: task.abort_handle(),
             held,
