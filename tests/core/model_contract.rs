@@ -1,8 +1,9 @@
 //! The model contract, end to end: error kinds decide retries (rate-limited and transient
 //! ones, with backoff and retry-after, under paused time), every failed attempt is billed, a
-//! cut-off turn is continued or fails with `length_limit`, a streamed turn that is aborted
-//! keeps its text and is billed what it reported, stream events carry the deltas, and a turn
-//! of more tool calls than the cap runs only the cap.
+//! cut-off turn is continued or fails with `length_limit` (its piece never spliced onto a
+//! later, different answer), a streamed turn that is aborted keeps its text and is billed
+//! what it reported, stream events carry the deltas, and a turn of more tool calls than the
+//! cap runs only the cap.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -266,6 +267,58 @@ async fn a_cut_off_turn_is_continued_and_its_pieces_joined_into_the_answer() {
     let last: &Message = seen[1].messages.last().unwrap();
     assert_eq!(last.role, Role::User);
     assert!(last.content.contains("cut off"), "{}", last.content);
+}
+
+/// Turn 1 is cut off at the length limit ("Part one, "); turn 2 finishes it ("part two.")
+/// and takes 10 ms, during which the application steers; turn 3 answers the steer.
+#[derive(Clone, Debug)]
+struct CutThenSteered;
+
+impl Model for CutThenSteered {
+    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            match request.turn {
+                1 => {
+                    let mut cut = ModelResponse::text("Part one, ");
+                    cut.finish_reason = FinishReason::Length;
+                    Ok(cut)
+                }
+                2 => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok(ModelResponse::text("part two."))
+                }
+                _ => Ok(ModelResponse::text("Answer to the steer.")),
+            }
+        })
+    }
+}
+
+/// A cut-off piece is joined only onto the answer that continues it: when the turn that
+/// finishes a cut-off answer is not final (a steer arrived during it: one more turn), the
+/// outcome is the last turn's answer, or the whole continued answer followed by it, never
+/// half of one answer glued to another ("Part one, Answer to the steer.").
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_piece_is_not_spliced_onto_a_later_answer() {
+    let tree = Tree::builder()
+        .catalog(crate::support::catalog([crate::support::leaf("w")]))
+        .model(CutThenSteered)
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let receipt = tree.steer(handle.id(), "also say hello").await;
+    assert!(receipt.is_ok(), "{receipt:?}");
+    let got = tokio::time::timeout(crate::support::harness::GUARD, handle.outcome())
+        .await
+        .unwrap();
+    assert!(got.is_completed(), "{got:?}");
+    let text = got.text.clone().unwrap_or_default();
+    assert!(
+        text == "Answer to the steer." || text == "Part one, part two.Answer to the steer.",
+        "the outcome splices a cut-off piece onto a different answer: {text:?}"
+    );
+    tree.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]

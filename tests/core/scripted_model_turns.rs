@@ -1,7 +1,8 @@
 //! The scripted model's turns, end to end: tool calls of one turn run concurrently (three
 //! background spawns in one turn are three children running at once), scripted virtual time
-//! passes exactly, a hanging turn lasts until it is cancelled, and a script that runs out
-//! fails its agent with a clear model error instead of inventing an answer.
+//! passes exactly, a hanging turn lasts until it is cancelled, a script that runs out fails
+//! its agent with a clear model error instead of inventing an answer, a failing turn bills
+//! its scripted usage, and a call's `Target::Spawned(n)` names the child of its own run.
 
 use std::time::Duration;
 
@@ -118,4 +119,83 @@ async fn a_script_that_runs_out_fails_its_agent() {
         Some("no script for agent type \"lead\"")
     );
     tree.shutdown().await;
+}
+
+/// `Turn::usage` reports usage for any turn, a failing one included: a scripted provider
+/// failure that cost tokens is billed them, as every failed attempt is billed its error's
+/// usage.
+#[tokio::test(start_paused = true)]
+async fn a_failing_scripted_turn_bills_its_usage() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([Turn::fail("overloaded").usage(Usage::tokens(30, 7))]),
+    );
+    let tree = Tree::builder()
+        .catalog(crate::support::catalog([crate::support::leaf("w")]))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let outcome = w.outcome().await;
+    assert_eq!(outcome.status, AgentStatus::Failed);
+    assert_eq!(
+        tree.record(w.id()).unwrap().own,
+        Usage::tokens(30, 7),
+        "the failing turn's scripted usage was not billed"
+    );
+}
+
+/// `Target::Spawned(n)` is the child returned by the agent's `n`-th `Agent` call (from 0):
+/// in a resumed run, whose scripted call ids repeat the first run's, the run's own spawn
+/// resolves to that run's child.
+#[tokio::test(start_paused = true)]
+async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                // run 1
+                Turn::spawn("first", "one"),
+                Turn::answer("run one"),
+                // run 2, after a resume
+                Turn::spawn_background("second", "two"),
+                Turn::calls([Call::result(Target::Spawned(1))]),
+                Turn::answer("run two"),
+            ]),
+        )
+        .script("first", Script::new([Turn::answer("first child")]))
+        .script(
+            "second",
+            Script::new([Turn::answer("second child").after(Duration::from_secs(1))]),
+        );
+    let log = model.call_log();
+    let tree = Tree::builder()
+        .catalog(crate::support::catalog([
+            AgentDefinition::new("lead", "")
+                .with_allowed_subagents(SubagentAllowance::only(["first", "second"])),
+            crate::support::leaf("first"),
+            crate::support::leaf("second"),
+        ]))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert_eq!(lead.outcome().await.text.as_deref(), Some("run one"));
+    let mut lead = tree.resume(lead.id(), "again").await.unwrap();
+    assert_eq!(lead.outcome().await.text.as_deref(), Some("run two"));
+    let calls = log.of(lead.id());
+    let last = calls.last().unwrap();
+    let read = last
+        .answered_calls()
+        .into_iter()
+        .find(|(call, _)| call.name == "get_subagent_result")
+        .expect("the last turn read a child's result");
+    assert!(
+        read.1.content.contains("second child"),
+        "Target::Spawned(1) resolved to the first run's child: the read was {} -> {}",
+        serde_json::to_string(&read.0).unwrap(),
+        read.1.content
+    );
 }

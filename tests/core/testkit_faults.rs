@@ -1,6 +1,10 @@
-//! Fault injection: a model failing at turn n or by a seeded probability, panicking, hanging
-//! or slow; tools and hooks that fail, panic or hang; a kill at a picked event.
+//! Fault injection: a model failing at turn n or by a seeded probability (drawn once per
+//! call, independently across seeds and turns, the same for the same seed), panicking,
+//! hanging or slow; tools and hooks that fail, panic or hang; a kill at a picked event (a
+//! crash its supervisor restarts, once for two switches on one event, never during a
+//! shutdown).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::ControlError;
@@ -8,10 +12,11 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    Call, FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook, hanging_hook,
-    kill_when,
+    Call, EventProbe, FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook,
+    hanging_hook, kill_when,
 };
 
+use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
 
 fn catalog() -> Catalog {
@@ -250,4 +255,167 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
     let outcome = w.outcome().await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(tree.record(w.id()).unwrap().incarnation, 2);
+}
+
+/// Whether `model` fails turn `turn` of run 1 of agent a1 (first attempt) with "flaky".
+async fn draw_fails(seed: u64, turn: u32) -> bool {
+    let model =
+        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
+            .fail_with_probability(0.5, seed, ModelError::new("flaky"));
+    let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")))
+        .with_turn(1, turn);
+    matches!(model.turn(request).await, Err(e) if e.describe().contains("flaky"))
+}
+
+/// A seeded probability draws once per call from (seed, agent, run, turn, attempt), each
+/// field hashed on its own, so the trials of `experiment::run_trials` (seeds `seed + i`) are
+/// independent: turn 2 under seed `s` and turn 1 under seed `s ^ 3` agree about half the
+/// time (p = 0.5 each), not always.
+// regression: the fields were XORed into one word before one hash, so (seed, turn) pairs
+// with the same XOR drew the same.
+#[tokio::test(start_paused = true)]
+async fn seeded_draws_of_different_seeds_and_turns_are_independent() {
+    let mut agree = 0;
+    for s in 0..256u64 {
+        if draw_fails(s, 2).await == draw_fails(s ^ 3, 1).await {
+            agree += 1;
+        }
+    }
+    assert!(
+        agree < 200,
+        "turn 2 under seed s and turn 1 under seed s^3 agreed in {agree} of 256 seeds: \
+         the same draw, not independent ones"
+    );
+}
+
+/// The same seed fails the same calls (determinism), and the draws vary across turns.
+#[tokio::test(start_paused = true)]
+async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for turn in 1..40 {
+        a.push(draw_fails(7, turn).await);
+        b.push(draw_fails(7, turn).await);
+    }
+    assert_eq!(a, b);
+    assert!(a.iter().any(|f| *f) && a.iter().any(|f| !*f), "{a:?}");
+}
+
+/// "Kill the worker as its second run starts": a kill is a crash, so the transient worker
+/// restarts once more and its third run completes.
+#[tokio::test(start_paused = true)]
+async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
+        )
+        .script(
+            "worker",
+            Script::new([Turn::answer("ok").after(Duration::from_secs(1))]),
+        );
+    let model = FaultyModel::new(scripted)
+        .fail_at_turn(1, ModelError::new("crash"))
+        .only_for("worker")
+        .only_in_run(1);
+    let tree = Tree::builder()
+        .catalog(supervised(3, 5_000))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut switch = kill_when(&tree, |e| {
+        matches!(e.kind, EventKind::Started { incarnation: 2, .. }).then_some(e.agent)
+    });
+    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let (killed, result) = switch.fired().await.expect("the switch fires");
+    assert_eq!(result, Ok(()));
+    assert_eq!(sup.outcome().await.text.as_deref(), Some("done"));
+    let record = tree.record(killed).unwrap();
+    assert_eq!(
+        (record.incarnation, record.status),
+        (3, AgentStatus::Completed)
+    );
+}
+
+/// A transient worker under a supervisor: its first run hangs, its second answers.
+async fn hanging_worker_tree() -> Tree {
+    let model = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
+        )
+        .script("worker", Script::new([Turn::hang(), Turn::answer("ok")]));
+    Tree::builder()
+        .catalog(supervised(3, 5_000))
+        .model(model)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Two switches picking the same event kill the same run: one crash, one restart.
+#[tokio::test(start_paused = true)]
+async fn two_switches_on_one_event_restart_the_worker_once() {
+    let tree = hanging_worker_tree().await;
+    let mut events = EventProbe::new(&tree);
+    // Both pick the worker's first `started` event.
+    let pick = |e: &agent_tree::protocol::Event| {
+        matches!(e.kind, EventKind::Started { incarnation: 1, .. } if e.depth == 2)
+            .then_some(e.agent)
+    };
+    let mut one = kill_when(&tree, pick);
+    let mut two = kill_when(&tree, pick);
+    let sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let (first, _) = one.fired().await.expect("the first switch fires");
+    let (second, _) = two.fired().await.expect("the second switch fires");
+    assert_eq!(first, second);
+    // Killed at its start, before its model call: run 2 plays the script's first turn
+    // (the cursor walks per call, across restarts), which hangs; abort to end it.
+    events
+        .expect_event("the worker's restart", |e| {
+            matches!(e.kind, EventKind::Restarted { incarnation: 2 })
+        })
+        .await;
+    events
+        .expect_no_event(Duration::from_secs(60), |e| {
+            matches!(
+                e.kind,
+                EventKind::Restarted { .. } | EventKind::Killed { .. }
+            )
+        })
+        .await;
+    tree.abort(sup.id()).unwrap();
+    assert_eq!(
+        events.expect_terminated(sup.id()).await.status,
+        AgentStatus::Aborted
+    );
+}
+
+/// A kill at the moment a shutdown begins (the root's `completing`) is a kill the report
+/// counts, and nothing restarts during a shutdown.
+#[tokio::test(start_paused = true)]
+async fn a_kill_during_a_shutdown_is_reported_and_restarts_nothing() {
+    let tree = hanging_worker_tree().await;
+    let mut events = EventProbe::new(&tree);
+    let mut switch = kill_when(&tree, |e| {
+        (matches!(e.kind, EventKind::Completing) && e.agent == AgentId::ROOT)
+            .then_some(AgentId::new(2))
+    });
+    tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    events
+        .expect_event("the worker started", |e| {
+            matches!(e.kind, EventKind::Started { .. }) && e.depth == 2
+        })
+        .await;
+    let report = tree.shutdown().await;
+    assert_eq!(switch.fired().await, Some((AgentId::new(2), Ok(()))));
+    assert!(report.killed.contains(&AgentId::new(2)), "{report:?}");
+    assert!(
+        !events
+            .drain()
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Restarted { .. })),
+        "a restart during the shutdown"
+    );
 }

@@ -1,12 +1,13 @@
 //! The owner probe and probe children: an agent under test with a probe as its owner and
-//! probes as its children.
+//! probes as its children. Their run numbers are the model's `run`, through restarts,
+//! resumes and kills.
 
 use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, ToolCall};
 use agent_tree::testkit::{
-    Call, Fish, OwnerMessage, OwnerProbe, Script, ScriptedModel, Target, Turn, probe_children,
+    self, Call, Fish, OwnerMessage, OwnerProbe, Script, ScriptedModel, Target, Turn, probe_children,
 };
 
 use crate::support::races::on_worker_threads;
@@ -273,4 +274,139 @@ async fn the_guides_failing_expectation() {
     owner.expect_question().await.answer("yes");
     owner.expect_result().await;
     owner.expect_question().await;
+}
+
+/// The owner probe's run numbers follow the model's `run` through a failure and restart, a
+/// resume, a kill and its restart, and a restart of a resumed run.
+#[tokio::test(start_paused = true)]
+async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::fail("crash"),       // run 1
+            Turn::answer("two"),       // run 2 (restart)
+            Turn::hang(),              // run 3 (resume), killed
+            Turn::answer("four"),      // run 4 (restart)
+            Turn::fail("crash again"), // run 5 (resume)
+            Turn::answer("six"),       // run 6 (restart)
+        ]),
+    );
+    let catalog =
+        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
+            .unwrap();
+    let (tree, mut owner) = testkit::OwnerProbe::build(
+        Tree::builder()
+            .catalog(catalog)
+            .config(TreeConfig::default().with_root_supervision(
+                agent_tree::protocol::Strategy::OneForOne,
+                10,
+                Duration::from_secs(5),
+            ))
+            .model(model.clone()),
+    )
+    .await
+    .unwrap();
+    let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
+    let mut restarts = Vec::new();
+    let take = |m: &testkit::OwnerMessage, restarts: &mut Vec<u32>| {
+        if let testkit::OwnerMessage::Restarted { run } = m {
+            restarts.push(*run);
+        }
+    };
+    // run 1 fails, restarted as 2, which completes.
+    let m = owner
+        .expect_message("end 1", |m| matches!(m, testkit::OwnerMessage::Ended(_)))
+        .await;
+    take(&m, &mut restarts);
+    let m = owner
+        .expect_message("restart", |m| {
+            matches!(m, testkit::OwnerMessage::Restarted { .. })
+        })
+        .await;
+    take(&m, &mut restarts);
+    assert_eq!(owner.expect_result().await.text.as_deref(), Some("two"));
+    tree.idle().await;
+    // run 3: resumed, killed while hanging, restarted as 4.
+    tree.resume(w, "three").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tree.kill(w).unwrap();
+    let killed = owner.expect_result().await;
+    assert_eq!(killed.status, AgentStatus::Killed, "{killed:?}");
+    let m = owner
+        .expect_message("restart", |m| {
+            matches!(m, testkit::OwnerMessage::Restarted { .. })
+        })
+        .await;
+    take(&m, &mut restarts);
+    assert_eq!(owner.expect_result().await.text.as_deref(), Some("four"));
+    tree.idle().await;
+    // run 5: resumed, fails, restarted as 6.
+    tree.resume(w, "five").await.unwrap();
+    assert_eq!(owner.expect_result().await.status, AgentStatus::Failed);
+    let m = owner
+        .expect_message("restart", |m| {
+            matches!(m, testkit::OwnerMessage::Restarted { .. })
+        })
+        .await;
+    take(&m, &mut restarts);
+    assert_eq!(owner.expect_result().await.text.as_deref(), Some("six"));
+    let runs: Vec<u32> = model.log_of(w).iter().map(|c| c.run).collect();
+    assert_eq!(runs, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(restarts, [2, 4, 6], "seen: {:?}", owner.seen());
+    tree.shutdown().await;
+}
+
+/// A probed child resumed by its owner starts a run (run 2, turn 1, same incarnation) the
+/// probe reads through `expect_spawn`, with the resume's prompt.
+#[tokio::test(start_paused = true)]
+async fn a_probe_child_resumed_by_its_owner_is_a_new_run_with_the_resumes_prompt() {
+    let lead = ScriptedModel::new().script(
+        "lead",
+        Script::new([
+            Turn::spawn("checker", "first"),
+            Turn::calls([testkit::Call::spawn("checker", "again")
+                .with_field("resume", serde_json::json!("a2"))]),
+            Turn::answer("verified"),
+        ]),
+    );
+    let (model, mut checkers) = testkit::probe_children(lead, ["checker"]);
+    let catalog = Catalog::new([
+        AgentDefinition::new("lead", "")
+            .with_allowed_subagents(SubagentAllowance::only(["checker"])),
+        AgentDefinition::new("checker", ""),
+    ])
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let first = checkers.expect_spawn().await;
+    assert_eq!(
+        (first.id(), first.run(), first.prompt()),
+        (AgentId::new(2), 1, "first")
+    );
+    first.returns("one", Usage::tokens(1, 1));
+    let second = checkers.expect_spawn().await;
+    assert_eq!(
+        (
+            second.id(),
+            second.incarnation(),
+            second.run(),
+            second.prompt()
+        ),
+        (AgentId::new(2), 1, 2, "again")
+    );
+    second.returns("two", Usage::tokens(1, 1));
+    assert_eq!(lead.outcome().await.text.as_deref(), Some("verified"));
+    let runs: Vec<(u32, u32)> = checkers
+        .log()
+        .calls()
+        .iter()
+        .map(|c| (c.run, c.turn))
+        .collect();
+    assert_eq!(runs, [(1, 1), (2, 1)]);
+    tree.shutdown().await;
 }

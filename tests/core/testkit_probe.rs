@@ -1,11 +1,15 @@
 //! The event probe: expectations over a tree's events in virtual time, whose failures say
-//! what was expected and list everything seen.
+//! what was expected and list everything seen. `expect_terminated` is the agent's final
+//! outcome: the end of the run its record ends in, past restarts and after a resume.
 
 use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, FaultyModel, Script, ScriptedModel, Turn};
+
+use crate::support::lifetimes::supervised;
+use crate::support::{catalog, leaf};
 
 async fn tree() -> Tree {
     let model = ScriptedModel::new()
@@ -143,5 +147,108 @@ async fn fishing_skips_what_it_skips_and_fails_on_what_it_fails() {
     assert!(
         text.starts_with("fishing for nothing: no agent may start at #2 a1 (depth 1, parent a0)"),
         "{text}"
+    );
+}
+
+/// `expect_terminated` returns the agent's final outcome after any restarts, by the run its
+/// record ends in, also when an earlier expectation already read the agent's `started`
+/// event (as the probe's own example does): a restarted run's end is skipped.
+#[tokio::test(start_paused = true)]
+async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "sup",
+            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
+        )
+        .script("worker", Script::new([Turn::answer("ok")]));
+    // Run 1 of the worker fails at its first turn; run 2 answers "ok".
+    let model = FaultyModel::new(scripted)
+        .fail_at_turn(1, ModelError::new("crash"))
+        .only_for("worker")
+        .only_in_run(1);
+    let tree = Tree::builder()
+        .catalog(supervised(3, 5_000))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut events = EventProbe::new(&tree);
+    tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let started = events
+        .expect_event("the worker started", |e| {
+            matches!(e.kind, EventKind::Started { .. }) && e.depth == 2
+        })
+        .await;
+    let outcome = events.expect_terminated(started.agent).await;
+    let record = tree.record(started.agent).unwrap();
+    assert_eq!(record.incarnation, 2, "the worker was restarted once");
+    assert_eq!(
+        (outcome.status, outcome.text.as_deref()),
+        (AgentStatus::Completed, Some("ok")),
+        "expect_terminated returned the restarted run 1's end ({}) as the worker's final \
+         outcome; its record ends completed in run 2",
+        outcome.summary()
+    );
+}
+
+/// A failed `expect_terminated_within` lists every event seen while it waited, like every
+/// other expectation: an agent that never ends has its `spawned` and `started` listed.
+#[tokio::test(start_paused = true)]
+async fn expect_terminated_failure_lists_the_events_that_came() {
+    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut events = EventProbe::new(&tree);
+    let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let id = w.id();
+    let text = panic_text(async move {
+        events
+            .expect_terminated_within(id, Duration::from_secs(10))
+            .await;
+    })
+    .await;
+    assert!(
+        text.contains("a1 (depth 1, parent a0) at 0 ms: started"),
+        "the failure of expect_terminated does not list the events that came: {text}"
+    );
+    drop(tree);
+}
+
+/// After a `Tree::resume` (which keeps the incarnation), `expect_terminated` is the resumed
+/// run's end, the outcome the agent has, never the first run's.
+#[tokio::test(start_paused = true)]
+async fn expect_terminated_after_a_resume_is_the_resumed_runs_end() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::answer("first"),
+            Turn::answer("second").after(Duration::from_secs(1)),
+        ]),
+    );
+    let tree = Tree::builder()
+        .catalog(catalog([leaf("w")]))
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut events = EventProbe::new(&tree);
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(w.outcome().await.text.as_deref(), Some("first"));
+    tree.resume(w.id(), "again").await.unwrap();
+    let outcome = events.expect_terminated(w.id()).await;
+    // It waited for the resumed run to settle (a second of model time) ...
+    let now = tree.outcome(w.id()).expect("settled");
+    assert_eq!(now.text.as_deref(), Some("second"));
+    // ... and returned that run's end.
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("second"),
+        "expect_terminated waited for the resumed run to end, then returned the first run's \
+         end; the agent's outcome is {}",
+        now.summary()
     );
 }

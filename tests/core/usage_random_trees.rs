@@ -2,7 +2,7 @@
 //! per-turn usage, foreground and background spawns, and leaves that fail or panic, at
 //! quiescence every record is terminal with the expected status and own usage,
 //! `snapshot.check_usage()` holds, and the root's subtree equals the sum of every
-//! `usage_reported` event's delta.
+//! `usage_reported` event's delta. Usage near `u64::MAX` saturates and the sum still holds.
 
 use std::time::Duration;
 
@@ -230,4 +230,41 @@ proptest! {
             .expect("runtime builds");
         runtime.block_on(run_case(tree_shape))?;
     }
+}
+
+/// Usage near `u64::MAX` saturates everywhere (own, subtree, the root), and the events still
+/// sum to the root's total: no panic, no wrap.
+#[tokio::test(start_paused = true)]
+async fn huge_usage_saturates_and_the_events_still_sum_to_the_total() {
+    let huge = Usage::tokens(u64::MAX - 1, u64::MAX - 1);
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            Script::new([
+                Turn::calls([Call::spawn("worker", "w")]).usage(huge),
+                Turn::answer("lead done").usage(huge),
+            ]),
+        )
+        .script("worker", Script::new([Turn::answer("done").usage(huge)]));
+    let tree = Tree::builder()
+        .catalog(crate::support::catalog([
+            crate::support::delegator("lead", &["worker"]),
+            crate::support::leaf("worker"),
+        ]))
+        .model(model)
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut events = tree.subscribe();
+    let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    assert!(
+        tokio::time::timeout(crate::support::harness::GUARD, lead.outcome())
+            .await
+            .unwrap()
+            .is_completed()
+    );
+    let root = tree.record(AgentId::ROOT).unwrap().subtree;
+    assert_eq!(root.input_tokens, u64::MAX);
+    assert_eq!(crate::support::reported_usage(&events.drain()), root);
+    tree.shutdown().await;
 }

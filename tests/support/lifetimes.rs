@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{Event, EventKind};
+use agent_tree::protocol::{Event, EventKind, Strategy};
 use agent_tree::testkit::{Script, Turn};
 
 /// A script of `n` turns that each hang until cancelled.
@@ -51,4 +51,17 @@ pub fn restarted(agent: AgentId, incarnation: u32) -> impl FnMut(&Event) -> bool
 /// Whether `event` is a terminal event of `agent`.
 pub fn terminal(agent: AgentId) -> impl FnMut(&Event) -> bool {
     move |e| e.agent == agent && e.kind.terminal_status().is_some()
+}
+
+/// A catalog of a temporary `one_for_one` supervisor `sup` (`max_restarts` per `period_ms`)
+/// over one transient `worker`.
+pub fn supervised(max_restarts: u32, period_ms: u64) -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("sup", "")
+            .with_allowed_subagents(SubagentAllowance::only(["worker"]))
+            .with_supervision(Strategy::OneForOne, max_restarts, period_ms)
+            .with_restart(RestartPolicy::Temporary),
+        AgentDefinition::new("worker", "").with_restart(RestartPolicy::Transient),
+    ])
+    .expect("test definitions are valid")
 }

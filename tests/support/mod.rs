@@ -150,6 +150,9 @@ pub(crate) fn all_of_type(snapshot: &TreeSnapshot, agent_type: &str) -> Vec<Agen
         .collect()
 }
 
+/// The agent-file helpers: a file around a frontmatter, its parse, a JSON definition.
+pub mod agent_files;
+
 /// The control-test helpers: tree builders, guarded event waits and a seeded PRNG.
 pub mod harness;
 
