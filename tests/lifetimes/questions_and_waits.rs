@@ -199,7 +199,7 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
         .await
         .expect("admitted")
         .id();
-    // Fixed by refusing the question itself: an `ask_owner` on the last turn `max_turns`
+    // The runtime refuses the question itself: an `ask_owner` on the last turn `max_turns`
     // allows is an error result at once (its answer could only be read by a next turn), so
     // no steer is ever receipted for it. Either the question is refused, or it is asked and
     // a `delivered` answer is read.
