@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod control_answers_to_questions;
 mod control_ask_owner_and_notices;
 mod control_foreign_ids;
 mod control_resume_rules;
@@ -15,4 +16,3 @@ mod every_call_answered;
 mod model_boundary;
 mod ownership_control_matrix;
 mod review13;
-mod review_issue9;

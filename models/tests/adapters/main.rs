@@ -4,7 +4,8 @@
 mod anthropic;
 mod common;
 mod openai;
-mod review;
+mod openai_streamed_tool_calls;
+mod provider_error_kinds;
 mod review23;
 mod review29;
 mod routed;

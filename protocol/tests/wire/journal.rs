@@ -1,10 +1,12 @@
 //! The journal's line format and replay: round trips, and every kind of bad input refused
 //! with its line named, or dropped when it is a torn last line.
 
+use std::time::Duration;
+
 use agent_tree_protocol::{
-    AgentDefinition, AgentId, AgentStatus, Event, EventKind, JOURNAL_VERSION, JournalEntry,
-    LineError, Message, Outcome, ReplayError, SessionId, SpawnRequest, ToolCall, Usage,
-    definition_hash, replay,
+    AgentDefinition, AgentId, AgentRecord, AgentStatus, Event, EventKind, JOURNAL_VERSION,
+    JournalEntry, LineError, Message, Outcome, ReplayError, SessionId, SpawnRequest, ToolCall,
+    Usage, definition_hash, replay,
 };
 use proptest::prelude::*;
 
@@ -421,4 +423,65 @@ fn steers_after_an_agents_latest_conversation_are_replayed_in_order() {
     assert_eq!(replay.steers[&AgentId::new(1)], ["not read"]);
     assert_eq!(replay.steers[&AgentId::new(2)], ["a", "b"]);
     assert_eq!(replay.steers.len(), 2);
+}
+
+/// A journal whose checkpoint holds `records`, followed by one `usage_reported` on `a1`.
+fn checkpoint_then_usage(records: Vec<AgentRecord>) -> Vec<u8> {
+    let mut bytes = JournalEntry::Header {
+        version: JOURNAL_VERSION,
+        session: SessionId::new("s"),
+    }
+    .to_line();
+    bytes += &JournalEntry::Checkpoint {
+        seq: 5,
+        records,
+        tally: Default::default(),
+        at_ms: 0,
+    }
+    .to_line();
+    bytes += &JournalEntry::Event {
+        event: Event {
+            seq: 6,
+            agent: AgentId::new(1),
+            parent: Some(AgentId::ROOT),
+            depth: 1,
+            at_ms: 0,
+            kind: EventKind::UsageReported {
+                delta: Usage::tokens(1, 1),
+            },
+        },
+    }
+    .to_line();
+    bytes.into_bytes()
+}
+
+/// Replay never panics and always comes back, whatever the bytes (a bad line fails naming the
+/// file and the line): a checkpoint whose record `a1` names itself as its parent (a cycle,
+/// every checksum valid) is refused with an error, rather than sending the next
+/// `usage_reported`'s walk up the parents round the cycle forever (which would hang
+/// `read_journal` and `TreeBuilder::build` on that file too).
+#[test]
+fn a_checkpoint_whose_parents_form_a_cycle_is_refused() {
+    let root = AgentRecord::root();
+    let looped = AgentRecord {
+        id: AgentId::new(1),
+        agent_type: "w".into(),
+        depth: 1,
+        parent: Some(AgentId::new(1)),
+        status: AgentStatus::Running,
+        ..AgentRecord::root()
+    };
+    let bytes = checkpoint_then_usage(vec![root, looped]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let result = replay(&bytes, None).map(|r| r.last_seq);
+        let _ = tx.send(result);
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(result) => assert!(
+            result.is_err(),
+            "a cyclic checkpoint was accepted: {result:?}"
+        ),
+        Err(_) => panic!("replay of a checkpoint with a parent cycle did not return in 10 s"),
+    }
 }

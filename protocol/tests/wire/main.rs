@@ -5,4 +5,3 @@
 mod golden;
 mod journal;
 mod malformed;
-mod review_issue11;

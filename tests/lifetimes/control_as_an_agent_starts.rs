@@ -1,15 +1,17 @@
-//! Review 11: races at an agent's start. Written against `5cd3e4d`, which polled a run's
-//! first turn in `post_start` instead of on a `PollTurn` the actor casts to itself, so what
-//! was sent to an agent while it started was handled after that first poll; a steer sent
-//! right after `Tree::spawn` to an agent whose model answers at once was refused
-//! (`a_steer_sent_before_an_immediate_first_turn_is_read`), and the change was reverted.
-//! These tests send an abort, a kill, a shutdown, a steer, and an owner's abort or steer
-//! right after the agent's start and check the rules:
-//! no model call after an abort the agent could see first, usage billed exactly once, nothing
-//! after a terminal event, a steer accepted is read, the records fold from the events.
+//! What is sent to an agent as it starts is handled before its first model call is acted
+//! on: an abort, a kill, a shutdown, a steer, and an owner's abort or steer, sent right after
+//! the spawn returned, hold the rules whatever the order:
 //!
-//! Paused-time tests are deterministic (one message order); `_mt` tests loop on two worker
-//! threads, every wait bounded.
+//! * no model call after an abort the agent could see first, and no spawn by an agent
+//!   aborted before its first call;
+//! * usage billed exactly once per call that returned;
+//! * nothing after a terminal event, and exactly one terminal event per agent;
+//! * a steer accepted is read by a later turn; a steer refused is in no conversation;
+//! * the records fold from the events.
+//!
+//! Paused-time tests are deterministic (one message order: what is sent right after
+//! `Tree::spawn` returns is in the mailbox before the actor's `post_start` runs); `_mt` tests
+//! loop on two worker threads, every wait bounded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -132,13 +134,10 @@ fn carries_steer(call: &ModelCall) -> bool {
 // ---------------------------------------------------------------------------------------
 
 /// A steer sent right after the spawn, to an agent whose first turn answers at once: the
-/// agent's session exists and its first turn has not been polled, so the steer must be
-/// delivered and read by its second turn (one `steered` event).
-///
-/// Fails on `5cd3e4d` (passes on its parent): `post_start` now polls the first turn, acts on
-/// its final answer and settles before the actor handles the `Steer` already in its mailbox,
-/// which is then refused `WrongStatus(.., Completed)`. With the old `PollTurn` message the
-/// steer was handled first (phase `Thinking`), queued, and given a second turn.
+/// agent's session exists and its first turn has not been acted on, so the steer is
+/// delivered and read by its second turn (one `steered` event). The `Steer` already in the
+/// actor's mailbox is handled before the first turn's final answer settles the run.
+// regression: a first turn polled and acted on inside `post_start` refused this steer.
 #[tokio::test(start_paused = true)]
 async fn a_steer_sent_before_an_immediate_first_turn_is_read() {
     steer_before_first_turn(false).await;
@@ -229,7 +228,7 @@ async fn control_right_after_spawn_comes_before_the_first_model_call() {
 /// before the child's actor can run, on this one thread): the child makes no model call after
 /// the abort, and if it had made none, it never spawns its own child.
 #[tokio::test(start_paused = true)]
-async fn an_owner_aborting_a_child_it_just_started() {
+async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
@@ -306,7 +305,7 @@ async fn an_owner_aborting_a_child_it_just_started() {
 /// `Tree::abort` right after the spawn: the lead ends aborted, every kid it got to spawn is
 /// aborted, a kid exists only if the lead's first call returned, and billing is exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abort_right_after_spawn_mt() {
+async fn an_abort_right_after_spawn_reaches_every_kid_and_bills_exactly_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
         let (tree, _) = lead_tree(&model).await;
@@ -342,7 +341,7 @@ async fn abort_right_after_spawn_mt() {
 /// `Tree::kill` right after the spawn: the lead is killed (never completes), its kids with it,
 /// each billed exactly what returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_right_after_spawn_mt() {
+async fn a_kill_right_after_spawn_takes_every_kid_and_bills_exactly_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
         let (tree, _) = lead_tree(&model).await;
@@ -368,7 +367,7 @@ async fn kill_right_after_spawn_mt() {
 /// `Tree::shutdown` right after the spawn: it returns with nobody killed (nothing hangs past
 /// the order), every agent settles aborted by the shutdown after its hook ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_right_after_spawn_mt() {
+async fn a_shutdown_right_after_spawn_runs_each_hook_once_and_kills_nobody_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
         let (tree, hooks) = lead_tree(&model).await;
@@ -400,7 +399,7 @@ async fn shutdown_right_after_spawn_mt() {
 /// it is read by the second turn (one `steered` event); refused, the run had ended (one call,
 /// no `steered` event, the steer in no conversation). Never delivered and lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steer_right_after_spawn_mt() {
+async fn a_steer_right_after_spawn_is_read_or_refused_never_lost_mt() {
     let mut delivered = [0u32; 2];
     for run in 0..100u32 {
         let first = Turn::answer("first").usage(U);
@@ -454,7 +453,7 @@ async fn steer_right_after_spawn_mt() {
 /// while they may still be starting, then waits for the first: a `delivered` receipt means
 /// the first kid's later turn reads it; the aborted kid calls the model at most once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_owner_steers_and_aborts_kids_it_just_started_mt() {
+async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt() {
     let mut delivered = 0;
     for run in 0..100u32 {
         let model = ScriptedModel::new()

@@ -1,11 +1,15 @@
-//! Review 18: the performance pass `4d9b2fd..8684e67`, chiefly `42ba041` (a run's first turn
-//! is polled in `post_start`; a result it gets there waits in `InFlight::ready` for the
-//! `PollTurn` message, which takes it "whatever the token says").
+//! A run's first turn is polled as its agent starts; its result waits for the actor to act
+//! on it, whatever else is in the mailbox. An abort, a steer, or a failure of that first
+//! turn racing the start hold the rules:
 //!
-//! No test here shows a regression of `8684e67`: the active tests are guards, each also
-//! passing on `4d9b2fd`; `an_abort_right_after_spawn_never_restarts_mt` showed a defect both
-//! commits had (fixed since). The
-//! paused tests fix the one message order of a current-thread runtime (the actor's
+//! * an abort after the first poll keeps the turn's answer as partial output, billed once;
+//! * with `max_turns 1` a steer right after the spawn is refused, never delivered and lost;
+//! * a delivered steer survives a first turn that fails or panics: a resume reads it;
+//! * an abort accepted right after the spawn is final: nothing restarts after it;
+//! * billing equals the returned calls, nothing follows the last terminal event, and the
+//!   records fold from the events.
+//!
+//! The paused test fixes the one message order of a current-thread runtime (the actor's
 //! `post_start` and the messages already in its mailbox are handled in one poll of its task,
 //! so one `yield_now` after `Tree::spawn` lets the first turn be polled and its result be
 //! taken); the `_mt` tests loop the races on two worker threads.
@@ -19,7 +23,7 @@ use crate::races_mt::{assert_folds, bounded};
 use crate::support::{catalog, leaf};
 
 const U: Usage = Usage::tokens(7, 3);
-const STEER: &str = "review 18 steer";
+const STEER: &str = "a steer sent as the agent starts";
 
 async fn worker_tree(model: &ScriptedModel, worker: AgentDefinition) -> Tree {
     Tree::builder()
@@ -99,7 +103,7 @@ async fn an_abort_after_the_first_poll_keeps_the_answer_as_partial() {
 /// refused (`NoTurnsLeft` while the turn is in flight, `WrongStatus` once it settled), never
 /// delivered and lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steer_right_after_spawn_with_one_turn_mt() {
+async fn a_steer_right_after_spawn_with_one_turn_is_refused_never_lost_mt() {
     for run in 0..120u32 {
         let first = match run % 3 {
             0 => Turn::answer("first").usage(U),
@@ -194,13 +198,9 @@ async fn a_delivered_steer_survives_a_first_turn_failure_mt() {
 /// A transient top-level worker whose first turn fails or panics at once (so its first run
 /// may end inside `post_start`'s poll) is aborted right after the spawn: whatever the order,
 /// nothing restarts after the abort is accepted (an abort of a run that already settled is
-/// `Ok` and changes nothing), the tree goes idle, billing is exact.
-///
-/// Failed on `8684e67` and on `4d9b2fd` (1 run in ~30-120): a `restarted` event (then a
-/// whole new run that completes) followed an accepted `Tree::abort`. The abort landed while
-/// the run was live, and the run then ended `failed` (its turn's failure raced the abort):
-/// the restart decision looked only at the outcome. It now takes the abort as a fact
-/// (`policy::restart::Exit::aborted`).
+/// `Ok` and changes nothing), the tree goes idle, billing is exact. An abort that lands while
+/// the run is live is a fact of the exit: a run that then ends `failed` (its turn's failure
+/// raced the abort) is not restarted, whatever its outcome says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_right_after_spawn_never_restarts_mt() {
     for run in 0..120u32 {

@@ -1,8 +1,9 @@
-//! Review 10: a model turn is a future its agent's actor polls (`23e5b90`, `6e876ea`): the
-//! turn's `TurnWaker`, its billing guard `TurnBill`, the settle's billing of a cut-off turn
-//! (`TurnBoundary`), panics caught at the poll. Four of these failed on the code they were
-//! written against (their doc comments say what was found); the rest guard interactions
-//! nothing else covers.
+//! A model turn cut off mid-stream (an abort, a kill, a shutdown, a panic, a failure, a
+//! cut in its retry backoff or its length continuation) keeps what it streamed: the text as
+//! partial output, announced as `text_delta` before the agent's terminal event and never
+//! after it; its usage billed exactly once, whoever bills it (the turn, its drop guard or
+//! the settle); and the records are the fold of the events. Wakers that fire late change
+//! nothing, and a run resumed after a kill mid-stream continues from the turn's boundary.
 //!
 //! Paused-time tests are deterministic; `_mt` tests run on two worker threads, looped, each
 //! iteration under a real-time guard.
@@ -257,9 +258,8 @@ async fn streamed_then(end: End, cut: fn(&Tree, AgentId)) -> (Outcome, String, V
 }
 
 /// An agent aborted mid-stream keeps "Half an answer" as its partial output, and its event
-/// subscribers see that text too. (Found by review: the turn future is dropped on the actor,
-/// and neither the drop nor its billing guard flushed the sink's pending event text; `land`
-/// now announces it.)
+/// subscribers see that text too: the text the sink held back as pending event text is
+/// announced when the dropped turn lands, not lost with the turn future.
 #[tokio::test(start_paused = true)]
 async fn an_aborted_stream_announces_the_text_it_kept_as_partial() {
     let (outcome, announced, _) = streamed_then(End::Hang, |tree, id| {
@@ -271,9 +271,6 @@ async fn an_aborted_stream_announces_the_text_it_kept_as_partial() {
     assert_eq!(announced, "Half an answer", "the text_delta events");
 }
 
-/// As [`an_aborted_stream_announces_the_text_it_kept_as_partial`]: a stream that panics
-/// after "Half an answer" fails `panicked` with it as partial output, and announces it. (The
-/// panic unwinds out of the turn future to the poll, past the turn's own flush.)
 /// A kill mid-stream: the actor goes with its turn, unflushed; the settle that records it
 /// killed announces the held-back text and bills the turn, before the terminal event.
 #[tokio::test(start_paused = true)]
@@ -301,6 +298,9 @@ async fn a_killed_stream_announces_its_held_back_text_at_its_settle() {
     );
 }
 
+/// As [`an_aborted_stream_announces_the_text_it_kept_as_partial`]: a stream that panics
+/// after "Half an answer" fails `panicked` with it as partial output, and announces it,
+/// though the panic unwinds out of the turn future to the poll, past the turn's own flush.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_stream_announces_the_text_it_kept_as_partial() {
     let (outcome, announced, _) = streamed_then(End::Panic, |_, _| {}).await;
@@ -309,7 +309,7 @@ async fn a_panicking_stream_announces_the_text_it_kept_as_partial() {
     assert_eq!(announced, "Half an answer", "the text_delta events");
 }
 
-/// Passes (guard): a stream that fails its last attempt (`model_error`) announces its text
+/// A stream that fails its last attempt (`model_error`) announces its text
 /// and is billed what it reported.
 #[tokio::test(start_paused = true)]
 async fn a_failed_stream_announces_the_text_it_kept_as_partial() {
@@ -421,7 +421,7 @@ async fn retried_then(second: End, cut_after: usize, cut: Cut) -> (Outcome, Usag
     (outcome, own, retried)
 }
 
-/// Passes (guard): cut off in its backoff, a retried turn is billed its failed attempt once
+/// Cut off in its backoff, a retried turn is billed its failed attempt once
 /// (the sink was reset after that bill, so neither `TurnBill::drop` nor the settle bills it
 /// again), and the second attempt never runs.
 #[tokio::test(start_paused = true)]
@@ -438,7 +438,7 @@ async fn a_turn_cut_off_in_its_backoff_bills_its_failed_attempt_once() {
     }
 }
 
-/// Passes (guard): cut off in its second attempt, a retried turn is billed both attempts,
+/// Cut off in its second attempt, a retried turn is billed both attempts,
 /// each once: the failed one at its failure, the cut one what it reported (by the drop guard
 /// for an abort or a shutdown, by the settle for a kill). An abort keeps the second
 /// attempt's text, not the failed one's.
@@ -454,7 +454,7 @@ async fn a_turn_cut_off_in_its_second_attempt_bills_both_attempts_once() {
     }
 }
 
-/// Passes (guard): a spinning second attempt (it wakes its turn from inside every poll, so
+/// A spinning second attempt (it wakes its turn from inside every poll, so
 /// a `PollTurn` is always queued) is still cut off by an abort or a kill, billed once.
 #[tokio::test(start_paused = true)]
 async fn a_spinning_retried_attempt_is_cut_off() {
@@ -469,7 +469,7 @@ async fn a_spinning_retried_attempt_is_cut_off() {
 // 3. Length continuations, wakers, resume and restarts.
 // ---------------------------------------------------------------------------------------
 
-/// Passes (guard): a turn cut off at the length limit is continued; an abort in the
+/// A turn cut off at the length limit is continued; an abort in the
 /// continuation keeps both pieces as partial output and bills both turns once.
 #[tokio::test(start_paused = true)]
 async fn an_abort_in_a_length_continuation_keeps_both_pieces() {
@@ -501,7 +501,7 @@ async fn an_abort_in_a_length_continuation_keeps_both_pieces() {
     tree.shutdown().await;
 }
 
-/// Passes (guard): a turn that wakes itself from inside its poll, then keeps its waker and
+/// A turn that wakes itself from inside its poll, then keeps its waker and
 /// wakes it from a task of its own long after it answered (through the next turn, a length
 /// continuation, and past the agent's settle), completes with both pieces, each turn polled
 /// to its end and billed once.
@@ -535,7 +535,7 @@ async fn self_wakes_and_a_stale_waker_change_nothing() {
     tree.shutdown().await;
 }
 
-/// Passes (guard): a top-level agent killed mid-stream is billed what it streamed (by the
+/// A top-level agent killed mid-stream is billed what it streamed (by the
 /// settle); resumed, its conversation continues from the boundary of the cut-off turn and
 /// the new run is billed on top.
 #[tokio::test(start_paused = true)]
@@ -582,11 +582,11 @@ async fn a_resume_after_a_kill_mid_stream_continues_and_bills_both_runs() {
     tree.shutdown().await;
 }
 
-/// Passes (guard): a permanent worker under a one-for-one lead allowing 2 restarts is killed
+/// A permanent worker under a one-for-one lead allowing 2 restarts is killed
 /// mid-stream three times: it is restarted twice, then the lead escalates (fails). Every
 /// killed run is billed what it streamed, once, and the records agree with the events.
 #[tokio::test(start_paused = true)]
-async fn repeated_kills_mid_stream_past_the_restart_intensity() {
+async fn kills_mid_stream_past_the_restart_intensity_bill_every_run_once() {
     let model = Plan::new(
         Script::new([Turn::spawn("worker", "go"), Turn::answer("lead done")]),
         [
@@ -654,13 +654,12 @@ const BIG: &str = concat!(
 );
 
 /// A lead with three streaming workers (each chunk a `text_delta`) is killed while they
-/// stream: no event of a worker comes after its terminal `killed` event. (Found by review,
-/// failing about one iteration in 100 to 200: the lead's owner settles the workers killed in
-/// its transaction while a worker's actor is inside a poll of its turn on the other thread,
-/// and the chunk it streamed was announced for a settled agent. `Registry::announce_run`
-/// now drops it, as `Registry::bill_turn` drops a late bill.)
+/// stream: no event of a worker comes after its terminal `killed` event, even when the
+/// lead's owner settles the workers killed in its transaction while a worker's actor is
+/// inside a poll of its turn on the other thread: a chunk streamed for a settled agent is
+/// dropped, as a late bill is. (A race: it showed about once in 100 to 200 iterations.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kill_cascade_meets_announcing_streams_mt() {
+async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
     for run in 0..400u32 {
         let chunks: Vec<&'static str> = vec![BIG; 30];
         let model = Plan::new(

@@ -1,5 +1,7 @@
-//! Review of issue 9 (questions, steers and their caps): each test here fails against the
-//! code as it landed and names the behaviour promised.
+//! A question's answer is its own: a late answer from the application's question handler
+//! never answers a later question of the same agent, and a steer the runtime refuses (too
+//! large) is no answer, so the child's question stays open and a later wait on the child is
+//! answered with it instead of deadlocking owner and child.
 
 use std::time::Duration;
 
