@@ -9,7 +9,7 @@
 //!   its waiting owner, exactly once;
 //! * a shutdown dropped by its caller before its deadline still ends its agents at the
 //!   backstop (deadline + `SHUTDOWN_KILL_WAIT`), even one whose hook blocks its thread, and
-//!   then stops the runtime its hooks ran on.
+//!   its hook tasks end there.
 //!
 //! Paused-time tests are deterministic; `_mt` tests loop a race on worker threads or build a
 //! real multi-thread runtime.
@@ -281,10 +281,11 @@ fn dropped_shutdown_with_blocking_hook(
 
 /// A shutdown dropped before its kill still ends an agent whose shutdown hook blocks its
 /// thread: the backstop (deadline + `SHUTDOWN_KILL_WAIT`), which ends hook tasks "should the
-/// shutdown itself be dropped before its kill", is watched on the tree's runtime, not by a
-/// task on the hook runtime the blocked hook holds, so the agent settles `aborted` soon after
-/// the 100 ms deadline though its hook blocks for 3 s.
-// regression: came with one hook runtime per shutdown, when the watcher moved onto it.
+/// shutdown itself be dropped before its kill", is a task of its own that tells the agent
+/// its hooks are over, so the agent settles `aborted` soon after the 100 ms deadline though
+/// its hook blocks its thread for 3 s.
+// regression: the backstop was once watched by the hook's own task, which the blocked hook
+// held.
 #[test]
 fn a_dropped_shutdown_still_ends_an_agent_whose_hook_blocks_its_thread_mt() {
     // deadline 80 ms after the drop, backstop 100 ms later; 1.2 s is ample slack.
@@ -298,28 +299,28 @@ fn a_dropped_shutdown_still_ends_an_agent_whose_hook_blocks_its_thread_mt() {
     assert_eq!(got.status, AgentStatus::Aborted, "{got:?}");
 }
 
-/// A shutdown dropped before its kill stops its hook runtime (two OS threads, and every task
-/// its hooks spawned there) once the backstop has ended its agents, not when the tree goes:
-/// here an async hook that never returns is ended by the backstop (the agent settles), and
-/// 300 ms later the runtime the hook ran on runs no more tasks.
+/// A shutdown dropped before its kill ends its hook tasks at the backstop, not when the tree
+/// goes: an async hook that never returns is dropped once the backstop has ended its agent.
 #[test]
-fn a_dropped_shutdown_stops_its_hook_runtime_after_the_backstop_mt() {
+fn a_dropped_shutdown_ends_its_hook_tasks_at_the_backstop_mt() {
+    /// Dropped with the hook's future.
+    struct DropSignal(#[allow(dead_code)] tokio::sync::oneshot::Sender<()>);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    let seen: Arc<Mutex<Option<tokio::runtime::Handle>>> = Arc::default();
-    let hook_seen = seen.clone();
-    let still_runs = runtime.block_on(async move {
+    let (signal, hook_dropped) = tokio::sync::oneshot::channel::<()>();
+    let signal = Arc::new(Mutex::new(Some(signal)));
+    let ended = runtime.block_on(async move {
         let tree = Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(ms(100)))
             .catalog(catalog([leaf("w")]))
             .model(ScriptedModel::new().script("w", hanging(1)))
             .on_shutdown(move |_ctx: HookContext| {
-                let seen = hook_seen.clone();
+                let guard = signal.lock().take().map(DropSignal);
                 async move {
-                    *seen.lock() = Some(tokio::runtime::Handle::current());
+                    let _guard = guard;
                     std::future::pending::<()>().await;
                     Ok::<(), HookError>(())
                 }
@@ -340,19 +341,17 @@ fn a_dropped_shutdown_stops_its_hook_runtime_after_the_backstop_mt() {
         assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
         let got = outcome(&tree, w, Duration::from_secs(2)).await;
         assert_eq!(got.status, AgentStatus::Aborted, "{got:?}");
-        tokio::time::sleep(ms(300)).await;
-        let hook_runtime = seen.lock().clone().expect("the hook ran");
-        let probe = hook_runtime.spawn(async {});
-        let still_runs = tokio::time::timeout(Duration::from_secs(2), probe)
+        // The hook's future is dropped with its task: the sender goes, the receiver hears.
+        let ended = tokio::time::timeout(Duration::from_secs(2), hook_dropped)
             .await
-            .is_ok_and(|r| r.is_ok());
+            .is_ok();
         drop(tree);
-        still_runs
+        ended
     });
     runtime.shutdown_background();
     assert!(
-        !still_runs,
-        "the hook runtime of a dropped shutdown still runs tasks 300 ms after the backstop \
-         ended its only agent"
+        ended,
+        "the hook task of a dropped shutdown still runs 2 s after the backstop ended its only \
+         agent"
     );
 }
