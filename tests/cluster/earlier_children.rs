@@ -128,10 +128,9 @@ pub(crate) async fn an_earlier_helpers_big_output_is_read_as_locally(owner: &mut
 /// A resumed remote run steers, aborts and resumes an earlier helper by the id its history
 /// gives it: each is refused as a settled or an earlier run's child, never as a remote one
 /// (`docs/cluster.md`: "An earlier child can be read there, not steered, aborted or
-/// resumed"), at once (no hang),
-/// and the refusals the owner
-/// keeps name the helper by the owner tree's id (the runtime's text, rewritten as it comes
-/// up), never by a hosted id, and the steer and abort are refused as a local run's are.
+/// resumed"), at once (no hang); the refusals the owner keeps name the helper by the owner
+/// tree's id (the runtime's text, rewritten as it comes up), never by a hosted id; and the
+/// steer and abort are refused as a local run's are.
 pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id(
     owner: &mut Owner,
 ) {
@@ -432,10 +431,10 @@ pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &m
     assert_eq!(sides[0], sides[1], "local, then remote");
 }
 
-/// A resumed `recall` run aborted right after it started (where the abort lands varies;
-/// it may come after the run completed),
-/// then resumed again, twice: each later run reads the first helper and starts another, as
-/// a local tree's does; the owner holds one record per helper started.
+/// A resumed `recall` run aborted right after it started (where the abort lands varies; it
+/// may come after the run completed), then resumed again, twice: each later run reads the
+/// first helper and starts another, as a local tree's does; the owner holds one record per
+/// helper started.
 pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers(
     owner: &mut Owner,
 ) {
