@@ -1113,17 +1113,17 @@ fn boot_id() -> u64 {
     x
 }
 
-/// Fourth review: a `NodeConfig` that cannot work is refused by `Node::start` with a
+/// A `NodeConfig` that cannot work is refused by `Node::start` with a
 /// `ClusterError::Config` naming the setting, as an empty cookie or a zero lease is.
 #[cfg(test)]
-mod review4_config {
+mod configs_that_cannot_work_are_refused {
     use super::*;
 
     /// Each nonsense config, started one after the other (at most one node server at a
     /// time in this process); what was accepted.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn node_start_refuses_configs_that_cannot_work() {
-        let base = || NodeConfig::new("review4", "review4-cluster", "cookie").port(0);
+        let base = || NodeConfig::new("config-check", "config-check-cluster", "cookie").port(0);
         let nonsense = [
             // A node whose session blips once is down at once: no reconnect can ever win.
             (

@@ -1,5 +1,5 @@
 //! The owner edge across nodes: the frames that cross one owner edge between the owner's
-//! node and the node hosting the owner's remote child (issue 12).
+//! node and the node hosting the owner's remote child.
 //!
 //! An edge has two directions. **Down** (owner's node → child's node) carries
 //! [`Command`]s, lease [`LeaseGrant`]s and acknowledgements; **up** (child's node → owner's

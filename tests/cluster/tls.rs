@@ -10,6 +10,7 @@ use agent_tree::cluster::ClusterError;
 use agent_tree::cluster::tls::rustls::pki_types::ServerName;
 
 use super::Owner;
+use super::node_failures::a_run_goes_on_across_a_closed_session;
 use super::worker::{self, WorkerProcess};
 
 fn fixtures() -> PathBuf {
@@ -52,6 +53,6 @@ pub(crate) async fn a_tls_worker_serves_and_is_reconnected_with_tls(owner: &mut 
         .await
         .expect("joined with TLS");
     // The owner's node joined, with TLS: it reconnects, with TLS.
-    super::a_run_goes_on_across_a_closed_session(owner, &name, &mut process).await;
+    a_run_goes_on_across_a_closed_session(owner, &name, &mut process).await;
     process.finish();
 }

@@ -1,5 +1,5 @@
-//! The owner edge across nodes (issue 12), as pure machines: what each end of an edge
-//! between an owner's node and its remote child's node decides, with `now` passed in.
+//! The owner edge across nodes, as pure machines: what each end of an edge between an
+//! owner's node and its remote child's node decides, with `now` passed in.
 //!
 //! The frames are the protocol's (`agent_tree_protocol::{Frame, Down, Up}`); the failure
 //! semantics these machines implement are stated in `docs/cluster.md`. Nothing here sends
@@ -46,17 +46,17 @@
     )
 )]
 
+#[cfg(test)]
+mod bodies_in_parts;
 pub(crate) mod ids;
 pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;
 // Its seeds are admitted only with the `cluster` feature (CI runs the lib tests with it).
 #[cfg(all(test, feature = "cluster"))]
-mod review_foreign;
+mod ids_down_foreign_and_back;
 #[cfg(test)]
-mod review_ids;
-#[cfg(test)]
-mod review_parts;
+mod ids_the_runtime_wrote;
 pub(crate) mod seq;
 pub(crate) mod shutdown;
 #[cfg(test)]

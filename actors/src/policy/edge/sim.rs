@@ -44,7 +44,7 @@ fn as_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// xorshift: deterministic, seeded per test (the parts review's lossy link too).
+/// xorshift: deterministic, seeded per test (`bodies_in_parts`' lossy link too).
 #[derive(Clone, Debug)]
 pub(super) struct Rng(pub(super) u64);
 

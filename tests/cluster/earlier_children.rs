@@ -1,17 +1,15 @@
-//! The seventh cluster review: a resumed remote run's earlier children (`Command::Spawn`'s
-//! `earlier`, seeded in the hosted tree under the ids its conversation names them by) and
-//! the owner tree's ids in a remote agent's kept conversation, compared with what a LOCAL
-//! tree does in the same situation (the spec): the worker's model and tools in a local tree
-//! on the owner's process.
+//! A resumed remote run's earlier children (`Command::Spawn`'s `earlier`, seeded in the
+//! hosted tree under the ids its conversation names them by) behave as a LOCAL resumed
+//! run's (the spec: the worker's model and tools in a local tree on the owner's process):
+//! read, big or released outputs included, refused control as settled agents or an earlier
+//! run's children, never recorded or billed twice, recovered with their owner.
 
-use agent_tree::JournalConfig;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{AgentId, AgentStatus, Role, SpawnRequest};
 use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, Tree};
+use agent_tree::{Catalog, JournalConfig, Tree};
 
-use super::review4::Dir;
-use super::review6::{kept, others_first, render, resumed, settled};
+use super::support::{Dir, kept, others_first, render, resumed, settled};
 use super::worker;
 use super::{Owner, root_tokens, runner, worker_idle};
 
@@ -60,13 +58,11 @@ async fn answers(tree: &Tree, task: &str, resumes: &[&str]) -> (AgentId, Vec<Opt
 /// (its journal's retention: `keep_read_outputs(0)`; the application read it) is still in
 /// the owner's journal: a local resumed run's `get_subagent_result` reads it back from
 /// there (`JournalConfig::keep_read_outputs`: "read back from the journal on demand (...
-/// an owner's `get_subagent_result`)"). A resumed remote run must read it as well
+/// an owner's `get_subagent_result`)"). A resumed remote run reads it as well
 /// (`docs/semantics.md`: "its model reads an earlier child's result as a local resumed
-/// run's does); the stand-in reads the released output back from the owner's journal
-/// before the spawn (it had sent the record's outcome as it was in memory, released).
-pub(crate) async fn review7_an_earlier_output_the_owner_released_is_read_as_locally(
-    owner: &mut Owner,
-) {
+/// run's does"): the stand-in reads the released output back from the owner's journal
+/// before the spawn, rather than send the record's outcome as it is in memory, released.
+pub(crate) async fn an_earlier_output_the_owner_released_is_read_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
@@ -103,10 +99,10 @@ pub(crate) async fn review7_an_earlier_output_the_owner_released_is_read_as_loca
 /// An earlier helper whose output is over 64 KiB (`recall-big 70000`): a local resumed run
 /// reads its 70 000 bytes by the id its history gives it, and a remote resumed run must
 /// too (`docs/semantics.md`: it "reads an earlier child's result as a local resumed run's
-/// does"). The seed went released at first (over 64 KiB on purpose), and the hosted tree
-/// has no journal to read it back from: the model read an empty output of a "completed"
-/// helper. Earlier outputs now go whole up to 8 MiB together.
-pub(crate) async fn review7_an_earlier_helpers_big_output_is_read_as_locally(owner: &mut Owner) {
+/// does"): earlier outputs go down whole, up to 8 MiB together.
+// regression: a seed over 64 KiB once went released, and the hosted tree, with no journal
+// to read it back from, showed the model an empty output of a "completed" helper.
+pub(crate) async fn an_earlier_helpers_big_output_is_read_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut got = Vec::new();
     for remote in [false, true] {
@@ -132,11 +128,10 @@ pub(crate) async fn review7_an_earlier_helpers_big_output_is_read_as_locally(own
 /// A resumed remote run steers, aborts and resumes an earlier helper by the id its history
 /// gives it: each is refused as a settled or an earlier run's child, never as a remote one
 /// (`docs/cluster.md`: "An earlier child can be read there, not steered, aborted or
-/// resumed"), at once (no hang),
-/// and the refusals the owner
-/// keeps name the helper by the owner tree's id (the runtime's text, rewritten as it comes
-/// up), never by a hosted id, and the steer and abort are refused as a local run's are.
-pub(crate) async fn review7_an_earlier_helper_is_refused_control_at_once_by_its_owner_id(
+/// resumed"), at once (no hang); the refusals the owner keeps name the helper by the owner
+/// tree's id (the runtime's text, rewritten as it comes up), never by a hosted id; and the
+/// steer and abort are refused as a local run's are.
+pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
@@ -200,6 +195,73 @@ pub(crate) async fn review7_an_earlier_helper_is_refused_control_at_once_by_its_
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `docs/semantics.md`: in a resumed remote run an earlier child is read-only, "steering or
+/// aborting it is refused as a settled agent's, resuming it with `ControlError::EarlierRun`",
+/// as in a local run. The `poke` runner's resumed run steers, aborts and resumes its first
+/// helper: the steer's and the abort's refusals the owner keeps are a local run's (the
+/// helper named by the same owner id: "aN cannot take this now: it is completed").
+pub(crate) async fn a_steer_of_an_earlier_helper_is_refused_as_a_settled_agents(owner: &mut Owner) {
+    let (name, mut process) = owner.worker().await;
+    let mut sides = Vec::new();
+    for remote in [false, true] {
+        let dir = Dir::new("poke9");
+        let path = dir.file("tree.journal");
+        let tree = if remote {
+            Tree::builder()
+                .catalog(Catalog::new(vec![runner().on_node(&name)]).unwrap())
+                .model(ScriptedModel::new())
+                .node(&owner.node)
+                .journal(JournalConfig::new(&path))
+                .build()
+                .await
+                .unwrap()
+        } else {
+            worker::hosted_tree()
+                .journal(JournalConfig::new(&path))
+                .build()
+                .await
+                .unwrap()
+        };
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "poke"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        settled(&mut handle, "the first run").await;
+        let again = resumed(&tree, id, "").await;
+        let first = tree.record(id).unwrap().children[0];
+        let conversation = kept(&tree, &path, id).await;
+        let refusal = |stage: &str| {
+            conversation
+                .iter()
+                .find(|m| {
+                    m.tool_call_id
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with(&format!("poke-{stage}-")))
+                })
+                .map(|m| m.content.replace(&first.to_string(), "<first>"))
+                .unwrap_or_default()
+        };
+        sides.push((again.text, refusal("steer"), refusal("abort")));
+        tree.shutdown().await;
+    }
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    process.finish();
+    assert_eq!(
+        sides[0].1, r#"{"error":"<first> cannot take this now: it is completed"}"#,
+        "the spec: {sides:#?}"
+    );
+    assert_eq!(
+        sides[1].2, sides[0].2,
+        "the abort's refusal, remote vs local"
+    );
+    assert_eq!(
+        sides[1].1, sides[0].1,
+        "the steer's refusal, remote vs local"
+    );
+}
+
 /// What a tree holds after a `recall` runner's first run and three resumes: every record
 /// but the root, as (type, depth, status, answer, own tokens, children), in id order.
 fn shape(tree: &Tree) -> Vec<(String, u32, AgentStatus, Option<String>, u64, usize)> {
@@ -225,7 +287,7 @@ fn shape(tree: &Tree) -> Vec<(String, u32, AgentStatus, Option<String>, u64, usi
 /// `earlier:` request id), each with its own usage, the same records a local tree holds,
 /// usage counted once (the owner's root total is the local one's and the worker's), and
 /// the remote agent's last mirror (`Tree::remote_records`) has nothing live.
-pub(crate) async fn review7_resumes_seed_no_second_record_and_no_second_usage(owner: &mut Owner) {
+pub(crate) async fn resumes_seed_no_second_record_and_no_second_usage(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut shapes = Vec::new();
     let mut totals = Vec::new();
@@ -284,9 +346,7 @@ pub(crate) async fn review7_resumes_seed_no_second_record_and_no_second_usage(ow
 /// A `delegate-bg` runner (its background helper still running when the run answers), run
 /// and resumed: what the owner keeps of it, run after run, and each run's answer and the
 /// records, are a local tree's.
-pub(crate) async fn review7_a_background_helper_at_the_runs_end_is_kept_as_locally(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..2 {
@@ -337,7 +397,7 @@ pub(crate) async fn review7_a_background_helper_at_the_runs_end_is_kept_as_local
 /// again from its journal: the recovered tree's resumes read the first helper and start
 /// another, as a local tree recovered the same way does (the earlier children come from
 /// the recovered records).
-pub(crate) async fn review7_a_recovered_owner_resumes_with_its_earlier_helpers(owner: &mut Owner) {
+pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
@@ -371,11 +431,11 @@ pub(crate) async fn review7_a_recovered_owner_resumes_with_its_earlier_helpers(o
     assert_eq!(sides[0], sides[1], "local, then remote");
 }
 
-/// A resumed `recall` run aborted right after it started (where the abort lands varies;
-/// it may come after the run completed),
-/// then resumed again, twice: each later run reads the first helper and starts another, as
-/// a local tree's does; the owner holds one record per helper started.
-pub(crate) async fn review7_an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers(
+/// A resumed `recall` run aborted right after it started (where the abort lands varies; it
+/// may come after the run completed), then resumed again, twice: each later run reads the
+/// first helper and starts another, as a local tree's does; the owner holds one record per
+/// helper started.
+pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;

@@ -1,8 +1,9 @@
-//! Review: `ids::translate` (hosted agent ids in a remote agent's conversation rewritten to
-//! the owner tree's), attacked where the runtime's texts carry a model's, a child's or an
-//! owner's words next to its own ids: a failed child's `error`, a notice's fields, an
-//! `ask_owner` answer, a steer, refusals that quote what a model wrote, nested and non-string
-//! fields, word boundaries in prose, multi-byte text, huge and odd ids, and odd JSON.
+//! `ids::translate` rewrites to the owner tree's the hosted agent ids the runtime wrote in a
+//! remote agent's conversation, and only those: never the words of a model, a child or an
+//! owner next to them. Pinned where the runtime's texts carry such words: a failed child's
+//! `error`, a notice's fields, an `ask_owner` answer, a steer, refusals that quote what a
+//! model wrote, nested and non-string fields, word boundaries in prose, multi-byte text,
+//! huge and odd ids, and odd JSON.
 //!
 //! The runtime's texts are built with the runtime's own functions where it can
 //! (`result_text`, `result_value`, `set_result`, `ControlError`, `SpawnError`), so a test
@@ -408,7 +409,7 @@ fn resume_is_rewritten_only_in_agent_calls() {
 
 /// The runtime reads an id trimmed (`parse_id`): a padded id names the same agent, and is
 /// rewritten to the owner's id, its padding kept (the bytes around an id are the model's;
-/// a context sent down foreign comes back as it was written, review 17).
+/// a context sent down foreign comes back as it was written).
 #[test]
 fn a_padded_id_in_an_input_is_rewritten_as_the_runtime_reads_it() {
     let mut messages = calls(vec![

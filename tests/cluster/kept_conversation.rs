@@ -1,108 +1,24 @@
-//! The sixth cluster review: a remote agent's conversation going up at every turn boundary
-//! (`Up::Conversation { from, cut }`, the hosted registry's conversation tap) and what the
-//! owner's node keeps of it, compared with what a LOCAL agent keeps in the same situation
-//! (the spec): the same worker model and tools run in a local tree on the owner's process.
-//! What a tree keeps is read from its journal (`agent_tree::protocol::replay`), which holds
-//! each agent's last conversation as its cell does.
+//! What the owner's node keeps of a remote agent's conversation (it goes up at every turn
+//! boundary: `Up::Conversation { from, cut }`, the hosted registry's conversation tap) is
+//! what a LOCAL agent keeps in the same situation (the spec: the same worker model and tools
+//! in a local tree on the owner's process): run after run, steered, aborted, killed,
+//! restarted, shut down mid-turn, its node killed, the owner crashed or recovered.
 
 use std::path::Path;
 use std::time::Duration;
 
-use agent_tree::JournalConfig;
+use agent_tree::Tree;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{
-    AgentDefinition, AgentId, AgentStatus, Message, Outcome, RestartPolicy, Role, SpawnRequest,
-    WaitPolicy,
+    AgentDefinition, AgentId, AgentStatus, Message, RestartPolicy, Role, SpawnRequest, WaitPolicy,
 };
-use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, Tree};
 
-use super::review4::Dir;
+use super::support::{
+    Dir, kept, local_tree, others_first, owner_tree, owner_tree_of, render, replayed, resumed,
+    settled,
+};
 use super::worker;
-use super::{Owner, eventually, first_usage, root_tokens, runner, worker_idle};
-
-/// An owner tree placing `definitions` (`runner` when empty) on `worker`, journaled to
-/// `journal`.
-pub(crate) async fn owner_tree(node: &Node, worker: &str, journal: &Path) -> Tree {
-    owner_tree_of(node, vec![runner().on_node(worker)], journal).await
-}
-
-async fn owner_tree_of(node: &Node, definitions: Vec<AgentDefinition>, journal: &Path) -> Tree {
-    Tree::builder()
-        .catalog(Catalog::new(definitions).unwrap())
-        .model(ScriptedModel::new())
-        .node(node)
-        .journal(JournalConfig::new(journal))
-        .build()
-        .await
-        .expect("the owner tree builds")
-}
-
-/// The spec: a local tree with the worker's catalog, model and tools, journaled.
-pub(crate) async fn local_tree(journal: &Path) -> Tree {
-    worker::hosted_tree()
-        .journal(JournalConfig::new(journal))
-        .build()
-        .await
-        .expect("the local tree builds")
-}
-
-/// The journal at `path` replayed (after `tree`'s journal is flushed).
-pub(crate) async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
-    tree.flush_journal().await;
-    let bytes = std::fs::read(path).expect("the journal file");
-    agent_tree::protocol::replay(&bytes, None)
-        .unwrap_or_else(|e| panic!("the journal {} replays: {e}", path.display()))
-}
-
-/// The conversation `tree` keeps for `id`, as its journal holds it.
-pub(crate) async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
-    replayed(tree, path)
-        .await
-        .conversations
-        .get(&id)
-        .map(|(_, m)| m.to_vec())
-        .unwrap_or_default()
-}
-
-/// A compact rendering of a conversation: role and content per message, tool calls by name.
-pub(crate) fn render(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .map(|m| {
-            let calls: Vec<String> = m.tool_calls.iter().map(|c| c.name.clone()).collect();
-            let content: String = m.content.chars().take(60).collect();
-            format!("{:?}:{content}{calls:?}", m.role)
-        })
-        .collect()
-}
-
-pub(crate) async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) -> Outcome {
-    tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-        .await
-        .unwrap_or_else(|_| panic!("{what} settles"))
-}
-
-/// Runs `n` `count` runners on `tree` to their end first, so the ids of the runner that
-/// follows differ between the owner's tree and its node.
-pub(crate) async fn others_first(tree: &Tree, n: usize) {
-    for _ in 0..n {
-        let mut other = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        settled(&mut other, "an agent before the runner").await;
-    }
-}
-
-/// Resumes `id` with `prompt` and waits for the resumed run's outcome.
-pub(crate) async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
-    let mut handle = tree
-        .resume(id, prompt)
-        .await
-        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
-    settled(&mut handle, "the resumed run").await
-}
+use super::{Owner, eventually, first_usage, root_tokens, worker_idle};
 
 /// What one side did: each run's outcome text and the conversation kept after it.
 type Runs = Vec<(Option<String>, Vec<String>)>;
@@ -127,19 +43,18 @@ async fn runs(tree: &Tree, path: &Path, task: &str, resumes: &[&str]) -> (AgentI
 /// run's replacing the earlier one's (`from` 0: the whole), and the owner's journal holds
 /// no conversation of the remote child's mirrored descendants (only depth-1 hosted agents
 /// stream theirs). Repeated: the tap and the terminal event race on the hosted side.
-pub(crate) async fn review6_a_remote_childs_kept_conversation_is_a_local_agents(owner: &mut Owner) {
+pub(crate) async fn a_remote_childs_kept_conversation_is_a_local_agents(owner: &mut Owner) {
     same_as_local(owner, &["count", "steps 3 0", "work 2 0"]).await;
 }
 
 /// As above, for a remote child that delegates (`delegate 1 0`: an `Agent` call, whose
-/// result names the child it started): the kept conversation must be the local agent's.
-/// On the worker every hosted tree is fresh, so every run's helper is the hosted tree's
-/// `a2`, and the conversation kept in the owner's tree (and sent down again on a resume)
-/// names agents by ids of trees that no longer exist: `a2` four times for four different
-/// helpers (whose mirrored records here are `a2`..`a5`), where a local agent's names
-/// `a2`, `a3`, `a4`, `a5`. The owner's node now rewrites the ids the runtime wrote into
-/// the conversation as it comes up (`policy::edge::ids`).
-pub(crate) async fn review6_a_delegating_remote_childs_kept_conversation_is_a_local_agents(
+/// result names the child it started): the kept conversation is the local agent's. On the
+/// worker every hosted tree is fresh, so every run's helper is the hosted tree's `a2`; the
+/// owner's node rewrites the ids the runtime wrote into the conversation as it comes up
+/// (`policy::edge::ids`), so the kept conversation (sent down again on a resume) names the
+/// four helpers by their mirrored records, `a2`, `a3`, `a4`, `a5`, as a local agent's does.
+// regression: it once named `a2` four times, ids of hosted trees that no longer existed.
+pub(crate) async fn a_delegating_remote_childs_kept_conversation_is_a_local_agents(
     owner: &mut Owner,
 ) {
     same_as_local(owner, &["delegate 1 0"]).await;
@@ -151,9 +66,7 @@ pub(crate) async fn review6_a_delegating_remote_childs_kept_conversation_is_a_lo
 /// (seeded, `Command::Spawn`'s `earlier`) with the ids the conversation sent down names
 /// them by. Another agent runs first, so the runner's ids in the owner's tree are not its
 /// hosted tree's, and every id crosses the edge rewritten, both ways.
-pub(crate) async fn review6_a_resumed_remote_run_reads_an_earlier_helper_as_a_local_one(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_resumed_remote_run_reads_an_earlier_helper_as_a_local_one(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut tokens = 0;
     for round in 0..2 {
@@ -238,9 +151,7 @@ async fn same_as_local(owner: &mut Owner, tasks: &[&str]) {
 /// A steer delivered to a remote agent mid-run, then an abort: the steer is in the kept
 /// conversation (a delivered steer is never lost: the run's end puts it in), and an empty
 /// resume's model reads it, as a local agent's does.
-pub(crate) async fn review6_a_steer_then_an_abort_is_kept_for_the_resume_as_locally(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();
     for remote in [false, true] {
@@ -294,9 +205,7 @@ pub(crate) async fn review6_a_steer_then_an_abort_is_kept_for_the_resume_as_loca
 /// A journaled owner tree (a remote child run, resumed empty, resumed with a prompt) shut
 /// down and built again from its journal: the recovered tree keeps the conversation a local
 /// tree recovered the same way keeps, and an empty resume of each answers the same.
-pub(crate) async fn review6_a_recovered_owner_keeps_every_remote_run_as_a_local_tree(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_recovered_owner_keeps_every_remote_run_as_a_local_tree(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let dir = Dir::new("recovered");
     let (lp, rp) = (dir.file("local.journal"), dir.file("remote.journal"));
@@ -332,9 +241,7 @@ pub(crate) async fn review6_a_recovered_owner_keeps_every_remote_run_as_a_local_
 /// `from` 0 delta is the whole of it); with the node back under its name, an empty resume
 /// continues from there: the model is sent the first run's 8 messages, the killed run's
 /// turns and its own.
-pub(crate) async fn review6_a_node_killed_mid_resumed_run_keeps_the_whole_conversation(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_node_killed_mid_resumed_run_keeps_the_whole_conversation(owner: &mut Owner) {
     let dir = Dir::new("killed-resumed");
     owner.workers += 1;
     let name = format!("phoenix6-{}", owner.workers);
@@ -388,9 +295,7 @@ pub(crate) async fn review6_a_node_killed_mid_resumed_run_keeps_the_whole_conver
 /// A transient remote child fails mid-run (after a turn) and its owner restarts it: the
 /// restarted incarnation's conversation replaces the failed one's, as a local agent's
 /// does; the kept conversation and the empty resume's answer are a local tree's.
-pub(crate) async fn review6_a_restarted_remote_child_keeps_only_its_new_incarnation(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_restarted_remote_child_keeps_only_its_new_incarnation(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
@@ -471,9 +376,7 @@ async fn shut_down_mid_run(
 /// ended with comes up before its terminal event, so the tree built again from the journal
 /// keeps what a local tree shut down the same way keeps, and the empty resume answers the
 /// same.
-pub(crate) async fn review6_a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
@@ -494,9 +397,7 @@ pub(crate) async fn review6_a_shutdown_mid_turn_keeps_what_a_local_shutdown_keep
 /// A remote child killed (`Tree::kill`) mid-turn keeps its last turn boundary, as a local
 /// agent killed mid-turn does; a steer read mid-run is in it; the empty resume answers as
 /// the local one's.
-pub(crate) async fn review6_a_killed_remote_child_keeps_its_last_boundary_as_locally(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
@@ -546,7 +447,7 @@ pub(crate) async fn review6_a_killed_remote_child_keeps_its_last_boundary_as_loc
 /// is kept is, as for a local agent, a boundary or the end of the aborted run, which
 /// continues the earlier run's conversation and the prompt, and each empty resume continues
 /// exactly it (`steps 2`: two more messages before its answer).
-pub(crate) async fn review6_an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps(
+pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
@@ -609,7 +510,7 @@ pub(crate) async fn review6_an_abort_right_after_a_spawn_or_a_resume_keeps_what_
 /// its third turn): the tree recovered from the copy keeps a turn boundary of that run that
 /// came up (a prefix of the conversation the run ended with, task first, at least two
 /// turns), and the empty resume continues exactly it.
-pub(crate) async fn review6_a_crash_mid_run_recovers_a_boundary_that_came_up(owner: &mut Owner) {
+pub(crate) async fn a_crash_mid_run_recovers_a_boundary_that_came_up(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let dir = Dir::new("crash-copy");
     let (live, copy) = (dir.file("live.journal"), dir.file("crashed.journal"));

@@ -1,4 +1,4 @@
-//! Review 9: a remote child's context goes down with the owner tree's ids [`foreign`]
+//! A remote child's context goes down with the owner tree's ids [`foreign`]
 //! (`ids::into_hosted`, on the stand-in), and comes back up with exactly those the stand-in
 //! sent mapped back (`StandIn::on_conversation`'s map, reproduced by [`up`]); a resumed
 //! run's earlier children go down as the owner's ids, for the hosted admission to rename to
@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::ids::{FOREIGN_BASE, foreign, into_hosted, owner_of_foreign, translate};
-use super::review_ids::{id, refusal, tool};
+use super::ids_the_runtime_wrote::{id, refusal, tool};
 use crate::agent::orchestration::{result_text, result_value, set_result};
 use crate::config::TreeConfig;
 use crate::error::ControlError;
@@ -184,7 +184,7 @@ fn owner_context() -> Vec<Message> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guards: the round trip, byte for byte.
+// The round trip, byte for byte.
 // ---------------------------------------------------------------------------------------
 
 /// Every id the runtime wrote goes down past any hosted id; the model's words (prose, a
@@ -428,14 +428,15 @@ fn a_context_sent_two_edges_down_comes_back_twice() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Defects.
+// What the owner's model wrote comes back as written.
 // ---------------------------------------------------------------------------------------
 
 /// The runtime reads an id trimmed (`parse_id`), so an owner's model that wrote a padded
 /// id reached its agent, and its conversation keeps the padding as written. Down it goes
-/// foreign; up it should come back as the owner wrote it ("the owner keeps the context as
-/// it wrote it"; the commit: "down and back up byte for byte"). It comes back trimmed: the
-/// kept copy of the remote child's context is not the owner's, where a local child's is.
+/// foreign; up it comes back as the owner wrote it, padding and all ("the owner keeps the
+/// context as it wrote it"): the kept copy of a remote child's context is the owner's, as
+/// a local child's is.
+// regression: the padded id once came back trimmed.
 #[test]
 fn a_padded_owner_id_in_an_inherited_call_comes_back_as_the_owner_wrote_it() {
     let context = vec![
@@ -474,10 +475,12 @@ fn a_padded_owner_id_in_an_inherited_call_comes_back_as_the_owner_wrote_it() {
 }
 
 /// An id past `u64::MAX - FOREIGN_BASE` has no foreign spelling and goes down as written
-/// (`foreign` is `None`): but it is also the foreign spelling of the id `FOREIGN_BASE`
-/// below it. With both made up in an owner's context, coming up both are that lower id:
-/// the model's `a18446744073709551615` is rewritten to another id it never wrote ("an id
-/// its model made up stays as written").
+/// (`foreign` is `None`), though it is also the foreign spelling of the id `FOREIGN_BASE`
+/// below it. With both made up in an owner's context, each comes up as the model wrote it
+/// ("an id its model made up stays as written"): only the ids the stand-in sent are mapped
+/// back.
+// regression: both once came up as the lower id, the model's `a18446744073709551615`
+// rewritten to an id it never wrote.
 #[test]
 fn a_made_up_id_with_no_foreign_spelling_is_kept_beside_the_one_whose_spelling_it_is() {
     let max = u64::MAX;
@@ -577,12 +580,13 @@ async fn a_seed_is_readable_and_its_resume_is_refused_as_an_earlier_runs_child()
 }
 
 /// `docs/semantics.md`: an earlier child "is read-only there (steering or aborting it is
-/// refused as a settled agent's, resuming it with `ControlError::EarlierRun`)"; the commit:
-/// "a steer or abort of one is still refused as a settled agent's, as in a local run". A
-/// model's `steer_subagent` goes through `Registry::route_steer` (after `authorize`, which
-/// the seed, a child of the agent, passes): a settled local child is refused there with
-/// `WrongStatus` ("a7 cannot take this now: it is completed"). The seed is refused with
-/// `EarlierRun` instead: `route_steer` asks `refuse_mirrored` before the status.
+/// refused as a settled agent's, resuming it with `ControlError::EarlierRun`)", as in a
+/// local run. A model's `steer_subagent` goes through `Registry::route_steer` (after
+/// `authorize`, which the seed, a child of the agent, passes): the seed is refused there
+/// with `WrongStatus` ("a7 cannot take this now: it is completed"), as a settled local
+/// child is.
+// regression: the seed was once refused with `EarlierRun`, `route_steer` asking
+// `refuse_mirrored` before the status.
 #[tokio::test(start_paused = true)]
 async fn a_steer_of_a_seed_is_refused_as_a_settled_agents() {
     let (registry, top, seed) = seeded();

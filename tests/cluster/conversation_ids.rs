@@ -1,5 +1,4 @@
-//! The eighth cluster review: the agent ids in a remote agent's kept conversation, under
-//! load. The owner keeps a remote agent's conversation under its own tree's ids: the hosted
+//! The agent ids in a remote agent's kept conversation are the owner tree's, under load. The owner keeps a remote agent's conversation under its own tree's ids: the hosted
 //! edge sends every event emitted before a tapped conversation ahead of it (each tap
 //! carries the last event's sequence number, `Side::on_hosted` merges by `Hosted::order`),
 //! so every child the conversation names is mirrored (the stand-in's `mirrored` map) when
@@ -24,9 +23,8 @@ use agent_tree::Tree;
 use agent_tree::protocol::{AgentId, Message, Role, SpawnRequest};
 use serde_json::Value;
 
-use super::review4::Dir;
-use super::review6::{kept, local_tree, others_first, owner_tree, render, resumed, settled};
-use super::{Owner, root_tokens, worker_idle};
+use super::support::{Dir, kept, local_tree, others_first, owner_tree, render, resumed, settled};
+use super::{Owner, first_usage, root_tokens, worker_idle};
 
 /// Where an id was written, and the id as written.
 #[derive(Debug)]
@@ -223,7 +221,7 @@ async fn against_local(
     let mut failures = Vec::new();
     let mut tokens = 0;
     for round in 0..rounds {
-        let dir = Dir::new("review8");
+        let dir = Dir::new("conversation-ids");
         let (lp, rp) = (dir.file("local.journal"), dir.file("remote.journal"));
         let local = local_tree(&lp).await;
         let remote = owner_tree(&owner.node, &name, &rp).await;
@@ -293,7 +291,7 @@ async fn against_local(
 /// `wait_subagents`, and answers; resumed twice (each run spawns three more; the resumed
 /// runs' hosted trees hold the earlier ones as seeds). The kept conversation names the
 /// helpers by their mirrored records' ids and is the local agent's.
-pub(crate) async fn review8_a_fan_of_helpers_in_one_turn_is_kept_as_locally(owner: &mut Owner) {
+pub(crate) async fn a_fan_of_helpers_in_one_turn_is_kept_as_locally(owner: &mut Owner) {
     against_local(
         owner,
         "fan 3 300",
@@ -312,7 +310,7 @@ pub(crate) async fn review8_a_fan_of_helpers_in_one_turn_is_kept_as_locally(owne
 /// A remote lead spawns five helpers in one turn: the fifth is refused
 /// (`max_children_per_agent 4 reached for <the lead>`), the refusal naming the lead by its
 /// owner's id; the rest as above.
-pub(crate) async fn review8_a_refused_fifth_helper_names_the_lead_as_locally(owner: &mut Owner) {
+pub(crate) async fn a_refused_fifth_helper_names_the_lead_as_locally(owner: &mut Owner) {
     against_local(owner, "fan 5 300", &[""], 2, Spec::Whole, |answers| {
         answers
             .iter()
@@ -326,9 +324,7 @@ pub(crate) async fn review8_a_refused_fifth_helper_names_the_lead_as_locally(own
 /// answers; resumed once. Which notices a run reads, and which spawns a lead with four
 /// helpers not yet ended is refused, is timing: only the ids (every one a record under the
 /// lead, the refusals' the lead itself) and the answers' shape are checked.
-pub(crate) async fn review8_a_burst_of_helpers_across_turns_names_only_mirrored_records(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_burst_of_helpers_across_turns_names_only_mirrored_records(owner: &mut Owner) {
     against_local(owner, "burst 8 0", &["again"], 3, Spec::Timing, |answers| {
         // Which spawns a full lead refuses (four helpers not yet ended) is timing.
         answers.iter().all(|a| {
@@ -347,7 +343,7 @@ pub(crate) async fn review8_a_burst_of_helpers_across_turns_names_only_mirrored_
 /// A remote lead spawns four helpers, steers each, aborts every second one, waits for all
 /// and reads the first: the steer and abort inputs and results, the wait's outcomes and the
 /// read name mirrored records, as a local lead's conversation names its helpers.
-pub(crate) async fn review8_steered_and_aborted_helpers_are_kept_as_locally(owner: &mut Owner) {
+pub(crate) async fn steered_and_aborted_helpers_are_kept_as_locally(owner: &mut Owner) {
     against_local(owner, "herd 4 300", &[""], 3, Spec::Whole, |answers| {
         answers.iter().all(|a| {
             a.as_deref() == Some("herd completed,aborted,completed,aborted first completed")
@@ -359,7 +355,7 @@ pub(crate) async fn review8_steered_and_aborted_helpers_are_kept_as_locally(owne
 /// A remote lead's helper asks its owner (the lead): the lead's wait is answered with the
 /// question, the `question` notice comes in, the lead answers with a steer and waits again.
 /// The notice, the asking result and the steer name the helper by its mirrored record.
-pub(crate) async fn review8_a_helpers_question_to_a_remote_lead_names_it_by_the_owners_id(
+pub(crate) async fn a_helpers_question_to_a_remote_lead_names_it_by_the_owners_id(
     owner: &mut Owner,
 ) {
     against_local(owner, "quiz", &["", "again"], 3, Spec::Answers, |answers| {
@@ -375,10 +371,10 @@ pub(crate) async fn review8_a_helpers_question_to_a_remote_lead_names_it_by_the_
 /// records interleave in the owner's tree), then each resumed at once: every lead's kept
 /// conversation names only its own helpers. Then one aborted mid-burst and resumed: the
 /// conversation its abort settled with, and the resumed run's, name only its own.
-pub(crate) async fn review8_concurrent_remote_leads_name_only_their_own_helpers(owner: &mut Owner) {
+pub(crate) async fn concurrent_remote_leads_name_only_their_own_helpers(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let mut failures = Vec::new();
-    let dir = Dir::new("review8-concurrent");
+    let dir = Dir::new("concurrent-leads");
     let path = dir.file("remote.journal");
     let tree = owner_tree(&owner.node, &name, &path).await;
     let mut handles = Vec::new();
@@ -414,7 +410,7 @@ pub(crate) async fn review8_concurrent_remote_leads_name_only_their_own_helpers(
         .await
         .unwrap();
     let id = handle.id();
-    super::first_usage(&tree, id).await;
+    first_usage(&tree, id).await;
     tokio::time::sleep(std::time::Duration::from_millis(60)).await;
     let _ = tree.abort(id);
     let aborted = settled(&mut handle, "the aborted lead").await;

@@ -1,7 +1,7 @@
-//! Review 13: bodies over the frame limit go in parts (`Endpoint::queue_parts`, `join`),
-//! attacked through replays, gaps, duplicates, reconnects, acks covering part of a body,
-//! small outboxes, multi-byte text at cut points, the size accounting and the exact limits,
-//! and a lossy, duplicating, reordering link.
+//! Bodies over the frame limit go in parts (`Endpoint::queue_parts`, `join`) and come out
+//! whole, once, in order: through replays, gaps, duplicates, reconnects, acks covering part
+//! of a body, small outboxes, multi-byte text at cut points, the size accounting and the
+//! exact limits, and a lossy, duplicating, reordering link.
 
 use std::collections::VecDeque;
 
@@ -81,7 +81,7 @@ fn ack_owner(owner: &mut Endpoint<Down>, child: &mut Endpoint<Up>) {
 /// An ack covering only the first parts of a body, then a reconnect: the replay starts at a
 /// part in the middle of the body and the child joins it once.
 #[test]
-fn review13_a_replay_that_starts_mid_body_joins_it_once() {
+fn a_replay_that_starts_mid_body_joins_it_once() {
     let (mut owner, mut child) = endpoints(1024, roomy());
     let big = steer(mixed(12_000, 3));
     owner.queue(steer("before")).unwrap();
@@ -109,7 +109,7 @@ fn review13_a_replay_that_starts_mid_body_joins_it_once() {
 /// A part lost inside a body (the transport dropped it): the next is a gap, the replay
 /// fills it, the body comes out once.
 #[test]
-fn review13_a_gap_inside_a_bodys_parts_is_filled_by_the_replay() {
+fn a_gap_inside_a_bodys_parts_is_filled_by_the_replay() {
     let (mut owner, mut child) = endpoints(600, roomy());
     let big = spawn(mixed(6_000, 11));
     owner.queue(big.clone()).unwrap();
@@ -150,7 +150,7 @@ fn review13_a_gap_inside_a_bodys_parts_is_filled_by_the_replay() {
 /// Duplicates of parts already joined (and of the last part, after the body came out) are
 /// duplicates: the body is never handed over twice and no join state is disturbed.
 #[test]
-fn review13_duplicates_of_joined_parts_never_repeat_the_body() {
+fn duplicates_of_joined_parts_never_repeat_the_body() {
     let (mut owner, mut child) = endpoints(700, roomy());
     let first = steer(mixed(5_000, 1));
     let second = steer(mixed(5_000, 2));
@@ -174,7 +174,7 @@ fn review13_duplicates_of_joined_parts_never_repeat_the_body() {
 /// The receiving end reconnects (a new connection) in the middle of a body's parts: what
 /// it joined so far is kept (its inbox kept the numbers), and the body comes out whole.
 #[test]
-fn review13_the_receiver_reconnecting_mid_join_keeps_the_half_joined_body() {
+fn the_receiver_reconnecting_mid_join_keeps_the_half_joined_body() {
     let (mut owner, mut child) = endpoints(512, roomy());
     let big = steer(mixed(4_000, 5));
     owner.queue(big.clone()).unwrap();
@@ -203,7 +203,7 @@ fn review13_the_receiver_reconnecting_mid_join_keeps_the_half_joined_body() {
 /// Every part's counted size is at least its frame's real encoding (with the largest
 /// numbers), every frame is under the limit, and multi-byte characters survive the cuts.
 #[test]
-fn review13_counted_sizes_are_never_under_the_real_encoding_and_cuts_keep_characters() {
+fn counted_sizes_are_never_under_the_real_encoding_and_cuts_keep_characters() {
     for max in [150usize, 200, 257, 300, 513, 777, 1024, 4096] {
         for salt in 0..6 {
             let (mut owner, mut child) = endpoints(max, roomy());
@@ -249,7 +249,7 @@ fn steer_json_len(n: usize) -> usize {
 /// A body exactly at the frame limit goes whole; one byte over goes in parts; a body
 /// exactly at the body limit goes in parts and is joined; one byte over is refused.
 #[test]
-fn review13_bodies_exactly_at_the_limits() {
+fn bodies_exactly_at_the_limits() {
     let base = steer_json_len(0);
     let overhead = Frame {
         seq: u64::MAX,
@@ -301,7 +301,7 @@ fn review13_bodies_exactly_at_the_limits() {
 /// bytes exactly are queued; with one frame more already held, the body is `Full` (handed
 /// back whole, nothing queued), never `Oversized`, and fits once that frame is acked.
 #[test]
-fn review13_parts_filling_the_outbox_exactly_are_queued() {
+fn parts_filling_the_outbox_exactly_are_queued() {
     let body = steer(mixed(3_000, 9));
     let (mut probe, _) = endpoints(1024, roomy());
     probe.queue(body.clone()).unwrap();
@@ -350,7 +350,7 @@ fn review13_parts_filling_the_outbox_exactly_are_queued() {
 /// A failed join (a stray part mid-body) leaves the end able to join the next body in
 /// parts.
 #[test]
-fn review13_after_a_failed_join_the_next_body_in_parts_joins() {
+fn after_a_failed_join_the_next_body_in_parts_joins() {
     let (mut owner, mut child) = endpoints(512, roomy());
     let next = steer(mixed(2_000, 4));
     let stray = |seq, index, of| Frame {
@@ -389,11 +389,12 @@ fn review13_after_a_failed_join_the_next_body_in_parts_joins() {
 /// of a large conversation) comes out with the number of its *last* part. The refusal must
 /// name the number the stand-in recognises as its spawn.
 #[test]
-fn review13_a_refused_spawn_in_parts_is_recognised_as_the_spawn() {
+fn a_refused_spawn_in_parts_is_recognised_as_the_spawn() {
     let (mut owner, mut child) = endpoints(1024, roomy());
     // The stand-in keeps the number `queue` gave its spawn, and takes a refusal naming it
-    // as its spawn's (it used to expect 1, the first part's, and hung on a refused spawn
-    // in parts).
+    // as its spawn's.
+    // regression: the stand-in once expected 1, the first part's, and hung on a refused
+    // spawn in parts.
     let queued = owner.queue(spawn(mixed(5_000, 8))).unwrap();
     let mut refused_command = None;
     for frame in owner.outgoing() {
@@ -415,7 +416,7 @@ fn review13_a_refused_spawn_in_parts_is_recognised_as_the_spawn() {
 /// both ends run the retransmission timer. Large bodies in parts and small ones, a small
 /// outbox holding work back: every body comes out exactly once, in order, whole.
 #[test]
-fn review13_a_lossy_link_delivers_bodies_in_parts_exactly_once_in_order() {
+fn a_lossy_link_delivers_bodies_in_parts_exactly_once_in_order() {
     for seed in 1..=40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let limits = OutboxLimits {

@@ -1,79 +1,124 @@
-//! The fifth cluster review: a remote agent's conversation coming up at its run's end
-//! (`Up::Conversation`) and the resumes that continue it: resumed twice, after an abort,
-//! after a restart, by its owner agent's `Agent` tool, after a recovery, over the frame
-//! limit, with no conversation that came up (journaled or not), hosted trees with their own
-//! journal. Registered in `scenarios()` like every other scenario.
+//! Resuming a remote child: the conversation its node sent up (turn by turn, and before its
+//! run's terminal event) is continued on its node, as a local agent's is: with an empty
+//! prompt or a new one, twice, after an abort, a restart, a recovery, its node killed and
+//! back, by its owner agent's `Agent` tool, over the frame limit (in parts); with no
+//! conversation come up, an empty resume is refused with the reason, and a resume that never
+//! reached the node keeps the conversation.
 
-use std::path::Path;
 use std::time::Duration;
 
-use agent_tree::JournalConfig;
-use agent_tree::cluster::Node;
 use agent_tree::protocol::{
     AgentDefinition, AgentId, AgentStatus, RestartPolicy, SpawnRequest, WaitPolicy,
 };
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
-use super::review4::Dir;
-use super::worker::{self, WorkerProcess};
-use super::{Owner, first_usage, lead_of, messages_sent, root_tokens, runner, worker_idle};
+use super::support::{Dir, journaled_tree, maybe_journaled_tree, messages_sent, resumed_outcome};
+use super::worker;
+use super::{Owner, eventually, first_usage, lead_of, root_tokens, runner, tree_of, worker_idle};
 
-/// The env variable review4's journaled worker reads its journal path from.
-const JOURNAL_ENV: &str = "AGENT_TREE_CLUSTER_REVIEW4_JOURNAL";
-
-/// An owner tree placing `runner` on `worker`; journaled to `journal` when given.
-async fn owner_tree(node: &Node, worker: &str, journal: Option<&Path>) -> Tree {
-    let mut builder = Tree::builder()
-        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
-        .model(ScriptedModel::new())
-        .node(node);
-    if let Some(path) = journal {
-        builder = builder.journal(JournalConfig::new(path));
-    }
-    builder.build().await.expect("the owner tree builds")
-}
-
-/// A worker in review4's `journaled-unique` mode (each hosted tree journals to a file of
-/// its own in `dir`), joined.
-async fn journaled_unique_worker(owner: &mut Owner, dir: &Path) -> (String, WorkerProcess) {
-    owner.workers += 1;
-    let name = format!("worker-{}", owner.workers);
-    let mut command = owner.worker_command(&name, worker::free_port(), "journaled-unique");
-    command.env(JOURNAL_ENV, dir);
-    let process = tokio::task::spawn_blocking(move || WorkerProcess::start(command))
+/// A remote child that completed in a journaled tree (the conversation its node sent up
+/// journaled at its settle, dropped from memory) is resumed with a new task, as a local one
+/// is: the task is the next message of its conversation (the worker's model reads the first
+/// task and shows the later ones as steers).
+pub(crate) async fn a_settled_remote_child_of_a_journaled_tree_resumes(owner: &mut Owner) {
+    let dir = Dir::new("settled-resume");
+    let (name, mut process) = owner.worker().await;
+    let tree = journaled_tree(&owner.node, &name, &dir.file("tree.journal")).await;
+    let mut handle = tree
+        .spawn(SpawnRequest::new("runner", "work 1 10"))
         .await
         .unwrap();
-    owner
-        .node
-        .await_peer(&name)
+    let id = handle.id();
+    let first = handle.outcome().await;
+    assert_eq!(first.text.as_deref(), Some("done 1"), "{first:?}");
+    let mut resumed = tree
+        .resume(id, "work 2 10")
         .await
-        .expect("the worker joined");
-    (name, process)
+        .expect("a settled remote child resumes");
+    let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+        .await
+        .expect("the resumed remote child settles");
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("done 1 | steered: work 2 10"),
+        "{outcome:?}"
+    );
+    assert_eq!(root_tokens(&tree), 24);
+    let (live, tokens, edges) = worker_idle(&mut process);
+    assert_eq!((live, tokens, edges), (0, 24, 0));
+    tree.shutdown().await;
+    process.finish();
 }
 
-/// Resumes `id` with `prompt` and waits (at most 20 s) for the resumed run's outcome.
-async fn resumed_outcome(tree: &Tree, id: AgentId, prompt: &str) -> agent_tree::protocol::Outcome {
-    let mut handle = tree
-        .resume(id, prompt)
-        .await
-        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
-    tokio::time::timeout(Duration::from_secs(20), handle.outcome())
-        .await
-        .unwrap_or_else(|_| panic!("the resumed run ({prompt:?}) of {id} settles"))
+/// A settled remote child resumed with an empty prompt continues its conversation on its
+/// node, as a local one does: its node sent the conversation up before the terminal event,
+/// the stand-in's settle kept it, and the resume sends it down again. With a journal the
+/// settle wrote it there (and memory dropped it), so this also reads it back. A resume with a
+/// prompt continues it too, the prompt the next message.
+pub(crate) async fn a_settled_remote_child_resumed_with_an_empty_prompt_continues(
+    owner: &mut Owner,
+) {
+    for journaled in [false, true] {
+        let dir = Dir::new("empty-resume-continues");
+        let (name, mut process) = owner.worker().await;
+        let tree = if journaled {
+            journaled_tree(&owner.node, &name, &dir.file("tree.journal")).await
+        } else {
+            Tree::builder()
+                .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
+                .model(ScriptedModel::new())
+                .node(&owner.node)
+                .build()
+                .await
+                .unwrap()
+        };
+        let mut handle = tree
+            .spawn(SpawnRequest::new("runner", "count"))
+            .await
+            .unwrap();
+        let id = handle.id();
+        let first = handle.outcome().await;
+        assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+        // [count, messages 1]: continued as it was.
+        let mut resumed = tree.resume(id, "").await.expect("an empty resume starts");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
+            .await
+            .expect("the resumed remote child settles");
+        assert_eq!(
+            outcome.text.as_deref(),
+            Some("messages 2"),
+            "journaled {journaled}: {outcome:?}"
+        );
+        // [count, messages 1, messages 2, again].
+        let mut again = tree
+            .resume(id, "again")
+            .await
+            .expect("a resume with a prompt starts");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), again.outcome())
+            .await
+            .expect("the second resume settles");
+        assert_eq!(
+            outcome.text.as_deref(),
+            Some("messages 4"),
+            "journaled {journaled}: {outcome:?}"
+        );
+        tree.shutdown().await;
+        assert!(worker_idle(&mut process).0 == 0, "journaled {journaled}");
+        process.finish();
+    }
 }
 
 /// An empty resume of a resumed remote run continues again, with and without a journal:
 /// `count` answers 1, 2, 3 messages; each run bills 12 tokens, counted once at the root
 /// and once on the worker.
-pub(crate) async fn review5_an_empty_resume_of_a_resumed_remote_run_continues_again(
-    owner: &mut Owner,
-) {
+pub(crate) async fn an_empty_resume_of_a_resumed_remote_run_continues_again(owner: &mut Owner) {
     for journaled in [false, true] {
         let dir = Dir::new("twice");
         let (name, mut process) = owner.worker().await;
         let path = dir.file("tree.journal");
-        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let tree =
+            maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
         let mut handle = tree
             .spawn(SpawnRequest::new("runner", "count"))
             .await
@@ -100,11 +145,11 @@ pub(crate) async fn review5_an_empty_resume_of_a_resumed_remote_run_continues_ag
 /// An aborted remote child's conversation comes up too (the abort is a terminal event of a
 /// top agent): an empty resume continues it on its node, as a local aborted agent's
 /// does, rather than being refused.
-pub(crate) async fn review5_an_aborted_remote_child_resumed_with_an_empty_prompt_continues(
+pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continues(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
-    let tree = owner_tree(&owner.node, &name, None).await;
+    let tree = maybe_journaled_tree(&owner.node, &name, None).await;
     let mut handle = tree
         .spawn(SpawnRequest::new("runner", "work 3 400"))
         .await
@@ -135,11 +180,11 @@ pub(crate) async fn review5_an_aborted_remote_child_resumed_with_an_empty_prompt
 /// A transient remote child fails once, its owner restarts it (a new incarnation, a new
 /// edge), it completes; the empty resume continues the restarted run's conversation (not
 /// refused), and usage still matches the worker's.
-pub(crate) async fn review5_a_restarted_remote_child_resumed_with_an_empty_prompt_continues(
+pub(crate) async fn a_restarted_remote_child_resumed_with_an_empty_prompt_continues(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
-    let tree = super::tree_of(
+    let tree = tree_of(
         owner,
         vec![
             AgentDefinition::new("flaky", "")
@@ -174,7 +219,7 @@ pub(crate) async fn review5_a_restarted_remote_child_resumed_with_an_empty_promp
 
 /// An owner agent resumes its remote child through its `Agent` tool (`resume` with an
 /// empty prompt, `docs/semantics.md`): the child continues its conversation on its node.
-pub(crate) async fn review5_an_owner_agent_resumes_its_remote_child_with_an_empty_prompt(
+pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt(
     owner: &mut Owner,
 ) {
     let (name, mut process) = owner.worker().await;
@@ -189,7 +234,7 @@ pub(crate) async fn review5_an_owner_agent_resumes_its_remote_child_with_an_empt
             Turn::answer("lead done"),
         ]),
     );
-    let tree = super::tree_of(
+    let tree = tree_of(
         owner,
         vec![runner().on_node(&name), lead_of(&["runner"])],
         model,
@@ -220,13 +265,13 @@ pub(crate) async fn review5_an_owner_agent_resumes_its_remote_child_with_an_empt
 
 /// A journaled owner tree shut down after its remote child completed, then built again from
 /// its journal: the empty resume continues the conversation the journal holds.
-pub(crate) async fn review5_a_recovered_tree_continues_a_completed_remote_childs_conversation(
+pub(crate) async fn a_recovered_tree_continues_a_completed_remote_childs_conversation(
     owner: &mut Owner,
 ) {
     let dir = Dir::new("recovered-count");
     let (name, process) = owner.worker().await;
     let path = dir.file("tree.journal");
-    let tree = owner_tree(&owner.node, &name, Some(&path)).await;
+    let tree = maybe_journaled_tree(&owner.node, &name, Some(&path)).await;
     let mut handle = tree
         .spawn(SpawnRequest::new("runner", "count"))
         .await
@@ -236,7 +281,7 @@ pub(crate) async fn review5_a_recovered_tree_continues_a_completed_remote_childs
     assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
     tree.shutdown().await;
     drop(tree);
-    let tree = owner_tree(&owner.node, &name, Some(&path)).await;
+    let tree = maybe_journaled_tree(&owner.node, &name, Some(&path)).await;
     assert_eq!(root_tokens(&tree), 12, "the journaled usage");
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
@@ -251,7 +296,7 @@ pub(crate) async fn review5_a_recovered_tree_continues_a_completed_remote_childs
 /// so an empty resume is refused with the reason, with or without a journal on the owner's
 /// tree. A journal must not turn "no conversation came up" into "an empty conversation to
 /// continue".
-pub(crate) async fn review5_an_empty_resume_continues_a_conversation_over_the_frame_limit_in_parts(
+pub(crate) async fn an_empty_resume_continues_a_conversation_over_the_frame_limit_in_parts(
     owner: &mut Owner,
 ) {
     let mut failures = Vec::new();
@@ -259,7 +304,8 @@ pub(crate) async fn review5_an_empty_resume_continues_a_conversation_over_the_fr
         let dir = Dir::new("over-limit");
         let (name, mut process) = owner.worker().await;
         let path = dir.file("tree.journal");
-        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let tree =
+            maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
         for (bytes, continues) in [(9_437_184usize, true), (26_214_400, false)] {
             let mut handle = tree
                 .spawn(SpawnRequest::new("runner", format!("big {bytes}")))
@@ -312,7 +358,7 @@ pub(crate) async fn review5_an_empty_resume_continues_a_conversation_over_the_fr
 /// last turn boundary is; with its node back under its name, an empty resume continues it
 /// there: four more turns, the model sent the kept messages (the task, then a call and its
 /// result per turn: at least two turns' worth, odd) and its own.
-pub(crate) async fn review5_an_empty_resume_after_the_remote_childs_node_was_killed_continues_there_back(
+pub(crate) async fn an_empty_resume_after_the_remote_childs_node_was_killed_continues_there_back(
     owner: &mut Owner,
 ) {
     for journaled in [false, true] {
@@ -322,14 +368,15 @@ pub(crate) async fn review5_an_empty_resume_after_the_remote_childs_node_was_kil
         let port = worker::free_port();
         let mut old = owner.worker_process(&name, port, "normal", false).await;
         let path = dir.file("tree.journal");
-        let tree = owner_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
+        let tree =
+            maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
         let mut handle = tree
             .spawn(SpawnRequest::new("runner", "steps 4 500"))
             .await
             .unwrap();
         let id = handle.id();
         assert!(
-            super::eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
+            eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
             "two remote turns billed"
         );
         old.kill9();
@@ -358,45 +405,13 @@ pub(crate) async fn review5_an_empty_resume_after_the_remote_childs_node_was_kil
     }
 }
 
-/// A worker whose hosted trees each journal to a file of their own drops a settled top
-/// agent's conversation from memory at its settle; it went up before (turn by turn, and as
-/// the run ended), so the owner's node has it: the empty resume continues it (`count`
-/// answers 2), one with a prompt too (4); usage counts once.
-pub(crate) async fn review5_a_hosted_journal_that_dropped_the_conversation_still_resumes_it(
-    owner: &mut Owner,
-) {
-    let dir = Dir::new("hosted-journal");
-    let (name, mut process) = journaled_unique_worker(owner, &dir.0).await;
-    let tree = owner_tree(&owner.node, &name, None).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "count"))
-        .await
-        .unwrap();
-    let id = handle.id();
-    let first = tokio::time::timeout(Duration::from_secs(20), handle.outcome())
-        .await
-        .expect("the remote child settles");
-    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
-    let outcome = resumed_outcome(&tree, id, "").await;
-    assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
-    let outcome = resumed_outcome(&tree, id, "count").await;
-    assert_eq!(outcome.text.as_deref(), Some("messages 4"), "{outcome:?}");
-    assert_eq!(root_tokens(&tree), 36);
-    let (live, tokens, edges) = worker_idle(&mut process);
-    assert_eq!((live, tokens, edges), (0, 36, 0));
-    tree.shutdown().await;
-    process.finish();
-}
-
 /// A resume whose spawn cannot go down (its prompt is over the body limit) fails without
 /// running on the node; it must not erase the conversation the owner kept from the run
 /// before: the next empty resume still continues it (`count` answers 2), as a local
 /// agent's failed run leaves its conversation for a resume.
-pub(crate) async fn review5_a_resume_that_never_reached_its_node_keeps_the_conversation(
-    owner: &mut Owner,
-) {
+pub(crate) async fn a_resume_that_never_reached_its_node_keeps_the_conversation(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
-    let tree = owner_tree(&owner.node, &name, None).await;
+    let tree = maybe_journaled_tree(&owner.node, &name, None).await;
     let mut handle = tree
         .spawn(SpawnRequest::new("runner", "count"))
         .await

@@ -1,0 +1,186 @@
+//! Scaffolding the scenarios share beyond the harness: a temporary directory, and what the
+//! scenarios comparing a remote agent with a local one (the spec) need: the same worker
+//! model and tools in a local tree on the owner's process, and what a tree keeps of an
+//! agent's conversation, read from its journal (`agent_tree::protocol::replay`), which
+//! holds each agent's last conversation as its cell does.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_tree::cluster::Node;
+use agent_tree::protocol::{AgentDefinition, AgentId, Message, Outcome, SpawnRequest};
+use agent_tree::testkit::ScriptedModel;
+use agent_tree::{Catalog, JournalConfig, Tree};
+
+use super::runner;
+use super::worker;
+
+/// A fresh directory, removed when dropped.
+pub(crate) struct Dir(pub(crate) PathBuf);
+
+impl Dir {
+    pub(crate) fn new(name: &str) -> Dir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "agent-tree-cluster-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a `steps` or `count` run answered: how many messages its last turn was sent.
+pub(crate) fn messages_sent(outcome: &agent_tree::protocol::Outcome) -> usize {
+    outcome
+        .text
+        .as_deref()
+        .and_then(|t| t.strip_prefix("messages "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a count of messages: {outcome:?}"))
+}
+
+/// An owner tree placing `runner` on `worker`, journaled to `journal`.
+pub(crate) async fn owner_tree(node: &Node, worker: &str, journal: &Path) -> Tree {
+    owner_tree_of(node, vec![runner().on_node(worker)], journal).await
+}
+
+/// An owner tree of `definitions` (placed as they say), journaled to `journal`.
+pub(crate) async fn owner_tree_of(
+    node: &Node,
+    definitions: Vec<AgentDefinition>,
+    journal: &Path,
+) -> Tree {
+    Tree::builder()
+        .catalog(Catalog::new(definitions).unwrap())
+        .model(ScriptedModel::new())
+        .node(node)
+        .journal(JournalConfig::new(journal))
+        .build()
+        .await
+        .expect("the owner tree builds")
+}
+
+/// The spec: a local tree with the worker's catalog, model and tools, journaled.
+pub(crate) async fn local_tree(journal: &Path) -> Tree {
+    worker::hosted_tree()
+        .journal(JournalConfig::new(journal))
+        .build()
+        .await
+        .expect("the local tree builds")
+}
+
+/// The journal at `path` replayed (after `tree`'s journal is flushed).
+pub(crate) async fn replayed(tree: &Tree, path: &Path) -> agent_tree::protocol::Replay {
+    tree.flush_journal().await;
+    let bytes = std::fs::read(path).expect("the journal file");
+    agent_tree::protocol::replay(&bytes, None)
+        .unwrap_or_else(|e| panic!("the journal {} replays: {e}", path.display()))
+}
+
+/// The conversation `tree` keeps for `id`, as its journal holds it.
+pub(crate) async fn kept(tree: &Tree, path: &Path, id: AgentId) -> Vec<Message> {
+    replayed(tree, path)
+        .await
+        .conversations
+        .get(&id)
+        .map(|(_, m)| m.to_vec())
+        .unwrap_or_default()
+}
+
+/// A compact rendering of a conversation: role and content per message, tool calls by name.
+pub(crate) fn render(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            let calls: Vec<String> = m.tool_calls.iter().map(|c| c.name.clone()).collect();
+            let content: String = m.content.chars().take(60).collect();
+            format!("{:?}:{content}{calls:?}", m.role)
+        })
+        .collect()
+}
+
+pub(crate) async fn settled(handle: &mut agent_tree::AgentHandle, what: &str) -> Outcome {
+    tokio::time::timeout(Duration::from_secs(30), handle.outcome())
+        .await
+        .unwrap_or_else(|_| panic!("{what} settles"))
+}
+
+/// Runs `n` `count` runners on `tree` to their end first, so the ids of the runner that
+/// follows differ between the owner's tree and its node.
+pub(crate) async fn others_first(tree: &Tree, n: usize) {
+    for _ in 0..n {
+        let mut other = tree
+            .spawn(SpawnRequest::new("runner", "count"))
+            .await
+            .unwrap();
+        settled(&mut other, "an agent before the runner").await;
+    }
+}
+
+/// Resumes `id` with `prompt` and waits for the resumed run's outcome.
+pub(crate) async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
+    let mut handle = tree
+        .resume(id, prompt)
+        .await
+        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
+    settled(&mut handle, "the resumed run").await
+}
+
+fn journaled_tree_builder(node: &Node, worker: &str, path: &Path) -> agent_tree::TreeBuilder {
+    Tree::builder()
+        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
+        .model(ScriptedModel::new())
+        .node(node)
+        .journal(JournalConfig::new(path))
+}
+
+pub(crate) async fn journaled_tree(node: &Node, worker: &str, path: &Path) -> Tree {
+    journaled_tree_builder(node, worker, path)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// An owner tree placing `runner` on `worker`; journaled to `journal` when given.
+pub(crate) async fn maybe_journaled_tree(
+    node: &Node,
+    worker: &str,
+    journal: Option<&Path>,
+) -> Tree {
+    let mut builder = Tree::builder()
+        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
+        .model(ScriptedModel::new())
+        .node(node);
+    if let Some(path) = journal {
+        builder = builder.journal(JournalConfig::new(path));
+    }
+    builder.build().await.expect("the owner tree builds")
+}
+
+/// Resumes `id` with `prompt` and waits (at most 20 s) for the resumed run's outcome.
+pub(crate) async fn resumed_outcome(
+    tree: &Tree,
+    id: AgentId,
+    prompt: &str,
+) -> agent_tree::protocol::Outcome {
+    let mut handle = tree
+        .resume(id, prompt)
+        .await
+        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
+    tokio::time::timeout(Duration::from_secs(20), handle.outcome())
+        .await
+        .unwrap_or_else(|_| panic!("the resumed run ({prompt:?}) of {id} settles"))
+}
