@@ -5,16 +5,19 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod background_children_waits;
 mod events_envelope;
 mod failure_isolation;
 mod fold_rebuilds_snapshot;
 mod journal_questions;
 mod journal_recovery;
 mod journal_writes;
+mod last_turn_refusals;
 mod lifecycle_child_exit;
 mod model_calls_bounded;
 mod model_contract;
 mod model_facing_golden;
+mod model_retries_virtual_time;
 mod output_retention;
 mod records_persist;
 mod research_team;
@@ -35,6 +38,7 @@ mod review_retention;
 mod review_today;
 mod scripted_model_turns;
 mod shutdown_one_deadline;
+mod small_catalogs;
 mod snapshot_render;
 mod supervision_under_faults;
 mod testkit_child_probes;
@@ -54,6 +58,5 @@ mod tools_delegation_entries;
 mod tools_unknown_name;
 mod tracing_spans;
 mod tree_depth_parent;
-mod trial4;
 mod usage_before_settle;
 mod usage_random_trees;

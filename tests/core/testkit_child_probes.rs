@@ -2,10 +2,13 @@
 //! and restart as the probe hands them over, and what its owner reads of it.
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::ToolCall;
-use agent_tree::testkit::{OwnerProbe, Script, ScriptedModel, Turn, pair, probe_children};
+use agent_tree::protocol::{Strategy, ToolCall};
+use agent_tree::testkit::{
+    self, Call, OwnerProbe, Script, ScriptedModel, Target, Turn, pair, probe_children,
+};
 
 use crate::research_team::{agent_call, team};
+use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::{catalog, delegator, leaf};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
@@ -259,5 +262,104 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
     assert!(turn.last_message().unwrap().content.contains("B, C"));
     turn.answer_text("done", Usage::ZERO);
     assert_eq!(lead.outcome().await.text.as_deref(), Some("done"));
+    tree.shutdown().await;
+}
+
+/// A probed child that fails restarts under its owner's one_for_one; the probe sees
+/// its restarted first turn through `expect_spawn` (incarnation 2), with the same prompt.
+#[tokio::test(start_paused = true)]
+async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_run() {
+    let lead = ScriptedModel::new().script(
+        "triage",
+        Script::new([Turn::spawn("tech", "fix login"), Turn::answer("fixed")]),
+    );
+    let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
+    let catalog = Catalog::new([
+        AgentDefinition::new("triage", "")
+            .with_allowed_subagents(SubagentAllowance::only(["tech"]))
+            .with_supervision(Strategy::OneForOne, 3, 5_000),
+        AgentDefinition::new("tech", "").with_restart(RestartPolicy::Transient),
+    ])
+    .unwrap();
+    let tree = Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut triage = tree
+        .spawn(SpawnRequest::new("triage", "ticket"))
+        .await
+        .unwrap();
+    let first = techs.expect_spawn().await;
+    assert_eq!((first.incarnation(), first.run()), (1, 1));
+    first.fails(ModelError::new("segfault"));
+    let second = techs.expect_spawn().await;
+    assert_eq!((second.incarnation(), second.run()), (2, 2));
+    assert_eq!(second.prompt(), "fix login");
+    second.returns("driver updated", Usage::tokens(3, 1));
+    let outcome = triage.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("fixed"));
+    tree.shutdown().await;
+}
+
+/// Docs/testing.md: "a foreground `Agent` call returns `{"status": "asking", ...}`"
+/// when a probe child asks; the owner's steer is the answer; the owner reads the result
+/// later with `get_subagent_result`.
+#[tokio::test(start_paused = true)]
+async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call() {
+    let (owner_model, mut owner_calls) = testkit::pair();
+    let (model, mut techs) = testkit::probe_children(owner_model, ["tech"]);
+    let tree = Tree::builder()
+        .catalog(triage_catalog())
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut triage = tree
+        .spawn(SpawnRequest::new("triage", "ticket"))
+        .await
+        .unwrap();
+    owner_calls
+        .expect_turn_of(triage.id())
+        .await
+        .calls([Call::spawn("tech", "crash on login")], Usage::tokens(5, 1));
+    let tech = techs.expect_spawn().await;
+    let tech_id = tech.id();
+    tech.asks("which OS?", Usage::tokens(2, 1));
+
+    let t2 = owner_calls.expect_turn_of(triage.id()).await;
+    // The Agent call's result is the tool message; a question notice follows it (the
+    // model reads the question twice: see the report's friction list).
+    let result = t2
+        .messages()
+        .iter()
+        .rfind(|m| m.role == agent_tree::protocol::Role::Tool)
+        .unwrap();
+    let result = tool_json(&result.content);
+    assert_eq!(result["status"], "asking", "{result}");
+    assert_eq!(result["question"], "which OS?", "{result}");
+    t2.calls(
+        [Call::steer(Target::Spawned(0), "linux")],
+        Usage::tokens(5, 1),
+    );
+
+    let tech2 = techs.expect_turn().await;
+    assert_eq!(tech2.agent(), tech_id);
+    assert!(tech2.last_message().unwrap().content.contains("linux"));
+    tech2.answer_text("reinstall the driver", Usage::tokens(2, 1));
+
+    let t3 = owner_calls.expect_turn_of(triage.id()).await;
+    t3.calls([Call::result(Target::Spawned(0))], Usage::tokens(5, 1));
+    let t4 = owner_calls.expect_turn_of(triage.id()).await;
+    let all = t4
+        .messages()
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(all.contains("reinstall the driver"), "{all}");
+    t4.answer_text("done", Usage::ZERO);
+    assert_eq!(triage.outcome().await.text.as_deref(), Some("done"));
     tree.shutdown().await;
 }

@@ -11,6 +11,7 @@ use agent_tree::testkit::{
 };
 
 use crate::research_team::{team, team_script};
+use crate::small_catalogs::one_worker;
 use crate::support::{catalog, leaf};
 
 /// Rule (faults.rs, `fail_with_probability`): "Fails each call with `probability`". A retry
@@ -171,5 +172,54 @@ async fn a_dropped_kill_switch_is_disarmed() {
     drop(switch);
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     assert_eq!(lead.outcome().await.status, AgentStatus::Completed);
+    tree.shutdown().await;
+}
+
+/// Rule: the faults of a `FaultyModel` plan compose (actors/src/testkit/faults.rs,
+/// `FaultyModel::slow`: "Delays every call by `delay`"; `FaultyModel::fail_at_turn`: "Fails
+/// turn `turn` of every run with `error`"; the `FaultyModel` example chains
+/// `.fail_at_turn(..).only_for(..).fail_with_probability(..).slow(..)`): `.slow(1 s)` placed
+/// before `.fail_at_turn(1, e)` delays turn 1 by 1 s, then fails it.
+// regression: only the first fault that applied once acted, so a `Slow` shadowed every
+// fault after it and the agent completed.
+#[tokio::test(start_paused = true)]
+async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
+    let model =
+        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
+            .slow(Duration::from_secs(1))
+            .fail_at_turn(1, ModelError::new("crash"));
+    let tree = Tree::builder()
+        .catalog(one_worker())
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let outcome = w.outcome().await;
+    assert_eq!(started.elapsed(), Duration::from_secs(1), "slowed");
+    assert_eq!(
+        outcome.status,
+        AgentStatus::Failed,
+        "fail_at_turn(1) ignored: {outcome:?}"
+    );
+    tree.shutdown().await;
+}
+
+/// The other order, `.fail_at_turn(1, e)` then `.slow(1 s)`, fails turn 1 too.
+#[tokio::test(start_paused = true)]
+async fn a_failure_planned_before_a_slow_fault_fails() {
+    let model =
+        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
+            .fail_at_turn(1, ModelError::new("crash"))
+            .slow(Duration::from_secs(1));
+    let tree = Tree::builder()
+        .catalog(one_worker())
+        .model(model)
+        .build()
+        .await
+        .unwrap();
+    let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(w.outcome().await.status, AgentStatus::Failed);
     tree.shutdown().await;
 }

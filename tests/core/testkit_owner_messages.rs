@@ -7,7 +7,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    Call, OwnerMessage, OwnerProbe, Script, ScriptedModel, Turn, kill_when, probe_children,
+    self, Call, OwnerMessage, OwnerProbe, Script, ScriptedModel, Turn, kill_when, probe_children,
 };
 
 use crate::research_team::team;
@@ -429,6 +429,54 @@ async fn a_question_fished_past_is_refused() {
         result.content.contains("passed over this question"),
         "{}",
         result.content
+    );
+    tree.shutdown().await;
+}
+
+/// Rule (actors/src/testkit/owner.rs, `OwnerMessage::Restarted`): "The agent's supervisor
+/// restarted it as run `run`" (described "restarted as run N"); docs/semantics.md: "A model
+/// request's `incarnation` counts restarts only; its `run` counts restarts and resumes".
+/// After run 1, a resume (run 2) that fails and is restarted is `Restarted { run: 3 }`, as
+/// the model's next call says run 3.
+// regression: the probe once reported the incarnation (`run: 2`), equal to the run only
+// while nothing was resumed.
+#[tokio::test(start_paused = true)]
+async fn the_owner_probes_restart_after_a_resume_names_the_run() {
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::answer("one"),
+            Turn::fail("crash"),
+            Turn::answer("three"),
+        ]),
+    );
+    let catalog =
+        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
+            .unwrap();
+    let (tree, mut owner) =
+        testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model.clone()))
+            .await
+            .unwrap();
+    let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
+    assert_eq!(owner.expect_result().await.text.as_deref(), Some("one"));
+    tree.idle().await;
+    tree.resume(w, "again").await.unwrap();
+    let failed = owner.expect_result().await;
+    assert_eq!(failed.status, AgentStatus::Failed, "{failed:?}");
+    let restarted = owner
+        .expect_message("a restart", |m| {
+            matches!(m, testkit::OwnerMessage::Restarted { .. })
+        })
+        .await;
+    assert_eq!(owner.expect_result().await.text.as_deref(), Some("three"));
+    let runs: Vec<u32> = model.log_of(w).iter().map(|c| c.run).collect();
+    assert_eq!(runs, [1, 2, 3]);
+    let testkit::OwnerMessage::Restarted { run } = restarted else {
+        unreachable!()
+    };
+    assert_eq!(
+        run, 3,
+        "the restarted run's number (its model calls say run 3)"
     );
     tree.shutdown().await;
 }
