@@ -330,7 +330,7 @@ async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call
 
     let t2 = owner_calls.expect_turn_of(triage.id()).await;
     // The Agent call's result is the tool message; a question notice follows it (the
-    // model reads the question twice: see the report's friction list).
+    // model reads the question twice).
     let result = t2
         .messages()
         .iter()
