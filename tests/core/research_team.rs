@@ -9,7 +9,7 @@ use agent_tree::Catalog;
 use agent_tree::protocol::{ToolCall, Usage};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
-pub(crate) const LEAD: &str = "\
+const LEAD: &str = "\
 ---
 name: lead
 description: Leads a research task.
@@ -21,7 +21,7 @@ restart_period_ms: 5000
 You lead research. Delegate searching to `searcher` and summarizing to `summarizer`.
 ";
 
-pub(crate) const SUMMARIZER: &str = "\
+const SUMMARIZER: &str = "\
 ---
 name: summarizer
 description: Summarizes sources.
@@ -29,7 +29,7 @@ description: Summarizes sources.
 You summarize what you are given in three sentences.
 ";
 
-pub(crate) fn searcher(restart: &str) -> String {
+fn searcher(restart: &str) -> String {
     format!(
         "---\nname: searcher\ndescription: Finds sources.\nrestart: {restart}\n---\nYou find sources.\n"
     )
@@ -56,6 +56,7 @@ pub(crate) fn team(searcher_restart: &str) -> Catalog {
     loaded.catalog
 }
 
+/// A raw `Agent` tool call spawning `agent_type` with `prompt`, as a driven lead makes it.
 pub(crate) fn agent_call(id: &str, agent_type: &str, prompt: &str) -> ToolCall {
     ToolCall::new(
         id,
