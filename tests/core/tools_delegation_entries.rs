@@ -1,9 +1,8 @@
-//! Review 32: Claude Code's delegation entries in `tools` (`Agent`, `Task`,
-//! `Agent(writer, reviewer)`) end to end: serde (JSON, YAML) and agent files, the serde
-//! `remote = "Self"` wrapper and its `unwritten_allowance` sentinel, `Catalog::new`,
-//! `Catalog::tool_problems`, and what a scripted model is offered in a real tree.
-//! Each failing test is a defect (expected, actual, the doc line, the suspected cause); the
-//! tests marked GUARD pass and hold claims next to them.
+//! Claude Code's delegation entries in `tools` (`Agent`, `Task`, `Agent(writer, reviewer)`)
+//! end to end: serde (JSON, YAML) and agent files, the serde `remote = "Self"` wrapper and
+//! its `unwritten_allowance` sentinel, `Catalog::new`, `Catalog::tool_problems`, and what a
+//! scripted model is offered in a real tree. Each test states the rule it holds and the doc
+//! line that promises it.
 
 use std::path::Path;
 
@@ -79,17 +78,14 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
 /// "null is the field's default". docs/semantics.md: "A definition without
 /// `allowed_subagents` gets what they grant (a bare `Agent` every type)".
 ///
-/// Expected: `"allowed_subagents": null` (JSON) and `allowed_subagents: ~` (YAML through
+/// Rule: `"allowed_subagents": null` (JSON) and `allowed_subagents: ~` (YAML through
 /// serde_yaml_ng) beside `tools: [Agent, Read]` read as the field left out: the bare `Agent`
 /// grants every type, as it does in an agent file with `allowed_subagents: ~` and in JSON
-/// without the field; end to end, the lead is offered `Agent` and may spawn `writer`.
-/// Actual: through serde the null is taken for a *written* `none`: the bare `Agent` defers to
-/// it, `allowed_subagents` is `None`, the lead is offered no `Agent` tool — the same text
-/// means delegation in a file and none through serde.
-/// Cause: protocol/src/words.rs `WordsVisitor::visit_unit`/`visit_none` return
-/// `T::default()` (`SubagentAllowance::None`), not the `unwritten_allowance` sentinel, so
-/// protocol/src/definition.rs `<AgentDefinition as Deserialize>::deserialize` sees
-/// `None != unwritten_allowance()` and calls `apply_delegation_entries_beside(true)`.
+/// without the field; end to end, the lead is offered `Agent` and may spawn `writer`. The
+/// same text means the same delegation in a file and through serde.
+// regression: serde's null once read as a *written* `none` (protocol/src/words.rs
+// `WordsVisitor::visit_unit`/`visit_none` returned the default, not the
+// `unwritten_allowance` sentinel).
 #[tokio::test(start_paused = true)]
 async fn a_null_allowed_subagents_beside_a_bare_agent_is_left_out() {
     let left_out = json(r#"{"name": "lead", "tools": ["Agent", "Read"]}"#);
@@ -133,17 +129,13 @@ async fn a_null_allowed_subagents_beside_a_bare_agent_is_left_out() {
 /// "one rule for every format: JSON and YAML decoded through serde (the `Deserialize` impls
 /// of ... [`AgentDefinition`])".
 ///
-/// Expected: an application decoding a definition inside its own config the usual way —
+/// Rule: an application decoding a definition inside its own config the usual way —
 /// `#[serde(deserialize_with = "AgentDefinition::deserialize")]`, or
 /// `AgentDefinition::deserialize(d)` inside its own `Deserialize` impl — gets the same
-/// definition as `serde_json::from_str::<AgentDefinition>`: the bare `Agent` grants every type.
-/// Actual: the path `AgentDefinition::deserialize` resolves to the *inherent* `pub fn` the
-/// `remote = "Self"` derive wrote (inherent functions shadow trait ones), which skips the
-/// wrapper: the definition comes back with the internal sentinel
-/// `allowed_subagents: Only([])` leaked, and its delegation entries unapplied (the lead may
-/// spawn nothing). Written back it reads `allowed_subagents: []`.
-/// Cause: protocol/src/definition.rs `#[serde(default, remote = "Self")]` on the public
-/// `AgentDefinition` (the derive's inherent `deserialize` has the struct's `pub` visibility).
+/// definition as `serde_json::from_str::<AgentDefinition>`: the bare `Agent` grants every
+/// type, and the internal `unwritten_allowance` sentinel never leaks.
+// regression: the path once resolved to the inherent `pub fn` the `remote = "Self"` derive
+// wrote (inherent functions shadow trait ones), skipping the wrapper.
 #[test]
 fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
     #[derive(serde::Deserialize)]
@@ -166,16 +158,12 @@ fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
 /// (`Agent`, ...) are never problems". Claude Code's own `disallowedTools: Task` removes the
 /// (then) Task tool, i.e. delegation.
 ///
-/// Expected: a Claude Code file with `tools: Task, Read` and `disallowed_tools: Task` — the
+/// Rule: a Claude Code file with `tools: Task, Read` and `disallowed_tools: Task` — the
 /// entry granting delegation by its older name, the deny taking it away by the same name —
 /// gives an agent no `Agent` tool, and `tool_problems` stays quiet about the deny (`Task`
 /// names delegation in `tools`, so it names it in `disallowed_tools`).
-/// Actual: the deny of `Task` denies nothing — the agent is offered `Agent` and may spawn
-/// every type — and `tool_problems` reports `Task` in `disallowed_tools` as an unknown tool.
-/// Cause: actors/src/policy/capability.rs `denies`/`deny_names` compare the deny with
-/// `AGENT_TOOL` (`Agent`) only, and actors/src/catalog.rs `tool_problems_of` checks deny
-/// names against `RESERVED_TOOLS`, none of which knows `Task` (or `Agent(...)`) as
-/// delegation (`is_delegation_entry` is consulted for `tools` only).
+// regression: the deny was once compared with `Agent` only (actors/src/policy/capability.rs)
+// and `Task` in `disallowed_tools` reported as an unknown tool.
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_task_denies_the_delegation_task_grants() {
     let lead = parse("tools: Task, Read\ndisallowed_tools: Task").unwrap();
@@ -197,15 +185,11 @@ async fn a_deny_of_task_denies_the_delegation_task_grants() {
 /// `parse`: "Fields whose value could not be read: they kept their default, which the
 /// definition check must not be asked to judge".
 ///
-/// Expected: `tools: Agent(writer), Read` with a malformed `allowed_subagents: 5` is one
-/// error, of `allowed_subagents` (expected names, found 5): `tools` is fine, and nothing was
-/// written the entries could disagree with.
-/// Actual: a second error of `tools`: "its `Agent(...)` entries grant writer but
-/// `allowed_subagents` allows no type" — the unread field's default (`none`) is judged as if
-/// written, blaming a correct `tools` for a value the file never wrote.
-/// Cause: actors/src/catalog/frontmatter.rs `parse` sets `allowed_written` before `apply`
-/// fails and calls `apply_delegation_entries_beside(allowed_written)` even when
-/// `allowed_subagents` is in `unread`.
+/// Rule: `tools: Agent(writer), Read` with a malformed `allowed_subagents: 5` is one error,
+/// of `allowed_subagents` (expected names, found 5): `tools` is fine, and nothing was written
+/// the entries could disagree with. An unread field's default is never judged as if written.
+// regression: actors/src/catalog/frontmatter.rs `parse` once checked the entries against
+// the unread field's default (`none`) and blamed `tools`.
 #[test]
 fn an_unreadable_allowed_subagents_does_not_make_tools_an_error() {
     let err = parse("tools: Agent(writer), Read\nallowed_subagents: 5").unwrap_err();
@@ -228,15 +212,11 @@ fn field_of(err: &CatalogError) -> String {
 /// agent types, allowlist entries included, in the catalog"; docs/semantics.md: "entries
 /// naming a type it does not allow are an error of `tools`".
 ///
-/// Expected: `tools: Agent(Writer), Read` beside `allowed_subagents: [writer]` names the
-/// type `writer`, which the allowance allows (by the rule every type name follows, `Writer`
-/// and `writer` are the one type `writer`): the file loads, and the lead may spawn `writer`.
-/// Actual: refused, "its `Agent(...)` entries grant Writer but `allowed_subagents` allows
-/// writer" — while `allowed_subagents: [Writer]` alone, or `Agent(Writer)` alone, both reach
-/// the type `writer` at run time.
-/// Cause: protocol/src/definition.rs `apply_delegation_entries_beside` compares the entry's
-/// types with the allowance by exact string (`allowed.contains(t)`), not by the rule names
-/// of agent types are matched with (`Catalog::resolve_for`).
+/// Rule: `tools: Agent(Writer), Read` beside `allowed_subagents: [writer]` names the type
+/// `writer`, which the allowance allows (by the rule every type name follows, `Writer` and
+/// `writer` are the one type `writer`): the file loads, and the lead may spawn `writer`.
+// regression: `apply_delegation_entries_beside` once compared entries with the allowance by
+// exact string, not by the rule agent type names are matched with (`Catalog::resolve_for`).
 #[tokio::test(start_paused = true)]
 async fn entries_and_allowance_naming_one_type_in_two_cases_agree() {
     let lead = parse("tools: Agent(Writer), Read\nallowed_subagents: [writer]")
@@ -248,14 +228,14 @@ async fn entries_and_allowance_naming_one_type_in_two_cases_agree() {
     );
 }
 
-/// GUARD. Doc (docs/semantics.md): "A definition without `allowed_subagents` gets what they
+/// Doc (docs/semantics.md): "A definition without `allowed_subagents` gets what they
 /// grant (... else the named types)"; "orchestration names ... are left to the delegation
 /// rule"; `Catalog::tool_problems`: orchestration names "are never problems". A Claude Code
 /// file, its JSON and its YAML round trips: `Agent(writer)` grants `writer` only (spawning
 /// `reviewer` is refused), the model is offered `Agent` and no tool named after the entry,
 /// and `tool_problems` is quiet.
 #[tokio::test(start_paused = true)]
-async fn guard_named_entry_grants_only_its_types_in_every_format() {
+async fn a_named_entry_grants_only_its_types_in_every_format() {
     let lead = parse("tools: Agent(writer), Task, Read").unwrap();
     // A bare `Task` beside `Agent(writer)` grants every type.
     assert_eq!(lead.allowed_subagents, SubagentAllowance::All);
@@ -281,10 +261,10 @@ async fn guard_named_entry_grants_only_its_types_in_every_format() {
     );
 }
 
-/// GUARD. Doc (docs/semantics.md, "Delegation"/"Agent files and tool names"): an explicit
+/// Doc (docs/semantics.md, "Delegation"/"Agent files and tool names"): an explicit
 /// deny always wins, and an isolated agent never delegates, whatever else it says.
 #[tokio::test(start_paused = true)]
-async fn guard_deny_and_isolated_win_over_entries() {
+async fn a_deny_and_isolation_win_over_delegation_entries() {
     for frontmatter in [
         "tools: Agent(writer), Read\ndisallowed_tools: Agent",
         "tools: Agent, Read\nisolated: true",
@@ -304,14 +284,12 @@ async fn guard_deny_and_isolated_win_over_entries() {
 /// every definition against its allowance as it stands (a definition built in code writes its
 /// own, so entries naming types it does not allow are an error there too)".
 ///
-/// Expected: a definition built in code with `tools: [Agent(writer), Read]` (no allowance
+/// Rule: a definition built in code with `tools: [Agent(writer), Read]` (no allowance
 /// written) and `max_turns: 0` is refused for both fields: `tools` (the entry names a type the
 /// allowance does not allow) and `max_turns` (at least 1), as a file with the same two faults
 /// reports both.
-/// Actual: only `tools` is reported; the definition check is never run on it, so the
-/// `max_turns` fault shows up only once `tools` is fixed.
-/// Cause: actors/src/catalog.rs `Catalog::new` `continue`s after the
-/// `apply_delegation_entries_beside(true)` error, skipping `check(&definition)`.
+// regression: `Catalog::new` once skipped the definition check after the entries' error, so
+// the `max_turns` fault showed up only once `tools` was fixed.
 #[test]
 fn a_catalog_reports_every_refused_field_beside_a_disagreeing_entry() {
     let lead = AgentDefinition::new("lead", "You lead.")
@@ -341,14 +319,17 @@ fn a_catalog_reports_every_refused_field_beside_a_disagreeing_entry() {
     );
 }
 
-/// GUARD. Doc (docs/semantics.md, "Agent files and tool names"): `Catalog::load_dirs` loads
+/// Doc (docs/semantics.md, "Agent files and tool names"): `Catalog::load_dirs` loads
 /// the Claude Code and pi fixture directories (their broken files aside) beside a lead whose `tools` holds
 /// `Agent(code-reviewer)`: no problem of the lead's file, the lead's allowance is that type, `tool_problems`
 /// says nothing of the entry, and in a tree the lead spawns `code-reviewer` and is refused
 /// `scout` (a pi type outside the allowance).
 #[tokio::test(start_paused = true)]
-async fn guard_fixture_directories_beside_a_claude_lead() {
-    let dir = std::env::temp_dir().join(format!("agent-tree-review32-{}", std::process::id()));
+async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type() {
+    let dir = std::env::temp_dir().join(format!(
+        "agent-tree-delegation-entries-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
