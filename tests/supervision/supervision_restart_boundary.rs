@@ -12,7 +12,7 @@ use agent_tree::protocol::{EventKind, RestartPolicy};
 use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn};
 
 use crate::support::harness::tree;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{catalog, leaf, within};
 

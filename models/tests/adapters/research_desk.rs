@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_tree_actors::{FnTool, ModelError, ToolError, Tree};
+use agent_tree_actors::{FnTool, ToolError, Tree};
 use agent_tree_models::Anthropic;
 use agent_tree_protocol::{
     AgentId, AgentRecord, AgentStatus, EndReason, EventKind, Fold, ModelErrorKind, SpawnRequest,
