@@ -301,8 +301,6 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// Resume continues the agent's conversation: a run that was killed (`Tree::kill`) is not
 /// silently replaced by an older run's conversation.
 #[tokio::test(start_paused = true)]

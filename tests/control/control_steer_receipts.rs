@@ -155,8 +155,6 @@ async fn steering_the_root_or_an_unknown_id_is_refused_alike() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A steer to a draining (completing) agent is refused: no turn would ever read it.
 #[tokio::test(start_paused = true)]
 async fn a_steer_to_a_completing_agent_is_refused() {

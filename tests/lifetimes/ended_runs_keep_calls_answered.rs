@@ -86,7 +86,8 @@ async fn shut_down_then_resumed(hooks: bool) -> Vec<Message> {
 /// keeps every call answered: each gets the result it had (`quick`'s) or `not answered`
 /// before anything else is added, so the conversation its resume sends has a result right
 /// after each call, as providers require.
-// regression: running the shutdown hooks once dropped the turn's call table, so no call was answered.
+// regression: running the shutdown hooks once dropped the turn's call table, so no call was
+// answered.
 #[tokio::test(start_paused = true)]
 async fn a_subtree_shutdown_with_hooks_keeps_every_call_answered() {
     let messages = shut_down_then_resumed(true).await;
@@ -259,7 +260,8 @@ fn every_end_with_calls_out_keeps_them_answered_mt() {
 /// journal and resumes `lead`. The conversation its resumed run is sent has each call's
 /// result (`quick`'s real one kept) before the unread steer, so the journaled conversation
 /// can be resumed against any provider.
-// regression: the hooks once dropped the call table, and the journal kept the calls without results.
+// regression: the hooks once dropped the call table, and the journal kept the calls without
+// results.
 #[tokio::test(start_paused = true)]
 async fn a_journaled_tree_shutdown_with_hooks_keeps_every_call_answered() {
     let dir = crate::support::journal::TempDir::new("journaled_calls_answered");

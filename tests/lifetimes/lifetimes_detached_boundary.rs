@@ -280,8 +280,6 @@ async fn a_subtree_shutdown_of_its_owner_reaches_a_detached_child() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A detached child from an earlier incarnation, resumed by the restarted owner, is still
 /// detached: the owner's end does not abort it.
 #[tokio::test(start_paused = true)]

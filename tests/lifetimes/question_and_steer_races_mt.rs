@@ -365,7 +365,8 @@ async fn steer_kept_then_killed(
 /// resume and announced `steered` once, and a kill while the agent waits for its children to
 /// settle does not lose it: the outcome already decided stays, and the resumed run reads the
 /// steer exactly once, with every call answered.
-// regression: the kill once settled the run with the last turn boundary's conversation, and the resume dropped the kept copy.
+// regression: the kill once settled the run with the last turn boundary's conversation, and the
+// resume dropped the kept copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_steer_survives_a_kill_while_children_settle_then_a_resume_mt() {
     let (mut lost, mut counted) = (Vec::new(), 0);

@@ -66,7 +66,7 @@ fn an_start(input: u64, read: u64) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// Defects
+// What providers and proxies send beside the reference format
 // ---------------------------------------------------------------------------------------
 
 /// Mistral (magistral) and other compatible servers stream `delta.content` as an array of
@@ -276,7 +276,7 @@ async fn a_leading_bom_of_an_event_stream_is_stripped() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guards (pass today)
+// Framing, event kinds and streams that end early
 // ---------------------------------------------------------------------------------------
 
 /// An OpenAI stream in awkward framing: CRLF and bare CR endings, `data:` without a space,
@@ -463,6 +463,10 @@ async fn openai_stream_without_finish_is_transient() {
     assert_eq!(error.kind, ModelErrorKind::Transient);
     assert_eq!(sink.streamed_text(), "Hel");
 }
+
+// ---------------------------------------------------------------------------------------
+// JSON bodies in a stream, within and past `max_response_bytes`
+// ---------------------------------------------------------------------------------------
 
 const MAX: usize = 1024;
 
