@@ -2,7 +2,8 @@
 //! resuming a settled child continues its conversation (the next model call sees the old
 //! messages and the new prompt); children spawned during a resumed run never outlive it,
 //! whatever the definition's settle policy; and only the owner may resume. Resuming a run
-//! that was killed continues that run's conversation, not an older one.
+//! that was killed continues that run's conversation, not an older one. An empty resume
+//! continues too: a blank task is refused for new agents only.
 
 use agent_tree::testkit::EventProbe;
 use std::time::Duration;
@@ -16,6 +17,15 @@ use serde_json::json;
 
 fn resume(id: &str, prompt: &str) -> Call {
     Call::tool("Agent", json!({ "resume": id, "prompt": prompt }))
+}
+
+fn boss_slow_and_quick() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
+        AgentDefinition::new("slow", ""),
+        AgentDefinition::new("quick", ""),
+    ])
+    .unwrap()
 }
 
 fn catalog() -> Catalog {
@@ -291,8 +301,6 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// Resume continues the agent's conversation: a run that was killed (`Tree::kill`) is not
 /// silently replaced by an older run's conversation.
 #[tokio::test(start_paused = true)]
@@ -323,4 +331,51 @@ async fn resuming_a_killed_run_keeps_that_runs_conversation() {
         texts.contains(&"task two".to_owned()),
         "the killed run's prompt vanished from the resumed conversation: {texts:?}"
     );
+}
+
+/// An empty resume of a settled top agent (`Tree::resume`) and of a child (the `Agent` tool)
+/// continues the conversation; a blank task, empty or whitespace-only, is refused for new
+/// agents only.
+#[tokio::test(start_paused = true)]
+async fn an_empty_resume_continues_while_a_new_agents_blank_task_is_refused() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn("quick", "one"),
+                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::answer("boss done"),
+                Turn::answer("boss again"),
+            ]),
+        )
+        .script(
+            "quick",
+            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+        );
+    let model = RecordingModel::new(scripted);
+    let tree = tree(model.clone(), boss_slow_and_quick(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let third = &model.calls_of(a(1))[2].messages;
+    assert!(
+        third
+            .iter()
+            .any(|m| m.role == Role::Tool && m.content.contains("second done")),
+        "the child's empty resume did not run: {third:#?}"
+    );
+    let mut handle = tree
+        .resume(a(1), "")
+        .await
+        .expect("an empty resume is taken");
+    let again = handle.outcome().await;
+    assert_eq!(again.text.as_deref(), Some("boss again"), "{again:?}");
+    // Blank tasks for new agents are refused; whitespace-only too.
+    for blank in ["", "  \n\t"] {
+        let err = tree
+            .spawn(SpawnRequest::new("quick", blank))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SpawnError::InvalidRequest(_)), "{err:?}");
+    }
+    tree.shutdown().await;
 }

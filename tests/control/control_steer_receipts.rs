@@ -5,7 +5,7 @@
 //! A steer to a completing agent is refused, and one delivered during what turns out to be
 //! the last turn is read in one more turn (or refused). A `delivered` steer is never lost,
 //! from a tool or the application, even as the agent's run ends (paused time, and looped on
-//! worker threads).
+//! worker threads). An agent queued for a pool slot starts with its task.
 
 use agent_tree::testkit::EventProbe;
 use std::time::Duration;
@@ -19,6 +19,15 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
+
+fn boss_slow_and_quick() -> Catalog {
+    Catalog::new([
+        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
+        AgentDefinition::new("slow", ""),
+        AgentDefinition::new("quick", ""),
+    ])
+    .unwrap()
+}
 
 fn worker_and_blocker() -> Catalog {
     Catalog::new([
@@ -145,8 +154,6 @@ async fn steering_the_root_or_an_unknown_id_is_refused_alike() {
     }
     tree.shutdown().await;
 }
-
-// Review regressions: each test below holds a defect a review of the runtime found.
 
 /// A steer to a draining (completing) agent is refused: no turn would ever read it.
 #[tokio::test(start_paused = true)]
@@ -420,6 +427,40 @@ async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost(
         "defect 5: the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
          reading it",
         got.status
+    );
+    tree.shutdown().await;
+}
+
+/// A background top agent queued for a pool slot starts from its kept spec, with its task as
+/// its first user message.
+#[tokio::test(start_paused = true)]
+async fn a_queued_background_agent_starts_with_its_task() {
+    let scripted = ScriptedModel::new().script(
+        "slow",
+        Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
+    );
+    let model = RecordingModel::new(scripted);
+    let mut config = TreeConfig::default();
+    config.max_concurrent = 1;
+    let tree = tree(model.clone(), boss_slow_and_quick(), config).await;
+    let mut first = SpawnRequest::new("slow", "first task");
+    first.background = Some(true);
+    let mut second = SpawnRequest::new("slow", "second task");
+    second.background = Some(true);
+    let mut h1 = tree.spawn(first).await.unwrap();
+    let mut h2 = tree.spawn(second).await.unwrap();
+    assert_eq!(tree.record(h2.id()).unwrap().status, AgentStatus::Queued);
+    assert!(h1.outcome().await.is_completed());
+    assert!(h2.outcome().await.is_completed());
+    idle(&tree).await;
+    let calls = model.calls_of(h2.id());
+    assert!(
+        calls[0]
+            .messages
+            .iter()
+            .any(|m| m.role == Role::User && m.content == "second task"),
+        "{:#?}",
+        calls[0].messages
     );
     tree.shutdown().await;
 }

@@ -1,7 +1,9 @@
 //! Waiting and results: a wait that times out (`get_subagent_result` with `wait` and
 //! `timeout_ms`) answers `running` and never cancels the child, which completes later;
 //! results are kept until read and reading never removes them; and a background child's
-//! completion notice still reaches its owner after a wait on it was cut short.
+//! completion notice still reaches its owner after a wait on it was cut short. A notice is
+//! taken back only for the run whose result a tool gave the model: a peek of a running child,
+//! or a read of a later run, takes back nothing.
 
 use std::time::Duration;
 
@@ -30,6 +32,15 @@ fn timed_wait(id: &str, ms: u64) -> Call {
 
 fn noop() -> Call {
     Call::tool("noop", json!({}))
+}
+
+fn noticed(messages: &[agent_tree::protocol::Message], id: &str, text: &str) -> bool {
+    messages.iter().any(|m| {
+        m.role == Role::User
+            && m.content
+                .starts_with(&format!(r#"{{"agent_id":"{id}","notice":"subagent_ended""#))
+            && m.content.contains(text)
+    })
 }
 
 fn ms_since_epoch(tree: &Tree, at: tokio::time::Instant) -> u128 {
@@ -229,4 +240,120 @@ async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_
         }
         tree.shutdown().await;
     }
+}
+
+/// A peek (no wait) while the child still runs reads no result, so it takes back no notice:
+/// when the child then ends during a later model turn whose tools do not read it, its end
+/// notice reaches the owner.
+#[tokio::test(start_paused = true)]
+async fn a_peek_while_the_child_runs_does_not_take_back_its_later_end_notice() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("slow", "take your time"),
+                Turn::calls([Call::peek(a(2))]),
+                Turn::calls([noop()]).after(Duration::from_millis(600)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "slow",
+            Script::new([Turn::answer("slow done").after(Duration::from_millis(300))]),
+        );
+    let model = RecordingModel::new(scripted);
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let fourth = &model.calls_of(a(1))[3].messages;
+    assert!(noticed(fourth, "a2", "slow done"), "{fourth:#?}");
+    tree.shutdown().await;
+}
+
+/// Reading a result takes back the notice of that run only: a child whose first result was
+/// read, resumed in the background and ending again during a model turn that does not read
+/// it, is noticed for its second end, and its read first result is not noticed again.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("quick", "one"),
+                Turn::calls([Call::result(a(2))]).after(Duration::from_millis(50)),
+                Turn::calls([Call::tool(
+                    "Agent",
+                    json!({ "resume": "a2", "prompt": "again", "background": true }),
+                )]),
+                Turn::calls([noop()]).after(Duration::from_millis(200)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "quick",
+            Script::new([
+                Turn::answer("first done"),
+                Turn::answer("second done").after(Duration::from_millis(50)),
+            ]),
+        );
+    let model = RecordingModel::new(scripted);
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let calls = model.calls_of(a(1));
+    let fifth = &calls[4].messages;
+    assert!(noticed(fifth, "a2", "second done"), "{fifth:#?}");
+    assert!(
+        !noticed(fifth, "a2", "first done"),
+        "the read result is not noticed"
+    );
+    tree.shutdown().await;
+}
+
+/// A notice is taken back only for a result that reached the model by a tool: a child that
+/// ended during its owner's model turn, resumed by that turn's first call and awaited by its
+/// second, answers the wait with its second run's result, so the first run's result still
+/// reaches the model as its notice.
+#[tokio::test(start_paused = true)]
+async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
+    let scripted = ScriptedModel::new()
+        .script(
+            "boss",
+            Script::new([
+                Turn::spawn_background("quick", "one"),
+                Turn::calls([
+                    Call::tool(
+                        "Agent",
+                        json!({ "resume": "a2", "prompt": "again", "background": true }),
+                    ),
+                    Call::tool(
+                        "get_subagent_result",
+                        json!({ "agent_id": "a2", "wait": true }),
+                    ),
+                ])
+                .after(Duration::from_millis(50)),
+                Turn::answer("boss done"),
+            ]),
+        )
+        .script(
+            "quick",
+            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+        );
+    let model = RecordingModel::new(scripted);
+    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let calls = model.calls_of(a(1));
+    let third = &calls[2].messages;
+    let resumed_ok = third
+        .iter()
+        .any(|m| m.role == Role::Tool && m.content.contains("second done"));
+    if resumed_ok {
+        let first_seen = third.iter().any(|m| m.content.contains("first done"));
+        assert!(
+            first_seen,
+            "the first run's result never reached the model: {third:#?}"
+        );
+    }
+    tree.shutdown().await;
 }

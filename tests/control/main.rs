@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_file_spawns_and_models;
 mod control_answers_to_questions;
 mod control_ask_owner_and_notices;
 mod control_foreign_ids;
@@ -15,4 +16,3 @@ mod control_wait_and_results;
 mod every_call_answered;
 mod model_boundary;
 mod ownership_control_matrix;
-mod review13;

@@ -4,18 +4,19 @@
 //! completes on its own. An explicit abort of the detached child (by the application or by
 //! its owner's `abort_subagent` tool), a shutdown of its owner's subtree and a tree shutdown
 //! all reach it. Its usage still bills up to its owner and every ancestor. A detached child
-//! resumed by a later run of its owner stays detached.
+//! resumed by a later run of its owner stays detached. A detached child's question racing the
+//! end of its owner's run, and the owner's resume, is answered or refused, never left waiting.
 
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::EndReason;
+use agent_tree::protocol::{EndReason, Message, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ABORT_TOOL, EventStream};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::hanging;
+use crate::support::lifetimes::{hanging, ms};
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
     terminal_event, within,
@@ -279,8 +280,6 @@ async fn a_subtree_shutdown_of_its_owner_reaches_a_detached_child() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A detached child from an earlier incarnation, resumed by the restarted owner, is still
 /// detached: the owner's end does not abort it.
 #[tokio::test(start_paused = true)]
@@ -319,4 +318,104 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
         "the detached child was aborted with its owner: {:?}",
         kid.outcome
     );
+}
+
+/// The boss's model for [`detached_question_around_owner_runs`]: its first turn starts a
+/// detached background `kid`; a turn whose last message is a question notice steers the kid
+/// `blue`; any other turn plays the boss's script (answers, each after 2 ms).
+fn boss_hook(request: &ModelRequest) -> Option<Result<ModelResponse, ModelError>> {
+    use agent_tree::protocol::ToolCall;
+    if request.agent != AgentId::new(1) {
+        return None;
+    }
+    let last = request.messages.last()?;
+    if request.messages.len() == 1 {
+        let call = ToolCall::new(
+            "spawn",
+            "Agent",
+            json!({ "agent_type": "kid", "prompt": "detached work", "background": true }),
+        );
+        return Some(Ok(ModelResponse::calls(vec![call])));
+    }
+    if last.role == Role::User && last.content.contains("\"notice\":\"question\"") {
+        let call = ToolCall::new(
+            "steer",
+            "steer_subagent",
+            json!({ "agent_id": "a2", "message": "blue" }),
+        );
+        return Some(Ok(ModelResponse::calls(vec![call])));
+    }
+    // Any other turn: the boss's script.
+    None
+}
+
+/// One trial: `boss` (a1) starts a detached `kid` (a2) and answers; the kid asks it a
+/// question after `delay`; with `resume`, the boss is resumed as soon as its first run
+/// ended. Returns the result the kid's question got.
+async fn detached_question_around_owner_runs(delay: Duration, resume: bool) -> Message {
+    let model = RecordingModel::new(
+        ScriptedModel::new()
+            .script(
+                "kid",
+                Script::new([
+                    Turn::calls([crate::support::ask("which colour?")]).after(delay),
+                    Turn::answer("kid done"),
+                ]),
+            )
+            .script(
+                "boss",
+                Script::new((0..4).map(|_| Turn::answer("boss done").after(ms(2)))),
+            ),
+    )
+    .with_hook(boss_hook);
+    let tree = Tree::builder()
+        .catalog(catalog([delegator_of_all("boss"), leaf("kid").detached()]))
+        .model(model.clone())
+        .build()
+        .await
+        .expect("the tree builds");
+    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+    let first = crate::races_mt::bounded("the boss's first run", boss.outcome()).await;
+    assert!(first.is_completed(), "{first:?}");
+    let second = if resume {
+        Some(tree.resume(a(1), "again").await.expect("resumes"))
+    } else {
+        None
+    };
+    let mut kid = tree.handle(a(2)).expect("the kid");
+    let kid_outcome = match tokio::time::timeout(Duration::from_secs(5), kid.outcome()).await {
+        Ok(outcome) => outcome,
+        Err(_) => panic!(
+            "the kid's question was never answered nor refused (resume {resume}, delay \
+             {delay:?}):\n{}",
+            tree.snapshot().render_text()
+        ),
+    };
+    assert!(kid_outcome.is_completed(), "{kid_outcome:?}");
+    if let Some(mut second) = second {
+        crate::races_mt::bounded("the boss's second run", second.outcome()).await;
+    }
+    let answer = model.calls_of(a(2))[1].results[0].clone();
+    tree.shutdown().await;
+    answer
+}
+
+/// A detached child's question racing the end of its owner's run, and the owner's resume, on
+/// worker threads: it reaches a run that answers it, or is refused at once; it never waits
+/// forever.
+#[test]
+fn a_detached_childs_question_around_its_owners_runs_is_answered_or_refused_mt() {
+    let mut trial = 0u64;
+    crate::support::races::on_worker_threads(160, Duration::from_secs(20), || {
+        trial += 1;
+        let delay = Duration::from_micros((trial % 16) * 500);
+        let resume = trial.is_multiple_of(2);
+        async move {
+            let answer = detached_question_around_owner_runs(delay, resume).await;
+            assert!(
+                answer.is_error || answer.content.contains("blue"),
+                "trial {trial}: {answer:?}"
+            );
+        }
+    });
 }

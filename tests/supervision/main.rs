@@ -5,7 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod review25;
 mod supervision_intensity_window;
+mod supervision_restart_boundary;
 mod supervision_restart_matrix;
 mod supervision_strategy_escalation;

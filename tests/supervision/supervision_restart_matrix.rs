@@ -12,7 +12,8 @@
 //! it hangs in a model call. A child killed at a shutdown deadline is never restarted:
 //! `killed_at_a_shutdown_deadline_is_never_restarted` checks that for every restart type. No
 //! restart follows an abort, wherever the restart decision stood when it landed, and a
-//! restartable detached child whose owner already ended settles for good.
+//! restartable detached child whose owner already ended settles for good. Nothing restarts
+//! during a shutdown, even a kill racing it.
 
 use agent_tree::testkit::EventProbe;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use serde_json::json;
 
 use crate::support::harness::{GUARD, a, tree};
 use crate::support::lifetimes::{hanging, restarted, restarts};
+use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within,
 };
@@ -443,8 +445,6 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
     }
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A restartable detached child whose owner already settled has no one to decide a restart:
 /// its exit is final at once, its slot freed and its watchers told.
 #[tokio::test(start_paused = true)]
@@ -552,4 +552,72 @@ async fn a_restarted_child_keeps_its_inherited_context() {
         "restarted incarnation lost the inherited context: {:?}",
         user_texts(&runs[1].messages)
     );
+}
+
+/// A kill of a transient top-level agent racing `Tree::shutdown`, on worker threads: nothing
+/// restarts during a shutdown. No `restarted` event follows the root's `completing`, the
+/// agent is reported once, and nothing of it is alive afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_racing_a_shutdown_restarts_nothing_mt() {
+    for i in 0..80u64 {
+        let model = ScriptedModel::new().script("w", hanging(50));
+        let mut config = TreeConfig::default();
+        config.root_max_restarts = 100;
+        let tree = Arc::new(
+            tree(
+                model,
+                catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
+                config,
+            )
+            .await,
+        );
+        let mut events = tree.subscribe();
+        let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        let id = w.id();
+        loop {
+            let e = bounded(REAL_GUARD, "w started", events.next())
+                .await
+                .unwrap();
+            if e.agent == id && matches!(e.kind, EventKind::Started { .. }) {
+                break;
+            }
+        }
+        let killer = {
+            let tree = tree.clone();
+            tokio::spawn(async move {
+                yields(i % 9).await;
+                let _ = tree.kill(id);
+            })
+        };
+        yields(i % 4).await;
+        let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
+        killer.await.unwrap();
+        let all = events.drain();
+        let completing = all
+            .iter()
+            .position(|e| e.agent == AgentId::ROOT && matches!(e.kind, EventKind::Completing))
+            .expect("the root's completing");
+        let late: Vec<_> = all[completing..]
+            .iter()
+            .filter(|e| e.agent == id && matches!(e.kind, EventKind::Restarted { .. }))
+            .collect();
+        assert!(
+            late.is_empty(),
+            "iteration {i}: restarted after the shutdown began: {all:#?}"
+        );
+        let record = tree.record(id).unwrap();
+        assert!(record.status.is_terminal(), "iteration {i}: {record:?}");
+        assert!(
+            tree.alive_actors().is_empty(),
+            "iteration {i}: {:?}",
+            tree.alive_actors()
+        );
+        let listed = report
+            .graceful
+            .iter()
+            .chain(&report.killed)
+            .filter(|&&a| a == id)
+            .count();
+        assert_eq!(listed, 1, "iteration {i}: {report:?}");
+    }
 }

@@ -65,3 +65,16 @@ pub(crate) async fn tree(model: impl Model) -> Tree {
         .await
         .expect("tree builds")
 }
+
+/// A fresh directory under the system's temp dir, for a project's agent files or a journal.
+pub(crate) fn scratch(name: &str) -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "agent-tree-adapters-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,16 +1,18 @@
-//! Review 23: the streaming and parsing paths of both adapters against what real providers
-//! and proxies send. Tests named `review23_defect_*` fail against the code as it stands and
-//! name the promise broken; `review23_guard_*` pass and guard behaviour worth keeping.
+//! The streaming and parsing paths of both adapters against what real providers and proxies
+//! send: content as arrays of parts, JSON bodies under another content type (read whole and
+//! bounded by `max_response_bytes`), usage kept through mid-stream errors and `null` fields,
+//! calls without index or id, a leading BOM, awkward framing, thinking and ping events,
+//! overloaded and cut-off streams.
 
 use agent_tree_actors::{Model, ModelResponse, TurnSink};
+use agent_tree_models::{Anthropic, OpenAiCompat};
 use agent_tree_protocol::{FinishReason, ModelErrorKind, ToolCall, Usage};
 use serde_json::{Value, json};
 
-use crate::common::{first_turn, read_tool};
-use crate::server::{Reply, Server};
-
 use crate::anthropic::streaming as anthropic;
+use crate::common::{first_turn, read_tool};
 use crate::openai::streaming as openai;
+use crate::server::{Reply, Server};
 
 async fn turn(
     model: &impl Model,
@@ -64,14 +66,14 @@ fn an_start(input: u64, read: u64) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// Defects
+// What providers and proxies send beside the reference format
 // ---------------------------------------------------------------------------------------
 
 /// Mistral (magistral) and other compatible servers stream `delta.content` as an array of
-/// parts. The non-streamed path reads the text parts of an array (`content_text`); the
-/// streamed path keeps only strings, so the whole answer is lost.
+/// parts: the streamed path reads its text parts, as the non-streamed path reads an array
+/// (`content_text`), so the answer is kept.
 #[tokio::test]
-async fn review23_defect_openai_streamed_content_parts_array_is_lost() {
+async fn openai_streamed_content_as_an_array_of_parts_is_read() {
     let events = [
         oa_chunk(
             json!({ "role": "assistant", "content": [{ "type": "text", "text": "Hel" }] }),
@@ -91,12 +93,11 @@ async fn review23_defect_openai_streamed_content_parts_array_is_lost() {
     assert_eq!(sink.streamed_text(), "Hello");
 }
 
-/// docs/models.md: "A server that ignores `stream` and answers one JSON body is read as
-/// such." A server that does so with a content type other than `application/json`
-/// (`text/plain`, as several small servers and proxies label it) is parsed as an event
-/// stream, finds no events, and fails `transient`: retried forever-ish, never read.
+/// A server that ignores `stream` and answers one JSON body is read as such (docs/models.md),
+/// whatever its content type: a body labelled `text/plain` (as several small servers and
+/// proxies label it) is one response, not an event stream without events.
 #[tokio::test]
-async fn review23_defect_openai_json_body_not_labelled_json_is_not_read_when_streaming() {
+async fn openai_json_body_not_labelled_json_is_read_when_streaming() {
     let body = json!({
         "id": "chatcmpl-R23", "object": "chat.completion", "model": "gpt-test",
         "choices": [{ "index": 0, "finish_reason": "stop",
@@ -137,11 +138,11 @@ async fn anthropic_json_body_not_labelled_json_is_read_when_streaming() {
     assert_eq!(response.usage, Usage::tokens(9, 1));
 }
 
-/// docs/models.md: "Errors raised mid-stream carry the usage known so far." A server that
-/// reports usage on every chunk (vLLM's `continuous_usage_stats`, several gateways) and
-/// then sends an `error` object: the error carries no usage.
+/// Errors raised mid-stream carry the usage known so far (docs/models.md): a server that
+/// reports usage on every chunk (vLLM's `continuous_usage_stats`, several gateways) and then
+/// sends an `error` object fails the call with that usage.
 #[tokio::test]
-async fn review23_defect_openai_mid_stream_error_drops_the_usage_known_so_far() {
+async fn openai_mid_stream_error_carries_the_usage_known_so_far() {
     let with_usage = {
         let body = json!({
             "id": "chatcmpl-R23", "object": "chat.completion.chunk", "model": "gpt-test",
@@ -166,12 +167,11 @@ async fn review23_defect_openai_mid_stream_error_drops_the_usage_known_so_far() 
     );
 }
 
-/// docs/models.md: "Errors raised mid-stream carry the usage known so far" and "an
-/// unreadable stream event" is `provider`. After `message_start` (input known), an
-/// unreadable event (a proxy's truncated line, an HTML error page spliced in) fails the
-/// call with usage zero.
+/// An unreadable stream event (a proxy's truncated line, an HTML error page spliced in) is a
+/// `provider` error, and like every error raised mid-stream it carries the usage known so far:
+/// the input `message_start` reported.
 #[tokio::test]
-async fn review23_defect_anthropic_unreadable_event_drops_the_usage_known_so_far() {
+async fn anthropic_unreadable_event_carries_the_usage_known_so_far() {
     let events = [
         an_start(40, 0),
         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_del\n\n".to_owned(),
@@ -188,13 +188,11 @@ async fn review23_defect_anthropic_unreadable_event_drops_the_usage_known_so_far
 }
 
 /// `message_delta.usage` is Anthropic's `MessageDeltaUsage`, whose `input_tokens` and cache
-/// fields are optional (`null`, as SDK-serialising gateways and proxies send them). The
-/// adapter's own comment says "a field left out keeps what message_start said", but a
-/// `null` field overwrites it with 0: input and cache reads reported by `message_start`
-/// are lost from the bill (docs: "`message_start` (input and cache) and then
-/// `message_delta` (cumulative output)").
+/// fields are optional (`null`, as SDK-serialising gateways and proxies send them): a field
+/// left out or `null` keeps what `message_start` said, so input and cache reads stay on the
+/// bill (`message_start` gives input and cache, `message_delta` the cumulative output).
 #[tokio::test]
-async fn review23_defect_anthropic_null_usage_fields_in_message_delta_erase_input() {
+async fn anthropic_null_usage_fields_in_message_delta_keep_what_message_start_said() {
     let events = [
         an_start(25, 1000),
         an_event(
@@ -229,12 +227,11 @@ async fn review23_defect_anthropic_null_usage_fields_in_message_delta_erase_inpu
     assert_eq!(sink.reported_usage(), expected);
 }
 
-/// docs/models.md: tool calls are assembled "tolerating servers that send no index". A
-/// server that streams whole calls without `index` (and without ids) puts two calls in one
-/// delta: they are merged into one call named `read_filewrite_file` whose arguments are
-/// `{"_raw": "{..}{..}"}`.
+/// Tool calls are assembled tolerating servers that send no index (docs/models.md): a server
+/// that streams whole calls without `index` (and without ids), two in one delta, gives two
+/// calls, each with its own name and arguments, never one merged call.
 #[tokio::test]
-async fn review23_defect_openai_two_calls_without_index_or_id_are_merged() {
+async fn openai_two_calls_without_index_or_id_stay_two_calls() {
     let events = [
         oa_chunk(
             json!({ "role": "assistant", "tool_calls": [
@@ -258,13 +255,11 @@ async fn review23_defect_openai_two_calls_without_index_or_id_are_merged() {
     );
 }
 
-/// The rustdoc of `sse.rs` claims the WHATWG event-stream format, which strips one leading
-/// U+FEFF BOM from the stream. Not stripped, the first line's field is `\u{feff}data`, so
-/// the first event is dropped: an OpenAI-compatible server that prefixes its stream with a
-/// BOM loses the first piece of the answer (and Anthropic's streams survive only because
-/// the type is read again from the data).
+/// An event stream is read as the WHATWG format says, which strips one leading U+FEFF BOM:
+/// an OpenAI-compatible server that prefixes its stream with a BOM keeps its first event, the
+/// first piece of the answer.
 #[tokio::test]
-async fn review23_defect_sse_leading_bom_loses_the_first_event() {
+async fn a_leading_bom_of_an_event_stream_is_stripped() {
     let events = [
         format!(
             "\u{feff}{}",
@@ -281,7 +276,7 @@ async fn review23_defect_sse_leading_bom_loses_the_first_event() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guards (pass today)
+// Framing, event kinds and streams that end early
 // ---------------------------------------------------------------------------------------
 
 /// An OpenAI stream in awkward framing: CRLF and bare CR endings, `data:` without a space,
@@ -290,7 +285,7 @@ async fn review23_defect_sse_leading_bom_loses_the_first_event() {
 /// split across many deltas; finish in a chunk of its own; usage in a final `choices: []`
 /// chunk; `[DONE]` with no trailing blank line.
 #[tokio::test]
-async fn review23_guard_openai_awkward_framing_and_interleaved_calls() {
+async fn openai_awkward_framing_and_interleaved_calls_are_read_exactly() {
     let mut stream = String::new();
     stream.push_str(": keep-alive\r\n\r\n");
     stream.push_str("id: 1\r\nretry: 100\r\nevent: chunk\r\n");
@@ -346,7 +341,7 @@ async fn review23_guard_openai_awkward_framing_and_interleaved_calls() {
 /// `input_json_delta` pieces split inside a key and a multi-byte character, cut into 5-byte
 /// pieces: text and input exact, thinking dropped, usage start + cumulative delta.
 #[tokio::test]
-async fn review23_guard_anthropic_thinking_ping_split_json() {
+async fn anthropic_thinking_ping_and_split_json_are_read_exactly() {
     let mut stream = String::new();
     stream.push_str(&an_start(40, 0));
     stream.push_str(&an_event("ping", json!({ "type": "ping" })));
@@ -420,7 +415,7 @@ async fn review23_guard_anthropic_thinking_ping_split_json() {
 /// An `overloaded_error` event mid-stream is `transient` (docs: "also mid-stream") and
 /// carries the usage of `message_start`; a stream cut off mid-block is `transient` too.
 #[tokio::test]
-async fn review23_guard_anthropic_overloaded_mid_stream_and_cut_mid_block() {
+async fn anthropic_overloaded_mid_stream_and_cut_mid_block_are_transient() {
     let overloaded = [
         an_start(40, 0),
         an_event(
@@ -460,11 +455,100 @@ async fn review23_guard_anthropic_overloaded_mid_stream_and_cut_mid_block() {
 /// An OpenAI stream that ends (cleanly, chunked end) without a finish reason or `[DONE]`
 /// is `transient`, with the usage reported.
 #[tokio::test]
-async fn review23_guard_openai_stream_without_finish_is_transient() {
+async fn openai_stream_without_finish_is_transient() {
     let events = [oa_chunk(json!({ "content": "Hel" }), None)];
     let server = Server::start(vec![Reply::sse(events)]).await;
     let (result, sink) = turn(&openai(&server)).await;
     let error = result.expect_err("incomplete");
     assert_eq!(error.kind, ModelErrorKind::Transient);
     assert_eq!(sink.streamed_text(), "Hel");
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON bodies in a stream, within and past `max_response_bytes`
+// ---------------------------------------------------------------------------------------
+
+const MAX: usize = 1024;
+
+fn anthropic_message(text: &str) -> Vec<u8> {
+    json!({
+        "id": "msg_r29", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{ "type": "text", "text": text }],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": { "input_tokens": 5, "output_tokens": 7 },
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn openai_completion(text: &str) -> Vec<u8> {
+    json!({
+        "id": "chatcmpl-R29", "object": "chat.completion", "created": 1_735_689_600,
+        "model": "gpt-test",
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": text },
+                      "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12 },
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// `max_response_bytes` is "the largest response read, in bytes", a stream's too: a stream
+/// body that is one JSON response (a proxy that ignored `stream`) is read whole and refused
+/// past the bound like any other body. A 4 KiB JSON body labelled `text/event-stream`, with
+/// `max_response_bytes(1024)`, is a `provider` error on both adapters (as the same body
+/// labelled `application/json` is), its first piece counted too.
+#[tokio::test]
+async fn a_json_body_in_a_stream_is_bounded_by_max_response_bytes() {
+    let text = "x".repeat(4 * MAX);
+    let server = Server::start(vec![
+        Reply::raw(200, "text/event-stream", anthropic_message(&text)),
+        Reply::raw(200, "text/event-stream", openai_completion(&text)),
+    ])
+    .await;
+    let anthropic = Anthropic::builder()
+        .base_url(&server.base)
+        .api_key("sk-ant-test-key")
+        .model("claude-test")
+        .streaming(true)
+        .max_response_bytes(MAX)
+        .build()
+        .unwrap();
+    let openai = OpenAiCompat::builder()
+        .base_url(&server.base)
+        .model("gpt-test")
+        .streaming(true)
+        .max_response_bytes(MAX)
+        .build()
+        .unwrap();
+    let results = [
+        ("anthropic", anthropic.turn(first_turn()).await),
+        ("openai", openai.turn(first_turn()).await),
+    ];
+    for (adapter, result) in results {
+        match result {
+            Ok(response) => panic!(
+                "{adapter}: a {}-byte body read past max_response_bytes {MAX}: {} bytes of text",
+                4 * MAX,
+                response.text.len()
+            ),
+            Err(error) => assert_eq!(error.kind, ModelErrorKind::Provider, "{adapter}: {error}"),
+        }
+    }
+}
+
+/// A body whose first byte (past white space) is `{` is one JSON response under another
+/// content type, never an event stream: within the bound it is read whole and parsed as one,
+/// on both adapters.
+#[tokio::test]
+async fn a_json_body_in_a_stream_within_the_bound_is_one_response() {
+    let server = Server::start(vec![
+        Reply::raw(200, "text/event-stream", anthropic_message("hello")),
+        Reply::raw(200, "text/event-stream", openai_completion("hello")),
+    ])
+    .await;
+    let anthropic = crate::anthropic::streaming(&server);
+    let openai = crate::openai::streaming(&server);
+    assert_eq!(anthropic.turn(first_turn()).await.unwrap().text, "hello");
+    assert_eq!(openai.turn(first_turn()).await.unwrap().text, "hello");
 }

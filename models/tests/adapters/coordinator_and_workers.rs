@@ -1,27 +1,26 @@
-//! A second new user's trial: a coordinator delegating to two workers on both adapters
-//! against an in-process mock of the providers (routed by which agent asks, so parallel
-//! agents get their own script), agent files in Claude Code's and pi's formats, steering,
-//! aborts, background children, usage and shutdown.
+//! A coordinator delegating to two workers, from agent files in Claude Code's and pi's
+//! formats, on both adapters, against the routed mock of the providers (`routed.rs`, routed
+//! by which agent asks, so parallel agents get their own script): retries of rate limits and
+//! server errors, a model's mistakes, malformed bodies, steering, aborts, background
+//! children, usage and shutdown, as documented.
 //!
-//! The `probe_*` tests are the scenarios the trial ran and that behaved as documented. The
-//! other three each held a defect the trial found (a child inheriting its owner's context
-//! mid-turn, and a resume of a run aborted during a tool call, were sent a tool call without
-//! its result): they failed then and guard the fix now. The mock (`routed.rs`, shared with
-//! `trial3`) answers a request the way both providers do when an assistant tool call has no
-//! result (a 400), so such a defect shows as the provider's refusal. No real sleeps: every
-//! wait is on an event (a request arriving, a connection closing, an outcome, a gate).
+//! Every request the tree sends is one a provider takes: the mock answers a request the way
+//! both providers do when an assistant tool call has no result (a 400), so a child inheriting
+//! its owner's context mid-turn, or a resume of a run aborted during a tool call, shows any
+//! call left without its result as the provider's refusal. No real sleeps: every wait is on
+//! an event (a request arriving, a connection closing, an outcome, a gate).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_tree_actors::{Catalog, CatalogError, Model, RetryPolicy, Tree, TreeConfig};
+use agent_tree_actors::{Catalog, Model, RetryPolicy, Tree, TreeConfig};
 use agent_tree_models::{Anthropic, OpenAiCompat};
 use agent_tree_protocol::{AgentId, AgentStatus, EventKind, SpawnRequest, Usage};
 use serde_json::json;
 use tokio::sync::Notify;
 
+use crate::common::scratch;
 use crate::routed::{
     Mock, Req, Resp, an_json_calls, an_json_text, an_partial, an_start, an_text, oa_json_calls,
     oa_json_text, oa_usage,
@@ -32,19 +31,6 @@ const LONG: &str = "The logs show a burst of 502s from the gateway at 14:02, all
 // ---------------------------------------------------------------------------------------
 // Agent files and trees
 // ---------------------------------------------------------------------------------------
-
-/// A fresh directory under the system's temp dir.
-fn scratch(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "agent-tree-trial2-{}-{}-{name}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A project with a Claude Code coordinator and worker, and a pi worker.
 fn project() -> (PathBuf, PathBuf) {
@@ -126,13 +112,14 @@ fn find(tree: &Tree, agent_type: &str) -> agent_tree_protocol::AgentRecord {
 }
 
 // ---------------------------------------------------------------------------------------
-// Probes (the scenarios a user runs); kept only where the crate misbehaves
+// The scenarios a user runs
 // ---------------------------------------------------------------------------------------
 
-/// The main scenario on the OpenAI-compatible adapter: two background workers, one
-/// rate-limited once (retry-after-ms), one failing once with a 500, then `wait_subagents`.
+/// The main scenario on the OpenAI-compatible adapter: a coordinator starts two background
+/// workers, one rate-limited once (`retry-after-ms`), one failing once with a 500; both are
+/// retried, and the coordinator's `wait_subagents` reads both answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_openai_main() {
+async fn a_coordinator_on_openai_waits_out_a_rate_limit_and_a_server_error_of_its_workers() {
     let mock = Mock::start(|req, attempt| match (req.agent().as_str(), req.turn()) {
         ("coordinator", 0) => oa_json_calls(
             &[
@@ -187,9 +174,9 @@ async fn probe_openai_main() {
     tree.shutdown().await;
 }
 
-/// The same on Anthropic, streamed.
+/// The same scenario on Anthropic, streamed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_anthropic_streaming_main() {
+async fn a_coordinator_on_anthropic_streamed_waits_out_its_workers_errors() {
     let mock = Mock::start(|req, attempt| match (req.agent().as_str(), req.turn()) {
         ("coordinator", 0) => an_json_calls(
             &[
@@ -247,10 +234,10 @@ async fn probe_anthropic_streaming_main() {
     tree.shutdown().await;
 }
 
-/// Mistakes a model makes: an unknown tool, an unknown agent type, arguments that are not
-/// JSON. Each is an error result; the coordinator carries on.
+/// Mistakes a model makes (an unknown tool, an unknown agent type, arguments that are not
+/// JSON) are each an error result; the coordinator carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_model_mistakes() {
+async fn a_models_mistakes_are_error_results_and_the_coordinator_carries_on() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
         ("coordinator", 0) => oa_json_calls(
             &[
@@ -297,9 +284,10 @@ async fn probe_model_mistakes() {
     tree.shutdown().await;
 }
 
-/// A 200 whose body is not JSON, and one with no choices: `provider` errors, not retried.
+/// A 200 whose body is not JSON, and one with no choices, are `provider` errors, not
+/// retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_malformed_bodies() {
+async fn a_malformed_200_body_is_a_provider_error_not_retried() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
         ("coordinator", 0) => oa_json_calls(
             &[
@@ -348,9 +336,10 @@ async fn probe_malformed_bodies() {
     tree.shutdown().await;
 }
 
-/// Steer a worker while its model call is in flight, from the application.
+/// The application steers a worker while its model call is in flight: the steer is taken,
+/// and an abort then closes the request's connection and settles the worker `aborted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_steer_while_in_flight() {
+async fn a_steer_while_a_model_call_is_in_flight_is_taken_and_an_abort_closes_the_call() {
     let gate = Arc::new(Notify::new());
     let g = gate.clone();
     let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
@@ -383,10 +372,10 @@ async fn probe_steer_while_in_flight() {
     tree.shutdown().await;
 }
 
-/// Graceful shutdown while an Anthropic stream hangs after some text: the agent is aborted
+/// A graceful shutdown while an Anthropic stream hangs after some text: the agent is aborted
 /// (reason shutdown), keeps the streamed text and is billed the usage of `message_start`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_shutdown_during_hanging_stream() {
+async fn a_shutdown_during_a_hanging_stream_keeps_the_streamed_text_and_its_usage() {
     let mock = Mock::start(|req, _| match req.agent().as_str() {
         "worker-a" => Resp::SseStall(an_partial(77, LONG)),
         _ => an_json_text("?", 1, 1),
@@ -416,58 +405,6 @@ async fn probe_shutdown_during_hanging_stream() {
     assert_eq!(record.outcome.unwrap().partial.as_deref(), Some(LONG));
     assert_eq!(record.own.input_tokens, 77);
     assert!(report.elapsed < Duration::from_secs(1));
-}
-
-/// Loading malformed files: each error names the file and the field.
-#[test]
-fn probe_malformed_files() {
-    let dir = scratch("malformed");
-    let w = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
-    w(
-        "bad-yaml.md",
-        "---\nname: bad-yaml\ndescription: [unclosed\n---\nx\n",
-    );
-    w("no-name.md", "---\ndescription: Has no name\n---\nx\n");
-    w(
-        "tools-number.md",
-        "---\nname: tools-number\ntools: 5\n---\nx\n",
-    );
-    w(
-        "tools-map.md",
-        "---\nname: tools-map\ntools:\n  read: true\n---\nx\n",
-    );
-    w(
-        "tools-list-mixed.md",
-        "---\nname: tools-list-mixed\ntools: [Read, 7]\n---\nx\n",
-    );
-    w("dup-1.md", "---\nname: twin\n---\nx\n");
-    w("dup-2.md", "---\nname: twin\n---\ny\n");
-    w("name-number.md", "---\nname: 42\n---\nx\n");
-    w(
-        "desc-list.md",
-        "---\nname: desc-list\ndescription: [a, b]\n---\nx\n",
-    );
-    let loaded = Catalog::load_dir(&dir);
-    for p in &loaded.problems {
-        eprintln!("problem: {p}");
-    }
-    let names: Vec<_> = loaded
-        .catalog
-        .definitions()
-        .map(|d| d.name.clone())
-        .collect();
-    eprintln!("loaded: {names:?}");
-    let text: Vec<String> = loaded.problems.iter().map(ToString::to_string).collect();
-    let has = |file: &str, field: &str| text.iter().any(|t| t.contains(file) && t.contains(field));
-    assert!(has("bad-yaml.md", "line"));
-    assert!(has("tools-number.md", "`tools`"));
-    assert!(has("tools-map.md", "`tools`"));
-    assert!(has("tools-list-mixed.md", "`tools`"));
-    assert!(has("dup-2.md", "dup-1.md"));
-    assert!(has("name-number.md", "`name`"));
-    assert!(has("desc-list.md", "`description`"));
-    let _ = CatalogError::Many(vec![]);
-    let _ = Path::new("");
 }
 
 /// The coordinator on the OpenAI-compatible adapter, the workers on Anthropic: a `Model`
@@ -502,11 +439,11 @@ fn reply_text(req: &Req, text: &str) -> Resp {
     }
 }
 
-/// Steering a worker from the application while its (streamed) call is in flight: the
-/// steer is delivered and read at the next turn, which the worker gets although its first
-/// turn was its answer.
+/// Steering a worker from the application while its (streamed) call is in flight: the steer
+/// is delivered and read at the next turn, which the worker gets although its first turn was
+/// its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_steer_then_reply() {
+async fn a_steer_during_a_streamed_answer_is_read_at_one_more_turn() {
     let gate = Arc::new(Notify::new());
     let g = gate.clone();
     let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
@@ -542,7 +479,7 @@ async fn probe_steer_then_reply() {
 /// `running`, an abort, then the result says `aborted`; the aborted child's streamed usage
 /// is billed to the coordinator's subtree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_background_control() {
+async fn background_children_are_controlled_through_the_model_facing_tools() {
     let mock = Mock::start(|req, _| {
         let id = req.spawned_ids().first().cloned().unwrap_or_default();
         match (req.agent().as_str(), req.turn()) {
@@ -610,7 +547,7 @@ async fn probe_background_control() {
 /// A graceful shutdown while the coordinator waits on two children whose calls hang (one
 /// streamed, one not): quick, everyone aborted with reason shutdown, connections closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_shutdown_while_waiting() {
+async fn a_shutdown_while_the_coordinator_waits_aborts_everyone_and_closes_connections() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
         ("coordinator", 0) => oa_json_calls(
             &[
@@ -710,17 +647,17 @@ async fn inherit_context_reaches_the_provider(streaming: bool) {
     tree.shutdown().await;
 }
 
-/// DEFECT: a child with `inherit_context: true` is sent its owner's conversation ending in
-/// the owner's `Agent` call, with no result for that call (the call is still running: it is
-/// the spawn of this very child). Both providers refuse such a request with a 400, so an
-/// inheriting child can never run on a real provider. Here the child is on Anthropic.
+/// A child with `inherit_context: true` is sent its owner's conversation with every call
+/// answered: the owner's `Agent` call that spawns this very child (still running) is
+/// answered as running, so a real provider takes the request (both refuse a call without its
+/// result with a 400). Here the child is on Anthropic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inheriting_childs_request_has_every_call_answered_anthropic() {
     inherit_context_reaches_the_provider(false).await;
 }
 
-/// DEFECT (the same, OpenAI-compatible): the child's request has an assistant message with
-/// `tool_calls` and no `tool` message answering them.
+/// The same on the OpenAI-compatible adapter: every assistant message with `tool_calls` in
+/// the child's request is followed by the `tool` messages answering them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inheriting_childs_request_has_every_call_answered_openai() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
@@ -758,10 +695,9 @@ async fn an_inheriting_childs_request_has_every_call_answered_openai() {
     tree.shutdown().await;
 }
 
-/// DEFECT: an agent aborted while one of its tool calls runs keeps a conversation whose
-/// last assistant message has that call without a result; `Tree::resume` (and a model's
-/// `Agent {resume}`) sends it as is, so the provider refuses the resumed run's first request
-/// (400) and the resume fails at once. Here on Anthropic.
+/// An agent aborted while one of its tool calls runs keeps a conversation with that call
+/// answered, so `Tree::resume` (and a model's `Agent {resume}`) sends a
+/// request the provider takes, and the resumed run completes. Here on Anthropic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_an_abort_mid_tool_has_every_call_answered() {
     let mock = Mock::start(|req, _| match req.turn() {
@@ -813,7 +749,7 @@ async fn a_resume_after_an_abort_mid_tool_has_every_call_answered() {
 /// A shutdown while a worker waits out a 429's `retry-after: 30` (within `max_wait`): the
 /// wait is cut at once, and the worker ends aborted by the shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_shutdown_during_retry_after() {
+async fn a_shutdown_cuts_a_retry_after_wait_at_once() {
     let mock = Mock::start(|_, _| {
         Resp::json(429, json!({"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}))
             .header("retry-after", "30")
@@ -840,7 +776,7 @@ async fn probe_shutdown_during_retry_after() {
 
 /// A retry-after beyond `max_wait` fails at once, saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_retry_after_over_max_wait() {
+async fn a_retry_after_beyond_max_wait_fails_at_once_saying_why() {
     let mock = Mock::start(|_, _| {
         Resp::json(429, json!({"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}))
             .header("retry-after", "3600")

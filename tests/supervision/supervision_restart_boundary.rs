@@ -1,6 +1,9 @@
-//! Review 25: supervision and restart semantics (restarts against resumes, the pool, kills,
-//! shutdowns and waits; the test kit's fault plans). Each `review25_*` test that is not marked
-//! a guard fails today for the defect its comment names; guards pass and hold risky areas.
+//! What crosses a restart and what does not. A restart is a new run of the same agent: it
+//! keeps the agent's pool slot until its exit is final, and a `fail_fast` wait over it sees
+//! only the final outcome. A steer receipted `delivered` reaches the restarted run (read
+//! once, or refused and never read, when it races the failure), while a question the ended
+//! run asked no longer answers its owner's waits. The test kit's fault plans count runs, so a
+//! resume is run 2.
 
 use std::sync::Arc;
 
@@ -9,25 +12,18 @@ use agent_tree::protocol::{EventKind, RestartPolicy};
 use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn};
 
 use crate::support::harness::tree;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{catalog, leaf, within};
 
-/// Defect: the test kit's `FaultyModel::only_in_run(1)` ("limits the fault added last to run
-/// `run` of each agent (1 for the first)") also fires in an agent's second run when that run
-/// is a resume: "fails once, then recovers" fails again after `Tree::resume`.
-///
-/// docs/semantics.md, The registry is the authority: "Only an explicit new run reopens a
-/// record: a supervisor's restart (a new incarnation) or an owner's resume; each is announced
-/// (`restarted`, `resumed`) and counted in the agent's runs." `ModelRequest::incarnation`'s
-/// rustdoc says it is "Which run of the agent (1 for the first)".
-///
-/// Cause: `ModelRequest::incarnation` is filled from the record's incarnation (restarts only,
-/// `AgentState::new` / `Registry::reopen` in `registry/admit.rs` keeps it on a resume), and
-/// `Fault::applies` (`testkit/faults.rs`) compares `only_in_run` with it, so a resumed run is
-/// "run 1" again.
+/// The test kit's `FaultyModel::only_in_run(1)` limits the fault added last to run 1 of each
+/// agent, and a resume is a new run: "fails once, then recovers" recovers after `Tree::resume`
+/// too. Only an explicit new run reopens a record, a supervisor's restart or an owner's
+/// resume, and each is counted in the agent's runs (`ModelRequest::run`), while the
+/// incarnation counts restarts only.
+// regression: a resumed run once kept the record's incarnation and read as run 1 again.
 #[tokio::test(start_paused = true)]
-async fn review25_only_in_run_does_not_fire_in_a_resumed_second_run() {
+async fn a_fault_limited_to_run_one_does_not_fire_in_a_resumed_second_run() {
     let scripted = ScriptedModel::new().script(
         "w",
         Script::new([Turn::answer("first run"), Turn::answer("second run")]),
@@ -49,11 +45,11 @@ async fn review25_only_in_run_does_not_fire_in_a_resumed_second_run() {
     tree.shutdown().await;
 }
 
-/// Guard: a top-level background agent restarted by the root keeps its one pool slot across
-/// the restart: with `max_concurrent` 1 the agent queued behind it starts only once the
-/// restarted agent's exit is final, never while the restart runs.
+/// A top-level background agent restarted by the root keeps its one pool slot across the
+/// restart: with `max_concurrent` 1 the agent queued behind it starts only once the restarted
+/// agent's exit is final, never while the restart runs.
 #[tokio::test(start_paused = true)]
-async fn review25_guard_a_restarted_pooled_agent_keeps_its_slot() {
+async fn a_restarted_pooled_agent_keeps_its_slot_until_its_exit_is_final() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
@@ -109,11 +105,11 @@ async fn review25_guard_a_restarted_pooled_agent_keeps_its_slot() {
     tree.shutdown().await;
 }
 
-/// Guard: `Tree::wait` with `fail_fast` over an agent that fails and is restarted does not
-/// see the restarted failure as an outcome (it is not final): the rest of the set is not
-/// aborted, and both complete.
+/// `Tree::wait` with `fail_fast` over an agent that fails and is restarted does not take the
+/// restarted failure for an outcome (it is not final): the rest of the set is not aborted, and
+/// both complete.
 #[tokio::test(start_paused = true)]
-async fn review25_guard_fail_fast_wait_spans_a_restart() {
+async fn a_fail_fast_wait_spans_a_restart() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
@@ -150,95 +146,14 @@ async fn review25_guard_fail_fast_wait_spans_a_restart() {
     tree.shutdown().await;
 }
 
-/// Guard: a `Tree::kill` of a transient top-level agent racing `Tree::shutdown`, on worker threads:
-/// "Nothing restarts during a shutdown" — no `restarted` event follows the root's
-/// `completing`, the agent is reported once, and nothing of it is alive afterwards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review25_guard_kill_racing_shutdown_restarts_nothing_mt() {
-    for i in 0..80u64 {
-        let model = ScriptedModel::new().script("w", hanging(50));
-        let mut config = TreeConfig::default();
-        config.root_max_restarts = 100;
-        let tree = Arc::new(
-            tree(
-                model,
-                catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
-                config,
-            )
-            .await,
-        );
-        let mut events = tree.subscribe();
-        let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
-        let id = w.id();
-        loop {
-            let e = bounded(REAL_GUARD, "w started", events.next())
-                .await
-                .unwrap();
-            if e.agent == id && matches!(e.kind, EventKind::Started { .. }) {
-                break;
-            }
-        }
-        let killer = {
-            let tree = tree.clone();
-            tokio::spawn(async move {
-                yields(i % 9).await;
-                let _ = tree.kill(id);
-            })
-        };
-        yields(i % 4).await;
-        let report = bounded(REAL_GUARD, "shutdown", tree.shutdown()).await;
-        killer.await.unwrap();
-        let all = events.drain();
-        let completing = all
-            .iter()
-            .position(|e| e.agent == AgentId::ROOT && matches!(e.kind, EventKind::Completing))
-            .expect("the root's completing");
-        let late: Vec<_> = all[completing..]
-            .iter()
-            .filter(|e| e.agent == id && matches!(e.kind, EventKind::Restarted { .. }))
-            .collect();
-        assert!(
-            late.is_empty(),
-            "iteration {i}: restarted after the shutdown began: {all:#?}"
-        );
-        let record = tree.record(id).unwrap();
-        assert!(record.status.is_terminal(), "iteration {i}: {record:?}");
-        assert!(
-            tree.alive_actors().is_empty(),
-            "iteration {i}: {:?}",
-            tree.alive_actors()
-        );
-        let listed = report
-            .graceful
-            .iter()
-            .chain(&report.killed)
-            .filter(|&&a| a == id)
-            .count();
-        assert_eq!(listed, 1, "iteration {i}: {report:?}");
-    }
-}
-
-/// Defect: an owner keeps a restarted child's earlier run's question open. `kid` (a2,
-/// transient) asks `boss` a question; before the boss answers, the application kills the kid
-/// (Erlang's `exit(Pid, kill)`), and the boss restarts it. The new run asks nothing and
-/// answers after 2 s. The boss's next `get_subagent_result {wait: true}` on it must wait for
-/// that answer; it is answered at once `{"status": "asking", "question": ...}` with the dead
-/// run's question, and so is every later wait until the boss steers the restarted kid (which
-/// then gets a steer answering a question it never asked).
-///
-/// docs/semantics.md, Control: "If the owner is waiting on that child, the wait is answered
-/// at once with `{"status": "asking", ...}` ... A wait the owner starts later on a child whose
-/// question is still open is answered `asking` at once too." The restarted run has no open
-/// question; Supervision restarts: a restart re-runs the original request "(a fresh
-/// conversation...)". An owner's view of a child's run is keyed by its run ("The owner's
-/// child table keys every end by the child's run").
-///
-/// Cause: `AgentState::open_questions` (`agent/questions.rs`, `on_asked`) is cleared only by
-/// the owner's steer (`orchestration.rs`, `steer`) or the owner's own end (`end_run`), never
-/// when the asking child's run ends (`on_child_ended` / `apply_supervision`'s `Restarted`), so
-/// `asking_among` (`orchestration.rs`) answers waits on the restarted run with it.
+/// An owner's view of an open question belongs to the run that asked it: when the asking
+/// child's run ends and its supervisor restarts it, the question is closed. `kid` (transient)
+/// asks `boss` a question; before the boss answers, the application kills the kid (Erlang's
+/// `exit(Pid, kill)`) and the boss restarts it. The new run asks nothing and answers after
+/// 2 s, so the boss's later `get_subagent_result {wait: true}` on it waits for that answer
+/// (`completed`) instead of being answered `asking` with the dead run's question.
 #[tokio::test(start_paused = true)]
-async fn review25_a_restarted_childs_old_question_does_not_answer_waits() {
+async fn a_restarted_childs_old_question_does_not_answer_waits() {
     use agent_tree::testkit::{Call, Target};
 
     use crate::support::{RecordingModel, ask, delegator};
@@ -301,22 +216,12 @@ async fn review25_a_restarted_childs_old_question_does_not_answer_waits() {
     tree.shutdown().await;
 }
 
-/// Defect: a steer the agent receipted `delivered` is lost when the run that received it
-/// fails and its supervisor restarts it. `w` (top-level, transient) is steered during its
-/// first turn (receipt `Delivered`); that turn fails, the root restarts `w`, and no turn of
-/// any run ever reads the steer.
-///
-/// docs/semantics.md, Control: "A receipt is the target's own answer ...: a `delivered` steer
-/// will be read (or it answered a question), never lost." (and `end_run`'s own comment: "a
-/// delivered steer is never lost"). A restart keeps the AgentId: the application steered that
-/// agent, and the agent said it would read it.
-///
-/// Cause: `end_run` (`agent/ending.rs`) parks unread steers in the ended run's conversation
-/// (kept for a resume), but `Registry::restart` (`registry/admit.rs`) starts the new run from
-/// the original request with a fresh conversation and nothing carries the receipted steers
-/// over (`new_run` keeps no unread steers for the next run).
+/// A steer the agent receipted `delivered` is never lost, even when the run that received it
+/// fails and its supervisor restarts it: the restart keeps the `AgentId`, and a turn of the
+/// new run reads the steer. `w` (top-level, transient) is steered during its first turn; that
+/// turn fails, the root restarts `w`, and the restarted run sees the steer.
 #[tokio::test(start_paused = true)]
-async fn review25_a_delivered_steer_survives_a_restart() {
+async fn a_delivered_steer_survives_a_restart() {
     use crate::support::RecordingModel;
 
     let scripted = ScriptedModel::new().script(
@@ -387,7 +292,7 @@ impl Model for FailFirstRun {
 /// or `queued`) is read exactly once by the run that completes, and announced once; a
 /// refused one never reaches a model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review25_a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
+async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
     const STEER: &str = "use the EU region";
     let mut accepted = 0;
     for i in 0..160u64 {

@@ -1,6 +1,8 @@
-//! Review 27: lifecycle races on two worker threads where the outcome depends on which
-//! message arrives first: questions against the asker's end, steers against a run's end
-//! and its restart, and the kept unread steers of an ended run.
+//! Lifecycle races on two worker threads where the outcome depends on which message arrives
+//! first: a question is closed by its asker's end (a kill) and by the application's answer,
+//! so it never answers a later wait; a delivered steer left unread when a run ends is kept
+//! and read once by the next run, through a kill or a shutdown deadline while children
+//! settle, then a resume or a restart; and a mix of all of these leaves a consistent tree.
 //!
 //! Each `_mt` test loops its race with varied `yields(n)` offsets and no real sleeps; every
 //! await is bounded.
@@ -112,7 +114,7 @@ async fn shut_down_and_check(tree: Tree, events: &mut agent_tree::EventStream, t
     assert_folds(&tree, &events.drain(), trial);
 }
 
-/// One trial of [`review27_a_killed_askers_question_never_answers_a_later_wait_mt`]: `lead`
+/// One trial of [`a_killed_askers_question_never_answers_a_later_wait_mt`]: `lead`
 /// (a1) starts a background `kid` (a2) whose first turn asks `lead` a question. `lead`'s
 /// next turn polls (yielding) until the question is asked, then, in that poll, takes a
 /// moment (as a provider's decoding may; the poll runs on the lead's actor) while the
@@ -217,25 +219,15 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
     serde_json::from_str(&read.content).expect("JSON")
 }
 
-/// Defect: a child killed right after it asked its owner a question leaves the question open
-/// in its owner, so a later `wait_subagents` on the killed (final) child is answered
-/// `{"status": "asking", ...}` instead of with its outcome (and the owner's model, which
-/// then steers the answer, is refused: the child is settled). Expected: the wait returns
-/// the child's `killed` outcome. (With a transient child the stale question would also
-/// answer waits on its restarted run.)
-///
-/// docs/semantics.md, Control: "A wait the owner starts later on a child whose question is
-/// still open is answered `asking`"; a killed child's question is not open (children.rs, on
-/// the recent `open_questions` change: "A question the ended run asked is nobody's now: a
-/// wait on a later run of the child ... is not answered with it"). ractor's supervision event of the kill overtakes the
-/// `ChildAsked` message still in the owner's mailbox (DESIGN: "Supervision events overtake
-/// user messages"), so `on_child_ended` removes an open question that is not there yet, and
-/// `on_asked` (`agent/questions.rs`) then opens it for a child whose run has ended: it
-/// ignores `ChildAsked::asked` (the run that asked) and checks only that the child is in the
-/// table. `orchestration::dispatch` answers a wait from `asking_among` before the final
-/// outcome.
+/// A question is open only while the run that asked it lives: a child killed right after it
+/// asked its owner a question leaves nothing open, so a later `wait_subagents` on the killed
+/// (final) child is answered with its `killed` outcome, never `{"status": "asking", ...}`.
+/// This holds even when the kill's supervision event overtakes the `ChildAsked` message still
+/// in the owner's mailbox (supervision events overtake user messages): the owner opens a
+/// question only for the run that asked it, if that run still lives. (With a transient child
+/// the stale question would also answer waits on its restarted run.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_a_killed_askers_question_never_answers_a_later_wait_mt() {
+async fn a_killed_askers_question_never_answers_a_later_wait_mt() {
     let mut stale = Vec::new();
     for trial in 0..200u32 {
         let delay = u64::from(trial % 40);
@@ -369,26 +361,14 @@ async fn steer_kept_then_killed(
     (first_end == Some(AgentStatus::Killed)).then_some((second, steered))
 }
 
-/// Defect: a steer the application's `Tree::steer` receipted `delivered`, which the run
-/// never read, is announced `steered` when the run ends (a failure), but when the agent is
-/// killed while it waits for its children to settle, the resumed run never reads it: the
-/// conversation it continues is the last turn boundary's, without the steer, and the resume
-/// drops the kept copy. (A restart does read it: see the guard below.)
-///
-/// docs/semantics.md, Control: "Steers still unread when a run ends otherwise (a failure,
-/// an abort, a shutdown) enter the conversation kept for a resume as the run ends
-/// (announced `steered` then)"; "a `delivered` steer will be read ..., never lost". The kill
-/// came after the run had ended and announced it (Lifetimes: "An outcome already decided
-/// stays").
-///
-/// `AgentState::keep_unread_steers` (`agent/ending.rs`) pushes the steer into the actor's
-/// conversation and announces it, but the registry's conversation cell is written only by
-/// the settle (`record_end` → `Registry::settle_run`); a kill in `Ending` settles the run
-/// through `Registry::lost` with the last turn boundary's conversation.
-/// `Registry::reopen` (`registry/admit.rs`) then drops `unread_kept` steers "as the
-/// conversation it continues holds them", which it does not.
+/// A steer receipted `delivered` and unread when its run ends (a failure) is kept for a
+/// resume and announced `steered` once, and a kill while the agent waits for its children to
+/// settle does not lose it: the outcome already decided stays, and the resumed run reads the
+/// steer exactly once, with every call answered.
+// regression: the kill once settled the run with the last turn boundary's conversation, and the
+// resume dropped the kept copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_a_kept_steer_survives_a_kill_while_children_settle_then_a_resume_mt() {
+async fn a_kept_steer_survives_a_kill_while_children_settle_then_a_resume_mt() {
     let (mut lost, mut counted) = (Vec::new(), 0);
     for trial in 0..160u32 {
         let delay = u64::from(trial % 12);
@@ -417,11 +397,10 @@ async fn review27_a_kept_steer_survives_a_kill_while_children_settle_then_a_resu
     );
 }
 
-/// Guard (passes): the same with a transient lead, which its supervisor (the root)
-/// restarts after the kill: the restarted run reads the kept steer once, after its task
-/// (`Registry::keep_unread_steers` kept it in `pending_steers`).
+/// The same with a transient lead, which its supervisor (the root) restarts after the kill:
+/// the restarted run reads the kept steer once, after its task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_guard_a_kept_steer_survives_a_kill_then_a_restart_mt() {
+async fn a_kept_steer_survives_a_kill_then_a_restart_mt() {
     let mut counted = 0;
     for trial in 0..120u32 {
         let delay = u64::from(trial % 12);
@@ -439,7 +418,7 @@ async fn review27_guard_a_kept_steer_survives_a_kill_then_a_restart_mt() {
     );
 }
 
-/// One trial of [`review27_a_question_the_application_answered_is_not_open_mt`]: `lead` (a1)
+/// One trial of [`a_question_the_application_answered_is_not_open_mt`]: `lead` (a1)
 /// starts a background `kid` (a2) whose first turn asks `lead` a question; the application
 /// answers it with `Tree::steer` (`delay` yields after the question); the kid's next turn
 /// (which read the answer) finishes once `finish` opens. `lead`'s next turn, once the
@@ -521,25 +500,13 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
     (serde_json::from_str(&read.content).expect("JSON"), answer)
 }
 
-/// Defect: a question the application answered (`Tree::steer` to the asker, which the asker
-/// takes as the answer: the receipt is `delivered` and its `ask_owner` call returns it) is
-/// still open in the owner: a wait the owner starts afterwards on the running child is
-/// answered at once `{"status": "asking", "question": ...}` for a question nobody asks any
-/// more, instead of waiting for the child's outcome; the owner's model then "answers" with a
-/// steer the child reads as an ordinary steer.
-///
-/// docs/semantics.md, Control: "A wait the owner starts later on a child whose question is
-/// still open is answered `asking` at once too"; `wait_subagents` `all_settled` "returns
-/// every outcome ... when all are terminal"; for questions to the application "the first
-/// answer wins".
-///
-/// The owner's `open_questions` (`agent/questions.rs`) is cleared only by the owner's own
-/// `steer_subagent` (`orchestration::steer`), the child's end (`on_child_ended`) and the
-/// owner's end; `AgentState::on_steer` in the child answers the question whoever sent the
-/// steer and tells the owner nothing. `orchestration::dispatch` answers the wait from
-/// `asking_among` first.
+/// A question the application answered (`Tree::steer` to the asker, which the asker takes as
+/// the answer: the receipt is `delivered` and its `ask_owner` call returns it) is no longer
+/// open in the owner: a wait the owner starts afterwards on the running child waits for the
+/// child's outcome instead of being answered `asking` for a question nobody asks any more.
+/// The first answer wins, whoever sends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_a_question_the_application_answered_is_not_open_mt() {
+async fn a_question_the_application_answered_is_not_open_mt() {
     let mut wrong = Vec::new();
     for trial in 0..150u32 {
         let delay = u64::from(trial % 30);
@@ -562,7 +529,7 @@ async fn review27_a_question_the_application_answered_is_not_open_mt() {
     );
 }
 
-/// One trial of [`review27_a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt`]:
+/// One trial of [`a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt`]:
 /// `lead` (a1) starts a background `kid` (a2); both hang in their model turns. The
 /// application steers `lead` (delivered, unread), then, `delay` yields later, shuts the
 /// lead's subtree down: the lead's shutdown hook returns at once (its run ends, keeping and
@@ -648,21 +615,13 @@ async fn steer_kept_then_shutdown_deadline(
     (report.killed, second, steered)
 }
 
-/// Defect: the same loss without any `Tree::kill`: a subtree shutdown ends the lead's run
-/// (its hook returns at once), which keeps and announces its unread delivered steer; the
-/// lead then waits for its kid, whose hook outlasts the deadline, and the deadline kills
-/// both. The application's resume continues the last turn boundary's conversation: the
-/// steer, announced `steered` once, is never read by any turn.
-///
-/// docs/semantics.md, Control: "Steers still unread when a run ends otherwise (a failure,
-/// an abort, a shutdown) enter the conversation kept for a resume as the run ends
-/// (announced `steered` then)"; the only exception named is `Tree::kill`.
-///
-/// As above: `keep_unread_steers` (`agent/ending.rs`) changes only the actor's copy of the
-/// conversation; the deadline's `Registry::kill_runs` settles the run without it, and
-/// `Registry::reopen` drops the kept copy (`unread_kept`).
+/// A kept steer survives a shutdown deadline too: a subtree shutdown ends the lead's run (its
+/// hook returns at once), which keeps and announces its unread delivered steer; the lead then
+/// waits for its kid, whose hook outlasts the deadline, and the deadline kills both. The
+/// application's resume reads the steer, announced `steered` once, exactly once.
+// regression: the deadline's kill once settled the run without the kept steer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt() {
+async fn a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt() {
     let (mut lost, mut counted) = (Vec::new(), 0);
     for trial in 0..60u32 {
         let delay = u64::from(trial % 10);
@@ -728,7 +687,7 @@ fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// One trial of [`review27_guard_questions_steers_aborts_kills_and_restarts_mt`]; with
+/// One trial of [`questions_steers_aborts_kills_and_restarts_mixed_leave_a_consistent_tree_mt`]; with
 /// `detached`, the kids are detached, the lead's first run answers at once, and the
 /// application resumes the lead as soon as that run settled.
 async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
@@ -909,16 +868,15 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
 /// One trial's restarted, asked, steered, killed and aborted events.
 type TrialStats = (u64, u64, u64, u64, u64);
 
-/// Per trial of the mixed guard.
+/// Per trial of the mixed race.
 static STATS: Mutex<Vec<TrialStats>> = Mutex::new(Vec::new());
 
-/// Guard (passes): a lead with two transient background kids that ask it questions, fail
-/// and restart, while the application steers, aborts, kills or shuts down one of the three
-/// at a varied moment: no hang, every record terminal and no actor alive after the
-/// shutdown, the stream folds to the snapshot, and every conversation sent has each call's
-/// result.
+/// A lead with two transient background kids that ask it questions, fail and restart, while
+/// the application steers, aborts, kills or shuts down one of the three at a varied moment:
+/// no hang, every record terminal and no actor alive after the shutdown, the stream folds to
+/// the snapshot, and every conversation sent has each call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review27_guard_questions_steers_aborts_kills_and_restarts_mt() {
+async fn questions_steers_aborts_kills_and_restarts_mixed_leave_a_consistent_tree_mt() {
     for trial in 0..400u32 {
         mixed_trial(u64::from(trial) * 7919 + 13, trial, false).await;
     }

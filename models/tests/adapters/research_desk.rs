@@ -1,251 +1,45 @@
-//! A third new user's trial: a "research desk". A `lead` (Claude Code agent file, on the
-//! Anthropic adapter, streamed) delegates to a `web-researcher` (Claude Code file, Anthropic)
-//! and an `analyst` (pi file, on the OpenAI-compatible adapter, streamed), against the
-//! routed mock of both providers on 127.0.0.1 (`routed.rs`, shared with `trial2`) that
-//! speaks SSE the way the real APIs do (tool_use / tool_calls deltas, usage chunks, 429 with
+//! The research desk, end to end: a `lead` (Claude Code agent file, on the Anthropic
+//! adapter, streamed) delegates to a `web-researcher` (Claude Code file, Anthropic) and an
+//! `analyst` (pi file, on the OpenAI-compatible adapter, streamed), against the routed mock
+//! of both providers on 127.0.0.1 (`routed.rs`, the desk itself in `desk.rs`) that speaks
+//! SSE the way the real APIs do (tool_use / tool_calls deltas, usage chunks, 429 with
 //! retry-after-ms, HTTP 529 overloaded, an `overloaded_error` event mid-stream) and refuses,
 //! with the providers' 400, any request a real provider would refuse (a tool call without
 //! its result, a result without its call, results after text, empty text blocks, a tool name
 //! a provider would not take).
 //!
-//! Tests named `guard_*` are scenarios that behaved as documented, kept as guards (the whole
-//! desk end to end, max_turns, steering during a tool call, mid-stream errors and stalls
-//! retried, shutdown with a question open, fail_fast, two questions at once, a crash and a
-//! resume from the journal). Tests named `defect_*` FAIL on the current code: each says what
-//! was expected, what happened and the documentation line it contradicts. Both defects are
-//! in reading Claude Code agent files; the runtime and the adapters held everything else.
+//! What holds: the whole desk end to end, `maxTurns`, steering during a tool call,
+//! mid-stream errors and stalls retried, shutdown with a question open, `fail_fast`, a
+//! top-level question to the application, two questions at once, and a crash then a resume
+//! from the journal.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_tree_actors::{
-    BoxFuture, Catalog, FnTool, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
-    ToolError, Tree, TreeConfig,
-};
-use agent_tree_models::{Anthropic, OpenAiCompat};
+use agent_tree_actors::{FnTool, ToolError, Tree};
+use agent_tree_models::Anthropic;
 use agent_tree_protocol::{
-    AgentId, AgentRecord, AgentStatus, EndReason, Event, EventKind, Fold, ModelErrorKind,
-    SpawnRequest, Usage,
+    AgentId, AgentRecord, AgentStatus, EndReason, EventKind, Fold, ModelErrorKind, SpawnRequest,
+    Usage,
 };
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::common::scratch;
+use crate::desk::{ANALYST, config, desk, desk_script, desk_tree, drain, find, project, read_tool};
 use crate::routed::{
-    Mock, Req, Resp, an_529, an_calls, an_overloaded_event, an_overloaded_mid_stream, an_partial,
-    an_text, oa_429, oa_call, oa_chunk, oa_text,
+    Mock, Resp, an_calls, an_overloaded_event, an_partial, an_text, oa_call, oa_chunk, oa_text,
 };
 
-// ---------------------------------------------------------------------------------------
-// The project: agent files as a user keeps them
-// ---------------------------------------------------------------------------------------
-
-fn scratch(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "agent-tree-trial3-{}-{}-{name}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-const LEAD: &str = "---\nname: lead\ndescription: Runs the research desk and splits each question between researchers\ntools: Read, WebSearch\nmodel: opus\nallowedSubagents: [web-researcher, analyst]\nmaxTurns: 12\ncolor: purple\n---\n[agent:lead] You run the research desk. Delegate, then write the report.\n";
-const WEB: &str = "---\nname: web-researcher\ndescription: Reads press coverage and documentation on the web\ntools: WebFetch, WebSearch, Read\nmodel: sonnet\ncolor: cyan\n---\n[agent:web-researcher] You research on the web and quote your sources.\n";
-const ANALYST: &str = "---\nname: analyst\ndescription: Computes figures from the CSV exports\ntools: read, bash\nmodel: claude-haiku-4-5\nthinking: low\n---\n[agent:analyst] You compute figures from data files.\n";
-
-/// `.claude/agents/` and `.pi/agents/` of a project; `analyst` may be replaced.
-fn project(analyst: &str) -> Catalog {
-    let root = scratch("desk");
-    let claude = root.join(".claude/agents");
-    let pi = root.join(".pi/agents");
-    std::fs::create_dir_all(&claude).unwrap();
-    std::fs::create_dir_all(&pi).unwrap();
-    std::fs::write(claude.join("lead.md"), LEAD).unwrap();
-    std::fs::write(claude.join("web-researcher.md"), WEB).unwrap();
-    std::fs::write(pi.join("analyst.md"), analyst).unwrap();
-    let loaded = Catalog::load_dirs([&claude, &pi]);
-    assert!(loaded.is_clean(), "{:?}", loaded.problems);
-    loaded.catalog
-}
-
-/// The lead and the web researcher on Anthropic, the analyst on an OpenAI-compatible server
-/// (say Ollama): routed by agent type, as `docs/models.md` suggests.
-struct Desk {
-    claude: Anthropic,
-    local: OpenAiCompat,
-}
-
-impl Model for Desk {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        if request.agent_type() == "analyst" {
-            self.local.turn(request)
-        } else {
-            self.claude.turn(request)
-        }
-    }
-}
-
-fn desk(mock: &Mock) -> Desk {
-    Desk {
-        claude: Anthropic::builder()
-            .base_url(&mock.base)
-            .api_key("sk-ant-test")
-            .model_alias("opus", "claude-opus-4-1")
-            .model_alias("sonnet", "claude-sonnet-4-5")
-            .streaming(true)
-            .build()
-            .unwrap(),
-        local: OpenAiCompat::builder()
-            .base_url(&mock.base)
-            .model_alias("claude-haiku-4-5", "qwen2.5:7b")
-            .streaming(true)
-            .build()
-            .unwrap(),
-    }
-}
-
-fn config() -> TreeConfig {
-    TreeConfig::default()
-        .with_retry(
-            RetryPolicy::default()
-                .with_max_attempts(3)
-                .with_backoff(Duration::from_millis(2), Duration::from_millis(5)),
-        )
-        .with_stream_events(true)
-}
-
-fn read_tool() -> impl agent_tree_actors::Tool {
-    FnTool::new(
-        "read",
-        "Reads a file of the project",
-        |_ctx, input: Value| async move {
-            let path = input["path"].as_str().unwrap_or_default().to_owned();
-            if path == "q3.csv" {
-                Ok::<String, ToolError>("region,revenue\nEMEA,12\nAPAC,9\n".into())
-            } else {
-                Err(ToolError::new(format!("no such file: {path}")))
-            }
-        },
-    )
-}
-
-fn find(tree: &Tree, agent_type: &str) -> AgentRecord {
-    tree.snapshot()
-        .agents()
-        .find(|r| r.agent_type == agent_type)
-        .cloned()
-        .unwrap_or_else(|| panic!("no {agent_type} record"))
-}
-
-/// Every event queued now.
-fn drain(events: &mut agent_tree_actors::EventStream) -> Vec<Event> {
-    events.drain()
-}
-
-// ---------------------------------------------------------------------------------------
-// The research desk, end to end
-// ---------------------------------------------------------------------------------------
-
-/// The lead's script: decided from what it was sent, since its turns depend on when its
-/// background children's notices and questions arrive.
-fn lead_script(req: &Req, attempt: usize) -> Resp {
-    let pending = req.pending();
-    let ids = req.spawned_ids();
-    if req.turn() == 1 && attempt == 0 {
-        // The provider is overloaded once (HTTP 529), then answers.
-        return an_529();
-    }
-    if req.turn() == 0 {
-        return an_calls(
-            &[
-                (
-                    "Agent",
-                    json!({"agent_type":"analyst","prompt":"Compute Q3 revenue by region from q3.csv","description":"Q3 revenue","background":true}),
-                ),
-                (
-                    "Agent",
-                    json!({"agent_type":"web-researcher","prompt":"Find the press coverage of our Q3 results","description":"Q3 press","background":true}),
-                ),
-            ],
-            120,
-            40,
-        );
-    }
-    // The resume of the lead by the application (a second question).
-    if pending.contains("Now break APAC down by country") {
-        return an_calls(
-            &[(
-                "Agent",
-                json!({"agent_type":"analyst","resume":ids[0],"prompt":"Break APAC down by country"}),
-            )],
-            100,
-            10,
-        );
-    }
-    if pending.contains("ANALYST-APAC-DONE") {
-        return an_text("DESK REPORT 2: APAC by country attached", 100, 10);
-    }
-    let question =
-        pending.contains("asking") || pending.contains("\\\"notice\\\":\\\"question\\\"");
-    if question && !req.text().contains("WEB-DONE") {
-        return an_calls(
-            &[(
-                "steer_subagent",
-                json!({"agent_id": ids[1], "message": "EMEA only, last 30 days"}),
-            )],
-            100,
-            10,
-        );
-    }
-    let text = req.text();
-    if text.contains("ANALYST-DONE") && text.contains("WEB-DONE") {
-        return an_text("DESK REPORT: EMEA 12 (press positive), APAC 9", 100, 10);
-    }
-    an_calls(
-        &[("wait_subagents", json!({"agent_ids": [ids[0], ids[1]]}))],
-        100,
-        10,
-    )
-}
-
-fn desk_script(req: &Req, attempt: usize) -> Resp {
-    match (req.agent().as_str(), req.turn(), attempt) {
-        ("lead", ..) => lead_script(req, attempt),
-        // The web researcher: overloaded mid-stream after some text, then asks its owner.
-        ("web-researcher", 0, 0) => an_overloaded_mid_stream(200),
-        ("web-researcher", 0, _) => an_calls(
-            &[(
-                "ask_owner",
-                json!({"question":"Which region should I focus on?"}),
-            )],
-            210,
-            15,
-        ),
-        ("web-researcher", _, _) => an_text("WEB-DONE: EMEA press was positive", 220, 25),
-        // The analyst: rate-limited once, then reads the CSV, then answers; resumed later.
-        ("analyst", 0, 0) => oa_429(),
-        ("analyst", 0, _) => oa_call("read", json!({"path":"q3.csv"}), 300, 30),
-        ("analyst", 1, _) => oa_text("ANALYST-DONE: EMEA 12, APAC 9", 350, 20),
-        ("analyst", _, _) => oa_text("ANALYST-APAC-DONE: JP 5, AU 4", 400, 20),
-        (other, ..) => Resp::json(
-            500,
-            json!({"error":{"message":format!("unscripted {other}")}}),
-        ),
-    }
-}
-
-/// GUARD. The whole desk: agent files of both formats, model aliases, background children
+/// The whole desk: agent files of both formats, model aliases, background children
 /// with `wait_subagents`, a 429 with `retry-after-ms`, an HTTP 529 and an `overloaded_error`
 /// mid-stream (each retried), a child's `ask_owner` answered by the owner's
 /// `steer_subagent`, usage per agent and per subtree (every attempt billed), the event stream
 /// folded back into the records, a resume of the lead that resumes a child, and shutdown.
 /// Every request is checked the way the providers check it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_research_desk_end_to_end() {
+async fn the_research_desk_runs_end_to_end_on_both_providers() {
     let mock = Mock::start(desk_script).await;
     let tree = Tree::builder()
         .config(config())
@@ -409,27 +203,11 @@ async fn guard_research_desk_end_to_end() {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Probes of single behaviours
-// ---------------------------------------------------------------------------------------
-
-async fn desk_tree(mock: &Mock, analyst: &str) -> Tree {
-    Tree::builder()
-        .config(config())
-        .catalog(project(analyst))
-        .model(desk(mock))
-        .tool(read_tool())
-        .unwrap()
-        .build()
-        .await
-        .unwrap()
-}
-
-/// GUARD. `maxTurns` from a pi file: an analyst that keeps calling tools fails with reason
+/// `maxTurns` from a pi file: an analyst that keeps calling tools fails with reason
 /// `max_turns` after exactly that many model calls, and its owner, waiting in a foreground
 /// `Agent` call, reads `failed` with the reason and carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_max_turns_of_a_child() {
+async fn a_childs_max_turns_from_a_pi_file_fails_it_and_its_owner_carries_on() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
         ("lead", 0) => an_calls(
             &[(
@@ -469,11 +247,11 @@ async fn guard_max_turns_of_a_child() {
     tree.shutdown().await;
 }
 
-/// GUARD. The application steers an analyst (OpenAI-compatible, streamed) while its `read`
+/// The application steers an analyst (OpenAI-compatible, streamed) while its `read`
 /// tool call runs: the next request answers the call first (`tool` right after the
 /// assistant's `tool_calls`), then the steer, as Chat Completions requires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_steer_while_a_tool_runs() {
+async fn a_steer_while_a_tool_runs_follows_the_calls_answer() {
     let mock = Mock::start(|req, _| match req.turn() {
         0 => oa_call("read", json!({"path":"q3.csv"}), 10, 1),
         _ => oa_text("ANALYST-DONE", 10, 1),
@@ -526,11 +304,11 @@ async fn guard_steer_while_a_tool_runs() {
     tree.shutdown().await;
 }
 
-/// GUARD. An OpenAI-compatible gateway (OpenRouter) that fails mid-stream after some text,
+/// An OpenAI-compatible gateway (OpenRouter) that fails mid-stream after some text,
 /// with an `error` object and `finish_reason: "error"`: retried, and the answer is the retry's
 /// text alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_openai_error_mid_stream_is_retried() {
+async fn an_openai_error_mid_stream_is_retried_and_the_answer_is_the_retrys() {
     let mock = Mock::start(|_, attempt| match attempt {
         0 => Resp::Sse(vec![
             oa_chunk(json!({"role":"assistant","content":""}), None),
@@ -571,39 +349,11 @@ async fn guard_openai_error_mid_stream_is_retried() {
     tree.shutdown().await;
 }
 
-/// DEFECT (agent files). Claude Code's subagent frontmatter has `background: true` ("always
-/// run this subagent as a background task"); the crate's own field is `run_in_background`
-/// (also `runInBackground`, `run-in-background`). A `.claude/agents/*.md` file with
-/// `background: true` loads without a problem (`is_clean()`), the key only logged as
-/// unknown, and the agent runs in the FOREGROUND: its owner's `Agent` call blocks until it
-/// ends instead of returning `{"agent_id", "status": "running"}` at once.
-/// README: "Definitions load from `.pi/agents/*.md` / `.claude/agents/*.md` files".
-/// Expected: `run_in_background == true` (or at least a load problem naming the key).
-/// Actual: `false`, `problems` empty. Cause: `actors/src/catalog/fields.rs`
-/// `Field::from_key` has no `background` spelling.
-#[test]
-fn defect_claude_code_background_field_is_dropped() {
-    let dir = scratch("background");
-    std::fs::write(
-        dir.join("watcher.md"),
-        "---\nname: watcher\ndescription: Watches the deploy in the background\ntools: Read, Bash\nbackground: true\n---\nYou watch.\n",
-    )
-    .unwrap();
-    let loaded = Catalog::load_dir(&dir);
-    let watcher = loaded.catalog.resolve("watcher").unwrap();
-    assert!(
-        watcher.run_in_background || !loaded.problems.is_empty(),
-        "Claude Code's `background: true` was silently ignored: run_in_background = {}, problems = {:?}",
-        watcher.run_in_background,
-        loaded.problems
-    );
-}
-
-/// GUARD. A shutdown while a child waits for its owner's answer to `ask_owner` and the
+/// A shutdown while a child waits for its owner's answer to `ask_owner` and the
 /// owner's model call (Anthropic, streamed) hangs: quick, nobody killed, both aborted with
 /// reason `shutdown`, usage still adding up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_shutdown_while_a_question_is_open() {
+async fn a_shutdown_while_a_question_is_open_aborts_both_quickly() {
     let never = Arc::new(Notify::new());
     let n = never.clone();
     let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
@@ -653,11 +403,11 @@ async fn guard_shutdown_while_a_question_is_open() {
     drop(never);
 }
 
-/// GUARD. `wait_subagents` with `fail_fast`: one child's provider refuses its request for
+/// `wait_subagents` with `fail_fast`: one child's provider refuses its request for
 /// good (a 400 "prompt is too long", not retried), the other child is aborted, and the lead
 /// reads both outcomes; the aborted child's streamed usage stays billed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_fail_fast_after_a_permanent_error() {
+async fn fail_fast_after_a_permanent_error_aborts_the_other_child_and_keeps_its_usage() {
     let hold = Arc::new(Notify::new());
     let h = hold.clone();
     let mock = Mock::start(move |req, _| match (req.agent().as_str(), req.turn()) {
@@ -713,10 +463,10 @@ async fn guard_fail_fast_after_a_permanent_error() {
     drop(hold);
 }
 
-/// GUARD. A top-level lead asks the application (`TreeBuilder::on_question`): it is offered
+/// A top-level lead asks the application (`TreeBuilder::on_question`): it is offered
 /// `ask_owner`, the handler's answer is the call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_top_level_question_to_the_application() {
+async fn a_top_level_lead_asks_the_application() {
     let mock = Mock::start(|req, _| match req.turn() {
         0 => an_calls(
             &[("ask_owner", json!({"question":"Which quarter?"}))],
@@ -748,7 +498,7 @@ async fn guard_top_level_question_to_the_application() {
     tree.shutdown().await;
 }
 
-/// The crash-recovery probe's first life: the lead has spawned both researchers, and waits
+/// The crash-recovery test's first life: the lead has spawned both researchers, and waits
 /// on them (`wait_subagents`) while their provider calls hang. Returns the lead's id.
 fn first_life(journal: PathBuf) -> AgentId {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -808,12 +558,12 @@ fn first_life(journal: PathBuf) -> AgentId {
     lead
 }
 
-/// GUARD (crash recovery, journal). The desk's process dies while the lead waits on its two
+/// Crash recovery from the journal: The desk's process dies while the lead waits on its two
 /// researchers; a tree built on the journal comes back with the three `interrupted`, the
 /// usage billed before the crash, and `Tree::resume(lead, "")` re-runs the lead on its
 /// journaled conversation: every request of the second life is one a provider takes.
 #[test]
-fn guard_crash_then_resume_from_the_journal() {
+fn after_a_crash_the_desk_resumes_from_the_journal() {
     let dir = scratch("journal");
     let journal = dir.join("desk.journal");
     let lead = first_life(journal.clone());
@@ -881,11 +631,11 @@ fn guard_crash_then_resume_from_the_journal() {
     });
 }
 
-/// GUARD. Two children ask their owner at about the same time (one on each adapter) while
+/// Two children ask their owner at about the same time (one on each adapter) while
 /// the lead waits on both: each question reaches the lead (as a wait's `asking` or a
 /// notice), each answer reaches its child, nothing hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_two_questions_at_once() {
+async fn two_questions_at_once_each_reach_the_owner_and_get_their_answer() {
     let mock = Mock::start(|req, _| match (req.agent().as_str(), req.turn()) {
         ("lead", 0) => an_calls(
             &[
@@ -972,11 +722,11 @@ async fn guard_two_questions_at_once() {
     tree.shutdown().await;
 }
 
-/// GUARD. A stalled stream (Anthropic: `message_start`, some text, then silence) is cut after
+/// A stalled stream (Anthropic: `message_start`, some text, then silence) is cut after
 /// the adapter's `timeout` of silence and retried; the stalled attempt's `message_start`
 /// usage is billed, its text is not the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_stalled_stream_is_cut_and_retried() {
+async fn a_stalled_stream_is_cut_and_retried() {
     let mock = Mock::start(|_, attempt| match attempt {
         0 => Resp::SseStall(an_partial(70, "Half an ans")),
         _ => an_text("WEB-DONE", 80, 8),
@@ -1045,59 +795,13 @@ async fn deltas_across_a_retry(failed_text: String) -> String {
         .collect()
 }
 
-/// GUARD (of what happens; see the report's friction list): the text a failed attempt
-/// streamed reaches `text_delta` subscribers, short or long, then the retry's: the turn's
-/// deltas, joined, are not the turn's text unless a subscriber also watches `retrying`
-/// (its docs say nothing of the text already streamed).
+/// The text a failed attempt streamed reaches `text_delta` subscribers, short or long, then
+/// the retry's: the turn's deltas, joined, are the failed attempt's text then the answer,
+/// so a subscriber that wants the turn's text alone also watches `retrying`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn guard_text_deltas_of_a_failed_attempt() {
+async fn a_failed_attempts_streamed_text_reaches_text_delta_subscribers_before_the_retrys() {
     let short = deltas_across_a_retry("x".repeat(100)).await;
     let long = deltas_across_a_retry("y".repeat(300)).await;
     assert_eq!(short, format!("{}WEB-DONE", "x".repeat(100)));
     assert_eq!(long, format!("{}WEB-DONE", "y".repeat(300)));
-}
-
-/// DEFECT (agent files; akin to the one left open in `docs/user-trial.md` §5). Claude Code
-/// grants and restricts delegation in `tools`: `Agent(web-researcher, analyst)` (older:
-/// `Task(...)`). A lead written so loads clean (`problems` empty) and gets no delegation
-/// tool: the desk silently becomes a single agent. The only trace is a `tool_problems`
-/// warning that splits the entry inside its parentheses, naming the fragments
-/// `"Agent(web-researcher"` and `"analyst)"` as unregistered tools, with no word of
-/// `allowed_subagents`.
-/// README: "Definitions load from `.pi/agents/*.md` / `.claude/agents/*.md` files";
-/// `Catalog::tool_problems`: "A tool name of a definition that gives the agent no tool".
-/// Expected: the lead may start exactly those two types, or a problem naming the whole
-/// entry `Agent(web-researcher, analyst)` and pointing at `allowed_subagents`.
-/// Actual: `allowed_subagents = None`; tool problems name two half-entries.
-/// Cause: `protocol/src/words.rs` (the words rule splits on every comma) and
-/// `actors/src/catalog.rs` `tool_problems` (no hint for `Agent`/`Task` entries).
-#[test]
-fn defect_claude_code_agent_tool_syntax_grants_nothing() {
-    let dir = scratch("agent-syntax");
-    std::fs::write(
-        dir.join("lead.md"),
-        "---\nname: lead\ndescription: Runs the desk\ntools: Agent(web-researcher, analyst), Read\nmodel: opus\n---\nYou lead.\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("web-researcher.md"), WEB).unwrap();
-    std::fs::write(dir.join("analyst.md"), ANALYST).unwrap();
-    let loaded = Catalog::load_dir(&dir);
-    let lead = loaded.catalog.resolve("lead").unwrap().clone();
-    let delegates = lead.allowed_subagents != agent_tree_protocol::SubagentAllowance::default();
-    let hints: Vec<String> = loaded
-        .catalog
-        .tool_problems(["read"])
-        .iter()
-        .map(ToString::to_string)
-        .filter(|p| p.contains("\"lead\""))
-        .collect();
-    let explained = hints
-        .iter()
-        .any(|p| p.contains("Agent(web-researcher, analyst)") && p.contains("allowed_subagents"));
-    assert!(
-        delegates || explained,
-        "`tools: Agent(web-researcher, analyst), Read` gave the lead no delegation; \
-         load problems {:?}; its tool problems: {hints:#?}",
-        loaded.problems
-    );
 }

@@ -1,18 +1,16 @@
-//! Review 12: `adafa30` (one shared shutdown order, inline first countdown) and `168b46c`
-//! (a settle keeps the turn boundary's conversation `Arc` when nothing was added; a temporary
-//! agent admitted to run at once keeps no prompt or inherited context in its start spec).
+//! A temporary agent keeps its task (its start spec's prompt and inherited context) for as
+//! long as a later run may need it, though it is never restarted.
 //!
-//! What must hold: a temporary agent resumed (by the application or by its owner's `Agent`
-//! call) after completing, an abort mid-turn, a kill, a subtree shutdown, an abort before
-//! its first model call, or an abort after a delivered steer, sees its original task (and inherited
-//! context) then the new prompt; temporary siblings under `one_for_all` / `rest_for_one` are
-//! released, never restarted with an empty task, while the restartable child restarts with
-//! its task; a queued temporary agent started from the pool gets its prompt; overlapping
-//! shutdowns both return; a journaled tree's resume reads the right conversation.
-//! Paused time, one thread: deterministic.
+//! Resumed (by the application or by its owner's `Agent` call) after completing, an abort
+//! mid-turn, a kill, a subtree shutdown, an abort before its first model call, or an abort
+//! after a delivered steer, it sees its original task (and inherited context), then the new
+//! prompt; journaled, its resume reads the right conversation back. Temporary siblings under
+//! `one_for_all` / `rest_for_one` are released, never restarted with an empty task, while the
+//! restartable child restarts with its task; a queued temporary agent started from the pool
+//! gets its prompt. Paused time, one thread: deterministic.
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, Role, Strategy};
+use agent_tree::protocol::{Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, SteerReceipt};
 use serde_json::json;
@@ -189,7 +187,7 @@ async fn journaled_resumes_read_the_right_conversation() {
         End::SubtreeShutdownMidTurn,
         End::SteeredThenAborted,
     ] {
-        let dir = TempDir::new("review12");
+        let dir = TempDir::new("temporary_resume");
         resume_after(end, Some(&dir)).await;
     }
 }
@@ -373,76 +371,5 @@ async fn a_queued_temporary_agent_started_later_gets_its_prompt() {
     let aborted = bounded("a2", second.outcome()).await;
     assert!(!aborted.is_completed(), "{aborted:?}");
     bounded("shutdown", tree.shutdown()).await;
-    assert_folds(&tree, &all.drain(), 0);
-}
-
-/// A subtree shutdown and the tree's shutdown overlap (both begin before any agent acts):
-/// the subtree's agents wait under two countdowns (the inline one and the boxed rest); both
-/// shutdowns return, and every agent is final.
-#[tokio::test(start_paused = true)]
-async fn overlapping_subtree_and_tree_shutdowns_both_return() {
-    let scripted = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([
-                Turn::calls([
-                    Call::spawn_background("kid", "one"),
-                    Call::spawn_background("kid", "two"),
-                ]),
-                Turn::hang(),
-            ]),
-        )
-        .script("kid", Script::new([Turn::hang()]));
-    let model = RecordingModel::new(scripted);
-    let tree = tree(
-        model.clone(),
-        catalog([delegator("lead", &["kid"]), leaf("kid")]),
-        TreeConfig::default(),
-    )
-    .await;
-    let mut all = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .unwrap()
-        .id();
-    let other = tree
-        .spawn(SpawnRequest::new("kid", "alone"))
-        .await
-        .unwrap()
-        .id();
-    bounded("kids", model.until_all_calls(&[a(3), a(4), other], 1)).await;
-    let (subtree, whole) = bounded("both shutdowns", async {
-        tokio::join!(tree.shutdown_agent(lead), tree.shutdown())
-    })
-    .await;
-    let subtree = subtree.expect("a subtree shutdown");
-    let snapshot = tree.snapshot();
-    for record in snapshot.agents().filter(|r| !r.id.is_root()) {
-        assert!(
-            record.status.is_terminal(),
-            "{}: {:?}",
-            record.id,
-            record.status
-        );
-        let reason = record.outcome.as_ref().map(|o| o.reason);
-        assert_eq!(reason, Some(EndReason::Shutdown), "{}", record.id);
-    }
-    let mut reached: Vec<AgentId> = subtree
-        .graceful
-        .iter()
-        .chain(&subtree.killed)
-        .copied()
-        .collect();
-    reached.sort();
-    assert_eq!(
-        reached,
-        [lead, a(3), a(4)],
-        "the subtree's report: {subtree:?}"
-    );
-    assert!(
-        whole.graceful.contains(&other),
-        "the tree's report: {whole:?}"
-    );
     assert_folds(&tree, &all.drain(), 0);
 }
