@@ -1,4 +1,5 @@
-//! A routed mock of both providers for the user-trial tests: one HTTP server on 127.0.0.1
+//! A routed mock of both providers for the tests that run whole teams through the adapters
+//! (`coordinator_and_workers`, `research_desk`): one HTTP server on 127.0.0.1
 //! that takes OpenAI Chat Completions and Anthropic Messages requests on the same port and
 //! answers each by a script chosen per agent (the `[agent:NAME]` marker of the request's
 //! system prompt), so agents running in parallel each get their own replies.
