@@ -13,8 +13,8 @@
 //! onto an unbounded channel (sending never blocks, so no actor and no registry transaction
 //! ever waits on the disk) to one writer thread, which encodes, writes and syncs by the
 //! [`Durability`] policy, and rotates the file by compacting it when it grows past
-//! [`JournalConfig::rotate_at`] (reading the file back and replaying it: the writer keeps no
-//! state of the tree in memory).
+//! [`JournalConfig::rotate_at`] (reading the file back as a stream and replaying it, then
+//! copying the lines it keeps: the writer keeps no state of the tree in memory).
 //!
 //! **Backpressure, not loss.** The channel counts what it holds. When the writer falls
 //! more than [`JournalConfig::max_queue`] entries behind (a disk slower than the tree), new
@@ -476,7 +476,9 @@ pub trait JournalStore: Send + 'static {
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// The content's size in bytes.
     fn size(&self) -> u64;
-    /// The whole content, for reading back (a settled agent's conversation).
+    /// The whole content: what the default [`reader`](JournalStore::reader) and
+    /// [`read_range`](JournalStore::read_range) read from (a store that implements both
+    /// never needs to hold it).
     ///
     /// # Errors
     ///

@@ -578,6 +578,9 @@ pub struct Replay {
     pub torn: Option<usize>,
 }
 
+/// An agent's conversation with the run it belongs to, as [`Replay::conversations`] holds it.
+type RunConversation = (u32, std::sync::Arc<[Message]>);
+
 /// A question an agent asked its owner (`ask_owner`) that no journaled conversation holds
 /// yet ([`JournalEntry::Question`]), and its answer, once journaled.
 #[derive(Clone, Debug, PartialEq)]
@@ -615,7 +618,7 @@ impl Replay {
         &self,
         reader: &mut R,
         agent: AgentId,
-    ) -> Result<Option<(u32, std::sync::Arc<[Message]>)>, ReplayError> {
+    ) -> Result<Option<RunConversation>, ReplayError> {
         let Some((run, spans)) = self.conversation_lines.get(&agent) else {
             return Ok(None);
         };
