@@ -582,11 +582,16 @@ impl JournalStore for FileJournal {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".compacting");
         let tmp = PathBuf::from(tmp);
-        {
-            let mut out = io::BufWriter::with_capacity(1 << 16, File::create(&tmp)?);
+        let written = File::create(&tmp).and_then(|file| {
+            let mut out = io::BufWriter::with_capacity(1 << 16, file);
             write(&mut out)?;
             let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-            file.sync_all()?;
+            file.sync_all()
+        });
+        if let Err(error) = written {
+            // The old file stays as it was; a half-written new one is no use to anyone.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(error);
         }
         std::fs::rename(&tmp, &self.path)?;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
