@@ -10,7 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
-use agent_tree::{JournalConfig, JournalStore as _, read_journal};
+use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
