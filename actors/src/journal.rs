@@ -13,8 +13,8 @@
 //! onto an unbounded channel (sending never blocks, so no actor and no registry transaction
 //! ever waits on the disk) to one writer thread, which encodes, writes and syncs by the
 //! [`Durability`] policy, and rotates the file by compacting it when it grows past
-//! [`JournalConfig::rotate_at`] (reading the file back and replaying it: the writer keeps no
-//! state of the tree in memory).
+//! [`JournalConfig::rotate_at`] (reading the file back as a stream and replaying it, then
+//! copying the lines it keeps: the writer keeps no state of the tree in memory).
 //!
 //! **Backpressure, not loss.** The channel counts what it holds. When the writer falls
 //! more than [`JournalConfig::max_queue`] entries behind (a disk slower than the tree), new
@@ -64,7 +64,7 @@
 //! or [`Tree::run`](crate::Tree::run) returns it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Seek as _, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -151,6 +151,12 @@ impl JournalConfig {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether settled agents keep their conversation in memory
+    /// ([`JournalConfig::retain_conversations`]).
+    pub(crate) fn keeps_conversations(&self) -> bool {
+        self.retain_conversations
     }
 
     /// Sets the sync policy.
@@ -366,30 +372,62 @@ impl JournalError {
 }
 
 /// Reads and replays the journal at `path` (the same fold as the registry's): the records,
-/// outcomes, definitions, requests and conversations it holds. `session`, when given, must
-/// be the journal's. A torn last line is dropped with a warning.
+/// outcomes, definitions, requests and steers it holds, where each agent's conversation
+/// is, and the conversations of the agents it leaves unfinished (those a recovery resumes;
+/// any other is read back with [`Replay::read_conversation`]). The file is read as a
+/// stream, never whole. `session`, when given, must be the journal's. A torn last line is
+/// dropped with a warning.
 ///
 /// # Errors
 ///
 /// [`JournalError`] naming the file and, for a bad line, the line: a missing or unreadable
 /// file, a corrupted, garbage or unknown line, a newer version, another tree's journal.
 pub fn read_journal(path: &Path, session: Option<&SessionId>) -> Result<Replay, JournalError> {
-    let bytes = std::fs::read(path).map_err(|e| JournalError::io(path, "cannot read", &e))?;
-    replay_file(path, &bytes, session)
+    let file = File::open(path).map_err(|e| JournalError::io(path, "cannot read", &e))?;
+    let mut reader = io::BufReader::new(file);
+    let mut replay = replay_file(path, &mut reader, session)?;
+    let unfinished: Vec<AgentId> = replay.unfinished().map(|r| r.id).collect();
+    read_conversations(path, &mut replay, &mut reader, unfinished)?;
+    Ok(replay)
 }
 
-/// [`read_journal`] of bytes already read from `path`.
+/// Fills `replay`'s conversations of `agents` (those the journal holds one of), read back
+/// from `reader`, the file at `path` it was replayed from: one agent's lines at a time.
+pub(crate) fn read_conversations(
+    path: &Path,
+    replay: &mut Replay,
+    reader: &mut (impl io::Read + io::Seek),
+    agents: impl IntoIterator<Item = AgentId>,
+) -> Result<(), JournalError> {
+    for agent in agents {
+        let read = replay
+            .read_conversation(reader, agent)
+            .map_err(|e| JournalError {
+                path: path.to_owned(),
+                line: None,
+                what: e.to_string(),
+            })?;
+        if let Some(conversation) = read {
+            replay.conversations.insert(agent, conversation);
+        }
+    }
+    Ok(())
+}
+
+/// [`agent_tree_protocol::replay_index`] of the journal `reader` reads, from `path`: no
+/// conversation read back yet.
 pub(crate) fn replay_file(
     path: &Path,
-    bytes: &[u8],
+    reader: impl io::BufRead,
     session: Option<&SessionId>,
 ) -> Result<Replay, JournalError> {
-    let replay = agent_tree_protocol::replay(bytes, session).map_err(|e| {
+    let replay = agent_tree_protocol::replay_index(reader, session).map_err(|e| {
         let line = match &e {
             agent_tree_protocol::ReplayError::Line { line, .. }
             | agent_tree_protocol::ReplayError::Sequence { line, .. }
             | agent_tree_protocol::ReplayError::Fold { line, .. }
             | agent_tree_protocol::ReplayError::Misplaced { line, .. } => Some(*line),
+            agent_tree_protocol::ReplayError::Io(_) => None,
             _ => Some(1),
         };
         let text = e.to_string();
@@ -438,12 +476,40 @@ pub trait JournalStore: Send + 'static {
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// The content's size in bytes.
     fn size(&self) -> u64;
-    /// The whole content, for reading back (a settled agent's conversation).
+    /// The whole content: what the default [`reader`](JournalStore::reader) and
+    /// [`read_range`](JournalStore::read_range) read from (a store that implements both
+    /// never needs to hold it).
     ///
     /// # Errors
     ///
     /// The I/O error.
     fn read(&self) -> io::Result<Vec<u8>>;
+    /// The content as a stream, for a compaction to replay it line by line and copy the
+    /// lines it keeps, never holding it whole. The default reads the whole content into
+    /// memory; [`FileJournal`] reads the file.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    fn reader(&self) -> io::Result<Box<dyn JournalReader>> {
+        Ok(Box::new(io::Cursor::new(self.read()?)))
+    }
+    /// Replaces the whole content with what `write` writes, atomically, as
+    /// [`replace`](JournalStore::replace) does: a compaction writes its new content as it
+    /// goes. The default gathers it in memory and calls `replace`; [`FileJournal`] writes
+    /// it to the new file directly.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, or `write`'s.
+    fn replace_with(
+        &mut self,
+        write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        write(&mut bytes)?;
+        self.replace(&bytes)
+    }
     /// `len` bytes from `offset`: one line, for reading one released output back. The
     /// default reads the whole content; [`FileJournal`] reads only the range.
     ///
@@ -461,6 +527,12 @@ pub trait JournalStore: Send + 'static {
         Ok(all[range].to_vec())
     }
 }
+
+/// What a [`JournalStore`] is read through as a stream: buffered lines, and a seek to the
+/// lines read back alone.
+pub trait JournalReader: io::BufRead + io::Seek {}
+
+impl<T: io::BufRead + io::Seek> JournalReader for T {}
 
 /// A journal file, appended to; compaction writes a new file beside it, syncs it and renames
 /// it over the old one.
@@ -500,13 +572,26 @@ impl JournalStore for FileJournal {
     }
 
     fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.replace_with(&mut |out| out.write_all(bytes))
+    }
+
+    fn replace_with(
+        &mut self,
+        write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".compacting");
         let tmp = PathBuf::from(tmp);
-        {
-            let mut file = File::create(&tmp)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
+        let written = File::create(&tmp).and_then(|file| {
+            let mut out = io::BufWriter::with_capacity(1 << 16, file);
+            write(&mut out)?;
+            let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+            file.sync_all()
+        });
+        if let Err(error) = written {
+            // The old file stays as it was; a half-written new one is no use to anyone.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(error);
         }
         std::fs::rename(&tmp, &self.path)?;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -517,7 +602,7 @@ impl JournalStore for FileJournal {
             }
         }
         self.file = OpenOptions::new().append(true).open(&self.path)?;
-        self.size = bytes.len() as u64;
+        self.size = self.file.metadata()?.len();
         Ok(())
     }
 
@@ -529,8 +614,14 @@ impl JournalStore for FileJournal {
         std::fs::read(&self.path)
     }
 
+    fn reader(&self) -> io::Result<Box<dyn JournalReader>> {
+        Ok(Box::new(io::BufReader::with_capacity(
+            1 << 16,
+            File::open(&self.path)?,
+        )))
+    }
+
     fn read_range(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
-        use std::io::{Read as _, Seek as _};
         let mut file = File::open(&self.path)?;
         file.seek(io::SeekFrom::Start(offset))?;
         let mut bytes = vec![0; usize::try_from(len).map_err(io::Error::other)?];
@@ -1283,38 +1374,49 @@ impl Writer {
             return;
         }
         self.sync_now();
-        // Compaction reads the file back and replays it, so the writer keeps no state of
-        // its own (no conversation held in memory for it).
+        // Compaction reads the file back as a stream and replays it, so the writer keeps no
+        // state of its own (no conversation held in memory for it): the replay holds where
+        // each conversation is, and the compaction copies those lines from the old file to
+        // the new one.
         let replayed = self
             .store
-            .read()
+            .reader()
             .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                let state = agent_tree_protocol::replay(&bytes, Some(&self.session))
+            .and_then(|mut reader| {
+                let state = agent_tree_protocol::replay_index(&mut reader, Some(&self.session))
                     .map_err(|e| e.to_string())?;
-                Ok((bytes, state))
+                Ok((reader, state))
             });
-        let (bytes, state) = match replayed {
+        let (mut reader, state) = match replayed {
             Ok(read) => read,
             Err(error) => {
                 self.fail("cannot read back to compact", &io::Error::other(error));
                 return;
             }
         };
-        let (compacted, outputs, conversations) = compact(&state, &self.session, &bytes);
-        drop(bytes);
-        match self.store.replace(&compacted) {
-            Ok(()) => {
+        let session = &self.session;
+        let mut index = None;
+        let replaced = self.store.replace_with(&mut |out| {
+            index = Some(compact(&state, session, &mut reader, out)?);
+            Ok(())
+        });
+        drop(reader);
+        match (replaced, index) {
+            (Ok(()), Some((outputs, conversations))) => {
                 self.outputs = outputs;
                 self.conversations = conversations;
-                self.compacted_size = compacted.len() as u64;
+                self.compacted_size = self.store.size();
                 tracing::debug!(
                     path = %self.path.display(),
-                    bytes = compacted.len(),
+                    bytes = self.compacted_size,
                     "journal compacted"
                 );
             }
-            Err(error) => self.fail("cannot compact", &error),
+            (Err(error), _) => self.fail("cannot compact", &error),
+            (Ok(()), None) => self.fail(
+                "cannot compact",
+                &io::Error::other("the store replaced its content without writing it"),
+            ),
         }
     }
 
@@ -1343,25 +1445,25 @@ fn path_of(config: &JournalConfig) -> PathBuf {
     config.path.clone()
 }
 
-/// The compacted content of a journal whose replay is `state` (of `bytes`), and where each
-/// settled agent's whole outcome is in it: the checkpoint's records carry outcomes without
-/// their output, and each output has a line of its own after it (a released one taken from
-/// its line in `bytes`).
+/// Writes to `out` the compacted content of a journal whose replay ([`replay_index`]) is
+/// `state`, read from `old`, and returns where each settled agent's whole outcome and each
+/// agent's conversation is in it: the checkpoint's records carry outcomes without their
+/// output, and each output has a line of its own after it (a released one taken from its
+/// line in `old`); each agent's latest conversation is its lines in `old`, copied as they
+/// are, one at a time. Its memory is the replay's and the longest line, not the journal's.
+///
+/// [`replay_index`]: agent_tree_protocol::replay_index
 pub(crate) fn compact(
     state: &Replay,
     session: &SessionId,
-    bytes: &[u8],
-) -> (
-    Vec<u8>,
-    std::collections::HashMap<AgentId, LineSpan>,
-    Conversations,
-) {
-    let mut out = String::new();
-    out += &JournalEntry::Header {
+    old: &mut dyn JournalReader,
+    out: &mut dyn Write,
+) -> io::Result<(std::collections::HashMap<AgentId, LineSpan>, Conversations)> {
+    let mut out = Counted { out, written: 0 };
+    out.line(&JournalEntry::Header {
         version: JOURNAL_VERSION,
         session: session.clone(),
-    }
-    .to_line();
+    })?;
     let mut records = state.records.clone();
     let mut whole = Vec::new();
     for record in &mut records {
@@ -1369,7 +1471,7 @@ pub(crate) fn compact(
             continue;
         };
         if outcome.released {
-            match released_output(state, bytes, record.id) {
+            match released_output(state, old, record.id) {
                 Some(full) => whole.push((record.id, full)),
                 None => tracing::warn!(
                     agent = %record.id,
@@ -1383,37 +1485,30 @@ pub(crate) fn compact(
             whole.push((record.id, full));
         }
     }
-    out += &JournalEntry::Checkpoint {
+    out.line(&JournalEntry::Checkpoint {
         seq: state.last_seq,
         records,
         tally: state.tally.clone(),
         at_ms: state.last_ms,
-    }
-    .to_line();
+    })?;
     let mut outputs = std::collections::HashMap::with_capacity(whole.len());
     for (agent, outcome) in whole {
-        let line = JournalEntry::Output { agent, outcome }.to_line();
-        let span = LineSpan {
-            offset: out.len() as u64,
-            len: line.len() as u64 - 1,
-        };
+        let span = out.line(&JournalEntry::Output { agent, outcome })?;
         outputs.insert(agent, span);
-        out += &line;
     }
     let mut hashes: Vec<&String> = state.definitions.keys().collect();
     hashes.sort();
     for hash in hashes {
-        out += &JournalEntry::Definition {
+        out.line(&JournalEntry::Definition {
             hash: hash.clone(),
             definition: state.definitions[hash].clone(),
-        }
-        .to_line();
+        })?;
     }
     let mut agents: Vec<&AgentId> = state.spawns.keys().collect();
     agents.sort();
     for agent in agents {
         let (definition, request) = &state.spawns[agent];
-        out += &JournalEntry::Spawn {
+        out.line(&JournalEntry::Spawn {
             agent: *agent,
             definition: definition.clone(),
             request: request.clone(),
@@ -1422,56 +1517,65 @@ pub(crate) fn compact(
                 .get(agent)
                 .cloned()
                 .unwrap_or_else(|| Vec::new().into()),
-        }
-        .to_line();
+        })?;
     }
     let mut agents: Vec<&AgentId> = state.decided.keys().collect();
     agents.sort();
     for agent in agents {
-        out += &JournalEntry::Decided {
+        out.line(&JournalEntry::Decided {
             agent: *agent,
             outcome: state.decided[agent].clone(),
-        }
-        .to_line();
+        })?;
     }
     let mut agents: Vec<&AgentId> = state.mirrors.keys().collect();
     agents.sort();
     for agent in agents {
-        out += &JournalEntry::Mirror {
+        out.line(&JournalEntry::Mirror {
             agent: *agent,
             records: state.mirrors[agent].clone(),
-        }
-        .to_line();
+        })?;
     }
-    let mut agents: Vec<&AgentId> = state.conversations.keys().collect();
+    let mut agents: Vec<&AgentId> = state.conversation_lines.keys().collect();
     agents.sort();
     let mut conversations = Conversations::with_capacity(agents.len());
+    let mut line = Vec::new();
     for agent in agents {
-        let (run, messages) = &state.conversations[agent];
-        let line = JournalEntry::Conversation {
-            agent: *agent,
-            run: *run,
-            from: 0,
-            messages: messages.clone(),
+        let (run, spans) = &state.conversation_lines[agent];
+        let mut kept = Vec::with_capacity(spans.len().max(1));
+        if spans.is_empty() {
+            // A restarted run cut off before its first turn boundary: its conversation is
+            // its start, an empty one here (recovery rebuilds it from the request).
+            kept.push(out.line(&JournalEntry::Conversation {
+                agent: *agent,
+                run: *run,
+                from: 0,
+                messages: Vec::new().into(),
+            })?);
         }
-        .to_line();
-        let span = LineSpan {
-            offset: out.len() as u64,
-            len: line.len() as u64 - 1,
-        };
-        conversations.insert(*agent, (*run, vec![span]));
-        out += &line;
+        // The lines as they are (their checksums were checked by the replay): a whole
+        // conversation, then what each turn added, continuing one another as before.
+        for span in spans {
+            let len = usize::try_from(span.len).map_err(io::Error::other)?;
+            line.resize(len, 0);
+            old.seek(io::SeekFrom::Start(span.offset))?;
+            old.read_exact(&mut line)?;
+            line.push(b'\n');
+            kept.push(out.raw(&line)?);
+            // One long line does not keep its buffer for the rest of the copy.
+            line.clear();
+            line.shrink_to(1 << 16);
+        }
+        conversations.insert(*agent, (*run, kept));
     }
     // After every conversation: steers no journaled conversation holds yet stay so.
     let mut agents: Vec<&AgentId> = state.steers.keys().collect();
     agents.sort();
     for agent in agents {
         for text in &state.steers[agent] {
-            out += &JournalEntry::Steer {
+            out.line(&JournalEntry::Steer {
                 agent: *agent,
                 text: text.clone(),
-            }
-            .to_line();
+            })?;
         }
     }
     // And the questions live agents wait on, with the answers given to them.
@@ -1485,34 +1589,58 @@ pub(crate) fn compact(
     agents.sort();
     for agent in agents {
         let open = &state.questions[agent];
-        out += &JournalEntry::Question {
+        out.line(&JournalEntry::Question {
             agent: *agent,
             run: open.run,
             call: open.call,
             question: open.question.clone(),
             asking: open.asking.clone(),
-        }
-        .to_line();
+        })?;
         if let Some((text, is_error)) = &open.answer {
-            out += &JournalEntry::Answer {
+            out.line(&JournalEntry::Answer {
                 agent: *agent,
                 run: open.run,
                 text: text.clone(),
                 is_error: *is_error,
-            }
-            .to_line();
+            })?;
         }
     }
-    (out.into_bytes(), outputs, conversations)
+    out.out.flush()?;
+    Ok((outputs, conversations))
 }
 
-/// The whole outcome of `agent` from its line in `bytes`, where `state` (their replay) says
+/// A compaction's output, counting what it wrote: where each line lands.
+struct Counted<'a> {
+    out: &'a mut dyn Write,
+    written: u64,
+}
+
+impl Counted<'_> {
+    /// Writes `entry` as a line, and returns where it is.
+    fn line(&mut self, entry: &JournalEntry) -> io::Result<LineSpan> {
+        self.raw(entry.to_line().as_bytes())
+    }
+
+    /// Writes `line`, a whole line with its newline, and returns where it is.
+    fn raw(&mut self, line: &[u8]) -> io::Result<LineSpan> {
+        self.out.write_all(line)?;
+        let span = LineSpan {
+            offset: self.written,
+            len: line.len() as u64 - 1,
+        };
+        self.written += line.len() as u64;
+        Ok(span)
+    }
+}
+
+/// The whole outcome of `agent` from its line in `old`, where `state` (their replay) says
 /// it is.
-fn released_output(state: &Replay, bytes: &[u8], agent: AgentId) -> Option<Outcome> {
+fn released_output(state: &Replay, old: &mut dyn JournalReader, agent: AgentId) -> Option<Outcome> {
     let span = state.outputs.get(&agent)?;
-    let start = usize::try_from(span.offset).ok()?;
-    let line = bytes.get(start..start.checked_add(usize::try_from(span.len).ok()?)?)?;
-    let entry = JournalEntry::from_line_bytes(line).ok()?;
+    let mut line = vec![0; usize::try_from(span.len).ok()?];
+    old.seek(io::SeekFrom::Start(span.offset)).ok()?;
+    old.read_exact(&mut line).ok()?;
+    let entry = JournalEntry::from_line_bytes(&line).ok()?;
     let (found, outcome) = entry.output()?;
     (found == agent).then(|| outcome.clone())
 }
@@ -1522,6 +1650,13 @@ mod tests {
     use agent_tree_protocol::{EventKind, Message};
 
     use super::*;
+
+    /// What [`compact`] writes of `bytes`, replayed as `state`.
+    fn compacted(state: &Replay, session: &SessionId, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        compact(state, session, &mut io::Cursor::new(bytes), &mut out).expect("compacts");
+        out
+    }
 
     /// A compaction keeps what recovery reads: an agent's steers no journaled conversation
     /// holds stay unread in the compacted file, and those a conversation read stay read.
@@ -1566,7 +1701,7 @@ mod tests {
         let bytes: String = lines.iter().map(JournalEntry::to_line).collect();
         let state = agent_tree_protocol::replay(bytes.as_bytes(), None).unwrap();
         assert_eq!(state.steers[&agent], ["unread"]);
-        let (compacted, _, _) = compact(&state, &session, bytes.as_bytes());
+        let compacted = compacted(&state, &session, bytes.as_bytes());
         let again = agent_tree_protocol::replay(&compacted, None).unwrap();
         assert_eq!(again.steers, state.steers);
         assert_eq!(again.conversations, state.conversations);
@@ -1661,7 +1796,7 @@ mod tests {
             Some(("tabs".into(), false))
         );
         assert!(!state.questions.contains_key(&answered));
-        let (compacted, _, _) = compact(&state, &session, bytes.as_bytes());
+        let compacted = compacted(&state, &session, bytes.as_bytes());
         let again = agent_tree_protocol::replay(&compacted, None).unwrap();
         assert_eq!(again.questions.len(), 1);
         assert_eq!(again.questions[&waiting], state.questions[&waiting]);

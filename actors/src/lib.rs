@@ -50,8 +50,8 @@ pub use error::{ControlError, ModelError, SpawnError, ToolError, TreeError};
 pub use events::EventStream;
 pub use hooks::{Hook, HookContext, HookError, Question, QuestionHandler};
 pub use journal::{
-    Durability, FileJournal, JournalConfig, JournalError, JournalInUseError, JournalStore,
-    read_journal,
+    Durability, FileJournal, JournalConfig, JournalError, JournalInUseError, JournalReader,
+    JournalStore, read_journal,
 };
 pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;

@@ -328,35 +328,61 @@ fn open_journal(
             // Before a byte of it is read: a file another tree writes is not this tree's.
             let lock = crate::journal::JournalLock::acquire(path)?;
             let io = |what: &str, e: &std::io::Error| JournalError::io(path, what, e);
-            // Read once: the torn-header check and the replay share the bytes.
-            let mut bytes = match std::fs::read(path) {
-                Ok(bytes) => bytes,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            // Read as a stream, never whole: the index first (records, requests, where
+            // each conversation is), then the conversations this tree keeps in memory, one
+            // agent's lines at a time.
+            let file = match std::fs::File::open(path) {
+                Ok(file) => Some(file),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io("cannot read", &e).into()),
             };
-            if !bytes.is_empty()
-                && !bytes.contains(&b'\n')
-                && agent_tree_protocol::torn_header(&bytes)
-            {
-                // Not one whole line: a crash cut off the header itself. Nothing was
-                // journaled; start afresh.
-                tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
-                std::fs::File::create(path).map_err(|e| io("cannot truncate a torn header", &e))?;
-                bytes.clear();
-            }
-            let replay = if bytes.is_empty() {
-                None
-            } else {
-                let replay = crate::journal::replay_file(path, &bytes, session.as_ref())?;
-                if replay.torn.is_some() {
-                    // Cut the torn tail off: what this tree appends must follow whole lines.
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(path)
-                        .and_then(|f| f.set_len(replay.bytes as u64).and_then(|()| f.sync_all()))
-                        .map_err(|e| io("cannot cut off its torn last line", &e))?;
+            let mut reader = file.map(|f| std::io::BufReader::with_capacity(1 << 16, f));
+            if let Some(file) = reader.as_mut() {
+                use std::io::{BufRead as _, Seek as _};
+                let mut first = Vec::new();
+                file.read_until(b'\n', &mut first)
+                    .and_then(|_| file.rewind())
+                    .map_err(|e| io("cannot read", &e))?;
+                if first.is_empty() {
+                    reader = None;
+                } else if !first.ends_with(b"\n") && agent_tree_protocol::torn_header(&first) {
+                    // Not one whole line: a crash cut off the header itself. Nothing was
+                    // journaled; start afresh.
+                    tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
+                    std::fs::File::create(path)
+                        .map_err(|e| io("cannot truncate a torn header", &e))?;
+                    reader = None;
                 }
-                Some(replay)
+            }
+            let replay = match reader {
+                None => None,
+                Some(mut reader) => {
+                    let mut replay =
+                        crate::journal::replay_file(path, &mut reader, session.as_ref())?;
+                    // The conversations a recovery holds in memory: the unfinished agents'
+                    // (it resumes them), and the settled ones' only where they are kept in
+                    // memory anyway; the others are read back on a resume.
+                    let keep: Vec<AgentId> = replay
+                        .records
+                        .iter()
+                        .skip(1)
+                        .filter(|r| config.keeps_conversations() || !r.status.is_terminal())
+                        .map(|r| r.id)
+                        .collect();
+                    crate::journal::read_conversations(path, &mut replay, &mut reader, keep)?;
+                    if replay.torn.is_some() {
+                        // Cut the torn tail off: what this tree appends must follow whole
+                        // lines.
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(path)
+                            .and_then(|f| {
+                                f.set_len(replay.bytes as u64).and_then(|()| f.sync_all())
+                            })
+                            .map_err(|e| io("cannot cut off its torn last line", &e))?;
+                    }
+                    Some(replay)
+                }
             };
             let store = crate::journal::FileJournal::open(path)
                 .map_err(|e| io("cannot open for appending", &e))?;

@@ -1,6 +1,11 @@
 //! The journal's line format: one checksummed JSON entry per line, and the pure replay of a
 //! journal's bytes into records, outcomes, definitions, spawn requests and conversations.
 //!
+//! A journal is replayed as a stream ([`replay_index`]): the fold keeps each agent's
+//! conversation only as the places of its lines, and reads one back alone when it is
+//! needed ([`Replay::read_conversation`]), so a replay's memory grows with what the tree
+//! keeps, not with the file.
+//!
 //! A line is `<CRC-32 of the JSON, 8 lower-case hex digits> <JSON>\n`, the JSON one
 //! [`JournalEntry`] tagged by `entry` (`header`, `event`, `definition`, `spawn`,
 //! `conversation`, `steer`, `question`, `answer`, `decided`, `checkpoint`, `output`,
@@ -504,6 +509,10 @@ pub enum ReplayError {
         /// What was wrong.
         what: String,
     },
+    /// The journal could not be read ([`replay_index`]'s reader failed), or a conversation
+    /// read back by its place is not what the replay found there (the file changed).
+    #[error("cannot read the journal {0}")]
+    Io(String),
 }
 
 /// Where a line is in a journal: its first byte and its length, newline excluded.
@@ -538,7 +547,12 @@ pub struct Replay {
     pub contexts: HashMap<AgentId, std::sync::Arc<[Message]>>,
     /// The outcomes agents held while their children drained.
     pub decided: HashMap<AgentId, Outcome>,
-    /// Each agent's latest journaled conversation, with its run.
+    /// Agents' latest journaled conversations, with their runs: every agent's after
+    /// [`replay`]; none after [`replay_index`], which keeps only where they are
+    /// ([`Replay::conversation_lines`]) and leaves it to its caller to read back those it
+    /// needs ([`Replay::read_conversation`]). A recovery reads those of the agents the
+    /// journal leaves unfinished, so that settled agents' conversations, the bulk of a
+    /// long-lived journal, are never all in memory at once.
     pub conversations: HashMap<AgentId, (u32, std::sync::Arc<[Message]>)>,
     /// The steers each agent receipted after its latest conversation line, in order: those
     /// no journaled conversation holds yet.
@@ -551,6 +565,8 @@ pub struct Replay {
     pub outputs: HashMap<AgentId, LineSpan>,
     /// Where each agent's latest journaled conversation is: its run and the lines that
     /// make it up (a whole one, then what each turn added), read back alone on a resume.
+    /// No lines: a restarted run cut off before its first turn boundary (its conversation
+    /// is its start). Every agent with a journaled conversation has an entry.
     pub conversation_lines: HashMap<AgentId, (u32, Vec<LineSpan>)>,
     /// Each remote child's latest mirror of its hosted subtree ([`JournalEntry::Mirror`]).
     pub mirrors: HashMap<AgentId, Vec<AgentRecord>>,
@@ -561,6 +577,9 @@ pub struct Replay {
     /// The line number of a torn last line that was dropped, if there was one.
     pub torn: Option<usize>,
 }
+
+/// An agent's conversation with the run it belongs to, as [`Replay::conversations`] holds it.
+type RunConversation = (u32, std::sync::Arc<[Message]>);
 
 /// A question an agent asked its owner (`ask_owner`) that no journaled conversation holds
 /// yet ([`JournalEntry::Question`]), and its answer, once journaled.
@@ -584,6 +603,47 @@ impl Replay {
         self.records
             .iter()
             .filter_map(|r| r.outcome.as_ref().map(|o| (r.id, o)))
+    }
+
+    /// Agent `agent`'s latest journaled conversation and its run, read back from
+    /// `reader` (the journal this replay read) by the places
+    /// [`Replay::conversation_lines`] holds: only its own lines are read. `None` when the
+    /// journal holds no conversation of it.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::Io`]: the reader fails, or its lines there are not the agent's
+    /// conversation any more (another file, or one changed since the replay).
+    pub fn read_conversation<R: std::io::Read + std::io::Seek>(
+        &self,
+        reader: &mut R,
+        agent: AgentId,
+    ) -> Result<Option<RunConversation>, ReplayError> {
+        let Some((run, spans)) = self.conversation_lines.get(&agent) else {
+            return Ok(None);
+        };
+        let mut entries = Vec::with_capacity(spans.len());
+        for span in spans {
+            let io = |e: std::io::Error| {
+                ReplayError::Io(format!(
+                    "at byte {} ({agent}'s conversation): {e}",
+                    span.offset
+                ))
+            };
+            let len = usize::try_from(span.len).map_err(|e| io(std::io::Error::other(e)))?;
+            let mut line = vec![0; len];
+            reader
+                .seek(std::io::SeekFrom::Start(span.offset))
+                .and_then(|_| reader.read_exact(&mut line))
+                .map_err(io)?;
+            entries.push(
+                JournalEntry::from_line_bytes(&line)
+                    .map_err(|e| io(std::io::Error::other(e.to_string())))?,
+            );
+        }
+        let messages = assemble_conversation(agent, entries)
+            .map_err(|e| ReplayError::Io(format!("({agent}'s conversation): {e}")))?;
+        Ok(Some((*run, messages.into())))
     }
 
     /// The agents that were live when the journal ends (admitted, not terminal): those a
@@ -658,7 +718,13 @@ pub fn assemble_conversation(
     Ok(messages)
 }
 
-/// Replays a journal's bytes. `session`, when given, must be the journal's.
+/// Replays a journal's bytes, every agent's latest conversation included. `session`, when
+/// given, must be the journal's.
+///
+/// This is [`replay_index`] of bytes already in memory, then each conversation read back
+/// from them ([`Replay::read_conversation`]): a tool or a test that holds the whole journal.
+/// A recovery reads a file with [`replay_index`] instead, and only the conversations it
+/// resumes, so that its memory does not grow with the file.
 ///
 /// ```
 /// use agent_tree_protocol::{replay, Event, EventKind, JournalEntry, SessionId, JOURNAL_VERSION, AgentId};
@@ -675,35 +741,94 @@ pub fn assemble_conversation(
 ///
 /// [`ReplayError`], naming the line.
 pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, ReplayError> {
+    let mut replay = replay_index(bytes, session)?;
+    let mut agents: Vec<AgentId> = replay.conversation_lines.keys().copied().collect();
+    agents.sort();
+    let mut reader = std::io::Cursor::new(bytes);
+    for agent in agents {
+        if let Some(conversation) = replay.read_conversation(&mut reader, agent)? {
+            replay.conversations.insert(agent, conversation);
+        }
+    }
+    Ok(replay)
+}
+
+/// Replays a journal read as a stream, line by line: everything [`replay`] finds but the
+/// conversations, of which it keeps only where they are ([`Replay::conversation_lines`]);
+/// [`Replay::conversations`] is left empty, for the caller to fill with
+/// [`Replay::read_conversation`] for the agents it needs. Its memory is what the replay
+/// holds (records, requests, outputs' places, open questions and steers) and the longest
+/// line, whatever the file's size. `session`, when given, must be the journal's.
+///
+/// ```
+/// use agent_tree_protocol::{replay_index, AgentId, JournalEntry, Message, SessionId, JOURNAL_VERSION};
+/// let mut bytes = JournalEntry::Header { version: JOURNAL_VERSION, session: SessionId::new("s") }.to_line();
+/// let agent = AgentId::new(1);
+/// bytes += &JournalEntry::Conversation { agent, run: 1, from: 0, messages: vec![Message::user("go")].into() }.to_line();
+/// let mut reader = std::io::Cursor::new(bytes.as_bytes());
+/// let index = replay_index(&mut reader, None).unwrap();
+/// assert!(index.conversations.is_empty());
+/// let (run, messages) = index.read_conversation(&mut reader, agent).unwrap().unwrap();
+/// assert_eq!((run, messages[0].content.as_str()), (1, "go"));
+/// ```
+///
+/// # Errors
+///
+/// [`ReplayError`], naming the line; [`ReplayError::Io`] when the reader fails.
+pub fn replay_index(
+    mut reader: impl std::io::BufRead,
+    session: Option<&SessionId>,
+) -> Result<Replay, ReplayError> {
     let mut replay = Replay {
         records: vec![AgentRecord::root()],
         ..Replay::default()
     };
-    let mut rest = bytes;
+    // Each agent's latest conversation's run and length, so that a line continuing it is
+    // checked without holding its messages.
+    let mut lengths: HashMap<AgentId, (u32, usize)> = HashMap::new();
+    let mut line: Vec<u8> = Vec::new();
     let mut line_no = 0;
-    while !rest.is_empty() {
+    let mut offset: u64 = 0;
+    // A line of zero bytes (or an empty one), and why it does not decode: the start of a
+    // torn tail if nothing but zeros and newlines follows it, else an error on its line.
+    let mut zeros_from: Option<(usize, LineError)> = None;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| ReplayError::Io(format!("after line {line_no}: {e}")))?;
+        if read == 0 {
+            break;
+        }
         line_no += 1;
-        let offset = (bytes.len() - rest.len()) as u64;
-        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
-            Some(end) => {
-                let line = &rest[..end];
-                rest = &rest[end + 1..];
-                (line, true)
-            }
-            None => {
-                let line = rest;
-                rest = &[];
-                (line, false)
-            }
-        };
+        let complete = line.last() == Some(&b'\n');
+        if complete {
+            line.pop();
+        }
         // A partial last line: no newline, or the zero bytes a file system may leave after
         // a crash. Only the very end may be torn.
         let zeros = line.iter().all(|&b| b == 0);
-        if (!complete || zeros) && rest.iter().all(|&b| b == 0 || b == b'\n') {
+        if let Some((suspect, error)) = &zeros_from {
+            if zeros {
+                continue;
+            }
+            return Err(ReplayError::Line {
+                line: *suspect,
+                source: error.clone(),
+            });
+        }
+        if !complete {
             replay.torn = Some(line_no);
             break;
         }
-        let entry = JournalEntry::from_line_bytes(line).map_err(|source| ReplayError::Line {
+        if zeros {
+            let error = JournalEntry::from_line_bytes(&line)
+                .err()
+                .unwrap_or(LineError::NoChecksum);
+            zeros_from = Some((line_no, error));
+            continue;
+        }
+        let entry = JournalEntry::from_line_bytes(&line).map_err(|source| ReplayError::Line {
             line: line_no,
             source,
         })?;
@@ -711,9 +836,13 @@ pub fn replay(bytes: &[u8], session: Option<&SessionId>) -> Result<Replay, Repla
             offset,
             len: line.len() as u64,
         };
-        replay.take(entry, line_no, span, session)?;
+        replay.take(entry, line_no, span, session, &mut lengths)?;
+        offset += read as u64;
         replay.lines = line_no;
-        replay.bytes = bytes.len() - rest.len();
+        replay.bytes = offset as usize;
+    }
+    if let Some((suspect, _)) = zeros_from {
+        replay.torn = Some(suspect);
     }
     if replay.session.is_none() {
         return Err(ReplayError::NoHeader);
@@ -728,6 +857,7 @@ impl Replay {
         line: usize,
         span: LineSpan,
         session: Option<&SessionId>,
+        lengths: &mut HashMap<AgentId, (u32, usize)>,
     ) -> Result<(), ReplayError> {
         if self.session.is_none() && !matches!(entry, JournalEntry::Header { .. }) {
             return Err(ReplayError::NoHeader);
@@ -783,10 +913,9 @@ impl Replay {
                             // A restart starts its incarnation afresh from its task: until
                             // its first turn boundary, its conversation is that start (an
                             // empty one here; recovery rebuilds it from the request).
-                            if let Some((run, _)) = self.conversations.get(&event.agent) {
+                            if let Some((run, _)) = lengths.get(&event.agent) {
                                 let run = run + 1;
-                                self.conversations
-                                    .insert(event.agent, (run, std::sync::Arc::from([])));
+                                lengths.insert(event.agent, (run, 0));
                                 self.conversation_lines
                                     .insert(event.agent, (run, Vec::new()));
                             }
@@ -852,14 +981,14 @@ impl Replay {
                 from,
                 messages,
             } => {
-                let whole = if from == 0 {
-                    messages
+                // Only where the conversation is, and its length: its messages are read
+                // back alone for the agents that need them.
+                let length = if from == 0 {
+                    messages.len()
                 } else {
-                    match self.conversations.get(&agent) {
-                        Some((same, before)) if *same == run && before.len() >= from => {
-                            let mut whole = before[..from].to_vec();
-                            whole.extend(messages.iter().cloned());
-                            whole.into()
+                    match lengths.get(&agent) {
+                        Some(&(same, before)) if same == run && before >= from => {
+                            from + messages.len()
                         }
                         _ => {
                             return Err(ReplayError::Misplaced {
@@ -872,7 +1001,7 @@ impl Replay {
                         }
                     }
                 };
-                self.conversations.insert(agent, (run, whole));
+                lengths.insert(agent, (run, length));
                 // The steers before it entered the conversation it ends, and the question
                 // answered before it (or the run's end that gave up on it).
                 self.steers.remove(&agent);

@@ -43,7 +43,7 @@ pub use fold::{Fold, FoldError, RecordStore, apply, apply_owned};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
     JOURNAL_VERSION, JournalEntry, LineError, LineSpan, OpenQuestion, Replay, ReplayError,
-    assemble_conversation, crc32, definition_hash, replay, torn_header,
+    assemble_conversation, crc32, definition_hash, replay, replay_index, torn_header,
 };
 pub use message::{
     FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role, ToolCall, ToolInput, ToolSpec,

@@ -542,3 +542,118 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     );
     tree.shutdown().await;
 }
+
+/// The journal's store, counting the times its whole content is read: a compaction reads
+/// it as a stream and copies the lines it keeps, so a journal far larger than memory
+/// compacts in the memory of what it keeps.
+struct NeverWhole {
+    file: agent_tree::FileJournal,
+    whole_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl agent_tree::JournalStore for NeverWhole {
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.append(bytes)
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.file.sync()
+    }
+    fn replace(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.replace(bytes)
+    }
+    fn replace_with(
+        &mut self,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.file.replace_with(write)
+    }
+    fn size(&self) -> u64 {
+        self.file.size()
+    }
+    fn read(&self) -> std::io::Result<Vec<u8>> {
+        self.whole_reads
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.file.read()
+    }
+    fn reader(&self) -> std::io::Result<Box<dyn agent_tree::JournalReader>> {
+        self.file.reader()
+    }
+    fn read_range(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+        self.file.read_range(offset, len)
+    }
+}
+
+/// Recovery and compaction keep each settled agent's conversation in the journal, as the
+/// places of its lines: the journal is read as a stream (a compaction never reads it
+/// whole, and copies the lines it keeps), the replay of a journal of settled agents holds
+/// none of their conversations, and a resume reads its agent's back, whole, from the
+/// compacted file.
+#[tokio::test(start_paused = true)]
+async fn settled_conversations_stay_in_the_journal_through_compaction_and_recovery() {
+    let dir = TempDir::new("stream");
+    let path = dir.file("tree.journal");
+    let catalog = catalog([leaf("writer")]);
+    let answer = |i: usize| format!("draft {i}: {}", "y".repeat(2048));
+    let mut model = ScriptedModel::new();
+    model = model.script("writer", Script::new([Turn::answer(answer(0))]));
+    let whole_reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let store = NeverWhole {
+        file: agent_tree::FileJournal::open(&path).unwrap(),
+        whole_reads: whole_reads.clone(),
+    };
+    let tree = Tree::builder()
+        .catalog(catalog.clone())
+        .model(model)
+        .journal_store(JournalConfig::new(&path).rotate_at(8 << 10), store)
+        .build()
+        .await
+        .unwrap();
+    let mut writers = Vec::new();
+    for i in 0..6 {
+        let task = format!("chapter {i}: {}", "x".repeat(2048));
+        let mut handle = tree.spawn(SpawnRequest::new("writer", task)).await.unwrap();
+        handle.outcome().await;
+        writers.push(handle.id());
+    }
+    tree.shutdown().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"entry\":\"checkpoint\""), "compacted");
+    assert_eq!(
+        whole_reads.load(std::sync::atomic::Ordering::Acquire),
+        0,
+        "a compaction reads the journal as a stream"
+    );
+
+    let replay = read_journal(&path, None).unwrap();
+    assert!(
+        replay.conversations.is_empty(),
+        "no settled agent's conversation is read: {:?}",
+        replay.conversations.keys().collect::<Vec<_>>()
+    );
+    let mut file = std::fs::File::open(&path).unwrap();
+    for (i, writer) in writers.iter().enumerate() {
+        let (_, messages) = replay
+            .read_conversation(&mut file, *writer)
+            .unwrap()
+            .expect("journaled");
+        assert!(messages[0].content.starts_with(&format!("chapter {i}:")));
+        assert_eq!(messages.last().unwrap().content, answer(0));
+    }
+
+    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("revised")]));
+    let log = model.call_log();
+    let tree = build(model, catalog, &path, TreeConfig::default()).await;
+    let mut handle = tree.resume(writers[3], "revise it").await.unwrap();
+    assert_eq!(handle.outcome().await.text.as_deref(), Some("revised"));
+    let calls = log.of(writers[3]);
+    let texts: Vec<&str> = calls[0]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert!(texts[0].starts_with("chapter 3:"));
+    assert_eq!(texts[1], answer(0));
+    assert_eq!(texts[2], "revise it");
+    tree.shutdown().await;
+}

@@ -50,8 +50,11 @@ impl Registry {
                 .get(owner)
                 .map_or_else(CancellationToken::new, |e: &Entry| e.token.child_token());
             let mut entry = Entry::new(token);
-            let conversation = replay.conversations.get(&record.id);
-            entry.runs = conversation
+            // Where its conversation is in the journal; the replay holds its messages only
+            // where this tree keeps them (an unfinished agent's, or any with conversations
+            // retained): the others stay in the journal.
+            let lines = replay.conversation_lines.get(&record.id);
+            entry.runs = lines
                 .map_or(record.incarnation, |(run, _)| {
                     (*run).max(record.incarnation)
                 })
@@ -61,18 +64,22 @@ impl Registry {
                 .as_ref()
                 .is_some_and(|j| !j.retain_conversations)
                 && record.status.is_terminal();
-            match conversation {
+            match (lines, replay.conversations.get(&record.id)) {
                 // A restarted run cut off before its first turn boundary (its incarnation's
                 // start, below), or the journal keeps it and a resume reads it back.
-                Some((_, messages)) if messages.is_empty() => {
+                (Some((_, spans)), _) if spans.is_empty() => {
                     entry.conversation.lock().messages = first_conversation(replay, record.id);
                 }
-                Some(_) if dropped => entry.conversation_journaled = true,
-                Some((_, messages)) => entry.conversation.lock().messages = messages.clone(),
+                (Some(_), Some((_, messages))) if !dropped => {
+                    entry.conversation.lock().messages = messages.clone();
+                }
+                (Some(_), _) => entry.conversation_journaled = true,
                 // Admitted, never at a turn boundary (a start hook still running, a kill
                 // right after admission): its conversation is the one its first run would
                 // have started with, from its journaled request.
-                None => entry.conversation.lock().messages = first_conversation(replay, record.id),
+                (None, _) => {
+                    entry.conversation.lock().messages = first_conversation(replay, record.id);
+                }
             }
             entry.spec = spec_of(replay, record, branch);
             // Steers receipted that no journaled conversation holds: its next run reads them

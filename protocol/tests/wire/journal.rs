@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_tree_protocol::{
     AgentDefinition, AgentId, AgentRecord, AgentStatus, Event, EventKind, JOURNAL_VERSION,
     JournalEntry, LineError, Message, Outcome, ReplayError, SessionId, SpawnRequest, ToolCall,
-    Usage, definition_hash, replay,
+    Usage, definition_hash, replay, replay_index,
 };
 use proptest::prelude::*;
 
@@ -316,6 +316,61 @@ proptest! {
             prop_assert_eq!(replayed.records, prefix.records);
         }
     }
+}
+
+/// A replay read as a stream keeps where each agent's conversation is, not its messages:
+/// a settled agent's long conversation is never in memory unless it is read back, alone,
+/// by its places, and then it is the one the whole replay holds. Read through a buffer
+/// smaller than a line, with a torn last line, the stream folds what the bytes do.
+#[test]
+fn an_index_keeps_the_places_of_conversations_not_their_messages() {
+    let long: Vec<Message> = (0..200)
+        .map(|i| Message::user(format!("turn {i} {}", "x".repeat(100))))
+        .collect();
+    let mut entries = journal();
+    // After agent 1's whole conversation, before it settles: what its next turn added.
+    entries.insert(
+        7,
+        JournalEntry::Conversation {
+            agent: AgentId::new(1),
+            run: 1,
+            from: 1,
+            messages: long.into(),
+        },
+    );
+    entries.push(JournalEntry::Conversation {
+        agent: AgentId::new(2),
+        run: 1,
+        from: 0,
+        messages: vec![Message::user("second")].into(),
+    });
+    let mut text = bytes(&entries);
+    text += "12ab"; // a torn last line
+    let whole = replay(text.as_bytes(), None).unwrap();
+    let mut reader = std::io::BufReader::with_capacity(7, std::io::Cursor::new(text.as_bytes()));
+    let index = replay_index(&mut reader, None).unwrap();
+    assert!(index.conversations.is_empty());
+    assert_eq!(index.conversation_lines[&AgentId::new(1)].1.len(), 2);
+    assert_eq!(
+        (index.records.clone(), index.torn, index.bytes, index.lines),
+        (whole.records.clone(), whole.torn, whole.bytes, whole.lines)
+    );
+    assert_eq!(index.conversation_lines, whole.conversation_lines);
+    for agent in [AgentId::new(1), AgentId::new(2)] {
+        let read = index.read_conversation(&mut reader, agent).unwrap();
+        assert_eq!(read.as_ref(), whole.conversations.get(&agent));
+    }
+    assert_eq!(whole.conversations[&AgentId::new(1)].1.len(), 201);
+    assert_eq!(
+        index.read_conversation(&mut reader, AgentId::new(9)),
+        Ok(None)
+    );
+    // Another file at those places is refused, not read as the conversation.
+    let other = bytes(&journal());
+    assert!(matches!(
+        index.read_conversation(&mut std::io::Cursor::new(other.as_bytes()), AgentId::new(1)),
+        Err(ReplayError::Io(_))
+    ));
 }
 
 #[test]
