@@ -362,13 +362,11 @@ fn open_journal(
                     // The conversations a recovery holds in memory: the unfinished agents'
                     // (it resumes them), and the settled ones' only where they are kept in
                     // memory anyway; the others are read back on a resume.
-                    let keep: Vec<AgentId> = replay
-                        .records
-                        .iter()
-                        .skip(1)
-                        .filter(|r| config.keeps_conversations() || !r.status.is_terminal())
-                        .map(|r| r.id)
-                        .collect();
+                    let keep: Vec<AgentId> = if config.keeps_conversations() {
+                        replay.records.iter().skip(1).map(|r| r.id).collect()
+                    } else {
+                        replay.unfinished().map(|r| r.id).collect()
+                    };
                     crate::journal::read_conversations(path, &mut replay, &mut reader, keep)?;
                     if replay.torn.is_some() {
                         // Cut the torn tail off: what this tree appends must follow whole
