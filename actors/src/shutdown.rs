@@ -123,10 +123,15 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // Should this shutdown be dropped before its kill, its hooks still end a little after the
     // deadline: hook tasks that can see it stop at `overdue`, and every agent that started
     // its hooks is told they are over (a hook blocking its thread never sees `overdue`; a
-    // duplicate is ignored).
+    // duplicate is ignored). Only then: a shutdown that is merely late to its kill (a loaded
+    // machine) must not have its overrunning agents settle by themselves before it kills
+    // them, or they would be reported graceful.
+    let dropped = CancellationToken::new();
+    let alive = dropped.clone().drop_guard();
     let backstop = {
         let order = order.clone();
         tokio::spawn(async move {
+            dropped.cancelled().await;
             tokio::time::sleep_until(deadline + SHUTDOWN_KILL_WAIT).await;
             order.overdue.cancel();
             let hooked = std::mem::take(&mut *order.hooked.lock());
@@ -155,6 +160,7 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // (a killed actor's termination), by the one path a lost child takes.
     // From here the shutdown cancels the hook tasks itself: the backstop is not needed.
     backstop.abort();
+    alive.disarm();
     let KilledRuns {
         killed,
         tops,
