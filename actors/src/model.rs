@@ -48,8 +48,9 @@ pub struct ModelRequest {
     /// How to sample: the definition's sampling laid over the tree's
     /// ([`TreeConfig::sampling`](crate::TreeConfig::sampling)). An adapter sends each field
     /// set under its API's own name, and its own builder settings only where this leaves
-    /// a field unset.
-    pub sampling: Sampling,
+    /// a field unset. Shared: every request of an agent whose definition sets no sampling
+    /// holds the tree's one copy.
+    pub sampling: Arc<Sampling>,
 }
 
 impl ModelRequest {
@@ -91,7 +92,7 @@ impl ModelRequest {
             messages: Arc::from([]),
             tools: Arc::from([]),
             sink: TurnSink::default(),
-            sampling: Sampling::default(),
+            sampling: Arc::default(),
         }
     }
 
@@ -162,7 +163,7 @@ impl ModelRequest {
     /// assert_eq!(request.sampling.seed, Some(42));
     /// ```
     pub fn with_sampling(mut self, sampling: Sampling) -> Self {
-        self.sampling = sampling;
+        self.sampling = Arc::new(sampling);
         self
     }
 

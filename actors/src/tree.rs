@@ -219,6 +219,7 @@ impl TreeBuilder {
         let session_name = session.to_string();
         let root_token = CancellationToken::new();
         let shared = Arc::new(Shared {
+            sampling: Arc::new(self.config.sampling.clone()),
             registry: Registry::new(session, root_token.clone(), self.config.max_concurrent),
             model_permits: crate::permits::ModelPermits::new(self.config.max_model_calls),
             config: self.config,

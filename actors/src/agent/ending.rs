@@ -50,7 +50,9 @@ impl AgentState {
             }
             settle::RunEnd::Drain(_) => self.shared.registry.completing(self.id, &outcome),
         }
-        self.phase = Phase::Ending { outcome };
+        self.phase = Phase::Ending {
+            outcome: Box::new(outcome),
+        };
         self.try_settle(myself);
     }
 
@@ -140,7 +142,7 @@ impl AgentState {
         });
         self.phase = Phase::Stopping {
             task: task.abort_handle(),
-            held,
+            held: held.map(Box::new),
         };
         true
     }

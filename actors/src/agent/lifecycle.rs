@@ -35,10 +35,11 @@ pub(super) enum Phase {
     /// the run ends as aborted, or with `held`, the outcome the run had already ended with.
     Stopping {
         task: AbortHandle,
-        held: Option<Outcome>,
+        held: Option<Box<Outcome>>,
     },
     /// The run ended with `outcome`; waiting for its children's outcomes before settling.
-    Ending { outcome: Outcome },
+    /// (Outcomes are boxed here: a running agent's phase stays small.)
+    Ending { outcome: Box<Outcome> },
     /// Settled; the actor is stopping.
     Done,
 }
@@ -71,7 +72,7 @@ impl Phase {
     pub(super) fn held(&self) -> Option<&Outcome> {
         match self {
             Phase::Ending { outcome } => Some(outcome),
-            Phase::Stopping { held, .. } => held.as_ref(),
+            Phase::Stopping { held, .. } => held.as_deref(),
             _ => None,
         }
     }
@@ -105,7 +106,7 @@ impl Phase {
             return None;
         }
         match std::mem::replace(self, Phase::Done) {
-            Phase::Ending { outcome } => Some(outcome),
+            Phase::Ending { outcome } => Some(*outcome),
             _ => None,
         }
     }

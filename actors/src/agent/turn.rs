@@ -289,7 +289,11 @@ impl AgentState {
             messages,
             tools: self.offer.specs.clone(),
             sink,
-            sampling: self.definition.sampling.or(&self.shared.config.sampling),
+            sampling: if self.definition.sampling.is_unset() {
+                self.shared.sampling.clone()
+            } else {
+                Arc::new(self.definition.sampling.or(&self.shared.config.sampling))
+            },
         }
     }
 
