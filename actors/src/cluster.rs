@@ -9,7 +9,7 @@
 //! [`Node::host`] factory, whose root `a0` stands for the remote owner) and forwards every
 //! event of that tree up the edge; the commands the stand-in is given (steer, abort,
 //! shutdown) go down. The edge is this crate's protocol (`agent_tree_protocol::edge`,
-//! carried out by the pure machines of `policy::edge`), never ractor's supervision, which
+//! carried out by the pure machines of `edge`), never ractor's supervision, which
 //! does not cross nodes: sequence numbers and replay make every event count once, a lease
 //! bounds how long a hosted subtree outlives an owner it cannot reach, and the owner's side
 //! gives the subtree up when its node is down. `docs/cluster.md` states the semantics.
@@ -77,6 +77,9 @@
 //! leaf `parking_lot` mutexes: under them only their maps are read or changed (the factory
 //! is cloned out, never called under its lock); messages are sent after they are released.
 
+pub(crate) mod edge;
+#[cfg(test)]
+mod edge_tests;
 mod hosted;
 mod stand_in;
 mod wire;
@@ -157,8 +160,8 @@ pub mod tls {
 use agent_tree_protocol::Usage;
 
 use crate::msg::AgentMsg;
-use crate::policy::edge::lease::LeaseTerms;
 use crate::tree::TreeBuilder;
+use edge::lease::LeaseTerms;
 use wire::{Directed, Envelope, HostMsg};
 
 pub(crate) use stand_in::start as start_stand_in;
