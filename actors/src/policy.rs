@@ -16,8 +16,6 @@
 //! * [`continuation`]: whether a turn cut off at the output limit is continued (the
 //!   continuations left, and whether the next request fits the model's context window).
 //! * [`control`]: which agents an agent's control tools reach.
-//! * [`edge`]: the owner edge across nodes: exactly-once delivery, the lease, the mirror of
-//!   a remote subtree, the shutdown deadline across nodes, the frame size guard.
 //! * [`restart`]: whether an exit is restarted, whether it waits for its owner's decision,
 //!   and the restart intensity window.
 //! * [`retention`]: which read outputs a journaled tree releases from memory.
@@ -34,12 +32,15 @@
 //!   `&mut self`); the same facts give the same answer.
 //! * No I/O, no locks, no clock, no tasks: anything that waits is the caller's.
 //! * Every module says what it decides and what it never does, and states its own invariants.
+//!
+//! The owner edge's machines across nodes (exactly-once delivery, the lease, the mirror of a
+//! remote subtree, the shutdown deadline across nodes, the frame size guard) are as pure, but
+//! belong to the `cluster` feature: they are `cluster::edge`, compiled only with it.
 
 pub(crate) mod admission;
 pub(crate) mod capability;
 pub(crate) mod continuation;
 pub(crate) mod control;
-pub(crate) mod edge;
 pub(crate) mod restart;
 pub(crate) mod retention;
 pub(crate) mod retry;

@@ -9,8 +9,8 @@
 //! direction, and a body ([`Down`] or [`Up`]).
 //!
 //! What the numbers mean and how the two ends use them (outbox, inbox, lease, mirror) is
-//! behaviour, in `agent-tree-actors` (`policy::edge`); `docs/cluster.md` states the failure
-//! semantics. This module is only the data.
+//! behaviour, in `agent-tree-actors` (`cluster::edge`, feature `cluster`); `docs/cluster.md`
+//! states the failure semantics. This module is only the data.
 //!
 //! # Invariants
 //!

@@ -2,7 +2,7 @@
 //! edge sends every event emitted before a tapped conversation ahead of it (each tap
 //! carries the last event's sequence number, `Side::on_hosted` merges by `Hosted::order`),
 //! so every child the conversation names is mirrored (the stand-in's `mirrored` map) when
-//! it is rewritten (`policy::edge::ids`). These scenarios make a remote lead spawn, wait
+//! it is rewritten (`cluster::edge::ids`). These scenarios make a remote lead spawn, wait
 //! for, steer, abort and answer many helpers in quick succession (the worker model's
 //! `fan`, `burst`, `herd` and `quiz` tasks), and check:
 //!

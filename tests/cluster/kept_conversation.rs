@@ -51,7 +51,7 @@ pub(crate) async fn a_remote_childs_kept_conversation_is_a_local_agents(owner: &
 /// result names the child it started): the kept conversation is the local agent's. On the
 /// worker every hosted tree is fresh, so every run's helper is the hosted tree's `a2`; the
 /// owner's node rewrites the ids the runtime wrote into the conversation as it comes up
-/// (`policy::edge::ids`), so the kept conversation (sent down again on a resume) names the
+/// (`cluster::edge::ids`), so the kept conversation (sent down again on a resume) names the
 /// four helpers by their mirrored records, `a2`, `a3`, `a4`, `a5`, as a local agent's does.
 // regression: it once named `a2` four times, ids of hosted trees that no longer existed.
 pub(crate) async fn a_delegating_remote_childs_kept_conversation_is_a_local_agents(

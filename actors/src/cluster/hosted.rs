@@ -30,9 +30,9 @@ use tokio::time::Instant;
 use super::wire::Directed;
 use super::{NodeInner, PeerEvent};
 use super::{RETRANSMIT_EVERY, TICK};
-use crate::policy::edge::lease::{ChildLease, LeaseState};
-use crate::policy::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
-use crate::policy::edge::size::SizeGuard;
+use crate::cluster::edge::lease::{ChildLease, LeaseState};
+use crate::cluster::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
+use crate::cluster::edge::size::SizeGuard;
 use crate::tree::{Tree, TreeBuilder};
 
 /// How long an edge whose work is over stays to have its last frames acknowledged.

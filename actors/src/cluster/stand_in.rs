@@ -34,13 +34,13 @@ use super::wire::Directed;
 use super::{EdgeInput, NodeInner};
 use super::{RETRANSMIT_EVERY, TICK};
 use crate::agent::AgentArgs;
+use crate::cluster::edge::lease::{OwnerLease, Verdict};
+use crate::cluster::edge::mirror::{Mirror, Mirrored, ReportCheck};
+use crate::cluster::edge::presence::{Down as PresenceDown, Presence};
+use crate::cluster::edge::seq::{Endpoint, OutboxLimits, Received};
+use crate::cluster::edge::size::SizeGuard;
 use crate::error::ControlError;
 use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
-use crate::policy::edge::lease::{OwnerLease, Verdict};
-use crate::policy::edge::mirror::{Mirror, Mirrored, ReportCheck};
-use crate::policy::edge::presence::{Down as PresenceDown, Presence};
-use crate::policy::edge::seq::{Endpoint, OutboxLimits, Received};
-use crate::policy::edge::size::SizeGuard;
 use crate::shared::SharedRef;
 
 /// Starts the stand-in of `args`'s run on node `peer`, linked under `supervisor`.
@@ -243,7 +243,7 @@ impl Actor for StandIn {
         // The owner's ids it names go down as foreign ones, clear of the hosted tree's own.
         let mut context = start.context.clone();
         let seeded: Vec<AgentId> = earlier.iter().map(|child| child.agent).collect();
-        state.foreign = crate::policy::edge::ids::into_hosted(&mut context, &seeded);
+        state.foreign = crate::cluster::edge::ids::into_hosted(&mut context, &seeded);
         state.spawn = state.command(Command::Spawn {
             agent: id,
             incarnation: ticket.incarnation,
@@ -874,12 +874,12 @@ impl State {
                 self.cell.lock().messages.clone()
             };
             // The owner's ids its context named went down as foreign ones.
-            crate::policy::edge::ids::translate(&mut messages, &earlier, |hosted| {
+            crate::cluster::edge::ids::translate(&mut messages, &earlier, |hosted| {
                 if Some(hosted) == top {
                     Some(id)
                 } else {
                     mirrored.get(&hosted).copied().or_else(|| {
-                        crate::policy::edge::ids::owner_of_foreign(hosted)
+                        crate::cluster::edge::ids::owner_of_foreign(hosted)
                             .filter(|owner| foreign.contains(owner))
                     })
                 }

@@ -122,7 +122,7 @@ impl Registry {
                 .zip(id.get() + 1..)
                 .map(|(child, seed)| (child.agent, AgentId::new(seed)))
                 .collect();
-            crate::policy::edge::ids::translate(&mut spec.context, &[], |owner| {
+            crate::cluster::edge::ids::translate(&mut spec.context, &[], |owner| {
                 seeds.get(&owner).copied()
             });
         }

@@ -22,9 +22,9 @@ use agent_tree_protocol::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::ids::{FOREIGN_BASE, foreign, into_hosted, owner_of_foreign, translate};
 use super::ids_the_runtime_wrote::{id, refusal, tool};
 use crate::agent::orchestration::{result_text, result_value, set_result};
+use crate::cluster::edge::ids::{FOREIGN_BASE, foreign, into_hosted, owner_of_foreign, translate};
 use crate::config::TreeConfig;
 use crate::error::ControlError;
 use crate::registry::{Admission, Admitted, Registry};

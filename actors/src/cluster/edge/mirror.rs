@@ -272,16 +272,19 @@ impl Mirror {
     }
 
     /// The usage of the whole hosted subtree, as folded.
+    #[cfg(test)]
     pub(crate) fn total(&self) -> Usage {
         self.fold.records()[0].subtree
     }
 
     /// The last hosted event taken.
+    #[cfg(test)]
     pub(crate) fn last_event(&self) -> u64 {
         self.last_event
     }
 
     /// Whether the subtree was declared killed.
+    #[cfg(test)]
     pub(crate) fn is_declared(&self) -> bool {
         self.declared
     }

@@ -115,6 +115,7 @@ impl OwnerLease {
     }
 
     /// The terms.
+    #[cfg(test)]
     pub(crate) fn terms(&self) -> &LeaseTerms {
         &self.terms
     }
@@ -171,6 +172,7 @@ impl OwnerLease {
     }
 
     /// When it was declared (or given up).
+    #[cfg(test)]
     pub(crate) fn declared(&self) -> Option<Duration> {
         self.declared
     }
@@ -305,6 +307,7 @@ impl ChildLease {
     }
 
     /// When the lease ends (or ended), once granted.
+    #[cfg(test)]
     pub(crate) fn until(&self) -> Option<Duration> {
         self.until
     }

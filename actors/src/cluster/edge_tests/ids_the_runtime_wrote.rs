@@ -14,8 +14,8 @@ use agent_tree_protocol::{
 };
 use serde_json::json;
 
-use super::ids::translate;
 use crate::agent::orchestration::{result_text, result_value, set_result};
+use crate::cluster::edge::ids::translate;
 use crate::error::{ControlError, SpawnError};
 
 pub(super) fn id(n: u64) -> AgentId {

@@ -3,8 +3,10 @@
 //!
 //! The frames are the protocol's (`agent_tree_protocol::{Frame, Down, Up}`); the failure
 //! semantics these machines implement are stated in `docs/cluster.md`. Nothing here sends
-//! anything: the ractor_cluster wiring (`crate::cluster`, feature `cluster`: the host actor,
-//! the stand-in, the hosted side) calls in the way the test link (`sim`) does.
+//! anything, and nothing here knows tokio, ractor or the registry: the ractor_cluster wiring
+//! around it (the rest of [`crate::cluster`]: the host actor, the stand-in, the hosted side)
+//! calls in the way the test link (`sim`) does. Like the wiring, it is compiled only with the
+//! feature `cluster`.
 //!
 //! # Layout
 //!
@@ -17,34 +19,25 @@
 //!   with the journal's fold; late events reported; terminal reports checked.
 //! * [`presence`]: whether the child's node is still there and the same process (the
 //!   reconnect window, the boot id): a crash told from a short disconnect.
-//! * [`shutdown`]: one shutdown deadline across nodes: who reported, who is counted killed.
+//! * `shutdown` (tests only): one shutdown deadline across nodes, who reported and who is
+//!   counted killed, as a machine the fake link's tests hold; the wiring counts the same
+//!   with the owner's own deadline and kill (`docs/cluster.md`).
 //! * [`size`]: the size guard refusing an oversized frame before it is sent.
 //! * [`ids`]: the agent ids in a remote agent's conversation, rewritten from its hosted
 //!   tree's to its owner tree's as the conversation comes up.
+//! * `sim` (tests only): a deterministic fake link on a virtual clock, and the edge's
+//!   scenario tests over it (`sim/scenarios.rs`); `bodies_in_parts` (tests only): bodies
+//!   over the frame limit crossing the link as their parts.
 //!
 //! # Invariants
 //!
-//! * Pure, as all of `policy`: no clock, no I/O, no tasks; a peer's frames are untrusted
-//!   input and never panic a machine (they are errors or reported values).
+//! * Pure, as all of `crate::policy`: no clock, no I/O, no tasks; a peer's frames are
+//!   untrusted input and never panic a machine (they are errors or reported values).
 //! * Usage counts exactly once on the owner's side: a hosted usage event is folded only
 //!   when the inbox applies its frame, which it does once per number; what the mirror
 //!   cannot fold (after a terminal status, after a declaration) is returned, not dropped.
 //! * A hosted subtree never outlives, by more than its lease, the last time its owner's
 //!   node heard from it; the owner's node gives it up only `grace` after that.
-#![cfg_attr(
-    not(any(test, feature = "cluster")),
-    expect(
-        dead_code,
-        reason = "only the `cluster` feature's wiring drives these machines"
-    )
-)]
-#![cfg_attr(
-    all(feature = "cluster", not(test)),
-    allow(
-        dead_code,
-        reason = "the wiring does not use every query the tests use (`NodesShutdown` among them)"
-    )
-)]
 
 #[cfg(test)]
 mod bodies_in_parts;
@@ -52,13 +45,9 @@ pub(crate) mod ids;
 pub(crate) mod lease;
 pub(crate) mod mirror;
 pub(crate) mod presence;
-// Its seeds are admitted only with the `cluster` feature (CI runs the lib tests with it).
-#[cfg(all(test, feature = "cluster"))]
-mod ids_down_foreign_and_back;
-#[cfg(test)]
-mod ids_the_runtime_wrote;
 pub(crate) mod seq;
-pub(crate) mod shutdown;
+#[cfg(test)]
+mod shutdown;
 #[cfg(test)]
 mod sim;
 pub(crate) mod size;
