@@ -76,6 +76,7 @@
 //! | `index.rs` | where each settled outcome and each agent's latest conversation is in the store |
 //! | `compaction.rs` | the compacted content of a journal, copied from its replay and its old lines |
 //! | `read.rs` | a journal file read back as a stream and replayed ([`read_journal`]) |
+//! | `recovery.rs` | a tree's journal opened: the file locked, what a crash left mended, replayed, the writer started |
 
 mod compaction;
 mod config;
@@ -83,15 +84,17 @@ mod error;
 mod index;
 mod lock;
 mod read;
+mod recovery;
 mod store;
 mod tap;
 mod writer;
 
 pub use config::{Durability, JournalConfig};
 pub use error::{JournalError, JournalInUseError};
-pub(crate) use index::Index;
-pub(crate) use lock::JournalLock;
+use index::Index;
+use lock::JournalLock;
 pub use read::read_journal;
-pub(crate) use read::{read_conversations, replay_file};
+use read::{read_conversations, replay_file};
+pub(crate) use recovery::open;
 pub use store::{FileJournal, JournalReader, JournalStore};
 pub(crate) use tap::{JournalTap, JournaledDefinitions};
