@@ -42,6 +42,6 @@ mod read_back;
 mod replay;
 
 pub use entry::{JOURNAL_VERSION, JournalEntry, definition_hash};
-pub use line::{LineError, crc32, torn_header};
+pub use line::{LineError, torn_header};
 pub use read_back::{LineSpan, assemble_conversation};
 pub use replay::{OpenQuestion, Replay, ReplayError, replay, replay_index};

@@ -4,9 +4,8 @@
 
 use std::io::{self, Write};
 
-use agent_tree_protocol::{
-    AgentId, JOURNAL_VERSION, JournalEntry, LineSpan, Outcome, Replay, SessionId,
-};
+use agent_tree_protocol::runtime::LineSpan;
+use agent_tree_protocol::{AgentId, JOURNAL_VERSION, JournalEntry, Outcome, Replay, SessionId};
 
 use super::JournalReader;
 use super::index::Conversations;

@@ -2,7 +2,8 @@
 //! keeps it as it writes (a recovery starts it from the replay, a compaction rebuilds it),
 //! so a read-back reads those lines only.
 
-use agent_tree_protocol::{AgentId, LineSpan, Replay};
+use agent_tree_protocol::runtime::LineSpan;
+use agent_tree_protocol::{AgentId, Replay};
 
 /// Where a store's settled outcomes and conversations are, for reading one back alone, and
 /// the last event it holds.

@@ -54,7 +54,9 @@ pub(crate) fn open(
                     .map_err(|e| io("cannot read", &e))?;
                 if first.is_empty() {
                     reader = None;
-                } else if !first.ends_with(b"\n") && agent_tree_protocol::torn_header(&first) {
+                } else if !first.ends_with(b"\n")
+                    && agent_tree_protocol::runtime::torn_header(&first)
+                {
                     // Not one whole line: a crash cut off the header itself. Nothing was
                     // journaled; start afresh.
                     tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");

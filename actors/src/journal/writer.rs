@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use agent_tree_protocol::{AgentId, JournalEntry, LineSpan, SessionId};
+use agent_tree_protocol::runtime::LineSpan;
+use agent_tree_protocol::{AgentId, JournalEntry, SessionId};
 use parking_lot::Mutex;
 
 use super::compaction::compact;

@@ -80,11 +80,7 @@ impl JournalEntry {
 }
 
 /// CRC-32 (IEEE) of `bytes`.
-///
-/// ```
-/// assert_eq!(agent_tree_protocol::crc32(b"123456789"), 0xcbf4_3926);
-/// ```
-pub fn crc32(bytes: &[u8]) -> u32 {
+fn crc32(bytes: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;
@@ -151,7 +147,8 @@ fn nesting(json: &str) -> usize {
 /// else is some other file, which a tree opening it refuses instead of wiping it.
 ///
 /// ```
-/// use agent_tree_protocol::{torn_header, JournalEntry, SessionId, JOURNAL_VERSION};
+/// use agent_tree_protocol::runtime::torn_header;
+/// use agent_tree_protocol::{JournalEntry, SessionId, JOURNAL_VERSION};
 /// let header = JournalEntry::Header { version: JOURNAL_VERSION, session: SessionId::new("s1") };
 /// let line = header.to_line();
 /// for cut in 1..line.len() {
@@ -243,6 +240,12 @@ mod tests {
 
     fn line(json: &str) -> String {
         format!("{:08x} {json}", crc32(json.as_bytes()))
+    }
+
+    /// The checksum is CRC-32 (IEEE): its check value.
+    #[test]
+    fn the_checksum_is_crc32_ieee() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
     }
 
     /// Brackets inside strings (escaped quotes included) do not count; arrays and objects do.
