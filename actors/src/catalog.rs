@@ -286,7 +286,7 @@ fn tool_problems_of(definition: &AgentDefinition, registered: &[&str]) -> Vec<To
         }
     }
     for name in &definition.disallowed_tools {
-        let names_something = agent_tree_protocol::is_delegation_entry(name)
+        let names_something = agent_tree_protocol::runtime::is_delegation_entry(name)
             || registered
                 .iter()
                 .chain(crate::tool::RESERVED_TOOLS.iter())

@@ -222,7 +222,7 @@ struct Inner {
     /// The journal every event goes to, before the subscribers (queued: never blocks), and
     /// the definitions already written to it.
     journal: Option<crate::journal::JournalTap>,
-    journaled_definitions: crate::journal::Written,
+    journaled_definitions: crate::journal::JournaledDefinitions,
     /// Read outputs still held in memory, oldest read first, and their bytes: what the
     /// journal's retention policy releases from (`policy/retention.rs`).
     read_outputs: VecDeque<ReadOutput>,

@@ -234,7 +234,7 @@ impl Toolbox {
         let spec = tool.spec();
         let reason = if RESERVED_TOOLS.contains(&spec.name.as_str()) {
             "is an orchestration tool's"
-        } else if agent_tree_protocol::is_delegation_entry(&spec.name) {
+        } else if agent_tree_protocol::runtime::is_delegation_entry(&spec.name) {
             "is Claude Code's delegation entry (`Task`), which agent files use to grant subagents"
         } else if self.tools.contains_key(&spec.name) {
             "is already taken"

@@ -1,4 +1,13 @@
 //! The tree: the application's handle, the root of every agent's supervision chain.
+//!
+//! [`Tree`]'s methods are grouped by what a user does with them, one `impl` block per
+//! section, in the order the docs show them: building and settings, running agents (the
+//! verbs), reading records, the journal, nodes. The builder is `tree/builder.rs`, the
+//! handle on one agent `tree/handle.rs`; opening and recovering a journal file is the
+//! journal's (`journal/recovery.rs`).
+
+mod builder;
+mod handle;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,26 +16,23 @@ use agent_tree_protocol::{
     AgentDefinition, AgentId, AgentRecord, AgentStatus, EndReason, Outcome, SessionId,
     SpawnRequest, TreeSnapshot, Usage, WaitPolicy,
 };
+pub use builder::TreeBuilder;
+pub use handle::AgentHandle;
+use handle::taken;
 use parking_lot::RwLock;
-use ractor::{Actor, ActorRef};
-use tokio::sync::watch;
+use ractor::ActorRef;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Catalog;
 use crate::config::{SHUTDOWN_KILL_WAIT as KILL_WAIT, TreeConfig};
-use crate::error::{ControlError, SpawnError, TreeError};
+use crate::error::{ControlError, SpawnError};
 use crate::events::EventStream;
-use crate::hooks::{Hook, Hooks};
-use crate::journal::{JournalConfig, JournalError, JournalStore};
-use crate::model::Model;
 use crate::msg::{AgentMsg, SteerReceipt};
-use crate::registry::{Registry, SteerRoute};
-use crate::root::RootActor;
-use crate::shared::{Branch, Shared, SharedRef};
+use crate::registry::SteerRoute;
+use crate::shared::{Branch, SharedRef};
 use crate::shutdown::{self, ShutdownReport};
 use crate::spawn::{self, SpawnSpec, Spawned};
-use crate::tool::{Tool, ToolNameError, Toolbox};
 use crate::wait;
 
 /// A tree of agents: holds the config, the catalog, the model, the tools and the registry,
@@ -78,420 +84,10 @@ pub struct Tree {
 /// A catalog definition (kept, so its address is not reused) and its remote-owned copy.
 type OwnedCopy = (Arc<AgentDefinition>, Arc<AgentDefinition>);
 
-/// Builds a [`Tree`].
-#[derive(Default)]
-pub struct TreeBuilder {
-    config: TreeConfig,
-    catalog: Catalog,
-    model: Option<Arc<dyn Model>>,
-    toolbox: Toolbox,
-    session: Option<SessionId>,
-    hooks: Hooks,
-    journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
-    #[cfg(feature = "cluster")]
-    pub(crate) node: Option<std::sync::Arc<crate::cluster::NodeInner>>,
-}
-
-impl std::fmt::Debug for TreeBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TreeBuilder")
-            .field("config", &self.config)
-            .field("catalog", &self.catalog)
-            .field("toolbox", &self.toolbox)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TreeBuilder {
-    /// Sets the limits.
-    pub fn config(mut self, config: TreeConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Sets the catalog top-level branches start with.
-    pub fn catalog(mut self, catalog: Catalog) -> Self {
-        self.catalog = catalog;
-        self
-    }
-
-    /// Sets the model.
-    pub fn model(mut self, model: impl Model) -> Self {
-        self.model = Some(Arc::new(model));
-        self
-    }
-
-    /// Sets a shared model.
-    pub fn shared_model(mut self, model: Arc<dyn Model>) -> Self {
-        self.model = Some(model);
-        self
-    }
-
-    /// Adds a user tool.
-    ///
-    /// # Errors
-    ///
-    /// [`ToolNameError`] when the name is reserved, taken, or not one the providers accept
-    /// (1 to 64 of `A-Z a-z 0-9 _ -`).
-    pub fn tool(mut self, tool: impl Tool) -> Result<Self, ToolNameError> {
-        self.toolbox.insert(tool)?;
-        Ok(self)
-    }
-
-    /// Adds a start hook: async work every agent runs before its first model call (set up a
-    /// workspace, open a connection). An abort during it cancels it; a failure fails the
-    /// agent with reason `hook_failed`. Hooks run in the order added.
-    pub fn on_start(mut self, hook: impl Hook) -> Self {
-        self.hooks.on_start.push(Arc::new(hook));
-        self
-    }
-
-    /// Adds a shutdown hook: async work every agent a shutdown reaches runs before it settles
-    /// (close a socket, flush a file), all under the shutdown's one deadline. Failures,
-    /// panics and hooks cut off by the deadline are reported in the [`ShutdownReport`].
-    pub fn on_shutdown(mut self, hook: impl Hook) -> Self {
-        self.hooks.on_shutdown.push(Arc::new(hook));
-        self
-    }
-
-    /// Sets who answers the `ask_owner` questions of top-level agents (whose owner is the
-    /// application). Without a handler, top-level agents are not offered `ask_owner` at all,
-    /// so no question can wait for an answer no one gives; deeper agents ask their owner
-    /// agent either way. The application may still answer with [`Tree::steer`]; the first
-    /// answer wins.
-    pub fn on_question(mut self, handler: impl crate::hooks::QuestionHandler) -> Self {
-        self.hooks.questions = Some(Arc::new(handler));
-        self
-    }
-
-    /// Keeps a journal of the tree at `config`'s path (see [`JournalConfig`] for what each
-    /// durability policy can lose). A new or empty file gets a header. A journal that holds
-    /// a tree is recovered from, by the same fold as the registry's: every record, owner
-    /// edge, usage total and settled outcome comes back; agents that were live come back
-    /// `aborted` with reason `interrupted` ([`Tree::interrupted`]), to be resumed or
-    /// abandoned, never re-run on their own; a resumed owner that re-issues a spawn at the
-    /// same place in its conversation gets the existing child. The journal goes on from
-    /// there. A bad journal fails the build, naming the file and line.
-    ///
-    /// One tree per journal file: the tree locks it (an advisory lock on `<file>.lock`,
-    /// released by [`Tree::shutdown`], by dropping the tree, or by the OS when the process
-    /// ends), and a tree built on a file another tree holds fails with
-    /// [`TreeError::JournalInUse`] naming the file and the holding process.
-    pub fn journal(mut self, config: JournalConfig) -> Self {
-        self.journal = Some((config, None));
-        self
-    }
-
-    /// As [`TreeBuilder::journal`], writing to `store` instead of the file (a slow disk in a
-    /// test, a store of your own); `store` should be empty. A store is not locked: one tree
-    /// per store is the application's to keep.
-    pub fn journal_store(mut self, config: JournalConfig, store: impl JournalStore) -> Self {
-        self.journal = Some((config, Some(Box::new(store))));
-        self
-    }
-
-    /// Sets the session id (one is generated otherwise).
-    pub fn session(mut self, session: SessionId) -> Self {
-        self.session = Some(session);
-        self
-    }
-
-    /// Attaches the tree to a cluster node (feature `cluster`): agents placed on other
-    /// nodes (a definition's or a request's `node`) are reached through it.
-    #[cfg(feature = "cluster")]
-    pub fn node(mut self, node: &crate::cluster::Node) -> Self {
-        self.node = Some(std::sync::Arc::clone(node.inner()));
-        self
-    }
-
-    /// Starts the tree's root actor.
-    ///
-    /// # Errors
-    ///
-    /// [`TreeError::NoModel`] without a model; [`TreeError::Startup`] if the root actor
-    /// cannot start; [`TreeError::Journal`] for a journal that cannot be read or recovered,
-    /// [`TreeError::JournalInUse`] for a journal file another tree holds.
-    pub async fn build(self) -> Result<Tree, TreeError> {
-        let model = self.model.ok_or(TreeError::NoModel)?;
-        self.config.validate()?;
-        crate::catalog::warn_tool_problems(&self.catalog, self.toolbox.names());
-        let (session, journal, recovered) = open_journal(self.journal, self.session)?;
-        let session_name = session.to_string();
-        let root_token = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            sampling: Arc::new(self.config.sampling.clone()),
-            registry: Registry::new(session, root_token.clone(), self.config.max_concurrent),
-            model_permits: crate::permits::ModelPermits::new(self.config.max_model_calls),
-            config: self.config,
-            model,
-            toolbox: self.toolbox,
-            hooks: self.hooks,
-            root: std::sync::OnceLock::new(),
-            tasks: std::sync::atomic::AtomicU64::new(0),
-            offered: parking_lot::Mutex::default(),
-            placed_offers: parking_lot::Mutex::default(),
-            span: tracing::info_span!("agent_tree", session = %session_name),
-            journal,
-            #[cfg(feature = "cluster")]
-            cluster: self.node.map(std::sync::OnceLock::from).unwrap_or_default(),
-            #[cfg(feature = "cluster")]
-            mirrors: parking_lot::Mutex::default(),
-        });
-        if let Some(journal) = &shared.journal {
-            shared.registry.set_journal(journal.clone());
-            // A release waiting for its line runs once the writer has written it: a task
-            // on the tree's runtime (its clock, not the writer thread's), started from the
-            // writer thread.
-            let (tree, runtime) = (Arc::downgrade(&shared), tokio::runtime::Handle::current());
-            journal.on_written(Box::new(move || {
-                let tree = tree.clone();
-                runtime.spawn(async move {
-                    if let Some(shared) = tree.upgrade() {
-                        shared.registry.release_due();
-                    }
-                });
-            }));
-        }
-        let branch = Arc::new(Branch {
-            catalog: self.catalog,
-            max_depth: shared.config.max_depth,
-        });
-        if let Some(replay) = &recovered {
-            let interrupted = shared.registry.recover(replay, &branch);
-            #[cfg(feature = "cluster")]
-            shared.mirrors.lock().extend(
-                replay
-                    .mirrors
-                    .iter()
-                    .map(|(&id, records)| (id, records.as_slice().into())),
-            );
-            tracing::info!(
-                agents = replay.records.len() - 1,
-                interrupted = interrupted.len(),
-                "tree recovered from its journal"
-            );
-        }
-        let (root, _) = Actor::spawn(None, RootActor, shared.clone())
-            .await
-            .map_err(|e| TreeError::Startup(Box::new(e)))?;
-        let _ = shared.root.set(root.clone());
-        if recovered.is_some() && shared.hooks.questions.is_some() {
-            resume_questions(&shared, &root).await;
-        }
-        let branch = RwLock::new(branch);
-        Ok(Tree {
-            shared,
-            root,
-            root_token,
-            branch,
-            stopped: std::sync::atomic::AtomicBool::new(false),
-            remote_owned: parking_lot::Mutex::default(),
-        })
-    }
-}
-
-/// Resumes the top-level agents a crash cut off waiting on the application's answer: each
-/// waits again, its question put to the question handler again (its turn is not re-run),
-/// or, answered before the crash, reads the journaled answer.
-async fn resume_questions(shared: &SharedRef, root: &ActorRef<AgentMsg>) {
-    for id in shared.registry.waiting_on_questions(AgentId::ROOT) {
-        let started = match spawn::reopen(shared, id, AgentId::ROOT, String::new(), None).await {
-            Ok(ticket) => spawn::start(shared, ticket, root).await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = started {
-            tracing::warn!(agent = %id, %error, "a recovered question could not be put again");
-        }
-    }
-}
-
-/// What [`open_journal`] gives: the session, the tap, and a replay to recover from.
-type Opened = (
-    SessionId,
-    Option<crate::journal::JournalTap>,
-    Option<agent_tree_protocol::Replay>,
-);
-
-/// Opens the journal, if the tree keeps one: the tree's session (the journal's, for an
-/// existing one), the tap the registry and the agents write to, and the replay of an
-/// existing journal holding a tree, to recover from.
-fn open_journal(
-    journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
-    session: Option<SessionId>,
-) -> Result<Opened, TreeError> {
-    let Some((config, store)) = journal else {
-        return Ok((session.unwrap_or_else(new_session_id), None, None));
-    };
-    let (store, recovered, lock) = match store {
-        Some(store) => (store, None, None),
-        None => {
-            let path = config.path();
-            // Before a byte of it is read: a file another tree writes is not this tree's.
-            let lock = crate::journal::JournalLock::acquire(path)?;
-            let io = |what: &str, e: &std::io::Error| JournalError::io(path, what, e);
-            // Read as a stream, never whole: the index first (records, requests, where
-            // each conversation is), then the conversations this tree keeps in memory, one
-            // agent's lines at a time.
-            let file = match std::fs::File::open(path) {
-                Ok(file) => Some(file),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io("cannot read", &e).into()),
-            };
-            let mut reader = file.map(|f| std::io::BufReader::with_capacity(1 << 16, f));
-            if let Some(file) = reader.as_mut() {
-                use std::io::{BufRead as _, Seek as _};
-                let mut first = Vec::new();
-                file.read_until(b'\n', &mut first)
-                    .and_then(|_| file.rewind())
-                    .map_err(|e| io("cannot read", &e))?;
-                if first.is_empty() {
-                    reader = None;
-                } else if !first.ends_with(b"\n") && agent_tree_protocol::torn_header(&first) {
-                    // Not one whole line: a crash cut off the header itself. Nothing was
-                    // journaled; start afresh.
-                    tracing::warn!(path = %path.display(), "journal holds only a torn header; started afresh");
-                    std::fs::File::create(path)
-                        .map_err(|e| io("cannot truncate a torn header", &e))?;
-                    reader = None;
-                }
-            }
-            let replay = match reader {
-                None => None,
-                Some(mut reader) => {
-                    let mut replay =
-                        crate::journal::replay_file(path, &mut reader, session.as_ref())?;
-                    // The conversations a recovery holds in memory: the unfinished agents'
-                    // (it resumes them), and the settled ones' only where they are kept in
-                    // memory anyway; the others are read back on a resume.
-                    let keep: Vec<AgentId> = if config.keeps_conversations() {
-                        replay.records.iter().skip(1).map(|r| r.id).collect()
-                    } else {
-                        replay.unfinished().map(|r| r.id).collect()
-                    };
-                    crate::journal::read_conversations(path, &mut replay, &mut reader, keep)?;
-                    if replay.torn.is_some() {
-                        // Cut the torn tail off: what this tree appends must follow whole
-                        // lines.
-                        std::fs::OpenOptions::new()
-                            .write(true)
-                            .open(path)
-                            .and_then(|f| {
-                                f.set_len(replay.bytes as u64).and_then(|()| f.sync_all())
-                            })
-                            .map_err(|e| io("cannot cut off its torn last line", &e))?;
-                    }
-                    Some(replay)
-                }
-            };
-            let store = crate::journal::FileJournal::open(path)
-                .map_err(|e| io("cannot open for appending", &e))?;
-            (Box::new(store) as Box<dyn JournalStore>, replay, lock)
-        }
-    };
-    // An existing journal's session is the tree's (a header-only one is taken over too).
-    let session = recovered
-        .as_ref()
-        .and_then(|r| r.session.clone())
-        .or(session)
-        .unwrap_or_else(new_session_id);
-    let recovered = recovered.filter(|r| r.last_seq > 0 || r.records.len() > 1);
-    let index = recovered
-        .as_ref()
-        .map(crate::journal::Index::of)
-        .unwrap_or_default();
-    let tap = crate::journal::JournalTap::start(&config, store, &session, index, lock)?;
-    Ok((session, Some(tap), recovered))
-}
-
-fn new_session_id() -> SessionId {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    SessionId::new(format!(
-        "s{:x}-{:x}-{}",
-        std::process::id(),
-        nanos,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
-/// A handle on one agent: its id and its eventual outcome. Waiting on it, or dropping it,
-/// never affects the agent.
+/// # Building and settings
 ///
-/// In a journaled tree, taking the outcome reads it (for the journal's retention policy,
-/// [`JournalConfig::keep_read_outputs`]); a released output is read back from the journal.
-#[derive(Debug, Clone)]
-pub struct AgentHandle {
-    id: AgentId,
-    settled: watch::Receiver<Option<Outcome>>,
-    /// The tree, not kept alive by the handle: a dropped tree ends every wait.
-    shared: std::sync::Weak<Shared>,
-}
-
-impl AgentHandle {
-    /// The agent's id.
-    pub fn id(&self) -> AgentId {
-        self.id
-    }
-
-    /// Waits for the agent to settle and returns its outcome, whole (a released output is
-    /// read back from the journal). With [`Durability::EveryEntry`](crate::Durability) the
-    /// outcome is synced to the journal before it is returned. Cancel-safe: dropping the
-    /// future leaves the agent running.
-    pub async fn outcome(&mut self) -> Outcome {
-        let outcome = match self.settled.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone().unwrap_or_else(killed_outcome),
-            // The registry is gone: the tree was dropped, which kills every agent.
-            Err(_) => return killed_outcome(),
-        };
-        match self.shared.upgrade() {
-            Some(shared) => taken(&shared, self.id, outcome).await,
-            None => outcome,
-        }
-    }
-
-    /// The outcome, if the agent has settled: as held in memory, so a released output is
-    /// not in it (its `released` says so; [`AgentHandle::outcome`] reads it back).
-    pub fn try_outcome(&self) -> Option<Outcome> {
-        let outcome = self.settled.borrow().clone()?;
-        if let Some(shared) = self.shared.upgrade().filter(|s| s.journal.is_some()) {
-            shared.registry.output_read(self.id);
-        }
-        Some(outcome)
-    }
-}
-
-/// The application took `id`'s final `outcome`: read, for the journal's retention policy,
-/// and whole (a released output read back). With [`Durability::EveryEntry`](crate::Durability)
-/// it is returned only once the journal has synced everything emitted up to now, its
-/// terminal event included: what the application is handed survives a crash.
-async fn taken(shared: &Shared, id: AgentId, outcome: Outcome) -> Outcome {
-    let Some(journal) = &shared.journal else {
-        return outcome;
-    };
-    let (outcome, seq) = if outcome.released {
-        let whole = shared.whole_outcome(id, outcome).await;
-        (
-            whole,
-            journal.every_entry.then(|| shared.registry.last_seq()),
-        )
-    } else {
-        let seq = shared.registry.output_read(id);
-        (outcome, Some(seq))
-    };
-    if let Some(seq) = seq.filter(|_| journal.every_entry) {
-        journal.synced_through(seq).await;
-    }
-    outcome
-}
-
-fn killed_outcome() -> Outcome {
-    Outcome::ended(AgentStatus::Killed, EndReason::Killed)
-}
-
+/// The builder, the tree's session and clock, its config, and the catalog and pool that new
+/// top-level work starts with.
 impl Tree {
     /// A builder with the default config, an empty catalog and no model.
     pub fn builder() -> TreeBuilder {
@@ -529,7 +125,14 @@ impl Tree {
         self.shared.registry.set_max_concurrent(max);
         let _ = self.root.cast(AgentMsg::PoolChanged);
     }
+}
 
+/// # Running agents
+///
+/// The application's verbs: start a top-level agent ([`Tree::spawn`], or [`Tree::run`] to
+/// wait for its outcome too), resume a settled one, steer, abort, kill or bill any agent, wait
+/// for a set of them, and shut the tree or a subtree down under one deadline.
+impl Tree {
     /// Starts a top-level agent (depth 1) and returns its handle at once.
     ///
     /// A background request (the request's `background`, else the definition's
@@ -608,6 +211,23 @@ impl Tree {
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }
 
+    /// Starts a top-level agent and waits for its outcome (synced to the journal first,
+    /// with [`Durability::EveryEntry`](crate::Durability)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Tree::spawn`].
+    pub async fn run(&self, request: SpawnRequest) -> Result<Outcome, SpawnError> {
+        let mut handle = self.spawn(request).await?;
+        Ok(handle.outcome().await)
+    }
+
+    /// A handle on any agent of the tree.
+    pub fn handle(&self, id: AgentId) -> Option<AgentHandle> {
+        let settled = self.shared.registry.watch(id)?;
+        Some(AgentHandle::new(id, settled, &self.shared))
+    }
+
     /// Resumes a settled top-level agent with a new prompt: its conversation continues in a
     /// new run, with the definition, catalog and depth cap its branch started with; children
     /// spawned during that run are aborted when it ends. A refused resume changes nothing.
@@ -639,42 +259,212 @@ impl Tree {
             .ok_or(SpawnError::OwnerClosed(AgentId::ROOT))
     }
 
-    /// The agents a crash interrupted and recovery settled `aborted` (reason
-    /// `interrupted`), not resumed since, in id order: what the application (top-level
-    /// ones, [`Tree::resume`]) or their owners resume or abandon.
-    pub fn interrupted(&self) -> Vec<AgentId> {
-        self.snapshot()
-            .agents()
-            .filter(|r| {
-                r.outcome
-                    .as_ref()
-                    .is_some_and(|o| o.reason == EndReason::Interrupted)
-            })
-            .map(|r| r.id)
-            .collect()
-    }
-
-    /// Starts a top-level agent and waits for its outcome (synced to the journal first,
-    /// with [`Durability::EveryEntry`](crate::Durability)).
+    /// Steers any agent: the text enters its conversation at its next turn boundary, or
+    /// answers its pending `ask_owner` question if it asked the application. A steer to an
+    /// agent whose session does not exist yet (queued, or starting) waits, in order, and is
+    /// delivered when it starts.
     ///
     /// # Errors
     ///
-    /// As [`Tree::spawn`].
-    pub async fn run(&self, request: SpawnRequest) -> Result<Outcome, SpawnError> {
-        let mut handle = self.spawn(request).await?;
-        Ok(handle.outcome().await)
+    /// [`ControlError::NotYours`] for an unknown id or the root, [`ControlError::WrongStatus`]
+    /// for a settled agent.
+    pub async fn steer(
+        &self,
+        id: AgentId,
+        text: impl Into<String>,
+    ) -> Result<SteerReceipt, ControlError> {
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
+        let text = text.into();
+        match self
+            .shared
+            .registry
+            .route_steer(id, text.clone(), &self.shared.config)?
+        {
+            SteerRoute::Queued => Ok(SteerReceipt::Queued),
+            SteerRoute::Actor(cell) => {
+                let actor = ActorRef::<AgentMsg>::from(cell);
+                let gone = || {
+                    let status = self
+                        .shared
+                        .registry
+                        .status(id)
+                        .unwrap_or(AgentStatus::Completed);
+                    ControlError::WrongStatus(id, status)
+                };
+                crate::msg::ask(&actor, |reply| AgentMsg::Steer {
+                    text,
+                    from: AgentId::ROOT,
+                    reply: Some(reply),
+                })
+                .await
+                .ok_or_else(gone)?
+            }
+        }
     }
 
-    /// A handle on any agent of the tree.
-    pub fn handle(&self, id: AgentId) -> Option<AgentHandle> {
-        let settled = self.shared.registry.watch(id)?;
-        Some(AgentHandle {
-            id,
-            settled,
-            shared: Arc::downgrade(&self.shared),
-        })
+    /// Aborts an agent and its whole non-detached subtree at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id.
+    pub fn abort(&self, id: AgentId) -> Result<(), ControlError> {
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
+        self.shared.registry.abort(id, EndReason::Aborted)
     }
 
+    /// Kills an agent's actor at once, as Erlang's `exit(Pid, kill)`: no shutdown hooks, no
+    /// graceful settle. Its live descendants die with it (ractor kills linked actors) and are
+    /// recorded `killed`; the agent itself is recorded `killed` and its owner decides on a
+    /// restart as for any crash (permanent and transient agents restart).
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id or the root; [`ControlError::WrongStatus`]
+    /// for an agent without a running actor (settled, queued or still starting).
+    pub fn kill(&self, id: AgentId) -> Result<(), ControlError> {
+        self.shared.registry.kill(id)
+    }
+
+    /// Bills usage spent on an agent's behalf outside its model turns (a tool that calls a
+    /// model itself, an embedding lookup) to the agent: it is added to the agent's `own` and to
+    /// the `subtree` of the agent and every ancestor in one step, with a `usage` event, and
+    /// counts against `max_subtree_tokens` like a turn's usage. It costs one registry
+    /// transaction whatever the agent's depth.
+    ///
+    /// ```
+    /// # tokio_test_block_on(async {
+    /// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+    /// use agent_tree_actors::{Catalog, Tree};
+    /// use agent_tree_protocol::{AgentDefinition, AgentId, SpawnRequest, Usage};
+    ///
+    /// let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    /// let tree = Tree::builder()
+    ///     .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+    ///     .model(model)
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// let agent = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap().id();
+    /// tree.charge(agent, Usage::tokens(10, 5)).unwrap();
+    /// assert_eq!(tree.record(AgentId::ROOT).unwrap().subtree, Usage::tokens(10, 5));
+    /// tree.shutdown().await;
+    /// assert!(tree.charge(agent, Usage::tokens(1, 1)).is_err(), "settled: nothing more is billed");
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id or the root (no agent: usage is charged
+    /// to the agent that spent it, and reaches the root's subtree total from there),
+    /// [`ControlError::WrongStatus`] for an agent that is not live (its usage is final once
+    /// it settled).
+    pub fn charge(&self, id: AgentId, usage: Usage) -> Result<(), ControlError> {
+        if id.is_root() {
+            return Err(ControlError::NotYours(id));
+        }
+        self.shared.registry.charge(id, usage)
+    }
+
+    /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:
+    /// `all_settled` waits for all; `fail_fast` aborts the rest of the set at the first
+    /// outcome that is not `completed`. Cancelling the wait leaves the agents running.
+    /// With [`Durability::EveryEntry`](crate::Durability) the outcomes are synced to the
+    /// journal before they are returned.
+    pub async fn wait(&self, ids: &[AgentId], policy: WaitPolicy) -> Vec<Outcome> {
+        let outcomes = wait::wait_set(&self.shared.registry, ids, policy).await;
+        let mut whole = Vec::with_capacity(outcomes.len());
+        for (&id, outcome) in ids.iter().zip(outcomes) {
+            whole.push(taken(&self.shared, id, outcome).await);
+        }
+        whole
+    }
+
+    /// Waits until no agent is live.
+    pub async fn idle(&self) {
+        self.shared.registry.idle().await;
+    }
+
+    /// Shuts the whole tree down: every agent is told at once, runs its shutdown hooks, and
+    /// settles (children before owners) under one deadline, the config's `shutdown_grace`,
+    /// whatever the tree's depth and width; whatever is alive at the deadline is killed. It
+    /// returns after at most the grace plus a small constant. Records stay readable; the tree
+    /// admits no new agent afterwards.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(self.shared.config.shutdown_grace)
+            .await
+    }
+
+    /// As [`Tree::shutdown`], under a deadline `within` from now instead of the config's
+    /// grace (a hosted tree shuts down by its remote owner's deadline).
+    pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
+        let deadline = deadline_in(within);
+        let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
+        let report = self.with_unreachable_nodes(report);
+        // The root's stop shares the one small bound after the deadline.
+        let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
+            .await;
+        self.shared.registry.settle_root();
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        // Everything the shutdown emitted is on disk before it returns (outside the grace:
+        // agents are done by now), and the file is free for another tree.
+        self.flush_journal().await;
+        if let Some(journal) = &self.shared.journal {
+            journal.close().await;
+        }
+        report
+    }
+
+    /// Shuts down the subtree of `id` (detached descendants included) the same way, under
+    /// its own deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::NotYours`] for an unknown id or the root (use [`Tree::shutdown`]).
+    pub async fn shutdown_agent(&self, id: AgentId) -> Result<ShutdownReport, ControlError> {
+        if id.is_root() || self.shared.registry.status(id).is_none() {
+            return Err(ControlError::NotYours(id));
+        }
+        self.shared.registry.refuse_mirrored(id)?;
+        let deadline = deadline_in(self.shared.config.shutdown_grace);
+        let report = shutdown::run(&self.shared.registry, id, deadline).await;
+        Ok(self.with_unreachable_nodes(report))
+    }
+
+    /// `report` with the other nodes that did not report by its deadline: those of the
+    /// remote children it counted killed. (Looked up only in a tree with a node attached:
+    /// every other tree's report stays as it is, at no cost.)
+    fn with_unreachable_nodes(&self, report: ShutdownReport) -> ShutdownReport {
+        #[cfg(feature = "cluster")]
+        if self.shared.cluster.get().is_some() {
+            let nodes: std::collections::BTreeSet<String> = report
+                .killed
+                .iter()
+                .filter_map(|&id| crate::spawn::remote_placement(&self.shared, id))
+                .map(|node| node.to_string())
+                .collect();
+            return ShutdownReport {
+                unreachable_nodes: nodes.into_iter().collect(),
+                ..report
+            };
+        }
+        report
+    }
+}
+
+/// # Reading records
+///
+/// What the tree holds, read without changing it: every record at once, one record or
+/// outcome, the event stream from now on, how many agents are live, which agents a crash
+/// interrupted. (Taking an outcome counts as reading it for a journal's retention policy.)
+impl Tree {
     /// The authoritative snapshot of every record.
     pub fn snapshot(&self) -> TreeSnapshot {
         self.shared.registry.snapshot()
@@ -687,8 +477,9 @@ impl Tree {
 
     /// One agent's outcome, once settled, as held in memory. Reading never removes it; in
     /// a journaled tree it counts as read for the retention policy
-    /// ([`JournalConfig::keep_read_outputs`]), and an output released before is not in it
-    /// (its `released` says so: [`Tree::read_outcome`] reads it back).
+    /// ([`JournalConfig::keep_read_outputs`](crate::JournalConfig::keep_read_outputs)), and
+    /// an output released before is not in it (its `released` says so:
+    /// [`Tree::read_outcome`] reads it back).
     pub fn outcome(&self, id: AgentId) -> Option<Outcome> {
         self.shared.registry.read_outcome(id)
     }
@@ -741,164 +532,19 @@ impl Tree {
         self.shared.registry.live()
     }
 
-    /// Waits until no agent is live.
-    pub async fn idle(&self) {
-        self.shared.registry.idle().await;
-    }
-
-    /// Aborts an agent and its whole non-detached subtree at once.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::NotYours`] for an unknown id.
-    pub fn abort(&self, id: AgentId) -> Result<(), ControlError> {
-        if id.is_root() {
-            return Err(ControlError::NotYours(id));
-        }
-        self.shared.registry.abort(id, EndReason::Aborted)
-    }
-
-    /// Kills an agent's actor at once, as Erlang's `exit(Pid, kill)`: no shutdown hooks, no
-    /// graceful settle. Its live descendants die with it (ractor kills linked actors) and are
-    /// recorded `killed`; the agent itself is recorded `killed` and its owner decides on a
-    /// restart as for any crash (permanent and transient agents restart).
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::NotYours`] for an unknown id or the root; [`ControlError::WrongStatus`]
-    /// for an agent without a running actor (settled, queued or still starting).
-    pub fn kill(&self, id: AgentId) -> Result<(), ControlError> {
-        self.shared.registry.kill(id)
-    }
-
-    /// Steers any agent: the text enters its conversation at its next turn boundary, or
-    /// answers its pending `ask_owner` question if it asked the application. A steer to an
-    /// agent whose session does not exist yet (queued, or starting) waits, in order, and is
-    /// delivered when it starts.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::NotYours`] for an unknown id or the root, [`ControlError::WrongStatus`]
-    /// for a settled agent.
-    pub async fn steer(
-        &self,
-        id: AgentId,
-        text: impl Into<String>,
-    ) -> Result<SteerReceipt, ControlError> {
-        if id.is_root() {
-            return Err(ControlError::NotYours(id));
-        }
-        let text = text.into();
-        match self
-            .shared
-            .registry
-            .route_steer(id, text.clone(), &self.shared.config)?
-        {
-            SteerRoute::Queued => Ok(SteerReceipt::Queued),
-            SteerRoute::Actor(cell) => {
-                let actor = ActorRef::<AgentMsg>::from(cell);
-                let gone = || {
-                    let status = self
-                        .shared
-                        .registry
-                        .status(id)
-                        .unwrap_or(AgentStatus::Completed);
-                    ControlError::WrongStatus(id, status)
-                };
-                crate::msg::ask(&actor, |reply| AgentMsg::Steer {
-                    text,
-                    from: AgentId::ROOT,
-                    reply: Some(reply),
-                })
-                .await
-                .ok_or_else(gone)?
-            }
-        }
-    }
-
-    /// Bills usage spent on an agent's behalf outside its model turns (a tool that calls a
-    /// model itself, an embedding lookup) to the agent: it is added to the agent's `own` and to
-    /// the `subtree` of the agent and every ancestor in one step, with a `usage` event, and
-    /// counts against `max_subtree_tokens` like a turn's usage. It costs one registry
-    /// transaction whatever the agent's depth.
-    ///
-    /// ```
-    /// # tokio_test_block_on(async {
-    /// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
-    /// use agent_tree_actors::{Catalog, Tree};
-    /// use agent_tree_protocol::{AgentDefinition, AgentId, SpawnRequest, Usage};
-    ///
-    /// let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-    /// let tree = Tree::builder()
-    ///     .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
-    ///     .model(model)
-    ///     .build()
-    ///     .await
-    ///     .unwrap();
-    /// let agent = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap().id();
-    /// tree.charge(agent, Usage::tokens(10, 5)).unwrap();
-    /// assert_eq!(tree.record(AgentId::ROOT).unwrap().subtree, Usage::tokens(10, 5));
-    /// tree.shutdown().await;
-    /// assert!(tree.charge(agent, Usage::tokens(1, 1)).is_err(), "settled: nothing more is billed");
-    /// # });
-    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::NotYours`] for an unknown id or the root (no agent: usage is charged
-    /// to the agent that spent it, and reaches the root's subtree total from there),
-    /// [`ControlError::WrongStatus`] for an agent that is not live (its usage is final once
-    /// it settled).
-    pub fn charge(&self, id: AgentId, usage: Usage) -> Result<(), ControlError> {
-        if id.is_root() {
-            return Err(ControlError::NotYours(id));
-        }
-        self.shared.registry.charge(id, usage)
-    }
-
-    /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
-    /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
-    /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
-    /// latest run; `a0`'s record stays `running`, as the hosted tree's root was while the
-    /// run went on). Fresh as the edge while it runs, the last mirror once it settled (kept
-    /// in the journal too: a tree recovered from it has it), empty when there is none (its
-    /// edge never ended before a crash); `None` for an agent that is not remote.
-    #[cfg(feature = "cluster")]
-    pub async fn remote_records(
-        &self,
-        id: AgentId,
-    ) -> Option<Vec<agent_tree_protocol::AgentRecord>> {
-        let live = self.shared.registry.actors_of(&[id]).pop();
-        if let Some((_, cell)) = live {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let asked = ActorRef::<AgentMsg>::from(cell)
-                .send_message(AgentMsg::Edge(crate::cluster::EdgeInput::Records(tx)))
-                .is_ok();
-            if let (true, Ok(records)) = (asked, rx.await) {
-                return Some(records);
-            }
-        }
-        let kept = self.shared.mirrors.lock().get(&id).map(|r| r.to_vec());
-        // Remote, its mirror gone with the process that held it (a tree recovered from its
-        // journal): empty, never `None`, which says "not remote".
-        kept.or_else(|| spawn::remote_placement(&self.shared, id).map(|_| Vec::new()))
-    }
-
-    /// Waits for every agent of `ids` under `policy` and returns their outcomes in order:
-    /// `all_settled` waits for all; `fail_fast` aborts the rest of the set at the first
-    /// outcome that is not `completed`. Cancelling the wait leaves the agents running.
-    /// With [`Durability::EveryEntry`](crate::Durability) the outcomes are synced to the
-    /// journal before they are returned.
-    pub async fn wait(&self, ids: &[AgentId], policy: WaitPolicy) -> Vec<Outcome> {
-        let outcomes = wait::wait_set(&self.shared.registry, ids, policy).await;
-        let mut whole = Vec::with_capacity(outcomes.len());
-        for (&id, outcome) in ids.iter().zip(outcomes) {
-            whole.push(taken(&self.shared, id, outcome).await);
-        }
-        whole
+    /// The agents a crash interrupted and recovery settled `aborted` (reason
+    /// `interrupted`), not resumed since, in id order: what the application (top-level
+    /// ones, [`Tree::resume`]) or their owners resume or abandon.
+    pub fn interrupted(&self) -> Vec<AgentId> {
+        self.snapshot()
+            .agents()
+            .filter(|r| {
+                r.outcome
+                    .as_ref()
+                    .is_some_and(|o| o.reason == EndReason::Interrupted)
+            })
+            .map(|r| r.id)
+            .collect()
     }
 
     /// Agents whose ractor actor is still alive, asked of ractor rather than read from the
@@ -906,38 +552,14 @@ impl Tree {
     pub fn alive_actors(&self) -> Vec<AgentId> {
         self.shared.registry.alive_actors()
     }
+}
 
-    /// Shuts the whole tree down: every agent is told at once, runs its shutdown hooks, and
-    /// settles (children before owners) under one deadline, the config's `shutdown_grace`,
-    /// whatever the tree's depth and width; whatever is alive at the deadline is killed. It
-    /// returns after at most the grace plus a small constant. Records stay readable; the tree
-    /// admits no new agent afterwards.
-    pub async fn shutdown(&self) -> ShutdownReport {
-        self.shutdown_within(self.shared.config.shutdown_grace)
-            .await
-    }
-
-    /// As [`Tree::shutdown`], under a deadline `within` from now instead of the config's
-    /// grace (a hosted tree shuts down by its remote owner's deadline).
-    pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
-        let deadline = deadline_in(within);
-        let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
-        let report = self.with_unreachable_nodes(report);
-        // The root's stop shares the one small bound after the deadline.
-        let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
-            .await;
-        self.shared.registry.settle_root();
-        self.stopped
-            .store(true, std::sync::atomic::Ordering::Release);
-        // Everything the shutdown emitted is on disk before it returns (outside the grace:
-        // agents are done by now), and the file is free for another tree.
-        self.flush_journal().await;
-        if let Some(journal) = &self.shared.journal {
-            journal.close().await;
-        }
-        report
-    }
-
+/// # The journal
+///
+/// A journaled tree's writer ([`TreeBuilder::journal`]): everything handed to it written and
+/// synced on demand, how far it is behind, and why it stopped if it did. Without a journal
+/// these do nothing.
+impl Tree {
     /// Writes and syncs everything the journal has been handed so far, whatever its
     /// durability policy, and finishes a compaction that is due (a no-op without a
     /// journal). [`Tree::shutdown`] ends with it: after it the writer leaves the file alone.
@@ -967,41 +589,39 @@ impl Tree {
     pub fn journal_error(&self) -> Option<String> {
         self.shared.journal.as_ref().and_then(|j| j.error())
     }
+}
 
-    /// Shuts down the subtree of `id` (detached descendants included) the same way, under
-    /// its own deadline.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::NotYours`] for an unknown id or the root (use [`Tree::shutdown`]).
-    pub async fn shutdown_agent(&self, id: AgentId) -> Result<ShutdownReport, ControlError> {
-        if id.is_root() || self.shared.registry.status(id).is_none() {
-            return Err(ControlError::NotYours(id));
+/// # Nodes (feature `cluster`)
+///
+/// What the tree knows of the agents it placed on other nodes.
+#[cfg(feature = "cluster")]
+impl Tree {
+    /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
+    /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
+    /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
+    /// latest run; `a0`'s record stays `running`, as the hosted tree's root was while the
+    /// run went on). Fresh as the edge while it runs, the last mirror once it settled (kept
+    /// in the journal too: a tree recovered from it has it), empty when there is none (its
+    /// edge never ended before a crash); `None` for an agent that is not remote.
+    #[cfg(feature = "cluster")]
+    pub async fn remote_records(
+        &self,
+        id: AgentId,
+    ) -> Option<Vec<agent_tree_protocol::AgentRecord>> {
+        let live = self.shared.registry.actors_of(&[id]).pop();
+        if let Some((_, cell)) = live {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let asked = ActorRef::<AgentMsg>::from(cell)
+                .send_message(AgentMsg::Edge(crate::cluster::EdgeInput::Records(tx)))
+                .is_ok();
+            if let (true, Ok(records)) = (asked, rx.await) {
+                return Some(records);
+            }
         }
-        self.shared.registry.refuse_mirrored(id)?;
-        let deadline = deadline_in(self.shared.config.shutdown_grace);
-        let report = shutdown::run(&self.shared.registry, id, deadline).await;
-        Ok(self.with_unreachable_nodes(report))
-    }
-
-    /// `report` with the other nodes that did not report by its deadline: those of the
-    /// remote children it counted killed. (Looked up only in a tree with a node attached:
-    /// every other tree's report stays as it is, at no cost.)
-    fn with_unreachable_nodes(&self, report: ShutdownReport) -> ShutdownReport {
-        #[cfg(feature = "cluster")]
-        if self.shared.cluster.get().is_some() {
-            let nodes: std::collections::BTreeSet<String> = report
-                .killed
-                .iter()
-                .filter_map(|&id| crate::spawn::remote_placement(&self.shared, id))
-                .map(|node| node.to_string())
-                .collect();
-            return ShutdownReport {
-                unreachable_nodes: nodes.into_iter().collect(),
-                ..report
-            };
-        }
-        report
+        let kept = self.shared.mirrors.lock().get(&id).map(|r| r.to_vec());
+        // Remote, its mirror gone with the process that held it (a tree recovered from its
+        // journal): empty, never `None`, which says "not remote".
+        kept.or_else(|| spawn::remote_placement(&self.shared, id).map(|_| Vec::new()))
     }
 }
 

@@ -10,11 +10,11 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::sampling::Sampling;
-use crate::words::{self, Keyword, ListField, WordsError, Written};
+use crate::words::{self, Keyword, ListField, ListValue, WordsError};
 
 /// A set of tool names with the two special forms users write: every tool, or none.
 ///
-/// Read from JSON, YAML or an agent file by the words rule of [`Written::tool_set`]: `all`
+/// Read from JSON, YAML or an agent file by the words rule: `all`
 /// and `*` are [`ToolSet::All`], `none`, `""` and `[]` are [`ToolSet::None`], anything else
 /// a list of names (`"read, grep"` or `["read", "grep"]`). Keywords ignore ASCII case, so
 /// `"All"` is every tool, never a tool named `All`. pi's `"*, ext:mcp/search"` (`*` followed
@@ -96,13 +96,13 @@ impl Serialize for ToolSet {
 
 impl<'de> Deserialize<'de> for ToolSet {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        words::deserialize(deserializer, ListField::Tools, false, Written::tool_set)
+        words::deserialize(deserializer, ListField::Tools, false, ListValue::tool_set)
     }
 }
 
 /// Which agent types an agent may spawn (`allowed_subagents`).
 ///
-/// Read by the words rule of [`Written::subagent_allowance`]: omitted, empty, `none` and
+/// Read by the words rule: omitted, empty, `none` and
 /// `false` mean no delegation; `all`, `*` and `true` mean every enabled type; anything else
 /// is a list of type names. Never inherited by children.
 ///
@@ -198,7 +198,7 @@ impl<'de> Deserialize<'de> for SubagentAllowance {
             deserializer,
             ListField::AllowedSubagents,
             false,
-            Written::subagent_allowance,
+            ListValue::subagent_allowance,
         )
     }
 }
@@ -260,8 +260,8 @@ pub struct AgentDefinition {
     pub prompt: String,
     /// Tools the agent may use (before the tree adds or removes orchestration tools).
     pub tools: ToolSet,
-    /// Tools the agent may never use; an explicit deny always wins. Read by the words rule
-    /// ([`Written::tool_names`]): names only, as a list or a comma-separated string.
+    /// Tools the agent may never use; an explicit deny always wins. Read by the words rule:
+    /// names only, as a list or a comma-separated string.
     pub disallowed_tools: Vec<String>,
     /// Which types it may spawn.
     pub allowed_subagents: SubagentAllowance,
@@ -435,7 +435,7 @@ impl AgentDefinition {
     }
 
     /// Makes what Claude Code's delegation entries in `tools` (`Agent`, `Task`,
-    /// `Agent(writer, reviewer)`: [`delegation_entries`](crate::delegation_entries)) grant
+    /// `Agent(writer, reviewer)`) grant
     /// the definition's `allowed_subagents` when it has none (`None`, as a definition built
     /// in code without one has): a bare `Agent` grants every type, else the named types.
     /// Beside an `allowed_subagents`, a bare `Agent` defers to it, and entries naming types

@@ -87,7 +87,8 @@ pub enum FoldError {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use agent_tree_protocol::{AgentRecord, RecordStore};
+/// use agent_tree_protocol::runtime::RecordStore;
+/// use agent_tree_protocol::AgentRecord;
 /// let mut shared: Vec<Arc<AgentRecord>> = vec![Arc::new(AgentRecord::root())];
 /// let snapshot = shared.clone();
 /// shared.record_mut(0).unwrap().incarnation = 2; // copies the root once: the snapshot keeps its own
@@ -130,7 +131,8 @@ impl RecordStore for Vec<Arc<AgentRecord>> {
     }
 }
 
-/// Applies one event to `records` (indexed by agent id).
+/// Applies one event to `records` (indexed by agent id): a `Vec<AgentRecord>`, or the
+/// runtime's shared records.
 ///
 /// ```
 /// use agent_tree_protocol::{apply, AgentId, AgentRecord, AgentStatus, Event, EventKind, Outcome};

@@ -23,6 +23,8 @@ mod journal;
 mod message;
 mod outcome;
 mod request;
+#[doc(hidden)]
+pub mod runtime;
 mod sampling;
 mod snapshot;
 mod status;
@@ -39,11 +41,11 @@ pub use edge::{
 };
 pub use error::ProtocolError;
 pub use event::{Event, EventKind, EventTally};
-pub use fold::{Fold, FoldError, RecordStore, apply, apply_owned};
+pub use fold::{Fold, FoldError, apply, apply_owned};
 pub use ids::{AgentId, RequestId, SessionId};
 pub use journal::{
-    JOURNAL_VERSION, JournalEntry, LineError, LineSpan, OpenQuestion, Replay, ReplayError,
-    assemble_conversation, crc32, definition_hash, replay, replay_index, torn_header,
+    JOURNAL_VERSION, JournalEntry, LineError, OpenQuestion, Replay, ReplayError,
+    assemble_conversation, definition_hash, replay, replay_index,
 };
 pub use message::{
     FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role, ToolCall, ToolInput, ToolSpec,
@@ -54,10 +56,7 @@ pub use sampling::{Sampling, SamplingError, ToolChoice};
 pub use snapshot::{AgentRecord, TreeSnapshot, UsageMismatch};
 pub use status::{AgentStatus, StatusTransitionError};
 pub use usage::Usage;
-pub use words::{
-    DelegationEntries, ExtensionSelector, Keyword, ListField, WordsError, Written,
-    delegation_entries, is_delegation_entry, split_list,
-};
+pub use words::{ExtensionSelector, Keyword, ListField, WordsError};
 
 /// JSON encoding and decoding of protocol types, with errors that name the type.
 pub trait Wire: serde::Serialize + serde::de::DeserializeOwned {

@@ -3,7 +3,7 @@
 //!
 //! There is one rule for every format: JSON and YAML decoded through serde (the
 //! `Deserialize` impls of [`ToolSet`], [`SubagentAllowance`] and [`AgentDefinition`]) and agent
-//! files (`parse_agent_file` in `agent-tree-actors`) both hand what they read to [`Written`],
+//! files (`parse_agent_file` in `agent-tree-actors`) both hand what they read to [`ListValue`],
 //! so a value means the same thing wherever it is written.
 //!
 //! # The rule
@@ -260,13 +260,14 @@ impl fmt::Display for Keyword {
 /// `ext:<extension>/<tool>` as the tool `<tool>`.
 ///
 /// ```
-/// use agent_tree_protocol::{ExtensionSelector, ToolSet, Written};
+/// use agent_tree_protocol::runtime::ListValue;
+/// use agent_tree_protocol::{ExtensionSelector, ToolSet};
 /// let search = ExtensionSelector::parse("ext:mcp/search").unwrap();
 /// assert_eq!((search.extension, search.tool), ("mcp", Some("search")));
 /// assert_eq!(ExtensionSelector::parse("EXT:web").unwrap().tool, None);
 /// assert!(ExtensionSelector::parse("read").is_none());
 /// assert!(ExtensionSelector::parse("ext:").is_none());
-/// assert_eq!(Written::Text("*, ext:mcp/search".into()).tool_set()?, ToolSet::All);
+/// assert_eq!(ListValue::Text("*, ext:mcp/search".into()).tool_set()?, ToolSet::All);
 /// # Ok::<(), agent_tree_protocol::WordsError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -309,16 +310,17 @@ impl<'a> ExtensionSelector<'a> {
 /// found: [`WordsError::Shape`], [`WordsError::Item`]), then asks for the field's meaning.
 ///
 /// ```
-/// use agent_tree_protocol::{SubagentAllowance, ToolSet, Written};
-/// assert_eq!(Written::Text("read, grep".into()).tool_set()?, ToolSet::only(["read", "grep"]));
-/// assert_eq!(Written::Text("All".into()).tool_set()?, ToolSet::All);
-/// assert_eq!(Written::List(vec!["none".into()]).tool_set()?, ToolSet::None);
-/// assert_eq!(Written::Bool(true).subagent_allowance()?, SubagentAllowance::All);
-/// assert!(Written::Text("read, all".into()).tool_set().is_err());
+/// use agent_tree_protocol::runtime::ListValue;
+/// use agent_tree_protocol::{SubagentAllowance, ToolSet};
+/// assert_eq!(ListValue::Text("read, grep".into()).tool_set()?, ToolSet::only(["read", "grep"]));
+/// assert_eq!(ListValue::Text("All".into()).tool_set()?, ToolSet::All);
+/// assert_eq!(ListValue::List(vec!["none".into()]).tool_set()?, ToolSet::None);
+/// assert_eq!(ListValue::Bool(true).subagent_allowance()?, SubagentAllowance::All);
+/// assert!(ListValue::Text("read, all".into()).tool_set().is_err());
 /// # Ok::<(), agent_tree_protocol::WordsError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Written {
+pub enum ListValue {
     /// A boolean.
     Bool(bool),
     /// A string: a comma-separated list or a keyword.
@@ -334,19 +336,20 @@ enum Reading {
     Names(Vec<String>),
 }
 
-impl Written {
+impl ListValue {
     /// Reads the value as `tools`.
     ///
     /// `*` or `all` followed only by pi's extension selectors ([`ExtensionSelector`]) is
     /// every tool, as `*` alone.
     ///
     /// ```
-    /// use agent_tree_protocol::{ToolSet, Written};
-    /// assert_eq!(Written::Text("*".into()).tool_set()?, ToolSet::All);
-    /// assert_eq!(Written::Text("*, ext:mcp/search, ext:web".into()).tool_set()?, ToolSet::All);
-    /// assert_eq!(Written::Text(String::new()).tool_set()?, ToolSet::None);
-    /// assert!(Written::Text("true".into()).tool_set().is_err());
-    /// assert!(Written::Text("*, read".into()).tool_set().is_err());
+    /// use agent_tree_protocol::runtime::ListValue;
+    /// use agent_tree_protocol::ToolSet;
+    /// assert_eq!(ListValue::Text("*".into()).tool_set()?, ToolSet::All);
+    /// assert_eq!(ListValue::Text("*, ext:mcp/search, ext:web".into()).tool_set()?, ToolSet::All);
+    /// assert_eq!(ListValue::Text(String::new()).tool_set()?, ToolSet::None);
+    /// assert!(ListValue::Text("true".into()).tool_set().is_err());
+    /// assert!(ListValue::Text("*, read".into()).tool_set().is_err());
     /// # Ok::<(), agent_tree_protocol::WordsError>(())
     /// ```
     ///
@@ -374,9 +377,9 @@ impl Written {
     /// Reads the value as `disallowed_tools`: tool names only.
     ///
     /// ```
-    /// use agent_tree_protocol::Written;
-    /// assert_eq!(Written::Text("bash, write".into()).tool_names()?, ["bash", "write"]);
-    /// assert!(Written::Text("all".into()).tool_names().is_err());
+    /// use agent_tree_protocol::runtime::ListValue;
+    /// assert_eq!(ListValue::Text("bash, write".into()).tool_names()?, ["bash", "write"]);
+    /// assert!(ListValue::Text("all".into()).tool_names().is_err());
     /// # Ok::<(), agent_tree_protocol::WordsError>(())
     /// ```
     ///
@@ -387,9 +390,9 @@ impl Written {
     pub fn tool_names(self) -> Result<Vec<String>, WordsError> {
         const FIELD: ListField = ListField::DisallowedTools;
         let names = match self {
-            Written::Bool(b) => return Err(shape(FIELD, b)),
-            Written::Text(text) => items(split_list(&text)),
-            Written::List(list) => items(list.iter().map(String::as_str)),
+            ListValue::Bool(b) => return Err(shape(FIELD, b)),
+            ListValue::Text(text) => items(split_list(&text)),
+            ListValue::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.iter().find_map(|n| Keyword::parse(n)) {
             Some(word) => Err(WordsError::Refused { field: FIELD, word }),
@@ -400,11 +403,12 @@ impl Written {
     /// Reads the value as `allowed_subagents`.
     ///
     /// ```
-    /// use agent_tree_protocol::{SubagentAllowance, Written};
-    /// assert_eq!(Written::Text("TRUE".into()).subagent_allowance()?, SubagentAllowance::All);
-    /// assert_eq!(Written::Bool(false).subagent_allowance()?, SubagentAllowance::None);
+    /// use agent_tree_protocol::runtime::ListValue;
+    /// use agent_tree_protocol::SubagentAllowance;
+    /// assert_eq!(ListValue::Text("TRUE".into()).subagent_allowance()?, SubagentAllowance::All);
+    /// assert_eq!(ListValue::Bool(false).subagent_allowance()?, SubagentAllowance::None);
     /// assert_eq!(
-    ///     Written::List(vec!["Reviewer".into()]).subagent_allowance()?,
+    ///     ListValue::List(vec!["Reviewer".into()]).subagent_allowance()?,
     ///     SubagentAllowance::only(["Reviewer"])
     /// );
     /// # Ok::<(), agent_tree_protocol::WordsError>(())
@@ -429,9 +433,9 @@ impl Written {
     /// extension selector and nothing else.
     fn is_all_with_selectors(&self) -> bool {
         let names = match self {
-            Written::Bool(_) => return false,
-            Written::Text(text) => items(split_list(text)),
-            Written::List(list) => items(list.iter().map(String::as_str)),
+            ListValue::Bool(_) => return false,
+            ListValue::Text(text) => items(split_list(text)),
+            ListValue::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.split_first() {
             Some((first, rest)) => {
@@ -446,9 +450,9 @@ impl Written {
     /// Splits, trims and drops blanks, and finds a lone keyword.
     fn read(self) -> Result<Reading, WordsError> {
         let names = match self {
-            Written::Bool(b) => return Ok(Reading::Bool(b)),
-            Written::Text(text) => items(split_list(&text)),
-            Written::List(list) => items(list.iter().map(String::as_str)),
+            ListValue::Bool(b) => return Ok(Reading::Bool(b)),
+            ListValue::Text(text) => items(split_list(&text)),
+            ListValue::List(list) => items(list.iter().map(String::as_str)),
         };
         match names.iter().find_map(|n| Keyword::parse(n)) {
             None => Ok(Reading::Names(names)),
@@ -462,7 +466,7 @@ impl Written {
 /// Claude Code's `Agent(writer, reviewer), Read` is two items.
 ///
 /// ```
-/// use agent_tree_protocol::split_list;
+/// use agent_tree_protocol::runtime::split_list;
 /// let items: Vec<&str> = split_list("Agent(writer, reviewer), Read").collect();
 /// assert_eq!(items, ["Agent(writer, reviewer)", " Read"]);
 /// assert_eq!(split_list("a,,b").count(), 3);
@@ -496,23 +500,12 @@ pub fn split_list(text: &str) -> impl Iterator<Item = &str> {
 /// entry). The head is matched exactly: `task` or `Agents` is a tool's name. `None` when
 /// there is no entry.
 ///
-/// ```
-/// use agent_tree_protocol::{DelegationEntries, SubagentAllowance, delegation_entries};
-/// let names = ["Agent(writer, reviewer)".to_owned(), "Read".to_owned(), "Task(writer)".to_owned()];
-/// let entries = delegation_entries(&names)?.unwrap();
-/// assert_eq!(entries.named, Some(SubagentAllowance::only(["writer", "reviewer"])));
-/// assert!(!entries.bare);
-/// let bare = delegation_entries(&["Agent".to_owned()])?.unwrap();
-/// assert_eq!(bare.grants(), SubagentAllowance::All);
-/// assert!(delegation_entries(&["task".to_owned(), "Agents".to_owned()])?.is_none());
-/// assert!(delegation_entries(&["Agent(all, writer)".to_owned()]).is_err());
-/// # Ok::<(), agent_tree_protocol::WordsError>(())
-/// ```
-///
 /// # Errors
 ///
 /// The words rule's refusal of an entry's types (`Agent(all, writer)`).
-pub fn delegation_entries(names: &[String]) -> Result<Option<DelegationEntries>, WordsError> {
+pub(crate) fn delegation_entries(
+    names: &[String],
+) -> Result<Option<DelegationEntries>, WordsError> {
     let mut entries: Option<DelegationEntries> = None;
     for name in names {
         let Some(types) = delegation_entry(name) else {
@@ -526,7 +519,7 @@ pub fn delegation_entries(names: &[String]) -> Result<Option<DelegationEntries>,
             found.bare = true;
             continue;
         };
-        let entry = Written::Text(types.to_owned()).subagent_allowance()?;
+        let entry = ListValue::Text(types.to_owned()).subagent_allowance()?;
         found.named = Some(match (found.named.take(), entry) {
             (None, entry) => entry,
             (Some(SubagentAllowance::All), _) | (_, SubagentAllowance::All) => {
@@ -549,18 +542,17 @@ pub fn delegation_entries(names: &[String]) -> Result<Option<DelegationEntries>,
 
 /// What a definition's delegation entries say ([`delegation_entries`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DelegationEntries {
+pub(crate) struct DelegationEntries {
     /// A bare `Agent` or `Task` is among them: the agent may delegate.
-    pub bare: bool,
+    pub(crate) bare: bool,
     /// What the entries naming types grant together, if any names types.
-    pub named: Option<SubagentAllowance>,
+    pub(crate) named: Option<SubagentAllowance>,
 }
 
 impl DelegationEntries {
     /// What they grant alone (no `allowed_subagents` beside them): every type for a bare
     /// entry, else the named types.
-    pub fn grants(&self) -> SubagentAllowance {
+    pub(crate) fn grants(&self) -> SubagentAllowance {
         match (&self.named, self.bare) {
             (_, true) | (None, false) => SubagentAllowance::All,
             (Some(named), false) => named.clone(),
@@ -568,11 +560,11 @@ impl DelegationEntries {
     }
 }
 
-/// Whether the tool name `name` is a Claude Code delegation entry ([`delegation_entries`]):
-/// it names no tool.
+/// Whether the tool name `name` is a Claude Code delegation entry (`Agent`, `Task`,
+/// `Agent(writer, reviewer)`): it names no tool.
 ///
 /// ```
-/// use agent_tree_protocol::is_delegation_entry;
+/// use agent_tree_protocol::runtime::is_delegation_entry;
 /// assert!(is_delegation_entry("Agent(writer, reviewer)") && is_delegation_entry(" Task "));
 /// assert!(!is_delegation_entry("task") && !is_delegation_entry("Agent(writer"));
 /// ```
@@ -624,8 +616,8 @@ fn shape(field: ListField, found: impl fmt::Display) -> WordsError {
 /// the caller knows (and may spell differently: `allowedSubagents`).
 ///
 /// ```
-/// use agent_tree_protocol::Written;
-/// let err = Written::Text("read, all".into()).tool_set().unwrap_err();
+/// use agent_tree_protocol::runtime::ListValue;
+/// let err = ListValue::Text("read, all".into()).tool_set().unwrap_err();
 /// assert_eq!(err.to_string(), "`all` must stand alone, found it among names: read, all");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -668,7 +660,7 @@ pub enum WordsError {
         word: Keyword,
     },
     /// A definition's delegation is written twice, and the two disagree: Claude Code's
-    /// `Agent(...)` entries in `tools` ([`delegation_entries`]) name a type
+    /// `Agent(...)` entries in `tools` name a type
     /// `allowed_subagents` does not allow.
     #[error(
         "its `Agent(...)` entries grant {} but `allowed_subagents` allows {}: write the subagent types in one of them",
@@ -733,7 +725,7 @@ pub(crate) fn deserialize<'de, D, T>(
     deserializer: D,
     field: ListField,
     named: bool,
-    read: fn(Written) -> Result<T, WordsError>,
+    read: fn(ListValue) -> Result<T, WordsError>,
 ) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
@@ -749,14 +741,14 @@ where
 
 /// `tools` of an [`AgentDefinition`](crate::AgentDefinition).
 pub(crate) fn tools_field<'de, D: Deserializer<'de>>(d: D) -> Result<ToolSet, D::Error> {
-    deserialize(d, ListField::Tools, true, Written::tool_set)
+    deserialize(d, ListField::Tools, true, ListValue::tool_set)
 }
 
 /// `disallowed_tools` of an [`AgentDefinition`](crate::AgentDefinition).
 pub(crate) fn disallowed_tools_field<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<String>, D::Error> {
-    deserialize(d, ListField::DisallowedTools, true, Written::tool_names)
+    deserialize(d, ListField::DisallowedTools, true, ListValue::tool_names)
 }
 
 /// `allowed_subagents` of an [`AgentDefinition`](crate::AgentDefinition).
@@ -770,7 +762,7 @@ pub(crate) fn allowed_subagents_field_or_unwritten<'de, D: Deserializer<'de>>(
     d.deserialize_any(WordsVisitor {
         field: ListField::AllowedSubagents,
         named: true,
-        read: Written::subagent_allowance,
+        read: ListValue::subagent_allowance,
         null: crate::definition::unwritten_allowance,
     })
 }
@@ -778,7 +770,7 @@ pub(crate) fn allowed_subagents_field_or_unwritten<'de, D: Deserializer<'de>>(
 struct WordsVisitor<T> {
     field: ListField,
     named: bool,
-    read: fn(Written) -> Result<T, WordsError>,
+    read: fn(ListValue) -> Result<T, WordsError>,
     /// What null reads as (the field's default).
     null: fn() -> T,
 }
@@ -792,7 +784,7 @@ impl<T> WordsVisitor<T> {
         }
     }
 
-    fn apply<E: de::Error>(&self, written: Written) -> Result<T, E> {
+    fn apply<E: de::Error>(&self, written: ListValue) -> Result<T, E> {
         (self.read)(written).map_err(|e| self.error(e))
     }
 
@@ -809,19 +801,19 @@ impl<'de, T: Default> Visitor<'de> for WordsVisitor<T> {
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
-        self.apply(Written::Bool(v))
+        self.apply(ListValue::Bool(v))
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        self.apply(Written::Text(v.to_owned()))
+        self.apply(ListValue::Text(v.to_owned()))
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<T, E> {
-        self.apply(Written::Text(v))
+        self.apply(ListValue::Text(v))
     }
 
     fn visit_char<E: de::Error>(self, v: char) -> Result<T, E> {
-        self.apply(Written::Text(v.to_string()))
+        self.apply(ListValue::Text(v.to_string()))
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
@@ -856,7 +848,7 @@ impl<'de, T: Default> Visitor<'de> for WordsVisitor<T> {
         })? {
             names.push(name);
         }
-        self.apply(Written::List(names))
+        self.apply(ListValue::List(names))
     }
 
     fn visit_map<A: de::MapAccess<'de>>(self, _map: A) -> Result<T, A::Error> {

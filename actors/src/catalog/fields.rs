@@ -15,7 +15,7 @@
 //! a warning).
 //!
 //! Reading a value is its type (never coerced), trimming, and for the list fields the words
-//! rule of [`Written`], which JSON definitions follow too. A value that cannot be read is
+//! rule of [`ListValue`], which JSON definitions follow too. A value that cannot be read is
 //! refused with a message saying what was expected and what was found, a long string cut. pi's
 //! words that agent-tree cannot hold to the letter are read as documented in
 //! `docs/semantics.md` and come with a note ([`NoteKind`]): `max_turns: 0` (no turn limit in
@@ -27,9 +27,10 @@
 //! frontmatter as a whole, only one key or one value at a time, so it never names a file, never
 //! finds a field given twice and never touches the file system.
 
+use agent_tree_protocol::runtime::{ListValue, split_list};
 use agent_tree_protocol::{
     AgentDefinition, ExtensionSelector, Keyword, ListField, RestartPolicy, SettlePolicy, Strategy,
-    ToolChoice, ToolSet, WordsError, Written, split_list,
+    ToolChoice, ToolSet, WordsError,
 };
 use serde_yaml_ng::Value;
 
@@ -133,7 +134,7 @@ pub(super) fn apply(
         }
         Field::Description => definition.description = string(value)?.trim().to_owned(),
         Field::Tools => {
-            definition.tools = words(value, ListField::Tools, Written::tool_set)?;
+            definition.tools = words(value, ListField::Tools, ListValue::tool_set)?;
             let selectors = selectors_after_star(value);
             if definition.tools == ToolSet::All && !selectors.is_empty() {
                 return Ok(Some(NoteKind::SelectorsWidened { selectors }));
@@ -141,13 +142,13 @@ pub(super) fn apply(
         }
         Field::DisallowedTools => {
             definition.disallowed_tools =
-                words(value, ListField::DisallowedTools, Written::tool_names)?;
+                words(value, ListField::DisallowedTools, ListValue::tool_names)?;
         }
         Field::AllowedSubagents => {
             definition.allowed_subagents = words(
                 value,
                 ListField::AllowedSubagents,
-                Written::subagent_allowance,
+                ListValue::subagent_allowance,
             )?;
         }
         Field::Isolated => definition.isolated = boolean(value)?,
@@ -350,11 +351,11 @@ fn word<T: Copy>(value: &Value, choices: &[(&str, T)]) -> Result<T, String> {
         })
 }
 
-/// A list field read by the words rule: the YAML value as [`Written`], then `read`.
+/// A list field read by the words rule: the YAML value as [`ListValue`], then `read`.
 fn words<T>(
     value: &Value,
     field: ListField,
-    read: fn(Written) -> Result<T, WordsError>,
+    read: fn(ListValue) -> Result<T, WordsError>,
 ) -> Result<T, String> {
     written(value, field)
         .and_then(read)
@@ -362,10 +363,10 @@ fn words<T>(
 }
 
 /// A YAML value in the shapes the words rule reads, or the rule's refusal of its shape.
-fn written(value: &Value, field: ListField) -> Result<Written, WordsError> {
+fn written(value: &Value, field: ListField) -> Result<ListValue, WordsError> {
     match value {
-        Value::Bool(b) => Ok(Written::Bool(*b)),
-        Value::String(s) => Ok(Written::Text(s.clone())),
+        Value::Bool(b) => Ok(ListValue::Bool(*b)),
+        Value::String(s) => Ok(ListValue::Text(s.clone())),
         Value::Sequence(items) => items
             .iter()
             .enumerate()
@@ -378,7 +379,7 @@ fn written(value: &Value, field: ListField) -> Result<Written, WordsError> {
                 }),
             })
             .collect::<Result<_, _>>()
-            .map(Written::List),
+            .map(ListValue::List),
         other => Err(WordsError::Shape {
             field,
             found: describe(other),

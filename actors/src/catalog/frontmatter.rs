@@ -35,9 +35,10 @@
 //!   budget), so an alias bomb ("billion laughs") is refused in microseconds instead of
 //!   exhausting memory.
 //! * Reading and judging are apart. The field table reads each value (its type, trimming, and
-//!   the words rule of `agent_tree_protocol::Written` for the list fields); the values are then
-//!   judged by the catalog's one definition check, the same that [`Catalog::new`] runs, whose
-//!   refusals are reported as field errors of the file in the same order as the rest.
+//!   the protocol's words rule, `agent_tree_protocol::runtime::ListValue`, for the list
+//!   fields); the values are then judged by the catalog's one definition check, the same that
+//!   [`Catalog::new`] runs, whose refusals are reported as field errors of the file in the
+//!   same order as the rest.
 //! * Every field error of a file is reported. One problem is returned as itself, several as one
 //!   flat [`CatalogError::Many`] (never nested), in the order of the fields in the file. What
 //!   a loaded file says that is read differently from its letter is a [`FileNote`], in the
@@ -106,9 +107,8 @@ use super::{CatalogError, check, combine};
 /// Reading the table:
 ///
 /// * `tools`, `disallowed_tools` and `allowed_subagents` are read by the words rule that JSON
-///   definitions follow too (`agent_tree_protocol::Written`): names are written as a
-///   comma-separated string (`read, grep`) or a YAML list (`[read, grep]`); items are trimmed
-///   and blank items dropped. The keywords `all`, `*`, `none`, `true` and `false` ignore case,
+///   definitions follow too: names are written as a comma-separated string (`read, grep`)
+///   or a YAML list (`[read, grep]`); items are trimmed and blank items dropped. The keywords `all`, `*`, `none`, `true` and `false` ignore case,
 ///   are never names and must stand alone: `tools: [All]` is `all`, `tools: read, all` is an
 ///   error. An empty string or list means none (`tools: ""` is no tool at all).
 ///   `allowed_subagents` also takes `true` and `false` (YAML booleans or words); `tools` does

@@ -18,7 +18,8 @@
 //!   none of them. A deny (`disallowed_tools`) is wider: it names every tool equal to it
 //!   ignoring ASCII case, orchestration tools included, so a deny never misses by case.
 
-use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet, is_delegation_entry};
+use agent_tree_protocol::runtime::is_delegation_entry;
+use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
 
 use crate::tool::{AGENT_TOOL, ASK_OWNER_TOOL, ORCHESTRATION_TOOLS, RESERVED_TOOLS};
 

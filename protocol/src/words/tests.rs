@@ -1,11 +1,11 @@
 use super::*;
 
-fn text(s: &str) -> Written {
-    Written::Text(s.to_owned())
+fn text(s: &str) -> ListValue {
+    ListValue::Text(s.to_owned())
 }
 
-fn list(items: &[&str]) -> Written {
-    Written::List(items.iter().map(|s| (*s).to_owned()).collect())
+fn list(items: &[&str]) -> ListValue {
+    ListValue::List(items.iter().map(|s| (*s).to_owned()).collect())
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn tools_words() {
         "expected `all`, `none` or tool names, found `true`"
     );
     assert!(matches!(
-        Written::Bool(true).tool_set(),
+        ListValue::Bool(true).tool_set(),
         Err(WordsError::Shape { .. })
     ));
 }
@@ -171,7 +171,7 @@ fn disallowed_tools_take_names_only() {
             );
         }
     }
-    assert!(Written::Bool(false).tool_names().is_err());
+    assert!(ListValue::Bool(false).tool_names().is_err());
 }
 
 #[test]
@@ -188,11 +188,11 @@ fn allowed_subagents_words_and_booleans() {
     }
     assert_eq!(list(&[]).subagent_allowance(), Ok(SubagentAllowance::None));
     assert_eq!(
-        Written::Bool(true).subagent_allowance(),
+        ListValue::Bool(true).subagent_allowance(),
         Ok(SubagentAllowance::All)
     );
     assert_eq!(
-        Written::Bool(false).subagent_allowance(),
+        ListValue::Bool(false).subagent_allowance(),
         Ok(SubagentAllowance::None)
     );
     assert_eq!(
@@ -213,7 +213,7 @@ fn checked_names_read_back_as_themselves() {
     let names: Vec<String> = vec!["read".into(), "Bash(git:*)".into(), "a,b".into()];
     assert_eq!(ListField::Tools.check_names(&names), Ok(()));
     assert_eq!(
-        Written::List(names.clone()).tool_set(),
+        ListValue::List(names.clone()).tool_set(),
         Ok(ToolSet::Only(names))
     );
     for (bad, index) in [(vec!["a", ""], 2), (vec![" a"], 1), (vec!["a", "b\t"], 2)] {
@@ -234,4 +234,29 @@ fn checked_names_read_back_as_themselves() {
             word: Keyword::All
         })
     );
+}
+
+/// Claude Code's delegation entries: `Agent` or `Task`, bare or naming types, which the words
+/// rule of `allowed_subagents` reads; the head is matched exactly.
+#[test]
+fn delegation_entries_grant_what_they_name() {
+    let names = [
+        "Agent(writer, reviewer)".to_owned(),
+        "Read".to_owned(),
+        "Task(writer)".to_owned(),
+    ];
+    let entries = delegation_entries(&names).unwrap().unwrap();
+    assert_eq!(
+        entries.named,
+        Some(SubagentAllowance::only(["writer", "reviewer"]))
+    );
+    assert!(!entries.bare);
+    let bare = delegation_entries(&["Agent".to_owned()]).unwrap().unwrap();
+    assert_eq!(bare.grants(), SubagentAllowance::All);
+    assert!(
+        delegation_entries(&["task".to_owned(), "Agents".to_owned()])
+            .unwrap()
+            .is_none()
+    );
+    assert!(delegation_entries(&["Agent(all, writer)".to_owned()]).is_err());
 }
