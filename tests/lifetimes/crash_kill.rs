@@ -47,41 +47,58 @@ fn crash_child() {
 fn fifty_kills_recover_without_duplicates_or_losses() {
     let dir = std::env::temp_dir().join(format!("agent-tree-crash-kill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let (mut mid_work, mut released) = (0, 0);
     for n in 0..50u32 {
-        let journal = scenario::journal_path(&dir, n);
         let seed = 0xc0ffee + u64::from(n);
-        let mut child = Command::new(&exe);
-        child
-            .args([
-                "--ignored",
-                "--exact",
-                "crash_kill::crash_child",
-                "--nocapture",
-            ])
-            .env(JOURNAL, &journal)
-            .env(SEED, seed.to_string());
         let kill_after = Duration::from_millis(5 + (seed.wrapping_mul(2_654_435_761) >> 9) % 150);
-        let found = scenario::trial(child, &journal, seed, kill_after);
-        assert_eq!(
-            (found.duplicates, found.lost_results, found.corrupt),
-            (0, 0, 0),
-            "trial {n} (seed {seed}, killed after {kill_after:?})"
-        );
-        assert_eq!(
-            (found.questions_kept, found.tasks_kept),
-            (found.questions, found.tasks),
-            "trial {n}: questions and tasks kept (seed {seed}, killed after {kill_after:?})"
-        );
+        let found = kill_and_recover(&dir, n, seed, kill_after);
         mid_work += usize::from(found.interrupted > 0);
         released += found.released;
+    }
+    // A loaded machine starts the child slowly: its outputs may all come after the seeded
+    // kills. Later kills, checked the same way, until one finds an output released.
+    let mut n = 50;
+    while released == 0 && n < 70 {
+        let kill_after = Duration::from_millis(200 + 100 * u64::from(n - 50));
+        let found = kill_and_recover(&dir, n, 0xc0ffee + u64::from(n), kill_after);
+        mid_work += usize::from(found.interrupted > 0);
+        released += found.released;
+        n += 1;
     }
     let _ = std::fs::remove_dir_all(&dir);
     // The kills must have cut into work somewhere, or this tested nothing.
     assert!(mid_work > 0, "no kill came while agents were live");
     // And released outputs must have been read back from the journal somewhere.
     assert!(released > 0, "no trial recovered a released output");
+}
+
+/// One trial: this binary's child runs the scenario on a journal of its own in `dir`, is
+/// killed `kill_after` after it starts, and is recovered: nothing duplicated, lost or
+/// refused, every question and task kept.
+fn kill_and_recover(dir: &Path, n: u32, seed: u64, kill_after: Duration) -> scenario::Found {
+    let journal = scenario::journal_path(dir, n);
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args([
+            "--ignored",
+            "--exact",
+            "crash_kill::crash_child",
+            "--nocapture",
+        ])
+        .env(JOURNAL, &journal)
+        .env(SEED, seed.to_string());
+    let found = scenario::trial(child, &journal, seed, kill_after);
+    assert_eq!(
+        (found.duplicates, found.lost_results, found.corrupt),
+        (0, 0, 0),
+        "trial {n} (seed {seed}, killed after {kill_after:?})"
+    );
+    assert_eq!(
+        (found.questions_kept, found.tasks_kept),
+        (found.questions, found.tasks),
+        "trial {n}: questions and tasks kept (seed {seed}, killed after {kill_after:?})"
+    );
+    found
 }
 
 /// The child's side of the crashes at one moment: runs only when a parent test starts this
