@@ -46,10 +46,12 @@ pub use log::{CallEnd, CallLog, LoggedCall, ModelCall};
 #[doc = include_str!("../../docs/testing.md")]
 pub mod guide {}
 mod children;
+mod closure;
 mod faults;
 mod owner;
 mod probe;
 pub use children::{ChildProbe, ProbedModel, SpawnedChild, probe_children};
+pub use closure::FnModel;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
 pub use faults::{
     FaultyModel, FaultyTool, KillSwitch, Killed, failing_hook, hanging_hook, kill_when,
