@@ -50,6 +50,7 @@ mod closure;
 mod faults;
 mod owner;
 mod probe;
+mod store;
 pub use children::{ChildProbe, ProbedModel, SpawnedChild, probe_children};
 pub use closure::FnModel;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
@@ -59,6 +60,7 @@ pub use faults::{
 };
 pub use owner::{OwnerMessage, OwnerProbe, OwnerQuestion};
 pub use probe::{EventProbe, Fish};
+pub use store::MemoryJournal;
 
 /// Moves virtual time forward by `by` under a paused clock, running everything that comes
 /// due meanwhile in order, each timer at its own instant: "the worker's two seconds pass".

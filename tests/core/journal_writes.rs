@@ -2,15 +2,11 @@
 //! needs, read back by the same fold as the registry's; the durability policies' syncs; a
 //! slow disk holding new work back instead of losing entries; a failing disk; compaction.
 
-use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
-use agent_tree::{Durability, FileJournal, JournalConfig, JournalStore, read_journal};
-use parking_lot::{Condvar, Mutex};
+use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
+use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::journal::TempDir;
 use crate::support::{catalog, delegator, leaf};
@@ -86,101 +82,7 @@ async fn the_journal_folds_to_the_trees_own_records() {
     assert_eq!(tree.journal_error(), None);
 }
 
-/// A store that counts what it is asked, and can hold its appends (a slow disk) or fail them.
-#[derive(Clone, Default)]
-struct Counting {
-    inner: Arc<CountingInner>,
-}
-
-#[derive(Default)]
-struct CountingInner {
-    bytes: Mutex<Vec<u8>>,
-    appends: AtomicUsize,
-    syncs: AtomicUsize,
-    /// While true, appends wait (the disk is "slow" until the test opens it).
-    held: Mutex<bool>,
-    opened: Condvar,
-    /// An append is waiting on `held` (announced on `waits`).
-    waiting: std::sync::atomic::AtomicBool,
-    waits: Condvar,
-    /// The next sync holds the appends after it.
-    hold_after_sync: std::sync::atomic::AtomicBool,
-    fail: std::sync::atomic::AtomicBool,
-}
-
-impl Counting {
-    fn hold(&self) {
-        *self.inner.held.lock() = true;
-    }
-
-    fn open(&self) {
-        *self.inner.held.lock() = false;
-        self.inner.opened.notify_all();
-    }
-
-    /// Blocks the calling thread until an append waits on the hold.
-    fn wait_until_blocked(&self) {
-        let mut held = self.inner.held.lock();
-        while !self.inner.waiting.load(Ordering::Acquire) {
-            self.inner.waits.wait(&mut held);
-        }
-    }
-
-    fn lines(&self) -> usize {
-        self.inner
-            .bytes
-            .lock()
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-    }
-
-    fn replay(&self) -> agent_tree::protocol::Replay {
-        agent_tree::protocol::replay(&self.inner.bytes.lock(), None).unwrap()
-    }
-}
-
-impl JournalStore for Counting {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut held = self.inner.held.lock();
-        while *held {
-            self.inner.waiting.store(true, Ordering::Release);
-            self.inner.waits.notify_all();
-            self.inner.opened.wait(&mut held);
-        }
-        self.inner.waiting.store(false, Ordering::Release);
-        drop(held);
-        if self.inner.fail.load(Ordering::Acquire) {
-            return Err(io::Error::other("disk full"));
-        }
-        self.inner.appends.fetch_add(1, Ordering::AcqRel);
-        self.inner.bytes.lock().extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        self.inner.syncs.fetch_add(1, Ordering::AcqRel);
-        if self.inner.hold_after_sync.swap(false, Ordering::AcqRel) {
-            *self.inner.held.lock() = true;
-        }
-        Ok(())
-    }
-
-    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.inner.bytes.lock() = bytes.to_vec();
-        Ok(())
-    }
-
-    fn size(&self) -> u64 {
-        self.inner.bytes.lock().len() as u64
-    }
-
-    fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.inner.bytes.lock().clone())
-    }
-}
-
-async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
+async fn run_team_on(store: MemoryJournal, config: JournalConfig) -> Tree {
     let (model, catalog) = team();
     let tree = Tree::builder()
         .catalog(catalog)
@@ -196,7 +98,7 @@ async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
 
 #[tokio::test(start_paused = true)]
 async fn each_policy_syncs_as_it_says() {
-    let every = Counting::default();
+    let every = MemoryJournal::new();
     run_team_on(
         every.clone(),
         JournalConfig::new("every").durability(Durability::EveryEntry),
@@ -205,9 +107,9 @@ async fn each_policy_syncs_as_it_says() {
     let lines = every.lines();
     assert!(lines > 20, "{lines} lines");
     // The header, then one sync per entry.
-    assert_eq!(every.inner.syncs.load(Ordering::Acquire), lines);
+    assert_eq!(every.syncs(), lines);
 
-    let group = Counting::default();
+    let group = MemoryJournal::new();
     let policy = Durability::Group {
         max_entries: 10,
         max_delay: Duration::from_secs(3600),
@@ -217,27 +119,27 @@ async fn each_policy_syncs_as_it_says() {
         JournalConfig::new("group").durability(policy),
     )
     .await;
-    let syncs = group.inner.syncs.load(Ordering::Acquire);
+    let syncs = group.syncs();
     assert!(
         syncs >= 2 && syncs <= group.lines() / 10 + 2,
         "{syncs} syncs of {} lines",
         group.lines()
     );
 
-    let none = Counting::default();
+    let none = MemoryJournal::new();
     run_team_on(
         none.clone(),
         JournalConfig::new("none").durability(Durability::None),
     )
     .await;
     // The header's, and the shutdown's flush.
-    assert_eq!(none.inner.syncs.load(Ordering::Acquire), 2);
+    assert_eq!(none.syncs(), 2);
     assert_eq!(none.replay().records, every.replay().records);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
-    let store = Counting::default();
+    let store = MemoryJournal::new();
     let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
@@ -260,7 +162,7 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
         assert!(handles.len() < 8, "never held back");
     }
     assert!(tree.journal_backlog() >= 8, "{}", tree.journal_backlog());
-    store.open();
+    store.release();
     let late = tree.spawn(SpawnRequest::new("w", "late")).await.unwrap();
     handles.push(late);
     for handle in &mut handles {
@@ -283,7 +185,7 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 /// behind).
 #[tokio::test(start_paused = true)]
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
-    let store = Counting::default();
+    let store = MemoryJournal::new();
     let model =
         ScriptedModel::new().script("w", Script::new([Turn::hang(), Turn::hang(), Turn::hang()]));
     let tree = Tree::builder()
@@ -297,7 +199,7 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     store.hold();
     let _a = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
     let blocked = store.clone();
-    tokio::task::spawn_blocking(move || blocked.wait_until_blocked())
+    tokio::task::spawn_blocking(move || blocked.wait_until_held())
         .await
         .unwrap();
     // Entries queue, a flush is asked for, and more entries queue behind it: the writer
@@ -317,11 +219,11 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     }
     // The disk answers, and holds again right after the flush's sync: the entries after the
     // flush stay unwritten.
-    store.inner.hold_after_sync.store(true, Ordering::Release);
-    store.open();
+    store.hold_after_next_sync();
+    store.release();
     flush.await;
     let (written, backlog) = (store.lines(), tree.journal_backlog());
-    store.open();
+    store.release();
     tree.flush_journal().await;
     assert!(backlog > 0, "nothing queued after the flush");
     assert_eq!(
@@ -336,8 +238,8 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_disk_stops_the_journal_not_the_tree() {
     // A disk that fails at once fails the build (the header cannot be written).
-    let store = Counting::default();
-    store.inner.fail.store(true, Ordering::Release);
+    let store = MemoryJournal::new();
+    store.fail_writes();
     let (model, catalog) = team();
     let error = Tree::builder()
         .catalog(catalog.clone())
@@ -351,7 +253,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
         "journal full: cannot write the header: disk full"
     );
     // One that fails later stops the journal, and the tree goes on.
-    let store = Counting::default();
+    let store = MemoryJournal::new();
     let tree = Tree::builder()
         .catalog(catalog)
         .model(model)
@@ -359,7 +261,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
         .build()
         .await
         .unwrap();
-    store.inner.fail.store(true, Ordering::Release);
+    store.fail_writes();
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     let error = tree.journal_error().expect("the writer stopped");

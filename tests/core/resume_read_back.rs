@@ -17,6 +17,7 @@ use crate::support::{catalog, leaf};
 
 /// A journal file whose second read of any line waits until the test opens the gate: the
 /// first read-back of a conversation passes, a second one of the same lines is held.
+/// Written by hand: the kit's `MemoryJournal` holds writes, not the second read of a line.
 struct GatedJournal {
     file: FileJournal,
     read: Mutex<HashSet<u64>>,
