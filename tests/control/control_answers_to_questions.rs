@@ -10,11 +10,12 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, Question, SteerReceipt};
 use serde_json::json;
 
+use crate::support::catalog;
 use crate::support::delegator_of_all;
 use crate::support::harness::{a, results, tree};
 
-fn catalog() -> Catalog {
-    Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap()
+fn boss_and_asker() -> Catalog {
+    catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")])
 }
 
 fn ask(question: &str) -> Call {
@@ -35,7 +36,7 @@ async fn a_late_handler_answer_does_not_answer_a_later_question() {
         ]),
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_and_asker())
         .model(model.clone())
         .on_question(|q: Question| async move {
             let wait = if q.question == "q1" { 10 } else { 100 };
@@ -93,7 +94,7 @@ async fn a_refused_steer_leaves_the_childs_question_open_for_a_wait() {
             "asker",
             Script::new([Turn::calls([ask("which colour?")]), Turn::answer("painted")]),
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_and_asker(), TreeConfig::default()).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(600),
         tree.run(SpawnRequest::new("boss", "go")),

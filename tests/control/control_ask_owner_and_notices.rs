@@ -14,7 +14,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, ask, delegator_of_all, user_texts};
+use crate::support::{RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, user_texts};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -25,17 +25,16 @@ fn noop() -> Call {
     Call::tool("noop", json!({}))
 }
 
-fn catalog() -> Catalog {
+fn boss_mid_asker() -> Catalog {
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
-    Catalog::new([
+    catalog([
         delegator("boss"),
         delegator("mid"),
         AgentDefinition::new("asker", ""),
         AgentDefinition::new("leaf", ""),
         AgentDefinition::new("observer", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -58,7 +57,7 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
             ]),
         );
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -119,7 +118,7 @@ async fn a_top_level_agent_asks_the_application() {
     );
     // The application's handler stays silent; the application answers with a steer.
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_mid_asker())
         .model(scripted.clone())
         .on_question(|_: agent_tree::Question| std::future::pending())
         .build()
@@ -186,7 +185,7 @@ async fn completion_notices_go_to_the_direct_owner_only() {
             ]),
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
     let boss = tree
         .spawn(SpawnRequest::new("boss", "go").background())
         .await

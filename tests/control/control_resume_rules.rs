@@ -9,7 +9,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, user_texts};
+use crate::support::{RecordingModel, WAIT_LIMIT, catalog, user_texts};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -28,8 +28,8 @@ fn boss_slow_and_quick() -> Catalog {
     .unwrap()
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_worker_sleeper() -> Catalog {
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         // Drain would keep children alive after the run; a resumed run must abort them anyway.
         AgentDefinition::new("worker", "")
@@ -37,7 +37,6 @@ fn catalog() -> Catalog {
             .with_settle(SettlePolicy::Drain),
         AgentDefinition::new("sleeper", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -61,7 +60,7 @@ async fn resuming_a_settled_child_continues_its_conversation_and_reaps_its_new_c
         )
         .script("sleeper", Script::new([Turn::hang()]));
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -129,7 +128,7 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
             ]),
         )
         .script("sleeper", Script::new([Turn::hang()]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     let refused = &results(&model, a(1), 2)[0];
@@ -157,7 +156,7 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
         );
     let tree = tree(
         model.clone(),
-        catalog(),
+        boss_worker_sleeper(),
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
@@ -203,7 +202,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
         Script::new([Turn::answer("first"), Turn::answer("second")]),
     );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let first = tree
         .run(SpawnRequest::new("sleeper", "task"))
         .await
@@ -230,7 +229,7 @@ async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
         "sleeper",
         Script::new([Turn::answer("first"), Turn::answer("second")]),
     );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let first = tree
         .run(SpawnRequest::new("sleeper", "task"))
         .await
@@ -257,7 +256,7 @@ async fn a_refused_application_resume_keeps_the_settled_result() {
             Script::new([Turn::spawn("sleeper", "nap"), Turn::answer("boss done")]),
         )
         .script("sleeper", Script::new([Turn::answer("first")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = outcome_of(&tree, a(2)).await;
     assert!(first.is_completed());
@@ -291,7 +290,7 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
                 Turn::answer("two done").after(Duration::from_millis(20)),
             ]),
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     assert_eq!(status_of(&results(&model, a(1), 2)[0]), "running");

@@ -8,19 +8,19 @@
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_slow_quick() -> Catalog {
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
 fn timed_wait(id: &str, ms: u64) -> Call {
@@ -63,7 +63,7 @@ async fn a_timed_out_wait_answers_running_and_the_child_completes_later() {
             "slow",
             Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -104,7 +104,7 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
             ]),
         )
         .script("quick", Script::new([Turn::answer("quick done")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree
         .run(SpawnRequest::new("boss", "first branch"))
         .await
@@ -144,7 +144,7 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
         )
         .script("quick", Script::new([Turn::answer("quick done")]));
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let third = &model.calls_of(a(1))[2].messages;
     let notice = third.last().unwrap();
@@ -173,7 +173,7 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
             Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
         );
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     assert_eq!(status_of(&results(&scripted, a(1), 2)[0]), "running");
@@ -215,7 +215,7 @@ async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_
             )
             .script("quick", Script::new([Turn::answer("quick done")]));
         let model = RecordingModel::new(scripted);
-        let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
         let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(outcome.is_completed(), "{outcome:?}");
         let third = &model.calls_of(a(1))[2].messages;
@@ -262,7 +262,7 @@ async fn a_peek_while_the_child_runs_does_not_take_back_its_later_end_notice() {
             Script::new([Turn::answer("slow done").after(Duration::from_millis(300))]),
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let fourth = &model.calls_of(a(1))[3].messages;
@@ -297,7 +297,7 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
             ]),
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let calls = model.calls_of(a(1));
@@ -340,7 +340,7 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
             Script::new([Turn::answer("first done"), Turn::answer("second done")]),
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let calls = model.calls_of(a(1));

@@ -17,15 +17,14 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 
 use crate::support::harness::{results, tools};
-use crate::support::{RecordingModel, delegator_of_all, error_text};
+use crate::support::{RecordingModel, catalog, delegator_of_all, error_text};
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_worker_asker() -> Catalog {
+    catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("asker", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -41,7 +40,7 @@ async fn a_model_choosing_detached_is_ignored_and_the_owners_abort_reaches_the_c
             ]),
         )
         .script("worker", Script::new([Turn::hang()]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     let record = tree.record(a(2)).unwrap();
@@ -66,7 +65,7 @@ async fn a_childs_answer_cannot_forge_a_notice_about_a_sibling() {
         )
         .script("worker", Script::new([Turn::answer(forged)]));
     let recorder = RecordingModel::new(model);
-    let tree = tree(recorder.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(recorder.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     // Every user message of the boss's conversation after the task is a JSON notice whose
     // runtime fields are apart from the child's text.
@@ -109,7 +108,7 @@ async fn null_fields_are_absent_arrays_are_refused_and_huge_names_are_cut() {
             ]),
         )
         .script("worker", Script::new([Turn::answer("ok")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(!r[0].is_error, "null fields refused: {}", r[0].content);
@@ -146,7 +145,7 @@ async fn ten_thousand_spawns_in_one_turn_are_bounded_by_the_defaults() {
             Script::new([Turn::calls(calls), Turn::answer("done")]),
         )
         .script("worker", Script::new([Turn::answer("ok")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let spawned = tree.record(a(1)).unwrap().children.len();
     assert!(spawned <= 64, "{spawned} children from one turn");
@@ -168,7 +167,7 @@ async fn a_top_level_question_is_answered_by_the_handler_and_run_ends() {
         ]),
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(model.clone())
         .on_question(|q: Question| async move { Ok(format!("main, for {}", q.agent)) })
         .build()
@@ -189,7 +188,7 @@ async fn a_top_level_question_is_answered_by_the_handler_and_run_ends() {
         ]),
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(model.clone())
         .on_question(|_: Question| async { Err("not yours to decide".to_owned()) })
         .build()
@@ -211,7 +210,7 @@ async fn without_a_handler_a_top_level_agent_is_not_offered_ask_owner_and_run_en
             Turn::answer("carried on"),
         ]),
     );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(3600),
         tree.run(SpawnRequest::new("asker", "go")),
@@ -251,7 +250,7 @@ async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
 #[tokio::test(start_paused = true)]
 async fn a_steer_flood_is_bounded_in_count_and_size() {
     let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
-    let tree = tree(model, catalog(), TreeConfig::default()).await;
+    let tree = tree(model, boss_worker_asker(), TreeConfig::default()).await;
     let worker = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let big = "x".repeat(64 * 1024);
     assert!(matches!(
@@ -279,7 +278,7 @@ async fn a_steer_flood_is_bounded_in_count_and_size() {
 async fn the_tree_lifetime_spawn_budget_holds_for_the_application_too() {
     let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("ok")]));
     let config = TreeConfig::default().with_max_spawns_per_tree(3);
-    let tree = tree(model, catalog(), config).await;
+    let tree = tree(model, boss_worker_asker(), config).await;
     for _ in 0..3 {
         tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     }
@@ -301,7 +300,7 @@ async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer
     );
     let recorder = RecordingModel::new(model);
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(recorder.clone())
         .on_question(|_: Question| async {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -340,9 +339,12 @@ async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered
             Turn::answer("done"),
         ]),
     );
-    let tree =
-        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
-            .await;
+    let tree = crate::support::harness::tree_with_tools(
+        model.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(!r[0].is_error, "{}", r[0].content);
@@ -357,9 +359,12 @@ async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered
             Turn::answer("done"),
         ]),
     );
-    let tree =
-        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
-            .await;
+    let tree = crate::support::harness::tree_with_tools(
+        model.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(r[0].is_error);
@@ -391,7 +396,7 @@ async fn a_childs_end_during_the_owners_last_turn_gets_the_owner_one_more_turn()
             Script::new([Turn::answer("ok").after(Duration::from_millis(200))]),
         );
     let recorder = RecordingModel::new(model);
-    let tree = tree(recorder.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(recorder.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert_eq!(outcome.text.as_deref(), Some("the docs say: ok"));
     let calls = recorder.calls_of(a(1));
@@ -427,7 +432,12 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
             Script::new([Turn::answer("worked"), Turn::answer("again")]),
         );
     let recording = RecordingModel::new(model.clone());
-    let tree = tree(recording.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(
+        recording.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     for blank in ["", "   ", "\n\t "] {
         match tree.spawn(SpawnRequest::new("worker", blank)).await {
             Err(SpawnError::InvalidRequest(text)) => {

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{
     EndReason, EventKind, FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role,
@@ -104,14 +105,14 @@ impl Model for Steps {
     }
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("worker", "You work.")]).unwrap()
+fn one_worker() -> Catalog {
+    catalog([AgentDefinition::new("worker", "You work.")])
 }
 
 async fn build(model: &Steps, config: TreeConfig) -> Tree {
     Tree::builder()
         .config(config)
-        .catalog(catalog())
+        .catalog(one_worker())
         .model(model.clone())
         .tool(FnTool::new("read", "reads", |_, _| async {
             Ok("read: ok".to_owned())

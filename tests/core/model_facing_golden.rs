@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::ToolSpec;
 use agent_tree::{
@@ -28,8 +29,8 @@ impl Model for Capture {
     }
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn planner_team() -> Catalog {
+    catalog([
         AgentDefinition::new("planner", "You plan.")
             .with_description("Breaks a task into steps and delegates each step.")
             .with_allowed_subagents(SubagentAllowance::only(["scout", "writer", "retired"])),
@@ -42,7 +43,6 @@ fn catalog() -> Catalog {
         AgentDefinition::new("retired", "").with_enabled(false),
         AgentDefinition::new("secret", "").with_description("Not for the planner."),
     ])
-    .unwrap()
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -55,7 +55,7 @@ fn fixture(name: &str) -> PathBuf {
 async fn planner_tools() -> Vec<ToolSpec> {
     let model = Capture::default();
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(planner_team())
         .model(model.clone())
         .on_question(|_: Question| async { Ok("yes".to_owned()) })
         .build()

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, FinishReason};
 use agent_tree::{BoxFuture, HookContext, ModelError, ModelRequest, ModelResponse};
@@ -69,14 +70,14 @@ impl Model for Steps {
     }
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("worker", "You work.")]).unwrap()
+fn one_worker() -> Catalog {
+    catalog([AgentDefinition::new("worker", "You work.")])
 }
 
 async fn build(model: &Steps, config: TreeConfig) -> Tree {
     Tree::builder()
         .config(config)
-        .catalog(catalog())
+        .catalog(one_worker())
         .model(model.clone())
         .build()
         .await
@@ -134,7 +135,7 @@ async fn a_shutdown_with_hooks_keeps_the_streamed_text_as_partial() {
         ready.clone(),
     )]);
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(one_worker())
         .model(model.clone())
         .on_shutdown(|_ctx: HookContext| async move {
             tokio::time::sleep(Duration::from_millis(10)).await;

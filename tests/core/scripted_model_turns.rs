@@ -6,22 +6,22 @@
 
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn lead_and_worker() -> Catalog {
+    catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
     ])
-    .unwrap()
 }
 
 async fn tree(model: &ScriptedModel) -> Tree {
     Tree::builder()
-        .catalog(catalog())
+        .catalog(lead_and_worker())
         .model(model.clone())
         .build()
         .await

@@ -16,11 +16,12 @@ use agent_tree::testkit::{
     hanging_hook, kill_when,
 };
 
+use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
 
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")]).unwrap()
+fn w_and_v() -> Catalog {
+    catalog([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")])
 }
 
 fn answers() -> ScriptedModel {
@@ -31,7 +32,7 @@ fn answers() -> ScriptedModel {
 
 async fn run(model: impl Model, agent_type: &str) -> Outcome {
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(model)
         .build()
         .await
@@ -45,7 +46,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
         .fail_at_turn(1, ModelError::new("injected"))
         .only_for("w");
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(failing)
         .build()
         .await
@@ -68,7 +69,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     assert_eq!(started.elapsed(), Duration::from_secs(3));
 
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(FaultyModel::new(answers()).hang_at_turn(1))
         .build()
         .await
@@ -110,7 +111,7 @@ async fn tools_and_hooks_fail_by_plan() {
     );
     let read = FnTool::new("read", "reads", |_, _| async { Ok("text".to_owned()) });
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(model.clone())
         .tool(FaultyTool::failing(read, "disk on fire"))
         .unwrap()
@@ -123,7 +124,7 @@ async fn tools_and_hooks_fail_by_plan() {
     assert_eq!(result.content, "disk on fire");
 
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(answers())
         .on_start(failing_hook("no workspace"))
         .build()
@@ -133,7 +134,7 @@ async fn tools_and_hooks_fail_by_plan() {
     assert_eq!(outcome.reason, EndReason::HookFailed);
 
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(ScriptedModel::new().script("w", Script::new([Turn::hang()])))
         .on_shutdown(hanging_hook())
         .build()
@@ -213,7 +214,7 @@ fn kill_when_on_worker_threads() {
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(answers())
         .build()
         .await

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{AGENT_TOOL, Catalog, Tree, parse_agent_file};
@@ -18,7 +19,7 @@ async fn within<F: Future>(what: &str, future: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what} did not finish"))
 }
 
-fn catalog(lead_allows: &str) -> Catalog {
+fn lead_allowing(lead_allows: &str) -> Catalog {
     let lead = parse_agent_file(
         Path::new(".claude/agents/lead.md"),
         &format!("---\nallowed_subagents: {lead_allows}\n---\nYou lead."),
@@ -29,7 +30,7 @@ fn catalog(lead_allows: &str) -> Catalog {
         "---\ndescription: Reviews.\n---\nYou review.",
     )
     .expect("reviewer.md is valid");
-    Catalog::new([lead, reviewer]).expect("the catalog is valid")
+    catalog([lead, reviewer])
 }
 
 /// Runs `lead` (which spawns `requested` in the foreground) to its end; returns the result
@@ -42,7 +43,7 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
         )
         .script("reviewer", Script::new([Turn::answer("looks fine")]));
     let tree = Tree::builder()
-        .catalog(catalog(lead_allows))
+        .catalog(lead_allowing(lead_allows))
         .model(model.clone())
         .build()
         .await
