@@ -13,6 +13,7 @@ use agent_tree::testkit::{
 use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
+use crate::support::build_tree;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
 /// waits on tech and gets `asking`, answers by a steer, is steered by the application
@@ -20,12 +21,7 @@ use crate::small_catalogs::{tool_json, triage_catalog};
 #[tokio::test(start_paused = true)]
 async fn background_children_that_ask_are_answered_by_a_steer_and_waited_for() {
     let (model, mut calls) = testkit::pair();
-    let tree = Tree::builder()
-        .catalog(triage_catalog())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(triage_catalog(), model).await;
     let mut events = EventProbe::new(&tree);
     let mut triage = tree
         .spawn(SpawnRequest::new("triage", "ticket 42: refund + crash"))

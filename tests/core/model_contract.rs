@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::build_tree;
 use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{
@@ -300,12 +301,11 @@ impl Model for CutThenSteered {
 /// half of one answer glued to another ("Part one, Answer to the steer.").
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_piece_is_not_spliced_onto_a_later_answer() {
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([crate::support::leaf("w")]))
-        .model(CutThenSteered)
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        crate::support::catalog([crate::support::leaf("w")]),
+        CutThenSteered,
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let receipt = tree.steer(handle.id(), "also say hello").await;
@@ -604,12 +604,7 @@ async fn a_tool_call_cut_off_at_the_output_limit_is_not_run_and_the_model_is_tol
         AgentDefinition::new("worker", "You work."),
     ])
     .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(
         outcome.text.as_deref(),
@@ -771,12 +766,7 @@ async fn a_cascaded_abort_keeps_the_childs_streamed_text() {
         AgentDefinition::new("worker", ""),
     ])
     .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     ready.notified().await;
     tree.abort(boss.id()).unwrap();

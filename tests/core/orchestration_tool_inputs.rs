@@ -11,7 +11,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{GUARD, a, results, tree};
-use crate::support::{catalog, delegator, delegator_of_all, leaf};
+use crate::support::{build_tree, catalog, delegator, delegator_of_all, leaf};
 
 /// A type the `Agent` tool offers is one the model can start: a catalog takes a type name of
 /// any length and the tool lists it in its `agent_type` enum, so a model's call naming it
@@ -28,12 +28,11 @@ async fn a_listed_type_with_a_long_name_can_be_spawned_by_the_model() {
             ]),
         )
         .script(long.clone(), Script::new([Turn::answer("worker done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &[&long]), leaf(&long)]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator("lead", &[&long]), leaf(&long)]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");
@@ -69,12 +68,11 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
             "worker",
             Script::new([Turn::answer("first"), Turn::answer("second")]),
         );
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator("lead", &["worker"]), leaf("worker")]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");

@@ -14,7 +14,7 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use agent_tree::{BoxFuture, JournalConfig, Model, ModelError, ModelRequest, ModelResponse};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 /// The heap, counted: bytes allocated and not yet freed, by the whole process.
 #[global_allocator]
@@ -392,12 +392,7 @@ async fn released_outputs_survive_compaction_and_recovery() {
 #[tokio::test(start_paused = true)]
 async fn a_tree_without_a_journal_keeps_every_output() {
     let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("kept")]));
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog([leaf("worker")]), model).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     handle.outcome().await;
     handle.outcome().await;

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::support::build_tree;
 use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
@@ -20,12 +21,7 @@ fn lead_and_worker() -> Catalog {
 }
 
 async fn tree(model: &ScriptedModel) -> Tree {
-    Tree::builder()
-        .catalog(lead_and_worker())
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap()
+    build_tree(lead_and_worker(), model.clone()).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -130,12 +126,7 @@ async fn a_failing_scripted_turn_bills_its_usage() {
         "w",
         Script::new([Turn::fail("overloaded").usage(Usage::tokens(30, 7))]),
     );
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([crate::support::leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(crate::support::catalog([crate::support::leaf("w")]), model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;
     assert_eq!(outcome.status, AgentStatus::Failed);

@@ -8,7 +8,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::SessionId;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{build_tree, catalog, delegator, leaf, within};
 
 async fn small_tree() -> Tree {
     let model = ScriptedModel::new()
@@ -123,12 +123,11 @@ async fn rendering_shows_live_agents() {
 
 #[tokio::test(start_paused = true)]
 async fn dot_escapes_quotes_in_type_names() {
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("say \"hi\"")]))
-        .model(ScriptedModel::new().script("say \"hi\"", Script::new([Turn::answer("hi")])))
-        .build()
-        .await
-        .expect("tree builds");
+    let tree = build_tree(
+        catalog([leaf("say \"hi\"")]),
+        ScriptedModel::new().script("say \"hi\"", Script::new([Turn::answer("hi")])),
+    )
+    .await;
     within("agent", tree.run(SpawnRequest::new("say \"hi\"", "go")))
         .await
         .expect("admitted");

@@ -11,6 +11,7 @@ use agent_tree::testkit::{
 };
 
 use crate::research_team::{team, team_script};
+use crate::support::build_tree;
 
 /// Every run of the searcher fails: two restarts (the lead's intensity), then the lead
 /// escalates.
@@ -19,12 +20,7 @@ async fn a_child_that_always_fails_is_restarted_to_the_intensity_then_escalates(
     let model = FaultyModel::new(team_script())
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("searcher");
-    let tree = Tree::builder()
-        .catalog(team("transient"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("transient"), model).await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let restarts = events
@@ -62,12 +58,7 @@ async fn a_flaky_child_is_restarted_and_its_owner_completes() {
     let model = FaultyModel::new(scripted)
         .fail_with_probability(0.5, seed, ModelError::new("flaky"))
         .only_for("searcher");
-    let tree = Tree::builder()
-        .catalog(team("transient"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("transient"), model).await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let outcome = events.expect_terminated(lead.id()).await;
@@ -144,12 +135,7 @@ fn one_trial(strategy: Strategy, fail_every_run: bool) -> experiment::TrialRow {
             if !fail_every_run {
                 model = model.only_in_run(1);
             }
-            let tree = Tree::builder()
-                .catalog(sup_catalog(strategy, 2, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(sup_catalog(strategy, 2, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     });
@@ -219,12 +205,7 @@ async fn an_escalations_error_text_names_the_original_failure() {
     let model = FaultyModel::new(workers())
         .fail_at_turn(1, ModelError::new("connection reset"))
         .only_for("flaky");
-    let tree = Tree::builder()
-        .catalog(sup_catalog(Strategy::OneForOne, 2, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(sup_catalog(Strategy::OneForOne, 2, 5_000), model).await;
     let mut events = EventProbe::new(&tree);
     let sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
     let outcome = events.expect_terminated(sup.id()).await;
@@ -254,12 +235,8 @@ fn timed_flaky_trial(
                     Script::new([Turn::spawn("flaky", "f"), Turn::answer("supervised")]),
                 )
                 .script("flaky", Script::new(turns));
-            let tree = Tree::builder()
-                .catalog(sup_catalog(Strategy::OneForOne, max_restarts, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree =
+                build_tree(sup_catalog(Strategy::OneForOne, max_restarts, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     });
@@ -299,12 +276,7 @@ fn a_restart_exactly_one_period_old_still_counts() {
 /// the supervisor, so a `transient` or `permanent` child restarts").
 #[tokio::test(start_paused = true)]
 async fn a_kill_at_a_chosen_event_is_a_crash_to_a_one_for_all_supervisor() {
-    let tree = Tree::builder()
-        .catalog(sup_catalog(Strategy::OneForAll, 2, 5_000))
-        .model(workers())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(sup_catalog(Strategy::OneForAll, 2, 5_000), workers()).await;
     let mut events = EventProbe::new(&tree);
     // a3 is steady; kill it as it starts its first run.
     let mut switch = testkit::kill_when(&tree, |e| {
@@ -365,12 +337,7 @@ async fn nested_escalation_tree() -> Tree {
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
     ])
     .unwrap();
-    Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    build_tree(catalog, model).await
 }
 
 /// A nested escalation: the top's error names the original failure through

@@ -9,7 +9,7 @@ use agent_tree::testkit::{
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
 /// `inherit_context` starts with its owner's conversation (agent.rs: context, then the
@@ -29,12 +29,7 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
         delegator("lead", &["checker"]),
         leaf("checker").with_inherit_context(true),
     ]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let mut lead = tree
         .spawn(SpawnRequest::new("lead", "the lead's task"))
         .await
@@ -61,12 +56,7 @@ async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
     );
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let _lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     let id = first.id();
@@ -172,12 +162,7 @@ async fn a_transient_child_error_is_retried_as_a_turn_not_a_spawn() {
         Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
     );
     let (model, mut children) = probe_children(script, ["searcher"]);
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let first = children.expect_spawn().await;
     let id = first.id();
@@ -202,12 +187,7 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
     // The lead driven by the test, its children probed.
     let (driven, mut calls) = pair();
     let (model, mut children) = probe_children(driven, ["searcher"]);
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     calls
         .expect_turn_of(lead.id())
@@ -281,12 +261,7 @@ async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_
         AgentDefinition::new("tech", "").with_restart(RestartPolicy::Transient),
     ])
     .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let mut triage = tree
         .spawn(SpawnRequest::new("triage", "ticket"))
         .await
@@ -310,12 +285,7 @@ async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_
 async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call() {
     let (owner_model, mut owner_calls) = testkit::pair();
     let (model, mut techs) = testkit::probe_children(owner_model, ["tech"]);
-    let tree = Tree::builder()
-        .catalog(triage_catalog())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(triage_catalog(), model).await;
     let mut triage = tree
         .spawn(SpawnRequest::new("triage", "ticket"))
         .await

@@ -4,7 +4,7 @@
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 /// Rule (`EventProbe::expect_terminated`): "`agent`'s final outcome, from its terminal
 /// event". A run that its supervisor restarts also ends with a terminal event
@@ -16,12 +16,11 @@ use crate::support::{catalog, leaf};
 async fn expect_terminated_returns_the_final_outcome_not_a_restarted_runs() {
     let script =
         ScriptedModel::new().script("w", Script::new([Turn::fail("crash"), Turn::answer("ok")]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w").with_restart(RestartPolicy::Transient)]))
-        .model(script)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(
+        catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
+        script,
+    )
+    .await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = events.expect_terminated(w.id()).await;

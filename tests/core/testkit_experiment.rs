@@ -10,7 +10,7 @@ use agent_tree::protocol::{EndReason, Strategy};
 use agent_tree::testkit::{self, FaultyModel, Script, ScriptedModel, Turn, experiment};
 
 use crate::support::lifetimes::supervised;
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 /// A supervisor that spawns one worker in the foreground; with `fail`, the worker's first
 /// turn of every run fails.
@@ -43,12 +43,7 @@ fn setup(
                 AgentDefinition::new("worker", "").with_restart(RestartPolicy::Transient),
             ])
             .unwrap();
-            let tree = Tree::builder()
-                .catalog(catalog)
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(catalog, model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     }
@@ -102,12 +97,7 @@ fn edge_setup(
                         Turn::answer("ok"),
                     ]),
                 );
-            let tree = Tree::builder()
-                .catalog(supervised(1, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(supervised(1, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     }
@@ -145,12 +135,7 @@ fn a_trial_that_never_settles_is_recorded_running() {
     let setup = |_seed: u64| -> agent_tree::BoxFuture<'static, (Tree, SpawnRequest)> {
         Box::pin(async move {
             let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-            let tree = Tree::builder()
-                .catalog(catalog([leaf("w")]))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(catalog([leaf("w")]), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
     };

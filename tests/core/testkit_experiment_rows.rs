@@ -10,6 +10,7 @@ use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn, experiment};
 
 use crate::research_team::team;
 use crate::small_catalogs::one_worker;
+use crate::support::build_tree;
 
 fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + Copy {
     move |seed: u64| -> BoxFuture<'static, (Tree, SpawnRequest)> {
@@ -26,12 +27,7 @@ fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + C
             let model = FaultyModel::new(scripted)
                 .fail_with_probability(p, seed, ModelError::new("flaky"))
                 .only_for("searcher");
-            let tree = Tree::builder()
-                .catalog(team("transient"))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(team("transient"), model).await;
             (tree, SpawnRequest::new("lead", "X?"))
         })
     }
@@ -130,12 +126,7 @@ fn a_trial_that_never_settles_is_recorded_running_at_the_trial_limit() {
     let rows = experiment::run_trials(1, 0, |_| {
         Box::pin(async move {
             let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-            let tree = Tree::builder()
-                .catalog(one_worker())
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(one_worker(), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
     });

@@ -16,6 +16,7 @@ use agent_tree::testkit::{
     hanging_hook, kill_when,
 };
 
+use crate::support::build_tree;
 use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
@@ -31,12 +32,7 @@ fn answers() -> ScriptedModel {
 }
 
 async fn run(model: impl Model, agent_type: &str) -> Outcome {
-    let tree = Tree::builder()
-        .catalog(w_and_v())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), model).await;
     tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap()
 }
 
@@ -45,12 +41,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     let failing = FaultyModel::new(answers())
         .fail_at_turn(1, ModelError::new("injected"))
         .only_for("w");
-    let tree = Tree::builder()
-        .catalog(w_and_v())
-        .model(failing)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), failing).await;
     let w = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.error.as_deref(), Some("injected"));
     let v = tree.run(SpawnRequest::new("v", "go")).await.unwrap();
@@ -68,12 +59,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     assert!(outcome.is_completed());
     assert_eq!(started.elapsed(), Duration::from_secs(3));
 
-    let tree = Tree::builder()
-        .catalog(w_and_v())
-        .model(FaultyModel::new(answers()).hang_at_turn(1))
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), FaultyModel::new(answers()).hang_at_turn(1)).await;
     let mut hung = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     tree.abort(hung.id()).unwrap();
@@ -213,12 +199,7 @@ fn kill_when_on_worker_threads() {
 
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
-    let tree = Tree::builder()
-        .catalog(w_and_v())
-        .model(answers())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), answers()).await;
     // Picked at its end: nothing is left to kill.
     let mut late = kill_when(&tree, |e| e.kind.outcome().map(|_| e.agent));
     let w = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
@@ -246,12 +227,7 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
     let catalog =
         Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
             .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;
     assert!(outcome.is_completed(), "{outcome:?}");
@@ -319,12 +295,7 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
         .only_in_run(1);
-    let tree = Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(supervised(3, 5_000), model).await;
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::Started { incarnation: 2, .. }).then_some(e.agent)
     });
@@ -347,12 +318,7 @@ async fn hanging_worker_tree() -> Tree {
             Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
         )
         .script("worker", Script::new([Turn::hang(), Turn::answer("ok")]));
-    Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    build_tree(supervised(3, 5_000), model).await
 }
 
 /// Two switches picking the same event kill the same run: one crash, one restart.

@@ -11,7 +11,7 @@ use agent_tree::testkit::{
 };
 
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
     catalog([
@@ -234,12 +234,7 @@ async fn expect_spawn_refuses_a_later_turn() {
     let script = ScriptedModel::new().script("lead", Script::new([Turn::spawn("checker", "c")]));
     let (model, mut checkers) = probe_children(script, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let _lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     let call = ToolCall::new("c1", "no_such_tool", serde_json::json!({}));
@@ -376,12 +371,7 @@ async fn a_probe_child_resumed_by_its_owner_is_a_new_run_with_the_resumes_prompt
         AgentDefinition::new("checker", ""),
     ])
     .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     assert_eq!(

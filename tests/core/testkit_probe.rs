@@ -9,7 +9,7 @@ use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{EventProbe, FaultyModel, Script, ScriptedModel, Turn};
 
 use crate::support::lifetimes::supervised;
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 async fn tree() -> Tree {
     let model = ScriptedModel::new()
@@ -27,12 +27,7 @@ async fn tree() -> Tree {
         AgentDefinition::new("worker", ""),
     ])
     .unwrap();
-    Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    build_tree(catalog, model).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -166,12 +161,7 @@ async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
         .only_in_run(1);
-    let tree = Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(supervised(3, 5_000), model).await;
     let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
     let started = events
@@ -196,12 +186,7 @@ async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_failure_lists_the_events_that_came() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = EventProbe::new(&tree);
     let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let id = w.id();
@@ -229,12 +214,7 @@ async fn expect_terminated_after_a_resume_is_the_resumed_runs_end() {
             Turn::answer("second").after(Duration::from_secs(1)),
         ]),
     );
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = EventProbe::new(&tree);
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.outcome().await.text.as_deref(), Some("first"));

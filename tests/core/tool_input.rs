@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::support::harness::{a, results};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{build_tree, catalog, delegator, leaf, within};
 
 /// An array nested `depth` deep around `1`.
 fn nested(depth: usize) -> Value {
@@ -234,12 +234,11 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
             ]),
         )
         .script("w", Script::new([Turn::answer("w done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["w"]), leaf("w")]))
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(
+        catalog([delegator("lead", &["w"]), leaf("w")]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     within("the run", handle.outcome()).await;
     let answers = results(&model, a(1), 1);

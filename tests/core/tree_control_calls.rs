@@ -13,7 +13,7 @@ use agent_tree::protocol::WaitPolicy;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
 use crate::support::harness::{GUARD, a, tree};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 /// Nothing a user sets may panic: a shutdown grace of `Duration::MAX` (a "wait as long as it
 /// takes" grace, which the config accepts) shuts the tree down without an overflow.
@@ -53,12 +53,11 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
             Script::new([Turn::answer("still here").after(Duration::from_secs(5))]),
         )
         .script("later", Script::new([Turn::answer("later done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("failer"), leaf("bystander"), leaf("later")]))
-        .model(model)
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([leaf("failer"), leaf("bystander"), leaf("later")]),
+        model,
+    )
+    .await;
     let bystander = tree
         .spawn(SpawnRequest::new("bystander", "wait"))
         .await
@@ -96,12 +95,7 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
 /// its escalation: `Tree::charge(a0, usage)` is refused the same way, billing nothing.
 #[tokio::test(start_paused = true)]
 async fn charging_the_root_is_refused() {
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(ScriptedModel::new())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(catalog([leaf("w")]), ScriptedModel::new()).await;
     let mut events = tree.subscribe();
     let charged = tree.charge(AgentId::ROOT, Usage::tokens(5, 5));
     let root_events: Vec<String> = events

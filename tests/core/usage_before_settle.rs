@@ -22,8 +22,8 @@ use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
-    RecordingModel, TreeCell, catalog, delegator, leaf, record, reported_usage, terminal_event,
-    within,
+    RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
+    terminal_event, within,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -281,12 +281,11 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
         release: Mutex::new(release_rx),
     };
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
-            .model(model)
-            .build()
-            .await
-            .expect("tree builds"),
+        build_tree(
+            catalog([delegator("lead", &["victim"]), leaf("victim")]),
+            model,
+        )
+        .await,
     );
     probe.set(&tree);
     let mut events = tree.subscribe();
@@ -456,12 +455,11 @@ async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_ki
         returned: returned.clone(),
     };
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
-            .model(model)
-            .build()
-            .await
-            .expect("the tree builds"),
+        build_tree(
+            catalog([delegator("lead", &["victim"]), leaf("victim")]),
+            model,
+        )
+        .await,
     );
     cell.set(&tree);
     let mut events = tree.subscribe();

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::lifetimes::ms;
-use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf};
+use crate::support::{RecordingModel, TreeCell, build_tree, catalog, delegator, leaf};
 
 /// What every scripted turn that returns reports.
 const U: Usage = Usage::tokens(7, 3);
@@ -72,12 +72,7 @@ async fn lead_tree(model: &ScriptedModel) -> (Tree, Hooks) {
 }
 
 async fn worker_tree(model: &ScriptedModel) -> Tree {
-    Tree::builder()
-        .catalog(catalog([leaf("worker")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds")
+    build_tree(catalog([leaf("worker")]), model.clone()).await
 }
 
 /// Everything a run must hold whatever the order: the snapshot's sums; each agent billed `U`

@@ -20,18 +20,13 @@ use agent_tree::testkit::{CallEnd, Script, ScriptedModel, Turn};
 use agent_tree::{ControlError, SteerReceipt};
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 const U: Usage = Usage::tokens(7, 3);
 const STEER: &str = "a steer sent as the agent starts";
 
 async fn worker_tree(model: &ScriptedModel, worker: AgentDefinition) -> Tree {
-    Tree::builder()
-        .catalog(catalog([worker]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds")
+    build_tree(catalog([worker]), model.clone()).await
 }
 
 fn script(first: Turn) -> Script {

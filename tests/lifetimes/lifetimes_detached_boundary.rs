@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::{
-    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
+    CallEnd, RecordingModel, WAIT_LIMIT, build_tree, catalog, delegator, delegator_of_all, leaf,
     terminal_event, within,
 };
 
@@ -368,12 +368,11 @@ async fn detached_question_around_owner_runs(delay: Duration, resume: bool) -> M
             ),
     )
     .with_hook(boss_hook);
-    let tree = Tree::builder()
-        .catalog(catalog([delegator_of_all("boss"), leaf("kid").detached()]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator_of_all("boss"), leaf("kid").detached()]),
+        model.clone(),
+    )
+    .await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = crate::races_mt::bounded("the boss's first run", boss.outcome()).await;
     assert!(first.is_completed(), "{first:?}");

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::{TreeCell, catalog, delegator_of_all, leaf, unanswered};
+use crate::support::{TreeCell, build_tree, catalog, delegator_of_all, leaf, unanswered};
 
 /// A [`FnModel`] answering with `respond`, where every answered turn bills a little, so
 /// usage totals are checked too.
@@ -132,12 +132,11 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
         })
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("the tree builds"),
+        build_tree(
+            catalog([delegator_of_all("lead"), leaf("kid")]),
+            model.clone(),
+        )
+        .await,
     );
     cell.set(&tree);
     let mut events = tree.subscribe();
@@ -257,12 +256,7 @@ async fn steer_kept_then_killed(
     } else {
         delegator_of_all("lead")
     };
-    let tree = Tree::builder()
-        .catalog(catalog([lead_definition, leaf("kid")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(catalog([lead_definition, leaf("kid")]), model.clone()).await;
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
@@ -422,12 +416,11 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
             ))
         })
     });
-    let tree = Tree::builder()
-        .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator_of_all("lead"), leaf("kid")]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();

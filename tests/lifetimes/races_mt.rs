@@ -9,7 +9,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf};
 
 /// Real time: a loop iteration that does not finish in this long has hung.
 pub(crate) const REAL_GUARD: Duration = Duration::from_secs(10);
@@ -287,12 +287,11 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
             )
             .script("worker", Script::new([Turn::answer("worked")]));
         let recorder = RecordingModel::new(scripted);
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
-            .model(recorder.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("boss", &["worker"]), leaf("worker")]),
+            recorder.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let mut boss = tree
             .spawn(SpawnRequest::new("boss", "go"))
@@ -356,12 +355,11 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
                     .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))]),
             );
         let recorder = RecordingModel::new(scripted);
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
-            .model(recorder.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("boss", &["worker"]), leaf("worker")]),
+            recorder.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let mut boss = tree
             .spawn(SpawnRequest::new("boss", "go"))
@@ -401,12 +399,7 @@ async fn resumes_on_worker_threads() {
             "worker",
             Script::new([Turn::answer("first"), Turn::answer("second")]),
         );
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model).await;
         let mut events = tree.subscribe();
         let mut first = tree
             .spawn(SpawnRequest::new("worker", "go"))

@@ -18,7 +18,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 /// Characters a streamed turn sends before it answers.
 const CHUNKS: u64 = 40;
@@ -153,12 +153,7 @@ fn assert_billed_once(record: &AgentRecord, calls: u64, run: u32) {
 async fn an_abort_meets_a_streaming_turn_on_worker_threads() {
     for run in 0..150u32 {
         let model = Streamer::new(Script::new([]));
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
         let mut worker = tree
             .spawn(SpawnRequest::new("worker", "go"))
@@ -204,12 +199,7 @@ async fn a_kill_meets_a_streaming_turn_on_worker_threads() {
     for run in 0..150u32 {
         let before = 1 + u64::from(run) % (CHUNKS - 1);
         let model = Streamer::new(Script::new([])).holding_at(before);
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
         let mut worker = tree
             .spawn(SpawnRequest::new("worker", "go"))
@@ -258,12 +248,11 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
         ]))
         .holding_at(before);
         model.hold_calls = 3;
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("lead", &["worker"]), leaf("worker")]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let mut lead = tree
             .spawn(SpawnRequest::new("lead", "go"))
@@ -315,12 +304,11 @@ async fn a_shutdown_meets_streaming_turns_on_worker_threads() {
             ]),
             Turn::answer("lead done"),
         ]));
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("lead", &["worker"]), leaf("worker")]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let _lead = tree
             .spawn(SpawnRequest::new("lead", "go"))
@@ -411,12 +399,7 @@ async fn a_panicking_stream_on_worker_threads() {
     const AT: u64 = 7;
     for run in 0..150u32 {
         let model = Streamer::new(Script::new([])).panicking_at(AT);
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
         let mut worker = tree
             .spawn(SpawnRequest::new("worker", "go"))
@@ -454,14 +437,7 @@ async fn a_panicking_stream_on_worker_threads() {
 async fn steers_interleave_with_a_streaming_turn_on_worker_threads() {
     for run in 0..100u32 {
         let model = Streamer::new(Script::new([]));
-        let tree = Arc::new(
-            Tree::builder()
-                .catalog(catalog([leaf("worker")]))
-                .model(model.clone())
-                .build()
-                .await
-                .expect("builds"),
-        );
+        let tree = Arc::new(build_tree(catalog([leaf("worker")]), model.clone()).await);
         let mut all = tree.subscribe();
         let mut worker = tree
             .spawn(SpawnRequest::new("worker", "go"))

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::build_tree;
 use crate::support::catalog;
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
@@ -42,12 +43,7 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
             Script::new([Turn::spawn(requested, "review this"), Turn::answer("done")]),
         )
         .script("reviewer", Script::new([Turn::answer("looks fine")]));
-    let tree = Tree::builder()
-        .catalog(lead_allowing(lead_allows))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
+    let tree = build_tree(lead_allowing(lead_allows), model.clone()).await;
     let outcome = within("lead", tree.run(SpawnRequest::new("lead", "go")))
         .await
         .expect("lead is admitted");

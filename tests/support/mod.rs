@@ -50,6 +50,16 @@ pub(crate) fn catalog(definitions: impl IntoIterator<Item = AgentDefinition>) ->
     Catalog::new(definitions).expect("test definitions are valid")
 }
 
+/// A tree of `catalog` on `model`, with the default configuration and nothing else.
+pub(crate) async fn build_tree(catalog: Catalog, model: impl Model) -> Tree {
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
 /// The contents of a conversation's user messages, in order.
 pub(crate) fn user_texts(messages: &[Message]) -> Vec<String> {
     messages
