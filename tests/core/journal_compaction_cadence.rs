@@ -4,7 +4,7 @@
 use agent_tree::prelude::*;
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{Fixed, bounded};
+use crate::journal_steps::{bounded, fixed};
 use crate::support::journal::TempDir;
 use crate::support::{catalog, leaf};
 
@@ -21,7 +21,7 @@ async fn a_journal_of_mostly_dead_events_keeps_compacting() {
     let rotate = 16 * 1024u64;
     // Many agents that answer small: each leaves a record and a small output (live), and
     // lines of spawn, conversation and events (mostly dead after compaction).
-    let model = Fixed("ok".into());
+    let model = fixed("ok");
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))

@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{BoxFuture, Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
+use agent_tree::testkit::{Call, FnModel, Script, ScriptedModel, Turn};
+use agent_tree::{Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{Fixed, LIMIT, Steps, bounded, steps_tree};
+use crate::journal_steps::{LIMIT, bounded, fixed, step_answer, steps_tree};
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::{catalog, delegator, leaf};
 
@@ -85,16 +85,15 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
     let live = dir.file("live");
     let crashed = dir.file("crashed");
     let answer = |n: u64| format!("a{n}:{}", "t".repeat(900));
-    struct ById;
-    impl Model for ById {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+    fn by_id() -> FnModel {
+        FnModel::new(move |request: ModelRequest| {
             let text = format!("{}:{}", request.agent, "t".repeat(900));
             Box::pin(async move { Ok(ModelResponse::text(text)) })
-        }
+        })
     }
     let build = |path: std::path::PathBuf| async move {
         Tree::builder()
-            .model(ById)
+            .model(by_id())
             .catalog(catalog([leaf("worker")]))
             .journal(JournalConfig::new(path).keep_read_outputs(0))
             .build()
@@ -228,13 +227,13 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
                     let outcome = bounded("resumed", handle.outcome()).await;
                     assert_eq!(
                         outcome.text,
-                        Some(Steps::expected(id.get(), run, pad)),
+                        Some(step_answer(id.get(), run, pad)),
                         "iteration {iteration}: {id} run {run}"
                     );
                     let back = bounded("read", tree.read_outcome(id)).await.unwrap();
                     assert_eq!(
                         back.text,
-                        Some(Steps::expected(id.get(), run, pad)),
+                        Some(step_answer(id.get(), run, pad)),
                         "iteration {iteration}: {id} read back after run {run}"
                     );
                 }
@@ -264,7 +263,7 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
         bounded("flush", tree.flush_journal()).await;
         for &id in &ids {
             let back = bounded("read", tree.read_outcome(id)).await.unwrap();
-            assert_eq!(back.text, Some(Steps::expected(id.get(), 4, pad)));
+            assert_eq!(back.text, Some(step_answer(id.get(), 4, pad)));
         }
         let tree = Arc::try_unwrap(tree).expect("one tree");
         bounded("shutdown", tree.shutdown()).await;
@@ -319,7 +318,7 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
         let store = WatchedStore(watched.clone());
         runtime.block_on(async {
             let tree = Tree::builder()
-                .model(Fixed("x".repeat(5000)))
+                .model(fixed("x".repeat(5000)))
                 .catalog(catalog([leaf("worker")]))
                 .journal_store(
                     JournalConfig::new("memory")
@@ -376,7 +375,7 @@ async fn a_resumed_agents_earlier_output_takes_none_of_the_budget() {
     let dir = TempDir::new("journal-budget");
     let text = "b".repeat(1000);
     let tree = Tree::builder()
-        .model(Fixed(text.clone()))
+        .model(fixed(text.clone()))
         .catalog(catalog([leaf("worker")]))
         .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(2100))
         .build()

@@ -14,7 +14,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{Steps, bounded, steps_tree};
+use crate::journal_steps::{bounded, step_answer, steps_tree};
 use crate::support::journal::TempDir;
 use crate::support::{catalog, delegator, leaf};
 
@@ -75,7 +75,7 @@ async fn killed_before_its_first_turn(config: fn(std::path::PathBuf) -> JournalC
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     let first = bounded("run 1", handle.outcome()).await;
-    assert_eq!(first.text, Some(Steps::expected(id.get(), 1, 0)));
+    assert_eq!(first.text, Some(step_answer(id.get(), 1, 0)));
     // Run 2: killed in its start hook, before its first turn boundary.
     let mut second = bounded("resume 2", tree.resume(id, "again")).await.unwrap();
     bounded("the hook", hooked.notified()).await;
@@ -126,7 +126,7 @@ async fn conversations_read_back_across_runs_compactions_and_two_recoveries() {
         let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
         let id = handle.id().get();
         let outcome = bounded("run 1", handle.outcome()).await;
-        assert_eq!(outcome.text, Some(Steps::expected(id, 1, pad)));
+        assert_eq!(outcome.text, Some(step_answer(id, 1, pad)));
         runs.insert(id, 1);
     }
     resume_all(&tree, &mut runs, pad, "in process 1").await;
@@ -162,7 +162,7 @@ async fn resume_all(tree: &Tree, runs: &mut HashMap<u64, usize>, pad: usize, whe
             let outcome = bounded("resumed run", handle.outcome()).await;
             assert_eq!(
                 outcome.text,
-                Some(Steps::expected(id, run, pad)),
+                Some(step_answer(id, run, pad)),
                 "a{id} run {run} {when}"
             );
         });

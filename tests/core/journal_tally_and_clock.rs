@@ -8,7 +8,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{Fixed, bounded, steps_tree};
+use crate::journal_steps::{bounded, fixed, steps_tree};
 use crate::support::journal::TempDir;
 use crate::support::{catalog, leaf};
 
@@ -125,7 +125,7 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
 async fn the_clock_goes_on_across_recoveries_on_a_paused_clock_and_epoch_agrees() {
     let dir = TempDir::new("journal-clock");
     let path = dir.file("j");
-    let model = || Fixed("a".repeat(3000));
+    let model = || fixed("a".repeat(3000));
     let build = || async {
         Tree::builder()
             .model(model())

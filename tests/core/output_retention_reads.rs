@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Target, Turn};
-use agent_tree::{
-    BoxFuture, FnTool, JournalConfig, Model, ModelError, ModelRequest, ModelResponse, ToolError,
-};
+use agent_tree::testkit::{Call, EventProbe, FnModel, Script, ScriptedModel, Target, Turn};
+use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
 use crate::support::journal::TempDir;
 use crate::support::{catalog, delegator, leaf};
@@ -402,10 +400,8 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
 }
 /// A worker that says something and calls a tool that never answers: aborted, it keeps
 /// what it said as partial output.
-struct Talker;
-
-impl Model for Talker {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+fn talker() -> FnModel {
+    FnModel::new(move |request: ModelRequest| {
         let turn = request.turn;
         Box::pin(async move {
             if turn == 1 {
@@ -420,7 +416,7 @@ impl Model for Talker {
                 Err(ModelError::new("second turn failed"))
             }
         })
-    }
+    })
 }
 
 /// An aborted agent's partial output is released like a text and read back whole; a failed
@@ -437,7 +433,7 @@ async fn a_partial_output_is_released_and_read_back_and_an_error_stays() {
         }
     });
     let tree = Tree::builder()
-        .model(Talker)
+        .model(talker())
         .catalog(catalog([leaf("worker")]))
         .tool(hang)
         .unwrap()
@@ -477,9 +473,8 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     };
     let answer = |n: u64, run: u32| report(&format!("a{n}-run{run}"), 2500);
     // Each worker answers with its id and run, so a wrong line shows.
-    struct ById;
-    impl Model for ById {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+    fn by_id() -> FnModel {
+        FnModel::new(move |request: ModelRequest| {
             let run = request
                 .messages
                 .iter()
@@ -488,11 +483,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
                 + 1;
             let text = report(&format!("{}-run{run}", request.agent), 2500);
             Box::pin(async move { Ok(ModelResponse::text(text)) })
-        }
+        })
     }
     let build = || async {
         Tree::builder()
-            .model(ById)
+            .model(by_id())
             .catalog(catalog([leaf("worker")]))
             .journal(config())
             .build()
@@ -601,12 +596,8 @@ fn snapshot_last(tree: &Tree) -> u64 {
 async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
     for iteration in 0..30 {
         let dir = TempDir::new("retention-race");
-        struct Echo;
-        impl Model for Echo {
-            fn turn(
-                &self,
-                request: ModelRequest,
-            ) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        fn echo() -> FnModel {
+            FnModel::new(move |request: ModelRequest| {
                 let response = match (request.agent_type(), request.turn) {
                     ("lead", 1) => ModelResponse::calls(vec![agent_tree::protocol::ToolCall::new(
                         "c1",
@@ -641,11 +632,11 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
                     _ => ModelResponse::text(format!("{}:{}", request.agent, "x".repeat(300))),
                 };
                 Box::pin(async move { Ok(response) })
-            }
+            })
         }
         let tree = Arc::new(
             Tree::builder()
-                .model(Echo)
+                .model(echo())
                 .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
                 .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
                 .build()
