@@ -274,12 +274,11 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
             Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
         )
         .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("asker", ""),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let run = tree.run(SpawnRequest::new("boss", "go"));
     let r = tokio::time::timeout(WAIT_LIMIT, run).await;
@@ -306,11 +305,10 @@ async fn a_question_left_open_when_a_draining_run_ends_is_refused() {
             "asker",
             Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("asker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let run = tree.run(SpawnRequest::new("boss", "go"));
     let r = tokio::time::timeout(WAIT_LIMIT, run).await;
@@ -342,11 +340,10 @@ async fn two_questions_in_one_turn_do_not_hang_a_draining_owner() {
                 Turn::answer("ok"),
             ]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("asker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go"))).await;
     assert!(
@@ -379,11 +376,10 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
                     Turn::answer("ok"),
                 ]),
             );
-        let catalog = Catalog::new([
+        let catalog = catalog([
             delegator_of_all("boss"),
             AgentDefinition::new("asker", "").detached(),
-        ])
-        .unwrap();
+        ]);
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(boss.is_completed());
@@ -419,11 +415,10 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
                     Turn::answer("ok"),
                 ]),
             );
-        let catalog = Catalog::new([
+        let catalog = catalog([
             delegator_of_all("boss"),
             AgentDefinition::new("asker", "").detached(),
-        ])
-        .unwrap();
+        ]);
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let _ = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(200), tree.idle())
@@ -468,8 +463,7 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
             ]),
         );
     let model = crate::support::RecordingModel::new(scripted);
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let out = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go")))
         .await
@@ -507,11 +501,10 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
                 Turn::answer("gave up waiting"),
             ]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("asker", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
     let _boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -546,11 +539,10 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
         )
         .script("kid", Script::new([Turn::hang()]));
     let recorder = RecordingModel::new(scripted);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("kid", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -587,8 +579,7 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
         )
         .script("kid", Script::new([Turn::hang()]));
     let recorder = RecordingModel::new(scripted);
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -20,12 +20,11 @@ fn resume(id: &str, prompt: &str) -> Call {
 }
 
 fn boss_slow_and_quick() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
 fn boss_worker_sleeper() -> Catalog {
@@ -236,10 +235,7 @@ async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
         .unwrap();
     assert!(first.is_completed());
     // New top-level branches use a catalog without `sleeper`; the settled branch keeps its own.
-    tree.set_branch_defaults(
-        Catalog::new([AgentDefinition::new("other", "")]).unwrap(),
-        5,
-    );
+    tree.set_branch_defaults(catalog([AgentDefinition::new("other", "")]), 5);
     let mut resumed = tree
         .resume(a(1), "more")
         .await
@@ -313,7 +309,7 @@ async fn resuming_a_killed_run_keeps_that_runs_conversation() {
         ]),
     );
     let recorder = RecordingModel::new(scripted);
-    let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let out = tree.run(SpawnRequest::new("w", "task one")).await.unwrap();
     assert_eq!(out.status, AgentStatus::Completed);

@@ -21,20 +21,18 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 fn boss_slow_and_quick() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
 fn worker_and_blocker() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("blocker", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -170,11 +168,10 @@ async fn a_steer_to_a_completing_agent_is_refused() {
             "slow",
             Script::new([Turn::answer("slow").after(Duration::from_secs(1))]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("slow", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let h = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -200,7 +197,7 @@ async fn a_delivered_steer_is_read_or_refused() {
             Turn::answer("done, with X"),
         ]),
     );
-    let catalog = Catalog::new([AgentDefinition::new("worker", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("worker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let mut h = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();

@@ -226,8 +226,7 @@ async fn without_a_handler_a_top_level_agent_is_not_offered_ask_owner_and_run_en
 #[tokio::test(start_paused = true)]
 async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
     // U+212A KELVIN SIGN lower-cases to `k` under Unicode rules; ASCII folding keeps it apart.
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
     let model = ScriptedModel::new()
         .script(
             "boss",

@@ -17,6 +17,7 @@ use agent_tree::testkit::EventProbe;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, a, idle, status_of};
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
@@ -108,9 +109,7 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
         .with_max_total_agents(NODES + 16)
         .with_max_tool_calls_per_turn(4 * NODES)
         .with_control_scope(scope);
-    let tree =
-        crate::support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config)
-            .await;
+    let tree = crate::support::harness::tree(model.clone(), catalog(definitions), config).await;
     let mut events = EventProbe::new(&tree);
     for i in 0..TOP_LEVEL {
         tree.spawn(SpawnRequest::new(type_name(i), "build").background())

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::catalog;
 use crate::support::harness::Rng;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
@@ -123,7 +124,7 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
             ]),
         )
         .script("sleepy", Script::new([Turn::hang()]));
-    let catalog = Catalog::new(definitions).expect("valid definitions");
+    let catalog = catalog(definitions);
     (catalog, model)
 }
 

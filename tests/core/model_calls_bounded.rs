@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::{BoxFuture, ModelError, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
@@ -103,13 +104,12 @@ fn named(name: &str, model: Option<&str>) -> AgentDefinition {
 }
 
 async fn build(model: &Counting, bound: Option<usize>) -> Tree {
-    let catalog = Catalog::new([
+    let catalog = catalog([
         named("worker", None),
         named("a", Some("model-a")),
         named("b", Some("model-b")),
         named("hanger", None),
-    ])
-    .unwrap();
+    ]);
     let mut config = TreeConfig::default();
     if let Some(bound) = bound {
         config = config.with_max_model_calls(bound);

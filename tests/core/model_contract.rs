@@ -598,12 +598,11 @@ async fn a_tool_call_cut_off_at_the_output_limit_is_not_run_and_the_model_is_tol
         Step::Respond(ModelResponse::calls(vec![cut]).with_finish_reason(FinishReason::Length)),
         Step::Respond(ModelResponse::text("Said in fewer words.")),
     ]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "You lead.")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", "You work."),
-    ])
-    .unwrap();
+    ]);
     let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(
@@ -760,12 +759,11 @@ async fn a_cascaded_abort_keeps_the_childs_streamed_text() {
         ready: ready.clone(),
         boss_turns: Mutex::new(0),
     };
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "")
             .with_allowed_subagents(agent_tree::protocol::SubagentAllowance::All),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = build_tree(catalog, model).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     ready.notified().await;

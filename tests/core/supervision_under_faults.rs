@@ -12,6 +12,7 @@ use agent_tree::testkit::{
 
 use crate::research_team::{team, team_script};
 use crate::support::build_tree;
+use crate::support::catalog;
 
 /// Every run of the searcher fails: two restarts (the lead's intensity), then the lead
 /// escalates.
@@ -80,14 +81,13 @@ async fn a_flaky_child_is_restarted_and_its_owner_completes() {
 const SEED: u64 = 3;
 
 fn sup_catalog(strategy: Strategy, max_restarts: u32, period_ms: u64) -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("sup", "")
             .with_allowed_subagents(SubagentAllowance::only(["flaky", "steady"]))
             .with_supervision(strategy, max_restarts, period_ms),
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("steady", "").with_restart(RestartPolicy::Transient),
     ])
-    .unwrap()
 }
 
 fn sup_script() -> Script {
@@ -326,7 +326,7 @@ async fn nested_escalation_tree() -> Tree {
     )
     .fail_at_turn(1, ModelError::new("connection reset"))
     .only_for("flaky");
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["sup"]))
             .with_supervision(Strategy::OneForOne, 1, 5_000),
@@ -335,8 +335,7 @@ async fn nested_escalation_tree() -> Tree {
             .with_supervision(Strategy::OneForAll, 1, 5_000)
             .with_restart(RestartPolicy::Transient),
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
+    ]);
     build_tree(catalog, model).await
 }
 

@@ -254,13 +254,12 @@ async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_
         Script::new([Turn::spawn("tech", "fix login"), Turn::answer("fixed")]),
     );
     let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("triage", "")
             .with_allowed_subagents(SubagentAllowance::only(["tech"]))
             .with_supervision(Strategy::OneForOne, 3, 5_000),
         AgentDefinition::new("tech", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
+    ]);
     let tree = build_tree(catalog, model).await;
     let mut triage = tree
         .spawn(SpawnRequest::new("triage", "ticket"))

@@ -35,14 +35,13 @@ fn setup(
                     .fail_at_turn(1, ModelError::new("crash"))
                     .only_for("worker");
             }
-            let catalog = Catalog::new([
+            let catalog = catalog([
                 AgentDefinition::new("sup", "")
                     .with_allowed_subagents(SubagentAllowance::only(["worker"]))
                     .with_supervision(Strategy::OneForOne, max_restarts, 5_000)
                     .with_restart(RestartPolicy::Temporary),
                 AgentDefinition::new("worker", "").with_restart(RestartPolicy::Transient),
-            ])
-            .unwrap();
+            ]);
             let tree = build_tree(catalog, model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
@@ -163,11 +162,10 @@ fn recover_ms_ignores_the_trials_own_shutdown_kill() {
                     Script::new([Turn::answer("done").after(Duration::from_secs(1))]),
                 )
                 .script("idle", Script::new([Turn::hang()]));
-            let catalog = Catalog::new([
+            let catalog = catalog([
                 AgentDefinition::new("top", ""),
                 AgentDefinition::new("idle", ""),
-            ])
-            .unwrap();
+            ]);
             let tree = Tree::builder()
                 .catalog(catalog)
                 .model(model)

@@ -11,6 +11,7 @@ use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn, experiment};
 use crate::research_team::team;
 use crate::small_catalogs::one_worker;
 use crate::support::build_tree;
+use crate::support::catalog;
 
 fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + Copy {
     move |seed: u64| -> BoxFuture<'static, (Tree, SpawnRequest)> {
@@ -96,10 +97,7 @@ fn a_root_escalation_counts_in_the_experiment_row() {
             )
             .fail_at_turn(1, ModelError::new("crash"));
             let catalog =
-                Catalog::new(
-                    [AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)],
-                )
-                .unwrap();
+                catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
             let tree = Tree::builder()
                 .catalog(catalog)
                 .config(TreeConfig::default().with_root_supervision(

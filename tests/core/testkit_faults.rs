@@ -149,13 +149,12 @@ async fn killed_in_its_first_run_and_restarted() {
                 Turn::answer("second run"),
             ]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("sup", "")
             .with_allowed_subagents(SubagentAllowance::only(["w"]))
             .with_supervision(Strategy::OneForOne, 3, 5_000),
         AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
+    ]);
     let block = FnTool::new("block", "blocks", |_, _| async { Ok(String::new()) });
     let tree = Tree::builder()
         .catalog(catalog)
@@ -224,9 +223,7 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
     let model = FaultyModel::new(answers())
         .fail_at_turn(1, ModelError::new("first run only"))
         .only_in_run(1);
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let tree = build_tree(catalog, model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;

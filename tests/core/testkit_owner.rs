@@ -286,9 +286,7 @@ async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
             Turn::answer("six"),       // run 6 (restart)
         ]),
     );
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let (tree, mut owner) = testkit::OwnerProbe::build(
         Tree::builder()
             .catalog(catalog)
@@ -365,12 +363,11 @@ async fn a_probe_child_resumed_by_its_owner_is_a_new_run_with_the_resumes_prompt
         ]),
     );
     let (model, mut checkers) = testkit::probe_children(lead, ["checker"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["checker"])),
         AgentDefinition::new("checker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = build_tree(catalog, model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;

@@ -295,13 +295,12 @@ async fn lead_passes_usage_up_and_asks_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn a_transient_lead_restarts_under_its_owner_probe() {
     use agent_tree::protocol::{AgentDefinition, RestartPolicy, SubagentAllowance};
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["searcher"]))
             .with_restart(RestartPolicy::Transient),
         AgentDefinition::new("searcher", ""),
-    ])
-    .unwrap();
+    ]);
     let model = ScriptedModel::new().script(
         "lead",
         Script::new([Turn::fail("crash"), Turn::answer("second run")]),
@@ -360,12 +359,11 @@ async fn an_owner_probe_expectation_that_fails_lists_what_came() {
 )]
 async fn the_owner_probe_failure_text_is_the_one_the_guide_shows() {
     use agent_tree::protocol::{AgentDefinition, SubagentAllowance};
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("reviewer", "")
             .with_allowed_subagents(SubagentAllowance::only(["evidence-checker"])),
         AgentDefinition::new("evidence-checker", ""),
-    ])
-    .unwrap();
+    ]);
     let script = ScriptedModel::new().script(
         "reviewer",
         Script::new([
@@ -450,9 +448,7 @@ async fn the_owner_probes_restart_after_a_resume_names_the_run() {
             Turn::answer("three"),
         ]),
     );
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let (tree, mut owner) =
         testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model.clone()))
             .await

@@ -21,12 +21,11 @@ async fn tree() -> Tree {
             "worker",
             Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     build_tree(catalog, model).await
 }
 

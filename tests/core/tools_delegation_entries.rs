@@ -10,6 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{CatalogError, parse_agent_file};
 
+use crate::support::catalog;
 use crate::support::harness::{GUARD, ok_tool, tools};
 
 fn file(name: &str, frontmatter: &str) -> String {
@@ -28,12 +29,11 @@ fn json(text: &str) -> AgentDefinition {
 /// model spawns `spawn` (if any) then answers. Returns the model (for its log) and the tool
 /// result of the spawn, if one was made.
 async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel, Vec<String>) {
-    let catalog = Catalog::new([
+    let catalog = catalog([
         lead,
         AgentDefinition::new("writer", "You write.").with_description("writes"),
         AgentDefinition::new("reviewer", "You review.").with_description("reviews"),
-    ])
-    .expect("the catalog builds");
+    ]);
     let mut turns = Vec::new();
     if let Some(agent_type) = spawn {
         turns.push(Turn::spawn(agent_type, "go"));
@@ -167,7 +167,7 @@ fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_task_denies_the_delegation_task_grants() {
     let lead = parse("tools: Task, Read\ndisallowed_tools: Task").unwrap();
-    let catalog = Catalog::new([lead.clone()]).unwrap();
+    let catalog = catalog([lead.clone()]);
     let problems = catalog.tool_problems(["read", "bash"]);
     let (model, _) = run_lead(lead, None).await;
     let offered = tools(&model, AgentId::new(1), 0);
@@ -248,7 +248,7 @@ async fn a_named_entry_grants_only_its_types_in_every_format() {
 
     let only = parse("tools: Agent(writer), Read").unwrap();
     assert_eq!(only.allowed_subagents, SubagentAllowance::only(["writer"]));
-    let catalog = Catalog::new([only.clone()]).unwrap();
+    let catalog = catalog([only.clone()]);
     assert!(catalog.tool_problems(["read"]).is_empty());
     let (model, results) = run_lead(only, Some("reviewer")).await;
     let offered = tools(&model, AgentId::new(1), 0);

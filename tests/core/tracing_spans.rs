@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, FnTool, ModelError, ModelRequest, ModelResponse};
@@ -78,12 +79,11 @@ async fn spans_in_a_process_of_their_own() {
                 Turn::answer("ok"),
             ]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = Tree::builder()
         .catalog(catalog)
         .model(Logging(model))

@@ -299,11 +299,10 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
             ]),
         )
         .script("kid", Script::new([Turn::answer("kid 1"), Turn::hang()]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("kid", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let out = tokio::time::timeout(WAIT_LIMIT, boss.outcome())

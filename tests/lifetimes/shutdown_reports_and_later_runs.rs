@@ -13,7 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::{a, tree};
-use crate::support::{WAIT_LIMIT, delegator_of_all};
+use crate::support::{WAIT_LIMIT, catalog, delegator_of_all};
 
 /// A resume starts a new run free of the shutdown that ended the last one: its failures
 /// restart as usual.
@@ -28,8 +28,7 @@ async fn a_resumed_agent_is_not_under_an_old_shutdown() {
         ]),
     );
     let catalog =
-        Catalog::new([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+        catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let h = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -63,12 +62,11 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
         )
         .script("slow", Script::new([Turn::hang()]))
         .script("kid", Script::new([Turn::hang()]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("slow", "").detached(),
         AgentDefinition::new("kid", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = Arc::new(
         Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(1)))
@@ -118,7 +116,7 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
 #[tokio::test(start_paused = true)]
 async fn an_agent_killed_by_an_overlapping_shutdown_is_not_reported_graceful() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-    let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = Arc::new(
         Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(1)))
@@ -152,7 +150,7 @@ async fn an_agent_killed_by_an_overlapping_shutdown_is_not_reported_graceful() {
 #[tokio::test(start_paused = true)]
 async fn a_queued_agent_stopped_by_shutdown_is_in_the_report() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-    let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await;
     let _r = tree
         .spawn(SpawnRequest::new("w", "run").background())
@@ -201,11 +199,10 @@ async fn shutting_down_a_permanent_child_lets_its_running_owner_settle() {
         )
         .script("kid", Script::new([Turn::hang(), Turn::answer("again")]));
     let boss = delegator_of_all("boss").with_settle(agent_tree::protocol::SettlePolicy::Drain);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         boss,
         AgentDefinition::new("kid", "").with_restart(RestartPolicy::Permanent),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let mut h = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -223,8 +220,7 @@ async fn shutting_down_a_permanent_child_lets_its_running_owner_settle() {
 async fn a_failed_root_stays_failed_after_shutdown() {
     let model = ScriptedModel::new().script("flaky", Script::new([Turn::fail("boom")]));
     let catalog =
-        Catalog::new([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+        catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
     let config =
         TreeConfig::default().with_root_supervision(Strategy::OneForOne, 0, Duration::from_secs(5));
     let tree = tree(model, catalog, config).await;

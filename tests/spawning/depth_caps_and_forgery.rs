@@ -8,6 +8,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
@@ -36,7 +37,7 @@ fn offers_agent(model: &ScriptedModel, id: AgentId) -> bool {
 async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     assert_eq!(DEFAULT_MAX_DEPTH, 5);
     let model = chain_model();
-    let catalog = Catalog::new([link("")]).unwrap();
+    let catalog = catalog([link("")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -63,7 +64,7 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
 async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     for cap in [0, 1] {
         let model = chain_model();
-        let catalog = Catalog::new([link("")]).unwrap();
+        let catalog = catalog([link("")]);
         let tree = tree(
             model.clone(),
             catalog,
@@ -96,7 +97,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
         ]),
     );
     let model = RecordingModel::new(scripted.clone());
-    let old = Catalog::new([link("v1")]).unwrap();
+    let old = catalog([link("v1")]);
     let tree = tree(model.clone(), old, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
     let mut first = tree
@@ -105,7 +106,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
         .unwrap();
     events.expect_event("a start", started(a(1))).await;
 
-    let new = Catalog::new([link("v2")]).unwrap();
+    let new = catalog([link("v2")]);
     tree.set_branch_defaults(new, 2);
     assert_eq!(tree.catalog().get("link").unwrap().prompt, "v2");
 
@@ -190,12 +191,11 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
         )
         .script("leaf", Script::new([Turn::answer("leaf")]));
     // The children opt in to delegation, so only the cap stops them.
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("sub", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(
         model.clone(),
         catalog,

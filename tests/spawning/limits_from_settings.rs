@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
@@ -141,11 +142,10 @@ async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
         a(2),
         Script::new([Turn::answer("worked"), Turn::answer("worked again")]),
     );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, config).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -192,13 +192,12 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
         );
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("spinner", ""),
         delegator("boss"),
         delegator("mid"),
         delegator("top"),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     for (top_type, depth, expected) in [("spinner", 1, 30), ("boss", 2, 25), ("top", 3, 20)] {
         let top = tree.run(SpawnRequest::new(top_type, "go")).await.unwrap();
@@ -237,13 +236,12 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
             Script::new([Turn::spawn("heir", "deeper"), Turn::answer("heir done")]),
         );
     let model = RecordingModel::new(scripted);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("heir", "")
             .with_allowed_subagents(SubagentAllowance::All)
             .with_inherit_context(true),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(
         model.clone(),
         catalog,

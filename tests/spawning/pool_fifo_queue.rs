@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::WAIT_LIMIT;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
 fn workers() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
     ])
-    .unwrap()
 }
 
 fn is_started(e: &Event) -> bool {
@@ -250,11 +250,10 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
             Script::new([Turn::answer("a").after(Duration::from_millis(10))]),
         )
         .script("w", Script::new([Turn::answer("w")]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("first", ""),
         AgentDefinition::new("w", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = Arc::new(tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await);
     let mut events = tree.subscribe();
     let mut first = tree

@@ -461,13 +461,12 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
             "flaky",
             Script::new([Turn::fail("connection reset").after(Duration::from_millis(100))]),
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("flaky", "")
             .with_restart(RestartPolicy::Transient)
             .detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(boss.is_completed());
@@ -490,8 +489,7 @@ async fn an_abort_is_never_followed_by_a_restart() {
         Script::new([Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")]),
     );
     let catalog =
-        Catalog::new([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+        catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let h = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
@@ -534,7 +532,7 @@ async fn a_restarted_child_keeps_its_inherited_context() {
     let recorder = RecordingModel::new(scripted);
     let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
     heir.inherit_context = true;
-    let catalog = Catalog::new([delegator_of_all("boss"), heir]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), heir]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let out = tree
         .run(SpawnRequest::new("boss", "SECRET owner context"))

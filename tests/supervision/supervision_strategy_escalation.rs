@@ -706,11 +706,10 @@ async fn root_escalation_strands_no_queued_agent() {
             Script::new([Turn::fail("a"), Turn::fail("b"), Turn::fail("c")]),
         )
         .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = tree(model, catalog, config).await;
     let _a = tree
@@ -741,11 +740,10 @@ async fn one_for_all_with_a_queued_sibling_does_not_hang() {
             Script::new([Turn::fail("boom"), Turn::answer("ok")]),
         )
         .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let config = TreeConfig::default()
         .with_max_concurrent(1)
         .with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
@@ -781,11 +779,10 @@ async fn a_restart_plan_survives_a_sibling_shut_down_meanwhile() {
             ]),
         )
         .script("idler", Script::new([Turn::hang()]));
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("idler", ""),
-    ])
-    .unwrap();
+    ]);
     let config =
         TreeConfig::default().with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
     let tree = Tree::builder()
