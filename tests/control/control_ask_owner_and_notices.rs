@@ -243,8 +243,6 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A `wait_subagents` over a child that asks its owner is answered at once with the
 /// question, as a single-child wait is, instead of deadlocking.
 #[tokio::test(start_paused = true)]

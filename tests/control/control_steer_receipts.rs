@@ -277,12 +277,12 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
     (tree, model)
 }
 
-/// Defect 5, deterministic: the lead's `steer_subagent` reaches the worker in the instant its
+/// Deterministic: the lead's `steer_subagent` reaches the worker in the instant its
 /// run ends (both turns return at the same virtual instant): the tool answers `delivered`,
 /// yet the steer never enters the worker's conversation. Correct: a `delivered` receipt means
 /// a later request of the worker carries the steer (or the call is refused).
 #[tokio::test(start_paused = true)]
-async fn d5_a_delivered_steer_from_a_tool_is_read() {
+async fn a_delivered_steer_from_a_tool_is_read() {
     let mut lost = Vec::new();
     for answer_after in 98..=102u64 {
         let (tree, model) = steer_race(ms(100), ms(answer_after)).await;
@@ -301,16 +301,16 @@ async fn d5_a_delivered_steer_from_a_tool_is_read() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: the steer was receipted `delivered` but never reached the worker's \
+        "the steer was receipted `delivered` but never reached the worker's \
          conversation (worker answering at {lost:?} ms, steer at 100 ms)"
     );
 }
 
-/// Defect 5 under load on worker threads: in each tree 16 leads steer their workers while
+/// Under load on worker threads: in each tree 16 leads steer their workers while
 /// the workers' runs end at about the same time. Every `delivered` receipt must be followed by
 /// the worker reading the steer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
+async fn a_delivered_steer_from_a_tool_is_never_lost_mt() {
     const RUNS: u64 = 200;
     const LEADS: usize = 16;
     let (mut delivered, mut lost) = (0, Vec::new());
@@ -345,7 +345,7 @@ async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: {} of {delivered} `delivered` steers (of {} sent) never reached the worker's \
+        "{} of {delivered} `delivered` steers (of {} sent) never reached the worker's \
          conversation: (run, worker) {:?}",
         lost.len(),
         RUNS as usize * LEADS,
@@ -353,10 +353,10 @@ async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
     );
 }
 
-/// Defect 5 through the application's `Tree::steer`, on worker threads: a `Delivered`
+/// Through the application's `Tree::steer`, on worker threads: a `Delivered`
 /// receipt must be followed by the agent reading the steer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
+async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
     const RUNS: u64 = 150;
     let (mut delivered, mut lost) = (0, Vec::new());
     for run in 0..RUNS {
@@ -391,17 +391,17 @@ async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: {} of {delivered} `Delivered` application steers (of {RUNS} runs) were never \
+        "{} of {delivered} `Delivered` application steers (of {RUNS} runs) were never \
          read: runs {lost:?}",
         lost.len()
     );
 }
 
-/// Defect 5, a deterministic variant: a steer delivered during an agent's last allowed turn
+/// A deterministic variant: a steer delivered during an agent's last allowed turn
 /// (`max_turns`) is receipted `Delivered`, then the run ends over it unread and nothing says
 /// so. Correct: never silently lost (read, or the steer refused).
 #[tokio::test(start_paused = true)]
-async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
+async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
     let model = RecordingModel::new(ScriptedModel::new().script(
         "worker",
         Script::new([Turn::answer("worker done").after(ms(100))]),
@@ -421,7 +421,7 @@ async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost(
     let got = outcome(&tree, id, GUARD).await;
     assert!(
         !matches!(receipt, Ok(SteerReceipt::Delivered)) || child_read_the_steer(&model, id),
-        "defect 5: the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
+        "the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
          reading it",
         got.status
     );

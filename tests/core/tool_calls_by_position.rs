@@ -75,7 +75,7 @@ async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64
     let got = tokio::time::timeout(GUARD, handle.outcome()).await;
     let got = got.unwrap_or_else(|_| {
         panic!(
-            "defect 3: two tool calls with the same id {id:?} (first {first_ms} ms, second \
+            "two tool calls with the same id {id:?} (first {first_ms} ms, second \
              {second_ms} ms) hang the agent: it is {:?} after an hour; it made {} model calls",
             tree.record(a(1)).map(|r| r.status),
             recorder.calls_of(a(1)).len()
@@ -85,39 +85,39 @@ async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64
     assert_eq!(
         results_after_calls(&recorder, a(1)),
         ["slow first", "slow second"],
-        "defect 3: the results of calls with the same id {id:?} must come back by position, in \
+        "the results of calls with the same id {id:?} must come back by position, in \
          call order"
     );
     tree.shutdown().await;
 }
 
-/// Defect 3: two user-tool calls of one turn with the same id `"dup"`, the first finishing
+/// Two user-tool calls of one turn with the same id `"dup"`, the first finishing
 /// first: the first's answer aborts the second's task (its handle was written into the first
 /// call's slot), so the agent hangs forever. Correct: both results, in call order.
 #[tokio::test(start_paused = true)]
-async fn d3_duplicate_ids_first_finishing_first_do_not_hang() {
+async fn duplicate_ids_first_finishing_first_do_not_hang() {
     duplicate_user_tool_ids("dup", 10, 20).await;
 }
 
-/// Defect 3: two user-tool calls with empty ids `""` (as some OpenAI-compatible servers send),
+/// Two user-tool calls with empty ids `""` (as some OpenAI-compatible servers send),
 /// the first finishing first.
 #[tokio::test(start_paused = true)]
-async fn d3_empty_ids_do_not_hang() {
+async fn empty_ids_do_not_hang() {
     duplicate_user_tool_ids("", 10, 20).await;
 }
 
-/// Defect 3: two user-tool calls with empty ids, the second finishing first: its answer is
+/// Two user-tool calls with empty ids, the second finishing first: its answer is
 /// written into the first call's slot, so the results come back swapped.
 #[tokio::test(start_paused = true)]
-async fn d3_empty_ids_second_finishing_first_keep_call_order() {
+async fn empty_ids_second_finishing_first_keep_call_order() {
     duplicate_user_tool_ids("", 20, 10).await;
 }
 
-/// Defect 3 with orchestration calls: two foreground `Agent` calls of one turn with empty ids.
+/// With orchestration calls: two foreground `Agent` calls of one turn with empty ids.
 /// Correct: two children are spawned, and the owner gets both results (in call order) and
 /// completes.
 #[tokio::test(start_paused = true)]
-async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
+async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
     let recorder = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -157,17 +157,13 @@ async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
         .collect();
     let got = got.unwrap_or_else(|_| {
         panic!(
-            "defect 3: two foreground spawns with empty ids hang the owner (it is {:?}); \
+            "two foreground spawns with empty ids hang the owner (it is {:?}); \
              workers spawned: {workers:?}",
             tree.record(a(1)).map(|r| r.status)
         )
     });
     assert!(got.is_completed(), "{got:?}");
-    assert_eq!(
-        workers.len(),
-        2,
-        "defect 3: both calls spawn a child: {workers:?}"
-    );
+    assert_eq!(workers.len(), 2, "both calls spawn a child: {workers:?}");
     let prompts: Vec<String> = workers
         .iter()
         .map(|&w| {
@@ -190,10 +186,10 @@ async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 3 with two background spawns with the same id: the second must spawn its own child
+/// With two background spawns with the same id: the second must spawn its own child
 /// (it is not a replay of the first).
 #[tokio::test(start_paused = true)]
-async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
+async fn two_background_spawns_with_the_same_id_spawn_two_children() {
     let recorder = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -233,7 +229,7 @@ async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
     assert_eq!(
         workers,
         2,
-        "defect 3: the second call with the same id spawned no child of its own:\n{}",
+        "the second call with the same id spawned no child of its own:\n{}",
         tree.snapshot().render_text()
     );
     tree.shutdown().await;

@@ -433,12 +433,12 @@ fn usage_after_terminal(events: &[Event], agent: AgentId) -> Vec<u64> {
         .collect()
 }
 
-/// Defect 2: a model turn that has just returned records its usage after its agent was
+/// A model turn that has just returned records its usage after its agent was
 /// killed (`Tree::kill`) and settled: a `usage_reported` event follows the `killed` event,
 /// and the snapshot at `Tree::idle()` bills less than the events sum. Correct: nothing of an
 /// agent is recorded after its terminal event, and the snapshot equals the event sum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
+async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
     let cell = crate::support::TreeCell::new();
     let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let model = ReturnsAsKilled {
@@ -490,7 +490,7 @@ async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_ki
     let reported = reported_usage(&events).total_tokens();
     assert!(
         late.is_empty() && billed == reported,
-        "defect 2: usage recorded after {victim} was killed: usage events {late:?} follow its \
+        "usage recorded after {victim} was killed: usage events {late:?} follow its \
          terminal event; the snapshot at idle bills {billed} tokens, the usage events sum to \
          {reported}"
     );
@@ -529,11 +529,11 @@ impl Model for YieldingVictim {
     }
 }
 
-/// Defect 2 under a plain race on worker threads: the application kills an agent while its
+/// Under a plain race on worker threads: the application kills an agent while its
 /// model call returns (varied yields on both sides). Every run, no usage event of the victim
 /// may follow its terminal event, and the snapshot at idle must equal the usage events' sum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
+async fn kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
     const RUNS: u64 = 500;
     let mut bad = Vec::new();
     for run in 0..RUNS {
@@ -583,7 +583,7 @@ async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
     }
     assert!(
         bad.is_empty(),
-        "defect 2: {} of {RUNS} runs recorded usage after the kill (run, late usage seqs, billed \
+        "{} of {RUNS} runs recorded usage after the kill (run, late usage seqs, billed \
          at idle, events sum): {:?}",
         bad.len(),
         &bad[..bad.len().min(8)]

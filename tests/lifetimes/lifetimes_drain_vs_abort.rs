@@ -439,7 +439,7 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1 ({how}): the lead {lead} had decided `completed: lead done` and held in \
+        "{how}: the lead {lead} had decided `completed: lead done` and held in \
          completing; the {how} replaced it with {got:?}"
     );
     let worker = tree.outcome(worker).expect("the worker settled");
@@ -450,11 +450,10 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
     );
 }
 
-/// Defect 1: `Tree::abort` of a draining (completing) agent replaces its decided
-/// `completed` outcome with `aborted`. Correct: it stays completed with its answer; only the
-/// still-running child is cut.
+/// `Tree::abort` of a draining (completing) agent keeps its decided `completed` outcome with
+/// its answer; only the still-running child is cut.
 #[tokio::test(start_paused = true)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer() {
+async fn abort_of_a_completing_agent_keeps_its_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
     let lead = tree
@@ -470,10 +469,10 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 1: the owner's end (boss answers; its settle policy aborts its children) reaches a
+/// The owner's end (boss answers; its settle policy aborts its children) reaches a
 /// draining child lead that already answered: the lead must stay completed.
 #[tokio::test(start_paused = true)]
-async fn d1_owner_end_keeps_a_completing_childs_answer() {
+async fn owner_end_keeps_a_completing_childs_answer() {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -512,10 +511,10 @@ async fn d1_owner_end_keeps_a_completing_childs_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 1: a shutdown with a shutdown hook registered reaches a completing agent: it must
+/// A shutdown with a shutdown hook registered reaches a completing agent: it must
 /// keep its decided `completed` outcome (its hooks may run, but the answer stands).
 #[tokio::test(start_paused = true)]
-async fn d1_shutdown_with_a_hook_keeps_a_completing_agents_answer() {
+async fn shutdown_with_a_hook_keeps_a_completing_agents_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = Tree::builder()
         .catalog(catalog)
@@ -540,9 +539,9 @@ async fn d1_shutdown_with_a_hook_keeps_a_completing_agents_answer() {
     assert_kept_answer(&tree, lead, a(2), &got, "shutdown (with a hook)");
 }
 
-/// Defect 1: the same with no shutdown hook registered.
+/// The same with no shutdown hook registered.
 #[tokio::test(start_paused = true)]
-async fn d1_shutdown_without_hooks_keeps_a_completing_agents_answer() {
+async fn shutdown_without_hooks_keeps_a_completing_agents_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
     let lead = tree
@@ -558,10 +557,10 @@ async fn d1_shutdown_without_hooks_keeps_a_completing_agents_answer() {
     assert_kept_answer(&tree, lead, a(2), &got, "shutdown (no hook)");
 }
 
-/// Defect 1 on worker threads: the abort of a completing lead races its worker's settle.
+/// On worker threads: the abort of a completing lead races its worker's settle.
 /// Whatever the message order, the lead keeps `completed: lead done`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer_mt() {
+async fn abort_of_a_completing_agent_keeps_its_answer_mt() {
     const RUNS: u64 = 100;
     let mut lost = Vec::new();
     for run in 0..RUNS {
@@ -591,7 +590,7 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 1: {} of {RUNS} aborts replaced a completing lead's decided answer; first: {:?}",
+        "{} of {RUNS} aborts replaced a completing lead's decided answer; first: {:?}",
         lost.len(),
         &lost[..lost.len().min(8)]
     );
@@ -631,11 +630,11 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
     (Arc::new(tree), model)
 }
 
-/// Defect 1, deterministic: `Tree::abort` of a completing lead whose worker is still in its
+/// Deterministic: `Tree::abort` of a completing lead whose worker is still in its
 /// shutdown hooks. The lead had decided `completed: lead done`; the abort must only cut the
 /// worker, not replace the lead's answer.
 #[tokio::test(start_paused = true)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
+async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
     let (tree, model) = completing_lead_with_a_stopping_worker().await;
     let lead = tree
         .spawn(SpawnRequest::new("lead", "go"))
@@ -659,16 +658,16 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops()
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1: the abort replaced a completing lead's decided answer with {got:?}"
+        "the abort replaced a completing lead's decided answer with {got:?}"
     );
     bounded(GUARD, "idle", tree.idle()).await;
 }
 
-/// Defect 1, deterministic: the owner's end reaches a completing lead whose worker is still
+/// Deterministic: the owner's end reaches a completing lead whose worker is still
 /// in its shutdown hooks (`Tree::shutdown_agent(worker)`): boss (a1) answers and aborts its
 /// children; the lead (a2) had decided `completed: lead done` and must keep it.
 #[tokio::test(start_paused = true)]
-async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
+async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -724,15 +723,15 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1: the owner's end replaced a completing lead's decided answer with {got:?}"
+        "the owner's end replaced a completing lead's decided answer with {got:?}"
     );
     bounded(GUARD, "idle", tree.idle()).await;
 }
 
-/// Defect 1 on worker threads: the owner's end (boss answers) races the draining lead's
+/// On worker threads: the owner's end (boss answers) races the draining lead's
 /// worker settling; the lead keeps `completed: lead done` every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
+async fn owner_end_keeps_a_completing_childs_answer_mt() {
     const RUNS: u64 = 100;
     let mut lost = Vec::new();
     for run in 0..RUNS {
@@ -789,7 +788,7 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 1: {} of {RUNS} owner ends replaced a completing lead's decided answer; first: \
+        "{} of {RUNS} owner ends replaced a completing lead's decided answer; first: \
          {:?}",
         lost.len(),
         &lost[..lost.len().min(8)]

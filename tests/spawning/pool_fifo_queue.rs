@@ -238,8 +238,6 @@ async fn nested_children_bypass_a_full_pool() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A slot freed by a finishing pooled agent goes to the agent at the head of the queue, not
 /// to a spawn made in the meantime (FIFO; a stream of spawns cannot starve the queue).
 #[tokio::test(start_paused = true)]

@@ -695,8 +695,6 @@ async fn every_strategy_escalates_past_the_intensity() {
     }
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// Root escalation with the pool full leaves no queued top-level agent behind.
 #[tokio::test(start_paused = true)]
 async fn root_escalation_strands_no_queued_agent() {
