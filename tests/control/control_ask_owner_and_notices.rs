@@ -14,7 +14,9 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, user_texts};
+use crate::support::{
+    RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, spawn_admitted, user_texts,
+};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -125,10 +127,7 @@ async fn a_top_level_agent_asks_the_application() {
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let asker = tree
-        .spawn(SpawnRequest::new("asker", "deploy"))
-        .await
-        .unwrap();
+    let asker = spawn_admitted(&tree, SpawnRequest::new("asker", "deploy")).await;
     let asked = events
         .expect_event("a question", |e| matches!(e.kind, EventKind::Asked { .. }))
         .await;
@@ -186,14 +185,8 @@ async fn completion_notices_go_to_the_direct_owner_only() {
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go").background())
-        .await
-        .unwrap();
-    let observer = tree
-        .spawn(SpawnRequest::new("observer", "watch").background())
-        .await
-        .unwrap();
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go").background()).await;
+    let observer = spawn_admitted(&tree, SpawnRequest::new("observer", "watch").background()).await;
     let done = outcome_of(&tree, observer.id()).await;
     assert!(done.is_completed());
     idle(&tree).await;

@@ -13,7 +13,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::{JsonContent, RecordingModel, catalog, delegator, leaf, record, within};
+use crate::support::{
+    JsonContent, RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within,
+};
 
 const INNER_WORK: Duration = Duration::from_secs(20);
 
@@ -115,19 +117,10 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
     let mut events = tree.subscribe();
     let start = Instant::now();
 
-    let mut quick = tree
-        .spawn(SpawnRequest::new("quick", "done at once"))
-        .await
-        .expect("admitted");
+    let mut quick = spawn_admitted(&tree, SpawnRequest::new("quick", "done at once")).await;
     assert!(within("quick", quick.outcome()).await.is_completed());
-    let other = tree
-        .spawn(SpawnRequest::new("other", "another branch"))
-        .await
-        .expect("admitted");
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "two branches"))
-        .await
-        .expect("admitted");
+    let other = spawn_admitted(&tree, SpawnRequest::new("other", "another branch")).await;
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two branches")).await;
     assert!(within("the lead", lead.outcome()).await.is_completed());
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();

@@ -9,7 +9,9 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, catalog, user_texts};
+use crate::support::{
+    RecordingModel, WAIT_LIMIT, catalog, run_admitted, spawn_admitted, user_texts,
+};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -160,14 +162,8 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let running = tree
-        .spawn(SpawnRequest::new("boss", "hold").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("sleeper", "wait").background())
-        .await
-        .unwrap();
+    let running = spawn_admitted(&tree, SpawnRequest::new("boss", "hold").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("sleeper", "wait").background()).await;
     events.expect_event("a start", started(running.id())).await;
     let nested = events
         .expect_event("a child of the running boss starting", |e| {
@@ -202,10 +198,7 @@ async fn the_application_resumes_a_settled_top_level_agent() {
     );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
-    let first = tree
-        .run(SpawnRequest::new("sleeper", "task"))
-        .await
-        .unwrap();
+    let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
     assert_eq!(first.text.as_deref(), Some("first"));
     let mut handle = tree.resume(a(1), "more").await.unwrap();
     let second = tokio::time::timeout(crate::support::harness::GUARD, handle.outcome())
@@ -229,10 +222,7 @@ async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
         Script::new([Turn::answer("first"), Turn::answer("second")]),
     );
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
-    let first = tree
-        .run(SpawnRequest::new("sleeper", "task"))
-        .await
-        .unwrap();
+    let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
     assert!(first.is_completed());
     // New top-level branches use a catalog without `sleeper`; the settled branch keeps its own.
     tree.set_branch_defaults(catalog([AgentDefinition::new("other", "")]), 5);

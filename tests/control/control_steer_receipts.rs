@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf};
+use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf, spawn_admitted};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -47,10 +47,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), worker_and_blocker(), TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "task"))
-        .await
-        .unwrap();
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "task")).await;
     events.expect_event("a start", started(worker.id())).await;
     assert_eq!(
         tree.steer(worker.id(), "use the fast path").await.unwrap(),
@@ -104,14 +101,8 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     )
     .await;
     let mut events = tree.subscribe();
-    let blocker = tree
-        .spawn(SpawnRequest::new("blocker", "hold").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("worker", "the task").background())
-        .await
-        .unwrap();
+    let blocker = spawn_admitted(&tree, SpawnRequest::new("blocker", "hold").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("worker", "the task").background()).await;
     assert_eq!(
         tree.record(queued.id()).unwrap().status,
         AgentStatus::Queued
@@ -286,10 +277,8 @@ async fn a_delivered_steer_from_a_tool_is_read() {
     let mut lost = Vec::new();
     for answer_after in 98..=102u64 {
         let (tree, model) = steer_race(ms(100), ms(answer_after)).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         let _ = outcome(&tree, lead, GUARD).await;
         bounded(GUARD, "idle", tree.idle()).await;
@@ -373,10 +362,8 @@ async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
             TreeConfig::default(),
         )
         .await;
-        let worker = tree
-            .spawn(SpawnRequest::new("worker", "work"))
+        let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
             .await
-            .expect("admitted")
             .id();
         tokio::time::sleep(Duration::from_micros(400 + (run / 7 % 5) * 150)).await;
         let receipt = bounded(REAL_GUARD, "the steer", tree.steer(worker, STEER)).await;
@@ -411,10 +398,8 @@ async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
     let tree =
         crate::support::harness::tree(model.clone(), catalog([worker]), TreeConfig::default())
             .await;
-    let id = tree
-        .spawn(SpawnRequest::new("worker", "work"))
+    let id = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
         .await
-        .expect("admitted")
         .id();
     tokio::time::sleep(ms(50)).await;
     let receipt = tree.steer(id, STEER).await;

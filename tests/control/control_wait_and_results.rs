@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -105,10 +106,7 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
         )
         .script("quick", Script::new([Turn::answer("quick done")]));
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree
-        .run(SpawnRequest::new("boss", "first branch"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("boss", "first branch")).await;
     assert!(outcome.is_completed());
     let kept = tree.outcome(a(2)).expect("the result is kept");
     assert_eq!(kept.text.as_deref(), Some("quick done"));
@@ -119,10 +117,7 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
     }
 
     // Another branch runs, spawns and settles: the first branch's records stay.
-    let other = tree
-        .run(SpawnRequest::new("boss", "second branch"))
-        .await
-        .unwrap();
+    let other = run_admitted(&tree, SpawnRequest::new("boss", "second branch")).await;
     assert!(other.is_completed());
     idle(&tree).await;
     assert_eq!(tree.outcome(a(2)), Some(kept.clone()));

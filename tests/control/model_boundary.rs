@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 
 use crate::support::harness::{results, tools};
-use crate::support::{RecordingModel, catalog, delegator_of_all, error_text};
+use crate::support::{RecordingModel, catalog, delegator_of_all, error_text, spawn_admitted};
 
 fn boss_worker_asker() -> Catalog {
     catalog([
@@ -471,10 +471,8 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
             call.agent
         );
     }
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go"))
         .await
-        .unwrap()
         .id();
     for blank in ["", "  \n"] {
         assert!(

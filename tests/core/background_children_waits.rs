@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::build_tree;
+use crate::support::spawn_admitted;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
 /// waits on tech and gets `asking`, answers by a steer, is steered by the application
@@ -23,10 +24,11 @@ async fn background_children_that_ask_are_answered_by_a_steer_and_waited_for() {
     let (model, mut calls) = testkit::pair();
     let tree = build_tree(triage_catalog(), model).await;
     let mut events = EventProbe::new(&tree);
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket 42: refund + crash"))
-        .await
-        .unwrap();
+    let mut triage = spawn_admitted(
+        &tree,
+        SpawnRequest::new("triage", "ticket 42: refund + crash"),
+    )
+    .await;
 
     // Turn 1: the orchestration tools are offered; spawn both in the background.
     let t1 = calls.expect_turn_of(triage.id()).await;
@@ -229,10 +231,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         .unwrap();
     let mut events = EventProbe::new(&tree);
     let started = tokio::time::Instant::now();
-    let triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket 42"))
-        .await
-        .unwrap();
+    let triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket 42")).await;
 
     let tech_done = events
         .expect_event("tech completes", |e| {

@@ -14,7 +14,7 @@ use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::{catalog, delegator, leaf, record, within};
+use crate::support::{catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -80,16 +80,10 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     assert!(within("lead", lead.outcome()).await.is_completed());
 
-    let mut steerable = tree
-        .spawn(SpawnRequest::new("steerable", "listen"))
-        .await
-        .expect("admitted");
+    let mut steerable = spawn_admitted(&tree, SpawnRequest::new("steerable", "listen")).await;
     tree.steer(steerable.id(), "a hint")
         .await
         .expect("a live agent can be steered");
@@ -99,10 +93,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
             .is_completed()
     );
 
-    let mut hanger = tree
-        .spawn(SpawnRequest::new("hanger", "hang"))
-        .await
-        .expect("admitted");
+    let mut hanger = spawn_admitted(&tree, SpawnRequest::new("hanger", "hang")).await;
     tree.abort(hanger.id()).expect("abortable");
     let aborted = within("hanger", hanger.outcome()).await;
     assert_eq!(
@@ -110,10 +101,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
         (AgentStatus::Aborted, EndReason::Aborted)
     );
 
-    let late = tree
-        .spawn(SpawnRequest::new("hanger", "hang until shutdown"))
-        .await
-        .expect("admitted");
+    let late = spawn_admitted(&tree, SpawnRequest::new("hanger", "hang until shutdown")).await;
     let snapshot = tree.snapshot();
     let emitted_so_far = snapshot.tally.total();
     within("shutdown", tree.shutdown()).await;
@@ -245,10 +233,7 @@ async fn shutdown_ends_agents_with_reason_shutdown() {
         .await
         .expect("tree builds");
     let mut events = tree.subscribe();
-    let mut holder = tree
-        .spawn(SpawnRequest::new("holder", "hold"))
-        .await
-        .expect("admitted");
+    let mut holder = spawn_admitted(&tree, SpawnRequest::new("holder", "hold")).await;
     // Wait until the child runs too.
     within("the child to start", async {
         loop {

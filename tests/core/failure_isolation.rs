@@ -12,7 +12,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
 use crate::support::JsonContent;
 use crate::support::{
-    RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, within,
+    RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
+    within,
 };
 
 fn scripted() -> ScriptedModel {
@@ -73,10 +74,7 @@ async fn a_failing_agent_fails_alone() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "survive failures"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "survive failures")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(outcome.text.as_deref(), Some("lead survived"));

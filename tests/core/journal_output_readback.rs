@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use crate::journal_steps::{LIMIT, bounded, fixed, step_answer, steps_tree};
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 /// Rule: with `Durability::EveryEntry` too, read outputs are released once the journal has
 /// written them (at the latest at `Tree::flush_journal`) and read back exactly, by the
@@ -48,9 +48,7 @@ async fn every_entry_durability_releases_and_reads_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"));
     bounded("flush", tree.flush_journal()).await;
     let snapshot = tree.snapshot();
@@ -102,9 +100,11 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
     };
     let tree = build(live.clone()).await;
     for _ in 0..3 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     // Released, some before the crash, one left read only in memory... all flushed.
     crash_copy(&tree, &live, &crashed).await;
@@ -122,9 +122,11 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
         assert_eq!(back.text, Some(answer(n)), "a{n} after the cut");
     }
     for _ in 0..2 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     bounded("flush", tree.flush_journal()).await;
     for n in 1..=5u64 {
@@ -381,14 +383,8 @@ async fn a_resumed_agents_earlier_output_takes_none_of_the_budget() {
         .build()
         .await
         .unwrap();
-    let mut a1 = tree
-        .spawn(SpawnRequest::new("worker", "one"))
-        .await
-        .unwrap();
-    let mut a2 = tree
-        .spawn(SpawnRequest::new("worker", "two"))
-        .await
-        .unwrap();
+    let mut a1 = spawn_admitted(&tree, SpawnRequest::new("worker", "one")).await;
+    let mut a2 = spawn_admitted(&tree, SpawnRequest::new("worker", "two")).await;
     bounded("idle", tree.idle()).await;
     // Read a2 first, then a1: both fit (2000 of 2100 bytes).
     assert_eq!(bounded("a2", a2.outcome()).await.text, Some(text.clone()));

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// The questions a handler was asked, in order, and a wake-up for each.
 #[derive(Default)]
@@ -111,10 +111,8 @@ async fn question_put_again() {
     );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     asked(&mut events, writer).await;
     crash_copy(&tree, &live, &first).await;
@@ -175,10 +173,8 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     );
     let (tree, asked_first) = build(model, &live, Some("tabs")).await;
     let mut events = EventProbe::new(&tree);
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     asked(&mut events, writer).await;
     // The handler answers at once; the lint call never returns. Time stands still until
@@ -224,10 +220,8 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
         );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "lead"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "lead"))
         .await
-        .unwrap()
         .id();
     let writer = events
         .expect_event("the writer's question", |e| {

@@ -14,7 +14,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()
@@ -75,37 +75,27 @@ async fn every_status_comes_back() {
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
     tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
-    let aborted = tree
-        .spawn(SpawnRequest::new("hung", "c"))
+    let aborted = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
         .await
-        .unwrap()
         .id();
     started(&mut events, &[aborted]).await;
     tree.abort(aborted).unwrap();
     events.expect_terminated(aborted).await;
-    let killed = tree
-        .spawn(SpawnRequest::new("hung", "d"))
+    let killed = spawn_admitted(&tree, SpawnRequest::new("hung", "d"))
         .await
-        .unwrap()
         .id();
     started(&mut events, &[killed]).await;
     tree.kill(killed).unwrap();
     events.expect_terminated(killed).await;
-    let running = tree
-        .spawn(SpawnRequest::new("busy", "e"))
+    let running = spawn_admitted(&tree, SpawnRequest::new("busy", "e"))
         .await
-        .unwrap()
         .id();
     // Background: takes the one pool slot; the next one queues behind it.
-    let pooled = tree
-        .spawn(SpawnRequest::new("hung", "f").background())
+    let pooled = spawn_admitted(&tree, SpawnRequest::new("hung", "f").background())
         .await
-        .unwrap()
         .id();
-    let queued = tree
-        .spawn(SpawnRequest::new("hung", "g").background())
+    let queued = spawn_admitted(&tree, SpawnRequest::new("hung", "g").background())
         .await
-        .unwrap()
         .id();
     started(&mut events, &[running, pooled]).await;
     assert_eq!(tree.record(queued).unwrap().status, AgentStatus::Queued);
@@ -224,10 +214,8 @@ async fn reissued_spawn_after_recovery() {
         .script("worker", Script::new([Turn::hang()]));
     let before_log = before.call_log();
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "find it"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "find it"))
         .await
-        .unwrap()
         .id();
     // The crash comes once the worker's hanging turn has begun.
     before_log.until_calls(AgentId::new(2), 1).await;
@@ -357,10 +345,8 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
         .build()
         .await
         .unwrap();
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
@@ -387,10 +373,8 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     assert_eq!(
         tree.steer(writer, "use blue").await,
@@ -438,10 +422,8 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     tree.steer(writer, "use blue").await.unwrap();
     crash_copy(&tree, &live, &first).await;
@@ -514,10 +496,8 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let flaky = tree
-        .spawn(SpawnRequest::new("flaky", "the task"))
+    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "the task"))
         .await
-        .unwrap()
         .id();
     events
         .expect_event("the restart", |e| {

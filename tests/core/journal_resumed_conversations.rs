@@ -5,18 +5,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{Message, Role, ToolCall};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{BoxFuture, HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
+use agent_tree::protocol::{Role, ToolCall};
+use agent_tree::testkit::{Call, FnModel, Script, ScriptedModel, Turn};
+use agent_tree::{HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
 use crate::journal_steps::{bounded, step_answer, steps_tree};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted};
 
 /// Rule: "a conversation that cannot be read back makes the resume fail, never run on an
 /// empty conversation"; a settled agent's conversation is kept in the journal and read back
@@ -228,9 +227,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         .build()
         .await
         .unwrap();
-    let lead = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let lead = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(lead.text.as_deref(), Some("lead done"));
     bounded("shutdown", tree.shutdown()).await;
     drop(tree);
@@ -280,50 +277,36 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
     let dir = TempDir::new("journal-restarted");
     // The worker fails its first run (a model error), is restarted, answers, and is
     // resumed by the lead.
-    struct Worker {
-        calls: AtomicUsize,
-        seen: Arc<Mutex<Vec<Vec<Message>>>>,
-    }
-    impl Model for Worker {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-            if request.agent_type() == "lead" {
-                let tools = request
-                    .messages
-                    .iter()
-                    .filter(|m| m.role == Role::Tool)
-                    .count();
-                let response = match tools {
-                    0 => ModelResponse::calls(vec![ToolCall::new(
-                        "s1",
-                        "Agent",
-                        serde_json::json!({"agent_type": "worker", "prompt": "dig"}),
-                    )]),
-                    1 => ModelResponse::calls(vec![ToolCall::new(
-                        "s2",
-                        "Agent",
-                        serde_json::json!({"resume": "a2", "prompt": "more"}),
-                    )]),
-                    _ => ModelResponse::text("lead done"),
-                };
-                return Box::pin(async move { Ok(response) });
-            }
-            let n = self.calls.fetch_add(1, Ordering::SeqCst);
-            self.seen.lock().push(request.messages.to_vec());
-            Box::pin(async move {
-                match n {
-                    0 => Err(ModelError::new("boom")),
-                    1 => Ok(ModelResponse::text("second run answer")),
-                    _ => Ok(ModelResponse::text("resumed answer")),
-                }
-            })
+    let model = FnModel::new(|request: ModelRequest| async move {
+        if request.agent_type() == "lead" {
+            let tools = request
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::Tool)
+                .count();
+            let response = match tools {
+                0 => ModelResponse::calls(vec![ToolCall::new(
+                    "s1",
+                    "Agent",
+                    serde_json::json!({"agent_type": "worker", "prompt": "dig"}),
+                )]),
+                1 => ModelResponse::calls(vec![ToolCall::new(
+                    "s2",
+                    "Agent",
+                    serde_json::json!({"resume": "a2", "prompt": "more"}),
+                )]),
+                _ => ModelResponse::text("lead done"),
+            };
+            return Ok(response);
         }
-    }
-    let seen: Arc<Mutex<Vec<Vec<Message>>>> = Arc::default();
+        match request.run {
+            1 => Err(ModelError::new("boom")),
+            2 => Ok(ModelResponse::text("second run answer")),
+            _ => Ok(ModelResponse::text("resumed answer")),
+        }
+    });
     let tree = Tree::builder()
-        .model(Worker {
-            calls: AtomicUsize::new(0),
-            seen: seen.clone(),
-        })
+        .model(model.clone())
         .catalog(catalog([
             delegator("lead", &["worker"]),
             leaf("worker").with_restart(RestartPolicy::Transient),
@@ -332,13 +315,15 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
         .build()
         .await
         .unwrap();
-    let outcome = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
-    let seen = seen.lock().clone();
+    let seen = model.of(AgentId::new(2));
     assert_eq!(seen.len(), 3, "{seen:?}");
-    let contents: Vec<&str> = seen[2].iter().map(|m| m.content.as_str()).collect();
+    let contents: Vec<&str> = seen[2]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
     assert_eq!(contents, ["dig", "second run answer", "more"]);
     bounded("shutdown", tree.shutdown()).await;
 }

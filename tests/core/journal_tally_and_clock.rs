@@ -10,7 +10,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::journal_steps::{bounded, fixed, steps_tree};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, run_admitted};
 
 fn tally_of(events: &[Event]) -> EventTally {
     let mut tally = EventTally::default();
@@ -78,9 +78,11 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
         total = start.clone();
         let mut events = tree.subscribe();
         for _ in 0..3 {
-            bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-                .await
-                .unwrap();
+            bounded(
+                "a worker",
+                run_admitted(&tree, SpawnRequest::new("worker", "go")),
+            )
+            .await;
         }
         let first = AgentId::new(1);
         let mut resumed = bounded("resume", tree.resume(first, "again"))

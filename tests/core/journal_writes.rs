@@ -9,7 +9,7 @@ use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted};
 
 fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
@@ -43,10 +43,7 @@ async fn the_journal_folds_to_the_trees_own_records() {
         .build()
         .await
         .unwrap();
-    let outcome = tree
-        .run(SpawnRequest::new("lead", "build it"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("lead", "build it")).await;
     assert_eq!(outcome.text.as_deref(), Some("both parts done"));
     tree.shutdown().await;
     let snapshot = tree.snapshot();

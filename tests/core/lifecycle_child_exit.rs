@@ -15,7 +15,8 @@ use serde_json::json;
 
 use crate::support::JsonContent;
 use crate::support::{
-    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
+    within,
 };
 
 fn scripted() -> ScriptedModel {
@@ -73,10 +74,7 @@ async fn owner_keeps_running_after_children_exit() {
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate thrice"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate thrice")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let events = crate::support::events_at_idle(&tree, &mut events).await;

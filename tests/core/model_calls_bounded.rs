@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 /// Counts the calls in flight, per model name, and the most seen at once. A call of type
 /// `hanger` never returns; any other takes `hold` (or yields a few times when `hold` is
 /// zero) and answers.
+/// Written by hand: it counts the calls in flight, which a call log does not.
 #[derive(Clone, Default)]
 struct Counting {
     inner: Arc<Counts>,

@@ -14,7 +14,7 @@ use agent_tree::testkit::{Call, EventProbe, FnModel, Script, ScriptedModel, Targ
 use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted};
 
 /// A generous real-time bound: a hang fails the test instead of sticking the run.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
@@ -73,9 +73,11 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
         .unwrap();
     let mut events = tree.subscribe();
     for _ in 0..3 {
-        bounded("a lead", tree.run(SpawnRequest::new("lead", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a lead",
+            run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        )
+        .await;
     }
     bounded("idle", tree.idle()).await;
     // Outputs are released by the journal's writer, after it wrote them: wait for it.
@@ -209,9 +211,11 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .build()
         .await
         .unwrap();
-    let outcome = bounded("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("read"));
     tree.flush_journal().await;
     for n in 2..5 {
@@ -378,9 +382,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("top", tree.run(SpawnRequest::new("top", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("top", run_admitted(&tree, SpawnRequest::new("top", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("top done"));
     tree.flush_journal().await;
     assert!(
@@ -510,9 +512,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 1.
     let tree = build().await;
     for _ in 0..6 {
-        let outcome = bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        let outcome = bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
@@ -531,9 +535,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
         assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 1");
     }
     for _ in 0..6 {
-        let outcome = bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        let outcome = bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));

@@ -10,7 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, MemoryJournal, Script, ScriptedModel, Turn};
 
 use crate::output_retention_reads::{bounded, report, tool_messages};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted};
 
 /// A store that writes but cannot read one line back (a bad sector under an old line).
 fn unreadable() -> MemoryJournal {
@@ -95,9 +95,11 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("done"));
     let results = tool_messages(&log, AgentId::new(1));
     assert_eq!(results.len(), 2, "{results:?}");
@@ -168,9 +170,11 @@ async fn nothing_rewrites_the_journal_after_shutdown_returned() {
         .await
         .unwrap();
     for _ in 0..4 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     bounded("shutdown", tree.shutdown()).await;
     let at_shutdown = store.compactions();

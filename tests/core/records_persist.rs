@@ -15,7 +15,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{TreeCell, catalog, delegator, leaf, record, within};
+use crate::support::{TreeCell, catalog, delegator, leaf, record, spawn_admitted, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
 
@@ -183,24 +183,18 @@ async fn records_survive_other_branches_starting_and_finishing() {
     let mut events = tree.subscribe();
 
     // Branch A alone, start to finish.
-    let a = tree
-        .spawn(SpawnRequest::new("branch", "A"))
+    let a = spawn_admitted(&tree, SpawnRequest::new("branch", "A"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch A", &tree, &mut events, &log, ends(a)).await;
 
     // Branches B and C side by side; C holds a child that never ends and is aborted once B
     // has finished.
-    let b = tree
-        .spawn(SpawnRequest::new("branch", "B"))
+    let b = spawn_admitted(&tree, SpawnRequest::new("branch", "B"))
         .await
-        .expect("admitted")
         .id();
-    let c = tree
-        .spawn(SpawnRequest::new("holder", "C"))
+    let c = spawn_admitted(&tree, SpawnRequest::new("holder", "C"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch B", &tree, &mut events, &log, ends(b)).await;
     log.lock()
@@ -209,10 +203,8 @@ async fn records_survive_other_branches_starting_and_finishing() {
     snap_until("branch C", &tree, &mut events, &log, ends(c)).await;
 
     // Branch D after everything else ended.
-    let d = tree
-        .spawn(SpawnRequest::new("branch", "D"))
+    let d = spawn_admitted(&tree, SpawnRequest::new("branch", "D"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch D", &tree, &mut events, &log, ends(d)).await;
     within("idle", tree.idle()).await;

@@ -12,7 +12,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::recovery_resumes::build;
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
 /// write cut off by the crash leaves).
@@ -96,10 +96,8 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
     drop(tree);
     let tree = build(model.clone(), cat.clone(), &two, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2)]);
-    let id = tree
-        .spawn(SpawnRequest::new("hung", "c"))
+    let id = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
         .await
-        .unwrap()
         .id();
     assert_eq!(id, AgentId::new(3));
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -132,10 +130,8 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
         .build()
         .await
         .unwrap();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     // The writer answers a flush before it rotates after that batch: a second flush is

@@ -16,7 +16,7 @@ use crate::journal_open::open;
 use crate::support::harness::ok_tool;
 use crate::support::journal::{Recorded, TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, unanswered};
+use crate::support::{catalog, delegator, leaf, spawn_admitted, unanswered};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(
@@ -161,10 +161,8 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
         .script("lead", Script::new([Turn::spawn("worker", "dig")]))
         .script("worker", Script::new([Turn::hang()]));
     let tree = build(before.clone(), cat.clone(), &live, config.clone()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -223,10 +221,8 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
         .script("lead", Script::new([Turn::spawn("worker", "dig")]))
         .script("worker", Script::new([Turn::hang()]));
     let tree = build(before.clone(), cat.clone(), &live, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "the secret context"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the secret context"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -302,10 +298,8 @@ async fn completing_agent_after_recovery() {
         .script("worker", Script::new([Turn::hang()]));
     let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     events
         .expect_event("the lead completing", |e| {
@@ -455,10 +449,7 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
         .build()
         .await
         .unwrap();
-    let mut handle = tree
-        .spawn(SpawnRequest::new("w", "task one"))
-        .await
-        .unwrap();
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("w", "task one")).await;
     let id = handle.id();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("first answer"));
     let mut handle = tree.resume(id, "task two").await.unwrap();

@@ -11,7 +11,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::support::JsonContent;
-use crate::support::{RecordingModel, catalog, delegator, leaf, only_of_type, within};
+use crate::support::{
+    RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
+};
 
 const FAST: Duration = Duration::from_secs(1);
 const SLOW: Duration = Duration::from_secs(5);
@@ -91,10 +93,7 @@ async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
         .expect("tree builds");
     let start = Instant::now();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "gather"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "gather")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(

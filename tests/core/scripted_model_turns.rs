@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
@@ -69,10 +70,7 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
 async fn a_hanging_turn_lasts_until_cancelled() {
     let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
     let tree = tree(&model).await;
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "wait"))
-        .await
-        .unwrap();
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "wait")).await;
     // An hour of virtual time later it is still in its model call.
     assert!(
         tokio::time::timeout(Duration::from_secs(3_600), worker.outcome())

@@ -9,7 +9,7 @@ use agent_tree::testkit::{
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
-use crate::support::{build_tree, catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
 /// `inherit_context` starts with its owner's conversation (agent.rs: context, then the
@@ -30,10 +30,7 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
         leaf("checker").with_inherit_context(true),
     ]);
     let tree = build_tree(catalog, model).await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "the lead's task"))
-        .await
-        .unwrap();
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the lead's task")).await;
     let checker = checkers.expect_spawn().await;
     let prompt = checker.prompt().to_owned();
     checker.returns("ok", Usage::ZERO);
@@ -261,10 +258,7 @@ async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_
         AgentDefinition::new("tech", "").with_restart(RestartPolicy::Transient),
     ]);
     let tree = build_tree(catalog, model).await;
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket"))
-        .await
-        .unwrap();
+    let mut triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket")).await;
     let first = techs.expect_spawn().await;
     assert_eq!((first.incarnation(), first.run()), (1, 1));
     first.fails(ModelError::new("segfault"));
@@ -285,10 +279,7 @@ async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call
     let (owner_model, mut owner_calls) = testkit::pair();
     let (model, mut techs) = testkit::probe_children(owner_model, ["tech"]);
     let tree = build_tree(triage_catalog(), model).await;
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket"))
-        .await
-        .unwrap();
+    let mut triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket")).await;
     owner_calls
         .expect_turn_of(triage.id())
         .await

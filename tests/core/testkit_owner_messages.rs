@@ -11,7 +11,7 @@ use agent_tree::testkit::{
 };
 
 use crate::research_team::team;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (owner probe, module docs): the probe is "the owner of one agent under test" and
 /// answers *its* questions; an [`OwnerQuestion`](agent_tree::testkit::OwnerQuestion) is the
@@ -43,10 +43,7 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
         .await
         .unwrap();
-    let _bystander = tree
-        .spawn(SpawnRequest::new("bystander", "idle"))
-        .await
-        .unwrap();
+    let _bystander = spawn_admitted(&tree, SpawnRequest::new("bystander", "idle")).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "format")).await;
     let question = owner.expect_question().await;

@@ -9,6 +9,7 @@ use agent_tree::testkit::pair;
 
 use crate::research_team::{agent_call, team};
 use crate::support::build_tree;
+use crate::support::spawn_admitted;
 
 /// A lead whose model the test drives turn by turn: it is offered `Agent` (and no
 /// `ask_owner`: nobody answers a top-level agent here), its prompt is its file's body; the
@@ -19,10 +20,7 @@ use crate::support::build_tree;
 async fn a_driven_lead_delegates_search_then_summary_and_bills_its_subtree() {
     let (model, mut calls) = pair();
     let tree = build_tree(team("temporary"), model).await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "what is known about X?"))
-        .await
-        .unwrap();
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "what is known about X?")).await;
 
     let turn = calls.expect_turn_of(lead.id()).await;
     assert_eq!(

@@ -8,7 +8,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
-use crate::support::{RecordingModel, catalog, leaf, within};
+use crate::support::{RecordingModel, catalog, leaf, run_admitted, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -69,10 +69,7 @@ async fn calls_the_agent_cannot_make_are_error_results() {
         .await
         .expect("tree builds");
 
-    let mut reader = tree
-        .spawn(SpawnRequest::new("reader", "read"))
-        .await
-        .expect("admitted");
+    let mut reader = spawn_admitted(&tree, SpawnRequest::new("reader", "read")).await;
     let outcome = within("reader", reader.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("reader done"), "{outcome:?}");
     let turn2 = model.request(reader.id(), 2);
@@ -95,9 +92,11 @@ async fn calls_the_agent_cannot_make_are_error_results() {
     assert_eq!(crate::support::tool_results(&turn2.messages).len(), 5);
 
     // An agent without delegation calling orchestration tools by name.
-    let plain = within("plain", tree.run(SpawnRequest::new("plain", "try")))
-        .await
-        .expect("admitted");
+    let plain = within(
+        "plain",
+        run_admitted(&tree, SpawnRequest::new("plain", "try")),
+    )
+    .await;
     assert_eq!(plain.text.as_deref(), Some("plain done"), "{plain:?}");
     let snapshot = tree.snapshot();
     let plain_id = crate::support::only_of_type(&snapshot, "plain");

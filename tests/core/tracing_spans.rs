@@ -26,6 +26,7 @@ impl Write for Lines {
 }
 
 /// The scripted model, logging from inside each call as an HTTP client would.
+/// Written by hand: it logs from inside the call, where the spans under test are entered.
 #[derive(Clone)]
 struct Logging(ScriptedModel);
 

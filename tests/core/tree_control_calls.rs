@@ -13,7 +13,7 @@ use agent_tree::protocol::WaitPolicy;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
 use crate::support::harness::{GUARD, a, tree};
-use crate::support::{build_tree, catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Nothing a user sets may panic: a shutdown grace of `Duration::MAX` (a "wait as long as it
 /// takes" grace, which the config accepts) shuts the tree down without an overflow.
@@ -58,14 +58,8 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
         model,
     )
     .await;
-    let bystander = tree
-        .spawn(SpawnRequest::new("bystander", "wait"))
-        .await
-        .unwrap();
-    let failer = tree
-        .spawn(SpawnRequest::new("failer", "fail"))
-        .await
-        .unwrap();
+    let bystander = spawn_admitted(&tree, SpawnRequest::new("bystander", "wait")).await;
+    let failer = spawn_admitted(&tree, SpawnRequest::new("failer", "fail")).await;
     // The root never settles before a shutdown: the wait is bounded.
     let _ = tokio::time::timeout(
         Duration::from_secs(1),
@@ -141,14 +135,8 @@ async fn killing_a_queued_agent_is_wrong_status() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = tree(model, catalog([leaf("w")]), config).await;
-    let _first = tree
-        .spawn(SpawnRequest::new("w", "one").background())
-        .await
-        .unwrap();
-    let second = tree
-        .spawn(SpawnRequest::new("w", "two").background())
-        .await
-        .unwrap();
+    let _first = spawn_admitted(&tree, SpawnRequest::new("w", "one").background()).await;
+    let second = spawn_admitted(&tree, SpawnRequest::new("w", "two").background()).await;
     assert_eq!(
         tree.record(second.id()).unwrap().status,
         AgentStatus::Queued

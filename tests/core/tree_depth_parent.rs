@@ -12,7 +12,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{RecordingModel, catalog, delegator, leaf, record, within};
+use crate::support::{RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn model() -> ScriptedModel {
     ScriptedModel::new()
@@ -90,14 +90,8 @@ async fn depth_parent_and_root_are_right_at_every_level() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut first = tree
-        .spawn(SpawnRequest::new("top", "branch one"))
-        .await
-        .expect("admitted");
-    let mut second = tree
-        .spawn(SpawnRequest::new("top", "branch two"))
-        .await
-        .expect("admitted");
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("top", "branch one")).await;
+    let mut second = spawn_admitted(&tree, SpawnRequest::new("top", "branch two")).await;
     let branch_roots = [first.id(), second.id()];
     assert!(within("branch one", first.outcome()).await.is_completed());
     assert!(within("branch two", second.outcome()).await.is_completed());

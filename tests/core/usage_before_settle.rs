@@ -23,7 +23,7 @@ use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
-    terminal_event, within,
+    spawn_admitted, terminal_event, within,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -116,10 +116,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
     assert!(within("the lead", lead.outcome()).await.is_completed());
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
@@ -223,6 +220,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
 
 /// A model whose `victim` turn blocks its worker thread inside `poll` until released, and
 /// then returns a response with usage; every other agent plays its script.
+/// Written by hand: it blocks its worker thread inside `poll`, which no kit model does.
 struct BlockingVictim {
     inner: RecordingModel,
     started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
@@ -290,10 +288,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
     tokio::time::timeout(limit, started_rx)
         .await
         .expect("the victim's model call started")
@@ -385,6 +380,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
 /// own thread until the record says `killed` (the other worker settles it), then returns
 /// `Ready`. This pins the worker-thread race "the turn's future completes while the kill
 /// settles the agent" without depending on luck. Every other turn is the scripted model's.
+/// Written by hand: it acts from inside its own poll.
 #[derive(Clone, Debug)]
 struct ReturnsAsKilled {
     inner: ScriptedModel,
@@ -463,10 +459,8 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
     );
     cell.set(&tree);
     let mut events = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let _ = outcome(&tree, lead, REAL_GUARD).await;
     bounded(REAL_GUARD, "idle", tree.idle()).await;
@@ -497,6 +491,7 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
 }
 
 /// A model whose `victim` turns return after a varied number of real yields.
+/// Written by hand: the yields are inside the poll the test races the kill against.
 #[derive(Clone, Debug)]
 struct YieldingVictim {
     inner: ScriptedModel,
@@ -550,10 +545,8 @@ async fn kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let victim = tree
-            .spawn(SpawnRequest::new("victim", "race"))
+        let victim = spawn_admitted(&tree, SpawnRequest::new("victim", "race"))
             .await
-            .expect("admitted")
             .id();
         bounded(
             REAL_GUARD,

@@ -22,7 +22,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, TreeConfig};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf, user_texts};
+use crate::support::{catalog, leaf, spawn_admitted, user_texts};
 
 const JOURNAL: &str = "AGENT_TREE_CRASH_JOURNAL";
 const SEED: &str = "AGENT_TREE_CRASH_SEED";
@@ -270,16 +270,18 @@ async fn steered(journal: &Path) -> Tree {
         .build()
         .await
         .unwrap();
-    let running = tree
-        .spawn(SpawnRequest::new("writer", "first task").background())
-        .await
-        .unwrap()
-        .id();
-    let queued = tree
-        .spawn(SpawnRequest::new("writer", "second task").background())
-        .await
-        .unwrap()
-        .id();
+    let running = spawn_admitted(
+        &tree,
+        SpawnRequest::new("writer", "first task").background(),
+    )
+    .await
+    .id();
+    let queued = spawn_admitted(
+        &tree,
+        SpawnRequest::new("writer", "second task").background(),
+    )
+    .await
+    .id();
     assert_eq!(
         tree.steer(running, "use blue").await,
         Ok(agent_tree::SteerReceipt::Delivered)
@@ -351,10 +353,8 @@ async fn asking(journal: &Path, answered: bool) -> Tree {
         .await
         .unwrap();
     let mut events = tree.subscribe();
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     while let Some(event) = events.next().await {
         if event.agent == writer && event.kind.name() == "asked" {

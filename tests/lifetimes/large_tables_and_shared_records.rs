@@ -14,7 +14,7 @@ use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
 
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// The root's request ids move from a list to a map at the 17th; every earlier id, the one
 /// that triggered the switch and later ones each still return the existing agent (no second
@@ -98,10 +98,8 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
             .with_max_total_agents(64),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed, "{got:?}");
@@ -146,20 +144,16 @@ async fn an_earlier_snapshot_never_changes() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let w = tree
-        .spawn(SpawnRequest::new("w", "hang"))
+    let w = spawn_admitted(&tree, SpawnRequest::new("w", "hang"))
         .await
-        .expect("w")
         .id();
     events
         .expect_event("a start", crate::support::harness::started(w))
         .await;
     let before = tree.snapshot();
     let frozen = serde_json::to_string(&before).expect("json");
-    let done = tree
-        .spawn(SpawnRequest::new("done", "go"))
+    let done = spawn_admitted(&tree, SpawnRequest::new("done", "go"))
         .await
-        .expect("done")
         .id();
     let got = outcome(&tree, done, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed);

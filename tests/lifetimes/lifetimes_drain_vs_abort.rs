@@ -27,7 +27,10 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms, terminal};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
-use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
+use crate::support::{
+    CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted,
+    terminal_event, within,
+};
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
 /// background, then `lead_then`.
@@ -65,36 +68,65 @@ fn end_of(events: &[Event], id: AgentId) -> &Event {
     terminal_event(events, id).unwrap_or_else(|| panic!("{id} never settled: {events:?}"))
 }
 
+/// An owner whose run ends at 1 s aborts its live children at that instant, with reason
+/// `owner_ended` and their model calls cancelled, and settles after them: when it answers
+/// under `abort_children`, and when it fails, even under `drain`.
 #[tokio::test(start_paused = true)]
-async fn abort_children_aborts_live_children_when_the_owner_answers() {
-    let model = model(Turn::answer("lead done").after(Duration::from_secs(1)));
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::AbortChildren), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
-    let mut events = tree.subscribe();
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("admitted");
-    assert_eq!(outcome.text.as_deref(), Some("lead done"));
-    let events = events.drain();
-    for child in [a(2), a(3)] {
-        let end = end_of(&events, child);
-        assert_eq!(
-            (end.kind.name(), end.kind.reason()),
-            ("aborted", Some(EndReason::OwnerEnded)),
-            "{child}"
-        );
-        assert_eq!(end.at_ms, 1000, "{child}: aborted when the owner answered");
-        let call = &model.calls_of(child)[0];
-        assert_eq!(call.end, CallEnd::Dropped, "{child}");
-        assert!(end.seq < end_of(&events, a(1)).seq, "{child} settles first");
+async fn an_owner_whose_run_ends_aborts_its_live_children_at_once() {
+    let cases = [
+        (
+            "answered, abort_children",
+            Turn::answer("lead done"),
+            SettlePolicy::AbortChildren,
+            (AgentStatus::Completed, EndReason::FinalAnswer),
+        ),
+        (
+            "failed, drain",
+            Turn::fail("lead broke"),
+            SettlePolicy::Drain,
+            (AgentStatus::Failed, EndReason::ModelError),
+        ),
+    ];
+    for (case, lead_then, settle, (status, reason)) in cases {
+        let model = model(lead_then.after(Duration::from_secs(1)));
+        let tree = tree(
+            model.clone(),
+            catalog([lead(settle), leaf("worker")]),
+            TreeConfig::default(),
+        )
+        .await;
+        let mut events = tree.subscribe();
+        let outcome = within(
+            "the lead",
+            run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        )
+        .await;
+        assert_eq!((outcome.status, outcome.reason), (status, reason), "{case}");
+        if status == AgentStatus::Completed {
+            assert_eq!(outcome.text.as_deref(), Some("lead done"), "{case}");
+        }
+        let events = events.drain();
+        let lead_end = end_of(&events, a(1));
+        for child in [a(2), a(3)] {
+            let end = end_of(&events, child);
+            assert_eq!(
+                (end.kind.name(), end.kind.reason(), end.at_ms),
+                ("aborted", Some(EndReason::OwnerEnded), 1000),
+                "{case}: {child}, aborted when the owner's run ended"
+            );
+            assert_eq!(
+                model.calls_of(child)[0].end,
+                CallEnd::Dropped,
+                "{case}: {child}"
+            );
+            assert!(end.seq < lead_end.seq, "{case}: {child} settles first");
+        }
+        assert_eq!(lead_end.at_ms, 1000, "{case}");
+        if status == AgentStatus::Completed {
+            assert_eq!(lead_end.kind.name(), "completed", "{case}");
+        }
+        tree.shutdown().await;
     }
-    let lead_end = end_of(&events, a(1));
-    assert_eq!((lead_end.kind.name(), lead_end.at_ms), ("completed", 1000));
-    tree.shutdown().await;
 }
 
 async fn assert_drains(tree: &Tree, events: &mut EventProbe, lead: AgentId) {
@@ -166,10 +198,11 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     )
     .await;
     let mut events = EventProbe::new(&tree_top);
-    tree_top
-        .spawn(SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain))
-        .await
-        .expect("admitted");
+    spawn_admitted(
+        &tree_top,
+        SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain),
+    )
+    .await;
     assert_drains(&tree_top, &mut events, a(1)).await;
     tree_top.shutdown().await;
 
@@ -228,37 +261,6 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failed_owner_aborts_its_children_even_under_drain() {
-    let model = model(Turn::fail("lead broke").after(Duration::from_secs(1)));
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
-    let mut events = tree.subscribe();
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("admitted");
-    assert_eq!(
-        (outcome.status, outcome.reason),
-        (AgentStatus::Failed, EndReason::ModelError)
-    );
-    let events = events.drain();
-    for child in [a(2), a(3)] {
-        let end = end_of(&events, child);
-        assert_eq!(
-            (end.kind.name(), end.kind.reason(), end.at_ms),
-            ("aborted", Some(EndReason::OwnerEnded), 1000),
-            "{child}"
-        );
-        assert_eq!(model.calls_of(child)[0].end, CallEnd::Dropped);
-    }
-    assert_eq!(end_of(&events, a(1)).at_ms, 1000);
-    tree.shutdown().await;
-}
-
-#[tokio::test(start_paused = true)]
 async fn an_aborted_owner_aborts_its_children_even_under_drain() {
     let model = model(Turn::hang());
     let tree = tree(
@@ -267,10 +269,7 @@ async fn an_aborted_owner_aborts_its_children_even_under_drain() {
         TreeConfig::default(),
     )
     .await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     model.until_all_calls(&[a(1), a(2), a(3)], 1).await;
     model.until_calls(a(1), 2).await;
     tree.abort(lead.id()).expect("exists");
@@ -319,10 +318,7 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
         TreeConfig::default(),
     )
     .await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     // Far longer than anything in the scripts; virtual time, so it costs nothing.
     let settled = tokio::time::timeout(Duration::from_secs(3600), lead.outcome()).await;
     let worker = tree.record(a(2)).expect("worker");
@@ -456,10 +452,8 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
 async fn abort_of_a_completing_agent_keeps_its_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     until_completing(&tree, &model, lead).await;
@@ -497,10 +491,8 @@ async fn owner_end_keeps_a_completing_childs_answer() {
         leaf("worker"),
     ]);
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go"))
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(3), 1).await;
     until_completing(&tree, &model, a(2)).await;
@@ -526,10 +518,8 @@ async fn shutdown_with_a_hook_keeps_a_completing_agents_answer() {
         .build()
         .await
         .expect("the tree builds");
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     until_completing(&tree, &model, lead).await;
@@ -544,10 +534,8 @@ async fn shutdown_with_a_hook_keeps_a_completing_agents_answer() {
 async fn shutdown_without_hooks_keeps_a_completing_agents_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     until_completing(&tree, &model, lead).await;
@@ -567,10 +555,8 @@ async fn abort_of_a_completing_agent_keeps_its_answer_mt() {
         let (model, catalog) = drain_tree_parts();
         let tree =
             crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         bounded(REAL_GUARD, "the lead to hold in completing", async {
             while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing)
@@ -636,10 +622,8 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
 #[tokio::test(start_paused = true)]
 async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
     let (tree, model) = completing_lead_with_a_stopping_worker().await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     let stopping = {
@@ -705,10 +689,8 @@ async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
             .await
             .expect("the tree builds"),
     );
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go"))
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(3), 1).await;
     let stopping = {
@@ -764,10 +746,8 @@ async fn owner_end_keeps_a_completing_childs_answer_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
+        let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
             .await
-            .expect("admitted")
             .id();
         let _ = outcome(&tree, boss, REAL_GUARD).await;
         let got = outcome(&tree, a(2), REAL_GUARD).await;

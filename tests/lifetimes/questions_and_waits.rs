@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 // ---------------------------------------------------------------------------------------
 // wait_subagents over the owner's child table: sets a model can write.
@@ -58,10 +58,8 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
 #[tokio::test(start_paused = true)]
 async fn wait_subagents_with_a_repeated_id_does_not_hang() {
     let (tree, model) = lead_waits_on(json!({ "agent_ids": ["a2", "a2"] })).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -95,10 +93,8 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
         TreeConfig::default(),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -111,10 +107,8 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
 #[tokio::test(start_paused = true)]
 async fn wait_subagents_with_an_empty_set_does_not_hang() {
     let (tree, model) = lead_waits_on(json!({ "agent_ids": [] })).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -159,10 +153,8 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
         TreeConfig::default(),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -194,10 +186,8 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go"))
         .await
-        .expect("admitted")
         .id();
     // The runtime refuses the question itself: an `ask_owner` on the last turn `max_turns`
     // allows is an error result at once (its answer could only be read by a next turn), so

@@ -9,7 +9,9 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf};
+use crate::support::{
+    RecordingModel, build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted,
+};
 
 /// Real time: a loop iteration that does not finish in this long has hung.
 pub(crate) const REAL_GUARD: Duration = Duration::from_secs(10);
@@ -60,9 +62,11 @@ async fn restarts_on_worker_threads() {
             .await
             .expect("builds");
         let mut events = tree.subscribe();
-        let outcome = bounded("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
-            .await
-            .expect("admitted");
+        let outcome = bounded(
+            "the supervisor",
+            run_admitted(&tree, SpawnRequest::new("sup", "go")),
+        )
+        .await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;
         let child = tree.record(AgentId::new(2)).expect("child");
@@ -108,10 +112,7 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
                 .expect("builds"),
         );
         let mut all = tree.subscribe();
-        let mut sup = tree
-            .spawn(SpawnRequest::new("sup", "go"))
-            .await
-            .expect("admitted");
+        let mut sup = spawn_admitted(&tree, SpawnRequest::new("sup", "go")).await;
         let child = AgentId::new(2);
         // The child hangs in its first model call: kill it there.
         bounded("the child's model call", model.until_calls(child, 1)).await;
@@ -162,10 +163,7 @@ async fn questions_to_the_application_on_worker_threads() {
             .expect("builds");
         let mut all = tree.subscribe();
         let mut events = tree.subscribe();
-        let mut asker = tree
-            .spawn(SpawnRequest::new("asker", "go"))
-            .await
-            .expect("admitted");
+        let mut asker = spawn_admitted(&tree, SpawnRequest::new("asker", "go")).await;
         bounded("the question", async {
             loop {
                 match events.next().await {
@@ -218,10 +216,7 @@ async fn a_question_handler_races_steers_and_aborts_on_worker_threads() {
             .await
             .expect("builds");
         let mut all = tree.subscribe();
-        let mut asker = tree
-            .spawn(SpawnRequest::new("asker", "go"))
-            .await
-            .expect("admitted");
+        let mut asker = spawn_admitted(&tree, SpawnRequest::new("asker", "go")).await;
         let id = asker.id();
         match run % 3 {
             0 => {
@@ -293,10 +288,7 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
         )
         .await;
         let mut all = tree.subscribe();
-        let mut boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
-            .await
-            .expect("admitted");
+        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
         let outcome = bounded("the boss", boss.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         let calls = recorder.calls_of(boss.id());
@@ -361,10 +353,7 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
         )
         .await;
         let mut all = tree.subscribe();
-        let mut boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
-            .await
-            .expect("admitted");
+        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
         let outcome = bounded("the boss", boss.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;
@@ -401,10 +390,7 @@ async fn resumes_on_worker_threads() {
         );
         let tree = build_tree(catalog([leaf("worker")]), model).await;
         let mut events = tree.subscribe();
-        let mut first = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut first = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let outcome = bounded("the first run", first.outcome()).await;
         assert_eq!(outcome.text.as_deref(), Some("first"), "run {run}");
         // Settled: resumable at once, while its actor may still be stopping.
@@ -451,9 +437,11 @@ async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
             .await
             .expect("builds");
         let mut events = tree.subscribe();
-        let outcome = bounded("the owner", tree.run(SpawnRequest::new("sup", "go")))
-            .await
-            .expect("admitted");
+        let outcome = bounded(
+            "the owner",
+            run_admitted(&tree, SpawnRequest::new("sup", "go")),
+        )
+        .await;
         match (outcome.status, outcome.reason) {
             (AgentStatus::Failed, agent_tree::protocol::EndReason::Escalated) => escalated += 1,
             (AgentStatus::Completed, _) => completed += 1,

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 // ---------------------------------------------------------------------------------------
 // One countdown per shutdown.
@@ -64,15 +64,11 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
             .await
             .expect("builds"),
     );
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
-    let other = tree
-        .spawn(SpawnRequest::new("other", "go"))
+    let other = spawn_admitted(&tree, SpawnRequest::new("other", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(ms(10)).await;
     assert_eq!(tree.live(), 4, "{}", tree.snapshot().render_text());
@@ -192,10 +188,8 @@ async fn an_owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt() 
         let grace = 20;
         let hook = 19 + run % 3;
         let (tree, model) = lead_waiting_on_a_stopping_worker(grace, hook).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         bounded(
             REAL_GUARD,
@@ -258,10 +252,8 @@ fn dropped_shutdown_with_blocking_hook(
             .await
             .expect("the tree builds");
         let mut events = EventProbe::new(&tree);
-        let w = tree
-            .spawn(SpawnRequest::new("w", "go"))
+        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .expect("admitted")
             .id();
         events
             .expect_event("a start", crate::support::harness::started(w))
@@ -342,10 +334,8 @@ fn dropped_shutdown_ends_its_hook_task() -> bool {
             .await
             .expect("the tree builds");
         let mut events = EventProbe::new(&tree);
-        let w = tree
-            .spawn(SpawnRequest::new("w", "go"))
+        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .expect("admitted")
             .id();
         events
             .expect_event("a start", crate::support::harness::started(w))

@@ -17,7 +17,7 @@ use crate::shutdown_one_deadline::fan_out;
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
-use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, within};
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_agent_stops_only_that_subtree() {
@@ -68,10 +68,7 @@ async fn shutdown_agent_stops_only_that_subtree() {
         .await
         .expect("admitted");
     model.until_all_calls(&[a(2), a(3)], 1).await;
-    let mut other = tree
-        .spawn(SpawnRequest::new("other", "independent"))
-        .await
-        .expect("admitted");
+    let mut other = spawn_admitted(&tree, SpawnRequest::new("other", "independent")).await;
     model.until_calls(a(5), 1).await;
     let mut events = tree.subscribe();
 
@@ -175,10 +172,8 @@ fn stranded(tree: &Tree, model: &RecordingModel, owner: AgentId) -> String {
 #[tokio::test(start_paused = true)]
 async fn shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = tree
-        .spawn(SpawnRequest::new("owner", "delegate"))
+    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     let report = bounded(GUARD, "shutdown_agent", tree.shutdown_agent(a(2)))
@@ -214,10 +209,8 @@ async fn shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = tree
-        .spawn(SpawnRequest::new("owner", "delegate"))
+    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     let stopping = {
@@ -252,10 +245,8 @@ async fn owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
 #[tokio::test(start_paused = true)]
 async fn owner_aborted_in_the_grace_still_settles_when_the_shutdown_returns_first() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = tree
-        .spawn(SpawnRequest::new("owner", "delegate"))
+    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     let aborter = {
@@ -443,10 +434,8 @@ async fn a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt(
             .build()
             .await
             .expect("the tree builds");
-        let owner = tree
-            .spawn(SpawnRequest::new("owner", "delegate"))
+        let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
             .await
-            .expect("admitted")
             .id();
         bounded(REAL_GUARD, "the child's model call", async {
             while recorder.calls_of(a(2)).is_empty() {

@@ -13,7 +13,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::{a, tree};
-use crate::support::{WAIT_LIMIT, catalog, delegator_of_all};
+use crate::support::{WAIT_LIMIT, catalog, delegator_of_all, spawn_admitted};
 
 /// A resume starts a new run free of the shutdown that ended the last one: its failures
 /// restart as usual.
@@ -152,14 +152,8 @@ async fn a_queued_agent_stopped_by_shutdown_is_in_the_report() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
     let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await;
-    let _r = tree
-        .spawn(SpawnRequest::new("w", "run").background())
-        .await
-        .unwrap();
-    let q = tree
-        .spawn(SpawnRequest::new("w", "wait").background())
-        .await
-        .unwrap();
+    let _r = spawn_admitted(&tree, SpawnRequest::new("w", "run").background()).await;
+    let q = spawn_admitted(&tree, SpawnRequest::new("w", "wait").background()).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     let report = tree.shutdown().await;
     assert_eq!(tree.record(q.id()).unwrap().status, AgentStatus::Aborted);

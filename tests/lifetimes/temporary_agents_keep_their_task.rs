@@ -19,7 +19,7 @@ use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
 use crate::support::journal::TempDir;
 use crate::support::lifetimes::{ms, restarts};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 const STEER: &str = "mind the edge case";
 
@@ -90,10 +90,7 @@ async fn resume_after(end: End, journal: Option<&TempDir>) {
     }
     let tree = builder.build().await.expect("builds");
     let mut all = tree.subscribe();
-    let mut handle = tree
-        .spawn(SpawnRequest::new("worker", "task"))
-        .await
-        .expect("admitted");
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("worker", "task")).await;
     let id = handle.id();
     if !matches!(end, End::AbortedBeforeFirstCall) {
         bounded("first call", model.until_calls(id, 1)).await;
@@ -224,9 +221,11 @@ async fn an_inheriting_temporary_child_resumed_by_its_owner_keeps_context_and_ta
     )
     .await;
     let mut all = tree.subscribe();
-    let outcome = bounded("boss", tree.run(SpawnRequest::new("boss", "boss task")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "boss",
+        run_admitted(&tree, SpawnRequest::new("boss", "boss task")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("boss done"), "{outcome:?}");
     let kid = model.calls_of(a(2));
     assert_eq!(kid.len(), 2);
@@ -349,14 +348,8 @@ async fn a_queued_temporary_agent_started_later_gets_its_prompt() {
     )
     .await;
     let mut all = tree.subscribe();
-    let first = tree
-        .spawn(SpawnRequest::new("worker", "job 1").background())
-        .await
-        .unwrap();
-    let mut second = tree
-        .spawn(SpawnRequest::new("worker", "job 2").background())
-        .await
-        .unwrap();
+    let first = spawn_admitted(&tree, SpawnRequest::new("worker", "job 1").background()).await;
+    let mut second = spawn_admitted(&tree, SpawnRequest::new("worker", "job 2").background()).await;
     bounded("a1 calls", model.until_calls(first.id(), 1)).await;
     assert_eq!(
         tree.record(second.id()).unwrap().status,

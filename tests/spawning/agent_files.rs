@@ -26,6 +26,7 @@ use agent_tree::{
 };
 
 use crate::support::harness::{a, ok_tool, results, tools};
+use crate::support::run_admitted;
 
 fn fixture(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -551,10 +552,7 @@ async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_r
         .script("web-researcher", Script::new([Turn::answer("researched")]));
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
 
-    let outcome = tree
-        .run(SpawnRequest::new("code-reviewer", "review"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("code-reviewer", "review")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     // `tools: Read, Grep, Glob, Bash` gives exactly those, by their registered names.
     let offered = tools(&model, a(1), 0);
@@ -569,10 +567,7 @@ async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_r
     assert_eq!(read[0].content, "read: ok");
 
     // `tools: WebFetch, WebSearch, Read` runs with `read`, and the two others are reported.
-    let outcome = tree
-        .run(SpawnRequest::new("web-researcher", "look it up"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("web-researcher", "look it up")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(2), 0);
     assert!(offered.iter().any(|t| t == "read"), "{offered:?}");
@@ -620,10 +615,7 @@ async fn a_name_matching_two_registrations_by_case_is_refused() {
     // `tools: Bash, Read, Edit` with both `read` and `READ` registered.
     let registered = ["read", "READ", "bash"];
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
-    let outcome = tree
-        .run(SpawnRequest::new("test-runner", "test"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("test-runner", "test")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(1), 0);
     assert!(offered.iter().any(|t| t == "bash"), "{offered:?}");

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::run_admitted;
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{AGENT_TOOL, Catalog, Tree, parse_agent_file};
@@ -44,9 +45,7 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
         )
         .script("reviewer", Script::new([Turn::answer("looks fine")]));
     let tree = build_tree(lead_allowing(lead_allows), model.clone()).await;
-    let outcome = within("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("lead is admitted");
+    let outcome = within("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let log = model.log_of(AgentId::new(1));
     assert!(

@@ -10,6 +10,8 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
+use crate::support::run_admitted;
+use crate::support::spawn_admitted;
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -100,10 +102,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     let old = catalog([link("v1")]);
     let tree = tree(model.clone(), old, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
-    let mut first = tree
-        .spawn(SpawnRequest::new("link", "branch 1"))
-        .await
-        .unwrap();
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("link", "branch 1")).await;
     events.expect_event("a start", started(a(1))).await;
 
     let new = catalog([link("v2")]);
@@ -132,10 +131,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     }
 
     // A new top-level branch starts with the new catalog and cap 2.
-    let second = tree
-        .run(SpawnRequest::new("link", "branch 2"))
-        .await
-        .unwrap();
+    let second = run_admitted(&tree, SpawnRequest::new("link", "branch 2")).await;
     assert!(second.is_completed(), "{}", second.summary());
     idle(&tree).await;
     let top = a(6);

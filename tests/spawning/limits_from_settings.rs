@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, tree};
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -249,10 +250,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = tree
-        .run(SpawnRequest::new("boss", "the boss's secret plan"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("boss", "the boss's secret plan")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
     assert_eq!(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::WAIT_LIMIT;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
@@ -47,10 +48,11 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     .await;
     let mut events = tree.subscribe();
     for n in 1..=6u64 {
-        let handle = tree
-            .spawn(SpawnRequest::new("worker", format!("job {n}")).background())
-            .await
-            .unwrap();
+        let handle = spawn_admitted(
+            &tree,
+            SpawnRequest::new("worker", format!("job {n}")).background(),
+        )
+        .await;
         assert_eq!(handle.id(), a(n));
     }
     for n in 3..=6 {
@@ -137,18 +139,17 @@ async fn an_aborted_queued_agent_never_starts() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let blocker = tree
-        .spawn(SpawnRequest::new("boss", "hold the slot").background())
-        .await
-        .unwrap();
-    let victim = tree
-        .spawn(SpawnRequest::new("worker", "never runs").background())
-        .await
-        .unwrap();
-    let next = tree
-        .spawn(SpawnRequest::new("worker", "runs").background())
-        .await
-        .unwrap();
+    let blocker = spawn_admitted(
+        &tree,
+        SpawnRequest::new("boss", "hold the slot").background(),
+    )
+    .await;
+    let victim = spawn_admitted(
+        &tree,
+        SpawnRequest::new("worker", "never runs").background(),
+    )
+    .await;
+    let next = spawn_admitted(&tree, SpawnRequest::new("worker", "runs").background()).await;
     events.expect_event("a start", started(blocker.id())).await;
     assert_eq!(
         tree.record(victim.id()).unwrap().status,
@@ -203,14 +204,12 @@ async fn nested_children_bypass_a_full_pool() {
     )
     .await;
     let mut events = tree.subscribe();
-    let mut boss = tree
-        .spawn(SpawnRequest::new("boss", "delegate").background())
-        .await
-        .unwrap();
-    let waiting = tree
-        .spawn(SpawnRequest::new("worker", "wait for the pool").background())
-        .await
-        .unwrap();
+    let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "delegate").background()).await;
+    let waiting = spawn_admitted(
+        &tree,
+        SpawnRequest::new("worker", "wait for the pool").background(),
+    )
+    .await;
     assert_eq!(
         tree.record(waiting.id()).unwrap().status,
         AgentStatus::Queued
@@ -254,14 +253,8 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     ]);
     let tree = Arc::new(tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await);
     let mut events = tree.subscribe();
-    let mut first = tree
-        .spawn(SpawnRequest::new("first", "go").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("w", "queued").background())
-        .await
-        .unwrap();
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("first", "go").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("w", "queued").background()).await;
     assert_eq!(
         tree.record(queued.id()).unwrap().status,
         AgentStatus::Queued

@@ -5,16 +5,14 @@
 //! run asked no longer answers its owner's waits. The test kit's fault plans count runs, so a
 //! resume is run 2.
 
-use std::sync::Arc;
-
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, RestartPolicy};
-use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FaultyModel, FnModel, Script, ScriptedModel, Turn};
 
 use crate::support::harness::tree;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::{catalog, leaf, within};
+use crate::support::{catalog, leaf, spawn_admitted, within};
 
 /// The test kit's `FaultyModel::only_in_run(1)` limits the fault added last to run 1 of each
 /// agent, and a resume is a new run: "fails once, then recovers" recovers after `Tree::resume`
@@ -71,14 +69,8 @@ async fn a_restarted_pooled_agent_keeps_its_slot_until_its_exit_is_final() {
     )
     .await;
     let mut events = tree.subscribe();
-    let flaky = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let next = tree
-        .spawn(SpawnRequest::new("next", "go").background())
-        .await
-        .unwrap();
+    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let next = spawn_admitted(&tree, SpawnRequest::new("next", "go").background()).await;
     let outcomes = within(
         "both",
         tree.wait(&[flaky.id(), next.id()], WaitPolicy::AllSettled),
@@ -257,34 +249,16 @@ async fn a_delivered_steer_survives_a_restart() {
     tree.shutdown().await;
 }
 
-/// Each request's run and messages.
-type Requests = Arc<std::sync::Mutex<Vec<(u32, Arc<[agent_tree::protocol::Message]>)>>>;
-
 /// Fails every turn of an agent's first run after `delay` yields; answers every later run's
-/// turns at once. Keeps each request's run and messages.
-#[derive(Clone)]
-struct FailFirstRun {
-    delay: u64,
-    requests: Requests,
-}
-
-impl Model for FailFirstRun {
-    fn turn(
-        &self,
-        request: ModelRequest,
-    ) -> agent_tree::BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.requests
-            .lock()
-            .unwrap()
-            .push((request.run, request.messages.clone()));
-        Box::pin(async move {
-            if request.run > 1 {
-                return Ok(ModelResponse::text("done"));
-            }
-            yields(self.delay).await;
-            Err(ModelError::new("boom"))
-        })
-    }
+/// turns at once.
+fn fail_first_run(delay: u64) -> FnModel {
+    FnModel::new(move |request: ModelRequest| async move {
+        if request.run > 1 {
+            return Ok(ModelResponse::text("done"));
+        }
+        yields(delay).await;
+        Err(ModelError::new("boom"))
+    })
 }
 
 /// A steer racing the failure of an agent's first run, then its restart (transient) or the
@@ -297,10 +271,7 @@ async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
     let mut accepted = 0;
     for i in 0..160u64 {
         let restart = i % 2 == 0;
-        let model = FailFirstRun {
-            delay: (i / 2) % 7,
-            requests: Arc::default(),
-        };
+        let model = fail_first_run((i / 2) % 7);
         let definition = if restart {
             leaf("w").with_restart(RestartPolicy::Transient)
         } else {
@@ -318,10 +289,9 @@ async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
             out = bounded(REAL_GUARD, "w again", again.outcome()).await;
         }
         assert_eq!(out.status, AgentStatus::Completed, "{i}: {out:?}");
-        let requests = model.requests.lock().unwrap().clone();
-        let (run, last) = requests.last().expect("a request").clone();
-        assert_eq!(run, 2, "{i}: the completing run");
-        let read = last.iter().filter(|m| m.content == STEER).count();
+        let last = model.call_log().calls().pop().expect("a request");
+        assert_eq!(last.run, 2, "{i}: the completing run");
+        let read = last.messages.iter().filter(|m| m.content == STEER).count();
         let steered = events
             .drain()
             .iter()

@@ -29,7 +29,8 @@ use crate::support::harness::{GUARD, a, tree};
 use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{
-    RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within,
+    RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, run_admitted,
+    user_texts, within,
 };
 
 const TASK: &str = "the original task";
@@ -307,9 +308,11 @@ async fn restart_event_sits_between_the_incarnations() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the supervisor",
+        run_admitted(&tree, SpawnRequest::new("sup", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("sup done"));
     within("idle", tree.idle()).await;
     let events: Vec<Event> = events
@@ -534,10 +537,7 @@ async fn a_restarted_child_keeps_its_inherited_context() {
     heir.inherit_context = true;
     let catalog = catalog([delegator_of_all("boss"), heir]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
-    let out = tree
-        .run(SpawnRequest::new("boss", "SECRET owner context"))
-        .await
-        .unwrap();
+    let out = run_admitted(&tree, SpawnRequest::new("boss", "SECRET owner context")).await;
     assert_eq!(out.status, AgentStatus::Completed);
     let runs = recorder.calls_of(a(2));
     assert_eq!(runs.len(), 2, "one failed turn, one restarted turn");

@@ -23,7 +23,10 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
-use crate::support::{CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, within};
+use crate::support::{
+    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, run_admitted, spawn_admitted,
+    within,
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -320,9 +323,11 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within("the boss", tree.run(SpawnRequest::new("boss", "delegate")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the boss",
+        run_admitted(&tree, SpawnRequest::new("boss", "delegate")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("boss saw it"));
     within("idle", tree.idle()).await;
     let events = events.drain();
@@ -556,14 +561,8 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
     )
     .await;
     let mut events = tree.subscribe();
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "wait"))
-        .await
-        .expect("admitted");
-    let mut crasher = tree
-        .spawn(SpawnRequest::new("crasher", "crash"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "wait")).await;
+    let mut crasher = spawn_admitted(&tree, SpawnRequest::new("crasher", "crash")).await;
     let lead_outcome = within("the lead", lead.outcome()).await;
     assert_eq!(
         lead_outcome.status,
@@ -648,9 +647,11 @@ async fn every_strategy_escalates_past_the_intensity() {
         )
         .await;
         let mut events = tree.subscribe();
-        let outcome = within("sup", tree.run(SpawnRequest::new("sup", "supervise")))
-            .await
-            .expect("admitted");
+        let outcome = within(
+            "sup",
+            run_admitted(&tree, SpawnRequest::new("sup", "supervise")),
+        )
+        .await;
         assert_eq!(
             (outcome.status, outcome.reason),
             (AgentStatus::Failed, EndReason::Escalated),
@@ -710,14 +711,8 @@ async fn root_escalation_strands_no_queued_agent() {
     ]);
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = tree(model, catalog, config).await;
-    let _a = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let b = tree
-        .spawn(SpawnRequest::new("leaf", "go").background())
-        .await
-        .unwrap();
+    let _a = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let b = spawn_admitted(&tree, SpawnRequest::new("leaf", "go").background()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
     assert!(
         r.is_ok(),
@@ -746,14 +741,8 @@ async fn one_for_all_with_a_queued_sibling_does_not_hang() {
         .with_max_concurrent(1)
         .with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
     let tree = tree(model, catalog, config).await;
-    let f = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let l = tree
-        .spawn(SpawnRequest::new("leaf", "go").background())
-        .await
-        .unwrap();
+    let f = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let l = spawn_admitted(&tree, SpawnRequest::new("leaf", "go").background()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
     assert!(
         r.is_ok(),

@@ -60,6 +60,16 @@ pub(crate) async fn build_tree(catalog: Catalog, model: impl Model) -> Tree {
         .expect("the tree builds")
 }
 
+/// Spawns `request` on `tree`, failing the test when it is refused.
+pub(crate) async fn spawn_admitted(tree: &Tree, request: SpawnRequest) -> AgentHandle {
+    tree.spawn(request).await.expect("the spawn is admitted")
+}
+
+/// Runs `request` on `tree` to its end, failing the test when it is refused.
+pub(crate) async fn run_admitted(tree: &Tree, request: SpawnRequest) -> Outcome {
+    tree.run(request).await.expect("the run is admitted")
+}
+
 /// The contents of a conversation's user messages, in order.
 pub(crate) fn user_texts(messages: &[Message]) -> Vec<String> {
     messages
@@ -216,6 +226,9 @@ pub mod journal;
 
 /// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;
+
+/// The step model of the model-contract tests: streams, cut-offs, context windows.
+pub mod steps;
 
 /// The race-test helpers: guards, bounded waits, yield loops and the `slow` tool.
 pub mod races;
