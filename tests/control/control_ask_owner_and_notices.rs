@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
 use crate::support::{
-    RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, spawn_admitted, user_texts,
+    RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, run_admitted, spawn_admitted,
+    user_texts,
 };
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
@@ -456,10 +457,12 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
     let model = crate::support::RecordingModel::new(scripted);
     let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
-    let out = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go")))
-        .await
-        .unwrap()
-        .unwrap();
+    let out = tokio::time::timeout(
+        WAIT_LIMIT,
+        run_admitted(&tree, SpawnRequest::new("boss", "go")),
+    )
+    .await
+    .unwrap();
     assert!(out.is_completed());
     assert!(tree.outcome(a(2)).unwrap().is_completed());
     let last = model.calls_of(a(1)).last().cloned().unwrap();

@@ -311,9 +311,8 @@ async fn a_delivered_steer_from_a_tool_is_never_lost_mt() {
         let mut leads = Vec::new();
         for _ in 0..LEADS {
             leads.push(
-                tree.spawn(SpawnRequest::new("lead", "go"))
+                spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
                     .await
-                    .expect("admitted")
                     .id(),
             );
         }

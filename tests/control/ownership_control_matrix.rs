@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, a, idle, status_of};
+use crate::support::spawn_admitted;
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Message};
@@ -112,9 +113,7 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
     let tree = crate::support::harness::tree(model.clone(), catalog(definitions), config).await;
     let mut events = EventProbe::new(&tree);
     for i in 0..TOP_LEVEL {
-        tree.spawn(SpawnRequest::new(type_name(i), "build").background())
-            .await
-            .unwrap();
+        spawn_admitted(&tree, SpawnRequest::new(type_name(i), "build").background()).await;
     }
     // Every agent has started and reported its first turn (its usage): it is parked (or
     // about to be).

@@ -9,7 +9,7 @@ use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, run_admitted};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
@@ -282,9 +282,7 @@ async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
         .await
         .unwrap();
     for i in 0..40 {
-        tree.run(SpawnRequest::new("w", format!("task {i}")))
-            .await
-            .unwrap();
+        run_admitted(&tree, SpawnRequest::new("w", format!("task {i}"))).await;
     }
     tree.shutdown().await;
     let text = std::fs::read_to_string(&path).unwrap();
@@ -424,9 +422,7 @@ fn a_flush_after_an_event_was_seen_makes_that_event_durable() {
         let mut events = tree.subscribe();
         let _others: Vec<_> = (0..256).map(|_| tree.subscribe()).collect();
         for i in 0..AGENTS {
-            tree.spawn(SpawnRequest::new("w", format!("task {i}")))
-                .await
-                .unwrap();
+            spawn_admitted(&tree, SpawnRequest::new("w", format!("task {i}"))).await;
         }
         let mut completed = 0;
         while completed < AGENTS {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::catalog;
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::{BoxFuture, ModelError, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
@@ -128,11 +129,8 @@ async fn build(model: &Counting, bound: Option<usize>) -> Tree {
 async fn run_all(tree: &Tree, types: &[&str]) -> Vec<Outcome> {
     let mut handles = Vec::new();
     for agent_type in types {
-        handles.push(
-            tree.spawn(SpawnRequest::new(*agent_type, "go").background())
-                .await
-                .unwrap(),
-        );
+        handles
+            .push(spawn_admitted(&tree, SpawnRequest::new(*agent_type, "go").background()).await);
     }
     let mut outcomes = Vec::new();
     for handle in &mut handles {

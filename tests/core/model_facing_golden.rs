@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::support::catalog;
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::ToolSpec;
 use agent_tree::testkit::FnModel;
@@ -55,9 +56,7 @@ async fn planner_tools() -> Vec<ToolSpec> {
         .build()
         .await
         .unwrap();
-    tree.run(SpawnRequest::new("planner", "plan"))
-        .await
-        .unwrap();
+    run_admitted(&tree, SpawnRequest::new("planner", "plan")).await;
     let tools = first_tools.lock().clone();
     tools.expect("the planner took a turn")
 }

@@ -12,7 +12,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::recovery_resumes::build;
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf, spawn_admitted};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
 /// write cut off by the crash leaves).
@@ -21,9 +21,8 @@ async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
     let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
     let tree = build(model, catalog([leaf("w")]), &live, TreeConfig::default()).await;
     assert!(
-        tree.run(SpawnRequest::new("w", "go"))
+        run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .unwrap()
             .is_completed()
     );
     crash_copy(&tree, &live, &path).await;

@@ -16,7 +16,7 @@ use crate::journal_open::open;
 use crate::support::harness::ok_tool;
 use crate::support::journal::{Recorded, TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, spawn_admitted, unanswered};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, unanswered};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(
@@ -64,9 +64,8 @@ async fn recovered_after_a_graceful_shutdown() {
     let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
     let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
     assert!(
-        tree.run(SpawnRequest::new("w", "go"))
+        run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .unwrap()
             .is_completed()
     );
     tree.shutdown().await;
@@ -344,9 +343,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
         .await
         .unwrap();
     for i in 0..6 {
-        tree.run(SpawnRequest::new("w", format!("go {i}")))
-            .await
-            .unwrap();
+        run_admitted(&tree, SpawnRequest::new("w", format!("go {i}"))).await;
     }
     tree.flush_journal().await;
     std::fs::copy(&live, &crashed).unwrap();

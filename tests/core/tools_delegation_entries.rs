@@ -12,6 +12,7 @@ use agent_tree::{CatalogError, parse_agent_file};
 
 use crate::support::catalog;
 use crate::support::harness::{GUARD, ok_tool, tools};
+use crate::support::run_admitted;
 
 fn file(name: &str, frontmatter: &str) -> String {
     format!("---\nname: {name}\ndescription: d\n{frontmatter}\n---\nYou work.\n")
@@ -53,10 +54,12 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
         .build()
         .await
         .expect("the tree builds");
-    tokio::time::timeout(GUARD, tree.run(SpawnRequest::new("lead", "lead")))
-        .await
-        .expect("the run settles")
-        .expect("the run succeeds");
+    tokio::time::timeout(
+        GUARD,
+        run_admitted(&tree, SpawnRequest::new("lead", "lead")),
+    )
+    .await
+    .expect("the run succeeds");
     let log = model.log_of(AgentId::new(1));
     let results = if spawn.is_some() {
         log.get(1)
@@ -379,10 +382,12 @@ async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type
         .build()
         .await
         .unwrap();
-    tokio::time::timeout(GUARD, tree.run(SpawnRequest::new("lead", "lead")))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        GUARD,
+        run_admitted(&tree, SpawnRequest::new("lead", "lead")),
+    )
+    .await
+    .unwrap();
     let log = model.log_of(AgentId::new(1));
     assert!(log[1].results[0].is_error, "{:?}", log[1].results);
     assert!(!log[2].results[0].is_error, "{:?}", log[2].results);

@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::harness::{GUARD, Rng, started};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// A tiny model: an owner spawns a target, a target spawns a child; every later turn
 /// hangs. Its call log counts the calls per agent.
@@ -190,17 +190,13 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
 
     match mode {
         Mode::RightAfterSpawn => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             status_at_abort = tree.record(target).expect("rec").status;
             at_abort.push((target, calls_of(&bench.model, target)));
             tree.abort(target).expect("exists");
         }
         Mode::DuringStartHook | Mode::ShutdownOfItself => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
             at_abort.push((target, calls_of(&bench.model, target)));
@@ -215,9 +211,7 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
         }
         Mode::OwnerAbortedDuringStartHook | Mode::ShutdownOfItsOwner => {
             let owner = owner.expect("nested");
-            tree.spawn(SpawnRequest::new("owner", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("owner", "go")).await;
             let events = events.as_mut().expect("subscribed");
             events
                 .expect_event("the target's start", started(target))
@@ -237,9 +231,7 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
             }
         }
         Mode::TreeShutdown => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
             at_abort.push((target, calls_of(&bench.model, target)));

@@ -192,9 +192,7 @@ async fn admitted(journal: &Path) -> Tree {
         .build()
         .await
         .unwrap();
-    tree.spawn(SpawnRequest::new("writer", "the task"))
-        .await
-        .unwrap();
+    spawn_admitted(&tree, SpawnRequest::new("writer", "the task")).await;
     tree.flush_journal().await;
     tree
 }

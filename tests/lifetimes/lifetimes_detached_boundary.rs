@@ -19,7 +19,7 @@ use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, build_tree, catalog, delegator, delegator_of_all, leaf,
-    terminal_event, within,
+    spawn_admitted, terminal_event, within,
 };
 
 const LATER: Duration = Duration::from_secs(10);
@@ -71,9 +71,7 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
     )
     .await;
     let events = tree.subscribe();
-    tree.spawn(SpawnRequest::new("boss", "oversee"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "oversee")).await;
     // Both workers are in flight: the detached one in its long second call.
     model.until_calls(a(3), 1).await;
     model.until_calls(a(4), 2).await;

@@ -179,9 +179,7 @@ async fn drain_holds_the_owner_completing_until_its_children_settle() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     assert_drains(&tree, &mut events, a(1)).await;
     assert!(model.calls().iter().all(|c| c.end == CallEnd::Returned));
     tree.shutdown().await;
@@ -241,9 +239,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
         TreeConfig::default(),
     )
     .await;
-    tree.spawn(SpawnRequest::new("boss", "oversee"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "oversee")).await;
     let outcome = within("the lead", async {
         nested.until_calls(a(2), 1).await;
         tree.handle(a(2)).expect("lead").outcome().await
@@ -367,9 +363,7 @@ async fn the_completing_root_refuses_new_top_level_spawns() {
             .expect("the tree builds"),
     );
     cell.set(&tree);
-    tree.spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     model.until_calls(a(2), 1).await;
     // The lead answered and drains its hanging worker.
     model.until_calls(a(1), 2).await;

@@ -13,7 +13,7 @@ use agent_tree::{HookContext, HookError};
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, yields};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 /// One random tree: `leads` leads, each with background workers; models that answer soon,
 /// later or hang; shutdown hooks that return at once, take a few ms, or hang (killed at the
@@ -93,9 +93,7 @@ async fn no_actor_is_alive_when_shutdown_returns_mt() {
     for run in 0..TREES {
         let (tree, _model) = random_tree(&mut rng).await;
         for _ in 0..rng.range(1, 4) {
-            tree.spawn(SpawnRequest::new("lead", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         }
         if rng.chance(50) {
             // One settles just before the shutdown begins.
@@ -200,9 +198,7 @@ async fn agents_settling_as_the_shutdown_begins_are_not_alive_after_it() {
             builder
         };
         let tree = builder.build().await.expect("the tree builds");
-        tree.spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         tokio::time::sleep(ms(10)).await;
         let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
         let alive = tree.alive_actors();
@@ -269,9 +265,7 @@ async fn descendants_of_a_killed_agent_are_not_alive_after_shutdown_mt() {
     for run in 0..RUNS {
         let (workers, subs) = (4 + (run % 4) as usize, (run % 3) as usize);
         let (tree, model) = killable_team(workers, subs).await;
-        tree.spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let total = 1 + workers + workers * subs;
         bounded(
             REAL_GUARD,
@@ -306,9 +300,7 @@ async fn descendants_of_a_killed_agent_are_not_alive_after_shutdown() {
     for variant in 0..6u64 {
         let (workers, subs) = (3 + variant as usize, (variant % 3) as usize);
         let (tree, model) = killable_team(workers, subs).await;
-        tree.spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let total = 1 + workers + workers * subs;
         model
             .until("every agent in flight", |calls| {
@@ -378,9 +370,7 @@ fn blocking_hook_shutdown(
             .build()
             .await
             .expect("the tree builds");
-        tree.spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         bounded(
             REAL_GUARD,
             "every worker's model call",

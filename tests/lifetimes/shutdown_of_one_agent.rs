@@ -64,9 +64,7 @@ async fn shutdown_agent_stops_only_that_subtree() {
         .await
         .expect("the tree builds");
     // lead a1 → a2, a3; other a4 → helper a5.
-    tree.spawn(SpawnRequest::new("lead", "team"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "team")).await;
     model.until_all_calls(&[a(2), a(3)], 1).await;
     let mut other = spawn_admitted(&tree, SpawnRequest::new("other", "independent")).await;
     model.until_calls(a(5), 1).await;
@@ -314,9 +312,8 @@ async fn shutdown_agent_never_strands_a_waiting_owner_mt() {
         let mut owners = Vec::new();
         for _ in 0..PAIRS {
             owners.push(
-                tree.spawn(SpawnRequest::new("owner", "delegate"))
+                spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
                     .await
-                    .expect("admitted")
                     .id(),
             );
         }

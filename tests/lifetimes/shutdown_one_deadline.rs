@@ -26,7 +26,9 @@ use parking_lot::Mutex;
 
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
-use crate::support::{CallEnd, RecordingModel, TreeCell, catalog, delegator, leaf, within};
+use crate::support::{
+    CallEnd, RecordingModel, TreeCell, catalog, delegator, leaf, spawn_admitted, within,
+};
 
 /// Each agent's terminal event settles after every one of its children's.
 fn assert_bottom_up(tree: &Tree, events: &[Event]) {
@@ -74,9 +76,7 @@ async fn two_teams(
         .await
         .expect("the tree builds");
     for _ in 0..2 {
-        tree.spawn(SpawnRequest::new("lead", "run the team"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("lead", "run the team")).await;
         // The next lead's id follows this team's.
         let lead = AgentId::new(tree.snapshot().records.len() as u64 - 1);
         model.until_calls(lead, 2).await;
@@ -221,13 +221,9 @@ async fn a_hook_that_never_returns_is_killed_at_the_deadline_with_its_owners() {
         .build()
         .await
         .expect("the tree builds");
-    tree.spawn(SpawnRequest::new("link", "chain"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("link", "chain")).await;
     model.until_calls(a(4), 1).await;
-    tree.spawn(SpawnRequest::new("lead", "team"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "team")).await;
     model.until_calls(a(6), 1).await;
     let mut events = tree.subscribe();
 
@@ -302,9 +298,7 @@ async fn a_stuck_hook_does_not_outlive_the_shutdown() {
         .build()
         .await
         .expect("the tree builds");
-    tree.spawn(SpawnRequest::new("worker", "hold"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("worker", "hold")).await;
     model.until_calls(a(1), 1).await;
     let start = tokio::time::Instant::now();
     let report = within("shutdown", tree.shutdown()).await;
@@ -337,9 +331,7 @@ async fn chain(depth: u32, hook_takes: Duration, grace: Duration) -> (Arc<Tree>,
         .build()
         .await
         .expect("the tree builds");
-    tree.spawn(SpawnRequest::new("link", "chain"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("link", "chain")).await;
     // The deepest link's spawn is refused at the cap; then it hangs like the others.
     model.until_calls(a(u64::from(depth)), 2).await;
     let snapshot = tree.snapshot();
@@ -417,9 +409,7 @@ async fn a_tree_200_wide_stops_gracefully_and_reports_failing_hooks() {
         .await
         .expect("the tree builds");
     for _ in 0..HUBS {
-        tree.spawn(SpawnRequest::new("hub", "serve"))
-            .await
-            .expect("admitted");
+        spawn_admitted(&tree, SpawnRequest::new("hub", "serve")).await;
     }
     model
         .until("200 agents in flight", |calls| {

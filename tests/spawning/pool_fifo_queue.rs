@@ -105,9 +105,11 @@ async fn raising_the_limit_drains_the_queue() {
     .await;
     let mut events = EventProbe::new(&tree);
     for n in 1..=4 {
-        tree.spawn(SpawnRequest::new("worker", format!("job {n}")).background())
-            .await
-            .unwrap();
+        spawn_admitted(
+            &tree,
+            SpawnRequest::new("worker", format!("job {n}")).background(),
+        )
+        .await;
     }
     events.expect_event("a start", started(a(1))).await;
     let queued = events.receive_n(3, "a queued agent", is_queued).await;
@@ -264,9 +266,7 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let late = tokio::spawn(async move {
         let _ = first.outcome().await;
         // The slot is free now; the queued agent is first in line.
-        t.spawn(SpawnRequest::new("w", "late").background())
-            .await
-            .unwrap()
+        spawn_admitted(&t, SpawnRequest::new("w", "late").background()).await
     })
     .await
     .unwrap();

@@ -30,7 +30,7 @@ use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, run_admitted,
-    user_texts, within,
+    spawn_admitted, user_texts, within,
 };
 
 const TASK: &str = "the original task";
@@ -128,15 +128,11 @@ async fn run_cell(cell: Cell) {
     let mut events = EventProbe::new(&tree);
     let (sup, child) = match cell.owner {
         Owner::Agent => {
-            tree.spawn(SpawnRequest::new("sup", "supervise"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("sup", "supervise")).await;
             (Some(a(1)), a(2))
         }
         Owner::Root => {
-            tree.spawn(SpawnRequest::new("child", TASK))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("child", TASK)).await;
             (None, a(1))
         }
     };
@@ -425,9 +421,7 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             } else {
                 "child"
             };
-            tree.spawn(SpawnRequest::new(top, TASK))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new(top, TASK)).await;
             model.until_calls(stuck, 1).await;
             let report = within("shutdown", tree.shutdown()).await;
             assert!(report.killed.contains(&stuck), "{name}: {report:?}");

@@ -89,9 +89,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("sup", "supervise"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("sup", "supervise")).await;
     let last = match expected.last() {
         Some(Step::Restarted(id)) => *id,
         other => panic!("the plan must end with a restart: {other:?}"),
@@ -409,9 +407,7 @@ async fn restarted_by_boss(rerun: Rerun) {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("boss", "delegate"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "delegate")).await;
     let (boss, sup) = (a(1), a(2));
     events
         .expect_event("the supervisor's restart", restarted(sup, 2))
@@ -508,9 +504,7 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("sup", "supervise flaky"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("sup", "supervise flaky")).await;
     let sup = a(1);
     events
         .expect_event("the supervisor's restart", restarted(sup, 2))
