@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
 use crate::support::{
-    RecordingModel, WAIT_LIMIT, catalog, run_admitted, spawn_admitted, user_texts,
+    RecordingModel, WAIT_LIMIT, catalog, resume_call, run_admitted, spawn_admitted, user_texts,
 };
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
@@ -18,7 +18,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 fn resume(id: &str, prompt: &str) -> Call {
-    Call::tool("Agent", json!({ "resume": id, "prompt": prompt }))
+    resume_call(id, prompt)
 }
 
 fn boss_slow_and_quick() -> Catalog {
@@ -328,7 +328,7 @@ async fn an_empty_resume_continues_while_a_new_agents_blank_task_is_refused() {
             "boss",
             Script::new([
                 Turn::spawn("quick", "one"),
-                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("boss done"),
                 Turn::answer("boss again"),
             ]),

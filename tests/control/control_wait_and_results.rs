@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
+use crate::support::read_result_call;
 use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
@@ -192,7 +193,7 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
 async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_too() {
     for read in [false, true] {
         let take = if read {
-            Call::tool("get_subagent_result", json!({ "agent_id": "a2" }))
+            read_result_call("a2")
         } else {
             Call::tool("wait_subagents", json!({ "agent_ids": ["a2", "a3"] }))
         };

@@ -17,7 +17,9 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 
 use crate::support::harness::{results, tools};
-use crate::support::{RecordingModel, catalog, delegator_of_all, error_text, spawn_admitted};
+use crate::support::{
+    RecordingModel, catalog, delegator_of_all, error_text, resume_call, spawn_admitted,
+};
 
 fn boss_worker_asker() -> Catalog {
     catalog([
@@ -422,7 +424,7 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
                     Call::spawn("worker", " \n\t"),
                     Call::spawn("worker", "real work"),
                 ]),
-                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
             ]),
         )

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, a, idle, status_of};
+use crate::support::resume_call;
 use crate::support::spawn_admitted;
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
@@ -163,7 +164,7 @@ fn steer(target: &str) -> Call {
 }
 
 fn resume(target: &str) -> Call {
-    Call::tool("Agent", json!({ "resume": target, "prompt": "matrix" }))
+    resume_call(target, "matrix")
 }
 
 fn abort(target: &str) -> Call {

@@ -8,13 +8,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, FnModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FnModel, Script, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
 use parking_lot::Mutex;
 
 use crate::journal_steps::{LIMIT, bounded, fixed, step_answer, steps_tree};
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted, spawn_admitted};
 
 /// Rule: with `Durability::EveryEntry` too, read outputs are released once the journal has
 /// written them (at the latest at `Tree::flush_journal`) and read back exactly, by the
@@ -28,10 +28,7 @@ async fn every_entry_durability_releases_and_reads_back() {
             "lead",
             Script::new([
                 Turn::spawn("worker", "one"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("lead done"),
             ]),
         )

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, spawn_admitted};
+use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
 
 /// The questions a handler was asked, in order, and a wake-up for each.
 #[derive(Default)]
@@ -236,10 +236,7 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
         .script(
             "lead",
             Script::new([
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({ "resume": writer, "prompt": "tabs" }),
-                )]),
+                Turn::calls([resume_call(&writer.to_string(), "tabs")]),
                 Turn::answer("led"),
             ]),
         )

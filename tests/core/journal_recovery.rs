@@ -14,7 +14,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, spawn_admitted};
+use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()
@@ -230,10 +230,7 @@ async fn reissued_spawn_after_recovery() {
                 // The lost turn, re-run: the same spawn at the same place.
                 Turn::spawn("worker", "dig"),
                 // The worker was interrupted: resume it where it was.
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("found it"),
             ]),
         )

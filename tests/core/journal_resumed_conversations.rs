@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Role, ToolCall};
-use agent_tree::testkit::{Call, FnModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FnModel, Script, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
 use crate::journal_steps::{bounded, step_answer, steps_tree};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, run_admitted};
+use crate::support::{catalog, delegator, leaf, resume_call, run_admitted};
 
 /// Rule: "a conversation that cannot be read back makes the resume fail, never run on an
 /// empty conversation"; a settled agent's conversation is kept in the journal and read back
@@ -208,10 +208,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         if first {
             turns.push(Turn::spawn("worker", "dig"));
         } else {
-            turns.push(Turn::calls([Call::tool(
-                "Agent",
-                serde_json::json!({"resume": "a2", "prompt": "dig more"}),
-            )]));
+            turns.push(Turn::calls([resume_call("a2", "dig more")]));
         }
         turns.push(Turn::answer("lead done"));
         Script::new(turns)

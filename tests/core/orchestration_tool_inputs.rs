@@ -11,7 +11,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{GUARD, a, results, tree};
-use crate::support::{build_tree, catalog, delegator, delegator_of_all, leaf};
+use crate::support::{
+    build_tree, catalog, delegator, delegator_of_all, leaf, read_result_call, resume_call,
+};
 
 /// A type the `Agent` tool offers is one the model can start: a catalog takes a type name of
 /// any length and the tool lists it in its `agent_type` enum, so a model's call naming it
@@ -57,10 +59,7 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
             "lead",
             Script::new([
                 Turn::calls([Call::spawn("worker", "first task")]),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({ "resume": "a2", "prompt": "   \n\t " }),
-                )]),
+                Turn::calls([resume_call("a2", "   \n\t ")]),
                 Turn::answer("lead done"),
             ]),
         )
@@ -117,15 +116,12 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
             json!({ "agent_id": id, "message": "hi" }),
         ));
         calls.push(Call::tool("abort_subagent", json!({ "agent_id": id })));
-        calls.push(Call::tool("get_subagent_result", json!({ "agent_id": id })));
+        calls.push(read_result_call(id));
         calls.push(Call::tool(
             "wait_subagents",
             json!({ "agent_ids": [id, id] }),
         ));
-        calls.push(Call::tool(
-            "Agent",
-            json!({ "resume": id, "prompt": "again" }),
-        ));
+        calls.push(resume_call(id, "again"));
     }
     let count = calls.len();
     let model = ScriptedModel::new()

@@ -14,7 +14,7 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use agent_tree::{BoxFuture, JournalConfig, Model, ModelError, ModelRequest, ModelResponse};
 
 use crate::support::journal::TempDir;
-use crate::support::{build_tree, catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, read_result_call};
 
 /// The heap, counted: bytes allocated and not yet freed, by the whole process.
 #[global_allocator]
@@ -270,10 +270,7 @@ async fn an_owner_reads_a_released_result_back_whole() {
             "lead",
             Script::new([
                 Turn::spawn("worker", "report"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::calls([Call::tool(
                     "wait_subagents",
                     serde_json::json!({ "agent_ids": ["a2"] }),

@@ -14,7 +14,7 @@ use agent_tree::testkit::{Call, EventProbe, FnModel, Script, ScriptedModel, Targ
 use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, run_admitted};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
 
 /// A generous real-time bound: a hang fails the test instead of sticking the run.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
@@ -164,7 +164,7 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
 async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_turn() {
     let dir = TempDir::new("retention-sets");
     let answers: Vec<String> = (0..3).map(|i| report(&format!("w{i}"), 400)).collect();
-    let get = |id: &str| Call::tool("get_subagent_result", serde_json::json!({ "agent_id": id }));
+    let get = |id: &str| read_result_call(id);
     let model = ScriptedModel::new()
         .script(
             "lead",
@@ -273,10 +273,7 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
                 Turn::spawn_background("worker", "go"),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
             ]),
         )
@@ -352,10 +349,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
             Script::new([
                 Turn::spawn("mid", "delegate"),
                 Turn::calls([
-                    Call::tool(
-                        "get_subagent_result",
-                        serde_json::json!({ "agent_id": "a3" }),
-                    ),
+                    read_result_call("a3"),
                     Call::tool(
                         "wait_subagents",
                         serde_json::json!({ "agent_ids": ["a2", "a3"] }),

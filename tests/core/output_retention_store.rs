@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, MemoryJournal, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
 
 use crate::output_retention_reads::{bounded, report, tool_messages};
-use crate::support::{catalog, delegator, leaf, run_admitted};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
 
 /// A store that writes but cannot read one line back (a bad sector under an old line).
 fn unreadable() -> MemoryJournal {
@@ -76,10 +76,7 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
             "lead",
             Script::new([
                 Turn::spawn("worker", "report"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
             ]),
         )

@@ -16,7 +16,9 @@ use crate::journal_open::open;
 use crate::support::harness::ok_tool;
 use crate::support::journal::{Recorded, TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, unanswered};
+use crate::support::{
+    catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted, unanswered,
+};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(
@@ -181,10 +183,7 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
             "lead",
             Script::new([
                 Turn::spawn("worker", "dig"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
             ]),
         )
@@ -239,10 +238,7 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
             "lead",
             Script::new([
                 Turn::spawn("worker", "dig"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
             ]),
         )

@@ -8,7 +8,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
-use crate::support::{RecordingModel, catalog, leaf, run_admitted, spawn_admitted, within};
+use crate::support::{
+    RecordingModel, catalog, leaf, read_result_call, run_admitted, spawn_admitted, within,
+};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -34,7 +36,7 @@ fn scripted() -> ScriptedModel {
                         "steer_subagent",
                         json!({ "agent_id": "a1", "message": "hi" }),
                     ),
-                    Call::tool("get_subagent_result", json!({ "agent_id": "a1" })),
+                    read_result_call("a1"),
                 ]),
                 Turn::answer("plain done"),
             ]),

@@ -10,7 +10,8 @@ use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
 use crate::support::{
-    RecordingModel, build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted,
+    RecordingModel, build_tree, catalog, delegator, leaf, read_result_call, run_admitted,
+    spawn_admitted,
 };
 
 /// Real time: a loop iteration that does not finish in this long has hung.
@@ -320,10 +321,7 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_threads() {
     let wait = Call::tool("wait_subagents", serde_json::json!({ "agent_ids": ["a2"] }));
-    let peek = Call::tool(
-        "get_subagent_result",
-        serde_json::json!({ "agent_id": "a2" }),
-    );
+    let peek = read_result_call("a2");
     for run in 0..150u32 {
         let take = if run % 2 == 0 {
             wait.clone()

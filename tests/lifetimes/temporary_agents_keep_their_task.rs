@@ -13,13 +13,14 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, SteerReceipt};
-use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
 use crate::support::journal::TempDir;
 use crate::support::lifetimes::{ms, restarts};
-use crate::support::{RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted};
+use crate::support::{
+    RecordingModel, catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted,
+};
 
 const STEER: &str = "mind the edge case";
 
@@ -199,10 +200,7 @@ async fn an_inheriting_temporary_child_resumed_by_its_owner_keeps_context_and_ta
             "boss",
             Script::new([
                 Turn::spawn("kid", "kid task"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({ "resume": "a2", "prompt": "again" }),
-                )]),
+                Turn::calls([resume_call("a2", "again")]),
                 Turn::answer("boss done"),
             ]),
         )

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, tree};
+use crate::support::resume_call;
 use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
@@ -131,10 +132,7 @@ async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
                 Turn::spawn("worker", "one"),
                 Turn::spawn("worker", "two"),
                 Turn::spawn("worker", "three"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({"resume": "a2", "prompt": "more"}),
-                )]),
+                Turn::calls([resume_call("a2", "more")]),
                 Turn::answer("done"),
             ]),
         )

@@ -45,6 +45,23 @@ pub(crate) fn ask(question: &str) -> Call {
     Call::tool("ask_owner", serde_json::json!({ "question": question }))
 }
 
+/// A scripted `Agent` call resuming `agent` (its id as a model writes it) with `prompt`.
+pub(crate) fn resume_call(agent: &str, prompt: &str) -> Call {
+    Call::tool(
+        "Agent",
+        serde_json::json!({ "resume": agent, "prompt": prompt }),
+    )
+}
+
+/// A scripted `get_subagent_result` call of `agent` (its id as a model writes it), without
+/// a wait.
+pub(crate) fn read_result_call(agent: &str) -> Call {
+    Call::tool(
+        "get_subagent_result",
+        serde_json::json!({ "agent_id": agent }),
+    )
+}
+
 /// Builds a catalog, panicking on invalid definitions.
 pub(crate) fn catalog(definitions: impl IntoIterator<Item = AgentDefinition>) -> Catalog {
     Catalog::new(definitions).expect("test definitions are valid")
