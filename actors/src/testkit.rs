@@ -341,6 +341,13 @@ impl Script {
     }
 }
 
+/// A script of the turns in the array, in order: `.script("w", [Turn::answer("ok")])`.
+impl<const N: usize> From<[Turn; N]> for Script {
+    fn from(turns: [Turn; N]) -> Self {
+        Script::new(turns)
+    }
+}
+
 /// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
 ///
 /// It keeps one place in a script per agent id. Trees hosted on another node
@@ -379,9 +386,22 @@ impl ScriptedModel {
         ScriptedModel::default()
     }
 
-    /// Sets the script every agent of `agent_type` plays.
-    pub fn script(self, agent_type: impl Into<String>, script: Script) -> Self {
-        self.inner.by_type.lock().insert(agent_type.into(), script);
+    /// Sets the script every agent of `agent_type` plays: a [`Script`], or an array of
+    /// [`Turn`]s.
+    ///
+    /// ```
+    /// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+    ///
+    /// let model = ScriptedModel::new()
+    ///     .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+    ///     .script("worker", Script::new([Turn::answer("dug")]));
+    /// # let _ = model;
+    /// ```
+    pub fn script(self, agent_type: impl Into<String>, script: impl Into<Script>) -> Self {
+        self.inner
+            .by_type
+            .lock()
+            .insert(agent_type.into(), script.into());
         self
     }
 
