@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, Question, SteerReceipt};
 use serde_json::json;
 
@@ -29,11 +29,11 @@ fn ask(question: &str) -> Call {
 async fn a_late_handler_answer_does_not_answer_a_later_question() {
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([ask("q1")]),
             Turn::calls([ask("q2")]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let tree = Tree::builder()
         .catalog(boss_and_asker())
@@ -76,7 +76,7 @@ async fn a_refused_steer_leaves_the_childs_question_open_for_a_wait() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("asker", "go"),
                 // The question's notice has arrived by now.
                 Turn::calls([Call::steer(a(2), huge)]).after(Duration::from_millis(50)),
@@ -88,11 +88,11 @@ async fn a_refused_steer_leaves_the_childs_question_open_for_a_wait() {
                 Turn::answer("done"),
                 // The asker's completion arrives during that turn: one more to read it.
                 Turn::answer("done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([Turn::calls([ask("which colour?")]), Turn::answer("painted")]),
+            [Turn::calls([ask("which colour?")]), Turn::answer("painted")],
         );
     let tree = tree(model.clone(), boss_and_asker(), TreeConfig::default()).await;
     let outcome = tokio::time::timeout(

@@ -21,7 +21,7 @@ use crate::support::{
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 fn noop() -> Call {
@@ -45,19 +45,19 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("asker", "pick a colour"),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("which colour?")]),
                 Turn::answer("I chose blue"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
@@ -114,10 +114,10 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
 async fn a_top_level_agent_asks_the_application() {
     let scripted = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([ask("may I deploy?")]),
             Turn::answer("deployed"),
-        ]),
+        ],
     );
     // The application's handler stays silent; the application answers with a steer.
     let tree = Tree::builder()
@@ -162,27 +162,27 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("mid", "m"),
                 Turn::calls([noop()]).after(Duration::from_millis(200)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::spawn_background("leaf", "l"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::answer("mid done"),
-            ]),
+            ],
         )
-        .script("leaf", Script::new([Turn::answer("leaf done")]))
+        .script("leaf", [Turn::answer("leaf done")])
         .script(
             "observer",
-            Script::new([
+            [
                 Turn::calls([noop()]).after(Duration::from_millis(300)),
                 Turn::answer("observed"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
@@ -244,7 +244,7 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("asker", "x"),
                     Call::spawn_background("leaf", "y"),
@@ -259,13 +259,10 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
                     WaitPolicy::AllSettled,
                 )]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "asker",
-            Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
+        .script("asker", [Turn::calls([ask("colour?")]), Turn::answer("ok")])
+        .script("leaf", [Turn::answer("leaf")]);
     let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("asker", ""),
@@ -287,16 +284,13 @@ async fn a_question_left_open_when_a_draining_run_ends_is_refused() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 // the question arrives while this turn is in flight; the model ends anyway
                 Turn::answer("boss done").after(Duration::from_millis(50)),
-            ]),
+            ],
         )
-        .script(
-            "asker",
-            Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
-        );
+        .script("asker", [Turn::calls([ask("colour?")]), Turn::answer("ok")]);
     let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("asker", ""),
@@ -320,17 +314,17 @@ async fn two_questions_in_one_turn_do_not_hang_a_draining_owner() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 Turn::answer("boss done").after(Duration::from_millis(50)),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("colour?"), ask("size?")]),
                 Turn::answer("ok"),
-            ]),
+            ],
         );
     let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
@@ -354,19 +348,19 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
         let model = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(50)),
                     // A question that arrived during that turn gets one more (not answered).
                     Turn::answer("boss done"),
-                ]),
+                ],
             )
             .script(
                 "asker",
-                Script::new([
+                [
                     Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
                     Turn::answer("ok"),
-                ]),
+                ],
             );
         let catalog = catalog([
             delegator_of_all("boss"),
@@ -395,17 +389,17 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
         let model = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(4)),
-                ]),
+                ],
             )
             .script(
                 "asker",
-                Script::new([
+                [
                     Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
                     Turn::answer("ok"),
-                ]),
+                ],
             );
         let catalog = catalog([
             delegator_of_all("boss"),
@@ -439,20 +433,20 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("asker", "x")]),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::peek(Target::Raw("a99".into()))])
                     .after(Duration::from_millis(100)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("colour?")]),
                 Turn::answer("the answer is blue"),
-            ]),
+            ],
         );
     let model = crate::support::RecordingModel::new(scripted);
     let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")]);
@@ -481,19 +475,19 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 Turn::hang(),
                 // the restarted incarnation works on and on
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([Call::tool("ask_owner", json!({ "question": "which?" }))]),
                 Turn::answer("gave up waiting"),
-            ]),
+            ],
         );
     let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
@@ -525,13 +519,13 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(100)),
                 Turn::answer("end"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let recorder = RecordingModel::new(scripted);
     let catalog = catalog([
         delegator_of_all("boss"),
@@ -565,13 +559,13 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(100)),
                 Turn::answer("end"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let recorder = RecordingModel::new(scripted);
     let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -54,43 +54,43 @@ fn scripted() -> ScriptedModel {
     right_probe.push(Call::peek(Target::Spawned(0)));
     right_probe.push(Call::steer(Target::Spawned(0), "own steer"));
     ScriptedModel::new()
-        .script("quick", Script::new([Turn::answer("quick done")]))
+        .script("quick", [Turn::answer("quick done")])
         .script(
             "other",
-            Script::new([Turn::answer("other done").after(Duration::from_secs(30))]),
+            [Turn::answer("other done").after(Duration::from_secs(30))],
         )
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("left", "left branch"),
                 // Later, so that the left branch's child exists first (ids are deterministic).
                 Turn::spawn("right", "right branch").after(Duration::from_secs(1)),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "left",
-            Script::new([
+            [
                 Turn::spawn_background("inner", "left's child"),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("left done"),
-            ]),
+            ],
         )
         .script(
             "right",
-            Script::new([
+            [
                 Turn::spawn_background("inner", "right's child"),
                 Turn::calls(right_probe),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("right done"),
-            ]),
+            ],
         )
         .script(
             "inner",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))]).after(INNER_WORK),
                 Turn::answer("inner done"),
-            ]),
+            ],
         )
 }
 

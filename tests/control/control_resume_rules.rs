@@ -14,7 +14,7 @@ use crate::support::{
 };
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 fn resume(id: &str, prompt: &str) -> Call {
@@ -45,21 +45,21 @@ async fn resuming_a_settled_child_continues_its_conversation_and_reaps_its_new_c
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("worker", "task one"),
                 Turn::calls([resume("a2", "second prompt")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::answer("first answer"),
                 Turn::spawn_background("sleeper", "nap"),
                 Turn::answer("second answer"),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]));
+        .script("sleeper", [Turn::hang()]);
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
@@ -122,13 +122,13 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("sleeper", "nap"),
                 Turn::calls([resume("a2", "wake up")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]));
+        .script("sleeper", [Turn::hang()]);
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
@@ -150,10 +150,10 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
 #[tokio::test(start_paused = true)]
 async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
     let model = ScriptedModel::new()
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("sleeper", [Turn::hang()])
         .script(
             "boss",
-            Script::new([Turn::spawn_background("sleeper", "nap"), Turn::hang()]),
+            [Turn::spawn_background("sleeper", "nap"), Turn::hang()],
         );
     let tree = tree(
         model.clone(),
@@ -192,10 +192,8 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
 
 #[tokio::test(start_paused = true)]
 async fn the_application_resumes_a_settled_top_level_agent() {
-    let scripted = ScriptedModel::new().script(
-        "sleeper",
-        Script::new([Turn::answer("first"), Turn::answer("second")]),
-    );
+    let scripted =
+        ScriptedModel::new().script("sleeper", [Turn::answer("first"), Turn::answer("second")]);
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
@@ -217,10 +215,8 @@ async fn the_application_resumes_a_settled_top_level_agent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
-    let model = ScriptedModel::new().script(
-        "sleeper",
-        Script::new([Turn::answer("first"), Turn::answer("second")]),
-    );
+    let model =
+        ScriptedModel::new().script("sleeper", [Turn::answer("first"), Turn::answer("second")]);
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
     assert!(first.is_completed());
@@ -239,9 +235,9 @@ async fn a_refused_application_resume_keeps_the_settled_result() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("sleeper", "nap"), Turn::answer("boss done")]),
+            [Turn::spawn("sleeper", "nap"), Turn::answer("boss done")],
         )
-        .script("sleeper", Script::new([Turn::answer("first")]));
+        .script("sleeper", [Turn::answer("first")]);
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = outcome_of(&tree, a(2)).await;
@@ -259,7 +255,7 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("sleeper", "one"),
                 Turn::calls([Call::tool(
                     "Agent",
@@ -267,14 +263,14 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
                 )]),
                 Turn::calls([Call::result(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "sleeper",
-            Script::new([
+            [
                 Turn::answer("one done"),
                 Turn::answer("two done").after(Duration::from_millis(20)),
-            ]),
+            ],
         );
     let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -292,11 +288,11 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
 async fn resuming_a_killed_run_keeps_that_runs_conversation() {
     let scripted = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::answer("first done"),
             Turn::hang(),
             Turn::answer("third"),
-        ]),
+        ],
     );
     let recorder = RecordingModel::new(scripted);
     let catalog = catalog([AgentDefinition::new("w", "")]);
@@ -326,16 +322,16 @@ async fn an_empty_resume_continues_while_a_new_agents_blank_task_is_refused() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("quick", "one"),
                 Turn::calls([resume_call("a2", "")]),
                 Turn::answer("boss done"),
                 Turn::answer("boss again"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+            [Turn::answer("first done"), Turn::answer("second done")],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_and_quick(), TreeConfig::default()).await;

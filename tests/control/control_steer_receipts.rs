@@ -17,7 +17,7 @@ use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf,
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 fn boss_slow_and_quick() -> Catalog {
@@ -39,10 +39,10 @@ fn worker_and_blocker() -> Catalog {
 async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
     let scripted = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([Call::tool("noop", json!({}))]).after(Duration::from_millis(50)),
             Turn::answer("steered and done"),
-        ]),
+        ],
     );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), worker_and_blocker(), TreeConfig::default()).await;
@@ -90,9 +90,9 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let scripted = ScriptedModel::new()
         .script(
             "blocker",
-            Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
+            [Turn::answer("done").after(Duration::from_millis(100))],
         )
-        .script("worker", Script::new([Turn::answer("worked")]));
+        .script("worker", [Turn::answer("worked")]);
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(
         model.clone(),
@@ -150,15 +150,12 @@ async fn a_steer_to_a_completing_agent_is_refused() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("slow", "x")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "slow",
-            Script::new([Turn::answer("slow").after(Duration::from_secs(1))]),
-        );
+        .script("slow", [Turn::answer("slow").after(Duration::from_secs(1))]);
     let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("slow", ""),
@@ -183,10 +180,10 @@ async fn a_steer_to_a_completing_agent_is_refused() {
 async fn a_delivered_steer_is_read_or_refused() {
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::answer("done").after(Duration::from_millis(100)),
             Turn::answer("done, with X"),
-        ]),
+        ],
     );
     let catalog = catalog([AgentDefinition::new("worker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
@@ -242,21 +239,21 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::steer(agent_tree::testkit::Target::Spawned(0), STEER)])
                         .after(steer_after),
                     // Wait for the worker, so its end is its own, not the lead's abort.
                     Turn::calls([Call::result(agent_tree::testkit::Target::Spawned(0))]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([
+                [
                     Turn::answer("worker done").after(answer_after),
                     Turn::answer("worker read the steer"),
-                ]),
+                ],
             ),
     );
     let tree = crate::support::harness::tree(
@@ -350,10 +347,10 @@ async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
     for run in 0..RUNS {
         let model = RecordingModel::new(ScriptedModel::new().script(
             "worker",
-            Script::new([
+            [
                 Turn::answer("worker done").after(Duration::from_micros(500 + (run % 7) * 150)),
                 Turn::answer("worker read the steer"),
-            ]),
+            ],
         ));
         let tree = crate::support::harness::tree(
             model.clone(),
@@ -388,10 +385,9 @@ async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
 /// so. Correct: never silently lost (read, or the steer refused).
 #[tokio::test(start_paused = true)]
 async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
-    let model = RecordingModel::new(ScriptedModel::new().script(
-        "worker",
-        Script::new([Turn::answer("worker done").after(ms(100))]),
-    ));
+    let model = RecordingModel::new(
+        ScriptedModel::new().script("worker", [Turn::answer("worker done").after(ms(100))]),
+    );
     let mut worker = leaf("worker");
     worker.max_turns = Some(1);
     let tree =
@@ -418,7 +414,7 @@ async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
 async fn a_queued_background_agent_starts_with_its_task() {
     let scripted = ScriptedModel::new().script(
         "slow",
-        Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
+        [Turn::answer("done").after(Duration::from_millis(100))],
     );
     let model = RecordingModel::new(scripted);
     let mut config = TreeConfig::default();

@@ -14,7 +14,7 @@ use crate::support::read_result_call;
 use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 fn boss_slow_quick() -> Catalog {
@@ -54,16 +54,16 @@ async fn a_timed_out_wait_answers_running_and_the_child_completes_later() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([timed_wait("a2", 100)]),
                 Turn::calls([Call::result(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+            [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -97,15 +97,15 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "go"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("quick", Script::new([Turn::answer("quick done")]));
+        .script("quick", [Turn::answer("quick done")]);
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = run_admitted(&tree, SpawnRequest::new("boss", "first branch")).await;
     assert!(outcome.is_completed());
@@ -132,13 +132,13 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "go"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("quick", Script::new([Turn::answer("quick done")]));
+        .script("quick", [Turn::answer("quick done")]);
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -157,16 +157,16 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([timed_wait("a2", 100)]),
                 Turn::calls([noop()]).after(Duration::from_millis(1000)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+            [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
@@ -200,16 +200,16 @@ async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("quick", "one"),
                         Call::spawn_background("quick", "two"),
                     ]),
                     Turn::calls([take]).after(Duration::from_millis(50)),
                     Turn::answer("boss done"),
-                ]),
+                ],
             )
-            .script("quick", Script::new([Turn::answer("quick done")]));
+            .script("quick", [Turn::answer("quick done")]);
         let model = RecordingModel::new(scripted);
         let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
         let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -246,16 +246,16 @@ async fn a_peek_while_the_child_runs_does_not_take_back_its_later_end_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::calls([noop()]).after(Duration::from_millis(600)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(300))]),
+            [Turn::answer("slow done").after(Duration::from_millis(300))],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
@@ -274,7 +274,7 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "one"),
                 Turn::calls([Call::result(a(2))]).after(Duration::from_millis(50)),
                 Turn::calls([Call::tool(
@@ -283,14 +283,14 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
                 )]),
                 Turn::calls([noop()]).after(Duration::from_millis(200)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([
+            [
                 Turn::answer("first done"),
                 Turn::answer("second done").after(Duration::from_millis(50)),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
@@ -315,7 +315,7 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "one"),
                 Turn::calls([
                     Call::tool(
@@ -329,11 +329,11 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
                 ])
                 .after(Duration::from_millis(50)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+            [Turn::answer("first done"), Turn::answer("second done")],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;

@@ -7,9 +7,7 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, ToolCall};
-use agent_tree::testkit::{
-    self, Call, EventProbe, FaultyTool, Script, ScriptedModel, Target, Turn,
-};
+use agent_tree::testkit::{self, Call, EventProbe, FaultyTool, ScriptedModel, Target, Turn};
 use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
@@ -188,7 +186,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
     let model = ScriptedModel::new()
         .script(
             "triage",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("billing", "refund order 42"),
                     Call::spawn_background("tech", "app crashes"),
@@ -202,18 +200,18 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
                     Call::result(Target::Spawned(1)),
                 ]),
                 Turn::answer("handled"),
-            ]),
+            ],
         )
         .script(
             "billing",
-            Script::new([Turn::answer("refund issued").after(Duration::from_secs(5))]),
+            [Turn::answer("refund issued").after(Duration::from_secs(5))],
         )
         .script(
             "tech",
-            Script::new([
+            [
                 Turn::calls([Call::tool("lookup", json!({"q": "crash"}))]),
                 Turn::answer("known bug"),
-            ]),
+            ],
         );
     let lookup = FaultyTool::slow(
         FnTool::new("lookup", "looks up known bugs", |_, _| async {

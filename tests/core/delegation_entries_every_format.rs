@@ -91,14 +91,14 @@ fn agent_entries_grant_their_types_in_every_shape_of_tools() {
 /// delegation, which the file never granted.
 #[tokio::test(start_paused = true)]
 async fn a_file_naming_a_registered_tool_task_gets_that_tool_not_delegation() {
-    use agent_tree::testkit::{Script, ScriptedModel, Turn};
+    use agent_tree::testkit::{ScriptedModel, Turn};
     let todo = parse_agent_file(
         Path::new("agents/todo.md"),
         "---\nname: todo\ndescription: Keeps a list.\ntools: task, read\n---\nYou keep a list.\n",
     )
     .unwrap();
     let catalog = catalog([todo, AgentDefinition::new("helper", "You help.")]);
-    let model = ScriptedModel::new().script("todo", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("todo", [Turn::answer("done")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)

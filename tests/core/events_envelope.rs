@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::{catalog, delegator, leaf, record, spawn_admitted, within};
@@ -20,7 +20,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("sleeper", "outlive me"),
                     Call::spawn("mid", "delegate further"),
@@ -29,33 +29,33 @@ fn scripted() -> ScriptedModel {
                 .usage(Usage::tokens(10, 2)),
                 // Ends with the sleeper still live: it is aborted (owner ended).
                 Turn::answer("lead done").usage(Usage::tokens(10, 2)),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::spawn("worker", "work").usage(Usage::tokens(5, 1)),
                 Turn::answer("mid done").usage(Usage::tokens(5, 1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked")
+            [Turn::answer("worked")
                 .usage(Usage::tokens(1, 1))
-                .after(Duration::from_millis(5))]),
+                .after(Duration::from_millis(5))],
         )
-        .script("failer", Script::new([Turn::fail("no luck")]))
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("failer", [Turn::fail("no luck")])
+        .script("sleeper", [Turn::hang()])
         .script(
             "steerable",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))])
                     .usage(Usage::tokens(3, 3))
                     .after(Duration::from_secs(1)),
                 Turn::answer("steered").usage(Usage::tokens(3, 3)),
-            ]),
+            ],
         )
-        .script("hanger", Script::new([Turn::hang()]))
+        .script("hanger", [Turn::hang()])
 }
 
 #[tokio::test(start_paused = true)]
@@ -225,9 +225,9 @@ async fn shutdown_ends_agents_with_reason_shutdown() {
             ScriptedModel::new()
                 .script(
                     "holder",
-                    Script::new([Turn::spawn_background("hanger", "hang"), Turn::hang()]),
+                    [Turn::spawn_background("hanger", "hang"), Turn::hang()],
                 )
-                .script("hanger", Script::new([Turn::hang()])),
+                .script("hanger", [Turn::hang()]),
         )
         .build()
         .await

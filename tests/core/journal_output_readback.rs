@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{FnModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FnModel, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
 use parking_lot::Mutex;
 
@@ -26,13 +26,13 @@ async fn every_entry_durability_releases_and_reads_back() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "one"),
                 Turn::calls([read_result_call("a2")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer(2))]));
+        .script("worker", [Turn::answer(answer(2))]);
     let log = model.call_log();
     let tree = Tree::builder()
         .model(model)

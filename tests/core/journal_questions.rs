@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{FnTool, JournalConfig, Question};
 use parking_lot::Mutex;
 
@@ -107,7 +107,7 @@ async fn question_put_again() {
     let (first, second) = (dir.file("first.journal"), dir.file("second.journal"));
     let model = ScriptedModel::new().script(
         "writer",
-        Script::new([Turn::calls([Call::ask_owner("tabs or spaces?")])]),
+        [Turn::calls([Call::ask_owner("tabs or spaces?")])],
     );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
@@ -137,7 +137,7 @@ async fn question_put_again() {
     crash_copy(&tree, &first, &second).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("tabs it is")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("tabs it is")]);
     let log = model.call_log();
     let (tree, asked_again) = build(model, &second, Some("tabs")).await;
     let mut handle = tree.handle(writer).unwrap();
@@ -166,10 +166,10 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new().script(
         "writer",
-        Script::new([Turn::calls([
+        [Turn::calls([
             Call::ask_owner("tabs or spaces?"),
             Call::tool("lint", serde_json::json!({})),
-        ])]),
+        ])],
     );
     let (tree, asked_first) = build(model, &live, Some("tabs")).await;
     let mut events = EventProbe::new(&tree);
@@ -184,7 +184,7 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("linted")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("linted")]);
     let log = model.call_log();
     let (tree, asked_again) = build(model, &crashed, Some("spaces")).await;
     let mut handle = tree.handle(writer).unwrap();
@@ -210,13 +210,10 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
     let dir = TempDir::new("owner-question");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("writer", "the task"), Turn::hang()]),
-        )
+        .script("lead", [Turn::spawn("writer", "the task"), Turn::hang()])
         .script(
             "writer",
-            Script::new([Turn::calls([Call::ask_owner("tabs or spaces?")])]),
+            [Turn::calls([Call::ask_owner("tabs or spaces?")])],
         );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
@@ -235,12 +232,12 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([resume_call(&writer.to_string(), "tabs")]),
                 Turn::answer("led"),
-            ]),
+            ],
         )
-        .script("writer", Script::new([Turn::answer("tabs it is")]));
+        .script("writer", [Turn::answer("tabs it is")]);
     let log = model.call_log();
     let (tree, _) = build(model, &crashed, None).await;
     assert_eq!(tree.interrupted(), [lead, writer]);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::protocol::{EndReason, ModelErrorKind};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
@@ -59,14 +59,11 @@ async fn every_status_comes_back() {
     let model = ScriptedModel::new()
         .script(
             "done",
-            Script::new([Turn::answer("finished").usage(Usage::tokens(4, 2))]),
+            [Turn::answer("finished").usage(Usage::tokens(4, 2))],
         )
-        .script("broken", Script::new([Turn::fail("model down")]))
-        .script("hung", Script::new([Turn::hang()]))
-        .script(
-            "busy",
-            Script::new([Turn::hang().usage(Usage::tokens(9, 9))]),
-        );
+        .script("broken", [Turn::fail("model down")])
+        .script("hung", [Turn::hang()])
+        .script("busy", [Turn::hang().usage(Usage::tokens(9, 9))]);
     let types = ["done", "broken", "hung", "busy"];
     let catalog = catalog(types.map(leaf));
     let config = TreeConfig::default().with_max_concurrent(1);
@@ -171,7 +168,7 @@ async fn every_status_comes_back() {
 async fn a_model_failures_kind_comes_back_from_the_journal() {
     let dir = TempDir::new("kind");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script("w", Script::new([Turn::fail("no such model")]));
+    let model = ScriptedModel::new().script("w", [Turn::fail("no such model")]);
     let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError);
@@ -210,8 +207,8 @@ async fn reissued_spawn_after_recovery() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
     let before = ScriptedModel::new()
-        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
-        .script("worker", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()]);
     let before_log = before.call_log();
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "find it"))
@@ -226,15 +223,15 @@ async fn reissued_spawn_after_recovery() {
     let after = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // The lost turn, re-run: the same spawn at the same place.
                 Turn::spawn("worker", "dig"),
                 // The worker was interrupted: resume it where it was.
                 Turn::calls([resume_call("a2", "")]),
                 Turn::answer("found it"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("dug")]));
+        .script("worker", [Turn::answer("dug")]);
     let log = after.call_log();
     let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
@@ -265,7 +262,7 @@ async fn reissued_spawn_after_recovery() {
 async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_line() {
     let dir = TempDir::new("bad");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = build(
         model.clone(),
         catalog([leaf("w")]),
@@ -336,7 +333,7 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
     let catalog = catalog([leaf("writer")]);
     let tree = Tree::builder()
         .catalog(catalog.clone())
-        .model(ScriptedModel::new().script("writer", Script::new([Turn::answer("unused")])))
+        .model(ScriptedModel::new().script("writer", [Turn::answer("unused")]))
         .on_start(|_: agent_tree::HookContext| std::future::pending())
         .journal(JournalConfig::new(&live))
         .build()
@@ -348,7 +345,7 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("written")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [writer]);
@@ -368,7 +365,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let dir = TempDir::new("steer");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let catalog = catalog([leaf("writer")]);
-    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
     let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
@@ -380,7 +377,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let tree = build(model, catalog.clone(), &crashed, TreeConfig::default()).await;
     let mut handle = tree.resume(writer, "").await.unwrap();
@@ -392,7 +389,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     tree.shutdown().await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("more done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("more done")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert!(tree.interrupted().is_empty());
@@ -417,7 +414,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
         dir.file("second.journal"),
     );
     let catalog = catalog([leaf("writer")]);
-    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
     let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
@@ -439,7 +436,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     crash_copy(&tree, &first, &second).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let tree = build(model, catalog, &second, TreeConfig::default()).await;
     let mut handle = tree.resume(writer, "").await.unwrap();
@@ -461,10 +458,10 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     let catalog = catalog([leaf("flaky").with_restart(RestartPolicy::Transient)]);
     let model = ScriptedModel::new().script(
         "flaky",
-        Script::new([
+        [
             Turn::calls([Call::tool("noop", serde_json::json!({}))]),
             Turn::fail("boom"),
-        ]),
+        ],
     );
     let hooks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let runs = hooks.clone();
@@ -504,7 +501,7 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("flaky", Script::new([Turn::answer("fresh")]));
+    let model = ScriptedModel::new().script("flaky", [Turn::answer("fresh")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [flaky]);
@@ -572,7 +569,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
     let catalog = catalog([leaf("writer")]);
     let answer = |i: usize| format!("draft {i}: {}", "y".repeat(2048));
     let mut model = ScriptedModel::new();
-    model = model.script("writer", Script::new([Turn::answer(answer(0))]));
+    model = model.script("writer", [Turn::answer(answer(0))]);
     let whole_reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let store = NeverWhole {
         file: agent_tree::FileJournal::open(&path).unwrap(),
@@ -617,7 +614,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
         assert_eq!(messages.last().unwrap().content, answer(0));
     }
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("revised")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("revised")]);
     let log = model.call_log();
     let tree = build(model, catalog, &path, TreeConfig::default()).await;
     let mut handle = tree.resume(writers[3], "revise it").await.unwrap();

@@ -215,7 +215,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
     };
     let model1 = ScriptedModel::new()
         .script("lead", lead_script(true))
-        .script("worker", Script::new([Turn::answer(format!("w1 {big}"))]));
+        .script("worker", [Turn::answer(format!("w1 {big}"))]);
     let config = || JournalConfig::new(&path).rotate_at(4 * 1024);
     let tree = Tree::builder()
         .model(model1)
@@ -231,7 +231,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
     // Process 2: the lead resumes (its conversation is journal-only too) and resumes a2.
     let model2 = ScriptedModel::new()
         .script("lead", lead_script(false))
-        .script("worker", Script::new([Turn::answer("w2")]));
+        .script("worker", [Turn::answer("w2")]);
     let log = model2.call_log();
     let tree = Tree::builder()
         .model(model2)

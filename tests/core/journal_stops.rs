@@ -6,7 +6,7 @@ use std::io;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, JournalStore};
 
 use crate::support::{catalog, leaf};
@@ -46,7 +46,7 @@ impl JournalStore for PanickingStore {
 // before the thread has even run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_journal_writer_never_holds_work_back() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -80,13 +80,13 @@ async fn a_dead_journal_writer_never_holds_work_back() {
 async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let log = model.call_log();
     let store = MemoryJournal::new();
     let tree = Tree::builder()
         .catalog(catalog([leaf("w"), leaf("x")]))
-        .model(model.script("x", Script::new([Turn::answer("x done")])))
+        .model(model.script("x", [Turn::answer("x done")]))
         .journal_store(
             JournalConfig::new("failing.journal").retain_conversations(false),
             store.clone(),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::journal::TempDir;
@@ -15,15 +15,15 @@ fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "part one").usage(Usage::tokens(5, 1)),
                 Turn::spawn("worker", "part two"),
                 Turn::answer("both parts done").usage(Usage::tokens(2, 2)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("part done").usage(Usage::tokens(3, 1))]),
+            [Turn::answer("part done").usage(Usage::tokens(3, 1))],
         );
     (
         model,
@@ -137,7 +137,7 @@ async fn each_policy_syncs_as_it_says() {
 #[tokio::test(start_paused = true)]
 async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
     let store = MemoryJournal::new();
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -183,8 +183,7 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 #[tokio::test(start_paused = true)]
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     let store = MemoryJournal::new();
-    let model =
-        ScriptedModel::new().script("w", Script::new([Turn::hang(), Turn::hang(), Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang(), Turn::hang(), Turn::hang()]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -270,10 +269,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
 async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     let dir = TempDir::new("rotate");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::answer("ok").usage(Usage::tokens(1, 1))]),
-    );
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok").usage(Usage::tokens(1, 1))]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -372,7 +368,7 @@ async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let log = model.call_log();
     let tree = Tree::builder()
@@ -407,7 +403,7 @@ fn a_flush_after_an_event_was_seen_makes_that_event_durable() {
     const AGENTS: usize = 40;
     on_worker_threads(30, Duration::from_secs(60), || async {
         let store = Recorded::default();
-        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let model = ScriptedModel::new().script("w", [Turn::answer("done")]);
         let tree = Tree::builder()
             .config(TreeConfig::default().with_max_total_agents(AGENTS))
             .catalog(catalog([leaf("w")]))
@@ -461,7 +457,7 @@ fn every_entry_syncs_an_outcome_before_it_is_returned() {
     use crate::support::races::on_worker_threads;
     on_worker_threads(10, Duration::from_secs(60), || async {
         let store = Recorded::syncing_in(Duration::from_micros(300));
-        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let model = ScriptedModel::new().script("w", [Turn::answer("done")]);
         let tree = Tree::builder()
             .catalog(catalog([leaf("w")]))
             .model(model)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::TreeSnapshot;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -23,7 +23,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // 1: a foreground child, which completes and exits
                 Turn::spawn("worker", "first"),
                 // 2: a background child, which exits during turn 3's model call
@@ -34,17 +34,17 @@ fn scripted() -> ScriptedModel {
                 Turn::spawn("worker", "third"),
                 // 5: the final answer
                 Turn::answer("lead done").usage(Usage::tokens(3, 3)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").usage(Usage::tokens(2, 1))]),
+            [Turn::answer("worked").usage(Usage::tokens(2, 1))],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("quick")
+            [Turn::answer("quick")
                 .usage(Usage::tokens(1, 1))
-                .after(Duration::from_secs(1))]),
+                .after(Duration::from_secs(1))],
         )
 }
 

@@ -129,8 +129,7 @@ async fn build(model: &Counting, bound: Option<usize>) -> Tree {
 async fn run_all(tree: &Tree, types: &[&str]) -> Vec<Outcome> {
     let mut handles = Vec::new();
     for agent_type in types {
-        handles
-            .push(spawn_admitted(&tree, SpawnRequest::new(*agent_type, "go").background()).await);
+        handles.push(spawn_admitted(tree, SpawnRequest::new(*agent_type, "go").background()).await);
     }
     let mut outcomes = Vec::new();
     for handle in &mut handles {

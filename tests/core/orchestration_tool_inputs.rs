@@ -24,10 +24,10 @@ async fn a_listed_type_with_a_long_name_can_be_spawned_by_the_model() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn(long.clone(), "do it")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(long.clone(), Script::new([Turn::answer("worker done")]));
     let tree = build_tree(
@@ -57,16 +57,13 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("worker", "first task")]),
                 Turn::calls([resume_call("a2", "   \n\t ")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
-        .script(
-            "worker",
-            Script::new([Turn::answer("first"), Turn::answer("second")]),
-        );
+        .script("worker", [Turn::answer("first"), Turn::answer("second")]);
     let tree = build_tree(
         catalog([delegator("lead", &["worker"]), leaf("worker")]),
         model.clone(),
@@ -127,19 +124,19 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("worker", "work")]),
                 Turn::calls(calls),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "other",
-            Script::new([Turn::answer("other done").after(Duration::from_millis(50))]),
+            [Turn::answer("other done").after(Duration::from_millis(50))],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worker done").after(Duration::from_millis(100))]),
+            [Turn::answer("worker done").after(Duration::from_millis(100))],
         );
     let tree = Tree::builder()
         .config(TreeConfig::default().with_max_tool_calls_per_turn(count))
@@ -192,10 +189,10 @@ async fn a_refusal_a_model_is_shown_is_at_most_512_bytes() {
     }
     let model = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([Call::spawn("no-such-type", "x")]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let tree = tree(model.clone(), catalog(definitions), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();

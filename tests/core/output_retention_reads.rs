@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
-use agent_tree::testkit::{Call, EventProbe, FnModel, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, EventProbe, FnModel, ScriptedModel, Target, Turn};
 use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
 use crate::support::journal::TempDir;
@@ -51,7 +51,7 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "a"),
                     Call::spawn_background("worker", "b"),
@@ -61,9 +61,9 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
                     WaitPolicy::AllSettled,
                 )]),
                 Turn::answer(report("lead", 100)),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(report("w", 300))]));
+        .script("worker", [Turn::answer(report("w", 300))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -108,7 +108,7 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
     let second = report("second", 700);
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([Turn::answer(first.clone()), Turn::answer(second.clone())]),
+        [Turn::answer(first.clone()), Turn::answer(second.clone())],
     );
     let log = model.clone();
     let tree = Tree::builder()
@@ -168,7 +168,7 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("w0", "go"),
                     Call::spawn_background("w1", "go"),
@@ -193,11 +193,11 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
                     get("a2"),
                 ]),
                 Turn::answer("read"),
-            ]),
+            ],
         )
-        .script("w0", Script::new([Turn::answer(answers[0].clone())]))
-        .script("w1", Script::new([Turn::answer(answers[1].clone())]))
-        .script("w2", Script::new([Turn::answer(answers[2].clone())]));
+        .script("w0", [Turn::answer(answers[0].clone())])
+        .script("w1", [Turn::answer(answers[1].clone())])
+        .script("w2", [Turn::answer(answers[2].clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -269,15 +269,15 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "go"),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
                 Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer.clone())]));
+        .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -346,7 +346,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
     let model = ScriptedModel::new()
         .script(
             "top",
-            Script::new([
+            [
                 Turn::spawn("mid", "delegate"),
                 Turn::calls([
                     read_result_call("a3"),
@@ -356,13 +356,13 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
                     ),
                 ]),
                 Turn::answer("top done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("leafy", "work"), Turn::answer("mid done")]),
+            [Turn::spawn("leafy", "work"), Turn::answer("mid done")],
         )
-        .script("leafy", Script::new([Turn::answer(answer.clone())]));
+        .script("leafy", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .config(TreeConfig::default().with_control_scope(agent_tree::ControlScope::Descendants))
@@ -725,7 +725,7 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
 async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapshot() {
     let dir = TempDir::new("retention-bytes");
     let text = report("é", 1234);
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer(text.clone())]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(text.clone())]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
-use agent_tree::testkit::{MemoryJournal, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 
 use crate::output_retention_reads::{bounded, report, tool_messages};
 use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
@@ -32,7 +32,7 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
     let store = MemoryJournal::new();
     store.hold_writes_containing(MARKER);
     store.fail_writes_containing(MARKER);
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer(MARKER)]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(MARKER)]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -74,13 +74,13 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "report"),
                 Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer.clone())]));
+        .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -116,7 +116,7 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
 /// output is not there (`released` stays set), through `read_outcome`, a handle and a wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_not_hang() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("lost text")]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer("lost text")]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -152,8 +152,7 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_rewrites_the_journal_after_shutdown_returned() {
     let store = MemoryJournal::new();
-    let model =
-        ScriptedModel::new().script("worker", Script::new([Turn::answer(report("w", 4000))]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 4000))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))

@@ -11,7 +11,7 @@ use agent_tree::EventStream;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, TreeSnapshot};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -28,7 +28,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "branch",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "one"),
                     Call::spawn_background("worker", "two"),
@@ -43,35 +43,35 @@ fn scripted() -> ScriptedModel {
                 Turn::spawn("sub", "go deeper").usage(Usage::tokens(10, 1)),
                 Turn::calls([snap()]).usage(Usage::tokens(10, 1)),
                 Turn::answer("branch done").usage(Usage::tokens(10, 1)),
-            ]),
+            ],
         )
         .script(
             "sub",
-            Script::new([
+            [
                 Turn::spawn("worker", "deepest").usage(Usage::tokens(5, 1)),
                 Turn::answer("sub done").usage(Usage::tokens(5, 1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([snap()])
                     .usage(Usage::tokens(2, 2))
                     .after(ms(30)),
                 Turn::answer("worked")
                     .usage(Usage::tokens(2, 2))
                     .after(ms(20)),
-            ]),
+            ],
         )
         .script(
             "holder",
-            Script::new([
+            [
                 Turn::spawn_background("sleeper", "never ends").usage(Usage::tokens(1, 1)),
                 Turn::calls([snap()]).usage(Usage::tokens(1, 1)),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("sleeper", [Turn::hang()])
 }
 
 /// Reads events, snapshotting after each one, until `done` holds for an event.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -22,7 +22,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // turn 1: two background children; ids come back at once
                 Turn::calls([
                     Call::spawn_background("slow", "take your time"),
@@ -42,19 +42,19 @@ fn scripted() -> ScriptedModel {
                 ])
                 .after(Duration::from_secs(10)),
                 // turn 5 is answered by the hook from what the lead read
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow result")
+            [Turn::answer("slow result")
                 .usage(Usage::tokens(5, 5))
-                .after(SLOW)]),
+                .after(SLOW)],
         )
         .script(
             "fast",
-            Script::new([Turn::answer("fast result")
+            [Turn::answer("fast result")
                 .usage(Usage::tokens(1, 1))
-                .after(FAST)]),
+                .after(FAST)],
         )
 }
 

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{FileJournal, JournalConfig, JournalStore};
 use parking_lot::Mutex;
 
@@ -68,11 +68,11 @@ async fn a_resume_overtaken_by_another_resumes_run_continues_the_latest_conversa
     };
     let model = ScriptedModel::new().script(
         "writer",
-        Script::new([
+        [
             Turn::answer("first"),
             Turn::answer("second"),
             Turn::answer("third"),
-        ]),
+        ],
     );
     let log = model.call_log();
     let tree = Tree::builder()

@@ -14,20 +14,20 @@ async fn small_tree() -> Tree {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("worker", "work"), Call::spawn("failer", "fail")])
                     .usage(Usage::tokens(10, 2)),
                 Turn::answer("lead done").usage(Usage::tokens(30, 5)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked")
+            [Turn::answer("worked")
                 .usage(Usage::tokens(100, 20))
-                .after(Duration::from_millis(40))]),
+                .after(Duration::from_millis(40))],
         )
-        .script("failer", Script::new([Turn::fail("no luck")]))
-        .script("hanger", Script::new([Turn::hang()]));
+        .script("failer", [Turn::fail("no luck")])
+        .script("hanger", [Turn::hang()]);
     Tree::builder()
         .catalog(catalog([
             delegator("lead", &["worker", "failer"]),

@@ -43,16 +43,16 @@ async fn a_flaky_child_is_restarted_and_its_owner_completes() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
         )
         // Each run walks on through the script (the cursor survives restarts): enough turns.
         .script(
             "searcher",
-            Script::new([
+            [
                 Turn::answer("found"),
                 Turn::answer("found"),
                 Turn::answer("found"),
-            ]),
+            ],
         );
     let log = scripted.call_log();
     let seed = SEED;
@@ -110,19 +110,19 @@ fn workers() -> ScriptedModel {
         .script("sup", sup_script())
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::answer("f ok"),
                 Turn::answer("f ok"),
                 Turn::answer("f ok"),
-            ]),
+            ],
         )
         .script(
             "steady",
-            Script::new([
+            [
                 Turn::answer("s ok").after(Duration::from_secs(1)),
                 Turn::answer("s ok").after(Duration::from_secs(1)),
                 Turn::answer("s ok").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
 }
 
@@ -232,7 +232,7 @@ fn timed_flaky_trial(
             let model = ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([Turn::spawn("flaky", "f"), Turn::answer("supervised")]),
+                    [Turn::spawn("flaky", "f"), Turn::answer("supervised")],
                 )
                 .script("flaky", Script::new(turns));
             let tree =
@@ -308,21 +308,18 @@ async fn a_kill_at_a_chosen_event_is_a_crash_to_a_one_for_all_supervisor() {
 async fn nested_escalation_tree() -> Tree {
     let model = FaultyModel::new(
         ScriptedModel::new()
-            .script(
-                "lead",
-                Script::new([Turn::spawn("sup", "s"), Turn::answer("lead ok")]),
-            )
+            .script("lead", [Turn::spawn("sup", "s"), Turn::answer("lead ok")])
             // The cursor runs on across restarts, and an escalated run never took its answer
             // turn: the restarted run's first turn is the second spawn.
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::spawn("flaky", "f"),
                     Turn::spawn("flaky", "f"),
                     Turn::answer("sup ok"),
-                ]),
+                ],
             )
-            .script("flaky", Script::new([Turn::answer("never")])),
+            .script("flaky", [Turn::answer("never")]),
     )
     .fail_at_turn(1, ModelError::new("connection reset"))
     .only_for("flaky");

@@ -4,7 +4,7 @@
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Strategy, ToolCall};
 use agent_tree::testkit::{
-    self, Call, OwnerProbe, Script, ScriptedModel, Target, Turn, pair, probe_children,
+    self, Call, OwnerProbe, ScriptedModel, Target, Turn, pair, probe_children,
 };
 
 use crate::research_team::{agent_call, team};
@@ -19,10 +19,10 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
     let lead = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("checker", "the child's task"),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([
@@ -47,10 +47,8 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start")]
 async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
-    let lead = ScriptedModel::new().script(
-        "lead",
-        Script::new([Turn::spawn("checker", "c"), Turn::answer("done")]),
-    );
+    let lead =
+        ScriptedModel::new().script("lead", [Turn::spawn("checker", "c"), Turn::answer("done")]);
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
     let tree = build_tree(catalog, model).await;
@@ -71,10 +69,10 @@ async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
 async fn a_failing_searcher_is_an_error_result_for_the_lead() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X"),
             Turn::answer("no sources: the search failed"),
-        ]),
+        ],
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
@@ -122,10 +120,10 @@ async fn a_failing_searcher_is_an_error_result_for_the_lead() {
 async fn a_transient_searcher_is_restarted_under_the_probe() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X"),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher"]);
@@ -156,7 +154,7 @@ async fn a_transient_searcher_is_restarted_under_the_probe() {
 async fn a_transient_child_error_is_retried_as_a_turn_not_a_spawn() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+        [Turn::spawn("searcher", "find X"), Turn::answer("led")],
     );
     let (model, mut children) = probe_children(script, ["searcher"]);
     let tree = build_tree(team("temporary"), model).await;
@@ -248,7 +246,7 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
 async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_run() {
     let lead = ScriptedModel::new().script(
         "triage",
-        Script::new([Turn::spawn("tech", "fix login"), Turn::answer("fixed")]),
+        [Turn::spawn("tech", "fix login"), Turn::answer("fixed")],
     );
     let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
     let catalog = catalog([

@@ -2,7 +2,7 @@
 //! supervisor restarts is not the agent's end.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 use crate::support::{build_tree, catalog, leaf};
 
@@ -14,8 +14,7 @@ use crate::support::{build_tree, catalog, leaf};
 // regression: it once matched the first event with an outcome.
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_returns_the_final_outcome_not_a_restarted_runs() {
-    let script =
-        ScriptedModel::new().script("w", Script::new([Turn::fail("crash"), Turn::answer("ok")]));
+    let script = ScriptedModel::new().script("w", [Turn::fail("crash"), Turn::answer("ok")]);
     let tree = build_tree(
         catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
         script,

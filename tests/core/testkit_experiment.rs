@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Strategy};
-use agent_tree::testkit::{self, FaultyModel, Script, ScriptedModel, Turn, experiment};
+use agent_tree::testkit::{self, FaultyModel, ScriptedModel, Turn, experiment};
 
 use crate::support::lifetimes::supervised;
 use crate::support::{build_tree, catalog, leaf};
@@ -21,13 +21,10 @@ fn setup(
     move |_seed| {
         Box::pin(async move {
             let scripted = ScriptedModel::new()
-                .script(
-                    "sup",
-                    Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-                )
+                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
                 .script(
                     "worker",
-                    Script::new([Turn::answer("ok"), Turn::answer("ok"), Turn::answer("ok")]),
+                    [Turn::answer("ok"), Turn::answer("ok"), Turn::answer("ok")],
                 );
             let mut model = FaultyModel::new(scripted);
             if fail {
@@ -84,17 +81,14 @@ fn edge_setup(
     move |_seed| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script(
-                    "sup",
-                    Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-                )
+                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
                 .script(
                     "worker",
-                    Script::new([
+                    [
                         Turn::fail("crash one"),
                         Turn::fail("crash two").after(second_after),
                         Turn::answer("ok"),
-                    ]),
+                    ],
                 );
             let tree = build_tree(supervised(1, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
@@ -133,7 +127,7 @@ fn the_rows_count_restarts_at_the_intensity_windows_edge() {
 fn a_trial_that_never_settles_is_recorded_running() {
     let setup = |_seed: u64| -> agent_tree::BoxFuture<'static, (Tree, SpawnRequest)> {
         Box::pin(async move {
-            let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+            let model = ScriptedModel::new().script("w", [Turn::hang()]);
             let tree = build_tree(catalog([leaf("w")]), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
@@ -157,11 +151,8 @@ fn recover_ms_ignores_the_trials_own_shutdown_kill() {
     let rows = experiment::run_trials(1, 1, |_| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script(
-                    "top",
-                    Script::new([Turn::answer("done").after(Duration::from_secs(1))]),
-                )
-                .script("idle", Script::new([Turn::hang()]));
+                .script("top", [Turn::answer("done").after(Duration::from_secs(1))])
+                .script("idle", [Turn::hang()]);
             let catalog = catalog([
                 AgentDefinition::new("top", ""),
                 AgentDefinition::new("idle", ""),

@@ -19,7 +19,7 @@ fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + C
             let scripted = ScriptedModel::new()
                 .script(
                     "lead",
-                    Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+                    [Turn::spawn("searcher", "find X"), Turn::answer("led")],
                 )
                 .script(
                     "searcher",
@@ -92,10 +92,8 @@ async fn run_trials_refuses_an_async_caller() {
 fn a_root_escalation_counts_in_the_experiment_row() {
     let rows = experiment::run_trials(1, 3, |_| {
         Box::pin(async move {
-            let model = FaultyModel::new(
-                ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])),
-            )
-            .fail_at_turn(1, ModelError::new("crash"));
+            let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+                .fail_at_turn(1, ModelError::new("crash"));
             let catalog =
                 catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
             let tree = Tree::builder()
@@ -123,7 +121,7 @@ fn a_root_escalation_counts_in_the_experiment_row() {
 fn a_trial_that_never_settles_is_recorded_running_at_the_trial_limit() {
     let rows = experiment::run_trials(1, 0, |_| {
         Box::pin(async move {
-            let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+            let model = ScriptedModel::new().script("w", [Turn::hang()]);
             let tree = build_tree(one_worker(), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })

@@ -7,7 +7,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    Call, CallEnd, EventProbe, FaultyModel, Script, ScriptedModel, Turn, experiment, kill_when,
+    Call, CallEnd, EventProbe, FaultyModel, ScriptedModel, Turn, experiment, kill_when,
 };
 
 use crate::research_team::{team, team_script};
@@ -24,7 +24,7 @@ use crate::support::{build_tree, catalog, leaf};
 fn a_flaky_transient_fault_is_drawn_per_call_so_retries_can_succeed() {
     let rows = experiment::run_trials(64, 1_000, |seed| {
         Box::pin(async move {
-            let scripted = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+            let scripted = ScriptedModel::new().script("w", [Turn::answer("ok")]);
             let model = agent_tree::testkit::FaultyModel::new(scripted).fail_with_probability(
                 0.5,
                 seed,
@@ -49,7 +49,7 @@ fn a_flaky_transient_fault_is_drawn_per_call_so_retries_can_succeed() {
 /// ("`None` when ... the tree ended first"), rather than waiting `EXPECT_WITHIN`.
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_none_promptly_when_its_tree_is_dropped() {
-    let script = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let script = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = build_tree(catalog([leaf("w")]), script).await;
     let mut switch = kill_when(&tree, |_| None);
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
@@ -86,16 +86,16 @@ async fn a_child_killed_as_its_first_usage_is_billed_restarts_and_its_owner_read
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
         )
         .script(
             "searcher",
-            Script::new([
+            [
                 // An unknown tool: an error result, and the searcher would take a second turn.
                 Turn::calls([Call::tool("web_search", serde_json::json!({"q": "X"}))])
                     .usage(Usage::tokens(5, 1)),
                 Turn::answer("found after the restart"),
-            ]),
+            ],
         );
     let log = scripted.call_log();
     let tree = build_tree(team("transient"), scripted).await;
@@ -159,10 +159,9 @@ async fn a_dropped_kill_switch_is_disarmed() {
 // fault after it and the agent completed.
 #[tokio::test(start_paused = true)]
 async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .slow(Duration::from_secs(1))
-            .fail_at_turn(1, ModelError::new("crash"));
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .slow(Duration::from_secs(1))
+        .fail_at_turn(1, ModelError::new("crash"));
     let tree = build_tree(one_worker(), model).await;
     let started = tokio::time::Instant::now();
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
@@ -179,10 +178,9 @@ async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
 /// The other order, `.fail_at_turn(1, e)` then `.slow(1 s)`, fails turn 1 too.
 #[tokio::test(start_paused = true)]
 async fn a_failure_planned_before_a_slow_fault_fails() {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .fail_at_turn(1, ModelError::new("crash"))
-            .slow(Duration::from_secs(1));
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .fail_at_turn(1, ModelError::new("crash"))
+        .slow(Duration::from_secs(1));
     let tree = build_tree(one_worker(), model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.outcome().await.status, AgentStatus::Failed);

@@ -12,8 +12,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    Call, EventProbe, FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook,
-    hanging_hook, kill_when,
+    Call, EventProbe, FaultyModel, FaultyTool, ScriptedModel, Turn, failing_hook, hanging_hook,
+    kill_when,
 };
 
 use crate::support::build_tree;
@@ -27,8 +27,8 @@ fn w_and_v() -> Catalog {
 
 fn answers() -> ScriptedModel {
     ScriptedModel::new()
-        .script("w", Script::new([Turn::answer("ok")]))
-        .script("v", Script::new([Turn::answer("ok")]))
+        .script("w", [Turn::answer("ok")])
+        .script("v", [Turn::answer("ok")])
 }
 
 async fn run(model: impl Model, agent_type: &str) -> Outcome {
@@ -90,10 +90,10 @@ async fn a_seeded_probability_fails_about_that_share_and_the_same_calls_every_ti
 async fn tools_and_hooks_fail_by_plan() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([Call::tool("read", serde_json::json!({}))]),
             Turn::answer("ok"),
-        ]),
+        ],
     );
     let read = FnTool::new("read", "reads", |_, _| async { Ok("text".to_owned()) });
     let tree = Tree::builder()
@@ -121,7 +121,7 @@ async fn tools_and_hooks_fail_by_plan() {
 
     let tree = Tree::builder()
         .catalog(w_and_v())
-        .model(ScriptedModel::new().script("w", Script::new([Turn::hang()])))
+        .model(ScriptedModel::new().script("w", [Turn::hang()]))
         .on_shutdown(hanging_hook())
         .build()
         .await
@@ -139,15 +139,15 @@ async fn killed_in_its_first_run_and_restarted() {
     let model = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([Turn::spawn("w", "work"), Turn::answer("supervised")]),
+            [Turn::spawn("w", "work"), Turn::answer("supervised")],
         )
         .script(
             "w",
-            Script::new([
+            [
                 Turn::calls([Call::tool("block", serde_json::json!({}))])
                     .usage(Usage::tokens(1, 1)),
                 Turn::answer("second run"),
-            ]),
+            ],
         );
     let catalog = catalog([
         AgentDefinition::new("sup", "")
@@ -233,9 +233,8 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
 
 /// Whether `model` fails turn `turn` of run 1 of agent a1 (first attempt) with "flaky".
 async fn draw_fails(seed: u64, turn: u32) -> bool {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .fail_with_probability(0.5, seed, ModelError::new("flaky"));
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .fail_with_probability(0.5, seed, ModelError::new("flaky"));
     let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")))
         .with_turn(1, turn);
     matches!(model.turn(request).await, Err(e) if e.describe().contains("flaky"))
@@ -280,14 +279,8 @@ async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
 #[tokio::test(start_paused = true)]
 async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let scripted = ScriptedModel::new()
-        .script(
-            "sup",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
-        .script(
-            "worker",
-            Script::new([Turn::answer("ok").after(Duration::from_secs(1))]),
-        );
+        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("worker", [Turn::answer("ok").after(Duration::from_secs(1))]);
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
@@ -310,11 +303,8 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
 /// A transient worker under a supervisor: its first run hangs, its second answers.
 async fn hanging_worker_tree() -> Tree {
     let model = ScriptedModel::new()
-        .script(
-            "sup",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
-        .script("worker", Script::new([Turn::hang(), Turn::answer("ok")]));
+        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("worker", [Turn::hang(), Turn::answer("ok")]);
     build_tree(supervised(3, 5_000), model).await
 }
 

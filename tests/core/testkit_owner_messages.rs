@@ -7,7 +7,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    self, Call, OwnerMessage, OwnerProbe, Script, ScriptedModel, Turn, kill_when, probe_children,
+    self, Call, OwnerMessage, OwnerProbe, ScriptedModel, Turn, kill_when, probe_children,
 };
 
 use crate::research_team::team;
@@ -27,17 +27,17 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
     let script = ScriptedModel::new()
         .script(
             "bystander",
-            Script::new([
+            [
                 Turn::calls([Call::ask_owner("bystander: lunch?")]),
                 Turn::answer("b"),
-            ]),
+            ],
         )
         .script(
             "w",
-            Script::new([
+            [
                 Turn::calls([Call::ask_owner("w: tabs or spaces?")]),
                 Turn::answer("w done"),
-            ]),
+            ],
         );
     let catalog = catalog([leaf("bystander"), leaf("w")]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
@@ -60,10 +60,10 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
 async fn question_of_a_killed_asker() -> Duration {
     let script = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([Call::ask_owner("still there?")]),
             Turn::answer("never"),
-        ]),
+        ],
     );
     let (tree, mut owner) =
         OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
@@ -123,18 +123,15 @@ async fn restart_and_questions_story() -> Vec<String> {
     let script = ScriptedModel::new()
         .script(
             "w",
-            Script::new([
+            [
                 Turn::spawn("leaf", "l").usage(Usage::tokens(1, 1)),
                 Turn::calls([Call::ask_owner("first?")]),
                 Turn::fail("crash"),
                 Turn::calls([Call::ask_owner("second?")]).usage(Usage::tokens(2, 0)),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script(
-            "leaf",
-            Script::new([Turn::answer("l").usage(Usage::tokens(3, 0))]),
-        );
+        .script("leaf", [Turn::answer("l").usage(Usage::tokens(3, 0))]);
     let catalog = catalog([
         delegator("w", &["leaf"]).with_restart(RestartPolicy::Transient),
         leaf("leaf"),
@@ -202,12 +199,12 @@ fn the_owner_probe_sees_the_restart_story_in_order_on_worker_threads() {
 fn lead_script() -> ScriptedModel {
     ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X").usage(Usage::tokens(100, 20)),
             Turn::calls([Call::ask_owner("only papers after 2020?")]).usage(Usage::tokens(10, 2)),
             Turn::spawn("summarizer", "summarize the recent ones").usage(Usage::tokens(50, 5)),
             Turn::answer("report: X is well studied").usage(Usage::tokens(20, 4)),
-        ]),
+        ],
     )
 }
 
@@ -298,10 +295,8 @@ async fn a_transient_lead_restarts_under_its_owner_probe() {
             .with_restart(RestartPolicy::Transient),
         AgentDefinition::new("searcher", ""),
     ]);
-    let model = ScriptedModel::new().script(
-        "lead",
-        Script::new([Turn::fail("crash"), Turn::answer("second run")]),
-    );
+    let model =
+        ScriptedModel::new().script("lead", [Turn::fail("crash"), Turn::answer("second run")]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
         .await
         .unwrap();
@@ -363,11 +358,11 @@ async fn the_owner_probe_failure_text_is_the_one_the_guide_shows() {
     ]);
     let script = ScriptedModel::new().script(
         "reviewer",
-        Script::new([
+        [
             Turn::spawn("evidence-checker", "check claim 3"),
             Turn::calls([Call::ask_owner("publish?")]),
             Turn::answer("claim 3 holds"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
@@ -439,11 +434,11 @@ async fn a_question_fished_past_is_refused() {
 async fn the_owner_probes_restart_after_a_resume_names_the_run() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::answer("one"),
             Turn::fail("crash"),
             Turn::answer("three"),
-        ]),
+        ],
     );
     let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let (tree, mut owner) =

@@ -6,7 +6,7 @@
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::RecordingModel;
@@ -53,10 +53,10 @@ fn results_after_calls(model: &RecordingModel, agent: AgentId) -> Vec<String> {
 async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64) {
     let recorder = RecordingModel::new(ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([slow("first", first_ms), slow("second", second_ms)]),
             Turn::answer("worked"),
-        ]),
+        ],
     ));
     let tree = Tree::builder()
         .catalog(catalog([leaf("worker")]))
@@ -108,18 +108,15 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn("worker", "task A"),
                         Call::spawn("worker", "task B"),
                     ]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script(
-                "worker",
-                Script::new([Turn::answer("worker done").after(ms(10))]),
-            ),
+            .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
     let tree = Tree::builder()
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -177,15 +174,15 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("worker", "task A"),
                         Call::spawn_background("worker", "task B"),
                     ]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worker done")])),
+            .script("worker", [Turn::answer("worker done")]),
     );
     let tree = Tree::builder()
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))

@@ -42,8 +42,8 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
     turns.push(Turn::answer("done"));
     let model = ScriptedModel::new()
         .script("lead", Script::new(turns))
-        .script("writer", Script::new([Turn::answer("written")]))
-        .script("reviewer", Script::new([Turn::answer("reviewed")]));
+        .script("writer", [Turn::answer("written")])
+        .script("reviewer", [Turn::answer("reviewed")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)
@@ -366,13 +366,13 @@ async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("scout", "go"),
                 Turn::spawn("code-reviewer", "go"),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("code-reviewer", Script::new([Turn::answer("reviewed")]));
+        .script("code-reviewer", [Turn::answer("reviewed")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)

@@ -4,7 +4,7 @@
 //! still run, the agent takes its next turn and completes, and nothing is spawned.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
@@ -16,7 +16,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "reader",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool("no_such_tool", json!({ "x": 1 })),
                     Call::tool("read", json!({ "path": "notes.txt" })),
@@ -25,11 +25,11 @@ fn scripted() -> ScriptedModel {
                     Call::tool("explode", json!({})),
                 ]),
                 Turn::answer("reader done"),
-            ]),
+            ],
         )
         .script(
             "plain",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn("reader", "sneak a child in"),
                     Call::tool(
@@ -39,7 +39,7 @@ fn scripted() -> ScriptedModel {
                     read_result_call("a1"),
                 ]),
                 Turn::answer("plain done"),
-            ]),
+            ],
         )
 }
 

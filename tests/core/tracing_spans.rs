@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::support::catalog;
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, FnTool, ModelError, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
@@ -69,16 +69,13 @@ async fn spans_in_a_process_of_their_own() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
+        .script("lead", [Turn::spawn("worker", "w"), Turn::answer("done")])
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([Call::tool("read", serde_json::json!({}))]),
                 Turn::answer("ok"),
-            ]),
+            ],
         );
     let catalog = catalog([
         AgentDefinition::new("lead", "")

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -18,36 +18,36 @@ fn model() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "top",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn("mid", "foreground mid"),
                     Call::spawn_background("mid", "background mid"),
                 ]),
                 Turn::calls([Call::result(Target::Spawned(1))]),
                 Turn::answer("top done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("low", "go lower"), Turn::answer("mid done")]),
+            [Turn::spawn("low", "go lower"), Turn::answer("mid done")],
         )
         .script(
             "low",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("leaf", "background leaf"),
                     Call::spawn("leaf", "foreground leaf"),
                 ]),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("low done"),
-            ]),
+            ],
         )
         .script(
             "leaf",
-            Script::new([
+            [
                 Turn::calls([Call::tool("whereami", json!({}))]),
                 Turn::answer("leaf done"),
-            ]),
+            ],
         )
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, TreeSnapshot};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use agent_tree::{BoxFuture, FnTool};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -32,7 +32,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // 1: a background child
                 Turn::spawn_background("bg", "work in the background").usage(Usage::tokens(1, 1)),
                 // 2: wait for it by id
@@ -47,39 +47,39 @@ fn scripted() -> ScriptedModel {
                     .after(Duration::from_secs(5)),
                 // 6
                 Turn::answer("lead done").usage(Usage::tokens(6, 1)),
-            ]),
+            ],
         )
         .script(
             "bg",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))])
                     .usage(Usage::tokens(100, 10))
                     .after(SECOND),
                 Turn::answer("bg done")
                     .usage(Usage::tokens(200, 20))
                     .after(SECOND),
-            ]),
+            ],
         )
         .script(
             "fg",
-            Script::new([
+            [
                 Turn::spawn("gc", "go deeper").usage(Usage::tokens(300, 30)),
                 Turn::answer("fg done")
                     .usage(Usage::tokens(400, 40))
                     .after(SECOND),
-            ]),
+            ],
         )
         .script(
             "gc",
-            Script::new([Turn::answer("gc done")
+            [Turn::answer("gc done")
                 .usage(Usage::tokens(500, 50))
-                .after(SECOND)]),
+                .after(SECOND)],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("quick done")
+            [Turn::answer("quick done")
                 .usage(Usage::tokens(600, 60))
-                .after(SECOND)]),
+                .after(SECOND)],
         )
 }
 
@@ -258,10 +258,10 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     let hook_probe = probe.clone();
     let recording = RecordingModel::new(ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("victim", "take a while"),
             Turn::answer("lead done"),
-        ]),
+        ],
     ))
     .with_hook(move |request| {
         if request.agent_type() == "lead" && request.turn == 2 {
@@ -440,12 +440,12 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
     let model = ReturnsAsKilled {
         inner: ScriptedModel::new().script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("victim", "be killed").usage(Usage::tokens(10, 0)),
                 Turn::answer("lead done")
                     .usage(Usage::tokens(89, 0))
                     .after(ms(50)),
-            ]),
+            ],
         ),
         cell: cell.clone(),
         returned: returned.clone(),

@@ -37,15 +37,15 @@ async fn four_levels(lead_then: Vec<Turn>) -> (Tree, RecordingModel) {
                 "lead",
                 Script::new(std::iter::once(fan("mid", 2)).chain(lead_then)),
             )
-            .script("mid", Script::new([fan("leaf", 2), Turn::hang()]))
-            .script("leaf", Script::new([fan("deep", 1), Turn::hang()]))
+            .script("mid", [fan("leaf", 2), Turn::hang()])
+            .script("leaf", [fan("deep", 1), Turn::hang()])
             .script(
                 "deep",
-                Script::new([
+                [
                     Turn::calls([Call::tool("noop", json!({}))]),
                     Turn::calls([Call::tool("noop", json!({}))]),
                     Turn::hang(),
-                ]),
+                ],
             ),
     )
     .narrated();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, Role};
-use agent_tree::testkit::{Call, CallEnd, ModelCall, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, CallEnd, ModelCall, ScriptedModel, Target, Turn};
 use agent_tree::{ABORT_TOOL, ControlError, HookContext, HookError, SteerReceipt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -39,16 +39,16 @@ fn lead_and_kids() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("kid", "one"),
                     Call::spawn_background("kid", "two"),
                 ])
                 .usage(U),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]))
+        .script("kid", [Turn::hang()])
 }
 
 type Hooks = Arc<Mutex<HashMap<AgentId, u32>>>;
@@ -150,10 +150,10 @@ async fn steer_before_first_turn(delayed: bool) {
     let first = Turn::answer("first").usage(U);
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             if delayed { first.after(ms(5)) } else { first },
             Turn::answer("second").usage(U),
-        ]),
+        ],
     );
     let tree = worker_tree(&model).await;
     let mut all = tree.subscribe();
@@ -223,13 +223,13 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn_background("mid", "go").usage(U), Turn::hang()]),
+            [Turn::spawn_background("mid", "go").usage(U), Turn::hang()],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn_background("kid", "go").usage(U), Turn::hang()]),
+            [Turn::spawn_background("kid", "go").usage(U), Turn::hang()],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let cell = TreeCell::new();
     let at_abort: Arc<Mutex<Option<usize>>> = Arc::default();
     let mid = AgentId::new(2);
@@ -384,14 +384,14 @@ async fn a_steer_right_after_spawn_is_read_or_refused_never_lost_mt() {
         let first = Turn::answer("first").usage(U);
         let model = ScriptedModel::new().script(
             "worker",
-            Script::new([
+            [
                 if run % 2 == 1 {
                     first.after(ms(1))
                 } else {
                     first
                 },
                 Turn::answer("second").usage(U),
-            ]),
+            ],
         );
         let tree = worker_tree(&model).await;
         let mut all = tree.subscribe();
@@ -435,7 +435,7 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
         let model = ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("kid", "one"),
                         Call::spawn_background("kid", "two"),
@@ -451,14 +451,14 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
                     Turn::answer("lead done").usage(U),
                     Turn::answer("lead done").usage(U),
                     Turn::answer("lead done").usage(U),
-                ]),
+                ],
             )
             .script(
                 "kid",
-                Script::new([
+                [
                     Turn::answer("kid first").usage(U),
                     Turn::answer("kid read").usage(U),
-                ]),
+                ],
             );
         let (tree, _) = lead_tree(&model).await;
         let mut all = tree.subscribe();

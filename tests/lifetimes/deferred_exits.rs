@@ -21,7 +21,7 @@ use std::time::Duration;
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, Event, EventKind, Strategy};
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
@@ -46,9 +46,9 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
-            .script("worker", Script::new([Turn::fail("connection reset")])),
+            .script("worker", [Turn::fail("connection reset")]),
     );
     let tree = Arc::new(
         crate::support::harness::tree(
@@ -103,9 +103,9 @@ async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner()
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
-            .script("worker", Script::new([Turn::fail("connection reset")])),
+            .script("worker", [Turn::fail("connection reset")]),
     );
     let tree = Arc::new(
         crate::support::harness::tree(
@@ -157,9 +157,9 @@ fn lead_and_flaky() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn_background("flaky", "work"), Turn::hang()]),
+            [Turn::spawn_background("flaky", "work"), Turn::hang()],
         )
-        .script("flaky", Script::new([Turn::fail("boom").after(ms(10))]));
+        .script("flaky", [Turn::fail("boom").after(ms(10))]);
     let catalog = catalog([
         delegator("lead", &["flaky"]),
         leaf("flaky").with_restart(RestartPolicy::Transient),
@@ -214,7 +214,7 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final() {
 async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final_mt() {
     for run in 0..60u64 {
         let (model, catalog) = lead_and_flaky();
-        let model = model.script("flaky", Script::new([Turn::fail("boom")]));
+        let model = model.script("flaky", [Turn::fail("boom")]);
         let tree = crate::support::harness::tree(model, catalog, TreeConfig::default()).await;
         let mut events = tree.subscribe();
         let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
@@ -335,21 +335,21 @@ async fn a_handle_taken_during_a_deferred_exit_sees_the_restarted_outcome() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("flaky", "work"),
                 Turn::calls([agent_tree::testkit::Call::tool(
                     "wait_subagents",
                     serde_json::json!({ "agent_ids": ["a2", "a2"], "policy": "all_settled" }),
                 )]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(10)),
                 Turn::answer("second time").after(ms(10)),
-            ]),
+            ],
         );
     let catalog = catalog([
         delegator("lead", &["flaky"]),
@@ -464,18 +464,18 @@ async fn abort_on_drop_tree(
     let scripted = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(delay),
                 Turn::answer("flaky again").usage(U),
                 Turn::answer("flaky third").usage(U),
-            ]),
+            ],
         )
         .script(
             "idler",
-            Script::new([
+            [
                 Turn::answer("idler again").usage(U),
                 Turn::answer("idler third").usage(U),
-            ]),
+            ],
         );
     let cell = TreeCell::new();
     let seen: Arc<Mutex<Option<(bool, u64)>>> = Arc::default();

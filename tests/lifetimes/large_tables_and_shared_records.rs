@@ -10,7 +10,7 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::RequestId;
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, bounded, outcome};
@@ -22,7 +22,7 @@ use crate::support::{catalog, leaf, spawn_admitted};
 #[tokio::test(start_paused = true)]
 async fn a_request_id_replays_its_agent_across_the_list_to_map_switch() {
     let tree = crate::support::harness::tree(
-        ScriptedModel::new().script("w", Script::new([Turn::hang()])),
+        ScriptedModel::new().script("w", [Turn::hang()]),
         catalog([leaf("w")]),
         TreeConfig::default()
             .with_max_total_agents(64)
@@ -72,14 +72,11 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
         agent_tree::testkit::Call::spawn(agent_type, format!("job {i}"))
     });
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::calls(calls), Turn::answer("all done")]),
-        )
-        .script("w", Script::new([Turn::answer("ok").after(ms(20))]))
+        .script("lead", [Turn::calls(calls), Turn::answer("all done")])
+        .script("w", [Turn::answer("ok").after(ms(20))])
         .script(
             "flaky",
-            Script::new([Turn::fail("boom").after(ms(10)), Turn::answer("ok at last")]),
+            [Turn::fail("boom").after(ms(10)), Turn::answer("ok at last")],
         );
     let catalog = catalog([
         crate::support::delegator("lead", &["w", "flaky"]).with_supervision(
@@ -134,10 +131,7 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
 async fn an_earlier_snapshot_never_changes() {
     let tree = crate::support::harness::tree(
         ScriptedModel::new()
-            .script(
-                "done",
-                Script::new([Turn::answer("ok").usage(Usage::tokens(3, 4))]),
-            )
+            .script("done", [Turn::answer("ok").usage(Usage::tokens(3, 4))])
             .script("w", hanging(1)),
         catalog([leaf("done"), leaf("w")]),
         TreeConfig::default(),

@@ -38,10 +38,10 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("lead", "lead the work"),
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "lead",
@@ -285,7 +285,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::fail("crash").after(Duration::from_millis(50)),
                 // restarted incarnation: resume the detached child, then finish
@@ -294,9 +294,9 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
                     json!({ "resume": "a2", "prompt": "more", "background": true }),
                 )]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::answer("kid 1"), Turn::hang()]));
+        .script("kid", [Turn::answer("kid 1"), Turn::hang()]);
     let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("kid", "").detached(),
@@ -354,10 +354,10 @@ async fn detached_question_around_owner_runs(delay: Duration, resume: bool) -> M
         ScriptedModel::new()
             .script(
                 "kid",
-                Script::new([
+                [
                     Turn::calls([crate::support::ask("which colour?")]).after(delay),
                     Turn::answer("kid done"),
-                ]),
+                ],
             )
             .script(
                 "boss",

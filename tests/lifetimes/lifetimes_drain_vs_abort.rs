@@ -37,13 +37,13 @@ use crate::support::{
 fn model(lead_then: Turn) -> RecordingModel {
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([
                 Call::spawn_background("worker", "w1"),
                 Call::spawn_background("worker", "w2"),
             ]),
             lead_then,
-        ]),
+        ],
     );
     scripted.script_agent(
         a(2),
@@ -209,24 +209,24 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("lead", "go")]),
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "w1"),
                     Call::spawn_background("worker", "w2"),
                 ]),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
+            [Turn::answer("worked").after(Duration::from_secs(2))],
         );
     let nested = RecordingModel::new(scripted);
     let tree = tree(
@@ -291,21 +291,21 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "ask later"),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([Call::tool(
                     ASK_OWNER_TOOL,
                     json!({ "question": "which branch?" }),
                 )])
                 .after(Duration::from_secs(2)),
                 Turn::answer("worked it out"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -339,7 +339,7 @@ async fn the_completing_root_refuses_new_top_level_spawns() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn_background("worker", "w"), Turn::answer("done")]),
+                [Turn::spawn_background("worker", "w"), Turn::answer("done")],
             )
             .script("worker", hanging(1)),
     );
@@ -401,10 +401,10 @@ fn drain_tree_parts() -> (RecordingModel, Catalog) {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -465,17 +465,17 @@ async fn owner_end_keeps_a_completing_childs_answer() {
         ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("lead", "lead the work"),
                     Turn::answer("boss done").after(ms(50)),
-                ]),
+                ],
             )
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -584,10 +584,10 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done").after(ms(10)),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -650,17 +650,17 @@ async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
         ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("lead", "lead the work"),
                     Turn::answer("boss done").after(ms(200)),
-                ]),
+                ],
             )
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done").after(ms(10)),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -715,17 +715,17 @@ async fn owner_end_keeps_a_completing_childs_answer_mt() {
             ScriptedModel::new()
                 .script(
                     "boss",
-                    Script::new([
+                    [
                         Turn::spawn_background("lead", "lead the work"),
                         Turn::answer("boss done").after(ms(3 + run % 2)),
-                    ]),
+                    ],
                 )
                 .script(
                     "lead",
-                    Script::new([
+                    [
                         Turn::spawn_background("worker", "drain me"),
                         Turn::answer("lead done"),
-                    ]),
+                    ],
                 )
                 .script("worker", hanging(1)),
         );

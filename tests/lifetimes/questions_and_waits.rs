@@ -14,7 +14,7 @@ use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::Call;
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 use crate::support::harness::a;
@@ -32,16 +32,13 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::tool("wait_subagents", set)]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script(
-                "worker",
-                Script::new([Turn::answer("worker done").after(ms(10))]),
-            ),
+            .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
     let tree = crate::support::harness::tree(
         model.clone(),
@@ -75,7 +72,7 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::calls([Call::tool(
@@ -83,9 +80,9 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
                         json!({ "agent_ids": ["a2", "a2"], "policy": "all_settled" }),
                     )]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worker done")])),
+            .script("worker", [Turn::answer("worker done")]),
     );
     let tree = crate::support::harness::tree(
         model.clone(),
@@ -131,20 +128,20 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn("worker", "work"),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::calls([Call::steer(Target::Id(a(2)), "the answer is 42")]),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([
+                [
                     Turn::calls([crate::support::ask("which number?")]),
                     Turn::answer("worker done"),
-                ]),
+                ],
             ),
     );
     let tree = crate::support::harness::tree(
@@ -174,10 +171,10 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
 async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivered_unread() {
     let model = RecordingModel::new(ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([crate::support::ask("which number?")]),
             Turn::answer("42"),
-        ]),
+        ],
     ));
     let tree = crate::support::harness::tree(
         model.clone(),

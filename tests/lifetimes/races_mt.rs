@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::{
     RecordingModel, build_tree, catalog, delegator, leaf, read_result_call, run_admitted,
@@ -43,15 +43,15 @@ async fn restarts_on_worker_threads() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                [Turn::spawn("child", "go"), Turn::answer("sup done")],
             )
             .script(
                 "child",
-                Script::new([
+                [
                     Turn::fail("first"),
                     Turn::panic("second"),
                     Turn::answer("third time"),
-                ]),
+                ],
             );
         let tree = Tree::builder()
             .catalog(catalog([
@@ -93,9 +93,9 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
             ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                    [Turn::spawn("child", "go"), Turn::answer("sup done")],
                 )
-                .script("child", Script::new([Turn::hang(), Turn::hang()])),
+                .script("child", [Turn::hang(), Turn::hang()]),
         )
         .with_hook(|request| {
             (request.agent_type() == "child" && request.incarnation == 2)
@@ -149,10 +149,10 @@ async fn questions_to_the_application_on_worker_threads() {
     for run in 0..150 {
         let model = ScriptedModel::new().script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([crate::support::ask("which branch?")]),
                 Turn::answer("asked and answered"),
-            ]),
+            ],
         );
         // A handler that never answers: the application answers with a steer.
         let tree = Tree::builder()
@@ -199,11 +199,11 @@ async fn a_question_handler_races_steers_and_aborts_on_worker_threads() {
     for run in 0..150u32 {
         let scripted = ScriptedModel::new().script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([crate::support::ask("which branch?")]),
                 Turn::answer("answered"),
                 Turn::answer("answered again"),
-            ]),
+            ],
         );
         let recorder = RecordingModel::new(scripted);
         let tree = Tree::builder()
@@ -275,13 +275,13 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "w"),
                     Turn::answer("boss done"),
                     Turn::answer("boss done, with the result"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worked")]));
+            .script("worker", [Turn::answer("worked")]);
         let recorder = RecordingModel::new(scripted);
         let tree = build_tree(
             catalog([delegator("boss", &["worker"]), leaf("worker")]),
@@ -331,18 +331,18 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "w"),
                     // Its model turn is in flight while the worker ends, or it is not.
                     Turn::calls([take]).after(Duration::from_micros(u64::from(run / 2 % 5) * 300)),
                     Turn::answer("boss done"),
                     Turn::answer("boss done, noticed"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([Turn::answer("worked 42")
-                    .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))]),
+                [Turn::answer("worked 42")
+                    .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))],
             );
         let recorder = RecordingModel::new(scripted);
         let tree = build_tree(
@@ -382,10 +382,8 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_on_worker_threads() {
     for run in 0..150 {
-        let model = ScriptedModel::new().script(
-            "worker",
-            Script::new([Turn::answer("first"), Turn::answer("second")]),
-        );
+        let model =
+            ScriptedModel::new().script("worker", [Turn::answer("first"), Turn::answer("second")]);
         let tree = build_tree(catalog([leaf("worker")]), model).await;
         let mut events = tree.subscribe();
         let mut first = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
@@ -416,14 +414,14 @@ async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::spawn_background("child", "go"),
                     Turn::answer("sup done")
                         .after(Duration::from_micros(run % 6 * 250))
                         .usage(Usage::tokens(1, 1)),
-                ]),
+                ],
             )
-            .script("child", Script::new([Turn::fail("boom")]));
+            .script("child", [Turn::fail("boom")]);
         let tree = Tree::builder()
             .catalog(catalog([
                 // No restart allowed: the child's first failure escalates.

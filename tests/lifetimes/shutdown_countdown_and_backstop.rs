@@ -37,15 +37,9 @@ use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 #[tokio::test(start_paused = true)]
 async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn_background("w", "a"), Turn::hang()]),
-        )
-        .script(
-            "w",
-            Script::new([Turn::spawn_background("w2", "b"), Turn::hang()]),
-        )
-        .script("w2", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn_background("w", "a"), Turn::hang()])
+        .script("w", [Turn::spawn_background("w2", "b"), Turn::hang()])
+        .script("w2", [Turn::hang()]);
     let tree = Arc::new(
         Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(3)))
@@ -55,7 +49,7 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
                 leaf("w2"),
                 leaf("other"),
             ]))
-            .model(model.script("other", Script::new([Turn::hang()])))
+            .model(model.script("other", [Turn::hang()]))
             .on_shutdown(|_ctx: agent_tree::HookContext| async move {
                 tokio::time::sleep(ms(50)).await;
                 Ok::<(), agent_tree::HookError>(())
@@ -106,7 +100,7 @@ async fn a_shutdown_during_restarts_returns_before_its_deadline_mt() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                [Turn::spawn("child", "go"), Turn::answer("sup done")],
             )
             .script("child", Script::new((0..200).map(|_| Turn::fail("again"))));
         let tree = Tree::builder()
@@ -154,7 +148,7 @@ async fn lead_waiting_on_a_stopping_worker(
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
             .script("worker", hanging(1)),
     );

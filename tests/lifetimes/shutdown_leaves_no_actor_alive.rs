@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::a;
@@ -36,16 +36,16 @@ async fn random_tree(rng: &mut crate::support::harness::Rng) -> (Tree, Recording
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls(
                         (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
                     ),
                     lead_then,
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([worker_turn]))
-            .script("quick", Script::new([Turn::answer("quick done")])),
+            .script("worker", [worker_turn])
+            .script("quick", [Turn::answer("quick done")]),
     );
     let hang_hook = rng.chance(40);
     let seed = rng.next_u64();
@@ -135,7 +135,7 @@ async fn an_agent_that_just_settled_is_not_alive_after_shutdown_mt() {
     const RUNS: u64 = 200;
     let mut bad = Vec::new();
     for run in 0..RUNS {
-        let model = ScriptedModel::new().script("quick", Script::new([Turn::answer("done")]));
+        let model = ScriptedModel::new().script("quick", [Turn::answer("done")]);
         let tree =
             crate::support::harness::tree(model, catalog([leaf("quick")]), TreeConfig::default())
                 .await;
@@ -170,16 +170,16 @@ async fn agents_settling_as_the_shutdown_begins_are_not_alive_after_it() {
         let model = ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls(
                         (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
                     ),
                     Turn::answer("lead done").after(ms(10)),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([Turn::answer("worker done").after(ms(10 - variant / 12))]),
+                [Turn::answer("worker done").after(ms(10 - variant / 12))],
             );
         let settle = if variant / 3 % 2 == 0 {
             SettlePolicy::Drain
@@ -220,19 +220,19 @@ async fn killable_team(workers: usize, subs: usize) -> (Tree, RecordingModel) {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls(
                         (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
                     ),
                     Turn::hang(),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([
+                [
                     Turn::calls((0..subs).map(|i| Call::spawn_background("sub", format!("s{i}")))),
                     Turn::hang(),
-                ]),
+                ],
             )
             .script("sub", hanging(1)),
     );
@@ -348,12 +348,12 @@ fn blocking_hook_shutdown(
             ScriptedModel::new()
                 .script(
                     "lead",
-                    Script::new([
+                    [
                         Turn::calls(
                             (0..4).map(|i| Call::spawn_background("worker", format!("w{i}"))),
                         ),
                         Turn::hang(),
-                    ]),
+                    ],
                 )
                 .script("worker", hanging(1)),
         );

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, RestartPolicy, Role, Strategy};
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{ControlError, HookContext, HookError};
 use parking_lot::Mutex;
 
@@ -26,16 +26,16 @@ async fn shutdown_agent_stops_only_that_subtree() {
         .script("worker", hanging(1))
         .script(
             "other",
-            Script::new([
+            [
                 Turn::spawn_background("helper", "help"),
                 Turn::answer("other done").after(Duration::from_secs(5)),
                 // The helper's completion arrives during that turn: one more to read it.
                 Turn::answer("other done"),
-            ]),
+            ],
         )
         .script(
             "helper",
-            Script::new([Turn::answer("helped").after(Duration::from_secs(3))]),
+            [Turn::answer("helped").after(Duration::from_secs(3))],
         );
     let model = RecordingModel::new(scripted);
     let hooked: Arc<Mutex<BTreeSet<AgentId>>> = Arc::default();
@@ -132,7 +132,7 @@ async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
         ScriptedModel::new()
             .script(
                 "owner",
-                Script::new([Turn::spawn("child", "hang"), Turn::answer("owner done")]),
+                [Turn::spawn("child", "hang"), Turn::answer("owner done")],
             )
             .script("child", hanging(1)),
     );
@@ -292,7 +292,7 @@ async fn shutdown_agent_never_strands_a_waiting_owner_mt() {
             ScriptedModel::new()
                 .script(
                     "owner",
-                    Script::new([Turn::spawn("child", "hang"), Turn::answer("owner done")]),
+                    [Turn::spawn("child", "hang"), Turn::answer("owner done")],
                 )
                 .script("child", hanging(1)),
         );
@@ -405,11 +405,11 @@ async fn a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt(
             ScriptedModel::new()
                 .script(
                     "owner",
-                    Script::new([
+                    [
                         Turn::spawn_background("child", "hang"),
                         Turn::calls([slow("pause", 250)]),
                         Turn::answer("owner done"),
-                    ]),
+                    ],
                 )
                 .script("child", hanging(1)),
         );

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{RestartPolicy, Strategy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::{a, tree};
@@ -21,11 +21,11 @@ use crate::support::{WAIT_LIMIT, catalog, delegator_of_all, spawn_admitted};
 async fn a_resumed_agent_is_not_under_an_old_shutdown() {
     let model = ScriptedModel::new().script(
         "flaky",
-        Script::new([
+        [
             Turn::hang(),
             Turn::fail("boom"),
             Turn::answer("restarted ok"),
-        ]),
+        ],
     );
     let catalog =
         catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
@@ -52,16 +52,16 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("slow", "x")]),
                 Turn::hang(),
                 // the resumed run: a child, then it works on
                 Turn::calls([Call::spawn_background("kid", "y")]),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("slow", Script::new([Turn::hang()]))
-        .script("kid", Script::new([Turn::hang()]));
+        .script("slow", [Turn::hang()])
+        .script("kid", [Turn::hang()]);
     let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("slow", "").detached(),
@@ -115,7 +115,7 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
 /// the second too, never graceful.
 #[tokio::test(start_paused = true)]
 async fn an_agent_killed_by_an_overlapping_shutdown_is_not_reported_graceful() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
     let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = Arc::new(
         Tree::builder()
@@ -149,7 +149,7 @@ async fn an_agent_killed_by_an_overlapping_shutdown_is_not_reported_graceful() {
 /// A queued agent stopped by a shutdown is in the report (graceful: it never ran).
 #[tokio::test(start_paused = true)]
 async fn a_queued_agent_stopped_by_shutdown_is_in_the_report() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
     let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await;
     let _r = spawn_admitted(&tree, SpawnRequest::new("w", "run").background()).await;
@@ -186,12 +186,12 @@ async fn shutting_down_a_permanent_child_lets_its_running_owner_settle() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(0)),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang(), Turn::answer("again")]));
+        .script("kid", [Turn::hang(), Turn::answer("again")]);
     let boss = delegator_of_all("boss").with_settle(agent_tree::protocol::SettlePolicy::Drain);
     let catalog = catalog([
         boss,
@@ -212,7 +212,7 @@ async fn shutting_down_a_permanent_child_lets_its_running_owner_settle() {
 /// stays `failed` (reason `escalated`) after `Tree::shutdown`.
 #[tokio::test(start_paused = true)]
 async fn a_failed_root_stays_failed_after_shutdown() {
-    let model = ScriptedModel::new().script("flaky", Script::new([Turn::fail("boom")]));
+    let model = ScriptedModel::new().script("flaky", [Turn::fail("boom")]);
     let catalog =
         catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
     let config =

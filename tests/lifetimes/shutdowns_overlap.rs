@@ -4,7 +4,7 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
@@ -18,15 +18,15 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("kid", "one"),
                     Call::spawn_background("kid", "two"),
                 ]),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),

@@ -198,16 +198,13 @@ async fn an_inheriting_temporary_child_resumed_by_its_owner_keeps_context_and_ta
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("kid", "kid task"),
                 Turn::calls([resume_call("a2", "again")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "kid",
-            Script::new([Turn::answer("kid one"), Turn::answer("kid two")]),
-        );
+        .script("kid", [Turn::answer("kid one"), Turn::answer("kid two")]);
     let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
@@ -259,18 +256,15 @@ async fn strategy_with_temporary_sibling(strategy: Strategy, temp_first: bool) {
         [perm, temp]
     };
     let scripted = ScriptedModel::new()
-        .script("boss", Script::new([Turn::calls(spawns), Turn::hang()]))
-        .script(
-            "temp",
-            Script::new([Turn::hang(), Turn::answer("temp again")]),
-        )
+        .script("boss", [Turn::calls(spawns), Turn::hang()])
+        .script("temp", [Turn::hang(), Turn::answer("temp again")])
         .script(
             "perm",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(5)),
                 Turn::answer("perm ok"),
                 Turn::answer("perm ok"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(

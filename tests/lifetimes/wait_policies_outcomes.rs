@@ -55,7 +55,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
     // lead a1 spawns p1..p4 (a2..a5), the set, and an outsider (a6).
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls((0..5).map(|i| Call::spawn_background("worker", format!("job {i}")))),
             Turn::calls([Call::wait(
                 (0..4).map(Target::Spawned),
@@ -63,7 +63,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
             )]),
             Turn::calls([Call::result(Target::Spawned(4))]),
             Turn::answer("lead done"),
-        ]),
+        ],
     );
     scripted.script_agent(a(2), answer_after("p1 done", 500));
     scripted.script_agent(a(3), fail_after("card declined", 100));
@@ -134,14 +134,14 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
     let order = [2usize, 0, 3, 1];
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls((0..4).map(|i| Call::spawn_background("worker", format!("probe {i}")))),
             Turn::calls([Call::wait(
                 order.iter().map(|&i| Target::Spawned(i)),
                 WaitPolicy::AllSettled,
             )]),
             Turn::answer("diagnosed"),
-        ]),
+        ],
     );
     scripted.script_agent(a(2), answer_after("disk ok", 400));
     scripted.script_agent(a(3), fail_after("dns timeout", 300));

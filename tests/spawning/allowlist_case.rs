@@ -11,7 +11,7 @@ use crate::support::build_tree;
 use crate::support::catalog;
 use crate::support::run_admitted;
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{AGENT_TOOL, Catalog, Tree, parse_agent_file};
 
 /// Under a paused clock this fires only once nothing else can run: a bound, never a race.
@@ -41,9 +41,9 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn(requested, "review this"), Turn::answer("done")]),
+            [Turn::spawn(requested, "review this"), Turn::answer("done")],
         )
-        .script("reviewer", Script::new([Turn::answer("looks fine")]));
+        .script("reviewer", [Turn::answer("looks fine")]);
     let tree = build_tree(lead_allowing(lead_allows), model.clone()).await;
     let outcome = within("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());

@@ -5,7 +5,7 @@
 use crate::support::catalog;
 use crate::support::harness::{a, idle, results, tools, tree_with_tools};
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 const USER_TOOLS: [&str; 3] = ["read", "write", "bash"];
@@ -25,25 +25,25 @@ fn model() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("mid", "go"), Turn::answer("lead done")]),
+            [Turn::spawn("mid", "go"), Turn::answer("lead done")],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::calls([Call::tool("bash", json!({}))]),
                 Turn::spawn("leaf", "go"),
                 Turn::answer("mid done"),
-            ]),
+            ],
         )
         .script(
             "leaf",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool("bash", json!({})),
                     Call::tool("write", json!({})),
                 ]),
                 Turn::answer("leaf done"),
-            ]),
+            ],
         )
 }
 

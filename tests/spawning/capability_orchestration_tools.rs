@@ -26,7 +26,7 @@ fn tries_to_spawn() -> Script {
 }
 
 fn model(types: &[&str]) -> ScriptedModel {
-    let mut model = ScriptedModel::new().script("leaf", Script::new([Turn::answer("leaf done")]));
+    let mut model = ScriptedModel::new().script("leaf", [Turn::answer("leaf done")]);
     for t in types {
         model = model.script(*t, tries_to_spawn());
     }
@@ -62,9 +62,9 @@ async fn none_at_the_depth_cap() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("boss", "one level down"), Turn::answer("done")]),
+            [Turn::spawn("boss", "one level down"), Turn::answer("done")],
         )
-        .script("leaf", Script::new([Turn::answer("leaf done")]));
+        .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
@@ -195,10 +195,10 @@ async fn allowed_subagents_is_not_inherited_by_children() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("plain", "delegate"), Turn::answer("done")]),
+            [Turn::spawn("plain", "delegate"), Turn::answer("done")],
         )
         .script("plain", tries_to_spawn())
-        .script("leaf", Script::new([Turn::answer("leaf done")]));
+        .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("plain", ""),

@@ -23,7 +23,7 @@ const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 fn chain_model() -> ScriptedModel {
     ScriptedModel::new().script(
         "link",
-        Script::new([Turn::spawn("link", "one level down"), Turn::answer("done")]),
+        [Turn::spawn("link", "one level down"), Turn::answer("done")],
     )
 }
 
@@ -161,7 +161,7 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("sub", "forged one")
                         .with_field("depth", json!(0))
@@ -176,16 +176,16 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
                 Turn::answer("done").after(Duration::from_millis(50)),
                 // The subs' completions arrive during that turn: one more to read them.
                 Turn::answer("done"),
-            ]),
+            ],
         )
         .script(
             "sub",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("leaf", "a"), Call::spawn("leaf", "b")]),
                 Turn::answer("sub done"),
-            ]),
+            ],
         )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
+        .script("leaf", [Turn::answer("leaf")]);
     // The children opt in to delegation, so only the cap stops them.
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),

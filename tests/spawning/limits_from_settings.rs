@@ -128,15 +128,15 @@ async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("worker", "one"),
                 Turn::spawn("worker", "two"),
                 Turn::spawn("worker", "three"),
                 Turn::calls([resume_call("a2", "more")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("worked")]));
+        .script("worker", [Turn::answer("worked")]);
     model.script_agent(
         a(2),
         Script::new([Turn::answer("worked"), Turn::answer("worked again")]),
@@ -179,16 +179,13 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
         .script("spinner", never_answers())
         .script(
             "boss",
-            Script::new([Turn::spawn("spinner", "spin"), Turn::answer("boss done")]),
+            [Turn::spawn("spinner", "spin"), Turn::answer("boss done")],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("spinner", "spin"), Turn::answer("mid done")]),
+            [Turn::spawn("spinner", "spin"), Turn::answer("mid done")],
         )
-        .script(
-            "top",
-            Script::new([Turn::spawn("mid", "go"), Turn::answer("top done")]),
-        );
+        .script("top", [Turn::spawn("mid", "go"), Turn::answer("top done")]);
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
     let catalog = catalog([
@@ -228,11 +225,11 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("heir", "inherit me"), Turn::answer("boss done")]),
+            [Turn::spawn("heir", "inherit me"), Turn::answer("boss done")],
         )
         .script(
             "heir",
-            Script::new([Turn::spawn("heir", "deeper"), Turn::answer("heir done")]),
+            [Turn::spawn("heir", "deeper"), Turn::answer("heir done")],
         );
     let model = RecordingModel::new(scripted);
     let catalog = catalog([

@@ -96,7 +96,7 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
 
 #[tokio::test(start_paused = true)]
 async fn raising_the_limit_drains_the_queue() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("worker", [Turn::hang()]);
     let tree = tree(
         model.clone(),
         workers(),
@@ -132,8 +132,8 @@ async fn raising_the_limit_drains_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn an_aborted_queued_agent_never_starts() {
     let model = ScriptedModel::new()
-        .script("worker", Script::new([Turn::answer("done")]))
-        .script("boss", Script::new([Turn::hang()]));
+        .script("worker", [Turn::answer("done")])
+        .script("boss", [Turn::hang()]);
     let tree = tree(
         model.clone(),
         workers(),
@@ -187,17 +187,17 @@ async fn nested_children_bypass_a_full_pool() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     agent_tree::testkit::Call::spawn("worker", "one"),
                     agent_tree::testkit::Call::spawn("worker", "two"),
                 ]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").after(Duration::from_millis(5))]),
+            [Turn::answer("worked").after(Duration::from_millis(5))],
         );
     let tree = tree(
         model.clone(),
@@ -246,9 +246,9 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let model = ScriptedModel::new()
         .script(
             "first",
-            Script::new([Turn::answer("a").after(Duration::from_millis(10))]),
+            [Turn::answer("a").after(Duration::from_millis(10))],
         )
-        .script("w", Script::new([Turn::answer("w")]));
+        .script("w", [Turn::answer("w")]);
     let catalog = catalog([
         AgentDefinition::new("first", ""),
         AgentDefinition::new("w", ""),

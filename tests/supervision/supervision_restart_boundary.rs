@@ -7,7 +7,7 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, RestartPolicy};
-use agent_tree::testkit::{FaultyModel, FnModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FaultyModel, FnModel, ScriptedModel, Turn};
 
 use crate::support::harness::tree;
 use crate::support::lifetimes::ms;
@@ -22,10 +22,8 @@ use crate::support::{catalog, leaf, spawn_admitted, within};
 // regression: a resumed run once kept the record's incarnation and read as run 1 again.
 #[tokio::test(start_paused = true)]
 async fn a_fault_limited_to_run_one_does_not_fire_in_a_resumed_second_run() {
-    let scripted = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::answer("first run"), Turn::answer("second run")]),
-    );
+    let scripted =
+        ScriptedModel::new().script("w", [Turn::answer("first run"), Turn::answer("second run")]);
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("injected"))
         .only_in_run(1);
@@ -51,12 +49,12 @@ async fn a_restarted_pooled_agent_keeps_its_slot_until_its_exit_is_final() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(100)),
                 Turn::answer("recovered").after(ms(100)),
-            ]),
+            ],
         )
-        .script("next", Script::new([Turn::answer("ok")]));
+        .script("next", [Turn::answer("ok")]);
     let mut config = TreeConfig::default();
     config.max_concurrent = 1;
     let tree = tree(
@@ -105,15 +103,12 @@ async fn a_fail_fast_wait_spans_a_restart() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(10)),
                 Turn::answer("recovered").after(ms(10)),
-            ]),
+            ],
         )
-        .script(
-            "slow",
-            Script::new([Turn::answer("slow ok").after(ms(500))]),
-        );
+        .script("slow", [Turn::answer("slow ok").after(ms(500))]);
     let tree = tree(
         model,
         catalog([
@@ -153,21 +148,21 @@ async fn a_restarted_childs_old_question_does_not_answer_waits() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "work")]),
                 // Answered `asking` (the kid's question, correct).
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 // By now the kid was killed and restarted: this wait is on its new run.
                 Turn::calls([Call::result(Target::Spawned(0))]).after(ms(1_000)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "kid",
-            Script::new([
+            [
                 Turn::calls([ask("which colour?")]),
                 Turn::answer("kid done").after(ms(2_000)),
-            ]),
+            ],
         );
     let recorder = RecordingModel::new(scripted);
     let tree = tree(
@@ -218,10 +213,10 @@ async fn a_delivered_steer_survives_a_restart() {
 
     let scripted = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::fail("connection reset").after(ms(100)),
             Turn::answer("done").after(ms(100)),
-        ]),
+        ],
     );
     let recorder = RecordingModel::new(scripted);
     let tree = tree(

@@ -103,11 +103,11 @@ async fn run_cell(cell: Cell) {
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::spawn_background("child", TASK),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("sup done"),
-            ]),
+            ],
         )
         .script("child", child_script(cell.exit));
     let model = RecordingModel::new(scripted);
@@ -280,18 +280,18 @@ async fn restart_event_sits_between_the_incarnations() {
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::spawn_background("child", TASK),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("sup done"),
-            ]),
+            ],
         )
         .script(
             "child",
-            Script::new([
+            [
                 Turn::fail("first run fails").after(Duration::from_millis(300)),
                 Turn::answer("second run done").usage(Usage::tokens(2, 2)),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -374,10 +374,10 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             let scripted = ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([
+                    [
                         Turn::spawn_background("child", TASK),
                         Turn::calls([Call::result(Target::Spawned(0))]),
-                    ]),
+                    ],
                 )
                 .script("child", hanging(4));
             let model = RecordingModel::new(scripted);
@@ -449,14 +449,14 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("flaky", "x")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "flaky",
-            Script::new([Turn::fail("connection reset").after(Duration::from_millis(100))]),
+            [Turn::fail("connection reset").after(Duration::from_millis(100))],
         );
     let catalog = catalog([
         delegator_of_all("boss"),
@@ -483,7 +483,7 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
 async fn an_abort_is_never_followed_by_a_restart() {
     let model = ScriptedModel::new().script(
         "flaky",
-        Script::new([Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")]),
+        [Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")],
     );
     let catalog =
         catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
@@ -517,15 +517,12 @@ async fn a_restarted_child_keeps_its_inherited_context() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("heir", "child task")]),
                 Turn::answer("ok"),
-            ]),
+            ],
         )
-        .script(
-            "heir",
-            Script::new([Turn::fail("transient"), Turn::answer("done")]),
-        );
+        .script("heir", [Turn::fail("transient"), Turn::answer("done")]);
     let recorder = RecordingModel::new(scripted);
     let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
     heir.inherit_context = true;

@@ -56,7 +56,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::calls(
                     types
                         .iter()
@@ -64,7 +64,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
                         .map(|(i, t)| Call::spawn_background(*t, format!("run {t} #{i}"))),
                 ),
                 Turn::calls([Call::result(Target::Spawned(failing))]),
-            ]),
+            ],
         )
         .script("perm", hanging(4))
         .script("temp", hanging(4));
@@ -541,7 +541,7 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
         .script("bystander", hanging(2))
         .script(
             "lead",
-            Script::new([Turn::spawn_background("bystander", "x"), Turn::hang()]),
+            [Turn::spawn_background("bystander", "x"), Turn::hang()],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -618,10 +618,10 @@ async fn every_strategy_escalates_past_the_intensity() {
         let scripted = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::calls((0..3).map(|i| Call::spawn_background("perm", format!("s{i}")))),
                     Turn::calls([Call::result(Target::Spawned(1))]),
-                ]),
+                ],
             )
             .script("perm", hanging(4));
         scripted.script_agent(
@@ -694,11 +694,8 @@ async fn every_strategy_escalates_past_the_intensity() {
 #[tokio::test(start_paused = true)]
 async fn root_escalation_strands_no_queued_agent() {
     let model = ScriptedModel::new()
-        .script(
-            "flaky",
-            Script::new([Turn::fail("a"), Turn::fail("b"), Turn::fail("c")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
+        .script("flaky", [Turn::fail("a"), Turn::fail("b"), Turn::fail("c")])
+        .script("leaf", [Turn::answer("leaf")]);
     let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
@@ -722,11 +719,8 @@ async fn root_escalation_strands_no_queued_agent() {
 #[tokio::test(start_paused = true)]
 async fn one_for_all_with_a_queued_sibling_does_not_hang() {
     let model = ScriptedModel::new()
-        .script(
-            "flaky",
-            Script::new([Turn::fail("boom"), Turn::answer("ok")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
+        .script("flaky", [Turn::fail("boom"), Turn::answer("ok")])
+        .script("leaf", [Turn::answer("leaf")]);
     let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
@@ -754,12 +748,12 @@ async fn a_restart_plan_survives_a_sibling_shut_down_meanwhile() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(Duration::from_millis(100)),
                 Turn::answer("ok"),
-            ]),
+            ],
         )
-        .script("idler", Script::new([Turn::hang()]));
+        .script("idler", [Turn::hang()]);
     let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("idler", ""),
