@@ -115,6 +115,11 @@ impl MemoryJournal {
         store
     }
 
+    /// Changes its state under the lock (a leaf: `change` only sets fields).
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        change(&mut self.0.state.lock());
+    }
+
     /// Everything it holds.
     pub fn bytes(&self) -> Vec<u8> {
         self.0.state.lock().bytes.clone()
@@ -158,54 +163,46 @@ impl MemoryJournal {
 
     /// From now on every append fails, as on a full disk; what it holds stays readable.
     pub fn fail_writes(&self) {
-        self.0.state.lock().fail_writes = true;
+        self.update(|state| state.fail_writes = true);
     }
 
     /// Every append that would take the content past `bytes` fails (a disk of that size).
     pub fn fail_writes_past(&self, bytes: u64) {
-        self.0.state.lock().fail_writes_past = Some(bytes);
+        self.update(|state| state.fail_writes_past = Some(bytes));
     }
 
     /// Every append carrying `marker` fails (a disk that fills up while that line is on its
     /// way); the others go through.
     pub fn fail_writes_containing(&self, marker: impl AsRef<[u8]>) {
-        self.0
-            .state
-            .lock()
-            .fail_markers
-            .push(marker.as_ref().to_vec());
+        self.update(|state| state.fail_markers.push(marker.as_ref().to_vec()));
     }
 
     /// From now on every sync fails.
     pub fn fail_syncs(&self) {
-        self.0.state.lock().fail_syncs = true;
+        self.update(|state| state.fail_syncs = true);
     }
 
     /// From now on every one-line read ([`JournalStore::read_range`], the read-back of a
     /// released output or a settled conversation) fails; whole reads still work.
     pub fn fail_line_reads(&self) {
-        self.0.state.lock().fail_line_reads = true;
+        self.update(|state| state.fail_line_reads = true);
     }
 
     /// Holds every append until [`release`](MemoryJournal::release): a slow disk.
     pub fn hold(&self) {
-        self.0.state.lock().held = true;
+        self.update(|state| state.held = true);
     }
 
     /// Holds the appends carrying `marker` until [`release`](MemoryJournal::release); the
     /// others go through.
     pub fn hold_writes_containing(&self, marker: impl AsRef<[u8]>) {
-        self.0
-            .state
-            .lock()
-            .held_markers
-            .push(marker.as_ref().to_vec());
+        self.update(|state| state.held_markers.push(marker.as_ref().to_vec()));
     }
 
     /// Holds the appends after the next sync (the next batch's), until
     /// [`release`](MemoryJournal::release).
     pub fn hold_after_next_sync(&self) {
-        self.0.state.lock().hold_after_sync = true;
+        self.update(|state| state.hold_after_sync = true);
     }
 
     /// Lets every held append go on (and no append is held any more, until the next hold).
@@ -285,5 +282,51 @@ impl JournalStore for MemoryJournal {
             .get(start..end)
             .map(<[u8]>::to_vec)
             .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_past_the_size_fail_and_what_it_holds_stays() {
+        let mut store = MemoryJournal::new();
+        store.fail_writes_past(8);
+        store.append(b"line 1\n").unwrap();
+        assert!(store.append(b"line 2\n").is_err());
+        assert_eq!((store.bytes(), store.appends()), (b"line 1\n".to_vec(), 1));
+        assert_eq!(store.read_range(0, 4).unwrap(), b"line");
+    }
+
+    #[test]
+    fn faults_on_command_fail_what_they_name_only() {
+        let mut store = MemoryJournal::with_content(b"old\n".to_vec());
+        store.fail_writes_containing("bad");
+        assert!(store.append(b"bad line\n").is_err());
+        store.append(b"good line\n").unwrap();
+        store.fail_syncs();
+        assert!(store.sync().is_err());
+        store.fail_line_reads();
+        assert!(store.read_range(0, 3).is_err());
+        assert_eq!(store.read().unwrap(), b"old\ngood line\n");
+        store.replace(b"new\n").unwrap();
+        assert_eq!(
+            (store.lines(), store.compactions(), store.syncs()),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_held_append_waits_for_the_release() {
+        let store = MemoryJournal::new();
+        store.hold_writes_containing("slow");
+        let mut writer = store.clone();
+        let thread = std::thread::spawn(move || writer.append(b"slow line\n"));
+        store.wait_until_held();
+        assert!(store.bytes().is_empty());
+        store.release();
+        thread.join().unwrap().unwrap();
+        assert_eq!(store.bytes(), b"slow line\n");
     }
 }
