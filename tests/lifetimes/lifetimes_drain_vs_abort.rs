@@ -497,46 +497,36 @@ async fn owner_end_keeps_a_completing_childs_answer() {
     tree.shutdown().await;
 }
 
-/// A shutdown with a shutdown hook registered reaches a completing agent: it must
-/// keep its decided `completed` outcome (its hooks may run, but the answer stands).
+/// A shutdown that reaches a completing agent, with a shutdown hook registered or none,
+/// leaves its decided `completed` outcome standing (its hooks may run, but the answer
+/// stands); only its still-running child is cut, and nothing is killed.
 #[tokio::test(start_paused = true)]
-async fn shutdown_with_a_hook_keeps_a_completing_agents_answer() {
-    let (model, catalog) = drain_tree_parts();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model.clone())
-        .on_shutdown(|_ctx: HookContext| async move {
-            tokio::time::sleep(ms(5)).await;
-            Ok::<(), HookError>(())
-        })
-        .build()
-        .await
-        .expect("the tree builds");
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
-    until_completing(&tree, &model, lead).await;
-    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
-    assert!(report.killed.is_empty(), "{report:?}");
-    let got = tree.outcome(lead).expect("the lead settled");
-    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (with a hook)");
-}
-
-/// The same with no shutdown hook registered.
-#[tokio::test(start_paused = true)]
-async fn shutdown_without_hooks_keeps_a_completing_agents_answer() {
-    let (model, catalog) = drain_tree_parts();
-    let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
-    until_completing(&tree, &model, lead).await;
-    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
-    assert!(report.killed.is_empty(), "{report:?}");
-    let got = tree.outcome(lead).expect("the lead settled");
-    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (no hook)");
+async fn a_shutdown_keeps_a_completing_agents_answer_with_or_without_hooks() {
+    for hook in [true, false] {
+        let (model, catalog) = drain_tree_parts();
+        let mut builder = Tree::builder().catalog(catalog).model(model.clone());
+        if hook {
+            builder = builder.on_shutdown(|_ctx: HookContext| async move {
+                tokio::time::sleep(ms(5)).await;
+                Ok::<(), HookError>(())
+            });
+        }
+        let tree = builder.build().await.expect("the tree builds");
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
+            .await
+            .id();
+        model.until_calls(a(2), 1).await;
+        until_completing(&tree, &model, lead).await;
+        let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+        assert!(report.killed.is_empty(), "{report:?}");
+        let got = tree.outcome(lead).expect("the lead settled");
+        let how = if hook {
+            "shutdown (with a hook)"
+        } else {
+            "shutdown (no hook)"
+        };
+        assert_kept_answer(&tree, lead, a(2), &got, how);
+    }
 }
 
 /// On worker threads: the abort of a completing lead races its worker's settle.
