@@ -46,10 +46,13 @@ pub use log::{CallEnd, CallLog, LoggedCall, ModelCall};
 #[doc = include_str!("../../docs/testing.md")]
 pub mod guide {}
 mod children;
+mod closure;
 mod faults;
 mod owner;
 mod probe;
+mod store;
 pub use children::{ChildProbe, ProbedModel, SpawnedChild, probe_children};
+pub use closure::FnModel;
 pub use driven::{DrivenModel, ModelHandle, PendingTurn, pair};
 pub use faults::{
     FaultyModel, FaultyTool, KillSwitch, Killed, failing_hook, hanging_hook, kill_when,
@@ -57,6 +60,7 @@ pub use faults::{
 };
 pub use owner::{OwnerMessage, OwnerProbe, OwnerQuestion};
 pub use probe::{EventProbe, Fish};
+pub use store::MemoryJournal;
 
 /// Moves virtual time forward by `by` under a paused clock, running everything that comes
 /// due meanwhile in order, each timer at its own instant: "the worker's two seconds pass".
@@ -337,6 +341,13 @@ impl Script {
     }
 }
 
+/// A script of the turns in the array, in order: `.script("w", [Turn::answer("ok")])`.
+impl<const N: usize> From<[Turn; N]> for Script {
+    fn from(turns: [Turn; N]) -> Self {
+        Script::new(turns)
+    }
+}
+
 /// A deterministic model playing scripts. Cheap to clone: clones share scripts and the log.
 ///
 /// It keeps one place in a script per agent id. Trees hosted on another node
@@ -375,9 +386,22 @@ impl ScriptedModel {
         ScriptedModel::default()
     }
 
-    /// Sets the script every agent of `agent_type` plays.
-    pub fn script(self, agent_type: impl Into<String>, script: Script) -> Self {
-        self.inner.by_type.lock().insert(agent_type.into(), script);
+    /// Sets the script every agent of `agent_type` plays: a [`Script`], or an array of
+    /// [`Turn`]s.
+    ///
+    /// ```
+    /// use agent_tree_actors::testkit::{Script, ScriptedModel, Turn};
+    ///
+    /// let model = ScriptedModel::new()
+    ///     .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+    ///     .script("worker", Script::new([Turn::answer("dug")]));
+    /// # let _ = model;
+    /// ```
+    pub fn script(self, agent_type: impl Into<String>, script: impl Into<Script>) -> Self {
+        self.inner
+            .by_type
+            .lock()
+            .insert(agent_type.into(), script.into());
         self
     }
 

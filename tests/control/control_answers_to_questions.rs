@@ -6,15 +6,16 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, Question, SteerReceipt};
 use serde_json::json;
 
+use crate::support::catalog;
 use crate::support::delegator_of_all;
 use crate::support::harness::{a, results, tree};
 
-fn catalog() -> Catalog {
-    Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap()
+fn boss_and_asker() -> Catalog {
+    catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")])
 }
 
 fn ask(question: &str) -> Call {
@@ -28,14 +29,14 @@ fn ask(question: &str) -> Call {
 async fn a_late_handler_answer_does_not_answer_a_later_question() {
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([ask("q1")]),
             Turn::calls([ask("q2")]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_and_asker())
         .model(model.clone())
         .on_question(|q: Question| async move {
             let wait = if q.question == "q1" { 10 } else { 100 };
@@ -75,7 +76,7 @@ async fn a_refused_steer_leaves_the_childs_question_open_for_a_wait() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("asker", "go"),
                 // The question's notice has arrived by now.
                 Turn::calls([Call::steer(a(2), huge)]).after(Duration::from_millis(50)),
@@ -87,13 +88,13 @@ async fn a_refused_steer_leaves_the_childs_question_open_for_a_wait() {
                 Turn::answer("done"),
                 // The asker's completion arrives during that turn: one more to read it.
                 Turn::answer("done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([Turn::calls([ask("which colour?")]), Turn::answer("painted")]),
+            [Turn::calls([ask("which colour?")]), Turn::answer("painted")],
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_and_asker(), TreeConfig::default()).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(600),
         tree.run(SpawnRequest::new("boss", "go")),

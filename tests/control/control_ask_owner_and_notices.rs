@@ -14,28 +14,30 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, ask, delegator_of_all, user_texts};
+use crate::support::{
+    RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, run_admitted, spawn_admitted,
+    user_texts,
+};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 fn noop() -> Call {
     Call::tool("noop", json!({}))
 }
 
-fn catalog() -> Catalog {
+fn boss_mid_asker() -> Catalog {
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
-    Catalog::new([
+    catalog([
         delegator("boss"),
         delegator("mid"),
         AgentDefinition::new("asker", ""),
         AgentDefinition::new("leaf", ""),
         AgentDefinition::new("observer", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -43,22 +45,22 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("asker", "pick a colour"),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("which colour?")]),
                 Turn::answer("I chose blue"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -112,24 +114,21 @@ async fn a_child_asks_its_owner_and_gets_the_owners_steer_as_the_answer() {
 async fn a_top_level_agent_asks_the_application() {
     let scripted = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([ask("may I deploy?")]),
             Turn::answer("deployed"),
-        ]),
+        ],
     );
     // The application's handler stays silent; the application answers with a steer.
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_mid_asker())
         .model(scripted.clone())
         .on_question(|_: agent_tree::Question| std::future::pending())
         .build()
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let asker = tree
-        .spawn(SpawnRequest::new("asker", "deploy"))
-        .await
-        .unwrap();
+    let asker = spawn_admitted(&tree, SpawnRequest::new("asker", "deploy")).await;
     let asked = events
         .expect_event("a question", |e| matches!(e.kind, EventKind::Asked { .. }))
         .await;
@@ -163,38 +162,32 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("mid", "m"),
                 Turn::calls([noop()]).after(Duration::from_millis(200)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::spawn_background("leaf", "l"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::answer("mid done"),
-            ]),
+            ],
         )
-        .script("leaf", Script::new([Turn::answer("leaf done")]))
+        .script("leaf", [Turn::answer("leaf done")])
         .script(
             "observer",
-            Script::new([
+            [
                 Turn::calls([noop()]).after(Duration::from_millis(300)),
                 Turn::answer("observed"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go").background())
-        .await
-        .unwrap();
-    let observer = tree
-        .spawn(SpawnRequest::new("observer", "watch").background())
-        .await
-        .unwrap();
+    let tree = tree(model.clone(), boss_mid_asker(), TreeConfig::default()).await;
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go").background()).await;
+    let observer = spawn_admitted(&tree, SpawnRequest::new("observer", "watch").background()).await;
     let done = outcome_of(&tree, observer.id()).await;
     assert!(done.is_completed());
     idle(&tree).await;
@@ -244,8 +237,6 @@ async fn completion_notices_go_to_the_direct_owner_only() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A `wait_subagents` over a child that asks its owner is answered at once with the
 /// question, as a single-child wait is, instead of deadlocking.
 #[tokio::test(start_paused = true)]
@@ -253,7 +244,7 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("asker", "x"),
                     Call::spawn_background("leaf", "y"),
@@ -268,19 +259,15 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
                     WaitPolicy::AllSettled,
                 )]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "asker",
-            Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+        .script("asker", [Turn::calls([ask("colour?")]), Turn::answer("ok")])
+        .script("leaf", [Turn::answer("leaf")]);
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("asker", ""),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let run = tree.run(SpawnRequest::new("boss", "go"));
     let r = tokio::time::timeout(WAIT_LIMIT, run).await;
@@ -297,21 +284,17 @@ async fn a_question_left_open_when_a_draining_run_ends_is_refused() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 // the question arrives while this turn is in flight; the model ends anyway
                 Turn::answer("boss done").after(Duration::from_millis(50)),
-            ]),
+            ],
         )
-        .script(
-            "asker",
-            Script::new([Turn::calls([ask("colour?")]), Turn::answer("ok")]),
-        );
-    let catalog = Catalog::new([
+        .script("asker", [Turn::calls([ask("colour?")]), Turn::answer("ok")]);
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("asker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let run = tree.run(SpawnRequest::new("boss", "go"));
     let r = tokio::time::timeout(WAIT_LIMIT, run).await;
@@ -331,23 +314,22 @@ async fn two_questions_in_one_turn_do_not_hang_a_draining_owner() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 Turn::answer("boss done").after(Duration::from_millis(50)),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("colour?"), ask("size?")]),
                 Turn::answer("ok"),
-            ]),
+            ],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("asker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go"))).await;
     assert!(
@@ -366,25 +348,24 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
         let model = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(50)),
                     // A question that arrived during that turn gets one more (not answered).
                     Turn::answer("boss done"),
-                ]),
+                ],
             )
             .script(
                 "asker",
-                Script::new([
+                [
                     Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
                     Turn::answer("ok"),
-                ]),
+                ],
             );
-        let catalog = Catalog::new([
+        let catalog = catalog([
             delegator_of_all("boss"),
             AgentDefinition::new("asker", "").detached(),
-        ])
-        .unwrap();
+        ]);
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(boss.is_completed());
@@ -408,23 +389,22 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
         let model = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([Call::spawn_background("asker", "x")]),
                     Turn::answer("boss done").after(Duration::from_millis(4)),
-                ]),
+                ],
             )
             .script(
                 "asker",
-                Script::new([
+                [
                     Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
                     Turn::answer("ok"),
-                ]),
+                ],
             );
-        let catalog = Catalog::new([
+        let catalog = catalog([
             delegator_of_all("boss"),
             AgentDefinition::new("asker", "").detached(),
-        ])
-        .unwrap();
+        ]);
         let tree = tree(model, catalog, TreeConfig::default()).await;
         let _ = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(200), tree.idle())
@@ -453,29 +433,30 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("asker", "x")]),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::peek(Target::Raw("a99".into()))])
                     .after(Duration::from_millis(100)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([ask("colour?")]),
                 Turn::answer("the answer is blue"),
-            ]),
+            ],
         );
     let model = crate::support::RecordingModel::new(scripted);
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("asker", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("asker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
-    let out = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go")))
-        .await
-        .unwrap()
-        .unwrap();
+    let out = tokio::time::timeout(
+        WAIT_LIMIT,
+        run_admitted(&tree, SpawnRequest::new("boss", "go")),
+    )
+    .await
+    .unwrap();
     assert!(out.is_completed());
     assert!(tree.outcome(a(2)).unwrap().is_completed());
     let last = model.calls_of(a(1)).last().cloned().unwrap();
@@ -494,25 +475,24 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("asker", "x")]),
                 Turn::hang(),
                 // the restarted incarnation works on and on
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([Call::tool("ask_owner", json!({ "question": "which?" }))]),
                 Turn::answer("gave up waiting"),
-            ]),
+            ],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("asker", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
     let _boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
@@ -539,19 +519,18 @@ async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(100)),
                 Turn::answer("end"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let recorder = RecordingModel::new(scripted);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("kid", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -580,16 +559,15 @@ async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::answer("mid").after(Duration::from_millis(100)),
                 Turn::answer("end"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let recorder = RecordingModel::new(scripted);
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;

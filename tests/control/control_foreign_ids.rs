@@ -9,11 +9,13 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::{JsonContent, RecordingModel, catalog, delegator, leaf, record, within};
+use crate::support::{
+    JsonContent, RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within,
+};
 
 const INNER_WORK: Duration = Duration::from_secs(20);
 
@@ -52,43 +54,43 @@ fn scripted() -> ScriptedModel {
     right_probe.push(Call::peek(Target::Spawned(0)));
     right_probe.push(Call::steer(Target::Spawned(0), "own steer"));
     ScriptedModel::new()
-        .script("quick", Script::new([Turn::answer("quick done")]))
+        .script("quick", [Turn::answer("quick done")])
         .script(
             "other",
-            Script::new([Turn::answer("other done").after(Duration::from_secs(30))]),
+            [Turn::answer("other done").after(Duration::from_secs(30))],
         )
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("left", "left branch"),
                 // Later, so that the left branch's child exists first (ids are deterministic).
                 Turn::spawn("right", "right branch").after(Duration::from_secs(1)),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "left",
-            Script::new([
+            [
                 Turn::spawn_background("inner", "left's child"),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("left done"),
-            ]),
+            ],
         )
         .script(
             "right",
-            Script::new([
+            [
                 Turn::spawn_background("inner", "right's child"),
                 Turn::calls(right_probe),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("right done"),
-            ]),
+            ],
         )
         .script(
             "inner",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))]).after(INNER_WORK),
                 Turn::answer("inner done"),
-            ]),
+            ],
         )
 }
 
@@ -115,19 +117,10 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
     let mut events = tree.subscribe();
     let start = Instant::now();
 
-    let mut quick = tree
-        .spawn(SpawnRequest::new("quick", "done at once"))
-        .await
-        .expect("admitted");
+    let mut quick = spawn_admitted(&tree, SpawnRequest::new("quick", "done at once")).await;
     assert!(within("quick", quick.outcome()).await.is_completed());
-    let other = tree
-        .spawn(SpawnRequest::new("other", "another branch"))
-        .await
-        .expect("admitted");
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "two branches"))
-        .await
-        .expect("admitted");
+    let other = spawn_admitted(&tree, SpawnRequest::new("other", "another branch")).await;
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two branches")).await;
     assert!(within("the lead", lead.outcome()).await.is_completed());
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();

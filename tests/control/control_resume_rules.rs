@@ -9,27 +9,28 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
-use crate::support::{RecordingModel, WAIT_LIMIT, user_texts};
+use crate::support::{
+    RecordingModel, WAIT_LIMIT, catalog, resume_call, run_admitted, spawn_admitted, user_texts,
+};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role, SettlePolicy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 fn resume(id: &str, prompt: &str) -> Call {
-    Call::tool("Agent", json!({ "resume": id, "prompt": prompt }))
+    resume_call(id, prompt)
 }
 
 fn boss_slow_and_quick() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_worker_sleeper() -> Catalog {
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         // Drain would keep children alive after the run; a resumed run must abort them anyway.
         AgentDefinition::new("worker", "")
@@ -37,7 +38,6 @@ fn catalog() -> Catalog {
             .with_settle(SettlePolicy::Drain),
         AgentDefinition::new("sleeper", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -45,23 +45,23 @@ async fn resuming_a_settled_child_continues_its_conversation_and_reaps_its_new_c
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("worker", "task one"),
                 Turn::calls([resume("a2", "second prompt")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::answer("first answer"),
                 Turn::spawn_background("sleeper", "nap"),
                 Turn::answer("second answer"),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]));
+        .script("sleeper", [Turn::hang()]);
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -122,14 +122,14 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("sleeper", "nap"),
                 Turn::calls([resume("a2", "wake up")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        .script("sleeper", [Turn::hang()]);
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     let refused = &results(&model, a(1), 2)[0];
@@ -150,26 +150,20 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
 #[tokio::test(start_paused = true)]
 async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
     let model = ScriptedModel::new()
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("sleeper", [Turn::hang()])
         .script(
             "boss",
-            Script::new([Turn::spawn_background("sleeper", "nap"), Turn::hang()]),
+            [Turn::spawn_background("sleeper", "nap"), Turn::hang()],
         );
     let tree = tree(
         model.clone(),
-        catalog(),
+        boss_worker_sleeper(),
         TreeConfig::default().with_max_concurrent(1),
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let running = tree
-        .spawn(SpawnRequest::new("boss", "hold").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("sleeper", "wait").background())
-        .await
-        .unwrap();
+    let running = spawn_admitted(&tree, SpawnRequest::new("boss", "hold").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("sleeper", "wait").background()).await;
     events.expect_event("a start", started(running.id())).await;
     let nested = events
         .expect_event("a child of the running boss starting", |e| {
@@ -198,16 +192,11 @@ async fn the_application_cannot_resume_running_queued_or_foreign_agents() {
 
 #[tokio::test(start_paused = true)]
 async fn the_application_resumes_a_settled_top_level_agent() {
-    let scripted = ScriptedModel::new().script(
-        "sleeper",
-        Script::new([Turn::answer("first"), Turn::answer("second")]),
-    );
+    let scripted =
+        ScriptedModel::new().script("sleeper", [Turn::answer("first"), Turn::answer("second")]);
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
-    let first = tree
-        .run(SpawnRequest::new("sleeper", "task"))
-        .await
-        .unwrap();
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
+    let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
     assert_eq!(first.text.as_deref(), Some("first"));
     let mut handle = tree.resume(a(1), "more").await.unwrap();
     let second = tokio::time::timeout(crate::support::harness::GUARD, handle.outcome())
@@ -226,21 +215,13 @@ async fn the_application_resumes_a_settled_top_level_agent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_resume_runs_in_the_catalog_its_branch_started_with() {
-    let model = ScriptedModel::new().script(
-        "sleeper",
-        Script::new([Turn::answer("first"), Turn::answer("second")]),
-    );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
-    let first = tree
-        .run(SpawnRequest::new("sleeper", "task"))
-        .await
-        .unwrap();
+    let model =
+        ScriptedModel::new().script("sleeper", [Turn::answer("first"), Turn::answer("second")]);
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
+    let first = run_admitted(&tree, SpawnRequest::new("sleeper", "task")).await;
     assert!(first.is_completed());
     // New top-level branches use a catalog without `sleeper`; the settled branch keeps its own.
-    tree.set_branch_defaults(
-        Catalog::new([AgentDefinition::new("other", "")]).unwrap(),
-        5,
-    );
+    tree.set_branch_defaults(catalog([AgentDefinition::new("other", "")]), 5);
     let mut resumed = tree
         .resume(a(1), "more")
         .await
@@ -254,10 +235,10 @@ async fn a_refused_application_resume_keeps_the_settled_result() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("sleeper", "nap"), Turn::answer("boss done")]),
+            [Turn::spawn("sleeper", "nap"), Turn::answer("boss done")],
         )
-        .script("sleeper", Script::new([Turn::answer("first")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        .script("sleeper", [Turn::answer("first")]);
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = outcome_of(&tree, a(2)).await;
     assert!(first.is_completed());
@@ -274,7 +255,7 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("sleeper", "one"),
                 Turn::calls([Call::tool(
                     "Agent",
@@ -282,16 +263,16 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
                 )]),
                 Turn::calls([Call::result(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "sleeper",
-            Script::new([
+            [
                 Turn::answer("one done"),
                 Turn::answer("two done").after(Duration::from_millis(20)),
-            ]),
+            ],
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     assert_eq!(status_of(&results(&model, a(1), 2)[0]), "running");
@@ -307,14 +288,14 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
 async fn resuming_a_killed_run_keeps_that_runs_conversation() {
     let scripted = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::answer("first done"),
             Turn::hang(),
             Turn::answer("third"),
-        ]),
+        ],
     );
     let recorder = RecordingModel::new(scripted);
-    let catalog = Catalog::new([AgentDefinition::new("w", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "")]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
     let out = tree.run(SpawnRequest::new("w", "task one")).await.unwrap();
     assert_eq!(out.status, AgentStatus::Completed);
@@ -341,16 +322,16 @@ async fn an_empty_resume_continues_while_a_new_agents_blank_task_is_refused() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("quick", "one"),
-                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("boss done"),
                 Turn::answer("boss again"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+            [Turn::answer("first done"), Turn::answer("second done")],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), boss_slow_and_quick(), TreeConfig::default()).await;

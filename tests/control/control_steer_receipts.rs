@@ -13,46 +13,41 @@ use std::time::Duration;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf};
+use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf, spawn_admitted};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 fn boss_slow_and_quick() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
 fn worker_and_blocker() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("blocker", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
     let scripted = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([Call::tool("noop", json!({}))]).after(Duration::from_millis(50)),
             Turn::answer("steered and done"),
-        ]),
+        ],
     );
     let model = RecordingModel::new(scripted);
     let tree = tree(model.clone(), worker_and_blocker(), TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "task"))
-        .await
-        .unwrap();
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "task")).await;
     events.expect_event("a start", started(worker.id())).await;
     assert_eq!(
         tree.steer(worker.id(), "use the fast path").await.unwrap(),
@@ -95,9 +90,9 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let scripted = ScriptedModel::new()
         .script(
             "blocker",
-            Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
+            [Turn::answer("done").after(Duration::from_millis(100))],
         )
-        .script("worker", Script::new([Turn::answer("worked")]));
+        .script("worker", [Turn::answer("worked")]);
     let model = RecordingModel::new(scripted.clone());
     let tree = tree(
         model.clone(),
@@ -106,14 +101,8 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     )
     .await;
     let mut events = tree.subscribe();
-    let blocker = tree
-        .spawn(SpawnRequest::new("blocker", "hold").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("worker", "the task").background())
-        .await
-        .unwrap();
+    let blocker = spawn_admitted(&tree, SpawnRequest::new("blocker", "hold").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("worker", "the task").background()).await;
     assert_eq!(
         tree.record(queued.id()).unwrap().status,
         AgentStatus::Queued
@@ -161,20 +150,16 @@ async fn a_steer_to_a_completing_agent_is_refused() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("slow", "x")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "slow",
-            Script::new([Turn::answer("slow").after(Duration::from_secs(1))]),
-        );
-    let catalog = Catalog::new([
+        .script("slow", [Turn::answer("slow").after(Duration::from_secs(1))]);
+    let catalog = catalog([
         delegator_of_all("boss").with_settle(SettlePolicy::Drain),
         AgentDefinition::new("slow", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let h = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -195,12 +180,12 @@ async fn a_steer_to_a_completing_agent_is_refused() {
 async fn a_delivered_steer_is_read_or_refused() {
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::answer("done").after(Duration::from_millis(100)),
             Turn::answer("done, with X"),
-        ]),
+        ],
     );
-    let catalog = Catalog::new([AgentDefinition::new("worker", "")]).unwrap();
+    let catalog = catalog([AgentDefinition::new("worker", "")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let mut h = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
@@ -254,21 +239,21 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::steer(agent_tree::testkit::Target::Spawned(0), STEER)])
                         .after(steer_after),
                     // Wait for the worker, so its end is its own, not the lead's abort.
                     Turn::calls([Call::result(agent_tree::testkit::Target::Spawned(0))]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([
+                [
                     Turn::answer("worker done").after(answer_after),
                     Turn::answer("worker read the steer"),
-                ]),
+                ],
             ),
     );
     let tree = crate::support::harness::tree(
@@ -280,19 +265,17 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
     (tree, model)
 }
 
-/// Defect 5, deterministic: the lead's `steer_subagent` reaches the worker in the instant its
+/// Deterministic: the lead's `steer_subagent` reaches the worker in the instant its
 /// run ends (both turns return at the same virtual instant): the tool answers `delivered`,
 /// yet the steer never enters the worker's conversation. Correct: a `delivered` receipt means
 /// a later request of the worker carries the steer (or the call is refused).
 #[tokio::test(start_paused = true)]
-async fn d5_a_delivered_steer_from_a_tool_is_read() {
+async fn a_delivered_steer_from_a_tool_is_read() {
     let mut lost = Vec::new();
     for answer_after in 98..=102u64 {
         let (tree, model) = steer_race(ms(100), ms(answer_after)).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         let _ = outcome(&tree, lead, GUARD).await;
         bounded(GUARD, "idle", tree.idle()).await;
@@ -304,16 +287,16 @@ async fn d5_a_delivered_steer_from_a_tool_is_read() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: the steer was receipted `delivered` but never reached the worker's \
+        "the steer was receipted `delivered` but never reached the worker's \
          conversation (worker answering at {lost:?} ms, steer at 100 ms)"
     );
 }
 
-/// Defect 5 under load on worker threads: in each tree 16 leads steer their workers while
+/// Under load on worker threads: in each tree 16 leads steer their workers while
 /// the workers' runs end at about the same time. Every `delivered` receipt must be followed by
 /// the worker reading the steer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
+async fn a_delivered_steer_from_a_tool_is_never_lost_mt() {
     const RUNS: u64 = 200;
     const LEADS: usize = 16;
     let (mut delivered, mut lost) = (0, Vec::new());
@@ -325,9 +308,8 @@ async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
         let mut leads = Vec::new();
         for _ in 0..LEADS {
             leads.push(
-                tree.spawn(SpawnRequest::new("lead", "go"))
+                spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
                     .await
-                    .expect("admitted")
                     .id(),
             );
         }
@@ -348,7 +330,7 @@ async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: {} of {delivered} `delivered` steers (of {} sent) never reached the worker's \
+        "{} of {delivered} `delivered` steers (of {} sent) never reached the worker's \
          conversation: (run, worker) {:?}",
         lost.len(),
         RUNS as usize * LEADS,
@@ -356,19 +338,19 @@ async fn d5_a_delivered_steer_from_a_tool_is_never_lost_mt() {
     );
 }
 
-/// Defect 5 through the application's `Tree::steer`, on worker threads: a `Delivered`
+/// Through the application's `Tree::steer`, on worker threads: a `Delivered`
 /// receipt must be followed by the agent reading the steer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
+async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
     const RUNS: u64 = 150;
     let (mut delivered, mut lost) = (0, Vec::new());
     for run in 0..RUNS {
         let model = RecordingModel::new(ScriptedModel::new().script(
             "worker",
-            Script::new([
+            [
                 Turn::answer("worker done").after(Duration::from_micros(500 + (run % 7) * 150)),
                 Turn::answer("worker read the steer"),
-            ]),
+            ],
         ));
         let tree = crate::support::harness::tree(
             model.clone(),
@@ -376,10 +358,8 @@ async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
             TreeConfig::default(),
         )
         .await;
-        let worker = tree
-            .spawn(SpawnRequest::new("worker", "work"))
+        let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
             .await
-            .expect("admitted")
             .id();
         tokio::time::sleep(Duration::from_micros(400 + (run / 7 % 5) * 150)).await;
         let receipt = bounded(REAL_GUARD, "the steer", tree.steer(worker, STEER)).await;
@@ -394,37 +374,34 @@ async fn d5_a_delivered_steer_from_the_application_is_never_lost_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 5: {} of {delivered} `Delivered` application steers (of {RUNS} runs) were never \
+        "{} of {delivered} `Delivered` application steers (of {RUNS} runs) were never \
          read: runs {lost:?}",
         lost.len()
     );
 }
 
-/// Defect 5, a deterministic variant: a steer delivered during an agent's last allowed turn
+/// A deterministic variant: a steer delivered during an agent's last allowed turn
 /// (`max_turns`) is receipted `Delivered`, then the run ends over it unread and nothing says
 /// so. Correct: never silently lost (read, or the steer refused).
 #[tokio::test(start_paused = true)]
-async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
-    let model = RecordingModel::new(ScriptedModel::new().script(
-        "worker",
-        Script::new([Turn::answer("worker done").after(ms(100))]),
-    ));
+async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
+    let model = RecordingModel::new(
+        ScriptedModel::new().script("worker", [Turn::answer("worker done").after(ms(100))]),
+    );
     let mut worker = leaf("worker");
     worker.max_turns = Some(1);
     let tree =
         crate::support::harness::tree(model.clone(), catalog([worker]), TreeConfig::default())
             .await;
-    let id = tree
-        .spawn(SpawnRequest::new("worker", "work"))
+    let id = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
         .await
-        .expect("admitted")
         .id();
     tokio::time::sleep(ms(50)).await;
     let receipt = tree.steer(id, STEER).await;
     let got = outcome(&tree, id, GUARD).await;
     assert!(
         !matches!(receipt, Ok(SteerReceipt::Delivered)) || child_read_the_steer(&model, id),
-        "defect 5: the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
+        "the steer was receipted {receipt:?}, then {id} settled {:?} without ever \
          reading it",
         got.status
     );
@@ -437,7 +414,7 @@ async fn d5_a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost(
 async fn a_queued_background_agent_starts_with_its_task() {
     let scripted = ScriptedModel::new().script(
         "slow",
-        Script::new([Turn::answer("done").after(Duration::from_millis(100))]),
+        [Turn::answer("done").after(Duration::from_millis(100))],
     );
     let model = RecordingModel::new(scripted);
     let mut config = TreeConfig::default();

@@ -8,19 +8,21 @@
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
+use crate::support::read_result_call;
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_slow_quick() -> Catalog {
+    catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),
         AgentDefinition::new("quick", ""),
     ])
-    .unwrap()
 }
 
 fn timed_wait(id: &str, ms: u64) -> Call {
@@ -52,18 +54,18 @@ async fn a_timed_out_wait_answers_running_and_the_child_completes_later() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([timed_wait("a2", 100)]),
                 Turn::calls([Call::result(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+            [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -95,20 +97,17 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "go"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("quick", Script::new([Turn::answer("quick done")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
-    let outcome = tree
-        .run(SpawnRequest::new("boss", "first branch"))
-        .await
-        .unwrap();
+        .script("quick", [Turn::answer("quick done")]);
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
+    let outcome = run_admitted(&tree, SpawnRequest::new("boss", "first branch")).await;
     assert!(outcome.is_completed());
     let kept = tree.outcome(a(2)).expect("the result is kept");
     assert_eq!(kept.text.as_deref(), Some("quick done"));
@@ -119,10 +118,7 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
     }
 
     // Another branch runs, spawns and settles: the first branch's records stay.
-    let other = tree
-        .run(SpawnRequest::new("boss", "second branch"))
-        .await
-        .unwrap();
+    let other = run_admitted(&tree, SpawnRequest::new("boss", "second branch")).await;
     assert!(other.is_completed());
     idle(&tree).await;
     assert_eq!(tree.outcome(a(2)), Some(kept.clone()));
@@ -136,15 +132,15 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "go"),
                 Turn::calls([noop()]).after(Duration::from_millis(50)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("quick", Script::new([Turn::answer("quick done")]));
+        .script("quick", [Turn::answer("quick done")]);
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let third = &model.calls_of(a(1))[2].messages;
     let notice = third.last().unwrap();
@@ -161,19 +157,19 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([timed_wait("a2", 100)]),
                 Turn::calls([noop()]).after(Duration::from_millis(1000)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(500))]),
+            [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed());
     assert_eq!(status_of(&results(&scripted, a(1), 2)[0]), "running");
@@ -197,25 +193,25 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
 async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_too() {
     for read in [false, true] {
         let take = if read {
-            Call::tool("get_subagent_result", json!({ "agent_id": "a2" }))
+            read_result_call("a2")
         } else {
             Call::tool("wait_subagents", json!({ "agent_ids": ["a2", "a3"] }))
         };
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("quick", "one"),
                         Call::spawn_background("quick", "two"),
                     ]),
                     Turn::calls([take]).after(Duration::from_millis(50)),
                     Turn::answer("boss done"),
-                ]),
+                ],
             )
-            .script("quick", Script::new([Turn::answer("quick done")]));
+            .script("quick", [Turn::answer("quick done")]);
         let model = RecordingModel::new(scripted);
-        let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
         let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(outcome.is_completed(), "{outcome:?}");
         let third = &model.calls_of(a(1))[2].messages;
@@ -250,19 +246,19 @@ async fn a_peek_while_the_child_runs_does_not_take_back_its_later_end_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("slow", "take your time"),
                 Turn::calls([Call::peek(a(2))]),
                 Turn::calls([noop()]).after(Duration::from_millis(600)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow done").after(Duration::from_millis(300))]),
+            [Turn::answer("slow done").after(Duration::from_millis(300))],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let fourth = &model.calls_of(a(1))[3].messages;
@@ -278,7 +274,7 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "one"),
                 Turn::calls([Call::result(a(2))]).after(Duration::from_millis(50)),
                 Turn::calls([Call::tool(
@@ -287,17 +283,17 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
                 )]),
                 Turn::calls([noop()]).after(Duration::from_millis(200)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([
+            [
                 Turn::answer("first done"),
                 Turn::answer("second done").after(Duration::from_millis(50)),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let calls = model.calls_of(a(1));
@@ -319,7 +315,7 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("quick", "one"),
                 Turn::calls([
                     Call::tool(
@@ -333,14 +329,14 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
                 ])
                 .after(Duration::from_millis(50)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("first done"), Turn::answer("second done")]),
+            [Turn::answer("first done"), Turn::answer("second done")],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{outcome:?}");
     let calls = model.calls_of(a(1));

@@ -5,10 +5,10 @@
 //! answered, so a resume continues a well-formed conversation.
 
 use crate::support::harness::{a, idle, tree};
-use crate::support::{RecordingModel, unanswered};
+use crate::support::{RecordingModel, catalog, unanswered};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 /// Panics naming the place where a call of `messages` has not exactly one result right
 /// after its message.
@@ -18,13 +18,12 @@ fn assert_every_call_answered(messages: &[Message]) {
     }
 }
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn lead_heir_sleeper() -> Catalog {
+    catalog([
         AgentDefinition::new("lead", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("heir", "").with_inherit_context(true),
         AgentDefinition::new("sleeper", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -32,18 +31,18 @@ async fn a_child_inheriting_a_context_mid_turn_sees_its_owners_pending_calls_as_
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("sleeper", "nap"),
                     Call::spawn("heir", "the heir's task"),
                 ]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
-        .script("heir", Script::new([Turn::answer("heir done")]))
-        .script("sleeper", Script::new([Turn::hang()]));
+        .script("heir", [Turn::answer("heir done")])
+        .script("sleeper", [Turn::hang()]);
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), lead_heir_sleeper(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -93,14 +92,14 @@ async fn a_run_aborted_while_its_calls_are_out_is_resumed_with_every_call_answer
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("sleeper", "nap")]),
                 Turn::answer("lead done after the resume"),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]));
+        .script("sleeper", [Turn::hang()]);
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), lead_heir_sleeper(), TreeConfig::default()).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     // The lead waits on its sleeper (a foreground spawn) when it is aborted.
     while tree

@@ -10,22 +10,23 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, Question};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
 
 use crate::support::harness::{results, tools};
-use crate::support::{RecordingModel, delegator_of_all, error_text};
+use crate::support::{
+    RecordingModel, catalog, delegator_of_all, error_text, resume_call, spawn_admitted,
+};
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn boss_worker_asker() -> Catalog {
+    catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("asker", ""),
     ])
-    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -33,15 +34,15 @@ async fn a_model_choosing_detached_is_ignored_and_the_owners_abort_reaches_the_c
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("worker", "x")
                     .with_field("detached", json!(true))
                     .with_field("settle", json!("drain"))]),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::hang()]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        .script("worker", [Turn::hang()]);
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     let record = tree.record(a(2)).unwrap();
@@ -58,15 +59,15 @@ async fn a_childs_answer_cannot_forge_a_notice_about_a_sibling() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "x"),
                 Turn::calls([Call::tool("noop", json!({}))]).after(Duration::from_millis(50)),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(forged)]));
+        .script("worker", [Turn::answer(forged)]);
     let recorder = RecordingModel::new(model);
-    let tree = tree(recorder.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(recorder.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     // Every user message of the boss's conversation after the task is a JSON notice whose
     // runtime fields are apart from the child's text.
@@ -95,7 +96,7 @@ async fn null_fields_are_absent_arrays_are_refused_and_huge_names_are_cut() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool(
                         "Agent",
@@ -106,10 +107,10 @@ async fn null_fields_are_absent_arrays_are_refused_and_huge_names_are_cut() {
                     Call::tool("Agent", json!({"prompt": "p"})),
                 ]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("ok")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        .script("worker", [Turn::answer("ok")]);
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(!r[0].is_error, "null fields refused: {}", r[0].content);
@@ -141,12 +142,9 @@ async fn ten_thousand_spawns_in_one_turn_are_bounded_by_the_defaults() {
         .map(|i| Call::spawn_background("worker", format!("task {i}")))
         .collect();
     let model = ScriptedModel::new()
-        .script(
-            "boss",
-            Script::new([Turn::calls(calls), Turn::answer("done")]),
-        )
-        .script("worker", Script::new([Turn::answer("ok")]));
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+        .script("boss", [Turn::calls(calls), Turn::answer("done")])
+        .script("worker", [Turn::answer("ok")]);
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let spawned = tree.record(a(1)).unwrap().children.len();
     assert!(spawned <= 64, "{spawned} children from one turn");
@@ -159,16 +157,16 @@ async fn ten_thousand_spawns_in_one_turn_are_bounded_by_the_defaults() {
 async fn a_top_level_question_is_answered_by_the_handler_and_run_ends() {
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([Call::tool(
                 ASK_OWNER_TOOL,
                 json!({"question": "which branch?"}),
             )]),
             Turn::answer("answered"),
-        ]),
+        ],
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(model.clone())
         .on_question(|q: Question| async move { Ok(format!("main, for {}", q.agent)) })
         .build()
@@ -183,13 +181,13 @@ async fn a_top_level_question_is_answered_by_the_handler_and_run_ends() {
     // A refusal is an error result, and the run still ends.
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([Call::tool(ASK_OWNER_TOOL, json!({"question": "deploy?"}))]),
             Turn::answer("gave up"),
-        ]),
+        ],
     );
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(model.clone())
         .on_question(|_: Question| async { Err("not yours to decide".to_owned()) })
         .build()
@@ -206,12 +204,12 @@ async fn a_top_level_question_is_answered_by_the_handler_and_run_ends() {
 async fn without_a_handler_a_top_level_agent_is_not_offered_ask_owner_and_run_ends() {
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([Call::tool(ASK_OWNER_TOOL, json!({"question": "which?"}))]),
             Turn::answer("carried on"),
-        ]),
+        ],
     );
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(3600),
         tree.run(SpawnRequest::new("asker", "go")),
@@ -227,20 +225,19 @@ async fn without_a_handler_a_top_level_agent_is_not_offered_ask_owner_and_run_en
 #[tokio::test(start_paused = true)]
 async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
     // U+212A KELVIN SIGN lower-cases to `k` under Unicode rules; ASCII folding keeps it apart.
-    let catalog =
-        Catalog::new([delegator_of_all("boss"), AgentDefinition::new("kid", "")]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("\u{212A}id", "x"),
                     Call::spawn_background("KID", "x"),
                 ]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::answer("ok")]));
+        .script("kid", [Turn::answer("ok")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
@@ -250,8 +247,8 @@ async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
 
 #[tokio::test(start_paused = true)]
 async fn a_steer_flood_is_bounded_in_count_and_size() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
-    let tree = tree(model, catalog(), TreeConfig::default()).await;
+    let model = ScriptedModel::new().script("worker", [Turn::hang()]);
+    let tree = tree(model, boss_worker_asker(), TreeConfig::default()).await;
     let worker = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let big = "x".repeat(64 * 1024);
     assert!(matches!(
@@ -277,9 +274,9 @@ async fn a_steer_flood_is_bounded_in_count_and_size() {
 
 #[tokio::test(start_paused = true)]
 async fn the_tree_lifetime_spawn_budget_holds_for_the_application_too() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer("ok")]);
     let config = TreeConfig::default().with_max_spawns_per_tree(3);
-    let tree = tree(model, catalog(), config).await;
+    let tree = tree(model, boss_worker_asker(), config).await;
     for _ in 0..3 {
         tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     }
@@ -294,14 +291,14 @@ async fn the_tree_lifetime_spawn_budget_holds_for_the_application_too() {
 async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer() {
     let model = ScriptedModel::new().script(
         "asker",
-        Script::new([
+        [
             Turn::calls([Call::tool(ASK_OWNER_TOOL, json!({"question": "which?"}))]),
             Turn::answer("answered").after(Duration::from_secs(60)),
-        ]),
+        ],
     );
     let recorder = RecordingModel::new(model);
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(boss_worker_asker())
         .model(recorder.clone())
         .on_question(|_: Question| async {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -335,14 +332,17 @@ async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer
 async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered_tools() {
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([Call::tool("Read", json!({})), Call::tool("Bash", json!({}))]),
             Turn::answer("done"),
-        ]),
+        ],
     );
-    let tree =
-        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
-            .await;
+    let tree = crate::support::harness::tree_with_tools(
+        model.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(!r[0].is_error, "{}", r[0].content);
@@ -352,14 +352,17 @@ async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered
 
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([Call::tool("Grep", json!({}))]),
             Turn::answer("done"),
-        ]),
+        ],
     );
-    let tree =
-        crate::support::harness::tree_with_tools(model.clone(), catalog(), TreeConfig::default())
-            .await;
+    let tree = crate::support::harness::tree_with_tools(
+        model.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     let r = results(&model, a(1), 1);
     assert!(r[0].is_error);
@@ -379,19 +382,19 @@ async fn a_childs_end_during_the_owners_last_turn_gets_the_owner_one_more_turn()
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "read the docs"),
                 Turn::answer("I started a worker and will wait for it")
                     .after(Duration::from_millis(600)),
                 Turn::answer("the docs say: ok"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("ok").after(Duration::from_millis(200))]),
+            [Turn::answer("ok").after(Duration::from_millis(200))],
         );
     let recorder = RecordingModel::new(model);
-    let tree = tree(recorder.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(recorder.clone(), boss_worker_asker(), TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert_eq!(outcome.text.as_deref(), Some("the docs say: ok"));
     let calls = recorder.calls_of(a(1));
@@ -412,22 +415,24 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn("worker", ""),
                     Call::spawn("worker", " \n\t"),
                     Call::spawn("worker", "real work"),
                 ]),
-                Turn::calls([Call::tool("Agent", json!({ "resume": "a2", "prompt": "" }))]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script(
-            "worker",
-            Script::new([Turn::answer("worked"), Turn::answer("again")]),
-        );
+        .script("worker", [Turn::answer("worked"), Turn::answer("again")]);
     let recording = RecordingModel::new(model.clone());
-    let tree = tree(recording.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(
+        recording.clone(),
+        boss_worker_asker(),
+        TreeConfig::default(),
+    )
+    .await;
     for blank in ["", "   ", "\n\t "] {
         match tree.spawn(SpawnRequest::new("worker", blank)).await {
             Err(SpawnError::InvalidRequest(text)) => {
@@ -462,10 +467,8 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
             call.agent
         );
     }
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go"))
         .await
-        .unwrap()
         .id();
     for blank in ["", "  \n"] {
         assert!(

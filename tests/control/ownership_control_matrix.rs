@@ -17,7 +17,10 @@ use agent_tree::testkit::EventProbe;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, a, idle, status_of};
+use crate::support::resume_call;
+use crate::support::spawn_admitted;
 use agent_tree::ControlScope;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Message};
@@ -108,14 +111,10 @@ async fn build(seed: u64, scope: ControlScope) -> Built {
         .with_max_total_agents(NODES + 16)
         .with_max_tool_calls_per_turn(4 * NODES)
         .with_control_scope(scope);
-    let tree =
-        crate::support::harness::tree(model.clone(), Catalog::new(definitions).unwrap(), config)
-            .await;
+    let tree = crate::support::harness::tree(model.clone(), catalog(definitions), config).await;
     let mut events = EventProbe::new(&tree);
     for i in 0..TOP_LEVEL {
-        tree.spawn(SpawnRequest::new(type_name(i), "build").background())
-            .await
-            .unwrap();
+        spawn_admitted(&tree, SpawnRequest::new(type_name(i), "build").background()).await;
     }
     // Every agent has started and reported its first turn (its usage): it is parked (or
     // about to be).
@@ -165,7 +164,7 @@ fn steer(target: &str) -> Call {
 }
 
 fn resume(target: &str) -> Call {
-    Call::tool("Agent", json!({ "resume": target, "prompt": "matrix" }))
+    resume_call(target, "matrix")
 }
 
 fn abort(target: &str) -> Call {

@@ -7,12 +7,12 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, ToolCall};
-use agent_tree::testkit::{
-    self, Call, EventProbe, FaultyTool, Script, ScriptedModel, Target, Turn,
-};
+use agent_tree::testkit::{self, Call, EventProbe, FaultyTool, ScriptedModel, Target, Turn};
 use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
+use crate::support::build_tree;
+use crate::support::spawn_admitted;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
 /// waits on tech and gets `asking`, answers by a steer, is steered by the application
@@ -20,17 +20,13 @@ use crate::small_catalogs::{tool_json, triage_catalog};
 #[tokio::test(start_paused = true)]
 async fn background_children_that_ask_are_answered_by_a_steer_and_waited_for() {
     let (model, mut calls) = testkit::pair();
-    let tree = Tree::builder()
-        .catalog(triage_catalog())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(triage_catalog(), model).await;
     let mut events = EventProbe::new(&tree);
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket 42: refund + crash"))
-        .await
-        .unwrap();
+    let mut triage = spawn_admitted(
+        &tree,
+        SpawnRequest::new("triage", "ticket 42: refund + crash"),
+    )
+    .await;
 
     // Turn 1: the orchestration tools are offered; spawn both in the background.
     let t1 = calls.expect_turn_of(triage.id()).await;
@@ -190,7 +186,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
     let model = ScriptedModel::new()
         .script(
             "triage",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("billing", "refund order 42"),
                     Call::spawn_background("tech", "app crashes"),
@@ -204,18 +200,18 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
                     Call::result(Target::Spawned(1)),
                 ]),
                 Turn::answer("handled"),
-            ]),
+            ],
         )
         .script(
             "billing",
-            Script::new([Turn::answer("refund issued").after(Duration::from_secs(5))]),
+            [Turn::answer("refund issued").after(Duration::from_secs(5))],
         )
         .script(
             "tech",
-            Script::new([
+            [
                 Turn::calls([Call::tool("lookup", json!({"q": "crash"}))]),
                 Turn::answer("known bug"),
-            ]),
+            ],
         );
     let lookup = FaultyTool::slow(
         FnTool::new("lookup", "looks up known bugs", |_, _| async {
@@ -233,10 +229,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         .unwrap();
     let mut events = EventProbe::new(&tree);
     let started = tokio::time::Instant::now();
-    let triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket 42"))
-        .await
-        .unwrap();
+    let triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket 42")).await;
 
     let tech_done = events
         .expect_event("tech completes", |e| {

@@ -12,6 +12,7 @@ use agent_tree::parse_agent_file;
 use agent_tree::prelude::*;
 
 use crate::support::agent_files::{fields_of, json, parse};
+use crate::support::catalog;
 
 /// A file that writes both `Agent(...)` entries and `allowed_subagents` must have them
 /// agree; an allowance is a set of types, so the same types in another order agree.
@@ -90,14 +91,14 @@ fn agent_entries_grant_their_types_in_every_shape_of_tools() {
 /// delegation, which the file never granted.
 #[tokio::test(start_paused = true)]
 async fn a_file_naming_a_registered_tool_task_gets_that_tool_not_delegation() {
-    use agent_tree::testkit::{Script, ScriptedModel, Turn};
+    use agent_tree::testkit::{ScriptedModel, Turn};
     let todo = parse_agent_file(
         Path::new("agents/todo.md"),
         "---\nname: todo\ndescription: Keeps a list.\ntools: task, read\n---\nYou keep a list.\n",
     )
     .unwrap();
-    let catalog = Catalog::new([todo, AgentDefinition::new("helper", "You help.")]).unwrap();
-    let model = ScriptedModel::new().script("todo", Script::new([Turn::answer("done")]));
+    let catalog = catalog([todo, AgentDefinition::new("helper", "You help.")]);
+    let model = ScriptedModel::new().script("todo", [Turn::answer("done")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)
@@ -218,7 +219,7 @@ fn a_written_none_stays_none_in_a_catalog() {
     let json: AgentDefinition =
         serde_json::from_str(r#"{"name":"json","tools":"Agent, Read","allowed_subagents":"none"}"#)
             .unwrap();
-    let catalog = Catalog::new([file, json]).unwrap();
+    let catalog = catalog([file, json]);
     for definition in catalog.definitions() {
         assert_eq!(
             definition.allowed_subagents,

@@ -11,16 +11,16 @@ use std::time::Duration;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::{catalog, delegator, leaf, record, within};
+use crate::support::{catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("sleeper", "outlive me"),
                     Call::spawn("mid", "delegate further"),
@@ -29,33 +29,33 @@ fn scripted() -> ScriptedModel {
                 .usage(Usage::tokens(10, 2)),
                 // Ends with the sleeper still live: it is aborted (owner ended).
                 Turn::answer("lead done").usage(Usage::tokens(10, 2)),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::spawn("worker", "work").usage(Usage::tokens(5, 1)),
                 Turn::answer("mid done").usage(Usage::tokens(5, 1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked")
+            [Turn::answer("worked")
                 .usage(Usage::tokens(1, 1))
-                .after(Duration::from_millis(5))]),
+                .after(Duration::from_millis(5))],
         )
-        .script("failer", Script::new([Turn::fail("no luck")]))
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("failer", [Turn::fail("no luck")])
+        .script("sleeper", [Turn::hang()])
         .script(
             "steerable",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))])
                     .usage(Usage::tokens(3, 3))
                     .after(Duration::from_secs(1)),
                 Turn::answer("steered").usage(Usage::tokens(3, 3)),
-            ]),
+            ],
         )
-        .script("hanger", Script::new([Turn::hang()]))
+        .script("hanger", [Turn::hang()])
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,16 +80,10 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     assert!(within("lead", lead.outcome()).await.is_completed());
 
-    let mut steerable = tree
-        .spawn(SpawnRequest::new("steerable", "listen"))
-        .await
-        .expect("admitted");
+    let mut steerable = spawn_admitted(&tree, SpawnRequest::new("steerable", "listen")).await;
     tree.steer(steerable.id(), "a hint")
         .await
         .expect("a live agent can be steered");
@@ -99,10 +93,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
             .is_completed()
     );
 
-    let mut hanger = tree
-        .spawn(SpawnRequest::new("hanger", "hang"))
-        .await
-        .expect("admitted");
+    let mut hanger = spawn_admitted(&tree, SpawnRequest::new("hanger", "hang")).await;
     tree.abort(hanger.id()).expect("abortable");
     let aborted = within("hanger", hanger.outcome()).await;
     assert_eq!(
@@ -110,10 +101,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
         (AgentStatus::Aborted, EndReason::Aborted)
     );
 
-    let late = tree
-        .spawn(SpawnRequest::new("hanger", "hang until shutdown"))
-        .await
-        .expect("admitted");
+    let late = spawn_admitted(&tree, SpawnRequest::new("hanger", "hang until shutdown")).await;
     let snapshot = tree.snapshot();
     let emitted_so_far = snapshot.tally.total();
     within("shutdown", tree.shutdown()).await;
@@ -237,18 +225,15 @@ async fn shutdown_ends_agents_with_reason_shutdown() {
             ScriptedModel::new()
                 .script(
                     "holder",
-                    Script::new([Turn::spawn_background("hanger", "hang"), Turn::hang()]),
+                    [Turn::spawn_background("hanger", "hang"), Turn::hang()],
                 )
-                .script("hanger", Script::new([Turn::hang()])),
+                .script("hanger", [Turn::hang()]),
         )
         .build()
         .await
         .expect("tree builds");
     let mut events = tree.subscribe();
-    let mut holder = tree
-        .spawn(SpawnRequest::new("holder", "hold"))
-        .await
-        .expect("admitted");
+    let mut holder = spawn_admitted(&tree, SpawnRequest::new("holder", "hold")).await;
     // Wait until the child runs too.
     within("the child to start", async {
         loop {

@@ -8,18 +8,19 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
 use crate::support::JsonContent;
 use crate::support::{
-    RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, within,
+    RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
+    within,
 };
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("panicker", "crash"),
                     Call::spawn_background("failer", "error out"),
@@ -37,22 +38,22 @@ fn scripted() -> ScriptedModel {
                 // A foreground child that panics: the failure is the spawn's own result.
                 Turn::spawn("panicker", "crash in the foreground").usage(Usage::tokens(10, 1)),
                 Turn::answer("lead survived").usage(Usage::tokens(10, 1)),
-            ]),
+            ],
         )
-        .script("panicker", Script::new([Turn::panic("boom")]))
-        .script("failer", Script::new([Turn::fail("rate limited")]))
+        .script("panicker", [Turn::panic("boom")])
+        .script("failer", [Turn::fail("rate limited")])
         .script(
             "worker",
-            Script::new([Turn::answer("worked")
+            [Turn::answer("worked")
                 .usage(Usage::tokens(5, 5))
-                .after(Duration::from_secs(1))]),
+                .after(Duration::from_secs(1))],
         )
         .script(
             "sub",
-            Script::new([
+            [
                 Turn::spawn("panicker", "crash below me").usage(Usage::tokens(3, 0)),
                 Turn::answer("sub survived").usage(Usage::tokens(3, 0)),
-            ]),
+            ],
         )
 }
 
@@ -73,10 +74,7 @@ async fn a_failing_agent_fails_alone() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "survive failures"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "survive failures")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(outcome.text.as_deref(), Some("lead survived"));

@@ -10,10 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::catalog;
 use crate::support::harness::Rng;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use proptest::prelude::*;
 
 const TYPES: [&str; 5] = ["mid", "leaf", "flaky", "sleepy", "leaf"];
@@ -87,32 +88,32 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls(boss_calls).usage(usage(rng)).after(delay(rng)),
                 Turn::answer("boss done")
                     .usage(usage(rng))
                     .after(delay(rng)),
                 Turn::answer("boss resumed").usage(usage(rng)),
                 Turn::answer("boss resumed again").usage(usage(rng)),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::calls(mid_calls).usage(usage(rng)).after(delay(rng)),
                 Turn::answer("mid done").usage(usage(rng)).after(delay(rng)),
                 Turn::answer("mid again").usage(usage(rng)),
-            ]),
+            ],
         )
         .script(
             "leaf",
-            Script::new([Turn::answer("leaf done")
+            [Turn::answer("leaf done")
                 .usage(usage(rng))
-                .after(delay(rng))]),
+                .after(delay(rng))],
         )
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("flaky failed")
                     .usage(usage(rng))
                     .after(delay(rng)),
@@ -120,10 +121,10 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
                 Turn::answer("flaky done")
                     .usage(usage(rng))
                     .after(delay(rng)),
-            ]),
+            ],
         )
-        .script("sleepy", Script::new([Turn::hang()]));
-    let catalog = Catalog::new(definitions).expect("valid definitions");
+        .script("sleepy", [Turn::hang()]);
+    let catalog = catalog(definitions);
     (catalog, model)
 }
 

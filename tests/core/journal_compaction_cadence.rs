@@ -4,9 +4,9 @@
 use agent_tree::prelude::*;
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{Fixed, bounded};
+use crate::journal_steps::{bounded, fixed};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, run_admitted};
 
 /// Rule (`rotate_at`): "Past `rotate_at` bytes the file is compacted", now "only past
 /// rotate_at and past twice what the last compaction left". A tree whose live state is
@@ -21,7 +21,7 @@ async fn a_journal_of_mostly_dead_events_keeps_compacting() {
     let rotate = 16 * 1024u64;
     // Many agents that answer small: each leaves a record and a small output (live), and
     // lines of spawn, conversation and events (mostly dead after compaction).
-    let model = Fixed("ok".into());
+    let model = fixed("ok");
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -31,9 +31,11 @@ async fn a_journal_of_mostly_dead_events_keeps_compacting() {
         .unwrap();
     let mut largest = 0u64;
     for _ in 0..300 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
         bounded("flush", tree.flush_journal()).await;
         largest = largest.max(std::fs::metadata(&path).unwrap().len());
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, JOURNAL_VERSION, JournalEntry, SessionId};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::journal::TempDir;
 use crate::support::{catalog, leaf};
@@ -105,10 +105,10 @@ async fn a_journal_holding_a_deep_tool_input_still_recovers() {
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([Call::tool("noop", nested(300))]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let tree = open(model.clone(), catalog([leaf("w")]), &path)
         .await
@@ -152,7 +152,7 @@ async fn a_real_torn_header_starts_afresh() {
     let dir = TempDir::new("torn-header");
     let path = dir.file("tree.journal");
     std::fs::write(&path, br#"0123abcd {"entry":"header","version":1,"sess"#).unwrap();
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = open(model, catalog([leaf("w")]), &path).await.unwrap();
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     tree.shutdown().await;
@@ -163,7 +163,7 @@ async fn refused_not_wiped(bytes: &[u8]) {
     let dir = TempDir::new("not-a-journal");
     let path = dir.file("tree.journal");
     std::fs::write(&path, bytes).unwrap();
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let built = open(model, catalog([leaf("w")]), &path).await;
     let kept = std::fs::read(&path).unwrap();
     assert!(

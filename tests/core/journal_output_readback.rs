@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{BoxFuture, Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
+use agent_tree::testkit::{FnModel, ScriptedModel, Turn};
+use agent_tree::{Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{Fixed, LIMIT, Steps, bounded, steps_tree};
+use crate::journal_steps::{LIMIT, bounded, fixed, step_answer, steps_tree};
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted, spawn_admitted};
 
 /// Rule: with `Durability::EveryEntry` too, read outputs are released once the journal has
 /// written them (at the latest at `Tree::flush_journal`) and read back exactly, by the
@@ -26,16 +26,13 @@ async fn every_entry_durability_releases_and_reads_back() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "one"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer(2))]));
+        .script("worker", [Turn::answer(answer(2))]);
     let log = model.call_log();
     let tree = Tree::builder()
         .model(model)
@@ -48,9 +45,7 @@ async fn every_entry_durability_releases_and_reads_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"));
     bounded("flush", tree.flush_journal()).await;
     let snapshot = tree.snapshot();
@@ -85,16 +80,15 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
     let live = dir.file("live");
     let crashed = dir.file("crashed");
     let answer = |n: u64| format!("a{n}:{}", "t".repeat(900));
-    struct ById;
-    impl Model for ById {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+    fn by_id() -> FnModel {
+        FnModel::new(move |request: ModelRequest| {
             let text = format!("{}:{}", request.agent, "t".repeat(900));
             Box::pin(async move { Ok(ModelResponse::text(text)) })
-        }
+        })
     }
     let build = |path: std::path::PathBuf| async move {
         Tree::builder()
-            .model(ById)
+            .model(by_id())
             .catalog(catalog([leaf("worker")]))
             .journal(JournalConfig::new(path).keep_read_outputs(0))
             .build()
@@ -103,9 +97,11 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
     };
     let tree = build(live.clone()).await;
     for _ in 0..3 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     // Released, some before the crash, one left read only in memory... all flushed.
     crash_copy(&tree, &live, &crashed).await;
@@ -123,9 +119,11 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
         assert_eq!(back.text, Some(answer(n)), "a{n} after the cut");
     }
     for _ in 0..2 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     bounded("flush", tree.flush_journal()).await;
     for n in 1..=5u64 {
@@ -228,13 +226,13 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
                     let outcome = bounded("resumed", handle.outcome()).await;
                     assert_eq!(
                         outcome.text,
-                        Some(Steps::expected(id.get(), run, pad)),
+                        Some(step_answer(id.get(), run, pad)),
                         "iteration {iteration}: {id} run {run}"
                     );
                     let back = bounded("read", tree.read_outcome(id)).await.unwrap();
                     assert_eq!(
                         back.text,
-                        Some(Steps::expected(id.get(), run, pad)),
+                        Some(step_answer(id.get(), run, pad)),
                         "iteration {iteration}: {id} read back after run {run}"
                     );
                 }
@@ -264,7 +262,7 @@ async fn concurrent_resumes_and_reads_behind_a_slow_writer() {
         bounded("flush", tree.flush_journal()).await;
         for &id in &ids {
             let back = bounded("read", tree.read_outcome(id)).await.unwrap();
-            assert_eq!(back.text, Some(Steps::expected(id.get(), 4, pad)));
+            assert_eq!(back.text, Some(step_answer(id.get(), 4, pad)));
         }
         let tree = Arc::try_unwrap(tree).expect("one tree");
         bounded("shutdown", tree.shutdown()).await;
@@ -320,7 +318,7 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
         let store = WatchedStore(watched.clone());
         runtime.block_on(async {
             let tree = Tree::builder()
-                .model(Fixed("x".repeat(5000)))
+                .model(fixed("x".repeat(5000)))
                 .catalog(catalog([leaf("worker")]))
                 .journal_store(
                     JournalConfig::new("memory")
@@ -381,20 +379,14 @@ async fn a_resumed_agents_earlier_output_takes_none_of_the_budget() {
     let dir = TempDir::new("journal-budget");
     let text = "b".repeat(1000);
     let tree = Tree::builder()
-        .model(Fixed(text.clone()))
+        .model(fixed(text.clone()))
         .catalog(catalog([leaf("worker")]))
         .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(2100))
         .build()
         .await
         .unwrap();
-    let mut a1 = tree
-        .spawn(SpawnRequest::new("worker", "one"))
-        .await
-        .unwrap();
-    let mut a2 = tree
-        .spawn(SpawnRequest::new("worker", "two"))
-        .await
-        .unwrap();
+    let mut a1 = spawn_admitted(&tree, SpawnRequest::new("worker", "one")).await;
+    let mut a2 = spawn_admitted(&tree, SpawnRequest::new("worker", "two")).await;
     bounded("idle", tree.idle()).await;
     // Read a2 first, then a1: both fit (2000 of 2100 bytes).
     assert_eq!(bounded("a2", a2.outcome()).await.text, Some(text.clone()));

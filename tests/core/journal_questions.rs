@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{FnTool, JournalConfig, Question};
 use parking_lot::Mutex;
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
 
 /// The questions a handler was asked, in order, and a wake-up for each.
 #[derive(Default)]
@@ -107,14 +107,12 @@ async fn question_put_again() {
     let (first, second) = (dir.file("first.journal"), dir.file("second.journal"));
     let model = ScriptedModel::new().script(
         "writer",
-        Script::new([Turn::calls([Call::ask_owner("tabs or spaces?")])]),
+        [Turn::calls([Call::ask_owner("tabs or spaces?")])],
     );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     asked(&mut events, writer).await;
     crash_copy(&tree, &live, &first).await;
@@ -139,7 +137,7 @@ async fn question_put_again() {
     crash_copy(&tree, &first, &second).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("tabs it is")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("tabs it is")]);
     let log = model.call_log();
     let (tree, asked_again) = build(model, &second, Some("tabs")).await;
     let mut handle = tree.handle(writer).unwrap();
@@ -168,17 +166,15 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new().script(
         "writer",
-        Script::new([Turn::calls([
+        [Turn::calls([
             Call::ask_owner("tabs or spaces?"),
             Call::tool("lint", serde_json::json!({})),
-        ])]),
+        ])],
     );
     let (tree, asked_first) = build(model, &live, Some("tabs")).await;
     let mut events = EventProbe::new(&tree);
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     asked(&mut events, writer).await;
     // The handler answers at once; the lint call never returns. Time stands still until
@@ -188,7 +184,7 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("linted")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("linted")]);
     let log = model.call_log();
     let (tree, asked_again) = build(model, &crashed, Some("spaces")).await;
     let mut handle = tree.handle(writer).unwrap();
@@ -214,20 +210,15 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
     let dir = TempDir::new("owner-question");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("writer", "the task"), Turn::hang()]),
-        )
+        .script("lead", [Turn::spawn("writer", "the task"), Turn::hang()])
         .script(
             "writer",
-            Script::new([Turn::calls([Call::ask_owner("tabs or spaces?")])]),
+            [Turn::calls([Call::ask_owner("tabs or spaces?")])],
         );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "lead"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "lead"))
         .await
-        .unwrap()
         .id();
     let writer = events
         .expect_event("the writer's question", |e| {
@@ -241,15 +232,12 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({ "resume": writer, "prompt": "tabs" }),
-                )]),
+            [
+                Turn::calls([resume_call(&writer.to_string(), "tabs")]),
                 Turn::answer("led"),
-            ]),
+            ],
         )
-        .script("writer", Script::new([Turn::answer("tabs it is")]));
+        .script("writer", [Turn::answer("tabs it is")]);
     let log = model.call_log();
     let (tree, _) = build(model, &crashed, None).await;
     assert_eq!(tree.interrupted(), [lead, writer]);

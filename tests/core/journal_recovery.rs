@@ -9,12 +9,12 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::protocol::{EndReason, ModelErrorKind};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::journal::{TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()
@@ -59,14 +59,11 @@ async fn every_status_comes_back() {
     let model = ScriptedModel::new()
         .script(
             "done",
-            Script::new([Turn::answer("finished").usage(Usage::tokens(4, 2))]),
+            [Turn::answer("finished").usage(Usage::tokens(4, 2))],
         )
-        .script("broken", Script::new([Turn::fail("model down")]))
-        .script("hung", Script::new([Turn::hang()]))
-        .script(
-            "busy",
-            Script::new([Turn::hang().usage(Usage::tokens(9, 9))]),
-        );
+        .script("broken", [Turn::fail("model down")])
+        .script("hung", [Turn::hang()])
+        .script("busy", [Turn::hang().usage(Usage::tokens(9, 9))]);
     let types = ["done", "broken", "hung", "busy"];
     let catalog = catalog(types.map(leaf));
     let config = TreeConfig::default().with_max_concurrent(1);
@@ -75,37 +72,27 @@ async fn every_status_comes_back() {
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
     tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
-    let aborted = tree
-        .spawn(SpawnRequest::new("hung", "c"))
+    let aborted = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
         .await
-        .unwrap()
         .id();
     started(&mut events, &[aborted]).await;
     tree.abort(aborted).unwrap();
     events.expect_terminated(aborted).await;
-    let killed = tree
-        .spawn(SpawnRequest::new("hung", "d"))
+    let killed = spawn_admitted(&tree, SpawnRequest::new("hung", "d"))
         .await
-        .unwrap()
         .id();
     started(&mut events, &[killed]).await;
     tree.kill(killed).unwrap();
     events.expect_terminated(killed).await;
-    let running = tree
-        .spawn(SpawnRequest::new("busy", "e"))
+    let running = spawn_admitted(&tree, SpawnRequest::new("busy", "e"))
         .await
-        .unwrap()
         .id();
     // Background: takes the one pool slot; the next one queues behind it.
-    let pooled = tree
-        .spawn(SpawnRequest::new("hung", "f").background())
+    let pooled = spawn_admitted(&tree, SpawnRequest::new("hung", "f").background())
         .await
-        .unwrap()
         .id();
-    let queued = tree
-        .spawn(SpawnRequest::new("hung", "g").background())
+    let queued = spawn_admitted(&tree, SpawnRequest::new("hung", "g").background())
         .await
-        .unwrap()
         .id();
     started(&mut events, &[running, pooled]).await;
     assert_eq!(tree.record(queued).unwrap().status, AgentStatus::Queued);
@@ -181,7 +168,7 @@ async fn every_status_comes_back() {
 async fn a_model_failures_kind_comes_back_from_the_journal() {
     let dir = TempDir::new("kind");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script("w", Script::new([Turn::fail("no such model")]));
+    let model = ScriptedModel::new().script("w", [Turn::fail("no such model")]);
     let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError);
@@ -220,14 +207,12 @@ async fn reissued_spawn_after_recovery() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
     let before = ScriptedModel::new()
-        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
-        .script("worker", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()]);
     let before_log = before.call_log();
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "find it"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "find it"))
         .await
-        .unwrap()
         .id();
     // The crash comes once the worker's hanging turn has begun.
     before_log.until_calls(AgentId::new(2), 1).await;
@@ -238,18 +223,15 @@ async fn reissued_spawn_after_recovery() {
     let after = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // The lost turn, re-run: the same spawn at the same place.
                 Turn::spawn("worker", "dig"),
                 // The worker was interrupted: resume it where it was.
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("found it"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("dug")]));
+        .script("worker", [Turn::answer("dug")]);
     let log = after.call_log();
     let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
@@ -280,7 +262,7 @@ async fn reissued_spawn_after_recovery() {
 async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_line() {
     let dir = TempDir::new("bad");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = build(
         model.clone(),
         catalog([leaf("w")]),
@@ -351,21 +333,19 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
     let catalog = catalog([leaf("writer")]);
     let tree = Tree::builder()
         .catalog(catalog.clone())
-        .model(ScriptedModel::new().script("writer", Script::new([Turn::answer("unused")])))
+        .model(ScriptedModel::new().script("writer", [Turn::answer("unused")]))
         .on_start(|_: agent_tree::HookContext| std::future::pending())
         .journal(JournalConfig::new(&live))
         .build()
         .await
         .unwrap();
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("written")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [writer]);
@@ -385,12 +365,10 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let dir = TempDir::new("steer");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let catalog = catalog([leaf("writer")]);
-    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     assert_eq!(
         tree.steer(writer, "use blue").await,
@@ -399,7 +377,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let tree = build(model, catalog.clone(), &crashed, TreeConfig::default()).await;
     let mut handle = tree.resume(writer, "").await.unwrap();
@@ -411,7 +389,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     tree.shutdown().await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("more done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("more done")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert!(tree.interrupted().is_empty());
@@ -436,12 +414,10 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
         dir.file("second.journal"),
     );
     let catalog = catalog([leaf("writer")]);
-    let before = ScriptedModel::new().script("writer", Script::new([Turn::hang()]));
+    let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     tree.steer(writer, "use blue").await.unwrap();
     crash_copy(&tree, &live, &first).await;
@@ -460,7 +436,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     crash_copy(&tree, &first, &second).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let tree = build(model, catalog, &second, TreeConfig::default()).await;
     let mut handle = tree.resume(writer, "").await.unwrap();
@@ -482,10 +458,10 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     let catalog = catalog([leaf("flaky").with_restart(RestartPolicy::Transient)]);
     let model = ScriptedModel::new().script(
         "flaky",
-        Script::new([
+        [
             Turn::calls([Call::tool("noop", serde_json::json!({}))]),
             Turn::fail("boom"),
-        ]),
+        ],
     );
     let hooks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let runs = hooks.clone();
@@ -514,10 +490,8 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let flaky = tree
-        .spawn(SpawnRequest::new("flaky", "the task"))
+    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "the task"))
         .await
-        .unwrap()
         .id();
     events
         .expect_event("the restart", |e| {
@@ -527,7 +501,7 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("flaky", Script::new([Turn::answer("fresh")]));
+    let model = ScriptedModel::new().script("flaky", [Turn::answer("fresh")]);
     let log = model.call_log();
     let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [flaky]);
@@ -595,7 +569,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
     let catalog = catalog([leaf("writer")]);
     let answer = |i: usize| format!("draft {i}: {}", "y".repeat(2048));
     let mut model = ScriptedModel::new();
-    model = model.script("writer", Script::new([Turn::answer(answer(0))]));
+    model = model.script("writer", [Turn::answer(answer(0))]);
     let whole_reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let store = NeverWhole {
         file: agent_tree::FileJournal::open(&path).unwrap(),
@@ -640,7 +614,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
         assert_eq!(messages.last().unwrap().content, answer(0));
     }
 
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("revised")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("revised")]);
     let log = model.call_log();
     let tree = build(model, catalog, &path, TreeConfig::default()).await;
     let mut handle = tree.resume(writers[3], "revise it").await.unwrap();

@@ -5,18 +5,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{Message, Role, ToolCall};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{BoxFuture, HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
+use agent_tree::protocol::{Role, ToolCall};
+use agent_tree::testkit::{FnModel, Script, ScriptedModel, Turn};
+use agent_tree::{HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{Steps, bounded, steps_tree};
+use crate::journal_steps::{bounded, step_answer, steps_tree};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, resume_call, run_admitted};
 
 /// Rule: "a conversation that cannot be read back makes the resume fail, never run on an
 /// empty conversation"; a settled agent's conversation is kept in the journal and read back
@@ -75,7 +74,7 @@ async fn killed_before_its_first_turn(config: fn(std::path::PathBuf) -> JournalC
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     let first = bounded("run 1", handle.outcome()).await;
-    assert_eq!(first.text, Some(Steps::expected(id.get(), 1, 0)));
+    assert_eq!(first.text, Some(step_answer(id.get(), 1, 0)));
     // Run 2: killed in its start hook, before its first turn boundary.
     let mut second = bounded("resume 2", tree.resume(id, "again")).await.unwrap();
     bounded("the hook", hooked.notified()).await;
@@ -126,7 +125,7 @@ async fn conversations_read_back_across_runs_compactions_and_two_recoveries() {
         let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
         let id = handle.id().get();
         let outcome = bounded("run 1", handle.outcome()).await;
-        assert_eq!(outcome.text, Some(Steps::expected(id, 1, pad)));
+        assert_eq!(outcome.text, Some(step_answer(id, 1, pad)));
         runs.insert(id, 1);
     }
     resume_all(&tree, &mut runs, pad, "in process 1").await;
@@ -162,7 +161,7 @@ async fn resume_all(tree: &Tree, runs: &mut HashMap<u64, usize>, pad: usize, whe
             let outcome = bounded("resumed run", handle.outcome()).await;
             assert_eq!(
                 outcome.text,
-                Some(Steps::expected(id, run, pad)),
+                Some(step_answer(id, run, pad)),
                 "a{id} run {run} {when}"
             );
         });
@@ -209,17 +208,14 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         if first {
             turns.push(Turn::spawn("worker", "dig"));
         } else {
-            turns.push(Turn::calls([Call::tool(
-                "Agent",
-                serde_json::json!({"resume": "a2", "prompt": "dig more"}),
-            )]));
+            turns.push(Turn::calls([resume_call("a2", "dig more")]));
         }
         turns.push(Turn::answer("lead done"));
         Script::new(turns)
     };
     let model1 = ScriptedModel::new()
         .script("lead", lead_script(true))
-        .script("worker", Script::new([Turn::answer(format!("w1 {big}"))]));
+        .script("worker", [Turn::answer(format!("w1 {big}"))]);
     let config = || JournalConfig::new(&path).rotate_at(4 * 1024);
     let tree = Tree::builder()
         .model(model1)
@@ -228,16 +224,14 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         .build()
         .await
         .unwrap();
-    let lead = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let lead = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(lead.text.as_deref(), Some("lead done"));
     bounded("shutdown", tree.shutdown()).await;
     drop(tree);
     // Process 2: the lead resumes (its conversation is journal-only too) and resumes a2.
     let model2 = ScriptedModel::new()
         .script("lead", lead_script(false))
-        .script("worker", Script::new([Turn::answer("w2")]));
+        .script("worker", [Turn::answer("w2")]);
     let log = model2.call_log();
     let tree = Tree::builder()
         .model(model2)
@@ -280,50 +274,36 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
     let dir = TempDir::new("journal-restarted");
     // The worker fails its first run (a model error), is restarted, answers, and is
     // resumed by the lead.
-    struct Worker {
-        calls: AtomicUsize,
-        seen: Arc<Mutex<Vec<Vec<Message>>>>,
-    }
-    impl Model for Worker {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-            if request.agent_type() == "lead" {
-                let tools = request
-                    .messages
-                    .iter()
-                    .filter(|m| m.role == Role::Tool)
-                    .count();
-                let response = match tools {
-                    0 => ModelResponse::calls(vec![ToolCall::new(
-                        "s1",
-                        "Agent",
-                        serde_json::json!({"agent_type": "worker", "prompt": "dig"}),
-                    )]),
-                    1 => ModelResponse::calls(vec![ToolCall::new(
-                        "s2",
-                        "Agent",
-                        serde_json::json!({"resume": "a2", "prompt": "more"}),
-                    )]),
-                    _ => ModelResponse::text("lead done"),
-                };
-                return Box::pin(async move { Ok(response) });
-            }
-            let n = self.calls.fetch_add(1, Ordering::SeqCst);
-            self.seen.lock().push(request.messages.to_vec());
-            Box::pin(async move {
-                match n {
-                    0 => Err(ModelError::new("boom")),
-                    1 => Ok(ModelResponse::text("second run answer")),
-                    _ => Ok(ModelResponse::text("resumed answer")),
-                }
-            })
+    let model = FnModel::new(|request: ModelRequest| async move {
+        if request.agent_type() == "lead" {
+            let tools = request
+                .messages
+                .iter()
+                .filter(|m| m.role == Role::Tool)
+                .count();
+            let response = match tools {
+                0 => ModelResponse::calls(vec![ToolCall::new(
+                    "s1",
+                    "Agent",
+                    serde_json::json!({"agent_type": "worker", "prompt": "dig"}),
+                )]),
+                1 => ModelResponse::calls(vec![ToolCall::new(
+                    "s2",
+                    "Agent",
+                    serde_json::json!({"resume": "a2", "prompt": "more"}),
+                )]),
+                _ => ModelResponse::text("lead done"),
+            };
+            return Ok(response);
         }
-    }
-    let seen: Arc<Mutex<Vec<Vec<Message>>>> = Arc::default();
+        match request.run {
+            1 => Err(ModelError::new("boom")),
+            2 => Ok(ModelResponse::text("second run answer")),
+            _ => Ok(ModelResponse::text("resumed answer")),
+        }
+    });
     let tree = Tree::builder()
-        .model(Worker {
-            calls: AtomicUsize::new(0),
-            seen: seen.clone(),
-        })
+        .model(model.clone())
         .catalog(catalog([
             delegator("lead", &["worker"]),
             leaf("worker").with_restart(RestartPolicy::Transient),
@@ -332,13 +312,15 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
         .build()
         .await
         .unwrap();
-    let outcome = bounded("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
-    let seen = seen.lock().clone();
+    let seen = model.of(AgentId::new(2));
     assert_eq!(seen.len(), 3, "{seen:?}");
-    let contents: Vec<&str> = seen[2].iter().map(|m| m.content.as_str()).collect();
+    let contents: Vec<&str> = seen[2]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
     assert_eq!(contents, ["dig", "second run answer", "more"]);
     bounded("shutdown", tree.shutdown()).await;
 }

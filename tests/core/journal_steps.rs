@@ -1,4 +1,4 @@
-//! Models and trees the journal's behaviour modules share: `Steps`, a model whose answers
+//! Models and trees the journal's behaviour modules share: `steps`, a model whose answers
 //! name the run and the conversation it saw (so a resume on the wrong conversation shows),
 //! a tree of its workers, a fixed-answer model, and a real-time bound on each wait.
 
@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Role, ToolCall};
-use agent_tree::{BoxFuture, ModelRequest, ModelResponse};
+use agent_tree::testkit::FnModel;
+use agent_tree::{ModelRequest, ModelResponse};
 
 use crate::support::{catalog, leaf};
 
@@ -22,31 +23,11 @@ pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Outp
 
 /// A model whose every run takes two turns: a `noop` tool call when the conversation ends
 /// in a user message, then an answer naming the agent, the run (answers in its
-/// conversation + 1) and how many messages it saw: `a3-run2-m7`. A run that resumed on the
-/// wrong conversation answers with the wrong run or count. `pad` bytes make outputs large.
-#[derive(Clone, Default)]
-pub(crate) struct Steps {
-    pub(crate) pad: usize,
-}
-
-/// A tree of `worker`s driven by [`Steps`] with `pad`, holding the `noop` tool: the builder,
-/// for each test's journal and hooks.
-pub(crate) fn steps_tree(pad: usize) -> agent_tree::TreeBuilder {
-    Tree::builder()
-        .model(Steps { pad })
-        .catalog(catalog([leaf("worker")]))
-        .tool(noop())
-        .unwrap()
-}
-
-impl Steps {
-    pub(crate) fn expected(agent: u64, run: usize, pad: usize) -> String {
-        format!("a{agent}-run{run}-m{}{}", 4 * run - 1, ".".repeat(pad))
-    }
-}
-
-impl Model for Steps {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+/// conversation + 1) and how many messages it saw: `a3-run2-m7` ([`step_answer`]). A run
+/// that resumed on the wrong conversation answers with the wrong run or count. `pad` bytes
+/// make outputs large.
+pub(crate) fn steps(pad: usize) -> FnModel {
+    FnModel::new(move |request: ModelRequest| {
         let messages = &request.messages;
         let last_is_user = messages.last().is_none_or(|m| m.role == Role::User);
         let response = if last_is_user {
@@ -65,22 +46,33 @@ impl Model for Steps {
                 request.agent,
                 answers + 1,
                 messages.len(),
-                ".".repeat(self.pad)
+                ".".repeat(pad)
             ))
         };
-        Box::pin(async move { Ok(response) })
-    }
+        std::future::ready(Ok(response))
+    })
 }
 
-/// A model that always answers `self.0`.
-#[derive(Clone)]
-pub(crate) struct Fixed(pub(crate) String);
+/// What [`steps`] answers to agent `a<agent>` in its run `run` (none of them resumed on a
+/// wrong conversation).
+pub(crate) fn step_answer(agent: u64, run: usize, pad: usize) -> String {
+    format!("a{agent}-run{run}-m{}{}", 4 * run - 1, ".".repeat(pad))
+}
 
-impl Model for Fixed {
-    fn turn(&self, _request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        let text = self.0.clone();
-        Box::pin(async move { Ok(ModelResponse::text(text)) })
-    }
+/// A tree of `worker`s driven by [`steps`] with `pad`, holding the `noop` tool: the builder,
+/// for each test's journal and hooks.
+pub(crate) fn steps_tree(pad: usize) -> agent_tree::TreeBuilder {
+    Tree::builder()
+        .model(steps(pad))
+        .catalog(catalog([leaf("worker")]))
+        .tool(noop())
+        .unwrap()
+}
+
+/// A model that always answers `text`.
+pub(crate) fn fixed(text: impl Into<String>) -> FnModel {
+    let text = text.into();
+    FnModel::new(move |_| std::future::ready(Ok(ModelResponse::text(text.clone()))))
 }
 
 pub(crate) fn noop() -> impl agent_tree::Tool {

@@ -8,9 +8,9 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{Fixed, bounded, steps_tree};
+use crate::journal_steps::{bounded, fixed, steps_tree};
 use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, run_admitted};
 
 fn tally_of(events: &[Event]) -> EventTally {
     let mut tally = EventTally::default();
@@ -78,9 +78,11 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
         total = start.clone();
         let mut events = tree.subscribe();
         for _ in 0..3 {
-            bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-                .await
-                .unwrap();
+            bounded(
+                "a worker",
+                run_admitted(&tree, SpawnRequest::new("worker", "go")),
+            )
+            .await;
         }
         let first = AgentId::new(1);
         let mut resumed = bounded("resume", tree.resume(first, "again"))
@@ -125,7 +127,7 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
 async fn the_clock_goes_on_across_recoveries_on_a_paused_clock_and_epoch_agrees() {
     let dir = TempDir::new("journal-clock");
     let path = dir.file("j");
-    let model = || Fixed("a".repeat(3000));
+    let model = || fixed("a".repeat(3000));
     let build = || async {
         Tree::builder()
             .model(model())

@@ -3,10 +3,10 @@
 //! so that the journal still recovers, and a journal path holding a file that is no journal
 //! is refused and left as it was, never taken for a torn header and wiped.
 
+use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
 use agent_tree::protocol::ToolCall;
-use agent_tree::testkit::ScriptedModel;
-use agent_tree::{BoxFuture, JournalConfig};
+use agent_tree::testkit::{FnModel, ScriptedModel};
 use serde_json::{Value, json};
 
 use crate::support::harness::{GUARD, a};
@@ -25,24 +25,17 @@ fn nested(depth: usize) -> Value {
 /// A model whose first turn calls tool `probe` with an input nested `depth` deep (what an
 /// adapter parses from a provider's arguments string, well within `serde_json`'s limit of
 /// 128), and whose second answers.
-#[derive(Clone, Debug)]
-struct DeepCall {
-    depth: usize,
-}
-
-impl Model for DeepCall {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        Box::pin(async move {
-            if request.turn == 1 {
-                let input = json!({ "payload": nested(self.depth) });
-                Ok(ModelResponse::calls(vec![ToolCall::new(
-                    "c1", "probe", input,
-                )]))
-            } else {
-                Ok(ModelResponse::text("done"))
-            }
-        })
-    }
+fn deep_call(depth: usize) -> FnModel {
+    FnModel::new(move |request: ModelRequest| async move {
+        if request.turn == 1 {
+            let input = json!({ "payload": nested(depth) });
+            Ok(ModelResponse::calls(vec![ToolCall::new(
+                "c1", "probe", input,
+            )]))
+        } else {
+            Ok(ModelResponse::text("done"))
+        }
+    })
 }
 
 /// A model's input never makes the journal unrecoverable: a tool input nested 126 deep (an
@@ -61,7 +54,7 @@ async fn a_deeply_nested_tool_input_does_not_make_the_journal_unreadable() {
     let path = dir.file("tree.journal");
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
-        .model(DeepCall { depth: 125 })
+        .model(deep_call(125))
         .journal(JournalConfig::new(&path))
         .build()
         .await
@@ -73,7 +66,7 @@ async fn a_deeply_nested_tool_input_does_not_make_the_journal_unreadable() {
     drop(tree);
     let reopened = Tree::builder()
         .catalog(catalog([leaf("w")]))
-        .model(DeepCall { depth: 125 })
+        .model(deep_call(125))
         .journal(JournalConfig::new(&path))
         .build()
         .await;

@@ -2,32 +2,28 @@
 //! needs, read back by the same fold as the registry's; the durability policies' syncs; a
 //! slow disk holding new work back instead of losing entries; a failing disk; compaction.
 
-use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
-use agent_tree::{Durability, FileJournal, JournalConfig, JournalStore, read_journal};
-use parking_lot::{Condvar, Mutex};
+use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
+use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "part one").usage(Usage::tokens(5, 1)),
                 Turn::spawn("worker", "part two"),
                 Turn::answer("both parts done").usage(Usage::tokens(2, 2)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("part done").usage(Usage::tokens(3, 1))]),
+            [Turn::answer("part done").usage(Usage::tokens(3, 1))],
         );
     (
         model,
@@ -47,10 +43,7 @@ async fn the_journal_folds_to_the_trees_own_records() {
         .build()
         .await
         .unwrap();
-    let outcome = tree
-        .run(SpawnRequest::new("lead", "build it"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("lead", "build it")).await;
     assert_eq!(outcome.text.as_deref(), Some("both parts done"));
     tree.shutdown().await;
     let snapshot = tree.snapshot();
@@ -86,101 +79,7 @@ async fn the_journal_folds_to_the_trees_own_records() {
     assert_eq!(tree.journal_error(), None);
 }
 
-/// A store that counts what it is asked, and can hold its appends (a slow disk) or fail them.
-#[derive(Clone, Default)]
-struct Counting {
-    inner: Arc<CountingInner>,
-}
-
-#[derive(Default)]
-struct CountingInner {
-    bytes: Mutex<Vec<u8>>,
-    appends: AtomicUsize,
-    syncs: AtomicUsize,
-    /// While true, appends wait (the disk is "slow" until the test opens it).
-    held: Mutex<bool>,
-    opened: Condvar,
-    /// An append is waiting on `held` (announced on `waits`).
-    waiting: std::sync::atomic::AtomicBool,
-    waits: Condvar,
-    /// The next sync holds the appends after it.
-    hold_after_sync: std::sync::atomic::AtomicBool,
-    fail: std::sync::atomic::AtomicBool,
-}
-
-impl Counting {
-    fn hold(&self) {
-        *self.inner.held.lock() = true;
-    }
-
-    fn open(&self) {
-        *self.inner.held.lock() = false;
-        self.inner.opened.notify_all();
-    }
-
-    /// Blocks the calling thread until an append waits on the hold.
-    fn wait_until_blocked(&self) {
-        let mut held = self.inner.held.lock();
-        while !self.inner.waiting.load(Ordering::Acquire) {
-            self.inner.waits.wait(&mut held);
-        }
-    }
-
-    fn lines(&self) -> usize {
-        self.inner
-            .bytes
-            .lock()
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-    }
-
-    fn replay(&self) -> agent_tree::protocol::Replay {
-        agent_tree::protocol::replay(&self.inner.bytes.lock(), None).unwrap()
-    }
-}
-
-impl JournalStore for Counting {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut held = self.inner.held.lock();
-        while *held {
-            self.inner.waiting.store(true, Ordering::Release);
-            self.inner.waits.notify_all();
-            self.inner.opened.wait(&mut held);
-        }
-        self.inner.waiting.store(false, Ordering::Release);
-        drop(held);
-        if self.inner.fail.load(Ordering::Acquire) {
-            return Err(io::Error::other("disk full"));
-        }
-        self.inner.appends.fetch_add(1, Ordering::AcqRel);
-        self.inner.bytes.lock().extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        self.inner.syncs.fetch_add(1, Ordering::AcqRel);
-        if self.inner.hold_after_sync.swap(false, Ordering::AcqRel) {
-            *self.inner.held.lock() = true;
-        }
-        Ok(())
-    }
-
-    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.inner.bytes.lock() = bytes.to_vec();
-        Ok(())
-    }
-
-    fn size(&self) -> u64 {
-        self.inner.bytes.lock().len() as u64
-    }
-
-    fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.inner.bytes.lock().clone())
-    }
-}
-
-async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
+async fn run_team_on(store: MemoryJournal, config: JournalConfig) -> Tree {
     let (model, catalog) = team();
     let tree = Tree::builder()
         .catalog(catalog)
@@ -196,7 +95,7 @@ async fn run_team_on(store: Counting, config: JournalConfig) -> Tree {
 
 #[tokio::test(start_paused = true)]
 async fn each_policy_syncs_as_it_says() {
-    let every = Counting::default();
+    let every = MemoryJournal::new();
     run_team_on(
         every.clone(),
         JournalConfig::new("every").durability(Durability::EveryEntry),
@@ -205,9 +104,9 @@ async fn each_policy_syncs_as_it_says() {
     let lines = every.lines();
     assert!(lines > 20, "{lines} lines");
     // The header, then one sync per entry.
-    assert_eq!(every.inner.syncs.load(Ordering::Acquire), lines);
+    assert_eq!(every.syncs(), lines);
 
-    let group = Counting::default();
+    let group = MemoryJournal::new();
     let policy = Durability::Group {
         max_entries: 10,
         max_delay: Duration::from_secs(3600),
@@ -217,28 +116,28 @@ async fn each_policy_syncs_as_it_says() {
         JournalConfig::new("group").durability(policy),
     )
     .await;
-    let syncs = group.inner.syncs.load(Ordering::Acquire);
+    let syncs = group.syncs();
     assert!(
         syncs >= 2 && syncs <= group.lines() / 10 + 2,
         "{syncs} syncs of {} lines",
         group.lines()
     );
 
-    let none = Counting::default();
+    let none = MemoryJournal::new();
     run_team_on(
         none.clone(),
         JournalConfig::new("none").durability(Durability::None),
     )
     .await;
     // The header's, and the shutdown's flush.
-    assert_eq!(none.inner.syncs.load(Ordering::Acquire), 2);
+    assert_eq!(none.syncs(), 2);
     assert_eq!(none.replay().records, every.replay().records);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
-    let store = Counting::default();
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let store = MemoryJournal::new();
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -260,7 +159,7 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
         assert!(handles.len() < 8, "never held back");
     }
     assert!(tree.journal_backlog() >= 8, "{}", tree.journal_backlog());
-    store.open();
+    store.release();
     let late = tree.spawn(SpawnRequest::new("w", "late")).await.unwrap();
     handles.push(late);
     for handle in &mut handles {
@@ -283,9 +182,8 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 /// behind).
 #[tokio::test(start_paused = true)]
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
-    let store = Counting::default();
-    let model =
-        ScriptedModel::new().script("w", Script::new([Turn::hang(), Turn::hang(), Turn::hang()]));
+    let store = MemoryJournal::new();
+    let model = ScriptedModel::new().script("w", [Turn::hang(), Turn::hang(), Turn::hang()]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -297,7 +195,7 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     store.hold();
     let _a = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
     let blocked = store.clone();
-    tokio::task::spawn_blocking(move || blocked.wait_until_blocked())
+    tokio::task::spawn_blocking(move || blocked.wait_until_held())
         .await
         .unwrap();
     // Entries queue, a flush is asked for, and more entries queue behind it: the writer
@@ -317,11 +215,11 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     }
     // The disk answers, and holds again right after the flush's sync: the entries after the
     // flush stay unwritten.
-    store.inner.hold_after_sync.store(true, Ordering::Release);
-    store.open();
+    store.hold_after_next_sync();
+    store.release();
     flush.await;
     let (written, backlog) = (store.lines(), tree.journal_backlog());
-    store.open();
+    store.release();
     tree.flush_journal().await;
     assert!(backlog > 0, "nothing queued after the flush");
     assert_eq!(
@@ -336,8 +234,8 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_disk_stops_the_journal_not_the_tree() {
     // A disk that fails at once fails the build (the header cannot be written).
-    let store = Counting::default();
-    store.inner.fail.store(true, Ordering::Release);
+    let store = MemoryJournal::new();
+    store.fail_writes();
     let (model, catalog) = team();
     let error = Tree::builder()
         .catalog(catalog.clone())
@@ -351,7 +249,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
         "journal full: cannot write the header: disk full"
     );
     // One that fails later stops the journal, and the tree goes on.
-    let store = Counting::default();
+    let store = MemoryJournal::new();
     let tree = Tree::builder()
         .catalog(catalog)
         .model(model)
@@ -359,7 +257,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
         .build()
         .await
         .unwrap();
-    store.inner.fail.store(true, Ordering::Release);
+    store.fail_writes();
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     let error = tree.journal_error().expect("the writer stopped");
@@ -371,10 +269,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
 async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     let dir = TempDir::new("rotate");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::answer("ok").usage(Usage::tokens(1, 1))]),
-    );
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok").usage(Usage::tokens(1, 1))]);
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
         .model(model)
@@ -383,9 +278,7 @@ async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
         .await
         .unwrap();
     for i in 0..40 {
-        tree.run(SpawnRequest::new("w", format!("task {i}")))
-            .await
-            .unwrap();
+        run_admitted(&tree, SpawnRequest::new("w", format!("task {i}"))).await;
     }
     tree.shutdown().await;
     let text = std::fs::read_to_string(&path).unwrap();
@@ -475,7 +368,7 @@ async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let log = model.call_log();
     let tree = Tree::builder()
@@ -510,7 +403,7 @@ fn a_flush_after_an_event_was_seen_makes_that_event_durable() {
     const AGENTS: usize = 40;
     on_worker_threads(30, Duration::from_secs(60), || async {
         let store = Recorded::default();
-        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let model = ScriptedModel::new().script("w", [Turn::answer("done")]);
         let tree = Tree::builder()
             .config(TreeConfig::default().with_max_total_agents(AGENTS))
             .catalog(catalog([leaf("w")]))
@@ -525,9 +418,7 @@ fn a_flush_after_an_event_was_seen_makes_that_event_durable() {
         let mut events = tree.subscribe();
         let _others: Vec<_> = (0..256).map(|_| tree.subscribe()).collect();
         for i in 0..AGENTS {
-            tree.spawn(SpawnRequest::new("w", format!("task {i}")))
-                .await
-                .unwrap();
+            spawn_admitted(&tree, SpawnRequest::new("w", format!("task {i}"))).await;
         }
         let mut completed = 0;
         while completed < AGENTS {
@@ -566,7 +457,7 @@ fn every_entry_syncs_an_outcome_before_it_is_returned() {
     use crate::support::races::on_worker_threads;
     on_worker_threads(10, Duration::from_secs(60), || async {
         let store = Recorded::syncing_in(Duration::from_micros(300));
-        let model = ScriptedModel::new().script("w", Script::new([Turn::answer("done")]));
+        let model = ScriptedModel::new().script("w", [Turn::answer("done")]);
         let tree = Tree::builder()
             .catalog(catalog([leaf("w")]))
             .model(model)

@@ -1,6 +1,7 @@
 //! The last turn `max_turns` allows: a steer arriving during it and an `ask_owner` made on
 //! it are refused, and the agent ends at its turn limit.
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, ToolCall};
 use agent_tree::testkit;
@@ -12,7 +13,7 @@ use serde_json::json;
 #[tokio::test(start_paused = true)]
 async fn the_last_turn_refuses_steers_and_questions() {
     let (model, mut calls) = testkit::pair();
-    let catalog = Catalog::new([AgentDefinition::new("w", "").with_max_turns(2)]).unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_max_turns(2)]);
     let tree = Tree::builder()
         .catalog(catalog)
         .model(model)

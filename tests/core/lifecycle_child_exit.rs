@@ -9,20 +9,21 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::TreeSnapshot;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::JsonContent;
 use crate::support::{
-    RecordingModel, TreeCell, catalog, delegator, leaf, record, terminal_event, within,
+    RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
+    within,
 };
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // 1: a foreground child, which completes and exits
                 Turn::spawn("worker", "first"),
                 // 2: a background child, which exits during turn 3's model call
@@ -33,17 +34,17 @@ fn scripted() -> ScriptedModel {
                 Turn::spawn("worker", "third"),
                 // 5: the final answer
                 Turn::answer("lead done").usage(Usage::tokens(3, 3)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").usage(Usage::tokens(2, 1))]),
+            [Turn::answer("worked").usage(Usage::tokens(2, 1))],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("quick")
+            [Turn::answer("quick")
                 .usage(Usage::tokens(1, 1))
-                .after(Duration::from_secs(1))]),
+                .after(Duration::from_secs(1))],
         )
 }
 
@@ -73,10 +74,7 @@ async fn owner_keeps_running_after_children_exit() {
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate thrice"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate thrice")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let events = crate::support::events_at_idle(&tree, &mut events).await;

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::catalog;
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::{BoxFuture, ModelError, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
@@ -14,6 +16,7 @@ use tokio::sync::Notify;
 /// Counts the calls in flight, per model name, and the most seen at once. A call of type
 /// `hanger` never returns; any other takes `hold` (or yields a few times when `hold` is
 /// zero) and answers.
+/// Written by hand: it counts the calls in flight, which a call log does not.
 #[derive(Clone, Default)]
 struct Counting {
     inner: Arc<Counts>,
@@ -103,13 +106,12 @@ fn named(name: &str, model: Option<&str>) -> AgentDefinition {
 }
 
 async fn build(model: &Counting, bound: Option<usize>) -> Tree {
-    let catalog = Catalog::new([
+    let catalog = catalog([
         named("worker", None),
         named("a", Some("model-a")),
         named("b", Some("model-b")),
         named("hanger", None),
-    ])
-    .unwrap();
+    ]);
     let mut config = TreeConfig::default();
     if let Some(bound) = bound {
         config = config.with_max_model_calls(bound);
@@ -127,11 +129,7 @@ async fn build(model: &Counting, bound: Option<usize>) -> Tree {
 async fn run_all(tree: &Tree, types: &[&str]) -> Vec<Outcome> {
     let mut handles = Vec::new();
     for agent_type in types {
-        handles.push(
-            tree.spawn(SpawnRequest::new(*agent_type, "go").background())
-                .await
-                .unwrap(),
-        );
+        handles.push(spawn_admitted(tree, SpawnRequest::new(*agent_type, "go").background()).await);
     }
     let mut outcomes = Vec::new();
     for handle in &mut handles {

@@ -5,113 +5,27 @@
 //! what it reported, stream events carry the deltas, and a turn of more tool calls than the
 //! cap runs only the cap.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::build_tree;
+use crate::support::catalog;
+use crate::support::steps::{Step, Steps, one_worker};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{
     EndReason, EventKind, FinishReason, Message, ModelErrorKind, RAW_ARGUMENTS_KEY, Role,
     SubagentAllowance, ToolCall,
 };
-use agent_tree::{
-    BoxFuture, EventStream, FnTool, ModelError, ModelRequest, ModelResponse, RetryPolicy,
-};
+use agent_tree::testkit::FnModel;
+use agent_tree::{BoxFuture, EventStream, ModelError, ModelRequest, ModelResponse, RetryPolicy};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// What the model does on one call.
-enum Step {
-    Respond(ModelResponse),
-    Fail(ModelError),
-    /// Streams these pieces and this usage to the sink, says so, then never returns.
-    StreamThenHang(Vec<&'static str>, Usage, Arc<Notify>),
-    /// Streams these pieces, then answers with their concatenation.
-    Stream(Vec<&'static str>, Usage),
-    /// Streams these pieces, then fails with this error (a server dying mid-stream).
-    StreamThenFail(Vec<String>, ModelError),
-}
-
-/// A model answering every call (of any agent) with the next step, recording each request.
-#[derive(Clone, Default)]
-struct Steps {
-    steps: Arc<Mutex<VecDeque<Step>>>,
-    seen: Arc<Mutex<Vec<ModelRequest>>>,
-    /// The context window it reports, if any.
-    window: Option<u32>,
-}
-
-impl Steps {
-    fn new(steps: impl IntoIterator<Item = Step>) -> Self {
-        Steps {
-            steps: Arc::new(Mutex::new(steps.into_iter().collect())),
-            seen: Arc::default(),
-            window: None,
-        }
-    }
-
-    /// The same model, reporting a context window of `tokens`.
-    fn with_window(mut self, tokens: u32) -> Self {
-        self.window = Some(tokens);
-        self
-    }
-
-    fn calls(&self) -> usize {
-        self.seen.lock().len()
-    }
-}
-
-impl Model for Steps {
-    fn context_window(&self, _: &ModelRequest) -> Option<u32> {
-        self.window
-    }
-
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.seen.lock().push(request.clone());
-        let step = self.steps.lock().pop_front();
-        Box::pin(async move {
-            match step {
-                None => Err(ModelError::new("script ran out")),
-                Some(Step::Respond(response)) => Ok(response),
-                Some(Step::Fail(error)) => Err(error),
-                Some(Step::Stream(pieces, usage)) => {
-                    let mut text = String::new();
-                    for piece in pieces {
-                        request.sink.text(piece);
-                        text.push_str(piece);
-                        tokio::task::yield_now().await;
-                    }
-                    request.sink.usage(usage);
-                    Ok(ModelResponse::text(text).with_usage(usage))
-                }
-                Some(Step::StreamThenFail(pieces, error)) => {
-                    for piece in pieces {
-                        request.sink.text(&piece);
-                        tokio::task::yield_now().await;
-                    }
-                    Err(error)
-                }
-                Some(Step::StreamThenHang(pieces, usage, ready)) => {
-                    for piece in pieces {
-                        request.sink.text(piece);
-                    }
-                    request.sink.usage(usage);
-                    ready.notify_one();
-                    std::future::pending().await
-                }
-            }
-        })
-    }
-}
-
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("worker", "You work.")]).unwrap()
-}
-
+/// A tree of one `worker` on `model`, holding a `read` tool that answers `read: ok`.
 async fn build(model: &Steps, config: TreeConfig) -> Tree {
     Tree::builder()
         .config(config)
-        .catalog(catalog())
+        .catalog(one_worker())
         .model(model.clone())
         .tool(FnTool::new("read", "reads", |_, _| async {
             Ok("read: ok".to_owned())
@@ -119,7 +33,7 @@ async fn build(model: &Steps, config: TreeConfig) -> Tree {
         .unwrap()
         .build()
         .await
-        .unwrap()
+        .expect("the tree builds")
 }
 
 fn retrying(tree: &Tree) -> EventStream {
@@ -175,7 +89,7 @@ async fn rate_limits_and_transient_failures_are_retried_and_every_attempt_is_bil
         (1, 2, ModelErrorKind::Transient)
     );
     // The same turn, three calls; every attempt billed: 5 + 3 + 10 in, 0 + 1 + 2 out.
-    let turns: Vec<u32> = model.seen.lock().iter().map(|r| r.turn).collect();
+    let turns: Vec<u32> = model.seen().iter().map(|r| r.turn).collect();
     assert_eq!(turns, [1, 1, 1]);
     let record = tree.record(AgentId::new(1)).unwrap();
     assert_eq!(record.own, Usage::tokens(18, 3));
@@ -263,7 +177,7 @@ async fn a_cut_off_turn_is_continued_and_its_pieces_joined_into_the_answer() {
         Some("The plan: one, two."),
         "{outcome:?}"
     );
-    let seen = model.seen.lock();
+    let seen = model.seen();
     let last: &Message = seen[1].messages.last().unwrap();
     assert_eq!(last.role, Role::User);
     assert!(last.content.contains("cut off"), "{}", last.content);
@@ -271,11 +185,8 @@ async fn a_cut_off_turn_is_continued_and_its_pieces_joined_into_the_answer() {
 
 /// Turn 1 is cut off at the length limit ("Part one, "); turn 2 finishes it ("part two.")
 /// and takes 10 ms, during which the application steers; turn 3 answers the steer.
-#[derive(Clone, Debug)]
-struct CutThenSteered;
-
-impl Model for CutThenSteered {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+fn cut_then_steered() -> FnModel {
+    FnModel::new(move |request: ModelRequest| {
         Box::pin(async move {
             match request.turn {
                 1 => {
@@ -290,7 +201,7 @@ impl Model for CutThenSteered {
                 _ => Ok(ModelResponse::text("Answer to the steer.")),
             }
         })
-    }
+    })
 }
 
 /// A cut-off piece is joined only onto the answer that continues it: when the turn that
@@ -299,12 +210,11 @@ impl Model for CutThenSteered {
 /// half of one answer glued to another ("Part one, Answer to the steer.").
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_piece_is_not_spliced_onto_a_later_answer() {
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([crate::support::leaf("w")]))
-        .model(CutThenSteered)
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        crate::support::catalog([crate::support::leaf("w")]),
+        cut_then_steered(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let receipt = tree.steer(handle.id(), "also say hello").await;
@@ -484,7 +394,7 @@ async fn abort_mid_stream() -> (Outcome, Usage) {
     let ready = Arc::new(Notify::new());
     let model = Steps::new([Step::StreamThenHang(
         vec!["Half ", "an ", "answer"],
-        Usage::tokens(7, 3),
+        Some(Usage::tokens(7, 3)),
         ready.clone(),
     )]);
     let tree = build(&model, TreeConfig::default()).await;
@@ -565,7 +475,7 @@ async fn tool_calls_past_the_per_turn_cap_get_an_error_result_and_never_run() {
     .await;
     let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     assert!(outcome.is_completed());
-    let seen = model.seen.lock();
+    let seen = model.seen();
     let results: Vec<&Message> = seen[1]
         .messages
         .iter()
@@ -597,18 +507,12 @@ async fn a_tool_call_cut_off_at_the_output_limit_is_not_run_and_the_model_is_tol
         Step::Respond(ModelResponse::calls(vec![cut]).with_finish_reason(FinishReason::Length)),
         Step::Respond(ModelResponse::text("Said in fewer words.")),
     ]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "You lead.")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", "You work."),
-    ])
-    .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap();
+    ]);
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(
         outcome.text.as_deref(),
@@ -617,7 +521,7 @@ async fn a_tool_call_cut_off_at_the_output_limit_is_not_run_and_the_model_is_tol
     );
     assert_eq!(model.calls(), 2, "no worker ran");
     assert_eq!(tree.snapshot().agents().count(), 1, "no worker was spawned");
-    let seen = model.seen.lock();
+    let seen = model.seen();
     let result = seen[1].messages.last().unwrap();
     assert_eq!((result.role, result.is_error), (Role::Tool, true));
     assert_eq!(result.tool_call_id.as_deref(), Some("c1"));
@@ -644,7 +548,7 @@ async fn a_tool_call_with_arguments_that_are_not_json_is_not_run() {
     ]);
     let tree = build(&model, TreeConfig::default()).await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
-    let seen = model.seen.lock();
+    let seen = model.seen();
     let result = seen[1].messages.last().unwrap();
     assert!(result.is_error);
     assert_eq!(
@@ -721,6 +625,7 @@ fn streamed_text_is_the_partial_output_whatever_arrives_first_on_worker_threads(
 
 /// A boss that spawns one background worker and then hangs; the worker streams, says so,
 /// and hangs.
+/// Written by hand: it streams through the request's sink.
 struct BossAndStreamingWorker {
     ready: Arc<Notify>,
     boss_turns: Mutex<u32>,
@@ -764,18 +669,12 @@ async fn a_cascaded_abort_keeps_the_childs_streamed_text() {
         ready: ready.clone(),
         boss_turns: Mutex::new(0),
     };
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "")
             .with_allowed_subagents(agent_tree::protocol::SubagentAllowance::All),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    ]);
+    let tree = build_tree(catalog, model).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     ready.notified().await;
     tree.abort(boss.id()).unwrap();

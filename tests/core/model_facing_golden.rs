@@ -10,26 +10,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::support::catalog;
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::ToolSpec;
-use agent_tree::{
-    BoxFuture, ModelError, ModelRequest, ModelResponse, ORCHESTRATION_TOOLS, Question,
-};
+use agent_tree::testkit::FnModel;
+use agent_tree::{ModelRequest, ModelResponse, ORCHESTRATION_TOOLS, Question};
 use parking_lot::Mutex;
 
-/// Answers at once, keeping the tools of the first request.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Option<Vec<ToolSpec>>>>);
-
-impl Model for Capture {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.0.lock().get_or_insert_with(|| request.tools.to_vec());
-        Box::pin(async { Ok(ModelResponse::text("done")) })
-    }
-}
-
-fn catalog() -> Catalog {
-    Catalog::new([
+fn planner_team() -> Catalog {
+    catalog([
         AgentDefinition::new("planner", "You plan.")
             .with_description("Breaks a task into steps and delegates each step.")
             .with_allowed_subagents(SubagentAllowance::only(["scout", "writer", "retired"])),
@@ -42,7 +32,6 @@ fn catalog() -> Catalog {
         AgentDefinition::new("retired", "").with_enabled(false),
         AgentDefinition::new("secret", "").with_description("Not for the planner."),
     ])
-    .unwrap()
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -53,18 +42,22 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The tools a planner (which delegates and may ask its owner) is offered on its first turn.
 async fn planner_tools() -> Vec<ToolSpec> {
-    let model = Capture::default();
+    // Answers at once, keeping the tools of the first request.
+    let first_tools: Arc<Mutex<Option<Vec<ToolSpec>>>> = Arc::default();
+    let keep = first_tools.clone();
+    let model = FnModel::new(move |request: ModelRequest| {
+        keep.lock().get_or_insert_with(|| request.tools.to_vec());
+        std::future::ready(Ok(ModelResponse::text("done")))
+    });
     let tree = Tree::builder()
-        .catalog(catalog())
-        .model(model.clone())
+        .catalog(planner_team())
+        .model(model)
         .on_question(|_: Question| async { Ok("yes".to_owned()) })
         .build()
         .await
         .unwrap();
-    tree.run(SpawnRequest::new("planner", "plan"))
-        .await
-        .unwrap();
-    let tools = model.0.lock().clone();
+    run_admitted(&tree, SpawnRequest::new("planner", "plan")).await;
+    let tools = first_tools.lock().clone();
     tools.expect("the planner took a turn")
 }
 

@@ -5,21 +5,17 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, ModelErrorKind};
-use agent_tree::testkit::{self, EventProbe, FaultyModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{self, EventProbe, FaultyModel, ScriptedModel, Turn};
 
 use crate::small_catalogs::one_worker;
+use crate::support::build_tree;
 
 /// A retry-after is waited exactly; a rate limit without one backs off from 500 ms
 /// with equal jitter; every failed attempt is billed; the turn number stays.
 #[tokio::test(start_paused = true)]
 async fn rate_limits_are_retried_in_virtual_time_and_every_attempt_is_billed() {
     let (model, mut calls) = testkit::pair();
-    let tree = Tree::builder()
-        .catalog(one_worker())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(one_worker(), model).await;
     let mut events = EventProbe::new(&tree);
     let started = tokio::time::Instant::now();
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
@@ -86,15 +82,9 @@ async fn rate_limits_are_retried_in_virtual_time_and_every_attempt_is_billed() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_gives_up_with_the_documented_texts() {
     // Every attempt of turn 1 rate-limited: gives up after 4.
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .fail_at_turn(1, ModelError::rate_limited("429", None));
-    let tree = Tree::builder()
-        .catalog(one_worker())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .fail_at_turn(1, ModelError::rate_limited("429", None));
+    let tree = build_tree(one_worker(), model).await;
     let started = tokio::time::Instant::now();
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;

@@ -11,7 +11,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{GUARD, a, results, tree};
-use crate::support::{catalog, delegator, delegator_of_all, leaf};
+use crate::support::{
+    build_tree, catalog, delegator, delegator_of_all, leaf, read_result_call, resume_call,
+};
 
 /// A type the `Agent` tool offers is one the model can start: a catalog takes a type name of
 /// any length and the tool lists it in its `agent_type` enum, so a model's call naming it
@@ -22,18 +24,17 @@ async fn a_listed_type_with_a_long_name_can_be_spawned_by_the_model() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn(long.clone(), "do it")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(long.clone(), Script::new([Turn::answer("worker done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &[&long]), leaf(&long)]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator("lead", &[&long]), leaf(&long)]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");
@@ -56,25 +57,18 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("worker", "first task")]),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({ "resume": "a2", "prompt": "   \n\t " }),
-                )]),
+                Turn::calls([resume_call("a2", "   \n\t ")]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
-        .script(
-            "worker",
-            Script::new([Turn::answer("first"), Turn::answer("second")]),
-        );
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+        .script("worker", [Turn::answer("first"), Turn::answer("second")]);
+    let tree = build_tree(
+        catalog([delegator("lead", &["worker"]), leaf("worker")]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");
@@ -119,33 +113,30 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
             json!({ "agent_id": id, "message": "hi" }),
         ));
         calls.push(Call::tool("abort_subagent", json!({ "agent_id": id })));
-        calls.push(Call::tool("get_subagent_result", json!({ "agent_id": id })));
+        calls.push(read_result_call(id));
         calls.push(Call::tool(
             "wait_subagents",
             json!({ "agent_ids": [id, id] }),
         ));
-        calls.push(Call::tool(
-            "Agent",
-            json!({ "resume": id, "prompt": "again" }),
-        ));
+        calls.push(resume_call(id, "again"));
     }
     let count = calls.len();
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("worker", "work")]),
                 Turn::calls(calls),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "other",
-            Script::new([Turn::answer("other done").after(Duration::from_millis(50))]),
+            [Turn::answer("other done").after(Duration::from_millis(50))],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worker done").after(Duration::from_millis(100))]),
+            [Turn::answer("worker done").after(Duration::from_millis(100))],
         );
     let tree = Tree::builder()
         .config(TreeConfig::default().with_max_tool_calls_per_turn(count))
@@ -198,10 +189,10 @@ async fn a_refusal_a_model_is_shown_is_at_most_512_bytes() {
     }
     let model = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([Call::spawn("no-such-type", "x")]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let tree = tree(model.clone(), catalog(definitions), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role, ToolCall};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 use agent_tree::{BoxFuture, JournalConfig, Model, ModelError, ModelRequest, ModelResponse};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, read_result_call};
 
 /// The heap, counted: bytes allocated and not yet freed, by the whole process.
 #[global_allocator]
@@ -29,7 +29,8 @@ fn live_bytes() -> isize {
 const MIB: usize = 1 << 20;
 
 /// A model for the memory test that keeps nothing: a lead delegates once and answers `ok`;
-/// a worker answers 1 MiB of its own (no two answers share memory).
+/// a worker answers 1 MiB of its own (no two answers share memory). Written by hand: the
+/// kit's models log every call, conversations included, which is the memory this measures.
 struct Sized;
 
 impl Model for Sized {
@@ -169,8 +170,7 @@ fn journaled(dir: &TempDir, name: &str) -> JournalConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     let dir = TempDir::new("retention-budget");
-    let model =
-        ScriptedModel::new().script("worker", Script::new([Turn::answer(report("w", 1000))]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 1000))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -230,7 +230,7 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_read_longer_ago_than_its_age_goes_at_the_next_read() {
     let dir = TempDir::new("retention-age");
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer("done")]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -267,20 +267,17 @@ async fn an_owner_reads_a_released_result_back_whole() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "report"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::calls([Call::tool(
                     "wait_subagents",
                     serde_json::json!({ "agent_ids": ["a2"] }),
                 )]),
                 Turn::answer("read twice"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer.clone())]));
+        .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -325,8 +322,7 @@ async fn released_outputs_survive_compaction_and_recovery() {
             .keep_read_outputs(0)
             .rotate_at(16 * 1024)
     };
-    let model =
-        ScriptedModel::new().script("worker", Script::new([Turn::answer(report("w", 3000))]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 3000))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -391,13 +387,8 @@ async fn released_outputs_survive_compaction_and_recovery() {
 /// Without a journal nothing is released: there is nowhere to read an output back from.
 #[tokio::test(start_paused = true)]
 async fn a_tree_without_a_journal_keeps_every_output() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("kept")]));
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .build()
-        .await
-        .unwrap();
+    let model = ScriptedModel::new().script("worker", [Turn::answer("kept")]);
+    let tree = build_tree(catalog([leaf("worker")]), model).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     handle.outcome().await;
     handle.outcome().await;
@@ -416,12 +407,9 @@ async fn a_tree_without_a_journal_keeps_every_output() {
 async fn a_resumed_agents_old_output_does_not_count_against_the_budget() {
     let dir = TempDir::new("retention-resumed");
     let model = ScriptedModel::new()
-        .script("b", Script::new([Turn::answer(report("b", 598))]))
-        .script(
-            "a",
-            Script::new([Turn::answer(report("a", 998)), Turn::answer("again")]),
-        )
-        .script("c", Script::new([Turn::answer(report("c", 598))]));
+        .script("b", [Turn::answer(report("b", 598))])
+        .script("a", [Turn::answer(report("a", 998)), Turn::answer("again")])
+        .script("c", [Turn::answer(report("c", 598))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("a"), leaf("b"), leaf("c")]))

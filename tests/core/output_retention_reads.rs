@@ -10,13 +10,11 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
-use agent_tree::testkit::{Call, EventProbe, Script, ScriptedModel, Target, Turn};
-use agent_tree::{
-    BoxFuture, FnTool, JournalConfig, Model, ModelError, ModelRequest, ModelResponse, ToolError,
-};
+use agent_tree::testkit::{Call, EventProbe, FnModel, ScriptedModel, Target, Turn};
+use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
 
 /// A generous real-time bound: a hang fails the test instead of sticking the run.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
@@ -53,7 +51,7 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "a"),
                     Call::spawn_background("worker", "b"),
@@ -63,9 +61,9 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
                     WaitPolicy::AllSettled,
                 )]),
                 Turn::answer(report("lead", 100)),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(report("w", 300))]));
+        .script("worker", [Turn::answer(report("w", 300))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -75,9 +73,11 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
         .unwrap();
     let mut events = tree.subscribe();
     for _ in 0..3 {
-        bounded("a lead", tree.run(SpawnRequest::new("lead", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a lead",
+            run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        )
+        .await;
     }
     bounded("idle", tree.idle()).await;
     // Outputs are released by the journal's writer, after it wrote them: wait for it.
@@ -108,7 +108,7 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
     let second = report("second", 700);
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([Turn::answer(first.clone()), Turn::answer(second.clone())]),
+        [Turn::answer(first.clone()), Turn::answer(second.clone())],
     );
     let log = model.clone();
     let tree = Tree::builder()
@@ -164,11 +164,11 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
 async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_turn() {
     let dir = TempDir::new("retention-sets");
     let answers: Vec<String> = (0..3).map(|i| report(&format!("w{i}"), 400)).collect();
-    let get = |id: &str| Call::tool("get_subagent_result", serde_json::json!({ "agent_id": id }));
+    let get = |id: &str| read_result_call(id);
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("w0", "go"),
                     Call::spawn_background("w1", "go"),
@@ -193,11 +193,11 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
                     get("a2"),
                 ]),
                 Turn::answer("read"),
-            ]),
+            ],
         )
-        .script("w0", Script::new([Turn::answer(answers[0].clone())]))
-        .script("w1", Script::new([Turn::answer(answers[1].clone())]))
-        .script("w2", Script::new([Turn::answer(answers[2].clone())]));
+        .script("w0", [Turn::answer(answers[0].clone())])
+        .script("w1", [Turn::answer(answers[1].clone())])
+        .script("w2", [Turn::answer(answers[2].clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -211,9 +211,11 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .build()
         .await
         .unwrap();
-    let outcome = bounded("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("read"));
     tree.flush_journal().await;
     for n in 2..5 {
@@ -267,18 +269,15 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "go"),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
                 Turn::calls([Call::tool("gate", serde_json::json!({}))]),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer.clone())]));
+        .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
@@ -347,26 +346,23 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
     let model = ScriptedModel::new()
         .script(
             "top",
-            Script::new([
+            [
                 Turn::spawn("mid", "delegate"),
                 Turn::calls([
-                    Call::tool(
-                        "get_subagent_result",
-                        serde_json::json!({ "agent_id": "a3" }),
-                    ),
+                    read_result_call("a3"),
                     Call::tool(
                         "wait_subagents",
                         serde_json::json!({ "agent_ids": ["a2", "a3"] }),
                     ),
                 ]),
                 Turn::answer("top done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("leafy", "work"), Turn::answer("mid done")]),
+            [Turn::spawn("leafy", "work"), Turn::answer("mid done")],
         )
-        .script("leafy", Script::new([Turn::answer(answer.clone())]));
+        .script("leafy", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .config(TreeConfig::default().with_control_scope(agent_tree::ControlScope::Descendants))
@@ -380,9 +376,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("top", tree.run(SpawnRequest::new("top", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded("top", run_admitted(&tree, SpawnRequest::new("top", "go"))).await;
     assert_eq!(outcome.text.as_deref(), Some("top done"));
     tree.flush_journal().await;
     assert!(
@@ -402,10 +396,8 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
 }
 /// A worker that says something and calls a tool that never answers: aborted, it keeps
 /// what it said as partial output.
-struct Talker;
-
-impl Model for Talker {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+fn talker() -> FnModel {
+    FnModel::new(move |request: ModelRequest| {
         let turn = request.turn;
         Box::pin(async move {
             if turn == 1 {
@@ -420,7 +412,7 @@ impl Model for Talker {
                 Err(ModelError::new("second turn failed"))
             }
         })
-    }
+    })
 }
 
 /// An aborted agent's partial output is released like a text and read back whole; a failed
@@ -437,7 +429,7 @@ async fn a_partial_output_is_released_and_read_back_and_an_error_stays() {
         }
     });
     let tree = Tree::builder()
-        .model(Talker)
+        .model(talker())
         .catalog(catalog([leaf("worker")]))
         .tool(hang)
         .unwrap()
@@ -477,9 +469,8 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     };
     let answer = |n: u64, run: u32| report(&format!("a{n}-run{run}"), 2500);
     // Each worker answers with its id and run, so a wrong line shows.
-    struct ById;
-    impl Model for ById {
-        fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+    fn by_id() -> FnModel {
+        FnModel::new(move |request: ModelRequest| {
             let run = request
                 .messages
                 .iter()
@@ -488,11 +479,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
                 + 1;
             let text = report(&format!("{}-run{run}", request.agent), 2500);
             Box::pin(async move { Ok(ModelResponse::text(text)) })
-        }
+        })
     }
     let build = || async {
         Tree::builder()
-            .model(ById)
+            .model(by_id())
             .catalog(catalog([leaf("worker")]))
             .journal(config())
             .build()
@@ -515,9 +506,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 1.
     let tree = build().await;
     for _ in 0..6 {
-        let outcome = bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        let outcome = bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
@@ -536,9 +529,11 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
         assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 1");
     }
     for _ in 0..6 {
-        let outcome = bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        let outcome = bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
@@ -601,12 +596,8 @@ fn snapshot_last(tree: &Tree) -> u64 {
 async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
     for iteration in 0..30 {
         let dir = TempDir::new("retention-race");
-        struct Echo;
-        impl Model for Echo {
-            fn turn(
-                &self,
-                request: ModelRequest,
-            ) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        fn echo() -> FnModel {
+            FnModel::new(move |request: ModelRequest| {
                 let response = match (request.agent_type(), request.turn) {
                     ("lead", 1) => ModelResponse::calls(vec![agent_tree::protocol::ToolCall::new(
                         "c1",
@@ -641,11 +632,11 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
                     _ => ModelResponse::text(format!("{}:{}", request.agent, "x".repeat(300))),
                 };
                 Box::pin(async move { Ok(response) })
-            }
+            })
         }
         let tree = Arc::new(
             Tree::builder()
-                .model(Echo)
+                .model(echo())
                 .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
                 .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
                 .build()
@@ -734,7 +725,7 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
 async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapshot() {
     let dir = TempDir::new("retention-bytes");
     let text = report("é", 1234);
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer(text.clone())]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer(text.clone())]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))

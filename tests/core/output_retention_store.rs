@@ -3,104 +3,20 @@
 //! answer, and nothing rewrites the journal once `Tree::shutdown` returned
 //! (docs/semantics.md, "Journal and recovery", "Output retention").
 
-use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
+use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
-use agent_tree::{JournalConfig, JournalStore};
-use parking_lot::{Condvar, Mutex};
+use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 
 use crate::output_retention_reads::{bounded, report, tool_messages};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
 
-/// Closed until a test opens it.
-type Gate = Arc<(Mutex<bool>, Condvar)>;
-
-/// A store in memory; shared so a test can look at it. Its faults, each off by default:
-/// an append carrying `fail_on`'s marker blocks until the gate opens and then fails (a disk
-/// that fills up while the line is on its way); `unreadable` fails every one-line read (a
-/// bad sector under an old line). It counts its compactions.
-#[derive(Clone, Default)]
-struct Memory {
-    bytes: Arc<Mutex<Vec<u8>>>,
-    fail_on: Option<(&'static [u8], Gate)>,
-    unreadable: bool,
-    replaced: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Memory {
-    /// Fails the append carrying `marker`, once the gate opens.
-    fn failing_on(marker: &'static str) -> Self {
-        Memory {
-            fail_on: Some((marker.as_bytes(), Arc::default())),
-            ..Memory::default()
-        }
-    }
-
-    /// Writes, but cannot read one line back.
-    fn unreadable() -> Self {
-        Memory {
-            unreadable: true,
-            ..Memory::default()
-        }
-    }
-
-    fn open_gate(&self) {
-        if let Some((_, gate)) = &self.fail_on {
-            let (lock, cvar) = &**gate;
-            *lock.lock() = true;
-            cvar.notify_all();
-        }
-    }
-
-    fn all(&self) -> Vec<u8> {
-        self.bytes.lock().clone()
-    }
-}
-
-impl JournalStore for Memory {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if let Some((marker, gate)) = &self.fail_on {
-            if bytes.windows(marker.len()).any(|w| w == *marker) {
-                let (lock, cvar) = &**gate;
-                let mut open = lock.lock();
-                while !*open {
-                    cvar.wait(&mut open);
-                }
-                return Err(io::Error::other("no space left on device"));
-            }
-        }
-        self.bytes.lock().extend_from_slice(bytes);
-        Ok(())
-    }
-    fn sync(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn replace(&mut self, bytes: &[u8]) -> io::Result<()> {
-        *self.bytes.lock() = bytes.to_vec();
-        self.replaced
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.bytes.lock().len() as u64
-    }
-    fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self.all())
-    }
-    fn read_range(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
-        if self.unreadable {
-            return Err(io::Error::other("input/output error"));
-        }
-        let all = self.all();
-        let start = usize::try_from(offset).map_err(io::Error::other)?;
-        let end = start + usize::try_from(len).map_err(io::Error::other)?;
-        all.get(start..end)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
-    }
+/// A store that writes but cannot read one line back (a bad sector under an old line).
+fn unreadable() -> MemoryJournal {
+    let store = MemoryJournal::new();
+    store.fail_line_reads();
+    store
 }
 
 /// An output leaves memory only once the journal can give it back ("Without a journal
@@ -112,8 +28,11 @@ impl JournalStore for Memory {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_whose_line_was_never_written_still_reads_back() {
     const MARKER: &str = "UNWRITTEN-ANSWER-0123456789";
-    let store = Memory::failing_on(MARKER);
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer(MARKER)]));
+    // The append carrying the answer waits (the line is on its way), then fails.
+    let store = MemoryJournal::new();
+    store.hold_writes_containing(MARKER);
+    store.fail_writes_containing(MARKER);
+    let model = ScriptedModel::new().script("worker", [Turn::answer(MARKER)]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -129,7 +48,7 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
     let first = bounded("the outcome", handle.outcome()).await;
     assert_eq!(first.text.as_deref(), Some(MARKER));
     // Now the write carrying the answer fails.
-    store.open_gate();
+    store.release();
     bounded("the flush", tree.flush_journal()).await;
     assert!(tree.journal_error().is_some(), "the journal failed");
     let again = bounded("the read-back", tree.read_outcome(id))
@@ -155,30 +74,29 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "report"),
-                Turn::calls([Call::tool(
-                    "get_subagent_result",
-                    serde_json::json!({ "agent_id": "a2" }),
-                )]),
+                Turn::calls([read_result_call("a2")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer(answer.clone())]));
+        .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
         .journal_store(
             JournalConfig::new("memory").keep_read_outputs(0),
-            Memory::unreadable(),
+            unreadable(),
         )
         .build()
         .await
         .unwrap();
-    let outcome = bounded("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("done"));
     let results = tool_messages(&log, AgentId::new(1));
     assert_eq!(results.len(), 2, "{results:?}");
@@ -198,13 +116,13 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
 /// output is not there (`released` stays set), through `read_outcome`, a handle and a wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_not_hang() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::answer("lost text")]));
+    let model = ScriptedModel::new().script("worker", [Turn::answer("lost text")]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
         .journal_store(
             JournalConfig::new("memory").keep_read_outputs(0),
-            Memory::unreadable(),
+            unreadable(),
         )
         .build()
         .await
@@ -233,9 +151,8 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
 // journal past `rotate_at` was rewritten after `shutdown` returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_rewrites_the_journal_after_shutdown_returned() {
-    let store = Memory::default();
-    let model =
-        ScriptedModel::new().script("worker", Script::new([Turn::answer(report("w", 4000))]));
+    let store = MemoryJournal::new();
+    let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 4000))]);
     let tree = Tree::builder()
         .model(model)
         .catalog(catalog([leaf("worker")]))
@@ -249,23 +166,25 @@ async fn nothing_rewrites_the_journal_after_shutdown_returned() {
         .await
         .unwrap();
     for _ in 0..4 {
-        bounded("a worker", tree.run(SpawnRequest::new("worker", "go")))
-            .await
-            .unwrap();
+        bounded(
+            "a worker",
+            run_admitted(&tree, SpawnRequest::new("worker", "go")),
+        )
+        .await;
     }
     bounded("shutdown", tree.shutdown()).await;
-    let at_shutdown = store.replaced.load(std::sync::atomic::Ordering::SeqCst);
+    let at_shutdown = store.compactions();
     assert!(at_shutdown > 0, "compacted while running");
-    let bytes = store.all();
+    let bytes = store.bytes();
     // Real time is what is tested: the writer thread, left alone, must not touch it again.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while std::time::Instant::now() < deadline {
-        let now = store.replaced.load(std::sync::atomic::Ordering::SeqCst);
+        let now = store.compactions();
         assert_eq!(
             now, at_shutdown,
             "the journal was compacted again after shutdown returned"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(store.all(), bytes, "the journal changed after shutdown");
+    assert_eq!(store.bytes(), bytes, "the journal changed after shutdown");
 }

@@ -2,90 +2,14 @@
 //! mid-turn, a length continuation broke off) keeps the text it had so far as the outcome's
 //! `partial`, once, whatever cut it.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::steps::{Step, Steps, cut, one_worker};
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, FinishReason};
-use agent_tree::{BoxFuture, HookContext, ModelError, ModelRequest, ModelResponse};
-use parking_lot::Mutex;
+use agent_tree::protocol::EndReason;
+use agent_tree::{HookContext, ModelError};
 use tokio::sync::Notify;
-
-/// What the model does on one call.
-enum Step {
-    Respond(ModelResponse),
-    Fail(ModelError),
-    /// Never returns.
-    Hang,
-    /// Streams these pieces to the sink, says so, then never returns.
-    StreamThenHang(Vec<&'static str>, Arc<Notify>),
-    /// Streams these pieces to the sink, then fails with this error.
-    StreamThenFail(Vec<&'static str>, ModelError),
-}
-
-/// A model answering every call with the next step.
-#[derive(Clone, Default)]
-struct Steps {
-    steps: Arc<Mutex<VecDeque<Step>>>,
-    calls: Arc<Mutex<usize>>,
-}
-
-impl Steps {
-    fn new(steps: impl IntoIterator<Item = Step>) -> Self {
-        Steps {
-            steps: Arc::new(Mutex::new(steps.into_iter().collect())),
-            calls: Arc::default(),
-        }
-    }
-}
-
-impl Model for Steps {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        *self.calls.lock() += 1;
-        let step = self.steps.lock().pop_front();
-        Box::pin(async move {
-            match step {
-                None => Err(ModelError::new("script ran out")),
-                Some(Step::Respond(response)) => Ok(response),
-                Some(Step::Fail(error)) => Err(error),
-                Some(Step::Hang) => std::future::pending().await,
-                Some(Step::StreamThenHang(pieces, ready)) => {
-                    for piece in pieces {
-                        request.sink.text(piece);
-                    }
-                    ready.notify_one();
-                    std::future::pending().await
-                }
-                Some(Step::StreamThenFail(pieces, error)) => {
-                    for piece in pieces {
-                        request.sink.text(piece);
-                        tokio::task::yield_now().await;
-                    }
-                    Err(error)
-                }
-            }
-        })
-    }
-}
-
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("worker", "You work.")]).unwrap()
-}
-
-async fn build(model: &Steps, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog())
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap()
-}
-
-fn cut(text: &'static str) -> Step {
-    Step::Respond(ModelResponse::text(text).with_finish_reason(FinishReason::Length))
-}
 
 /// A run that fails during a length continuation keeps the text cut off so far, once: the
 /// partial is the cut piece, not the cut piece followed by the same piece again.
@@ -95,7 +19,7 @@ async fn a_continuation_that_fails_keeps_the_cut_text_once_as_partial() {
         cut("The plan: "),
         Step::Fail(ModelError::new("provider exploded")),
     ]);
-    let tree = build(&model, TreeConfig::default()).await;
+    let tree = model.worker_tree(TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError, "{outcome:?}");
     assert_eq!(
@@ -110,10 +34,10 @@ async fn a_continuation_that_fails_keeps_the_cut_text_once_as_partial() {
 #[tokio::test(start_paused = true)]
 async fn an_abort_during_a_continuation_keeps_the_cut_text_once_as_partial() {
     let model = Steps::new([cut("The plan: "), Step::Hang]);
-    let tree = build(&model, TreeConfig::default()).await;
+    let tree = model.worker_tree(TreeConfig::default()).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(*model.calls.lock(), 2, "the continuation was not called");
+    assert_eq!(model.calls(), 2, "the continuation was not called");
     tree.abort(handle.id()).unwrap();
     let outcome = handle.outcome().await;
     assert_eq!(outcome.status, AgentStatus::Aborted);
@@ -131,10 +55,11 @@ async fn a_shutdown_with_hooks_keeps_the_streamed_text_as_partial() {
     let ready = Arc::new(Notify::new());
     let model = Steps::new([Step::StreamThenHang(
         vec!["Half ", "an ", "answer"],
+        None,
         ready.clone(),
     )]);
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(one_worker())
         .model(model.clone())
         .on_shutdown(|_ctx: HookContext| async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -162,10 +87,10 @@ async fn a_shutdown_with_hooks_keeps_the_streamed_text_as_partial() {
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_fails_keeps_its_streamed_text_as_partial() {
     let model = Steps::new([Step::StreamThenFail(
-        vec!["Half ", "an ", "answer"],
+        vec!["Half ".into(), "an ".into(), "answer".into()],
         ModelError::new("the response was cut off"),
     )]);
-    let tree = build(&model, TreeConfig::default()).await;
+    let tree = model.worker_tree(TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError, "{outcome:?}");
     assert_eq!(

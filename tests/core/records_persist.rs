@@ -11,11 +11,11 @@ use agent_tree::EventStream;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, TreeSnapshot};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{TreeCell, catalog, delegator, leaf, record, within};
+use crate::support::{TreeCell, catalog, delegator, leaf, record, spawn_admitted, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
 
@@ -28,7 +28,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "branch",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "one"),
                     Call::spawn_background("worker", "two"),
@@ -43,35 +43,35 @@ fn scripted() -> ScriptedModel {
                 Turn::spawn("sub", "go deeper").usage(Usage::tokens(10, 1)),
                 Turn::calls([snap()]).usage(Usage::tokens(10, 1)),
                 Turn::answer("branch done").usage(Usage::tokens(10, 1)),
-            ]),
+            ],
         )
         .script(
             "sub",
-            Script::new([
+            [
                 Turn::spawn("worker", "deepest").usage(Usage::tokens(5, 1)),
                 Turn::answer("sub done").usage(Usage::tokens(5, 1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([snap()])
                     .usage(Usage::tokens(2, 2))
                     .after(ms(30)),
                 Turn::answer("worked")
                     .usage(Usage::tokens(2, 2))
                     .after(ms(20)),
-            ]),
+            ],
         )
         .script(
             "holder",
-            Script::new([
+            [
                 Turn::spawn_background("sleeper", "never ends").usage(Usage::tokens(1, 1)),
                 Turn::calls([snap()]).usage(Usage::tokens(1, 1)),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("sleeper", Script::new([Turn::hang()]))
+        .script("sleeper", [Turn::hang()])
 }
 
 /// Reads events, snapshotting after each one, until `done` holds for an event.
@@ -183,24 +183,18 @@ async fn records_survive_other_branches_starting_and_finishing() {
     let mut events = tree.subscribe();
 
     // Branch A alone, start to finish.
-    let a = tree
-        .spawn(SpawnRequest::new("branch", "A"))
+    let a = spawn_admitted(&tree, SpawnRequest::new("branch", "A"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch A", &tree, &mut events, &log, ends(a)).await;
 
     // Branches B and C side by side; C holds a child that never ends and is aborted once B
     // has finished.
-    let b = tree
-        .spawn(SpawnRequest::new("branch", "B"))
+    let b = spawn_admitted(&tree, SpawnRequest::new("branch", "B"))
         .await
-        .expect("admitted")
         .id();
-    let c = tree
-        .spawn(SpawnRequest::new("holder", "C"))
+    let c = spawn_admitted(&tree, SpawnRequest::new("holder", "C"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch B", &tree, &mut events, &log, ends(b)).await;
     log.lock()
@@ -209,10 +203,8 @@ async fn records_survive_other_branches_starting_and_finishing() {
     snap_until("branch C", &tree, &mut events, &log, ends(c)).await;
 
     // Branch D after everything else ended.
-    let d = tree
-        .spawn(SpawnRequest::new("branch", "D"))
+    let d = spawn_admitted(&tree, SpawnRequest::new("branch", "D"))
         .await
-        .expect("admitted")
         .id();
     snap_until("branch D", &tree, &mut events, &log, ends(d)).await;
     within("idle", tree.idle()).await;

@@ -7,23 +7,22 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::recovery_resumes::build;
 use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
 /// write cut off by the crash leaves).
 async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
     let (live, path) = (dir.file("live.journal"), dir.file("tree.journal"));
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = build(model, catalog([leaf("w")]), &live, TreeConfig::default()).await;
     assert!(
-        tree.run(SpawnRequest::new("w", "go"))
+        run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .unwrap()
             .is_completed()
     );
     crash_copy(&tree, &live, &path).await;
@@ -36,7 +35,7 @@ async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
 
 /// Recovers from `path`, runs one more agent, shuts down, and reads the journal back.
 async fn recover_run_and_reread(path: &Path) -> Result<usize, String> {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("again")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
     let tree = build(model, catalog([leaf("w")]), path, TreeConfig::default()).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
@@ -82,11 +81,8 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
         dir.file("three.journal"),
     );
     let model = ScriptedModel::new()
-        .script(
-            "done",
-            Script::new([Turn::answer("ok").usage(Usage::tokens(1, 1))]),
-        )
-        .script("hung", Script::new([Turn::hang()]));
+        .script("done", [Turn::answer("ok").usage(Usage::tokens(1, 1))])
+        .script("hung", [Turn::hang()]);
     let cat = catalog([leaf("done"), leaf("hung")]);
     let tree = build(model.clone(), cat.clone(), &one, TreeConfig::default()).await;
     tree.run(SpawnRequest::new("done", "a")).await.unwrap();
@@ -96,10 +92,8 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
     drop(tree);
     let tree = build(model.clone(), cat.clone(), &two, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2)]);
-    let id = tree
-        .spawn(SpawnRequest::new("hung", "c"))
+    let id = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
         .await
-        .unwrap()
         .id();
     assert_eq!(id, AgentId::new(3));
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -123,8 +117,8 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let cat = catalog([delegator("lead", &["worker"]), leaf("worker")]);
     let before = ScriptedModel::new()
-        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
-        .script("worker", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()]);
     let tree = Tree::builder()
         .catalog(cat.clone())
         .model(before)
@@ -132,10 +126,8 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
         .build()
         .await
         .unwrap();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     // The writer answers a flush before it rotates after that batch: a second flush is
@@ -150,11 +142,8 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     );
 
     let after = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("worker", "dig"), Turn::answer("done")]),
-        )
-        .script("worker", Script::new([Turn::answer("dug")]));
+        .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+        .script("worker", [Turn::answer("dug")]);
     let tree = build(after, cat, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
     let mut handle = tree.resume(lead, "").await.unwrap();

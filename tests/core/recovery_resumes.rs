@@ -10,13 +10,15 @@ use std::time::Duration;
 use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::journal_open::open;
 use crate::support::harness::ok_tool;
 use crate::support::journal::{Recorded, TempDir, crash_copy};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, unanswered};
+use crate::support::{
+    catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted, unanswered,
+};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(
@@ -61,18 +63,17 @@ fn recovery_after_a_shutdown_and_of_a_completing_agent_holds_on_worker_threads()
 async fn recovered_after_a_graceful_shutdown() {
     let dir = TempDir::new("after-shutdown");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
     let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
     assert!(
-        tree.run(SpawnRequest::new("w", "go"))
+        run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .unwrap()
             .is_completed()
     );
     tree.shutdown().await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("again")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
     let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
@@ -99,7 +100,7 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let tree = build(
         model.clone(),
@@ -123,7 +124,7 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     tree.shutdown().await;
     drop(tree);
 
-    let after = ScriptedModel::new().script("w", Script::new([Turn::answer("second answer")]));
+    let after = ScriptedModel::new().script("w", [Turn::answer("second answer")]);
     let tree = build(
         after.clone(),
         catalog([leaf("w")]),
@@ -158,13 +159,11 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
     ]);
     let config = TreeConfig::default().with_attenuated_tools(true);
     let before = ScriptedModel::new()
-        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
-        .script("worker", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()]);
     let tree = build(before.clone(), cat.clone(), &live, config.clone()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -182,16 +181,13 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
     let after = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "dig"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("dug")]));
+        .script("worker", [Turn::answer("dug")]);
     let tree = build(after.clone(), cat, &crashed, config).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
@@ -220,13 +216,11 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
             .with_restart(RestartPolicy::Transient),
     ]);
     let before = ScriptedModel::new()
-        .script("lead", Script::new([Turn::spawn("worker", "dig")]))
-        .script("worker", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()]);
     let tree = build(before.clone(), cat.clone(), &live, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "the secret context"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the secret context"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -242,20 +236,14 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
     let after = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("worker", "dig"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    serde_json::json!({"resume": "a2", "prompt": ""}),
-                )]),
+                Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
         // The resumed run fails; the restart re-runs the request and answers.
-        .script(
-            "worker",
-            Script::new([Turn::fail("flaky"), Turn::answer("dug")]),
-        );
+        .script("worker", [Turn::fail("flaky"), Turn::answer("dug")]);
     let tree = build(after.clone(), cat, &crashed, TreeConfig::default()).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
@@ -294,18 +282,16 @@ async fn completing_agent_after_recovery() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "dig"),
                 Turn::answer("lead's answer"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::hang()]));
+        .script("worker", [Turn::hang()]);
     let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
     events
         .expect_event("the lead completing", |e| {
@@ -335,7 +321,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let config = |path: &PathBuf| {
         JournalConfig::new(path)
@@ -350,15 +336,13 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
         .await
         .unwrap();
     for i in 0..6 {
-        tree.run(SpawnRequest::new("w", format!("go {i}")))
-            .await
-            .unwrap();
+        run_admitted(&tree, SpawnRequest::new("w", format!("go {i}"))).await;
     }
     tree.flush_journal().await;
     std::fs::copy(&live, &crashed).unwrap();
     drop(tree);
 
-    let model = ScriptedModel::new().script("w", Script::new([Turn::answer("again")]));
+    let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
     let log = model.call_log();
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
@@ -384,10 +368,10 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::calls([Call::tool(
+        [Turn::calls([Call::tool(
             "slow",
             serde_json::json!({"x": 1}),
-        )])]),
+        )])],
     );
     let log = model.call_log();
     let tree = Tree::builder()
@@ -411,7 +395,7 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let after = ScriptedModel::new().script("w", Script::new([Turn::answer("resumed")]));
+    let after = ScriptedModel::new().script("w", [Turn::answer("resumed")]);
     let after_log = after.call_log();
     let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
     let mut handle = tree.resume(id, "").await.unwrap();
@@ -446,7 +430,7 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
     let store = Recorded::default();
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([Turn::answer("first answer"), Turn::answer("second answer")]),
+        [Turn::answer("first answer"), Turn::answer("second answer")],
     );
     let tree = Tree::builder()
         .catalog(catalog([leaf("w")]))
@@ -455,10 +439,7 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
         .build()
         .await
         .unwrap();
-    let mut handle = tree
-        .spawn(SpawnRequest::new("w", "task one"))
-        .await
-        .unwrap();
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("w", "task one")).await;
     let id = handle.id();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("first answer"));
     let mut handle = tree.resume(id, "task two").await.unwrap();
@@ -486,7 +467,7 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
     );
     std::fs::write(&crashed, kept).unwrap();
 
-    let after = ScriptedModel::new().script("w", Script::new([Turn::answer("third answer")]));
+    let after = ScriptedModel::new().script("w", [Turn::answer("third answer")]);
     let log = after.call_log();
     let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
     assert_eq!(tree.interrupted(), [id], "the resumed run was interrupted");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use agent_tree::Catalog;
 use agent_tree::protocol::{ToolCall, Usage};
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 const LEAD: &str = "\
 ---
@@ -71,10 +71,10 @@ pub(crate) fn team_script() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
         )
         .script(
             "searcher",
-            Script::new([Turn::answer("found").usage(Usage::tokens(5, 1))]),
+            [Turn::answer("found").usage(Usage::tokens(5, 1))],
         )
 }

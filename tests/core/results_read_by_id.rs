@@ -6,12 +6,14 @@
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::support::JsonContent;
-use crate::support::{RecordingModel, catalog, delegator, leaf, only_of_type, within};
+use crate::support::{
+    RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
+};
 
 const FAST: Duration = Duration::from_secs(1);
 const SLOW: Duration = Duration::from_secs(5);
@@ -20,7 +22,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // turn 1: two background children; ids come back at once
                 Turn::calls([
                     Call::spawn_background("slow", "take your time"),
@@ -40,19 +42,19 @@ fn scripted() -> ScriptedModel {
                 ])
                 .after(Duration::from_secs(10)),
                 // turn 5 is answered by the hook from what the lead read
-            ]),
+            ],
         )
         .script(
             "slow",
-            Script::new([Turn::answer("slow result")
+            [Turn::answer("slow result")
                 .usage(Usage::tokens(5, 5))
-                .after(SLOW)]),
+                .after(SLOW)],
         )
         .script(
             "fast",
-            Script::new([Turn::answer("fast result")
+            [Turn::answer("fast result")
                 .usage(Usage::tokens(1, 1))
-                .after(FAST)]),
+                .after(FAST)],
         )
 }
 
@@ -91,10 +93,7 @@ async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
         .expect("tree builds");
     let start = Instant::now();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "gather"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "gather")).await;
     let outcome = within("the lead", lead.outcome()).await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(

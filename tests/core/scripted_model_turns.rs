@@ -6,26 +6,23 @@
 
 use std::time::Duration;
 
+use crate::support::build_tree;
+use crate::support::catalog;
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn lead_and_worker() -> Catalog {
+    catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
     ])
-    .unwrap()
 }
 
 async fn tree(model: &ScriptedModel) -> Tree {
-    Tree::builder()
-        .catalog(catalog())
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap()
+    build_tree(lead_and_worker(), model.clone()).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -33,7 +30,7 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "a"),
                     Call::spawn_background("worker", "b"),
@@ -41,11 +38,11 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
                 ]),
                 Turn::calls([Call::wait((0..3).map(Target::Spawned), Default::default())]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("ok").after(Duration::from_secs(10))]),
+            [Turn::answer("ok").after(Duration::from_secs(10))],
         );
     let tree = tree(&model).await;
     let mut events = tree.subscribe();
@@ -71,12 +68,9 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_turn_lasts_until_cancelled() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("worker", [Turn::hang()]);
     let tree = tree(&model).await;
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "wait"))
-        .await
-        .unwrap();
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "wait")).await;
     // An hour of virtual time later it is still in its model call.
     assert!(
         tokio::time::timeout(Duration::from_secs(3_600), worker.outcome())
@@ -101,7 +95,7 @@ async fn a_hanging_turn_lasts_until_cancelled() {
 async fn a_script_that_runs_out_fails_its_agent() {
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([Turn::calls([Call::tool("nothing", serde_json::json!({}))])]),
+        [Turn::calls([Call::tool("nothing", serde_json::json!({}))])],
     );
     let tree = tree(&model).await;
     let outcome = tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
@@ -126,16 +120,9 @@ async fn a_script_that_runs_out_fails_its_agent() {
 /// usage.
 #[tokio::test(start_paused = true)]
 async fn a_failing_scripted_turn_bills_its_usage() {
-    let model = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::fail("overloaded").usage(Usage::tokens(30, 7))]),
-    );
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([crate::support::leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let model =
+        ScriptedModel::new().script("w", [Turn::fail("overloaded").usage(Usage::tokens(30, 7))]);
+    let tree = build_tree(crate::support::catalog([crate::support::leaf("w")]), model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;
     assert_eq!(outcome.status, AgentStatus::Failed);
@@ -154,7 +141,7 @@ async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // run 1
                 Turn::spawn("first", "one"),
                 Turn::answer("run one"),
@@ -162,12 +149,12 @@ async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
                 Turn::spawn_background("second", "two"),
                 Turn::calls([Call::result(Target::Spawned(1))]),
                 Turn::answer("run two"),
-            ]),
+            ],
         )
-        .script("first", Script::new([Turn::answer("first child")]))
+        .script("first", [Turn::answer("first child")])
         .script(
             "second",
-            Script::new([Turn::answer("second child").after(Duration::from_secs(1))]),
+            [Turn::answer("second child").after(Duration::from_secs(1))],
         );
     let log = model.call_log();
     let tree = Tree::builder()

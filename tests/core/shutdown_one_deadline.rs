@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use agent_tree::Tree;
 use agent_tree::protocol::SpawnRequest;
-use agent_tree::testkit::{CallEnd, Script, ScriptedModel, Turn, hanging_hook};
+use agent_tree::testkit::{CallEnd, ScriptedModel, Turn, hanging_hook};
 
 use crate::research_team::team;
 
@@ -16,9 +16,9 @@ async fn shutdown_cuts_a_hanging_hook_off_at_one_deadline() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn_background("searcher", "find X"), Turn::hang()]),
+            [Turn::spawn_background("searcher", "find X"), Turn::hang()],
         )
-        .script("searcher", Script::new([Turn::hang()]));
+        .script("searcher", [Turn::hang()]);
     let log = model.call_log();
     let tree = Tree::builder()
         .catalog(team("temporary"))

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::a;
@@ -51,12 +51,12 @@ fn team(workers: usize) -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls((0..workers).map(|i| Call::spawn_background("w", format!("part {i}")))),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("w", Script::new([Turn::hang()]))
+        .script("w", [Turn::hang()])
 }
 
 /// A tree running `team(workers)` with a hook on shutdown that never returns, once every
@@ -180,10 +180,10 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
     let mut model = ScriptedModel::new();
     model = model.script(
         "c",
-        Script::new([
+        [
             Turn::calls([Call::spawn_background("c", "deeper")]),
             Turn::hang(),
-        ]),
+        ],
     );
     let live = Live::default();
     let tree = Tree::builder()

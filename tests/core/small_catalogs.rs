@@ -1,18 +1,18 @@
 //! Small catalogs several behaviour modules share: a triage desk (`triage` delegating to
 //! `billing` and `tech`) and a lone worker; and a tool result read as JSON.
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use serde_json::Value;
 
 /// A triage desk: `triage` may spawn `billing` and `tech`.
 pub(crate) fn triage_catalog() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("triage", "You route support tickets.")
             .with_allowed_subagents(SubagentAllowance::only(["billing", "tech"])),
         AgentDefinition::new("billing", "You handle billing."),
         AgentDefinition::new("tech", "You handle technical issues."),
     ])
-    .unwrap()
 }
 
 /// A tool result's content read as JSON, failing the test with the content if it is not.
@@ -22,5 +22,5 @@ pub(crate) fn tool_json(content: &str) -> Value {
 
 /// A catalog of one plain agent type, `w`.
 pub(crate) fn one_worker() -> Catalog {
-    Catalog::new([AgentDefinition::new("w", "")]).unwrap()
+    catalog([AgentDefinition::new("w", "")])
 }

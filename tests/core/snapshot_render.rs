@@ -8,26 +8,26 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::SessionId;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted, within};
 
 async fn small_tree() -> Tree {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("worker", "work"), Call::spawn("failer", "fail")])
                     .usage(Usage::tokens(10, 2)),
                 Turn::answer("lead done").usage(Usage::tokens(30, 5)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked")
+            [Turn::answer("worked")
                 .usage(Usage::tokens(100, 20))
-                .after(Duration::from_millis(40))]),
+                .after(Duration::from_millis(40))],
         )
-        .script("failer", Script::new([Turn::fail("no luck")]))
-        .script("hanger", Script::new([Turn::hang()]));
+        .script("failer", [Turn::fail("no luck")])
+        .script("hanger", [Turn::hang()]);
     Tree::builder()
         .catalog(catalog([
             delegator("lead", &["worker", "failer"]),
@@ -45,9 +45,7 @@ async fn small_tree() -> Tree {
 #[tokio::test(start_paused = true)]
 async fn text_rendering_and_dot_export_of_a_small_tree() {
     let tree = small_tree().await;
-    let outcome = within("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("admitted");
+    let outcome = within("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert!(outcome.is_completed());
     within("idle", tree.idle()).await;
     let snapshot = tree.snapshot();
@@ -96,10 +94,7 @@ max concurrent agents: 3
 #[tokio::test(start_paused = true)]
 async fn rendering_shows_live_agents() {
     let tree = small_tree().await;
-    let hanger = tree
-        .spawn(SpawnRequest::new("hanger", "wait"))
-        .await
-        .expect("admitted");
+    let hanger = spawn_admitted(&tree, SpawnRequest::new("hanger", "wait")).await;
     let snapshot = tree.snapshot();
     let text = snapshot.render_text();
     let lines: Vec<&str> = text.lines().collect();
@@ -123,15 +118,16 @@ async fn rendering_shows_live_agents() {
 
 #[tokio::test(start_paused = true)]
 async fn dot_escapes_quotes_in_type_names() {
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("say \"hi\"")]))
-        .model(ScriptedModel::new().script("say \"hi\"", Script::new([Turn::answer("hi")])))
-        .build()
-        .await
-        .expect("tree builds");
-    within("agent", tree.run(SpawnRequest::new("say \"hi\"", "go")))
-        .await
-        .expect("admitted");
+    let tree = build_tree(
+        catalog([leaf("say \"hi\"")]),
+        ScriptedModel::new().script("say \"hi\"", Script::new([Turn::answer("hi")])),
+    )
+    .await;
+    within(
+        "agent",
+        run_admitted(&tree, SpawnRequest::new("say \"hi\"", "go")),
+    )
+    .await;
     let dot = tree.snapshot().to_dot();
     let line = dot
         .lines()

@@ -11,6 +11,8 @@ use agent_tree::testkit::{
 };
 
 use crate::research_team::{team, team_script};
+use crate::support::build_tree;
+use crate::support::catalog;
 
 /// Every run of the searcher fails: two restarts (the lead's intensity), then the lead
 /// escalates.
@@ -19,12 +21,7 @@ async fn a_child_that_always_fails_is_restarted_to_the_intensity_then_escalates(
     let model = FaultyModel::new(team_script())
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("searcher");
-    let tree = Tree::builder()
-        .catalog(team("transient"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("transient"), model).await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let restarts = events
@@ -46,28 +43,23 @@ async fn a_flaky_child_is_restarted_and_its_owner_completes() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
         )
         // Each run walks on through the script (the cursor survives restarts): enough turns.
         .script(
             "searcher",
-            Script::new([
+            [
                 Turn::answer("found"),
                 Turn::answer("found"),
                 Turn::answer("found"),
-            ]),
+            ],
         );
     let log = scripted.call_log();
     let seed = SEED;
     let model = FaultyModel::new(scripted)
         .fail_with_probability(0.5, seed, ModelError::new("flaky"))
         .only_for("searcher");
-    let tree = Tree::builder()
-        .catalog(team("transient"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("transient"), model).await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let outcome = events.expect_terminated(lead.id()).await;
@@ -89,14 +81,13 @@ async fn a_flaky_child_is_restarted_and_its_owner_completes() {
 const SEED: u64 = 3;
 
 fn sup_catalog(strategy: Strategy, max_restarts: u32, period_ms: u64) -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("sup", "")
             .with_allowed_subagents(SubagentAllowance::only(["flaky", "steady"]))
             .with_supervision(strategy, max_restarts, period_ms),
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("steady", "").with_restart(RestartPolicy::Transient),
     ])
-    .unwrap()
 }
 
 fn sup_script() -> Script {
@@ -119,19 +110,19 @@ fn workers() -> ScriptedModel {
         .script("sup", sup_script())
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::answer("f ok"),
                 Turn::answer("f ok"),
                 Turn::answer("f ok"),
-            ]),
+            ],
         )
         .script(
             "steady",
-            Script::new([
+            [
                 Turn::answer("s ok").after(Duration::from_secs(1)),
                 Turn::answer("s ok").after(Duration::from_secs(1)),
                 Turn::answer("s ok").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
 }
 
@@ -144,12 +135,7 @@ fn one_trial(strategy: Strategy, fail_every_run: bool) -> experiment::TrialRow {
             if !fail_every_run {
                 model = model.only_in_run(1);
             }
-            let tree = Tree::builder()
-                .catalog(sup_catalog(strategy, 2, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(sup_catalog(strategy, 2, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     });
@@ -219,12 +205,7 @@ async fn an_escalations_error_text_names_the_original_failure() {
     let model = FaultyModel::new(workers())
         .fail_at_turn(1, ModelError::new("connection reset"))
         .only_for("flaky");
-    let tree = Tree::builder()
-        .catalog(sup_catalog(Strategy::OneForOne, 2, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(sup_catalog(Strategy::OneForOne, 2, 5_000), model).await;
     let mut events = EventProbe::new(&tree);
     let sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
     let outcome = events.expect_terminated(sup.id()).await;
@@ -251,15 +232,11 @@ fn timed_flaky_trial(
             let model = ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([Turn::spawn("flaky", "f"), Turn::answer("supervised")]),
+                    [Turn::spawn("flaky", "f"), Turn::answer("supervised")],
                 )
                 .script("flaky", Script::new(turns));
-            let tree = Tree::builder()
-                .catalog(sup_catalog(Strategy::OneForOne, max_restarts, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree =
+                build_tree(sup_catalog(Strategy::OneForOne, max_restarts, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     });
@@ -299,12 +276,7 @@ fn a_restart_exactly_one_period_old_still_counts() {
 /// the supervisor, so a `transient` or `permanent` child restarts").
 #[tokio::test(start_paused = true)]
 async fn a_kill_at_a_chosen_event_is_a_crash_to_a_one_for_all_supervisor() {
-    let tree = Tree::builder()
-        .catalog(sup_catalog(Strategy::OneForAll, 2, 5_000))
-        .model(workers())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(sup_catalog(Strategy::OneForAll, 2, 5_000), workers()).await;
     let mut events = EventProbe::new(&tree);
     // a3 is steady; kill it as it starts its first run.
     let mut switch = testkit::kill_when(&tree, |e| {
@@ -336,25 +308,22 @@ async fn a_kill_at_a_chosen_event_is_a_crash_to_a_one_for_all_supervisor() {
 async fn nested_escalation_tree() -> Tree {
     let model = FaultyModel::new(
         ScriptedModel::new()
-            .script(
-                "lead",
-                Script::new([Turn::spawn("sup", "s"), Turn::answer("lead ok")]),
-            )
+            .script("lead", [Turn::spawn("sup", "s"), Turn::answer("lead ok")])
             // The cursor runs on across restarts, and an escalated run never took its answer
             // turn: the restarted run's first turn is the second spawn.
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::spawn("flaky", "f"),
                     Turn::spawn("flaky", "f"),
                     Turn::answer("sup ok"),
-                ]),
+                ],
             )
-            .script("flaky", Script::new([Turn::answer("never")])),
+            .script("flaky", [Turn::answer("never")]),
     )
     .fail_at_turn(1, ModelError::new("connection reset"))
     .only_for("flaky");
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["sup"]))
             .with_supervision(Strategy::OneForOne, 1, 5_000),
@@ -363,14 +332,8 @@ async fn nested_escalation_tree() -> Tree {
             .with_supervision(Strategy::OneForAll, 1, 5_000)
             .with_restart(RestartPolicy::Transient),
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
-    Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    ]);
+    build_tree(catalog, model).await
 }
 
 /// A nested escalation: the top's error names the original failure through

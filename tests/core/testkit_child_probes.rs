@@ -4,12 +4,12 @@
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Strategy, ToolCall};
 use agent_tree::testkit::{
-    self, Call, OwnerProbe, Script, ScriptedModel, Target, Turn, pair, probe_children,
+    self, Call, OwnerProbe, ScriptedModel, Target, Turn, pair, probe_children,
 };
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
 /// `inherit_context` starts with its owner's conversation (agent.rs: context, then the
@@ -19,26 +19,18 @@ use crate::support::{catalog, delegator, leaf};
 async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
     let lead = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("checker", "the child's task"),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([
         delegator("lead", &["checker"]),
         leaf("checker").with_inherit_context(true),
     ]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "the lead's task"))
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the lead's task")).await;
     let checker = checkers.expect_spawn().await;
     let prompt = checker.prompt().to_owned();
     checker.returns("ok", Usage::ZERO);
@@ -55,18 +47,11 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start")]
 async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
-    let lead = ScriptedModel::new().script(
-        "lead",
-        Script::new([Turn::spawn("checker", "c"), Turn::answer("done")]),
-    );
+    let lead =
+        ScriptedModel::new().script("lead", [Turn::spawn("checker", "c"), Turn::answer("done")]);
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let _lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     let id = first.id();
@@ -84,10 +69,10 @@ async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
 async fn a_failing_searcher_is_an_error_result_for_the_lead() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X"),
             Turn::answer("no sources: the search failed"),
-        ]),
+        ],
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
@@ -135,10 +120,10 @@ async fn a_failing_searcher_is_an_error_result_for_the_lead() {
 async fn a_transient_searcher_is_restarted_under_the_probe() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X"),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher"]);
@@ -169,15 +154,10 @@ async fn a_transient_searcher_is_restarted_under_the_probe() {
 async fn a_transient_child_error_is_retried_as_a_turn_not_a_spawn() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+        [Turn::spawn("searcher", "find X"), Turn::answer("led")],
     );
     let (model, mut children) = probe_children(script, ["searcher"]);
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let first = children.expect_spawn().await;
     let id = first.id();
@@ -202,12 +182,7 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
     // The lead driven by the test, its children probed.
     let (driven, mut calls) = pair();
     let (model, mut children) = probe_children(driven, ["searcher"]);
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     calls
         .expect_turn_of(lead.id())
@@ -271,26 +246,17 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
 async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_run() {
     let lead = ScriptedModel::new().script(
         "triage",
-        Script::new([Turn::spawn("tech", "fix login"), Turn::answer("fixed")]),
+        [Turn::spawn("tech", "fix login"), Turn::answer("fixed")],
     );
     let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("triage", "")
             .with_allowed_subagents(SubagentAllowance::only(["tech"]))
             .with_supervision(Strategy::OneForOne, 3, 5_000),
         AgentDefinition::new("tech", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket"))
-        .await
-        .unwrap();
+    ]);
+    let tree = build_tree(catalog, model).await;
+    let mut triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket")).await;
     let first = techs.expect_spawn().await;
     assert_eq!((first.incarnation(), first.run()), (1, 1));
     first.fails(ModelError::new("segfault"));
@@ -310,16 +276,8 @@ async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_
 async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call() {
     let (owner_model, mut owner_calls) = testkit::pair();
     let (model, mut techs) = testkit::probe_children(owner_model, ["tech"]);
-    let tree = Tree::builder()
-        .catalog(triage_catalog())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
-    let mut triage = tree
-        .spawn(SpawnRequest::new("triage", "ticket"))
-        .await
-        .unwrap();
+    let tree = build_tree(triage_catalog(), model).await;
+    let mut triage = spawn_admitted(&tree, SpawnRequest::new("triage", "ticket")).await;
     owner_calls
         .expect_turn_of(triage.id())
         .await

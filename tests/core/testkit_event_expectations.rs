@@ -2,9 +2,9 @@
 //! supervisor restarts is not the agent's end.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 /// Rule (`EventProbe::expect_terminated`): "`agent`'s final outcome, from its terminal
 /// event". A run that its supervisor restarts also ends with a terminal event
@@ -14,14 +14,12 @@ use crate::support::{catalog, leaf};
 // regression: it once matched the first event with an outcome.
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_returns_the_final_outcome_not_a_restarted_runs() {
-    let script =
-        ScriptedModel::new().script("w", Script::new([Turn::fail("crash"), Turn::answer("ok")]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w").with_restart(RestartPolicy::Transient)]))
-        .model(script)
-        .build()
-        .await
-        .unwrap();
+    let script = ScriptedModel::new().script("w", [Turn::fail("crash"), Turn::answer("ok")]);
+    let tree = build_tree(
+        catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
+        script,
+    )
+    .await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = events.expect_terminated(w.id()).await;

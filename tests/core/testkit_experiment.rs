@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Strategy};
-use agent_tree::testkit::{self, FaultyModel, Script, ScriptedModel, Turn, experiment};
+use agent_tree::testkit::{self, FaultyModel, ScriptedModel, Turn, experiment};
 
 use crate::support::lifetimes::supervised;
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 /// A supervisor that spawns one worker in the foreground; with `fail`, the worker's first
 /// turn of every run fails.
@@ -21,13 +21,10 @@ fn setup(
     move |_seed| {
         Box::pin(async move {
             let scripted = ScriptedModel::new()
-                .script(
-                    "sup",
-                    Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-                )
+                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
                 .script(
                     "worker",
-                    Script::new([Turn::answer("ok"), Turn::answer("ok"), Turn::answer("ok")]),
+                    [Turn::answer("ok"), Turn::answer("ok"), Turn::answer("ok")],
                 );
             let mut model = FaultyModel::new(scripted);
             if fail {
@@ -35,20 +32,14 @@ fn setup(
                     .fail_at_turn(1, ModelError::new("crash"))
                     .only_for("worker");
             }
-            let catalog = Catalog::new([
+            let catalog = catalog([
                 AgentDefinition::new("sup", "")
                     .with_allowed_subagents(SubagentAllowance::only(["worker"]))
                     .with_supervision(Strategy::OneForOne, max_restarts, 5_000)
                     .with_restart(RestartPolicy::Temporary),
                 AgentDefinition::new("worker", "").with_restart(RestartPolicy::Transient),
-            ])
-            .unwrap();
-            let tree = Tree::builder()
-                .catalog(catalog)
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            ]);
+            let tree = build_tree(catalog, model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     }
@@ -90,24 +81,16 @@ fn edge_setup(
     move |_seed| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script(
-                    "sup",
-                    Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-                )
+                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
                 .script(
                     "worker",
-                    Script::new([
+                    [
                         Turn::fail("crash one"),
                         Turn::fail("crash two").after(second_after),
                         Turn::answer("ok"),
-                    ]),
+                    ],
                 );
-            let tree = Tree::builder()
-                .catalog(supervised(1, 5_000))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(supervised(1, 5_000), model).await;
             (tree, SpawnRequest::new("sup", "go"))
         })
     }
@@ -144,13 +127,8 @@ fn the_rows_count_restarts_at_the_intensity_windows_edge() {
 fn a_trial_that_never_settles_is_recorded_running() {
     let setup = |_seed: u64| -> agent_tree::BoxFuture<'static, (Tree, SpawnRequest)> {
         Box::pin(async move {
-            let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-            let tree = Tree::builder()
-                .catalog(catalog([leaf("w")]))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let model = ScriptedModel::new().script("w", [Turn::hang()]);
+            let tree = build_tree(catalog([leaf("w")]), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
     };
@@ -173,16 +151,12 @@ fn recover_ms_ignores_the_trials_own_shutdown_kill() {
     let rows = experiment::run_trials(1, 1, |_| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script(
-                    "top",
-                    Script::new([Turn::answer("done").after(Duration::from_secs(1))]),
-                )
-                .script("idle", Script::new([Turn::hang()]));
-            let catalog = Catalog::new([
+                .script("top", [Turn::answer("done").after(Duration::from_secs(1))])
+                .script("idle", [Turn::hang()]);
+            let catalog = catalog([
                 AgentDefinition::new("top", ""),
                 AgentDefinition::new("idle", ""),
-            ])
-            .unwrap();
+            ]);
             let tree = Tree::builder()
                 .catalog(catalog)
                 .model(model)

@@ -10,6 +10,8 @@ use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn, experiment};
 
 use crate::research_team::team;
 use crate::small_catalogs::one_worker;
+use crate::support::build_tree;
+use crate::support::catalog;
 
 fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + Copy {
     move |seed: u64| -> BoxFuture<'static, (Tree, SpawnRequest)> {
@@ -17,7 +19,7 @@ fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + C
             let scripted = ScriptedModel::new()
                 .script(
                     "lead",
-                    Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+                    [Turn::spawn("searcher", "find X"), Turn::answer("led")],
                 )
                 .script(
                     "searcher",
@@ -26,12 +28,7 @@ fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + C
             let model = FaultyModel::new(scripted)
                 .fail_with_probability(p, seed, ModelError::new("flaky"))
                 .only_for("searcher");
-            let tree = Tree::builder()
-                .catalog(team("transient"))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(team("transient"), model).await;
             (tree, SpawnRequest::new("lead", "X?"))
         })
     }
@@ -95,15 +92,10 @@ async fn run_trials_refuses_an_async_caller() {
 fn a_root_escalation_counts_in_the_experiment_row() {
     let rows = experiment::run_trials(1, 3, |_| {
         Box::pin(async move {
-            let model = FaultyModel::new(
-                ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])),
-            )
-            .fail_at_turn(1, ModelError::new("crash"));
+            let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+                .fail_at_turn(1, ModelError::new("crash"));
             let catalog =
-                Catalog::new(
-                    [AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)],
-                )
-                .unwrap();
+                catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
             let tree = Tree::builder()
                 .catalog(catalog)
                 .config(TreeConfig::default().with_root_supervision(
@@ -129,13 +121,8 @@ fn a_root_escalation_counts_in_the_experiment_row() {
 fn a_trial_that_never_settles_is_recorded_running_at_the_trial_limit() {
     let rows = experiment::run_trials(1, 0, |_| {
         Box::pin(async move {
-            let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-            let tree = Tree::builder()
-                .catalog(one_worker())
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let model = ScriptedModel::new().script("w", [Turn::hang()]);
+            let tree = build_tree(one_worker(), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
     });

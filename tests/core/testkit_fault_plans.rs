@@ -7,12 +7,12 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    Call, CallEnd, EventProbe, FaultyModel, Script, ScriptedModel, Turn, experiment, kill_when,
+    Call, CallEnd, EventProbe, FaultyModel, ScriptedModel, Turn, experiment, kill_when,
 };
 
 use crate::research_team::{team, team_script};
 use crate::small_catalogs::one_worker;
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 /// Rule (faults.rs, `fail_with_probability`): "Fails each call with `probability`". A retry
 /// is another model call with its own draw, so a transient fault injected with p = 0.5
@@ -24,18 +24,13 @@ use crate::support::{catalog, leaf};
 fn a_flaky_transient_fault_is_drawn_per_call_so_retries_can_succeed() {
     let rows = experiment::run_trials(64, 1_000, |seed| {
         Box::pin(async move {
-            let scripted = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
+            let scripted = ScriptedModel::new().script("w", [Turn::answer("ok")]);
             let model = agent_tree::testkit::FaultyModel::new(scripted).fail_with_probability(
                 0.5,
                 seed,
                 ModelError::transient("flaky"),
             );
-            let tree = Tree::builder()
-                .catalog(catalog([leaf("w")]))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+            let tree = build_tree(catalog([leaf("w")]), model).await;
             (tree, SpawnRequest::new("w", "go"))
         })
     });
@@ -54,13 +49,8 @@ fn a_flaky_transient_fault_is_drawn_per_call_so_retries_can_succeed() {
 /// ("`None` when ... the tree ended first"), rather than waiting `EXPECT_WITHIN`.
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_none_promptly_when_its_tree_is_dropped() {
-    let script = ScriptedModel::new().script("w", Script::new([Turn::answer("ok")]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(script)
-        .build()
-        .await
-        .unwrap();
+    let script = ScriptedModel::new().script("w", [Turn::answer("ok")]);
+    let tree = build_tree(catalog([leaf("w")]), script).await;
     let mut switch = kill_when(&tree, |_| None);
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     drop(tree);
@@ -76,12 +66,7 @@ async fn fail_at_turn_fails_every_retry() {
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::transient("connection reset"))
         .only_for("searcher");
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut events = EventProbe::new(&tree);
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     let outcome = events.expect_terminated(lead.id()).await;
@@ -101,24 +86,19 @@ async fn a_child_killed_as_its_first_usage_is_billed_restarts_and_its_owner_read
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("searcher", "find X"), Turn::answer("led")]),
+            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
         )
         .script(
             "searcher",
-            Script::new([
+            [
                 // An unknown tool: an error result, and the searcher would take a second turn.
                 Turn::calls([Call::tool("web_search", serde_json::json!({"q": "X"}))])
                     .usage(Usage::tokens(5, 1)),
                 Turn::answer("found after the restart"),
-            ]),
+            ],
         );
     let log = scripted.call_log();
-    let tree = Tree::builder()
-        .catalog(team("transient"))
-        .model(scripted)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("transient"), scripted).await;
     let mut events = EventProbe::new(&tree);
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::UsageReported { .. } if e.depth == 2).then_some(e.agent)
@@ -162,12 +142,7 @@ async fn a_child_killed_as_its_first_usage_is_billed_restarts_and_its_owner_read
 /// "Dropping it disarms it."
 #[tokio::test(start_paused = true)]
 async fn a_dropped_kill_switch_is_disarmed() {
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(team_script())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), team_script()).await;
     let switch = kill_when(&tree, |e| (e.depth == 2).then_some(e.agent));
     drop(switch);
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
@@ -184,16 +159,10 @@ async fn a_dropped_kill_switch_is_disarmed() {
 // fault after it and the agent completed.
 #[tokio::test(start_paused = true)]
 async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .slow(Duration::from_secs(1))
-            .fail_at_turn(1, ModelError::new("crash"));
-    let tree = Tree::builder()
-        .catalog(one_worker())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .slow(Duration::from_secs(1))
+        .fail_at_turn(1, ModelError::new("crash"));
+    let tree = build_tree(one_worker(), model).await;
     let started = tokio::time::Instant::now();
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;
@@ -209,16 +178,10 @@ async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
 /// The other order, `.fail_at_turn(1, e)` then `.slow(1 s)`, fails turn 1 too.
 #[tokio::test(start_paused = true)]
 async fn a_failure_planned_before_a_slow_fault_fails() {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .fail_at_turn(1, ModelError::new("crash"))
-            .slow(Duration::from_secs(1));
-    let tree = Tree::builder()
-        .catalog(one_worker())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .fail_at_turn(1, ModelError::new("crash"))
+        .slow(Duration::from_secs(1));
+    let tree = build_tree(one_worker(), model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.outcome().await.status, AgentStatus::Failed);
     tree.shutdown().await;

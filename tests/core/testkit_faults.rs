@@ -12,30 +12,27 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    Call, EventProbe, FaultyModel, FaultyTool, Script, ScriptedModel, Turn, failing_hook,
-    hanging_hook, kill_when,
+    Call, EventProbe, FaultyModel, FaultyTool, ScriptedModel, Turn, failing_hook, hanging_hook,
+    kill_when,
 };
 
+use crate::support::build_tree;
+use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
 
-fn catalog() -> Catalog {
-    Catalog::new([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")]).unwrap()
+fn w_and_v() -> Catalog {
+    catalog([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")])
 }
 
 fn answers() -> ScriptedModel {
     ScriptedModel::new()
-        .script("w", Script::new([Turn::answer("ok")]))
-        .script("v", Script::new([Turn::answer("ok")]))
+        .script("w", [Turn::answer("ok")])
+        .script("v", [Turn::answer("ok")])
 }
 
 async fn run(model: impl Model, agent_type: &str) -> Outcome {
-    let tree = Tree::builder()
-        .catalog(catalog())
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), model).await;
     tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap()
 }
 
@@ -44,12 +41,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     let failing = FaultyModel::new(answers())
         .fail_at_turn(1, ModelError::new("injected"))
         .only_for("w");
-    let tree = Tree::builder()
-        .catalog(catalog())
-        .model(failing)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), failing).await;
     let w = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.error.as_deref(), Some("injected"));
     let v = tree.run(SpawnRequest::new("v", "go")).await.unwrap();
@@ -67,12 +59,7 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     assert!(outcome.is_completed());
     assert_eq!(started.elapsed(), Duration::from_secs(3));
 
-    let tree = Tree::builder()
-        .catalog(catalog())
-        .model(FaultyModel::new(answers()).hang_at_turn(1))
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), FaultyModel::new(answers()).hang_at_turn(1)).await;
     let mut hung = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     tree.abort(hung.id()).unwrap();
@@ -103,14 +90,14 @@ async fn a_seeded_probability_fails_about_that_share_and_the_same_calls_every_ti
 async fn tools_and_hooks_fail_by_plan() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([Call::tool("read", serde_json::json!({}))]),
             Turn::answer("ok"),
-        ]),
+        ],
     );
     let read = FnTool::new("read", "reads", |_, _| async { Ok("text".to_owned()) });
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(model.clone())
         .tool(FaultyTool::failing(read, "disk on fire"))
         .unwrap()
@@ -123,7 +110,7 @@ async fn tools_and_hooks_fail_by_plan() {
     assert_eq!(result.content, "disk on fire");
 
     let tree = Tree::builder()
-        .catalog(catalog())
+        .catalog(w_and_v())
         .model(answers())
         .on_start(failing_hook("no workspace"))
         .build()
@@ -133,8 +120,8 @@ async fn tools_and_hooks_fail_by_plan() {
     assert_eq!(outcome.reason, EndReason::HookFailed);
 
     let tree = Tree::builder()
-        .catalog(catalog())
-        .model(ScriptedModel::new().script("w", Script::new([Turn::hang()])))
+        .catalog(w_and_v())
+        .model(ScriptedModel::new().script("w", [Turn::hang()]))
         .on_shutdown(hanging_hook())
         .build()
         .await
@@ -152,23 +139,22 @@ async fn killed_in_its_first_run_and_restarted() {
     let model = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([Turn::spawn("w", "work"), Turn::answer("supervised")]),
+            [Turn::spawn("w", "work"), Turn::answer("supervised")],
         )
         .script(
             "w",
-            Script::new([
+            [
                 Turn::calls([Call::tool("block", serde_json::json!({}))])
                     .usage(Usage::tokens(1, 1)),
                 Turn::answer("second run"),
-            ]),
+            ],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("sup", "")
             .with_allowed_subagents(SubagentAllowance::only(["w"]))
             .with_supervision(Strategy::OneForOne, 3, 5_000),
         AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient),
-    ])
-    .unwrap();
+    ]);
     let block = FnTool::new("block", "blocks", |_, _| async { Ok(String::new()) });
     let tree = Tree::builder()
         .catalog(catalog)
@@ -212,12 +198,7 @@ fn kill_when_on_worker_threads() {
 
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
-    let tree = Tree::builder()
-        .catalog(catalog())
-        .model(answers())
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(w_and_v(), answers()).await;
     // Picked at its end: nothing is left to kill.
     let mut late = kill_when(&tree, |e| e.kind.outcome().map(|_| e.agent));
     let w = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
@@ -242,15 +223,8 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
     let model = FaultyModel::new(answers())
         .fail_at_turn(1, ModelError::new("first run only"))
         .only_in_run(1);
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
+    let tree = build_tree(catalog, model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let outcome = w.outcome().await;
     assert!(outcome.is_completed(), "{outcome:?}");
@@ -259,9 +233,8 @@ async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
 
 /// Whether `model` fails turn `turn` of run 1 of agent a1 (first attempt) with "flaky".
 async fn draw_fails(seed: u64, turn: u32) -> bool {
-    let model =
-        FaultyModel::new(ScriptedModel::new().script("w", Script::new([Turn::answer("ok")])))
-            .fail_with_probability(0.5, seed, ModelError::new("flaky"));
+    let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))
+        .fail_with_probability(0.5, seed, ModelError::new("flaky"));
     let request = ModelRequest::new(AgentId::new(1), Arc::new(AgentDefinition::new("w", "")))
         .with_turn(1, turn);
     matches!(model.turn(request).await, Err(e) if e.describe().contains("flaky"))
@@ -306,24 +279,13 @@ async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
 #[tokio::test(start_paused = true)]
 async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let scripted = ScriptedModel::new()
-        .script(
-            "sup",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
-        .script(
-            "worker",
-            Script::new([Turn::answer("ok").after(Duration::from_secs(1))]),
-        );
+        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("worker", [Turn::answer("ok").after(Duration::from_secs(1))]);
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
         .only_in_run(1);
-    let tree = Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(supervised(3, 5_000), model).await;
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::Started { incarnation: 2, .. }).then_some(e.agent)
     });
@@ -341,17 +303,9 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
 /// A transient worker under a supervisor: its first run hangs, its second answers.
 async fn hanging_worker_tree() -> Tree {
     let model = ScriptedModel::new()
-        .script(
-            "sup",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
-        .script("worker", Script::new([Turn::hang(), Turn::answer("ok")]));
-    Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("worker", [Turn::hang(), Turn::answer("ok")]);
+    build_tree(supervised(3, 5_000), model).await
 }
 
 /// Two switches picking the same event kill the same run: one crash, one restart.

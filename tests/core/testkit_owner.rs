@@ -7,11 +7,11 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, ToolCall};
 use agent_tree::testkit::{
-    self, Call, Fish, OwnerMessage, OwnerProbe, Script, ScriptedModel, Target, Turn, probe_children,
+    self, Call, Fish, OwnerMessage, OwnerProbe, ScriptedModel, Target, Turn, probe_children,
 };
 
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
     catalog([
@@ -26,11 +26,11 @@ fn reviewer_catalog() -> Catalog {
 async fn reviewer_story() {
     let script = ScriptedModel::new().script(
         "reviewer",
-        Script::new([
+        [
             Turn::spawn("evidence-checker", "check claim 3 against the logs"),
             Turn::calls([Call::ask_owner("publish the review?")]),
             Turn::answer("claim 3 holds: the logs show 2.1x"),
-        ]),
+        ],
     );
     let log = script.call_log();
     let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
@@ -81,20 +81,14 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
     let script = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("mid", "m").usage(Usage::tokens(1, 1)),
                 Turn::calls([Call::ask_owner("may I?")]),
                 Turn::answer("refused, so done"),
-            ]),
+            ],
         )
-        .script(
-            "mid",
-            Script::new([Turn::spawn("leaf", "l"), Turn::answer("m")]),
-        )
-        .script(
-            "leaf",
-            Script::new([Turn::answer("l").usage(Usage::tokens(7, 3))]),
-        );
+        .script("mid", [Turn::spawn("leaf", "l"), Turn::answer("m")])
+        .script("leaf", [Turn::answer("l").usage(Usage::tokens(7, 3))]);
     let log = script.call_log();
     let catalog = catalog([
         delegator("lead", &["mid"]),
@@ -124,11 +118,11 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
 async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     let script = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::fail("crash"),
             Turn::calls([Call::ask_owner("still there?")]),
             Turn::answer("carried on"),
-        ]),
+        ],
     );
     let log = script.call_log();
     let catalog = catalog([leaf("w").with_restart(RestartPolicy::Transient)]);
@@ -169,10 +163,8 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     expected = "owner probe of a1: expected a question as the next message; seen 1 message:\n  usage 12 tokens from a1"
 )]
 async fn a_failed_owner_expectation_lists_what_came() {
-    let script = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::answer("done").usage(Usage::tokens(10, 2))]),
-    );
+    let script =
+        ScriptedModel::new().script("w", [Turn::answer("done").usage(Usage::tokens(10, 2))]);
     let (tree, mut owner) =
         OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
             .await
@@ -185,7 +177,7 @@ async fn a_failed_owner_expectation_lists_what_came() {
 async fn probe_children_fail_hang_and_ask_their_owner() {
     let script = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([
                 Call::spawn_background("checker", "one"),
                 Call::spawn_background("checker", "two"),
@@ -195,7 +187,7 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
             Turn::calls([Call::steer(Target::Spawned(1), "use the logs")]),
             Turn::calls([Call::result(Target::Spawned(1))]),
             Turn::answer("lead done"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(script, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
@@ -231,15 +223,10 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start, got a2 (checker) run 1 turn 2")]
 async fn expect_spawn_refuses_a_later_turn() {
-    let script = ScriptedModel::new().script("lead", Script::new([Turn::spawn("checker", "c")]));
+    let script = ScriptedModel::new().script("lead", [Turn::spawn("checker", "c")]);
     let (model, mut checkers) = probe_children(script, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog, model).await;
     let _lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     let call = ToolCall::new("c1", "no_such_tool", serde_json::json!({}));
@@ -256,11 +243,11 @@ async fn expect_spawn_refuses_a_later_turn() {
 async fn the_guides_failing_expectation() {
     let script = ScriptedModel::new().script(
         "reviewer",
-        Script::new([
+        [
             Turn::spawn("evidence-checker", "check claim 3"),
             Turn::calls([Call::ask_owner("publish?")]),
             Turn::answer("claim 3 holds"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
     let builder = Tree::builder().catalog(reviewer_catalog()).model(model);
@@ -282,18 +269,16 @@ async fn the_guides_failing_expectation() {
 async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::fail("crash"),       // run 1
             Turn::answer("two"),       // run 2 (restart)
             Turn::hang(),              // run 3 (resume), killed
             Turn::answer("four"),      // run 4 (restart)
             Turn::fail("crash again"), // run 5 (resume)
             Turn::answer("six"),       // run 6 (restart)
-        ]),
+        ],
     );
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let (tree, mut owner) = testkit::OwnerProbe::build(
         Tree::builder()
             .catalog(catalog)
@@ -362,26 +347,20 @@ async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
 async fn a_probe_child_resumed_by_its_owner_is_a_new_run_with_the_resumes_prompt() {
     let lead = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("checker", "first"),
             Turn::calls([testkit::Call::spawn("checker", "again")
                 .with_field("resume", serde_json::json!("a2"))]),
             Turn::answer("verified"),
-        ]),
+        ],
     );
     let (model, mut checkers) = testkit::probe_children(lead, ["checker"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["checker"])),
         AgentDefinition::new("checker", ""),
-    ])
-    .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    ]);
+    let tree = build_tree(catalog, model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let first = checkers.expect_spawn().await;
     assert_eq!(

@@ -7,11 +7,11 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    self, Call, OwnerMessage, OwnerProbe, Script, ScriptedModel, Turn, kill_when, probe_children,
+    self, Call, OwnerMessage, OwnerProbe, ScriptedModel, Turn, kill_when, probe_children,
 };
 
 use crate::research_team::team;
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (owner probe, module docs): the probe is "the owner of one agent under test" and
 /// answers *its* questions; an [`OwnerQuestion`](agent_tree::testkit::OwnerQuestion) is the
@@ -27,26 +27,23 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
     let script = ScriptedModel::new()
         .script(
             "bystander",
-            Script::new([
+            [
                 Turn::calls([Call::ask_owner("bystander: lunch?")]),
                 Turn::answer("b"),
-            ]),
+            ],
         )
         .script(
             "w",
-            Script::new([
+            [
                 Turn::calls([Call::ask_owner("w: tabs or spaces?")]),
                 Turn::answer("w done"),
-            ]),
+            ],
         );
     let catalog = catalog([leaf("bystander"), leaf("w")]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
         .await
         .unwrap();
-    let _bystander = tree
-        .spawn(SpawnRequest::new("bystander", "idle"))
-        .await
-        .unwrap();
+    let _bystander = spawn_admitted(&tree, SpawnRequest::new("bystander", "idle")).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "format")).await;
     let question = owner.expect_question().await;
@@ -63,10 +60,10 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
 async fn question_of_a_killed_asker() -> Duration {
     let script = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([Call::ask_owner("still there?")]),
             Turn::answer("never"),
-        ]),
+        ],
     );
     let (tree, mut owner) =
         OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
@@ -126,18 +123,15 @@ async fn restart_and_questions_story() -> Vec<String> {
     let script = ScriptedModel::new()
         .script(
             "w",
-            Script::new([
+            [
                 Turn::spawn("leaf", "l").usage(Usage::tokens(1, 1)),
                 Turn::calls([Call::ask_owner("first?")]),
                 Turn::fail("crash"),
                 Turn::calls([Call::ask_owner("second?")]).usage(Usage::tokens(2, 0)),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script(
-            "leaf",
-            Script::new([Turn::answer("l").usage(Usage::tokens(3, 0))]),
-        );
+        .script("leaf", [Turn::answer("l").usage(Usage::tokens(3, 0))]);
     let catalog = catalog([
         delegator("w", &["leaf"]).with_restart(RestartPolicy::Transient),
         leaf("leaf"),
@@ -205,12 +199,12 @@ fn the_owner_probe_sees_the_restart_story_in_order_on_worker_threads() {
 fn lead_script() -> ScriptedModel {
     ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("searcher", "find papers on X").usage(Usage::tokens(100, 20)),
             Turn::calls([Call::ask_owner("only papers after 2020?")]).usage(Usage::tokens(10, 2)),
             Turn::spawn("summarizer", "summarize the recent ones").usage(Usage::tokens(50, 5)),
             Turn::answer("report: X is well studied").usage(Usage::tokens(20, 4)),
-        ]),
+        ],
     )
 }
 
@@ -295,17 +289,14 @@ async fn lead_passes_usage_up_and_asks_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn a_transient_lead_restarts_under_its_owner_probe() {
     use agent_tree::protocol::{AgentDefinition, RestartPolicy, SubagentAllowance};
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["searcher"]))
             .with_restart(RestartPolicy::Transient),
         AgentDefinition::new("searcher", ""),
-    ])
-    .unwrap();
-    let model = ScriptedModel::new().script(
-        "lead",
-        Script::new([Turn::fail("crash"), Turn::answer("second run")]),
-    );
+    ]);
+    let model =
+        ScriptedModel::new().script("lead", [Turn::fail("crash"), Turn::answer("second run")]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
         .await
         .unwrap();
@@ -360,19 +351,18 @@ async fn an_owner_probe_expectation_that_fails_lists_what_came() {
 )]
 async fn the_owner_probe_failure_text_is_the_one_the_guide_shows() {
     use agent_tree::protocol::{AgentDefinition, SubagentAllowance};
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("reviewer", "")
             .with_allowed_subagents(SubagentAllowance::only(["evidence-checker"])),
         AgentDefinition::new("evidence-checker", ""),
-    ])
-    .unwrap();
+    ]);
     let script = ScriptedModel::new().script(
         "reviewer",
-        Script::new([
+        [
             Turn::spawn("evidence-checker", "check claim 3"),
             Turn::calls([Call::ask_owner("publish?")]),
             Turn::answer("claim 3 holds"),
-        ]),
+        ],
     );
     let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
     let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
@@ -444,15 +434,13 @@ async fn a_question_fished_past_is_refused() {
 async fn the_owner_probes_restart_after_a_resume_names_the_run() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::answer("one"),
             Turn::fail("crash"),
             Turn::answer("three"),
-        ]),
+        ],
     );
-    let catalog =
-        Catalog::new([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+    let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
     let (tree, mut owner) =
         testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model.clone()))
             .await

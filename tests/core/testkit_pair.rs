@@ -3,24 +3,24 @@
 
 use std::time::Duration;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, ToolCall};
 use agent_tree::testkit::{self, PendingTurn};
 use serde_json::json;
 
-fn catalog() -> Catalog {
-    Catalog::new([
+fn lead_and_worker() -> Catalog {
+    catalog([
         AgentDefinition::new("lead", "You lead.")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", "You work."),
     ])
-    .unwrap()
 }
 
 async fn tree(model: testkit::DrivenModel, config: TreeConfig) -> Tree {
     Tree::builder()
         .config(config)
-        .catalog(catalog())
+        .catalog(lead_and_worker())
         .model(model)
         .build()
         .await

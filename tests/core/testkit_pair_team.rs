@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use agent_tree::Tree;
 use agent_tree::protocol::{AgentStatus, Role, SpawnRequest, Usage};
 use agent_tree::testkit::pair;
 
 use crate::research_team::{agent_call, team};
+use crate::support::build_tree;
+use crate::support::spawn_admitted;
 
 /// A lead whose model the test drives turn by turn: it is offered `Agent` (and no
 /// `ask_owner`: nobody answers a top-level agent here), its prompt is its file's body; the
@@ -18,16 +19,8 @@ use crate::research_team::{agent_call, team};
 #[tokio::test(start_paused = true)]
 async fn a_driven_lead_delegates_search_then_summary_and_bills_its_subtree() {
     let (model, mut calls) = pair();
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "what is known about X?"))
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "what is known about X?")).await;
 
     let turn = calls.expect_turn_of(lead.id()).await;
     assert_eq!(
@@ -105,12 +98,7 @@ async fn a_driven_lead_delegates_search_then_summary_and_bills_its_subtree() {
 #[tokio::test(start_paused = true)]
 async fn two_foreground_agent_calls_of_one_turn_run_concurrently() {
     let (model, mut calls) = pair();
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
 
     calls.expect_turn_of(lead.id()).await.call_tools(
@@ -155,12 +143,7 @@ async fn two_foreground_agent_calls_of_one_turn_run_concurrently() {
 #[should_panic(expected = "searcher")]
 async fn a_dropped_turn_fails_the_test() {
     let (model, mut calls) = pair();
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     calls
         .expect_turn_of(lead.id())
@@ -177,12 +160,7 @@ async fn a_dropped_turn_fails_the_test() {
 #[should_panic(expected = "searcher")]
 async fn a_turn_never_taken_fails_the_test() {
     let (model, mut calls) = pair();
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     calls
         .expect_turn_of(lead.id())
@@ -198,12 +176,7 @@ async fn a_turn_never_taken_fails_the_test() {
 #[should_panic(expected = "expected a model call of a1, got a2 (searcher) run 1 turn 1")]
 async fn expect_turn_of_names_the_other_caller() {
     let (model, mut calls) = pair();
-    let tree = Tree::builder()
-        .catalog(team("temporary"))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(team("temporary"), model).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
     calls
         .expect_turn_of(lead.id())

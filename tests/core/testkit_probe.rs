@@ -6,33 +6,24 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{EventProbe, FaultyModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, FaultyModel, ScriptedModel, Turn};
 
 use crate::support::lifetimes::supervised;
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 async fn tree() -> Tree {
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("led")]),
-        )
+        .script("lead", [Turn::spawn("worker", "w"), Turn::answer("led")])
         .script(
             "worker",
-            Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
+            [Turn::answer("worked").after(Duration::from_secs(2))],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
-    Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    ]);
+    build_tree(catalog, model).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -156,22 +147,14 @@ async fn fishing_skips_what_it_skips_and_fails_on_what_it_fails() {
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
     let scripted = ScriptedModel::new()
-        .script(
-            "sup",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
-        .script("worker", Script::new([Turn::answer("ok")]));
+        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("worker", [Turn::answer("ok")]);
     // Run 1 of the worker fails at its first turn; run 2 answers "ok".
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
         .only_in_run(1);
-    let tree = Tree::builder()
-        .catalog(supervised(3, 5_000))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(supervised(3, 5_000), model).await;
     let mut events = EventProbe::new(&tree);
     tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
     let started = events
@@ -195,13 +178,8 @@ async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
 /// other expectation: an agent that never ends has its `spawned` and `started` listed.
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_failure_lists_the_events_that_came() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = EventProbe::new(&tree);
     let w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let id = w.id();
@@ -224,17 +202,12 @@ async fn expect_terminated_failure_lists_the_events_that_came() {
 async fn expect_terminated_after_a_resume_is_the_resumed_runs_end() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::answer("first"),
             Turn::answer("second").after(Duration::from_secs(1)),
-        ]),
+        ],
     );
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = EventProbe::new(&tree);
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(w.outcome().await.text.as_deref(), Some("first"));

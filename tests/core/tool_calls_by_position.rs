@@ -6,17 +6,18 @@
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::RecordingModel;
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
 /// servers send `""` for every call).
+/// Written by hand: it rewrites what the wrapped model answers, as a faulty adapter would.
 #[derive(Clone, Debug)]
 struct SameIds {
     inner: RecordingModel,
@@ -52,10 +53,10 @@ fn results_after_calls(model: &RecordingModel, agent: AgentId) -> Vec<String> {
 async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64) {
     let recorder = RecordingModel::new(ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([slow("first", first_ms), slow("second", second_ms)]),
             Turn::answer("worked"),
-        ]),
+        ],
     ));
     let tree = Tree::builder()
         .catalog(catalog([leaf("worker")]))
@@ -68,14 +69,11 @@ async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64
         .build()
         .await
         .expect("the tree builds");
-    let mut handle = tree
-        .spawn(SpawnRequest::new("worker", "two calls, one id"))
-        .await
-        .expect("admitted");
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("worker", "two calls, one id")).await;
     let got = tokio::time::timeout(GUARD, handle.outcome()).await;
     let got = got.unwrap_or_else(|_| {
         panic!(
-            "defect 3: two tool calls with the same id {id:?} (first {first_ms} ms, second \
+            "two tool calls with the same id {id:?} (first {first_ms} ms, second \
              {second_ms} ms) hang the agent: it is {:?} after an hour; it made {} model calls",
             tree.record(a(1)).map(|r| r.status),
             recorder.calls_of(a(1)).len()
@@ -85,55 +83,40 @@ async fn duplicate_user_tool_ids(id: &'static str, first_ms: u64, second_ms: u64
     assert_eq!(
         results_after_calls(&recorder, a(1)),
         ["slow first", "slow second"],
-        "defect 3: the results of calls with the same id {id:?} must come back by position, in \
+        "the results of calls with the same id {id:?} must come back by position, in \
          call order"
     );
     tree.shutdown().await;
 }
 
-/// Defect 3: two user-tool calls of one turn with the same id `"dup"`, the first finishing
-/// first: the first's answer aborts the second's task (its handle was written into the first
-/// call's slot), so the agent hangs forever. Correct: both results, in call order.
+/// Two user-tool calls of one turn with the same id, or with empty ids `""` (as some
+/// OpenAI-compatible servers send), whichever finishes first: both run, the agent never
+/// hangs, and both results come back in call order.
 #[tokio::test(start_paused = true)]
-async fn d3_duplicate_ids_first_finishing_first_do_not_hang() {
-    duplicate_user_tool_ids("dup", 10, 20).await;
+async fn user_tool_calls_with_duplicate_or_empty_ids_answer_in_call_order() {
+    // (id, first call's ms, second call's ms)
+    for (id, first_ms, second_ms) in [("dup", 10, 20), ("", 10, 20), ("", 20, 10)] {
+        duplicate_user_tool_ids(id, first_ms, second_ms).await;
+    }
 }
 
-/// Defect 3: two user-tool calls with empty ids `""` (as some OpenAI-compatible servers send),
-/// the first finishing first.
+/// Two foreground `Agent` calls of one turn with empty ids spawn two children, and the owner
+/// gets both results (in call order) and completes.
 #[tokio::test(start_paused = true)]
-async fn d3_empty_ids_do_not_hang() {
-    duplicate_user_tool_ids("", 10, 20).await;
-}
-
-/// Defect 3: two user-tool calls with empty ids, the second finishing first: its answer is
-/// written into the first call's slot, so the results come back swapped.
-#[tokio::test(start_paused = true)]
-async fn d3_empty_ids_second_finishing_first_keep_call_order() {
-    duplicate_user_tool_ids("", 20, 10).await;
-}
-
-/// Defect 3 with orchestration calls: two foreground `Agent` calls of one turn with empty ids.
-/// Correct: two children are spawned, and the owner gets both results (in call order) and
-/// completes.
-#[tokio::test(start_paused = true)]
-async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
+async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
     let recorder = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn("worker", "task A"),
                         Call::spawn("worker", "task B"),
                     ]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script(
-                "worker",
-                Script::new([Turn::answer("worker done").after(ms(10))]),
-            ),
+            .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
     let tree = Tree::builder()
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -144,10 +127,7 @@ async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
         .build()
         .await
         .expect("the tree builds");
-    let mut handle = tree
-        .spawn(SpawnRequest::new("lead", "two children"))
-        .await
-        .expect("admitted");
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("lead", "two children")).await;
     let got = tokio::time::timeout(GUARD, handle.outcome()).await;
     let workers: Vec<AgentId> = tree
         .snapshot()
@@ -157,17 +137,13 @@ async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
         .collect();
     let got = got.unwrap_or_else(|_| {
         panic!(
-            "defect 3: two foreground spawns with empty ids hang the owner (it is {:?}); \
+            "two foreground spawns with empty ids hang the owner (it is {:?}); \
              workers spawned: {workers:?}",
             tree.record(a(1)).map(|r| r.status)
         )
     });
     assert!(got.is_completed(), "{got:?}");
-    assert_eq!(
-        workers.len(),
-        2,
-        "defect 3: both calls spawn a child: {workers:?}"
-    );
+    assert_eq!(workers.len(), 2, "both calls spawn a child: {workers:?}");
     let prompts: Vec<String> = workers
         .iter()
         .map(|&w| {
@@ -190,23 +166,23 @@ async fn d3_two_foreground_spawns_with_empty_ids_both_run_and_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 3 with two background spawns with the same id: the second must spawn its own child
+/// With two background spawns with the same id: the second must spawn its own child
 /// (it is not a replay of the first).
 #[tokio::test(start_paused = true)]
-async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
+async fn two_background_spawns_with_the_same_id_spawn_two_children() {
     let recorder = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("worker", "task A"),
                         Call::spawn_background("worker", "task B"),
                     ]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worker done")])),
+            .script("worker", [Turn::answer("worker done")]),
     );
     let tree = Tree::builder()
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
@@ -217,10 +193,8 @@ async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
         .build()
         .await
         .expect("the tree builds");
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "two children"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two children"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -233,7 +207,7 @@ async fn d3_two_background_spawns_with_the_same_id_spawn_two_children() {
     assert_eq!(
         workers,
         2,
-        "defect 3: the second call with the same id spawned no child of its own:\n{}",
+        "the second call with the same id spawned no child of its own:\n{}",
         tree.snapshot().render_text()
     );
     tree.shutdown().await;

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{JournalEntry, ToolCall, ToolInput};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::support::harness::{a, results};
-use crate::support::{catalog, delegator, leaf, within};
+use crate::support::{build_tree, catalog, delegator, leaf, within};
 
 /// An array nested `depth` deep around `1`.
 fn nested(depth: usize) -> Value {
@@ -185,10 +185,10 @@ async fn a_user_tool_gets_the_input_the_model_gave() {
     ];
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls(inputs.iter().cloned().map(|i| Call::tool("echo", i))),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let tree = echo_tree(model, seen.clone()).await;
@@ -220,7 +220,7 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool("Agent", json!("spawn a worker")),
                     Call::tool("Agent", json!([1])),
@@ -231,15 +231,14 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
                     ),
                 ]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("w", Script::new([Turn::answer("w done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["w"]), leaf("w")]))
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap();
+        .script("w", [Turn::answer("w done")]);
+    let tree = build_tree(
+        catalog([delegator("lead", &["w"]), leaf("w")]),
+        model.clone(),
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     within("the run", handle.outcome()).await;
     let answers = results(&model, a(1), 1);
@@ -275,13 +274,13 @@ async fn orchestration_inputs_refuse_non_objects_and_read_nulls_as_absent() {
 async fn a_call_nested_past_the_text_depth_is_not_run() {
     let model = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::calls([
                 Call::tool("echo", nested(ToolInput::MAX_TEXT_DEPTH + 1)),
                 Call::tool("echo", json!({"ok": 1})),
             ]),
             Turn::answer("done"),
-        ]),
+        ],
     );
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let tree = echo_tree(model.clone(), seen.clone()).await;

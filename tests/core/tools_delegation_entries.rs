@@ -10,7 +10,9 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{CatalogError, parse_agent_file};
 
+use crate::support::catalog;
 use crate::support::harness::{GUARD, ok_tool, tools};
+use crate::support::run_admitted;
 
 fn file(name: &str, frontmatter: &str) -> String {
     format!("---\nname: {name}\ndescription: d\n{frontmatter}\n---\nYou work.\n")
@@ -28,12 +30,11 @@ fn json(text: &str) -> AgentDefinition {
 /// model spawns `spawn` (if any) then answers. Returns the model (for its log) and the tool
 /// result of the spawn, if one was made.
 async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel, Vec<String>) {
-    let catalog = Catalog::new([
+    let catalog = catalog([
         lead,
         AgentDefinition::new("writer", "You write.").with_description("writes"),
         AgentDefinition::new("reviewer", "You review.").with_description("reviews"),
-    ])
-    .expect("the catalog builds");
+    ]);
     let mut turns = Vec::new();
     if let Some(agent_type) = spawn {
         turns.push(Turn::spawn(agent_type, "go"));
@@ -41,8 +42,8 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
     turns.push(Turn::answer("done"));
     let model = ScriptedModel::new()
         .script("lead", Script::new(turns))
-        .script("writer", Script::new([Turn::answer("written")]))
-        .script("reviewer", Script::new([Turn::answer("reviewed")]));
+        .script("writer", [Turn::answer("written")])
+        .script("reviewer", [Turn::answer("reviewed")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)
@@ -53,10 +54,12 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
         .build()
         .await
         .expect("the tree builds");
-    tokio::time::timeout(GUARD, tree.run(SpawnRequest::new("lead", "lead")))
-        .await
-        .expect("the run settles")
-        .expect("the run succeeds");
+    tokio::time::timeout(
+        GUARD,
+        run_admitted(&tree, SpawnRequest::new("lead", "lead")),
+    )
+    .await
+    .expect("the run succeeds");
     let log = model.log_of(AgentId::new(1));
     let results = if spawn.is_some() {
         log.get(1)
@@ -167,7 +170,7 @@ fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_task_denies_the_delegation_task_grants() {
     let lead = parse("tools: Task, Read\ndisallowed_tools: Task").unwrap();
-    let catalog = Catalog::new([lead.clone()]).unwrap();
+    let catalog = catalog([lead.clone()]);
     let problems = catalog.tool_problems(["read", "bash"]);
     let (model, _) = run_lead(lead, None).await;
     let offered = tools(&model, AgentId::new(1), 0);
@@ -248,7 +251,7 @@ async fn a_named_entry_grants_only_its_types_in_every_format() {
 
     let only = parse("tools: Agent(writer), Read").unwrap();
     assert_eq!(only.allowed_subagents, SubagentAllowance::only(["writer"]));
-    let catalog = Catalog::new([only.clone()]).unwrap();
+    let catalog = catalog([only.clone()]);
     assert!(catalog.tool_problems(["read"]).is_empty());
     let (model, results) = run_lead(only, Some("reviewer")).await;
     let offered = tools(&model, AgentId::new(1), 0);
@@ -363,13 +366,13 @@ async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn("scout", "go"),
                 Turn::spawn("code-reviewer", "go"),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("code-reviewer", Script::new([Turn::answer("reviewed")]));
+        .script("code-reviewer", [Turn::answer("reviewed")]);
     let tree = Tree::builder()
         .config(TreeConfig::default())
         .catalog(catalog)
@@ -379,10 +382,12 @@ async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type
         .build()
         .await
         .unwrap();
-    tokio::time::timeout(GUARD, tree.run(SpawnRequest::new("lead", "lead")))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        GUARD,
+        run_admitted(&tree, SpawnRequest::new("lead", "lead")),
+    )
+    .await
+    .unwrap();
     let log = model.log_of(AgentId::new(1));
     assert!(log[1].results[0].is_error, "{:?}", log[1].results);
     assert!(!log[2].results[0].is_error, "{:?}", log[2].results);

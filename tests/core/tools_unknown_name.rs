@@ -4,17 +4,19 @@
 //! still run, the agent takes its next turn and completes, and nothing is spawned.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
-use crate::support::{RecordingModel, catalog, leaf, within};
+use crate::support::{
+    RecordingModel, catalog, leaf, read_result_call, run_admitted, spawn_admitted, within,
+};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "reader",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool("no_such_tool", json!({ "x": 1 })),
                     Call::tool("read", json!({ "path": "notes.txt" })),
@@ -23,21 +25,21 @@ fn scripted() -> ScriptedModel {
                     Call::tool("explode", json!({})),
                 ]),
                 Turn::answer("reader done"),
-            ]),
+            ],
         )
         .script(
             "plain",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn("reader", "sneak a child in"),
                     Call::tool(
                         "steer_subagent",
                         json!({ "agent_id": "a1", "message": "hi" }),
                     ),
-                    Call::tool("get_subagent_result", json!({ "agent_id": "a1" })),
+                    read_result_call("a1"),
                 ]),
                 Turn::answer("plain done"),
-            ]),
+            ],
         )
 }
 
@@ -69,10 +71,7 @@ async fn calls_the_agent_cannot_make_are_error_results() {
         .await
         .expect("tree builds");
 
-    let mut reader = tree
-        .spawn(SpawnRequest::new("reader", "read"))
-        .await
-        .expect("admitted");
+    let mut reader = spawn_admitted(&tree, SpawnRequest::new("reader", "read")).await;
     let outcome = within("reader", reader.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("reader done"), "{outcome:?}");
     let turn2 = model.request(reader.id(), 2);
@@ -95,9 +94,11 @@ async fn calls_the_agent_cannot_make_are_error_results() {
     assert_eq!(crate::support::tool_results(&turn2.messages).len(), 5);
 
     // An agent without delegation calling orchestration tools by name.
-    let plain = within("plain", tree.run(SpawnRequest::new("plain", "try")))
-        .await
-        .expect("admitted");
+    let plain = within(
+        "plain",
+        run_admitted(&tree, SpawnRequest::new("plain", "try")),
+    )
+    .await;
     assert_eq!(plain.text.as_deref(), Some("plain done"), "{plain:?}");
     let snapshot = tree.snapshot();
     let plain_id = crate::support::only_of_type(&snapshot, "plain");

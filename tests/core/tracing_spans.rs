@@ -5,8 +5,9 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use crate::support::catalog;
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, FnTool, ModelError, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
@@ -25,6 +26,7 @@ impl Write for Lines {
 }
 
 /// The scripted model, logging from inside each call as an HTTP client would.
+/// Written by hand: it logs from inside the call, where the spans under test are entered.
 #[derive(Clone)]
 struct Logging(ScriptedModel);
 
@@ -67,23 +69,19 @@ async fn spans_in_a_process_of_their_own() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn("worker", "w"), Turn::answer("done")]),
-        )
+        .script("lead", [Turn::spawn("worker", "w"), Turn::answer("done")])
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([Call::tool("read", serde_json::json!({}))]),
                 Turn::answer("ok"),
-            ]),
+            ],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = Tree::builder()
         .catalog(catalog)
         .model(Logging(model))

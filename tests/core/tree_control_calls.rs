@@ -10,10 +10,10 @@ use std::time::Duration;
 use agent_tree::ControlError;
 use agent_tree::prelude::*;
 use agent_tree::protocol::WaitPolicy;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::harness::{GUARD, a, tree};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Nothing a user sets may panic: a shutdown grace of `Duration::MAX` (a "wait as long as it
 /// takes" grace, which the config accepts) shuts the tree down without an overflow.
@@ -24,7 +24,7 @@ async fn a_shutdown_grace_of_duration_max_does_not_panic_the_shutdown() {
     let tree = Tree::builder()
         .config(config)
         .catalog(catalog([leaf("w")]))
-        .model(ScriptedModel::new().script("w", Script::new([Turn::answer("done")])))
+        .model(ScriptedModel::new().script("w", [Turn::answer("done")]))
         .build()
         .await
         .expect("the tree builds");
@@ -46,27 +46,20 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
     let model = ScriptedModel::new()
         .script(
             "failer",
-            Script::new([Turn::fail("boom").after(Duration::from_millis(10))]),
+            [Turn::fail("boom").after(Duration::from_millis(10))],
         )
         .script(
             "bystander",
-            Script::new([Turn::answer("still here").after(Duration::from_secs(5))]),
+            [Turn::answer("still here").after(Duration::from_secs(5))],
         )
-        .script("later", Script::new([Turn::answer("later done")]));
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("failer"), leaf("bystander"), leaf("later")]))
-        .model(model)
-        .build()
-        .await
-        .expect("the tree builds");
-    let bystander = tree
-        .spawn(SpawnRequest::new("bystander", "wait"))
-        .await
-        .unwrap();
-    let failer = tree
-        .spawn(SpawnRequest::new("failer", "fail"))
-        .await
-        .unwrap();
+        .script("later", [Turn::answer("later done")]);
+    let tree = build_tree(
+        catalog([leaf("failer"), leaf("bystander"), leaf("later")]),
+        model,
+    )
+    .await;
+    let bystander = spawn_admitted(&tree, SpawnRequest::new("bystander", "wait")).await;
+    let failer = spawn_admitted(&tree, SpawnRequest::new("failer", "fail")).await;
     // The root never settles before a shutdown: the wait is bounded.
     let _ = tokio::time::timeout(
         Duration::from_secs(1),
@@ -96,12 +89,7 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
 /// its escalation: `Tree::charge(a0, usage)` is refused the same way, billing nothing.
 #[tokio::test(start_paused = true)]
 async fn charging_the_root_is_refused() {
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(ScriptedModel::new())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(catalog([leaf("w")]), ScriptedModel::new()).await;
     let mut events = tree.subscribe();
     let charged = tree.charge(AgentId::ROOT, Usage::tokens(5, 5));
     let root_events: Vec<String> = events
@@ -124,7 +112,7 @@ async fn charging_the_root_is_refused() {
 /// tree never gave is `NotYours`, never `EmptySteer` or `SteerTooLarge`.
 #[tokio::test(start_paused = true)]
 async fn a_steer_to_an_unknown_id_is_not_yours_whatever_its_text() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
     let config = TreeConfig::default().with_steer_limits(100, 16);
     let tree = tree(model, catalog([leaf("w")]), config).await;
     let blank = tree.steer(a(99), "  ").await.unwrap_err();
@@ -144,17 +132,11 @@ async fn a_steer_to_an_unknown_id_is_not_yours_whatever_its_text() {
 /// or still starting): a queued agent among them.
 #[tokio::test(start_paused = true)]
 async fn killing_a_queued_agent_is_wrong_status() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = tree(model, catalog([leaf("w")]), config).await;
-    let _first = tree
-        .spawn(SpawnRequest::new("w", "one").background())
-        .await
-        .unwrap();
-    let second = tree
-        .spawn(SpawnRequest::new("w", "two").background())
-        .await
-        .unwrap();
+    let _first = spawn_admitted(&tree, SpawnRequest::new("w", "one").background()).await;
+    let second = spawn_admitted(&tree, SpawnRequest::new("w", "two").background()).await;
     assert_eq!(
         tree.record(second.id()).unwrap().status,
         AgentStatus::Queued
@@ -171,9 +153,9 @@ async fn resuming_a_nested_agent_is_a_control_error() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::calls([Call::spawn("w", "x")]), Turn::answer("done")]),
+            [Turn::calls([Call::spawn("w", "x")]), Turn::answer("done")],
         )
-        .script("w", Script::new([Turn::answer("ok")]));
+        .script("w", [Turn::answer("ok")]);
     let tree = tree(
         model,
         catalog([delegator("lead", &["w"]), leaf("w")]),
@@ -192,7 +174,7 @@ async fn resuming_a_nested_agent_is_a_control_error() {
 /// is dropped.
 #[tokio::test(start_paused = true)]
 async fn a_dropped_tree_ends_its_event_stream_and_its_waits() {
-    let model = ScriptedModel::new().script("w", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("w", [Turn::hang()]);
     let tree = tree(model, catalog([leaf("w")]), TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();

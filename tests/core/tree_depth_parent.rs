@@ -8,46 +8,46 @@ use std::sync::Arc;
 use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{RecordingModel, catalog, delegator, leaf, record, within};
+use crate::support::{RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn model() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "top",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn("mid", "foreground mid"),
                     Call::spawn_background("mid", "background mid"),
                 ]),
                 Turn::calls([Call::result(Target::Spawned(1))]),
                 Turn::answer("top done"),
-            ]),
+            ],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("low", "go lower"), Turn::answer("mid done")]),
+            [Turn::spawn("low", "go lower"), Turn::answer("mid done")],
         )
         .script(
             "low",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("leaf", "background leaf"),
                     Call::spawn("leaf", "foreground leaf"),
                 ]),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("low done"),
-            ]),
+            ],
         )
         .script(
             "leaf",
-            Script::new([
+            [
                 Turn::calls([Call::tool("whereami", json!({}))]),
                 Turn::answer("leaf done"),
-            ]),
+            ],
         )
 }
 
@@ -90,14 +90,8 @@ async fn depth_parent_and_root_are_right_at_every_level() {
         .expect("tree builds");
     let mut events = tree.subscribe();
 
-    let mut first = tree
-        .spawn(SpawnRequest::new("top", "branch one"))
-        .await
-        .expect("admitted");
-    let mut second = tree
-        .spawn(SpawnRequest::new("top", "branch two"))
-        .await
-        .expect("admitted");
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("top", "branch one")).await;
+    let mut second = spawn_admitted(&tree, SpawnRequest::new("top", "branch two")).await;
     let branch_roots = [first.id(), second.id()];
     assert!(within("branch one", first.outcome()).await.is_completed());
     assert!(within("branch two", second.outcome()).await.is_completed());

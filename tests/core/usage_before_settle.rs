@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, TreeSnapshot};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use agent_tree::{BoxFuture, FnTool};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -22,8 +22,8 @@ use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
-    RecordingModel, TreeCell, catalog, delegator, leaf, record, reported_usage, terminal_event,
-    within,
+    RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
+    spawn_admitted, terminal_event, within,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -32,7 +32,7 @@ fn scripted() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 // 1: a background child
                 Turn::spawn_background("bg", "work in the background").usage(Usage::tokens(1, 1)),
                 // 2: wait for it by id
@@ -47,39 +47,39 @@ fn scripted() -> ScriptedModel {
                     .after(Duration::from_secs(5)),
                 // 6
                 Turn::answer("lead done").usage(Usage::tokens(6, 1)),
-            ]),
+            ],
         )
         .script(
             "bg",
-            Script::new([
+            [
                 Turn::calls([Call::tool("noop", json!({}))])
                     .usage(Usage::tokens(100, 10))
                     .after(SECOND),
                 Turn::answer("bg done")
                     .usage(Usage::tokens(200, 20))
                     .after(SECOND),
-            ]),
+            ],
         )
         .script(
             "fg",
-            Script::new([
+            [
                 Turn::spawn("gc", "go deeper").usage(Usage::tokens(300, 30)),
                 Turn::answer("fg done")
                     .usage(Usage::tokens(400, 40))
                     .after(SECOND),
-            ]),
+            ],
         )
         .script(
             "gc",
-            Script::new([Turn::answer("gc done")
+            [Turn::answer("gc done")
                 .usage(Usage::tokens(500, 50))
-                .after(SECOND)]),
+                .after(SECOND)],
         )
         .script(
             "quick",
-            Script::new([Turn::answer("quick done")
+            [Turn::answer("quick done")
                 .usage(Usage::tokens(600, 60))
-                .after(SECOND)]),
+                .after(SECOND)],
         )
 }
 
@@ -116,10 +116,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
     assert!(within("the lead", lead.outcome()).await.is_completed());
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot = tree.snapshot();
@@ -223,6 +220,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
 
 /// A model whose `victim` turn blocks its worker thread inside `poll` until released, and
 /// then returns a response with usage; every other agent plays its script.
+/// Written by hand: it blocks its worker thread inside `poll`, which no kit model does.
 struct BlockingVictim {
     inner: RecordingModel,
     started: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
@@ -260,10 +258,10 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     let hook_probe = probe.clone();
     let recording = RecordingModel::new(ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::spawn("victim", "take a while"),
             Turn::answer("lead done"),
-        ]),
+        ],
     ))
     .with_hook(move |request| {
         if request.agent_type() == "lead" && request.turn == 2 {
@@ -281,20 +279,16 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
         release: Mutex::new(release_rx),
     };
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
-            .model(model)
-            .build()
-            .await
-            .expect("tree builds"),
+        build_tree(
+            catalog([delegator("lead", &["victim"]), leaf("victim")]),
+            model,
+        )
+        .await,
     );
     probe.set(&tree);
     let mut events = tree.subscribe();
 
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "delegate"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
     tokio::time::timeout(limit, started_rx)
         .await
         .expect("the victim's model call started")
@@ -386,6 +380,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
 /// own thread until the record says `killed` (the other worker settles it), then returns
 /// `Ready`. This pins the worker-thread race "the turn's future completes while the kill
 /// settles the agent" without depending on luck. Every other turn is the scripted model's.
+/// Written by hand: it acts from inside its own poll.
 #[derive(Clone, Debug)]
 struct ReturnsAsKilled {
     inner: ScriptedModel,
@@ -434,41 +429,38 @@ fn usage_after_terminal(events: &[Event], agent: AgentId) -> Vec<u64> {
         .collect()
 }
 
-/// Defect 2: a model turn that has just returned records its usage after its agent was
+/// A model turn that has just returned records its usage after its agent was
 /// killed (`Tree::kill`) and settled: a `usage_reported` event follows the `killed` event,
 /// and the snapshot at `Tree::idle()` bills less than the events sum. Correct: nothing of an
 /// agent is recorded after its terminal event, and the snapshot equals the event sum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
+async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
     let cell = crate::support::TreeCell::new();
     let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let model = ReturnsAsKilled {
         inner: ScriptedModel::new().script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("victim", "be killed").usage(Usage::tokens(10, 0)),
                 Turn::answer("lead done")
                     .usage(Usage::tokens(89, 0))
                     .after(ms(50)),
-            ]),
+            ],
         ),
         cell: cell.clone(),
         returned: returned.clone(),
     };
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator("lead", &["victim"]), leaf("victim")]))
-            .model(model)
-            .build()
-            .await
-            .expect("the tree builds"),
+        build_tree(
+            catalog([delegator("lead", &["victim"]), leaf("victim")]),
+            model,
+        )
+        .await,
     );
     cell.set(&tree);
     let mut events = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let _ = outcome(&tree, lead, REAL_GUARD).await;
     bounded(REAL_GUARD, "idle", tree.idle()).await;
@@ -492,13 +484,14 @@ async fn d2_a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_ki
     let reported = reported_usage(&events).total_tokens();
     assert!(
         late.is_empty() && billed == reported,
-        "defect 2: usage recorded after {victim} was killed: usage events {late:?} follow its \
+        "usage recorded after {victim} was killed: usage events {late:?} follow its \
          terminal event; the snapshot at idle bills {billed} tokens, the usage events sum to \
          {reported}"
     );
 }
 
 /// A model whose `victim` turns return after a varied number of real yields.
+/// Written by hand: the yields are inside the poll the test races the kill against.
 #[derive(Clone, Debug)]
 struct YieldingVictim {
     inner: ScriptedModel,
@@ -531,11 +524,11 @@ impl Model for YieldingVictim {
     }
 }
 
-/// Defect 2 under a plain race on worker threads: the application kills an agent while its
+/// Under a plain race on worker threads: the application kills an agent while its
 /// model call returns (varied yields on both sides). Every run, no usage event of the victim
 /// may follow its terminal event, and the snapshot at idle must equal the usage events' sum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
+async fn kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
     const RUNS: u64 = 500;
     let mut bad = Vec::new();
     for run in 0..RUNS {
@@ -552,10 +545,8 @@ async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let victim = tree
-            .spawn(SpawnRequest::new("victim", "race"))
+        let victim = spawn_admitted(&tree, SpawnRequest::new("victim", "race"))
             .await
-            .expect("admitted")
             .id();
         bounded(
             REAL_GUARD,
@@ -585,7 +576,7 @@ async fn d2_kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
     }
     assert!(
         bad.is_empty(),
-        "defect 2: {} of {RUNS} runs recorded usage after the kill (run, late usage seqs, billed \
+        "{} of {RUNS} runs recorded usage after the kill (run, late usage seqs, billed \
          at idle, events sum): {:?}",
         bad.len(),
         &bad[..bad.len().min(8)]

@@ -240,12 +240,12 @@ async fn huge_usage_saturates_and_the_events_still_sum_to_the_total() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("worker", "w")]).usage(huge),
                 Turn::answer("lead done").usage(huge),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("done").usage(huge)]));
+        .script("worker", [Turn::answer("done").usage(huge)]);
     let tree = Tree::builder()
         .catalog(crate::support::catalog([
             crate::support::delegator("lead", &["worker"]),

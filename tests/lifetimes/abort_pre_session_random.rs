@@ -27,51 +27,42 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, ToolCall};
-use agent_tree::testkit::EventProbe;
-use agent_tree::{AGENT_TOOL, BoxFuture, HookContext, HookError};
+use agent_tree::testkit::{EventProbe, FnModel};
+use agent_tree::{AGENT_TOOL, HookContext, HookError};
 use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::harness::{GUARD, Rng, started};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// A tiny model: an owner spawns a target, a target spawns a child; every later turn
-/// hangs. It counts calls per agent.
-#[derive(Clone, Default)]
-struct Tiny {
-    calls: Arc<Mutex<HashMap<AgentId, u32>>>,
+/// hangs. Its call log counts the calls per agent.
+fn tiny() -> FnModel {
+    FnModel::new(|request: ModelRequest| async move {
+        let spawn = |agent_type: &str| {
+            Ok(ModelResponse::calls(vec![ToolCall::new(
+                "c1",
+                AGENT_TOOL,
+                json!({ "agent_type": agent_type, "prompt": "go", "background": true }),
+            )]))
+        };
+        match (request.agent_type(), request.turn) {
+            ("owner", 1) => spawn("target"),
+            ("target", 1) => spawn("child"),
+            _ => std::future::pending().await,
+        }
+    })
 }
 
-impl Tiny {
-    fn count(&self, agent: AgentId) -> u32 {
-        self.calls.lock().get(&agent).copied().unwrap_or_default()
-    }
-}
-
-impl Model for Tiny {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        Box::pin(async move {
-            *self.calls.lock().entry(request.agent).or_default() += 1;
-            let spawn = |agent_type: &str| {
-                Ok(ModelResponse::calls(vec![ToolCall::new(
-                    "c1",
-                    AGENT_TOOL,
-                    json!({ "agent_type": agent_type, "prompt": "go", "background": true }),
-                )]))
-            };
-            match (request.agent_type(), request.turn) {
-                ("owner", 1) => spawn("target"),
-                ("target", 1) => spawn("child"),
-                _ => std::future::pending().await,
-            }
-        })
-    }
+/// How many model calls `agent` made.
+fn calls_of(model: &FnModel, agent: AgentId) -> u32 {
+    model.of(agent).len() as u32
 }
 
 /// One tree and everything a trial needs to drive it.
 struct Bench {
     tree: Arc<Tree>,
-    model: Tiny,
+    model: FnModel,
     /// Start-hook delay per agent (none: the hook returns at once).
     delays: Arc<Mutex<HashMap<AgentId, Duration>>>,
     /// The next id the tree will admit.
@@ -81,7 +72,7 @@ struct Bench {
 
 impl Bench {
     async fn new(hooked: bool) -> Self {
-        let model = Tiny::default();
+        let model = tiny();
         let delays: Arc<Mutex<HashMap<AgentId, Duration>>> = Arc::default();
         let mut builder = Tree::builder()
             .config(TreeConfig::default().with_max_total_agents(64))
@@ -199,20 +190,16 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
 
     match mode {
         Mode::RightAfterSpawn => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             status_at_abort = tree.record(target).expect("rec").status;
-            at_abort.push((target, bench.model.count(target)));
+            at_abort.push((target, calls_of(&bench.model, target)));
             tree.abort(target).expect("exists");
         }
         Mode::DuringStartHook | Mode::ShutdownOfItself => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
-            at_abort.push((target, bench.model.count(target)));
+            at_abort.push((target, calls_of(&bench.model, target)));
             if mode == Mode::ShutdownOfItself {
                 let report = guarded(&ctx, tree.shutdown_agent(target))
                     .await
@@ -224,17 +211,15 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
         }
         Mode::OwnerAbortedDuringStartHook | Mode::ShutdownOfItsOwner => {
             let owner = owner.expect("nested");
-            tree.spawn(SpawnRequest::new("owner", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("owner", "go")).await;
             let events = events.as_mut().expect("subscribed");
             events
                 .expect_event("the target's start", started(target))
                 .await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
-            at_abort.push((owner, bench.model.count(owner)));
-            at_abort.push((target, bench.model.count(target)));
+            at_abort.push((owner, calls_of(&bench.model, owner)));
+            at_abort.push((target, calls_of(&bench.model, target)));
             if mode == Mode::ShutdownOfItsOwner {
                 let report = guarded(&ctx, tree.shutdown_agent(owner))
                     .await
@@ -246,12 +231,10 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
             }
         }
         Mode::TreeShutdown => {
-            tree.spawn(SpawnRequest::new("target", "go"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("target", "go")).await;
             somewhere_within(rng, delay).await;
             status_at_abort = tree.record(target).expect("rec").status;
-            at_abort.push((target, bench.model.count(target)));
+            at_abort.push((target, calls_of(&bench.model, target)));
             let report = guarded(&ctx, tree.shutdown()).await;
             assert_eq!(report.graceful, [target], "{ctx}: {report:?}");
             assert!(tree.alive_actors().is_empty(), "{ctx}");
@@ -262,13 +245,13 @@ async fn trial(bench: &mut Bench, mode: Mode, rng: &mut Rng, seed: u64) -> Agent
 
     for &(agent, calls) in &at_abort {
         assert_eq!(
-            bench.model.count(agent),
+            calls_of(&bench.model, agent),
             calls,
             "{ctx}: {agent} called the model after its abort"
         );
     }
     assert_eq!(
-        bench.model.count(target),
+        calls_of(&bench.model, target),
         0,
         "{ctx}: the target called the model"
     );

@@ -9,7 +9,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
-use crate::support::{RecordingModel, catalog, leaf, within};
+use crate::support::{RecordingModel, catalog, leaf, spawn_admitted, within};
 
 /// A pool of one: a1 runs (hanging), a2 and a3 wait in the queue.
 async fn full_pool() -> (Tree, RecordingModel, agent_tree::EventStream) {
@@ -27,9 +27,11 @@ async fn full_pool() -> (Tree, RecordingModel, agent_tree::EventStream) {
     .await;
     let events = tree.subscribe();
     for i in 1..=3 {
-        tree.spawn(SpawnRequest::new("worker", format!("job {i}")).background())
-            .await
-            .expect("admitted");
+        spawn_admitted(
+            &tree,
+            SpawnRequest::new("worker", format!("job {i}")).background(),
+        )
+        .await;
     }
     model.until_calls(a(1), 1).await;
     for id in [a(2), a(3)] {

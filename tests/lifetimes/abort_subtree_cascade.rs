@@ -18,7 +18,9 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
+use crate::support::{
+    CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, terminal_event, within,
+};
 
 const AGENTS: usize = 11;
 
@@ -35,15 +37,15 @@ async fn four_levels(lead_then: Vec<Turn>) -> (Tree, RecordingModel) {
                 "lead",
                 Script::new(std::iter::once(fan("mid", 2)).chain(lead_then)),
             )
-            .script("mid", Script::new([fan("leaf", 2), Turn::hang()]))
-            .script("leaf", Script::new([fan("deep", 1), Turn::hang()]))
+            .script("mid", [fan("leaf", 2), Turn::hang()])
+            .script("leaf", [fan("deep", 1), Turn::hang()])
             .script(
                 "deep",
-                Script::new([
+                [
                     Turn::calls([Call::tool("noop", json!({}))]),
                     Turn::calls([Call::tool("noop", json!({}))]),
                     Turn::hang(),
-                ]),
+                ],
             ),
     )
     .narrated();
@@ -58,9 +60,7 @@ async fn four_levels(lead_then: Vec<Turn>) -> (Tree, RecordingModel) {
         TreeConfig::default(),
     )
     .await;
-    tree.spawn(SpawnRequest::new("lead", "build"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "build")).await;
     model
         .until("every agent in its hanging call", |calls| {
             let agents: BTreeSet<AgentId> = calls.iter().map(|c| c.agent).collect();

@@ -18,14 +18,16 @@ use std::sync::Arc;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, Role};
-use agent_tree::testkit::{Call, CallEnd, ModelCall, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{Call, CallEnd, ModelCall, ScriptedModel, Target, Turn};
 use agent_tree::{ABORT_TOOL, ControlError, HookContext, HookError, SteerReceipt};
 use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::lifetimes::ms;
-use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf};
+use crate::support::{
+    RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, spawn_admitted,
+};
 
 /// What every scripted turn that returns reports.
 const U: Usage = Usage::tokens(7, 3);
@@ -37,16 +39,16 @@ fn lead_and_kids() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("kid", "one"),
                     Call::spawn_background("kid", "two"),
                 ])
                 .usage(U),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]))
+        .script("kid", [Turn::hang()])
 }
 
 type Hooks = Arc<Mutex<HashMap<AgentId, u32>>>;
@@ -72,12 +74,7 @@ async fn lead_tree(model: &ScriptedModel) -> (Tree, Hooks) {
 }
 
 async fn worker_tree(model: &ScriptedModel) -> Tree {
-    Tree::builder()
-        .catalog(catalog([leaf("worker")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds")
+    build_tree(catalog([leaf("worker")]), model.clone()).await
 }
 
 /// Everything a run must hold whatever the order: the snapshot's sums; each agent billed `U`
@@ -153,17 +150,14 @@ async fn steer_before_first_turn(delayed: bool) {
     let first = Turn::answer("first").usage(U);
     let model = ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             if delayed { first.after(ms(5)) } else { first },
             Turn::answer("second").usage(U),
-        ]),
+        ],
     );
     let tree = worker_tree(&model).await;
     let mut all = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     let receipt = tree.steer(worker.id(), STEER).await;
     let outcome = bounded("the worker", worker.outcome()).await;
     tree.shutdown().await;
@@ -191,10 +185,7 @@ async fn control_right_after_spawn_comes_before_the_first_model_call() {
         let model = lead_and_kids();
         let (tree, hooks) = lead_tree(&model).await;
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let id = lead.id();
         let mut report = None;
         match control {
@@ -232,13 +223,13 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn_background("mid", "go").usage(U), Turn::hang()]),
+            [Turn::spawn_background("mid", "go").usage(U), Turn::hang()],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn_background("kid", "go").usage(U), Turn::hang()]),
+            [Turn::spawn_background("kid", "go").usage(U), Turn::hang()],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let cell = TreeCell::new();
     let at_abort: Arc<Mutex<Option<usize>>> = Arc::default();
     let mid = AgentId::new(2);
@@ -267,10 +258,7 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
     );
     cell.set(&tree);
     let mut all = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     let mut mid_handle = bounded("mid's admission", async {
         loop {
             if let Some(handle) = tree.handle(mid) {
@@ -310,10 +298,7 @@ async fn an_abort_right_after_spawn_reaches_every_kid_and_bills_exactly_mt() {
         let model = lead_and_kids();
         let (tree, _) = lead_tree(&model).await;
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         tree.abort(lead.id()).expect("the lead is live");
         let outcome = bounded("the lead", lead.outcome()).await;
         assert_eq!(outcome.reason, EndReason::Aborted, "run {run}: {outcome:?}");
@@ -346,10 +331,7 @@ async fn a_kill_right_after_spawn_takes_every_kid_and_bills_exactly_mt() {
         let model = lead_and_kids();
         let (tree, _) = lead_tree(&model).await;
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         tree.kill(lead.id()).expect("the lead's actor runs");
         let outcome = bounded("the lead", lead.outcome()).await;
         assert_eq!(outcome.reason, EndReason::Killed, "run {run}: {outcome:?}");
@@ -372,10 +354,7 @@ async fn a_shutdown_right_after_spawn_runs_each_hook_once_and_kills_nobody_mt() 
         let model = lead_and_kids();
         let (tree, hooks) = lead_tree(&model).await;
         let mut all = tree.subscribe();
-        let _lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let _lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let report = bounded("the shutdown", tree.shutdown()).await;
         assert!(report.killed.is_empty(), "run {run}: {report:?}");
         assert!(report.hook_failures.is_empty(), "run {run}: {report:?}");
@@ -405,21 +384,18 @@ async fn a_steer_right_after_spawn_is_read_or_refused_never_lost_mt() {
         let first = Turn::answer("first").usage(U);
         let model = ScriptedModel::new().script(
             "worker",
-            Script::new([
+            [
                 if run % 2 == 1 {
                     first.after(ms(1))
                 } else {
                     first
                 },
                 Turn::answer("second").usage(U),
-            ]),
+            ],
         );
         let tree = worker_tree(&model).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let id = worker.id();
         let receipt = bounded("the steer", tree.steer(id, STEER)).await;
         let outcome = bounded("the worker", worker.outcome()).await;
@@ -459,7 +435,7 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
         let model = ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::calls([
                         Call::spawn_background("kid", "one"),
                         Call::spawn_background("kid", "two"),
@@ -475,21 +451,18 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
                     Turn::answer("lead done").usage(U),
                     Turn::answer("lead done").usage(U),
                     Turn::answer("lead done").usage(U),
-                ]),
+                ],
             )
             .script(
                 "kid",
-                Script::new([
+                [
                     Turn::answer("kid first").usage(U),
                     Turn::answer("kid read").usage(U),
-                ]),
+                ],
             );
         let (tree, _) = lead_tree(&model).await;
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let outcome = bounded("the lead", lead.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;

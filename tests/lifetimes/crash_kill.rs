@@ -18,11 +18,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, TreeConfig};
 
 use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf, user_texts};
+use crate::support::{catalog, leaf, spawn_admitted, user_texts};
 
 const JOURNAL: &str = "AGENT_TREE_CRASH_JOURNAL";
 const SEED: &str = "AGENT_TREE_CRASH_SEED";
@@ -209,9 +209,7 @@ async fn admitted(journal: &Path) -> Tree {
         .build()
         .await
         .unwrap();
-    tree.spawn(SpawnRequest::new("writer", "the task"))
-        .await
-        .unwrap();
+    spawn_admitted(&tree, SpawnRequest::new("writer", "the task")).await;
     tree.flush_journal().await;
     tree
 }
@@ -225,7 +223,7 @@ async fn an_agent_killed_before_its_first_turn_resumes_with_its_task() {
     let dir = TempDir::new("crash-task");
     let journal = dir.file("tree.journal");
     kill_at("admitted", &journal);
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("written")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
     let tree = Tree::builder()
         .catalog(writer_catalog())
@@ -282,21 +280,23 @@ async fn steered(journal: &Path) -> Tree {
     let tree = Tree::builder()
         .config(TreeConfig::default().with_max_concurrent(1))
         .catalog(writer_catalog())
-        .model(ScriptedModel::new().script("writer", Script::new([Turn::hang()])))
+        .model(ScriptedModel::new().script("writer", [Turn::hang()]))
         .journal(JournalConfig::new(journal).durability(Durability::EveryEntry))
         .build()
         .await
         .unwrap();
-    let running = tree
-        .spawn(SpawnRequest::new("writer", "first task").background())
-        .await
-        .unwrap()
-        .id();
-    let queued = tree
-        .spawn(SpawnRequest::new("writer", "second task").background())
-        .await
-        .unwrap()
-        .id();
+    let running = spawn_admitted(
+        &tree,
+        SpawnRequest::new("writer", "first task").background(),
+    )
+    .await
+    .id();
+    let queued = spawn_admitted(
+        &tree,
+        SpawnRequest::new("writer", "second task").background(),
+    )
+    .await
+    .id();
     assert_eq!(
         tree.steer(running, "use blue").await,
         Ok(agent_tree::SteerReceipt::Delivered)
@@ -317,7 +317,7 @@ async fn steers_receipted_before_a_kill_are_read_once_by_the_resumed_runs() {
     let dir = TempDir::new("crash-steers");
     let journal = dir.file("tree.journal");
     kill_at("steered", &journal);
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let tree = Tree::builder()
         .catalog(writer_catalog())
@@ -353,10 +353,10 @@ async fn asking(journal: &Path, answered: bool) -> Tree {
         .catalog(writer_catalog())
         .model(ScriptedModel::new().script(
             "writer",
-            Script::new([Turn::calls([
+            [Turn::calls([
                 agent_tree::testkit::Call::ask_owner("tabs or spaces?"),
                 agent_tree::testkit::Call::tool("lint", serde_json::json!({})),
-            ])]),
+            ])],
         ))
         .tool(agent_tree::FnTool::new("lint", "lints", |_, _| {
             std::future::pending::<Result<String, agent_tree::ToolError>>()
@@ -368,10 +368,8 @@ async fn asking(journal: &Path, answered: bool) -> Tree {
         .await
         .unwrap();
     let mut events = tree.subscribe();
-    let writer = tree
-        .spawn(SpawnRequest::new("writer", "the task"))
+    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
         .await
-        .unwrap()
         .id();
     while let Some(event) = events.next().await {
         if event.agent == writer && event.kind.name() == "asked" {
@@ -431,7 +429,7 @@ async fn a_question_open_at_a_kill_is_put_to_the_handler_again() {
     let dir = TempDir::new("crash-asking");
     let journal = dir.file("tree.journal");
     kill_at("asking", &journal);
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let (tree, asked) = recovered_asker(&journal, model).await;
     let writer = AgentId::new(1);
@@ -455,7 +453,7 @@ async fn an_answer_given_before_a_kill_is_delivered_once() {
     let dir = TempDir::new("crash-answered");
     let journal = dir.file("tree.journal");
     kill_at("answered", &journal);
-    let model = ScriptedModel::new().script("writer", Script::new([Turn::answer("done")]));
+    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
     let log = model.call_log();
     let (tree, asked) = recovered_asker(&journal, model).await;
     let writer = AgentId::new(1);

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::races_mt::bounded;
-use crate::support::{catalog, delegator, leaf, terminal_event};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event};
 
 /// Input tokens every worker call reports with its first chunk.
 const INPUT: u64 = 10;
@@ -61,6 +61,8 @@ fn step(chunks: &[&'static str], end: End) -> Step {
 /// A model for `worker` agents that plays planned calls in order (a default answer once the
 /// plan is used up); `lead` agents follow a script. Every worker chunk is reported to the sink
 /// with the usage so far (no await between them); a yield separates chunks.
+/// Written by hand: it streams through the request's sink and wakes its own poll, which the
+/// kit's models do not.
 #[derive(Clone)]
 struct Plan {
     lead: ScriptedModel,
@@ -238,10 +240,7 @@ async fn streamed_then(end: End, cut: fn(&Tree, AgentId)) -> (Outcome, String, V
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(1).await;
     cut(&tree, worker.id());
     let outcome = bounded("the worker", worker.outcome()).await;
@@ -322,10 +321,7 @@ async fn a_failed_stream_announces_the_text_it_kept_as_partial() {
     );
     let tree = tree_with(&model, config).build().await.expect("builds");
     let mut events = tree.subscribe();
-    let outcome = tree
-        .run(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let outcome = run_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     assert_eq!(outcome.reason, EndReason::ModelError, "{outcome:?}");
     assert_eq!(outcome.partial.as_deref(), Some("Half an answer"));
     bounded("idle", tree.idle()).await;
@@ -349,10 +345,7 @@ async fn a_shutdown_mid_stream_announces_the_text_it_kept_as_partial() {
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(1).await;
     let report = bounded("the shutdown", tree.shutdown()).await;
     assert!(report.killed.is_empty(), "{report:?}");
@@ -391,10 +384,7 @@ async fn retried_then(second: End, cut_after: usize, cut: Cut) -> (Outcome, Usag
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     // The call that reached its end was polled on to its bill, its `retrying` event and its
     // backoff's sleep (1) or hangs in the second attempt (2).
     model.until_reached(cut_after).await;
@@ -485,10 +475,7 @@ async fn an_abort_in_a_length_continuation_keeps_both_pieces() {
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(2).await;
     tree.abort(worker.id()).expect("live");
     let outcome = bounded("the worker", worker.outcome()).await;
@@ -519,9 +506,11 @@ async fn self_wakes_and_a_stale_waker_change_nothing() {
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let outcome = bounded("the worker", tree.run(SpawnRequest::new("worker", "go")))
-        .await
-        .expect("admitted");
+    let outcome = bounded(
+        "the worker",
+        run_admitted(&tree, SpawnRequest::new("worker", "go")),
+    )
+    .await;
     assert!(outcome.is_completed(), "{outcome:?}");
     assert_eq!(outcome.text.as_deref(), Some("abcde"));
     for _ in 0..300 {
@@ -552,10 +541,7 @@ async fn a_resume_after_a_kill_mid_stream_continues_and_bills_both_runs() {
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "first"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "first")).await;
     model.until_reached(1).await;
     tree.kill(worker.id()).expect("live");
     let outcome = bounded("the worker", worker.outcome()).await;
@@ -610,10 +596,7 @@ async fn kills_mid_stream_past_the_restart_intensity_bill_every_run_once() {
         .await
         .expect("builds");
     let mut events = tree.subscribe();
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     let worker = AgentId::new(2);
     for kill in 1..=3 {
         model.until_reached(kill).await;
@@ -678,10 +661,8 @@ async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
             .await
             .expect("builds");
         let mut events = tree.subscribe();
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         // Somewhere in the streams.
         let mut all = Vec::new();

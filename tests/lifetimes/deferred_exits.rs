@@ -21,13 +21,13 @@ use std::time::Duration;
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, Event, EventKind, Strategy};
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf};
+use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf, spawn_admitted};
 
 const U: Usage = Usage::tokens(7, 3);
 
@@ -46,9 +46,9 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
-            .script("worker", Script::new([Turn::fail("connection reset")])),
+            .script("worker", [Turn::fail("connection reset")]),
     );
     let tree = Arc::new(
         crate::support::harness::tree(
@@ -78,10 +78,8 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
             awaiting
         })
     };
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let awaiting = bounded(GUARD, "the aborter", aborter)
         .await
@@ -105,9 +103,9 @@ async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner()
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
-            .script("worker", Script::new([Turn::fail("connection reset")])),
+            .script("worker", [Turn::fail("connection reset")]),
     );
     let tree = Arc::new(
         crate::support::harness::tree(
@@ -136,10 +134,8 @@ async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner()
             (awaiting, report)
         })
     };
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let (awaiting, _report) = bounded(GUARD, "the stopper", stopper)
         .await
@@ -161,9 +157,9 @@ fn lead_and_flaky() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn_background("flaky", "work"), Turn::hang()]),
+            [Turn::spawn_background("flaky", "work"), Turn::hang()],
         )
-        .script("flaky", Script::new([Turn::fail("boom").after(ms(10))]));
+        .script("flaky", [Turn::fail("boom").after(ms(10))]);
     let catalog = catalog([
         delegator("lead", &["flaky"]),
         leaf("flaky").with_restart(RestartPolicy::Transient),
@@ -182,10 +178,8 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final() {
     let (model, catalog) = lead_and_flaky();
     let tree = Arc::new(crate::support::harness::tree(model, catalog, TreeConfig::default()).await);
     let mut events = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let flaky = a(2);
     // A task of its own, woken (FIFO) by the terminal event before the owner is woken by the
@@ -220,13 +214,11 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final() {
 async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final_mt() {
     for run in 0..60u64 {
         let (model, catalog) = lead_and_flaky();
-        let model = model.script("flaky", Script::new([Turn::fail("boom")]));
+        let model = model.script("flaky", [Turn::fail("boom")]);
         let tree = crate::support::harness::tree(model, catalog, TreeConfig::default()).await;
         let mut events = tree.subscribe();
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         let flaky = a(2);
         bounded(REAL_GUARD, "the flaky child's end", async {
@@ -285,15 +277,11 @@ async fn a_shutdown_reports_a_killed_agent_awaiting_its_restart_decision_as_kill
         config,
     )
     .await;
-    let flaky = tree
-        .spawn(SpawnRequest::new("flaky", "go"))
+    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "go"))
         .await
-        .expect("admitted")
         .id();
-    let steady = tree
-        .spawn(SpawnRequest::new("steady", "go"))
+    let steady = spawn_admitted(&tree, SpawnRequest::new("steady", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_all_calls(&[flaky, steady], 1).await;
     // The shutdown begins in the task that hears flaky's `killed` event: it is woken while
@@ -347,21 +335,21 @@ async fn a_handle_taken_during_a_deferred_exit_sees_the_restarted_outcome() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("flaky", "work"),
                 Turn::calls([agent_tree::testkit::Call::tool(
                     "wait_subagents",
                     serde_json::json!({ "agent_ids": ["a2", "a2"], "policy": "all_settled" }),
                 )]),
                 Turn::answer("lead done"),
-            ]),
+            ],
         )
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(10)),
                 Turn::answer("second time").after(ms(10)),
-            ]),
+            ],
         );
     let catalog = catalog([
         delegator("lead", &["flaky"]),
@@ -369,10 +357,7 @@ async fn a_handle_taken_during_a_deferred_exit_sees_the_restarted_outcome() {
     ]);
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     let flaky = a(2);
     events
         .expect_event("the flaky child's failure", |e| {
@@ -418,6 +403,7 @@ fn restarts_after(events: &[Event], agent: AgentId, accepted: u64) -> usize {
 /// that, when the hanging call is dropped (its actor cancelled the turn: the plan's stop),
 /// has the application abort `idler` too, and records whether the abort was accepted and
 /// the event count then.
+/// Written by hand: the test is about what happens when a model call is dropped.
 #[derive(Clone)]
 struct AbortOnDrop {
     scripted: ScriptedModel,
@@ -478,18 +464,18 @@ async fn abort_on_drop_tree(
     let scripted = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(delay),
                 Turn::answer("flaky again").usage(U),
                 Turn::answer("flaky third").usage(U),
-            ]),
+            ],
         )
         .script(
             "idler",
-            Script::new([
+            [
                 Turn::answer("idler again").usage(U),
                 Turn::answer("idler third").usage(U),
-            ]),
+            ],
         );
     let cell = TreeCell::new();
     let seen: Arc<Mutex<Option<(bool, u64)>>> = Arc::default();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{FnTool, HookContext, JournalConfig, SteerReceipt, ToolError};
 use serde_json::json;
 
@@ -41,10 +41,10 @@ fn slow(tag: &str, wait: u64) -> Call {
 async fn lead_with_calls_out(hooks: bool) -> (Tree, RecordingModel) {
     let model = RecordingModel::new(ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([slow("quick", 10), slow("stuck", 3_600_000)]),
             Turn::answer("lead done after the resume"),
-        ]),
+        ],
     ));
     let mut builder = Tree::builder()
         .catalog(catalog([delegator_of_all("lead")]))
@@ -144,18 +144,18 @@ async fn ended_while_calls_are_out(end: End, delay: u64, asked: bool) -> Option<
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::calls([
+                [Turn::calls([
                     slow("quick", 0),
                     Call::spawn("asker", "ask me"),
                     slow("stuck", 3_600_000),
-                ])]),
+                ])],
             )
             .script(
                 "asker",
-                Script::new([
+                [
                     Turn::calls([crate::support::ask("which?")]),
                     Turn::answer("ok"),
-                ]),
+                ],
             ),
     )
     .with_hook(|request| {
@@ -268,10 +268,10 @@ async fn a_journaled_tree_shutdown_with_hooks_keeps_every_call_answered() {
     let path = dir.file("journal");
     let model = RecordingModel::new(ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([slow("quick", 10), slow("stuck", 3_600_000)]),
             Turn::answer("lead done after the resume"),
-        ]),
+        ],
     ));
     let build = |path: std::path::PathBuf, model: RecordingModel| async move {
         Tree::builder()

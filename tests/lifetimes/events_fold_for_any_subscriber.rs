@@ -4,7 +4,7 @@
 //! instant it subscribed.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::lifetimes::ms;
 use crate::support::{catalog, delegator_of_all, leaf};
@@ -21,7 +21,7 @@ async fn late_and_leaving_subscribers_fold_to_the_records() {
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("flaky", "a"),
                     Call::spawn_background("worker", "b"),
@@ -29,22 +29,22 @@ async fn late_and_leaving_subscribers_fold_to_the_records() {
                 .usage(Usage::tokens(5, 1)),
                 Turn::answer("first").after(ms(30)),
                 Turn::answer("lead resumed").usage(Usage::tokens(3, 1)),
-            ]),
+            ],
         )
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(5)),
                 Turn::answer("flaky ok")
                     .after(ms(10))
                     .usage(Usage::tokens(2, 2)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worker ok")
+            [Turn::answer("worker ok")
                 .after(ms(20))
-                .usage(Usage::tokens(1, 1))]),
+                .usage(Usage::tokens(1, 1))],
         );
     let tree = Tree::builder()
         .catalog(catalog([

@@ -20,18 +20,13 @@ use agent_tree::testkit::{CallEnd, Script, ScriptedModel, Turn};
 use agent_tree::{ControlError, SteerReceipt};
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf, spawn_admitted};
 
 const U: Usage = Usage::tokens(7, 3);
 const STEER: &str = "a steer sent as the agent starts";
 
 async fn worker_tree(model: &ScriptedModel, worker: AgentDefinition) -> Tree {
-    Tree::builder()
-        .catalog(catalog([worker]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds")
+    build_tree(catalog([worker]), model.clone()).await
 }
 
 fn script(first: Turn) -> Script {
@@ -84,10 +79,7 @@ async fn an_abort_after_the_first_poll_keeps_the_answer_as_partial() {
     let model = ScriptedModel::new().script("worker", script(Turn::answer("first").usage(U)));
     let tree = worker_tree(&model, leaf("worker")).await;
     let mut all = tree.subscribe();
-    let mut worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
-        .await
-        .expect("admitted");
+    let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     tokio::task::yield_now().await;
     assert_eq!(model.calls_by(worker.id()), 1, "the first turn was polled");
     tree.abort(worker.id()).expect("the worker is live");
@@ -113,10 +105,7 @@ async fn a_steer_right_after_spawn_with_one_turn_is_refused_never_lost_mt() {
         let model = ScriptedModel::new().script("worker", script(first));
         let tree = worker_tree(&model, leaf("worker").with_max_turns(1)).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let id = worker.id();
         let receipt = bounded("the steer", tree.steer(id, STEER)).await;
         let outcome = bounded("the worker", worker.outcome()).await;
@@ -155,10 +144,7 @@ async fn a_delivered_steer_survives_a_first_turn_failure_mt() {
         let model = ScriptedModel::new().script("worker", script(first));
         let tree = worker_tree(&model, leaf("worker")).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let id = worker.id();
         let receipt = bounded("the steer", tree.steer(id, STEER)).await;
         let outcome = bounded("the worker", worker.outcome()).await;
@@ -216,10 +202,7 @@ async fn an_abort_right_after_spawn_never_restarts_mt() {
         )
         .await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let id = worker.id();
         tree.abort(id).expect("the worker exists");
         // Everything after this sequence number happened after the abort was accepted.

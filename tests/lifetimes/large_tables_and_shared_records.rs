@@ -10,11 +10,11 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::RequestId;
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// The root's request ids move from a list to a map at the 17th; every earlier id, the one
 /// that triggered the switch and later ones each still return the existing agent (no second
@@ -22,7 +22,7 @@ use crate::support::{catalog, leaf};
 #[tokio::test(start_paused = true)]
 async fn a_request_id_replays_its_agent_across_the_list_to_map_switch() {
     let tree = crate::support::harness::tree(
-        ScriptedModel::new().script("w", Script::new([Turn::hang()])),
+        ScriptedModel::new().script("w", [Turn::hang()]),
         catalog([leaf("w")]),
         TreeConfig::default()
             .with_max_total_agents(64)
@@ -72,14 +72,11 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
         agent_tree::testkit::Call::spawn(agent_type, format!("job {i}"))
     });
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::calls(calls), Turn::answer("all done")]),
-        )
-        .script("w", Script::new([Turn::answer("ok").after(ms(20))]))
+        .script("lead", [Turn::calls(calls), Turn::answer("all done")])
+        .script("w", [Turn::answer("ok").after(ms(20))])
         .script(
             "flaky",
-            Script::new([Turn::fail("boom").after(ms(10)), Turn::answer("ok at last")]),
+            [Turn::fail("boom").after(ms(10)), Turn::answer("ok at last")],
         );
     let catalog = catalog([
         crate::support::delegator("lead", &["w", "flaky"]).with_supervision(
@@ -98,10 +95,8 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
             .with_max_total_agents(64),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed, "{got:?}");
@@ -136,30 +131,23 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
 async fn an_earlier_snapshot_never_changes() {
     let tree = crate::support::harness::tree(
         ScriptedModel::new()
-            .script(
-                "done",
-                Script::new([Turn::answer("ok").usage(Usage::tokens(3, 4))]),
-            )
+            .script("done", [Turn::answer("ok").usage(Usage::tokens(3, 4))])
             .script("w", hanging(1)),
         catalog([leaf("done"), leaf("w")]),
         TreeConfig::default(),
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let w = tree
-        .spawn(SpawnRequest::new("w", "hang"))
+    let w = spawn_admitted(&tree, SpawnRequest::new("w", "hang"))
         .await
-        .expect("w")
         .id();
     events
         .expect_event("a start", crate::support::harness::started(w))
         .await;
     let before = tree.snapshot();
     let frozen = serde_json::to_string(&before).expect("json");
-    let done = tree
-        .spawn(SpawnRequest::new("done", "go"))
+    let done = spawn_admitted(&tree, SpawnRequest::new("done", "go"))
         .await
-        .expect("done")
         .id();
     let got = outcome(&tree, done, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed);

@@ -18,8 +18,8 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::{
-    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf,
-    terminal_event, within,
+    CallEnd, RecordingModel, WAIT_LIMIT, build_tree, catalog, delegator, delegator_of_all, leaf,
+    spawn_admitted, terminal_event, within,
 };
 
 const LATER: Duration = Duration::from_secs(10);
@@ -38,10 +38,10 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn_background("lead", "lead the work"),
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "lead",
@@ -71,9 +71,7 @@ async fn setup(lead_then: Vec<Turn>) -> (Tree, RecordingModel, EventStream) {
     )
     .await;
     let events = tree.subscribe();
-    tree.spawn(SpawnRequest::new("boss", "oversee"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "oversee")).await;
     // Both workers are in flight: the detached one in its long second call.
     model.until_calls(a(3), 1).await;
     model.until_calls(a(4), 2).await;
@@ -287,7 +285,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "x")]),
                 Turn::fail("crash").after(Duration::from_millis(50)),
                 // restarted incarnation: resume the detached child, then finish
@@ -296,14 +294,13 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
                     json!({ "resume": "a2", "prompt": "more", "background": true }),
                 )]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::answer("kid 1"), Turn::hang()]));
-    let catalog = Catalog::new([
+        .script("kid", [Turn::answer("kid 1"), Turn::hang()]);
+    let catalog = catalog([
         delegator_of_all("boss").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("kid", "").detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let out = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
@@ -357,10 +354,10 @@ async fn detached_question_around_owner_runs(delay: Duration, resume: bool) -> M
         ScriptedModel::new()
             .script(
                 "kid",
-                Script::new([
+                [
                     Turn::calls([crate::support::ask("which colour?")]).after(delay),
                     Turn::answer("kid done"),
-                ]),
+                ],
             )
             .script(
                 "boss",
@@ -368,12 +365,11 @@ async fn detached_question_around_owner_runs(delay: Duration, resume: bool) -> M
             ),
     )
     .with_hook(boss_hook);
-    let tree = Tree::builder()
-        .catalog(catalog([delegator_of_all("boss"), leaf("kid").detached()]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator_of_all("boss"), leaf("kid").detached()]),
+        model.clone(),
+    )
+    .await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = crate::races_mt::bounded("the boss's first run", boss.outcome()).await;
     assert!(first.is_completed(), "{first:?}");

@@ -27,20 +27,23 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms, terminal};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
-use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, terminal_event, within};
+use crate::support::{
+    CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted,
+    terminal_event, within,
+};
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
 /// background, then `lead_then`.
 fn model(lead_then: Turn) -> RecordingModel {
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls([
                 Call::spawn_background("worker", "w1"),
                 Call::spawn_background("worker", "w2"),
             ]),
             lead_then,
-        ]),
+        ],
     );
     scripted.script_agent(
         a(2),
@@ -65,36 +68,65 @@ fn end_of(events: &[Event], id: AgentId) -> &Event {
     terminal_event(events, id).unwrap_or_else(|| panic!("{id} never settled: {events:?}"))
 }
 
+/// An owner whose run ends at 1 s aborts its live children at that instant, with reason
+/// `owner_ended` and their model calls cancelled, and settles after them: when it answers
+/// under `abort_children`, and when it fails, even under `drain`.
 #[tokio::test(start_paused = true)]
-async fn abort_children_aborts_live_children_when_the_owner_answers() {
-    let model = model(Turn::answer("lead done").after(Duration::from_secs(1)));
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::AbortChildren), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
-    let mut events = tree.subscribe();
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("admitted");
-    assert_eq!(outcome.text.as_deref(), Some("lead done"));
-    let events = events.drain();
-    for child in [a(2), a(3)] {
-        let end = end_of(&events, child);
-        assert_eq!(
-            (end.kind.name(), end.kind.reason()),
-            ("aborted", Some(EndReason::OwnerEnded)),
-            "{child}"
-        );
-        assert_eq!(end.at_ms, 1000, "{child}: aborted when the owner answered");
-        let call = &model.calls_of(child)[0];
-        assert_eq!(call.end, CallEnd::Dropped, "{child}");
-        assert!(end.seq < end_of(&events, a(1)).seq, "{child} settles first");
+async fn an_owner_whose_run_ends_aborts_its_live_children_at_once() {
+    let cases = [
+        (
+            "answered, abort_children",
+            Turn::answer("lead done"),
+            SettlePolicy::AbortChildren,
+            (AgentStatus::Completed, EndReason::FinalAnswer),
+        ),
+        (
+            "failed, drain",
+            Turn::fail("lead broke"),
+            SettlePolicy::Drain,
+            (AgentStatus::Failed, EndReason::ModelError),
+        ),
+    ];
+    for (case, lead_then, settle, (status, reason)) in cases {
+        let model = model(lead_then.after(Duration::from_secs(1)));
+        let tree = tree(
+            model.clone(),
+            catalog([lead(settle), leaf("worker")]),
+            TreeConfig::default(),
+        )
+        .await;
+        let mut events = tree.subscribe();
+        let outcome = within(
+            "the lead",
+            run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        )
+        .await;
+        assert_eq!((outcome.status, outcome.reason), (status, reason), "{case}");
+        if status == AgentStatus::Completed {
+            assert_eq!(outcome.text.as_deref(), Some("lead done"), "{case}");
+        }
+        let events = events.drain();
+        let lead_end = end_of(&events, a(1));
+        for child in [a(2), a(3)] {
+            let end = end_of(&events, child);
+            assert_eq!(
+                (end.kind.name(), end.kind.reason(), end.at_ms),
+                ("aborted", Some(EndReason::OwnerEnded), 1000),
+                "{case}: {child}, aborted when the owner's run ended"
+            );
+            assert_eq!(
+                model.calls_of(child)[0].end,
+                CallEnd::Dropped,
+                "{case}: {child}"
+            );
+            assert!(end.seq < lead_end.seq, "{case}: {child} settles first");
+        }
+        assert_eq!(lead_end.at_ms, 1000, "{case}");
+        if status == AgentStatus::Completed {
+            assert_eq!(lead_end.kind.name(), "completed", "{case}");
+        }
+        tree.shutdown().await;
     }
-    let lead_end = end_of(&events, a(1));
-    assert_eq!((lead_end.kind.name(), lead_end.at_ms), ("completed", 1000));
-    tree.shutdown().await;
 }
 
 async fn assert_drains(tree: &Tree, events: &mut EventProbe, lead: AgentId) {
@@ -147,9 +179,7 @@ async fn drain_holds_the_owner_completing_until_its_children_settle() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     assert_drains(&tree, &mut events, a(1)).await;
     assert!(model.calls().iter().all(|c| c.end == CallEnd::Returned));
     tree.shutdown().await;
@@ -166,10 +196,11 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     )
     .await;
     let mut events = EventProbe::new(&tree_top);
-    tree_top
-        .spawn(SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain))
-        .await
-        .expect("admitted");
+    spawn_admitted(
+        &tree_top,
+        SpawnRequest::new("lead", "go").with_settle(SettlePolicy::Drain),
+    )
+    .await;
     assert_drains(&tree_top, &mut events, a(1)).await;
     tree_top.shutdown().await;
 
@@ -178,24 +209,24 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("lead", "go")]),
                 Turn::hang(),
-            ]),
+            ],
         )
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("worker", "w1"),
                     Call::spawn_background("worker", "w2"),
                 ]),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").after(Duration::from_secs(2))]),
+            [Turn::answer("worked").after(Duration::from_secs(2))],
         );
     let nested = RecordingModel::new(scripted);
     let tree = tree(
@@ -208,9 +239,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
         TreeConfig::default(),
     )
     .await;
-    tree.spawn(SpawnRequest::new("boss", "oversee"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "oversee")).await;
     let outcome = within("the lead", async {
         nested.until_calls(a(2), 1).await;
         tree.handle(a(2)).expect("lead").outcome().await
@@ -228,37 +257,6 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failed_owner_aborts_its_children_even_under_drain() {
-    let model = model(Turn::fail("lead broke").after(Duration::from_secs(1)));
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
-    let mut events = tree.subscribe();
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("admitted");
-    assert_eq!(
-        (outcome.status, outcome.reason),
-        (AgentStatus::Failed, EndReason::ModelError)
-    );
-    let events = events.drain();
-    for child in [a(2), a(3)] {
-        let end = end_of(&events, child);
-        assert_eq!(
-            (end.kind.name(), end.kind.reason(), end.at_ms),
-            ("aborted", Some(EndReason::OwnerEnded), 1000),
-            "{child}"
-        );
-        assert_eq!(model.calls_of(child)[0].end, CallEnd::Dropped);
-    }
-    assert_eq!(end_of(&events, a(1)).at_ms, 1000);
-    tree.shutdown().await;
-}
-
-#[tokio::test(start_paused = true)]
 async fn an_aborted_owner_aborts_its_children_even_under_drain() {
     let model = model(Turn::hang());
     let tree = tree(
@@ -267,10 +265,7 @@ async fn an_aborted_owner_aborts_its_children_even_under_drain() {
         TreeConfig::default(),
     )
     .await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     model.until_all_calls(&[a(1), a(2), a(3)], 1).await;
     model.until_calls(a(1), 2).await;
     tree.abort(lead.id()).expect("exists");
@@ -296,21 +291,21 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::spawn_background("worker", "ask later"),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([
+            [
                 Turn::calls([Call::tool(
                     ASK_OWNER_TOOL,
                     json!({ "question": "which branch?" }),
                 )])
                 .after(Duration::from_secs(2)),
                 Turn::answer("worked it out"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -319,10 +314,7 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
         TreeConfig::default(),
     )
     .await;
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     // Far longer than anything in the scripts; virtual time, so it costs nothing.
     let settled = tokio::time::timeout(Duration::from_secs(3600), lead.outcome()).await;
     let worker = tree.record(a(2)).expect("worker");
@@ -347,7 +339,7 @@ async fn the_completing_root_refuses_new_top_level_spawns() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn_background("worker", "w"), Turn::answer("done")]),
+                [Turn::spawn_background("worker", "w"), Turn::answer("done")],
             )
             .script("worker", hanging(1)),
     );
@@ -371,9 +363,7 @@ async fn the_completing_root_refuses_new_top_level_spawns() {
             .expect("the tree builds"),
     );
     cell.set(&tree);
-    tree.spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     model.until_calls(a(2), 1).await;
     // The lead answered and drains its hanging worker.
     model.until_calls(a(1), 2).await;
@@ -411,10 +401,10 @@ fn drain_tree_parts() -> (RecordingModel, Catalog) {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -439,7 +429,7 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1 ({how}): the lead {lead} had decided `completed: lead done` and held in \
+        "{how}: the lead {lead} had decided `completed: lead done` and held in \
          completing; the {how} replaced it with {got:?}"
     );
     let worker = tree.outcome(worker).expect("the worker settled");
@@ -450,17 +440,14 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
     );
 }
 
-/// Defect 1: `Tree::abort` of a draining (completing) agent replaces its decided
-/// `completed` outcome with `aborted`. Correct: it stays completed with its answer; only the
-/// still-running child is cut.
+/// `Tree::abort` of a draining (completing) agent keeps its decided `completed` outcome with
+/// its answer; only the still-running child is cut.
 #[tokio::test(start_paused = true)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer() {
+async fn abort_of_a_completing_agent_keeps_its_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     until_completing(&tree, &model, lead).await;
@@ -470,25 +457,25 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 1: the owner's end (boss answers; its settle policy aborts its children) reaches a
+/// The owner's end (boss answers; its settle policy aborts its children) reaches a
 /// draining child lead that already answered: the lead must stay completed.
 #[tokio::test(start_paused = true)]
-async fn d1_owner_end_keeps_a_completing_childs_answer() {
+async fn owner_end_keeps_a_completing_childs_answer() {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("lead", "lead the work"),
                     Turn::answer("boss done").after(ms(50)),
-                ]),
+                ],
             )
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -498,10 +485,8 @@ async fn d1_owner_end_keeps_a_completing_childs_answer() {
         leaf("worker"),
     ]);
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go"))
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(3), 1).await;
     until_completing(&tree, &model, a(2)).await;
@@ -512,66 +497,50 @@ async fn d1_owner_end_keeps_a_completing_childs_answer() {
     tree.shutdown().await;
 }
 
-/// Defect 1: a shutdown with a shutdown hook registered reaches a completing agent: it must
-/// keep its decided `completed` outcome (its hooks may run, but the answer stands).
+/// A shutdown that reaches a completing agent, with a shutdown hook registered or none,
+/// leaves its decided `completed` outcome standing (its hooks may run, but the answer
+/// stands); only its still-running child is cut, and nothing is killed.
 #[tokio::test(start_paused = true)]
-async fn d1_shutdown_with_a_hook_keeps_a_completing_agents_answer() {
-    let (model, catalog) = drain_tree_parts();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model.clone())
-        .on_shutdown(|_ctx: HookContext| async move {
-            tokio::time::sleep(ms(5)).await;
-            Ok::<(), HookError>(())
-        })
-        .build()
-        .await
-        .expect("the tree builds");
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted")
-        .id();
-    model.until_calls(a(2), 1).await;
-    until_completing(&tree, &model, lead).await;
-    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
-    assert!(report.killed.is_empty(), "{report:?}");
-    let got = tree.outcome(lead).expect("the lead settled");
-    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (with a hook)");
+async fn a_shutdown_keeps_a_completing_agents_answer_with_or_without_hooks() {
+    for hook in [true, false] {
+        let (model, catalog) = drain_tree_parts();
+        let mut builder = Tree::builder().catalog(catalog).model(model.clone());
+        if hook {
+            builder = builder.on_shutdown(|_ctx: HookContext| async move {
+                tokio::time::sleep(ms(5)).await;
+                Ok::<(), HookError>(())
+            });
+        }
+        let tree = builder.build().await.expect("the tree builds");
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
+            .await
+            .id();
+        model.until_calls(a(2), 1).await;
+        until_completing(&tree, &model, lead).await;
+        let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
+        assert!(report.killed.is_empty(), "{report:?}");
+        let got = tree.outcome(lead).expect("the lead settled");
+        let how = if hook {
+            "shutdown (with a hook)"
+        } else {
+            "shutdown (no hook)"
+        };
+        assert_kept_answer(&tree, lead, a(2), &got, how);
+    }
 }
 
-/// Defect 1: the same with no shutdown hook registered.
-#[tokio::test(start_paused = true)]
-async fn d1_shutdown_without_hooks_keeps_a_completing_agents_answer() {
-    let (model, catalog) = drain_tree_parts();
-    let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
-        .await
-        .expect("admitted")
-        .id();
-    model.until_calls(a(2), 1).await;
-    until_completing(&tree, &model, lead).await;
-    let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
-    assert!(report.killed.is_empty(), "{report:?}");
-    let got = tree.outcome(lead).expect("the lead settled");
-    assert_kept_answer(&tree, lead, a(2), &got, "shutdown (no hook)");
-}
-
-/// Defect 1 on worker threads: the abort of a completing lead races its worker's settle.
+/// On worker threads: the abort of a completing lead races its worker's settle.
 /// Whatever the message order, the lead keeps `completed: lead done`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer_mt() {
+async fn abort_of_a_completing_agent_keeps_its_answer_mt() {
     const RUNS: u64 = 100;
     let mut lost = Vec::new();
     for run in 0..RUNS {
         let (model, catalog) = drain_tree_parts();
         let tree =
             crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         bounded(REAL_GUARD, "the lead to hold in completing", async {
             while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing)
@@ -591,7 +560,7 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 1: {} of {RUNS} aborts replaced a completing lead's decided answer; first: {:?}",
+        "{} of {RUNS} aborts replaced a completing lead's decided answer; first: {:?}",
         lost.len(),
         &lost[..lost.len().min(8)]
     );
@@ -605,10 +574,10 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done").after(ms(10)),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -631,16 +600,14 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
     (Arc::new(tree), model)
 }
 
-/// Defect 1, deterministic: `Tree::abort` of a completing lead whose worker is still in its
+/// Deterministic: `Tree::abort` of a completing lead whose worker is still in its
 /// shutdown hooks. The lead had decided `completed: lead done`; the abort must only cut the
 /// worker, not replace the lead's answer.
 #[tokio::test(start_paused = true)]
-async fn d1_abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
+async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
     let (tree, model) = completing_lead_with_a_stopping_worker().await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(2), 1).await;
     let stopping = {
@@ -659,31 +626,31 @@ async fn d1_abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops()
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1: the abort replaced a completing lead's decided answer with {got:?}"
+        "the abort replaced a completing lead's decided answer with {got:?}"
     );
     bounded(GUARD, "idle", tree.idle()).await;
 }
 
-/// Defect 1, deterministic: the owner's end reaches a completing lead whose worker is still
+/// Deterministic: the owner's end reaches a completing lead whose worker is still
 /// in its shutdown hooks (`Tree::shutdown_agent(worker)`): boss (a1) answers and aborts its
 /// children; the lead (a2) had decided `completed: lead done` and must keep it.
 #[tokio::test(start_paused = true)]
-async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
+async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("lead", "lead the work"),
                     Turn::answer("boss done").after(ms(200)),
-                ]),
+                ],
             )
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "drain me"),
                     Turn::answer("lead done").after(ms(10)),
-                ]),
+                ],
             )
             .script("worker", hanging(1)),
     );
@@ -706,10 +673,8 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
             .await
             .expect("the tree builds"),
     );
-    let boss = tree
-        .spawn(SpawnRequest::new("boss", "go"))
+    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
         .await
-        .expect("admitted")
         .id();
     model.until_calls(a(3), 1).await;
     let stopping = {
@@ -724,15 +689,15 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     assert_eq!(
         (got.status, got.text.as_deref()),
         (AgentStatus::Completed, Some("lead done")),
-        "defect 1: the owner's end replaced a completing lead's decided answer with {got:?}"
+        "the owner's end replaced a completing lead's decided answer with {got:?}"
     );
     bounded(GUARD, "idle", tree.idle()).await;
 }
 
-/// Defect 1 on worker threads: the owner's end (boss answers) races the draining lead's
+/// On worker threads: the owner's end (boss answers) races the draining lead's
 /// worker settling; the lead keeps `completed: lead done` every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
+async fn owner_end_keeps_a_completing_childs_answer_mt() {
     const RUNS: u64 = 100;
     let mut lost = Vec::new();
     for run in 0..RUNS {
@@ -740,17 +705,17 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
             ScriptedModel::new()
                 .script(
                     "boss",
-                    Script::new([
+                    [
                         Turn::spawn_background("lead", "lead the work"),
                         Turn::answer("boss done").after(ms(3 + run % 2)),
-                    ]),
+                    ],
                 )
                 .script(
                     "lead",
-                    Script::new([
+                    [
                         Turn::spawn_background("worker", "drain me"),
                         Turn::answer("lead done"),
-                    ]),
+                    ],
                 )
                 .script("worker", hanging(1)),
         );
@@ -765,10 +730,8 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
+        let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
             .await
-            .expect("admitted")
             .id();
         let _ = outcome(&tree, boss, REAL_GUARD).await;
         let got = outcome(&tree, a(2), REAL_GUARD).await;
@@ -789,7 +752,7 @@ async fn d1_owner_end_keeps_a_completing_childs_answer_mt() {
     }
     assert!(
         lost.is_empty(),
-        "defect 1: {} of {RUNS} owner ends replaced a completing lead's decided answer; first: \
+        "{} of {RUNS} owner ends replaced a completing lead's decided answer; first: \
          {:?}",
         lost.len(),
         &lost[..lost.len().min(8)]

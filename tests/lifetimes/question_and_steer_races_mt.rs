@@ -15,71 +15,31 @@ use agent_tree::BoxFuture;
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Message, Role, ToolCall};
+use agent_tree::testkit::FnModel;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::{TreeCell, catalog, delegator_of_all, leaf, unanswered};
+use crate::support::{TreeCell, build_tree, catalog, delegator_of_all, leaf, unanswered};
 
-type Respond =
-    dyn Fn(ModelRequest) -> BoxFuture<'static, Result<ModelResponse, ModelError>> + Send + Sync;
-
-/// One logged model request: agent, run, turn, the conversation sent.
-#[derive(Clone, Debug)]
-struct Logged {
-    agent: AgentId,
-    run: u32,
-    messages: Arc<[Message]>,
-}
-
-/// A model answering each request with a closure, logging every request.
-#[derive(Clone)]
-struct FnModel {
-    respond: Arc<Respond>,
-    log: Arc<Mutex<Vec<Logged>>>,
-}
-
-impl FnModel {
-    fn new(
-        respond: impl Fn(ModelRequest) -> BoxFuture<'static, Result<ModelResponse, ModelError>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
-        FnModel {
-            respond: Arc::new(respond),
-            log: Arc::default(),
-        }
-    }
-
-    fn of(&self, agent: AgentId) -> Vec<Logged> {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.agent == agent)
-            .cloned()
-            .collect()
-    }
-}
-
-impl Model for FnModel {
-    fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.log.lock().unwrap().push(Logged {
-            agent: request.agent,
-            run: request.run,
-            messages: request.messages.clone(),
-        });
-        let respond = (self.respond)(request);
-        Box::pin(async move {
-            // Every answered turn bills a little, so usage totals are checked too.
-            respond
+/// A [`FnModel`] answering with `respond`, where every answered turn bills a little, so
+/// usage totals are checked too.
+fn billed(
+    respond: impl Fn(ModelRequest) -> BoxFuture<'static, Result<ModelResponse, ModelError>>
+    + Send
+    + Sync
+    + 'static,
+) -> FnModel {
+    FnModel::new(move |request| {
+        let answer = respond(request);
+        async move {
+            answer
                 .await
                 .map(|response| response.with_usage(Usage::tokens(3, 1)))
-        })
-    }
+        }
+    })
 }
 
 fn call(id: &str, name: &str, input: serde_json::Value) -> ModelResponse {
@@ -128,7 +88,7 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
     let stage = Arc::new(AtomicU8::new(0));
     let busy = stage.clone();
     let in_model = cell.clone();
-    let model = FnModel::new(move |request| {
+    let model = billed(move |request| {
         let gated = gated.clone();
         let busy = busy.clone();
         let cell = in_model.clone();
@@ -172,12 +132,11 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
         })
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("the tree builds"),
+        build_tree(
+            catalog([delegator_of_all("lead"), leaf("kid")]),
+            model.clone(),
+        )
+        .await,
     );
     cell.set(&tree);
     let mut events = tree.subscribe();
@@ -270,7 +229,7 @@ async fn steer_kept_then_killed(
     trial: u32,
 ) -> Option<(Vec<Message>, usize)> {
     let (fail, failing) = watch::channel(false);
-    let model = FnModel::new(move |request| {
+    let model = billed(move |request| {
         let mut failing = failing.clone();
         Box::pin(async move {
             if request.agent == AgentId::new(2) {
@@ -297,12 +256,7 @@ async fn steer_kept_then_killed(
     } else {
         delegator_of_all("lead")
     };
-    let tree = Tree::builder()
-        .catalog(catalog([lead_definition, leaf("kid")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(catalog([lead_definition, leaf("kid")]), model.clone()).await;
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
@@ -432,7 +386,7 @@ async fn a_kept_steer_survives_a_kill_then_a_restart_mt() {
 async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::Value, String) {
     let (gate, gated) = watch::channel(false);
     let (finish, finishing) = watch::channel(false);
-    let model = FnModel::new(move |request| {
+    let model = billed(move |request| {
         let mut gated = gated.clone();
         let mut finishing = finishing.clone();
         Box::pin(async move {
@@ -462,12 +416,11 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
             ))
         })
     });
-    let tree = Tree::builder()
-        .catalog(catalog([delegator_of_all("lead"), leaf("kid")]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = build_tree(
+        catalog([delegator_of_all("lead"), leaf("kid")]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
@@ -545,7 +498,7 @@ async fn steer_kept_then_shutdown_deadline(
     delay: u64,
     trial: u32,
 ) -> (Vec<AgentId>, Vec<Message>, usize) {
-    let model = FnModel::new(move |request| {
+    let model = billed(move |request| {
         Box::pin(async move {
             if request.agent == AgentId::new(1) && request.run > 1 {
                 return Ok(ModelResponse::text("lead done"));
@@ -696,7 +649,7 @@ fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
 /// `detached`, the kids are detached, the lead's first run answers at once, and the
 /// application resumes the lead as soon as that run settled.
 async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
-    let model = FnModel::new(move |request| {
+    let model = billed(move |request| {
         Box::pin(async move {
             let messages = request.messages.clone();
             let (agent, run, turn) = (request.agent, request.run, request.turn);
@@ -788,7 +741,7 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
     }
     let calls = 2 + (action >> 24) as usize % 5;
     let _ = tokio::time::timeout(Duration::from_millis(200), async {
-        while model.log.lock().unwrap().len() < calls {
+        while model.calls() < calls {
             tokio::task::yield_now().await;
         }
     })
@@ -826,7 +779,7 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
             tree.snapshot().render_text()
         );
     }
-    for logged in model.log.lock().unwrap().iter() {
+    for logged in model.call_log().calls() {
         if let Some(problem) = unanswered(&logged.messages) {
             panic!(
                 "trial {trial}: {} run {}: {problem}",

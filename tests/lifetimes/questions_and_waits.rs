@@ -14,13 +14,13 @@ use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::Call;
-use agent_tree::testkit::{EventProbe, Script, ScriptedModel, Target, Turn};
+use agent_tree::testkit::{EventProbe, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 // ---------------------------------------------------------------------------------------
 // wait_subagents over the owner's child table: sets a model can write.
@@ -32,16 +32,13 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::tool("wait_subagents", set)]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script(
-                "worker",
-                Script::new([Turn::answer("worker done").after(ms(10))]),
-            ),
+            .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
     let tree = crate::support::harness::tree(
         model.clone(),
@@ -58,10 +55,8 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
 #[tokio::test(start_paused = true)]
 async fn wait_subagents_with_a_repeated_id_does_not_hang() {
     let (tree, model) = lead_waits_on(json!({ "agent_ids": ["a2", "a2"] })).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -77,7 +72,7 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "work"),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::calls([Call::tool(
@@ -85,9 +80,9 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
                         json!({ "agent_ids": ["a2", "a2"], "policy": "all_settled" }),
                     )]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worker done")])),
+            .script("worker", [Turn::answer("worker done")]),
     );
     let tree = crate::support::harness::tree(
         model.clone(),
@@ -95,10 +90,8 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
         TreeConfig::default(),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -111,10 +104,8 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
 #[tokio::test(start_paused = true)]
 async fn wait_subagents_with_an_empty_set_does_not_hang() {
     let (tree, model) = lead_waits_on(json!({ "agent_ids": [] })).await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -137,20 +128,20 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([
+                [
                     Turn::spawn("worker", "work"),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::calls([Call::steer(Target::Id(a(2)), "the answer is 42")]),
                     Turn::calls([Call::result(Target::Id(a(2)))]),
                     Turn::answer("lead done"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([
+                [
                     Turn::calls([crate::support::ask("which number?")]),
                     Turn::answer("worker done"),
-                ]),
+                ],
             ),
     );
     let tree = crate::support::harness::tree(
@@ -159,10 +150,8 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
         TreeConfig::default(),
     )
     .await;
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .expect("admitted")
         .id();
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
@@ -182,10 +171,10 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
 async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivered_unread() {
     let model = RecordingModel::new(ScriptedModel::new().script(
         "worker",
-        Script::new([
+        [
             Turn::calls([crate::support::ask("which number?")]),
             Turn::answer("42"),
-        ]),
+        ],
     ));
     let tree = crate::support::harness::tree(
         model.clone(),
@@ -194,10 +183,8 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let worker = tree
-        .spawn(SpawnRequest::new("worker", "go"))
+    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go"))
         .await
-        .expect("admitted")
         .id();
     // The runtime refuses the question itself: an `ask_owner` on the last turn `max_turns`
     // allows is an error result at once (its answer could only be read by a next turn), so

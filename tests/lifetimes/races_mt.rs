@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role, Strategy};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{
+    RecordingModel, build_tree, catalog, delegator, leaf, read_result_call, run_admitted,
+    spawn_admitted,
+};
 
 /// Real time: a loop iteration that does not finish in this long has hung.
 pub(crate) const REAL_GUARD: Duration = Duration::from_secs(10);
@@ -40,15 +43,15 @@ async fn restarts_on_worker_threads() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                [Turn::spawn("child", "go"), Turn::answer("sup done")],
             )
             .script(
                 "child",
-                Script::new([
+                [
                     Turn::fail("first"),
                     Turn::panic("second"),
                     Turn::answer("third time"),
-                ]),
+                ],
             );
         let tree = Tree::builder()
             .catalog(catalog([
@@ -60,9 +63,11 @@ async fn restarts_on_worker_threads() {
             .await
             .expect("builds");
         let mut events = tree.subscribe();
-        let outcome = bounded("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
-            .await
-            .expect("admitted");
+        let outcome = bounded(
+            "the supervisor",
+            run_admitted(&tree, SpawnRequest::new("sup", "go")),
+        )
+        .await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;
         let child = tree.record(AgentId::new(2)).expect("child");
@@ -88,9 +93,9 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
             ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                    [Turn::spawn("child", "go"), Turn::answer("sup done")],
                 )
-                .script("child", Script::new([Turn::hang(), Turn::hang()])),
+                .script("child", [Turn::hang(), Turn::hang()]),
         )
         .with_hook(|request| {
             (request.agent_type() == "child" && request.incarnation == 2)
@@ -108,10 +113,7 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
                 .expect("builds"),
         );
         let mut all = tree.subscribe();
-        let mut sup = tree
-            .spawn(SpawnRequest::new("sup", "go"))
-            .await
-            .expect("admitted");
+        let mut sup = spawn_admitted(&tree, SpawnRequest::new("sup", "go")).await;
         let child = AgentId::new(2);
         // The child hangs in its first model call: kill it there.
         bounded("the child's model call", model.until_calls(child, 1)).await;
@@ -147,10 +149,10 @@ async fn questions_to_the_application_on_worker_threads() {
     for run in 0..150 {
         let model = ScriptedModel::new().script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([crate::support::ask("which branch?")]),
                 Turn::answer("asked and answered"),
-            ]),
+            ],
         );
         // A handler that never answers: the application answers with a steer.
         let tree = Tree::builder()
@@ -162,10 +164,7 @@ async fn questions_to_the_application_on_worker_threads() {
             .expect("builds");
         let mut all = tree.subscribe();
         let mut events = tree.subscribe();
-        let mut asker = tree
-            .spawn(SpawnRequest::new("asker", "go"))
-            .await
-            .expect("admitted");
+        let mut asker = spawn_admitted(&tree, SpawnRequest::new("asker", "go")).await;
         bounded("the question", async {
             loop {
                 match events.next().await {
@@ -200,11 +199,11 @@ async fn a_question_handler_races_steers_and_aborts_on_worker_threads() {
     for run in 0..150u32 {
         let scripted = ScriptedModel::new().script(
             "asker",
-            Script::new([
+            [
                 Turn::calls([crate::support::ask("which branch?")]),
                 Turn::answer("answered"),
                 Turn::answer("answered again"),
-            ]),
+            ],
         );
         let recorder = RecordingModel::new(scripted);
         let tree = Tree::builder()
@@ -218,10 +217,7 @@ async fn a_question_handler_races_steers_and_aborts_on_worker_threads() {
             .await
             .expect("builds");
         let mut all = tree.subscribe();
-        let mut asker = tree
-            .spawn(SpawnRequest::new("asker", "go"))
-            .await
-            .expect("admitted");
+        let mut asker = spawn_admitted(&tree, SpawnRequest::new("asker", "go")).await;
         let id = asker.id();
         match run % 3 {
             0 => {
@@ -279,25 +275,21 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "w"),
                     Turn::answer("boss done"),
                     Turn::answer("boss done, with the result"),
-                ]),
+                ],
             )
-            .script("worker", Script::new([Turn::answer("worked")]));
+            .script("worker", [Turn::answer("worked")]);
         let recorder = RecordingModel::new(scripted);
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
-            .model(recorder.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("boss", &["worker"]), leaf("worker")]),
+            recorder.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
-        let mut boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
-            .await
-            .expect("admitted");
+        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
         let outcome = bounded("the boss", boss.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         let calls = recorder.calls_of(boss.id());
@@ -329,10 +321,7 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_threads() {
     let wait = Call::tool("wait_subagents", serde_json::json!({ "agent_ids": ["a2"] }));
-    let peek = Call::tool(
-        "get_subagent_result",
-        serde_json::json!({ "agent_id": "a2" }),
-    );
+    let peek = read_result_call("a2");
     for run in 0..150u32 {
         let take = if run % 2 == 0 {
             wait.clone()
@@ -342,31 +331,27 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
         let scripted = ScriptedModel::new()
             .script(
                 "boss",
-                Script::new([
+                [
                     Turn::spawn_background("worker", "w"),
                     // Its model turn is in flight while the worker ends, or it is not.
                     Turn::calls([take]).after(Duration::from_micros(u64::from(run / 2 % 5) * 300)),
                     Turn::answer("boss done"),
                     Turn::answer("boss done, noticed"),
-                ]),
+                ],
             )
             .script(
                 "worker",
-                Script::new([Turn::answer("worked 42")
-                    .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))]),
+                [Turn::answer("worked 42")
+                    .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))],
             );
         let recorder = RecordingModel::new(scripted);
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("boss", &["worker"]), leaf("worker")]))
-            .model(recorder.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("boss", &["worker"]), leaf("worker")]),
+            recorder.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
-        let mut boss = tree
-            .spawn(SpawnRequest::new("boss", "go"))
-            .await
-            .expect("admitted");
+        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
         let outcome = bounded("the boss", boss.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;
@@ -397,21 +382,11 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_on_worker_threads() {
     for run in 0..150 {
-        let model = ScriptedModel::new().script(
-            "worker",
-            Script::new([Turn::answer("first"), Turn::answer("second")]),
-        );
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds");
+        let model =
+            ScriptedModel::new().script("worker", [Turn::answer("first"), Turn::answer("second")]);
+        let tree = build_tree(catalog([leaf("worker")]), model).await;
         let mut events = tree.subscribe();
-        let mut first = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut first = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let outcome = bounded("the first run", first.outcome()).await;
         assert_eq!(outcome.text.as_deref(), Some("first"), "run {run}");
         // Settled: resumable at once, while its actor may still be stopping.
@@ -439,14 +414,14 @@ async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::spawn_background("child", "go"),
                     Turn::answer("sup done")
                         .after(Duration::from_micros(run % 6 * 250))
                         .usage(Usage::tokens(1, 1)),
-                ]),
+                ],
             )
-            .script("child", Script::new([Turn::fail("boom")]));
+            .script("child", [Turn::fail("boom")]);
         let tree = Tree::builder()
             .catalog(catalog([
                 // No restart allowed: the child's first failure escalates.
@@ -458,9 +433,11 @@ async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
             .await
             .expect("builds");
         let mut events = tree.subscribe();
-        let outcome = bounded("the owner", tree.run(SpawnRequest::new("sup", "go")))
-            .await
-            .expect("admitted");
+        let outcome = bounded(
+            "the owner",
+            run_admitted(&tree, SpawnRequest::new("sup", "go")),
+        )
+        .await;
         match (outcome.status, outcome.reason) {
             (AgentStatus::Failed, agent_tree::protocol::EndReason::Escalated) => escalated += 1,
             (AgentStatus::Completed, _) => completed += 1,

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 // ---------------------------------------------------------------------------------------
 // One countdown per shutdown.
@@ -37,15 +37,9 @@ use crate::support::{RecordingModel, catalog, delegator, leaf};
 #[tokio::test(start_paused = true)]
 async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            Script::new([Turn::spawn_background("w", "a"), Turn::hang()]),
-        )
-        .script(
-            "w",
-            Script::new([Turn::spawn_background("w2", "b"), Turn::hang()]),
-        )
-        .script("w2", Script::new([Turn::hang()]));
+        .script("lead", [Turn::spawn_background("w", "a"), Turn::hang()])
+        .script("w", [Turn::spawn_background("w2", "b"), Turn::hang()])
+        .script("w2", [Turn::hang()]);
     let tree = Arc::new(
         Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(3)))
@@ -55,7 +49,7 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
                 leaf("w2"),
                 leaf("other"),
             ]))
-            .model(model.script("other", Script::new([Turn::hang()])))
+            .model(model.script("other", [Turn::hang()]))
             .on_shutdown(|_ctx: agent_tree::HookContext| async move {
                 tokio::time::sleep(ms(50)).await;
                 Ok::<(), agent_tree::HookError>(())
@@ -64,15 +58,11 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
             .await
             .expect("builds"),
     );
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
-    let other = tree
-        .spawn(SpawnRequest::new("other", "go"))
+    let other = spawn_admitted(&tree, SpawnRequest::new("other", "go"))
         .await
-        .unwrap()
         .id();
     tokio::time::sleep(ms(10)).await;
     assert_eq!(tree.live(), 4, "{}", tree.snapshot().render_text());
@@ -110,7 +100,7 @@ async fn a_shutdown_during_restarts_returns_before_its_deadline_mt() {
         let model = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([Turn::spawn("child", "go"), Turn::answer("sup done")]),
+                [Turn::spawn("child", "go"), Turn::answer("sup done")],
             )
             .script("child", Script::new((0..200).map(|_| Turn::fail("again"))));
         let tree = Tree::builder()
@@ -158,7 +148,7 @@ async fn lead_waiting_on_a_stopping_worker(
         ScriptedModel::new()
             .script(
                 "lead",
-                Script::new([Turn::spawn("worker", "work"), Turn::answer("lead done")]),
+                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
             )
             .script("worker", hanging(1)),
     );
@@ -192,10 +182,8 @@ async fn an_owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt() 
         let grace = 20;
         let hook = 19 + run % 3;
         let (tree, model) = lead_waiting_on_a_stopping_worker(grace, hook).await;
-        let lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
+        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
-            .expect("admitted")
             .id();
         bounded(
             REAL_GUARD,
@@ -258,10 +246,8 @@ fn dropped_shutdown_with_blocking_hook(
             .await
             .expect("the tree builds");
         let mut events = EventProbe::new(&tree);
-        let w = tree
-            .spawn(SpawnRequest::new("w", "go"))
+        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .expect("admitted")
             .id();
         events
             .expect_event("a start", crate::support::harness::started(w))
@@ -342,10 +328,8 @@ fn dropped_shutdown_ends_its_hook_task() -> bool {
             .await
             .expect("the tree builds");
         let mut events = EventProbe::new(&tree);
-        let w = tree
-            .spawn(SpawnRequest::new("w", "go"))
+        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
-            .expect("admitted")
             .id();
         events
             .expect_event("a start", crate::support::harness::started(w))

@@ -4,11 +4,11 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 /// A subtree shutdown and the tree's shutdown overlap (both begin before any agent acts):
 /// the subtree's agents wait under two countdowns (the inline one and the boxed rest); both
@@ -18,15 +18,15 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
     let scripted = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("kid", "one"),
                     Call::spawn_background("kid", "two"),
                 ]),
                 Turn::hang(),
-            ]),
+            ],
         )
-        .script("kid", Script::new([Turn::hang()]));
+        .script("kid", [Turn::hang()]);
     let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
@@ -35,15 +35,11 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
     )
     .await;
     let mut all = tree.subscribe();
-    let lead = tree
-        .spawn(SpawnRequest::new("lead", "go"))
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
-        .unwrap()
         .id();
-    let other = tree
-        .spawn(SpawnRequest::new("kid", "alone"))
+    let other = spawn_admitted(&tree, SpawnRequest::new("kid", "alone"))
         .await
-        .unwrap()
         .id();
     bounded("kids", model.until_all_calls(&[a(3), a(4), other], 1)).await;
     let (subtree, whole) = bounded("both shutdowns", async {

@@ -13,13 +13,14 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Role, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, SteerReceipt};
-use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
 use crate::support::journal::TempDir;
 use crate::support::lifetimes::{ms, restarts};
-use crate::support::{RecordingModel, catalog, delegator, leaf};
+use crate::support::{
+    RecordingModel, catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted,
+};
 
 const STEER: &str = "mind the edge case";
 
@@ -90,10 +91,7 @@ async fn resume_after(end: End, journal: Option<&TempDir>) {
     }
     let tree = builder.build().await.expect("builds");
     let mut all = tree.subscribe();
-    let mut handle = tree
-        .spawn(SpawnRequest::new("worker", "task"))
-        .await
-        .expect("admitted");
+    let mut handle = spawn_admitted(&tree, SpawnRequest::new("worker", "task")).await;
     let id = handle.id();
     if !matches!(end, End::AbortedBeforeFirstCall) {
         bounded("first call", model.until_calls(id, 1)).await;
@@ -200,19 +198,13 @@ async fn an_inheriting_temporary_child_resumed_by_its_owner_keeps_context_and_ta
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("kid", "kid task"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({ "resume": "a2", "prompt": "again" }),
-                )]),
+                Turn::calls([resume_call("a2", "again")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
-        .script(
-            "kid",
-            Script::new([Turn::answer("kid one"), Turn::answer("kid two")]),
-        );
+        .script("kid", [Turn::answer("kid one"), Turn::answer("kid two")]);
     let model = RecordingModel::new(scripted);
     let tree = tree(
         model.clone(),
@@ -224,9 +216,11 @@ async fn an_inheriting_temporary_child_resumed_by_its_owner_keeps_context_and_ta
     )
     .await;
     let mut all = tree.subscribe();
-    let outcome = bounded("boss", tree.run(SpawnRequest::new("boss", "boss task")))
-        .await
-        .unwrap();
+    let outcome = bounded(
+        "boss",
+        run_admitted(&tree, SpawnRequest::new("boss", "boss task")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("boss done"), "{outcome:?}");
     let kid = model.calls_of(a(2));
     assert_eq!(kid.len(), 2);
@@ -262,18 +256,15 @@ async fn strategy_with_temporary_sibling(strategy: Strategy, temp_first: bool) {
         [perm, temp]
     };
     let scripted = ScriptedModel::new()
-        .script("boss", Script::new([Turn::calls(spawns), Turn::hang()]))
-        .script(
-            "temp",
-            Script::new([Turn::hang(), Turn::answer("temp again")]),
-        )
+        .script("boss", [Turn::calls(spawns), Turn::hang()])
+        .script("temp", [Turn::hang(), Turn::answer("temp again")])
         .script(
             "perm",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(5)),
                 Turn::answer("perm ok"),
                 Turn::answer("perm ok"),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -349,14 +340,8 @@ async fn a_queued_temporary_agent_started_later_gets_its_prompt() {
     )
     .await;
     let mut all = tree.subscribe();
-    let first = tree
-        .spawn(SpawnRequest::new("worker", "job 1").background())
-        .await
-        .unwrap();
-    let mut second = tree
-        .spawn(SpawnRequest::new("worker", "job 2").background())
-        .await
-        .unwrap();
+    let first = spawn_admitted(&tree, SpawnRequest::new("worker", "job 1").background()).await;
+    let mut second = spawn_admitted(&tree, SpawnRequest::new("worker", "job 2").background()).await;
     bounded("a1 calls", model.until_calls(first.id(), 1)).await;
     assert_eq!(
         tree.record(second.id()).unwrap().status,

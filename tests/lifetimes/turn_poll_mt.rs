@@ -18,7 +18,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::{catalog, delegator, leaf};
+use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Characters a streamed turn sends before it answers.
 const CHUNKS: u64 = 40;
@@ -38,6 +38,7 @@ fn assert_consistent(tree: &Tree, events: &[Event], run: u32) {
 /// Answers `lead` from a script; every other agent streams [`CHUNKS`] characters, each
 /// sent by a producer task on whatever thread it runs on (a chunk wakes the turn from
 /// there), and answers with the text. `panic_at`: the call panics after that many.
+/// Written by hand: the test is about streaming from other threads into a turn's poll.
 #[derive(Clone)]
 struct Streamer {
     lead: ScriptedModel,
@@ -153,17 +154,9 @@ fn assert_billed_once(record: &AgentRecord, calls: u64, run: u32) {
 async fn an_abort_meets_a_streaming_turn_on_worker_threads() {
     for run in 0..150u32 {
         let model = Streamer::new(Script::new([]));
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let at = u64::from(run) % (CHUNKS + 5);
         if at > 0 {
             model.until_streamed(at.min(CHUNKS)).await;
@@ -204,17 +197,9 @@ async fn a_kill_meets_a_streaming_turn_on_worker_threads() {
     for run in 0..150u32 {
         let before = 1 + u64::from(run) % (CHUNKS - 1);
         let model = Streamer::new(Script::new([])).holding_at(before);
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         model.until_streamed(before).await;
         let _ = tree.kill(worker.id());
         model.release();
@@ -258,17 +243,13 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
         ]))
         .holding_at(before);
         model.hold_calls = 3;
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("lead", &["worker"]), leaf("worker")]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         model.until_streamed(3 * before).await;
         tree.kill(lead.id()).expect("the lead runs");
         model.release();
@@ -315,17 +296,13 @@ async fn a_shutdown_meets_streaming_turns_on_worker_threads() {
             ]),
             Turn::answer("lead done"),
         ]));
-        let tree = Tree::builder()
-            .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(
+            catalog([delegator("lead", &["worker"]), leaf("worker")]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
-        let _lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let _lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         model
             .until_streamed(1 + u64::from(run) % (3 * CHUNKS))
             .await;
@@ -371,10 +348,7 @@ async fn a_restart_after_a_cut_off_turn_on_worker_threads() {
             .await
             .expect("builds");
         let mut all = tree.subscribe();
-        let mut lead = tree
-            .spawn(SpawnRequest::new("lead", "go"))
-            .await
-            .expect("admitted");
+        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let worker = AgentId::new(2);
         model.until_streamed(before).await;
         let _ = tree.kill(worker);
@@ -411,17 +385,9 @@ async fn a_panicking_stream_on_worker_threads() {
     const AT: u64 = 7;
     for run in 0..150u32 {
         let model = Streamer::new(Script::new([])).panicking_at(AT);
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("worker")]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+        let tree = build_tree(catalog([leaf("worker")]), model.clone()).await;
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let race = run % 2 == 0;
         if race {
             model.until_streamed(1 + u64::from(run) % AT).await;
@@ -454,19 +420,9 @@ async fn a_panicking_stream_on_worker_threads() {
 async fn steers_interleave_with_a_streaming_turn_on_worker_threads() {
     for run in 0..100u32 {
         let model = Streamer::new(Script::new([]));
-        let tree = Arc::new(
-            Tree::builder()
-                .catalog(catalog([leaf("worker")]))
-                .model(model.clone())
-                .build()
-                .await
-                .expect("builds"),
-        );
+        let tree = Arc::new(build_tree(catalog([leaf("worker")]), model.clone()).await);
         let mut all = tree.subscribe();
-        let mut worker = tree
-            .spawn(SpawnRequest::new("worker", "go"))
-            .await
-            .expect("admitted");
+        let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
         let id = worker.id();
         let steerer = {
             let tree = tree.clone();

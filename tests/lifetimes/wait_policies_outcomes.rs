@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::ms;
-use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, within};
+use crate::support::{
+    CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted, within,
+};
 
 fn answer_after(text: &str, delay: u64) -> Script {
     Script::new([Turn::answer(text).after(ms(delay))])
@@ -53,7 +55,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
     // lead a1 spawns p1..p4 (a2..a5), the set, and an outsider (a6).
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls((0..5).map(|i| Call::spawn_background("worker", format!("job {i}")))),
             Turn::calls([Call::wait(
                 (0..4).map(Target::Spawned),
@@ -61,7 +63,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
             )]),
             Turn::calls([Call::result(Target::Spawned(4))]),
             Turn::answer("lead done"),
-        ]),
+        ],
     );
     scripted.script_agent(a(2), answer_after("p1 done", 500));
     scripted.script_agent(a(3), fail_after("card declined", 100));
@@ -75,9 +77,11 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
         TreeConfig::default().with_max_children_per_agent(5),
     )
     .await;
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "checkout")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "checkout")),
+    )
+    .await;
     assert_eq!(
         outcome.text.as_deref(),
         Some("lead done"),
@@ -130,14 +134,14 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
     let order = [2usize, 0, 3, 1];
     let scripted = ScriptedModel::new().script(
         "lead",
-        Script::new([
+        [
             Turn::calls((0..4).map(|i| Call::spawn_background("worker", format!("probe {i}")))),
             Turn::calls([Call::wait(
                 order.iter().map(|&i| Target::Spawned(i)),
                 WaitPolicy::AllSettled,
             )]),
             Turn::answer("diagnosed"),
-        ]),
+        ],
     );
     scripted.script_agent(a(2), answer_after("disk ok", 400));
     scripted.script_agent(a(3), fail_after("dns timeout", 300));
@@ -150,9 +154,11 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
         TreeConfig::default(),
     )
     .await;
-    let outcome = within("the lead", tree.run(SpawnRequest::new("lead", "diagnose")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the lead",
+        run_admitted(&tree, SpawnRequest::new("lead", "diagnose")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("diagnosed"));
     let calls = model.calls_of(a(1));
     assert_eq!(
@@ -207,10 +213,7 @@ async fn top_level(scripts: [Script; 5]) -> (Tree, RecordingModel, Vec<AgentId>)
     .await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        let handle = tree
-            .spawn(SpawnRequest::new("worker", format!("job {i}")))
-            .await
-            .expect("admitted");
+        let handle = spawn_admitted(&tree, SpawnRequest::new("worker", format!("job {i}"))).await;
         ids.push(handle.id());
     }
     (tree, model, ids)

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, answered_calls};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -58,12 +59,12 @@ fn spawner_script(rng: &mut Rng) -> Script {
     Script::new(turns)
 }
 
-fn catalog() -> Catalog {
+fn spawners_and_leaves() -> Catalog {
     let spawners = (0..SPAWNER_TYPES).map(|k| {
         AgentDefinition::new(spawner(k), "").with_allowed_subagents(SubagentAllowance::All)
     });
     let leaves = (0..LEAF_TYPES).map(|k| AgentDefinition::new(leaf(k), ""));
-    Catalog::new(spawners.chain(leaves)).unwrap()
+    catalog(spawners.chain(leaves))
 }
 
 #[derive(Debug, Default)]
@@ -96,7 +97,7 @@ async fn storm(seed: u64) -> Tally {
         .with_max_children_per_agent(MAX_CHILDREN)
         .with_max_total_agents(MAX_TOTAL)
         .with_max_concurrent(MAX_CONCURRENT);
-    let tree = crate::support::harness::tree(model.clone(), catalog(), config).await;
+    let tree = crate::support::harness::tree(model.clone(), spawners_and_leaves(), config).await;
     let mut events = tree.subscribe();
     let mut tally = Tally::default();
 

@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::ListField;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{
     CatalogError, LoadedCatalog, MAX_AGENT_DIR_DEPTH, MAX_AGENT_FILE_BYTES, NoteKind, SkipReason,
     ToolProblem, TreeBuilder,
 };
 
 use crate::support::harness::{a, ok_tool, results, tools};
+use crate::support::run_admitted;
 
 fn fixture(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -540,21 +541,18 @@ async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_r
     let model = ScriptedModel::new()
         .script(
             "code-reviewer",
-            Script::new([
+            [
                 Turn::calls([Call::tool(
                     "read",
                     serde_json::json!({"path": "src/lib.rs"}),
                 )]),
                 Turn::answer("reviewed"),
-            ]),
+            ],
         )
-        .script("web-researcher", Script::new([Turn::answer("researched")]));
+        .script("web-researcher", [Turn::answer("researched")]);
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
 
-    let outcome = tree
-        .run(SpawnRequest::new("code-reviewer", "review"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("code-reviewer", "review")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     // `tools: Read, Grep, Glob, Bash` gives exactly those, by their registered names.
     let offered = tools(&model, a(1), 0);
@@ -569,10 +567,7 @@ async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_r
     assert_eq!(read[0].content, "read: ok");
 
     // `tools: WebFetch, WebSearch, Read` runs with `read`, and the two others are reported.
-    let outcome = tree
-        .run(SpawnRequest::new("web-researcher", "look it up"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("web-researcher", "look it up")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(2), 0);
     assert!(offered.iter().any(|t| t == "read"), "{offered:?}");
@@ -612,18 +607,15 @@ async fn a_name_matching_two_registrations_by_case_is_refused() {
     let catalog = Catalog::load_dir(fixture("claude")).catalog;
     let model = ScriptedModel::new().script(
         "test-runner",
-        Script::new([
+        [
             Turn::calls([Call::tool("READ", serde_json::json!({}))]),
             Turn::answer("ran"),
-        ]),
+        ],
     );
     // `tools: Bash, Read, Edit` with both `read` and `READ` registered.
     let registered = ["read", "READ", "bash"];
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
-    let outcome = tree
-        .run(SpawnRequest::new("test-runner", "test"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("test-runner", "test")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(1), 0);
     assert!(offered.iter().any(|t| t == "bash"), "{offered:?}");
@@ -662,9 +654,9 @@ async fn pi_star_with_extension_selectors_gets_every_registered_tool() {
         "edit",
     ];
     let model = ScriptedModel::new()
-        .script("researcher", Script::new([Turn::answer("found")]))
-        .script("auditor", Script::new([Turn::answer("audited")]))
-        .script("explorer", Script::new([Turn::answer("mapped")]));
+        .script("researcher", [Turn::answer("found")])
+        .script("auditor", [Turn::answer("audited")])
+        .script("explorer", [Turn::answer("mapped")]);
     let tree = tree_with(model.clone(), catalog.clone(), &registered).await;
     for agent_type in ["researcher", "auditor", "explorer"] {
         let outcome = tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap();

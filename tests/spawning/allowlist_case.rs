@@ -7,8 +7,11 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::build_tree;
+use crate::support::catalog;
+use crate::support::run_admitted;
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
-use agent_tree::testkit::{Script, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{AGENT_TOOL, Catalog, Tree, parse_agent_file};
 
 /// Under a paused clock this fires only once nothing else can run: a bound, never a race.
@@ -18,7 +21,7 @@ async fn within<F: Future>(what: &str, future: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what} did not finish"))
 }
 
-fn catalog(lead_allows: &str) -> Catalog {
+fn lead_allowing(lead_allows: &str) -> Catalog {
     let lead = parse_agent_file(
         Path::new(".claude/agents/lead.md"),
         &format!("---\nallowed_subagents: {lead_allows}\n---\nYou lead."),
@@ -29,7 +32,7 @@ fn catalog(lead_allows: &str) -> Catalog {
         "---\ndescription: Reviews.\n---\nYou review.",
     )
     .expect("reviewer.md is valid");
-    Catalog::new([lead, reviewer]).expect("the catalog is valid")
+    catalog([lead, reviewer])
 }
 
 /// Runs `lead` (which spawns `requested` in the foreground) to its end; returns the result
@@ -38,18 +41,11 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
     let model = ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn(requested, "review this"), Turn::answer("done")]),
+            [Turn::spawn(requested, "review this"), Turn::answer("done")],
         )
-        .script("reviewer", Script::new([Turn::answer("looks fine")]));
-    let tree = Tree::builder()
-        .catalog(catalog(lead_allows))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
-    let outcome = within("lead", tree.run(SpawnRequest::new("lead", "go")))
-        .await
-        .expect("lead is admitted");
+        .script("reviewer", [Turn::answer("looks fine")]);
+    let tree = build_tree(lead_allowing(lead_allows), model.clone()).await;
+    let outcome = within("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let log = model.log_of(AgentId::new(1));
     assert!(

@@ -2,48 +2,48 @@
 //! `TreeConfig::with_attenuated_tools(true)` it gets only the user tools its owner also
 //! holds, transitively down the tree, and a tool it lacks is refused when called.
 
+use crate::support::catalog;
 use crate::support::harness::{a, idle, results, tools, tree_with_tools};
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 const USER_TOOLS: [&str; 3] = ["read", "write", "bash"];
 
 /// lead (read, write) → mid (every tool, delegates) → leaf (write, bash).
-fn catalog() -> Catalog {
-    Catalog::new([
+fn lead_mid_leaf() -> Catalog {
+    catalog([
         AgentDefinition::new("lead", "")
             .with_tools(ToolSet::only(["read", "write"]))
             .with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("mid", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", "").with_tools(ToolSet::only(["write", "bash"])),
     ])
-    .unwrap()
 }
 
 fn model() -> ScriptedModel {
     ScriptedModel::new()
         .script(
             "lead",
-            Script::new([Turn::spawn("mid", "go"), Turn::answer("lead done")]),
+            [Turn::spawn("mid", "go"), Turn::answer("lead done")],
         )
         .script(
             "mid",
-            Script::new([
+            [
                 Turn::calls([Call::tool("bash", json!({}))]),
                 Turn::spawn("leaf", "go"),
                 Turn::answer("mid done"),
-            ]),
+            ],
         )
         .script(
             "leaf",
-            Script::new([
+            [
                 Turn::calls([
                     Call::tool("bash", json!({})),
                     Call::tool("write", json!({})),
                 ]),
                 Turn::answer("leaf done"),
-            ]),
+            ],
         )
 }
 
@@ -56,7 +56,7 @@ fn user_tools(model: &ScriptedModel, id: AgentId) -> Vec<String> {
 
 async fn run(config: TreeConfig) -> (Tree, ScriptedModel) {
     let model = model();
-    let tree = tree_with_tools(model.clone(), catalog(), config).await;
+    let tree = tree_with_tools(model.clone(), lead_mid_leaf(), config).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;

@@ -7,6 +7,7 @@
 //! Every verdict is read from what the agent was offered (the scripted model's log) and from
 //! the tool results it received when it tried to spawn anyway.
 
+use crate::support::catalog;
 use crate::support::harness::{a, results, tools, tree, tree_with_tools};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
@@ -25,7 +26,7 @@ fn tries_to_spawn() -> Script {
 }
 
 fn model(types: &[&str]) -> ScriptedModel {
-    let mut model = ScriptedModel::new().script("leaf", Script::new([Turn::answer("leaf done")]));
+    let mut model = ScriptedModel::new().script("leaf", [Turn::answer("leaf done")]);
     for t in types {
         model = model.script(*t, tries_to_spawn());
     }
@@ -37,11 +38,10 @@ const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 #[tokio::test(start_paused = true)]
 async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
     let model = model(&["boss"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -62,14 +62,13 @@ async fn none_at_the_depth_cap() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("boss", "one level down"), Turn::answer("done")]),
+            [Turn::spawn("boss", "one level down"), Turn::answer("done")],
         )
-        .script("leaf", Script::new([Turn::answer("leaf done")]));
-    let catalog = Catalog::new([
+        .script("leaf", [Turn::answer("leaf done")]);
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(
         model.clone(),
         catalog,
@@ -101,7 +100,7 @@ async fn none_at_the_depth_cap() {
 #[tokio::test(start_paused = true)]
 async fn none_for_isolated_denied_or_not_opted_in_agents() {
     let model = model(&["isolated", "denied", "plain", "empty-list"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("isolated", "")
             .with_allowed_subagents(SubagentAllowance::All)
             .isolated(),
@@ -112,8 +111,7 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
         AgentDefinition::new("empty-list", "")
             .with_allowed_subagents(SubagentAllowance::only(Vec::<String>::new())),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     for (n, agent_type) in ["isolated", "denied", "plain", "empty-list"]
         .into_iter()
@@ -147,13 +145,12 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
     let model = model(&["boss"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "")
             .with_allowed_subagents(SubagentAllowance::All)
             .with_disallowed_tools(["steer_subagent"]),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let offered = tools(&model, a(1), 0);
@@ -172,13 +169,12 @@ async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
 #[tokio::test(start_paused = true)]
 async fn agent_is_inferred_into_an_explicit_tool_allowlist() {
     let model = model(&["reader"]);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("reader", "")
             .with_tools(ToolSet::only(["read"]))
             .with_allowed_subagents(SubagentAllowance::only(["leaf"])),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree_with_tools(model.clone(), catalog, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("reader", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -199,16 +195,15 @@ async fn allowed_subagents_is_not_inherited_by_children() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("plain", "delegate"), Turn::answer("done")]),
+            [Turn::spawn("plain", "delegate"), Turn::answer("done")],
         )
         .script("plain", tries_to_spawn())
-        .script("leaf", Script::new([Turn::answer("leaf done")]));
-    let catalog = Catalog::new([
+        .script("leaf", [Turn::answer("leaf done")]);
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("plain", ""),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());

@@ -8,7 +8,10 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
+use crate::support::run_admitted;
+use crate::support::spawn_admitted;
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -20,7 +23,7 @@ const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 fn chain_model() -> ScriptedModel {
     ScriptedModel::new().script(
         "link",
-        Script::new([Turn::spawn("link", "one level down"), Turn::answer("done")]),
+        [Turn::spawn("link", "one level down"), Turn::answer("done")],
     )
 }
 
@@ -36,7 +39,7 @@ fn offers_agent(model: &ScriptedModel, id: AgentId) -> bool {
 async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     assert_eq!(DEFAULT_MAX_DEPTH, 5);
     let model = chain_model();
-    let catalog = Catalog::new([link("")]).unwrap();
+    let catalog = catalog([link("")]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -63,7 +66,7 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
 async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     for cap in [0, 1] {
         let model = chain_model();
-        let catalog = Catalog::new([link("")]).unwrap();
+        let catalog = catalog([link("")]);
         let tree = tree(
             model.clone(),
             catalog,
@@ -96,16 +99,13 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
         ]),
     );
     let model = RecordingModel::new(scripted.clone());
-    let old = Catalog::new([link("v1")]).unwrap();
+    let old = catalog([link("v1")]);
     let tree = tree(model.clone(), old, TreeConfig::default()).await;
     let mut events = EventProbe::new(&tree);
-    let mut first = tree
-        .spawn(SpawnRequest::new("link", "branch 1"))
-        .await
-        .unwrap();
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("link", "branch 1")).await;
     events.expect_event("a start", started(a(1))).await;
 
-    let new = Catalog::new([link("v2")]).unwrap();
+    let new = catalog([link("v2")]);
     tree.set_branch_defaults(new, 2);
     assert_eq!(tree.catalog().get("link").unwrap().prompt, "v2");
 
@@ -131,10 +131,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     }
 
     // A new top-level branch starts with the new catalog and cap 2.
-    let second = tree
-        .run(SpawnRequest::new("link", "branch 2"))
-        .await
-        .unwrap();
+    let second = run_admitted(&tree, SpawnRequest::new("link", "branch 2")).await;
     assert!(second.is_completed(), "{}", second.summary());
     idle(&tree).await;
     let top = a(6);
@@ -164,7 +161,7 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     Call::spawn_background("sub", "forged one")
                         .with_field("depth", json!(0))
@@ -179,23 +176,22 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
                 Turn::answer("done").after(Duration::from_millis(50)),
                 // The subs' completions arrive during that turn: one more to read them.
                 Turn::answer("done"),
-            ]),
+            ],
         )
         .script(
             "sub",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("leaf", "a"), Call::spawn("leaf", "b")]),
                 Turn::answer("sub done"),
-            ]),
+            ],
         )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
+        .script("leaf", [Turn::answer("leaf")]);
     // The children opt in to delegation, so only the cap stops them.
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("sub", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(
         model.clone(),
         catalog,

@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::support::RecordingModel;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, tree};
+use crate::support::resume_call;
+use crate::support::run_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -125,27 +128,23 @@ async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::spawn("worker", "one"),
                 Turn::spawn("worker", "two"),
                 Turn::spawn("worker", "three"),
-                Turn::calls([Call::tool(
-                    "Agent",
-                    json!({"resume": "a2", "prompt": "more"}),
-                )]),
+                Turn::calls([resume_call("a2", "more")]),
                 Turn::answer("done"),
-            ]),
+            ],
         )
-        .script("worker", Script::new([Turn::answer("worked")]));
+        .script("worker", [Turn::answer("worked")]);
     model.script_agent(
         a(2),
         Script::new([Turn::answer("worked"), Turn::answer("worked again")]),
     );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("worker", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, config).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
@@ -180,25 +179,21 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
         .script("spinner", never_answers())
         .script(
             "boss",
-            Script::new([Turn::spawn("spinner", "spin"), Turn::answer("boss done")]),
+            [Turn::spawn("spinner", "spin"), Turn::answer("boss done")],
         )
         .script(
             "mid",
-            Script::new([Turn::spawn("spinner", "spin"), Turn::answer("mid done")]),
+            [Turn::spawn("spinner", "spin"), Turn::answer("mid done")],
         )
-        .script(
-            "top",
-            Script::new([Turn::spawn("mid", "go"), Turn::answer("top done")]),
-        );
+        .script("top", [Turn::spawn("mid", "go"), Turn::answer("top done")]);
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("spinner", ""),
         delegator("boss"),
         delegator("mid"),
         delegator("top"),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     for (top_type, depth, expected) in [("spinner", 1, 30), ("boss", 2, 25), ("top", 3, 20)] {
         let top = tree.run(SpawnRequest::new(top_type, "go")).await.unwrap();
@@ -230,20 +225,19 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([Turn::spawn("heir", "inherit me"), Turn::answer("boss done")]),
+            [Turn::spawn("heir", "inherit me"), Turn::answer("boss done")],
         )
         .script(
             "heir",
-            Script::new([Turn::spawn("heir", "deeper"), Turn::answer("heir done")]),
+            [Turn::spawn("heir", "deeper"), Turn::answer("heir done")],
         );
     let model = RecordingModel::new(scripted);
-    let catalog = Catalog::new([
+    let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("heir", "")
             .with_allowed_subagents(SubagentAllowance::All)
             .with_inherit_context(true),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(
         model.clone(),
         catalog,
@@ -251,10 +245,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = tree
-        .run(SpawnRequest::new("boss", "the boss's secret plan"))
-        .await
-        .unwrap();
+    let outcome = run_admitted(&tree, SpawnRequest::new("boss", "the boss's secret plan")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
     assert_eq!(

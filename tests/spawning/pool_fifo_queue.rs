@@ -8,17 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::WAIT_LIMIT;
+use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
+use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
 fn workers() -> Catalog {
-    Catalog::new([
+    catalog([
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
     ])
-    .unwrap()
 }
 
 fn is_started(e: &Event) -> bool {
@@ -47,10 +48,11 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     .await;
     let mut events = tree.subscribe();
     for n in 1..=6u64 {
-        let handle = tree
-            .spawn(SpawnRequest::new("worker", format!("job {n}")).background())
-            .await
-            .unwrap();
+        let handle = spawn_admitted(
+            &tree,
+            SpawnRequest::new("worker", format!("job {n}")).background(),
+        )
+        .await;
         assert_eq!(handle.id(), a(n));
     }
     for n in 3..=6 {
@@ -94,7 +96,7 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
 
 #[tokio::test(start_paused = true)]
 async fn raising_the_limit_drains_the_queue() {
-    let model = ScriptedModel::new().script("worker", Script::new([Turn::hang()]));
+    let model = ScriptedModel::new().script("worker", [Turn::hang()]);
     let tree = tree(
         model.clone(),
         workers(),
@@ -103,9 +105,11 @@ async fn raising_the_limit_drains_the_queue() {
     .await;
     let mut events = EventProbe::new(&tree);
     for n in 1..=4 {
-        tree.spawn(SpawnRequest::new("worker", format!("job {n}")).background())
-            .await
-            .unwrap();
+        spawn_admitted(
+            &tree,
+            SpawnRequest::new("worker", format!("job {n}")).background(),
+        )
+        .await;
     }
     events.expect_event("a start", started(a(1))).await;
     let queued = events.receive_n(3, "a queued agent", is_queued).await;
@@ -128,8 +132,8 @@ async fn raising_the_limit_drains_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn an_aborted_queued_agent_never_starts() {
     let model = ScriptedModel::new()
-        .script("worker", Script::new([Turn::answer("done")]))
-        .script("boss", Script::new([Turn::hang()]));
+        .script("worker", [Turn::answer("done")])
+        .script("boss", [Turn::hang()]);
     let tree = tree(
         model.clone(),
         workers(),
@@ -137,18 +141,17 @@ async fn an_aborted_queued_agent_never_starts() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let blocker = tree
-        .spawn(SpawnRequest::new("boss", "hold the slot").background())
-        .await
-        .unwrap();
-    let victim = tree
-        .spawn(SpawnRequest::new("worker", "never runs").background())
-        .await
-        .unwrap();
-    let next = tree
-        .spawn(SpawnRequest::new("worker", "runs").background())
-        .await
-        .unwrap();
+    let blocker = spawn_admitted(
+        &tree,
+        SpawnRequest::new("boss", "hold the slot").background(),
+    )
+    .await;
+    let victim = spawn_admitted(
+        &tree,
+        SpawnRequest::new("worker", "never runs").background(),
+    )
+    .await;
+    let next = spawn_admitted(&tree, SpawnRequest::new("worker", "runs").background()).await;
     events.expect_event("a start", started(blocker.id())).await;
     assert_eq!(
         tree.record(victim.id()).unwrap().status,
@@ -184,17 +187,17 @@ async fn nested_children_bypass_a_full_pool() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([
                     agent_tree::testkit::Call::spawn("worker", "one"),
                     agent_tree::testkit::Call::spawn("worker", "two"),
                 ]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "worker",
-            Script::new([Turn::answer("worked").after(Duration::from_millis(5))]),
+            [Turn::answer("worked").after(Duration::from_millis(5))],
         );
     let tree = tree(
         model.clone(),
@@ -203,14 +206,12 @@ async fn nested_children_bypass_a_full_pool() {
     )
     .await;
     let mut events = tree.subscribe();
-    let mut boss = tree
-        .spawn(SpawnRequest::new("boss", "delegate").background())
-        .await
-        .unwrap();
-    let waiting = tree
-        .spawn(SpawnRequest::new("worker", "wait for the pool").background())
-        .await
-        .unwrap();
+    let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "delegate").background()).await;
+    let waiting = spawn_admitted(
+        &tree,
+        SpawnRequest::new("worker", "wait for the pool").background(),
+    )
+    .await;
     assert_eq!(
         tree.record(waiting.id()).unwrap().status,
         AgentStatus::Queued
@@ -238,8 +239,6 @@ async fn nested_children_bypass_a_full_pool() {
     tree.shutdown().await;
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// A slot freed by a finishing pooled agent goes to the agent at the head of the queue, not
 /// to a spawn made in the meantime (FIFO; a stream of spawns cannot starve the queue).
 #[tokio::test(start_paused = true)]
@@ -247,24 +246,17 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let model = ScriptedModel::new()
         .script(
             "first",
-            Script::new([Turn::answer("a").after(Duration::from_millis(10))]),
+            [Turn::answer("a").after(Duration::from_millis(10))],
         )
-        .script("w", Script::new([Turn::answer("w")]));
-    let catalog = Catalog::new([
+        .script("w", [Turn::answer("w")]);
+    let catalog = catalog([
         AgentDefinition::new("first", ""),
         AgentDefinition::new("w", ""),
-    ])
-    .unwrap();
+    ]);
     let tree = Arc::new(tree(model, catalog, TreeConfig::default().with_max_concurrent(1)).await);
     let mut events = tree.subscribe();
-    let mut first = tree
-        .spawn(SpawnRequest::new("first", "go").background())
-        .await
-        .unwrap();
-    let queued = tree
-        .spawn(SpawnRequest::new("w", "queued").background())
-        .await
-        .unwrap();
+    let mut first = spawn_admitted(&tree, SpawnRequest::new("first", "go").background()).await;
+    let queued = spawn_admitted(&tree, SpawnRequest::new("w", "queued").background()).await;
     assert_eq!(
         tree.record(queued.id()).unwrap().status,
         AgentStatus::Queued
@@ -274,9 +266,7 @@ async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let late = tokio::spawn(async move {
         let _ = first.outcome().await;
         // The slot is free now; the queued agent is first in line.
-        t.spawn(SpawnRequest::new("w", "late").background())
-            .await
-            .unwrap()
+        spawn_admitted(&t, SpawnRequest::new("w", "late").background()).await
     })
     .await
     .unwrap();

@@ -4,6 +4,7 @@
 //! type `general-purpose` is never substituted; the caller's allowlist is checked again after
 //! resolution; and error messages list only the types the caller may reach.
 
+use crate::support::catalog;
 use crate::support::harness::{a, idle, results, spawned_id, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Message;
@@ -11,8 +12,8 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
 /// writer / Writer differ only in case; `old` is disabled; `general-purpose` is the
 /// project's fallback type; `secret` exists but is outside `lead`'s allowlist.
-fn catalog() -> Catalog {
-    Catalog::new([
+fn similar_names() -> Catalog {
+    catalog([
         AgentDefinition::new("writer", ""),
         AgentDefinition::new("Writer", ""),
         AgentDefinition::new("Reviewer", ""),
@@ -23,7 +24,6 @@ fn catalog() -> Catalog {
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["writer", "Reviewer"])),
     ])
-    .unwrap()
 }
 
 fn model(caller: &str, requests: &[&str]) -> ScriptedModel {
@@ -48,7 +48,7 @@ fn model(caller: &str, requests: &[&str]) -> ScriptedModel {
 async fn attempt(caller: &str, requests: &[&str]) -> (Tree, ScriptedModel, Vec<Message>) {
     let model = model(caller, requests);
     let config = TreeConfig::default().with_max_children_per_agent(8);
-    let tree = tree(model.clone(), catalog(), config).await;
+    let tree = tree(model.clone(), similar_names(), config).await;
     let outcome = tree.run(SpawnRequest::new(caller, "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -175,7 +175,7 @@ async fn an_ambiguous_refusal_lists_only_reachable_types() {
 #[tokio::test(start_paused = true)]
 async fn top_level_spawns_resolve_strictly_too() {
     let model = model("boss", &[]);
-    let tree = tree(model.clone(), catalog(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), similar_names(), TreeConfig::default()).await;
     let ok = tree.run(SpawnRequest::new("REVIEWER", "go")).await.unwrap();
     assert!(ok.is_completed());
     assert_eq!(tree.record(a(1)).unwrap().agent_type, "Reviewer");

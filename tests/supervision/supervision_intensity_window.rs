@@ -19,11 +19,11 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
     let child = a(2);
     let scripted = ScriptedModel::new().script(
         "sup",
-        Script::new([
+        [
             Turn::spawn_background("child", "flap"),
             Turn::calls([Call::result(Target::Spawned(0))]),
             Turn::answer("steady"),
-        ]),
+        ],
     );
     scripted.script_agent(
         child,

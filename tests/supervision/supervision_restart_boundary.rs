@@ -5,16 +5,14 @@
 //! run asked no longer answers its owner's waits. The test kit's fault plans count runs, so a
 //! resume is run 2.
 
-use std::sync::Arc;
-
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, RestartPolicy};
-use agent_tree::testkit::{FaultyModel, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{FaultyModel, FnModel, ScriptedModel, Turn};
 
 use crate::support::harness::tree;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::{catalog, leaf, within};
+use crate::support::{catalog, leaf, spawn_admitted, within};
 
 /// The test kit's `FaultyModel::only_in_run(1)` limits the fault added last to run 1 of each
 /// agent, and a resume is a new run: "fails once, then recovers" recovers after `Tree::resume`
@@ -24,10 +22,8 @@ use crate::support::{catalog, leaf, within};
 // regression: a resumed run once kept the record's incarnation and read as run 1 again.
 #[tokio::test(start_paused = true)]
 async fn a_fault_limited_to_run_one_does_not_fire_in_a_resumed_second_run() {
-    let scripted = ScriptedModel::new().script(
-        "w",
-        Script::new([Turn::answer("first run"), Turn::answer("second run")]),
-    );
+    let scripted =
+        ScriptedModel::new().script("w", [Turn::answer("first run"), Turn::answer("second run")]);
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("injected"))
         .only_in_run(1);
@@ -53,12 +49,12 @@ async fn a_restarted_pooled_agent_keeps_its_slot_until_its_exit_is_final() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(100)),
                 Turn::answer("recovered").after(ms(100)),
-            ]),
+            ],
         )
-        .script("next", Script::new([Turn::answer("ok")]));
+        .script("next", [Turn::answer("ok")]);
     let mut config = TreeConfig::default();
     config.max_concurrent = 1;
     let tree = tree(
@@ -71,14 +67,8 @@ async fn a_restarted_pooled_agent_keeps_its_slot_until_its_exit_is_final() {
     )
     .await;
     let mut events = tree.subscribe();
-    let flaky = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let next = tree
-        .spawn(SpawnRequest::new("next", "go").background())
-        .await
-        .unwrap();
+    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let next = spawn_admitted(&tree, SpawnRequest::new("next", "go").background()).await;
     let outcomes = within(
         "both",
         tree.wait(&[flaky.id(), next.id()], WaitPolicy::AllSettled),
@@ -113,15 +103,12 @@ async fn a_fail_fast_wait_spans_a_restart() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(ms(10)),
                 Turn::answer("recovered").after(ms(10)),
-            ]),
+            ],
         )
-        .script(
-            "slow",
-            Script::new([Turn::answer("slow ok").after(ms(500))]),
-        );
+        .script("slow", [Turn::answer("slow ok").after(ms(500))]);
     let tree = tree(
         model,
         catalog([
@@ -161,21 +148,21 @@ async fn a_restarted_childs_old_question_does_not_answer_waits() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("kid", "work")]),
                 // Answered `asking` (the kid's question, correct).
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 // By now the kid was killed and restarted: this wait is on its new run.
                 Turn::calls([Call::result(Target::Spawned(0))]).after(ms(1_000)),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "kid",
-            Script::new([
+            [
                 Turn::calls([ask("which colour?")]),
                 Turn::answer("kid done").after(ms(2_000)),
-            ]),
+            ],
         );
     let recorder = RecordingModel::new(scripted);
     let tree = tree(
@@ -226,10 +213,10 @@ async fn a_delivered_steer_survives_a_restart() {
 
     let scripted = ScriptedModel::new().script(
         "w",
-        Script::new([
+        [
             Turn::fail("connection reset").after(ms(100)),
             Turn::answer("done").after(ms(100)),
-        ]),
+        ],
     );
     let recorder = RecordingModel::new(scripted);
     let tree = tree(
@@ -257,34 +244,16 @@ async fn a_delivered_steer_survives_a_restart() {
     tree.shutdown().await;
 }
 
-/// Each request's run and messages.
-type Requests = Arc<std::sync::Mutex<Vec<(u32, Arc<[agent_tree::protocol::Message]>)>>>;
-
 /// Fails every turn of an agent's first run after `delay` yields; answers every later run's
-/// turns at once. Keeps each request's run and messages.
-#[derive(Clone)]
-struct FailFirstRun {
-    delay: u64,
-    requests: Requests,
-}
-
-impl Model for FailFirstRun {
-    fn turn(
-        &self,
-        request: ModelRequest,
-    ) -> agent_tree::BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        self.requests
-            .lock()
-            .unwrap()
-            .push((request.run, request.messages.clone()));
-        Box::pin(async move {
-            if request.run > 1 {
-                return Ok(ModelResponse::text("done"));
-            }
-            yields(self.delay).await;
-            Err(ModelError::new("boom"))
-        })
-    }
+/// turns at once.
+fn fail_first_run(delay: u64) -> FnModel {
+    FnModel::new(move |request: ModelRequest| async move {
+        if request.run > 1 {
+            return Ok(ModelResponse::text("done"));
+        }
+        yields(delay).await;
+        Err(ModelError::new("boom"))
+    })
 }
 
 /// A steer racing the failure of an agent's first run, then its restart (transient) or the
@@ -297,10 +266,7 @@ async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
     let mut accepted = 0;
     for i in 0..160u64 {
         let restart = i % 2 == 0;
-        let model = FailFirstRun {
-            delay: (i / 2) % 7,
-            requests: Arc::default(),
-        };
+        let model = fail_first_run((i / 2) % 7);
         let definition = if restart {
             leaf("w").with_restart(RestartPolicy::Transient)
         } else {
@@ -318,10 +284,9 @@ async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
             out = bounded(REAL_GUARD, "w again", again.outcome()).await;
         }
         assert_eq!(out.status, AgentStatus::Completed, "{i}: {out:?}");
-        let requests = model.requests.lock().unwrap().clone();
-        let (run, last) = requests.last().expect("a request").clone();
-        assert_eq!(run, 2, "{i}: the completing run");
-        let read = last.iter().filter(|m| m.content == STEER).count();
+        let last = model.call_log().calls().pop().expect("a request");
+        assert_eq!(last.run, 2, "{i}: the completing run");
+        let read = last.messages.iter().filter(|m| m.content == STEER).count();
         let steered = events
             .drain()
             .iter()

@@ -29,7 +29,8 @@ use crate::support::harness::{GUARD, a, tree};
 use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::races::{REAL_GUARD, bounded, yields};
 use crate::support::{
-    RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, user_texts, within,
+    RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, run_admitted,
+    spawn_admitted, user_texts, within,
 };
 
 const TASK: &str = "the original task";
@@ -102,11 +103,11 @@ async fn run_cell(cell: Cell) {
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::spawn_background("child", TASK),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("sup done"),
-            ]),
+            ],
         )
         .script("child", child_script(cell.exit));
     let model = RecordingModel::new(scripted);
@@ -127,15 +128,11 @@ async fn run_cell(cell: Cell) {
     let mut events = EventProbe::new(&tree);
     let (sup, child) = match cell.owner {
         Owner::Agent => {
-            tree.spawn(SpawnRequest::new("sup", "supervise"))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("sup", "supervise")).await;
             (Some(a(1)), a(2))
         }
         Owner::Root => {
-            tree.spawn(SpawnRequest::new("child", TASK))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new("child", TASK)).await;
             (None, a(1))
         }
     };
@@ -283,18 +280,18 @@ async fn restart_event_sits_between_the_incarnations() {
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::spawn_background("child", TASK),
                 Turn::calls([Call::result(Target::Spawned(0))]),
                 Turn::answer("sup done"),
-            ]),
+            ],
         )
         .script(
             "child",
-            Script::new([
+            [
                 Turn::fail("first run fails").after(Duration::from_millis(300)),
                 Turn::answer("second run done").usage(Usage::tokens(2, 2)),
-            ]),
+            ],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -307,9 +304,11 @@ async fn restart_event_sits_between_the_incarnations() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within("the supervisor", tree.run(SpawnRequest::new("sup", "go")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the supervisor",
+        run_admitted(&tree, SpawnRequest::new("sup", "go")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("sup done"));
     within("idle", tree.idle()).await;
     let events: Vec<Event> = events
@@ -375,10 +374,10 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             let scripted = ScriptedModel::new()
                 .script(
                     "sup",
-                    Script::new([
+                    [
                         Turn::spawn_background("child", TASK),
                         Turn::calls([Call::result(Target::Spawned(0))]),
-                    ]),
+                    ],
                 )
                 .script("child", hanging(4));
             let model = RecordingModel::new(scripted);
@@ -422,9 +421,7 @@ async fn killed_at_a_shutdown_deadline_is_never_restarted() {
             } else {
                 "child"
             };
-            tree.spawn(SpawnRequest::new(top, TASK))
-                .await
-                .expect("admitted");
+            spawn_admitted(&tree, SpawnRequest::new(top, TASK)).await;
             model.until_calls(stuck, 1).await;
             let report = within("shutdown", tree.shutdown()).await;
             assert!(report.killed.contains(&stuck), "{name}: {report:?}");
@@ -452,22 +449,21 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
     let model = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn_background("flaky", "x")]),
                 Turn::answer("boss done"),
-            ]),
+            ],
         )
         .script(
             "flaky",
-            Script::new([Turn::fail("connection reset").after(Duration::from_millis(100))]),
+            [Turn::fail("connection reset").after(Duration::from_millis(100))],
         );
-    let catalog = Catalog::new([
+    let catalog = catalog([
         delegator_of_all("boss"),
         AgentDefinition::new("flaky", "")
             .with_restart(RestartPolicy::Transient)
             .detached(),
-    ])
-    .unwrap();
+    ]);
     let tree = tree(model, catalog, TreeConfig::default()).await;
     let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(boss.is_completed());
@@ -487,11 +483,10 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
 async fn an_abort_is_never_followed_by_a_restart() {
     let model = ScriptedModel::new().script(
         "flaky",
-        Script::new([Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")]),
+        [Turn::fail("boom"), Turn::hang(), Turn::answer("ran again")],
     );
     let catalog =
-        Catalog::new([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)])
-            .unwrap();
+        catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
     let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
     let mut events = tree.subscribe();
     let h = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
@@ -522,24 +517,18 @@ async fn a_restarted_child_keeps_its_inherited_context() {
     let scripted = ScriptedModel::new()
         .script(
             "boss",
-            Script::new([
+            [
                 Turn::calls([Call::spawn("heir", "child task")]),
                 Turn::answer("ok"),
-            ]),
+            ],
         )
-        .script(
-            "heir",
-            Script::new([Turn::fail("transient"), Turn::answer("done")]),
-        );
+        .script("heir", [Turn::fail("transient"), Turn::answer("done")]);
     let recorder = RecordingModel::new(scripted);
     let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
     heir.inherit_context = true;
-    let catalog = Catalog::new([delegator_of_all("boss"), heir]).unwrap();
+    let catalog = catalog([delegator_of_all("boss"), heir]);
     let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
-    let out = tree
-        .run(SpawnRequest::new("boss", "SECRET owner context"))
-        .await
-        .unwrap();
+    let out = run_admitted(&tree, SpawnRequest::new("boss", "SECRET owner context")).await;
     assert_eq!(out.status, AgentStatus::Completed);
     let runs = recorder.calls_of(a(2));
     assert_eq!(runs.len(), 2, "one failed turn, one restarted turn");

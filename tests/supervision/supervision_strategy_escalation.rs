@@ -23,7 +23,10 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
-use crate::support::{CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, within};
+use crate::support::{
+    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, run_admitted, spawn_admitted,
+    within,
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -53,7 +56,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
     let scripted = ScriptedModel::new()
         .script(
             "sup",
-            Script::new([
+            [
                 Turn::calls(
                     types
                         .iter()
@@ -61,7 +64,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
                         .map(|(i, t)| Call::spawn_background(*t, format!("run {t} #{i}"))),
                 ),
                 Turn::calls([Call::result(Target::Spawned(failing))]),
-            ]),
+            ],
         )
         .script("perm", hanging(4))
         .script("temp", hanging(4));
@@ -86,9 +89,7 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("sup", "supervise"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("sup", "supervise")).await;
     let last = match expected.last() {
         Some(Step::Restarted(id)) => *id,
         other => panic!("the plan must end with a restart: {other:?}"),
@@ -320,9 +321,11 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within("the boss", tree.run(SpawnRequest::new("boss", "delegate")))
-        .await
-        .expect("admitted");
+    let outcome = within(
+        "the boss",
+        run_admitted(&tree, SpawnRequest::new("boss", "delegate")),
+    )
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("boss saw it"));
     within("idle", tree.idle()).await;
     let events = events.drain();
@@ -404,9 +407,7 @@ async fn restarted_by_boss(rerun: Rerun) {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("boss", "delegate"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("boss", "delegate")).await;
     let (boss, sup) = (a(1), a(2));
     events
         .expect_event("the supervisor's restart", restarted(sup, 2))
@@ -503,9 +504,7 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    tree.spawn(SpawnRequest::new("sup", "supervise flaky"))
-        .await
-        .expect("admitted");
+    spawn_admitted(&tree, SpawnRequest::new("sup", "supervise flaky")).await;
     let sup = a(1);
     events
         .expect_event("the supervisor's restart", restarted(sup, 2))
@@ -542,7 +541,7 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
         .script("bystander", hanging(2))
         .script(
             "lead",
-            Script::new([Turn::spawn_background("bystander", "x"), Turn::hang()]),
+            [Turn::spawn_background("bystander", "x"), Turn::hang()],
         );
     let model = RecordingModel::new(scripted);
     let tree = tree(
@@ -556,14 +555,8 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
     )
     .await;
     let mut events = tree.subscribe();
-    let mut lead = tree
-        .spawn(SpawnRequest::new("lead", "wait"))
-        .await
-        .expect("admitted");
-    let mut crasher = tree
-        .spawn(SpawnRequest::new("crasher", "crash"))
-        .await
-        .expect("admitted");
+    let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "wait")).await;
+    let mut crasher = spawn_admitted(&tree, SpawnRequest::new("crasher", "crash")).await;
     let lead_outcome = within("the lead", lead.outcome()).await;
     assert_eq!(
         lead_outcome.status,
@@ -625,10 +618,10 @@ async fn every_strategy_escalates_past_the_intensity() {
         let scripted = ScriptedModel::new()
             .script(
                 "sup",
-                Script::new([
+                [
                     Turn::calls((0..3).map(|i| Call::spawn_background("perm", format!("s{i}")))),
                     Turn::calls([Call::result(Target::Spawned(1))]),
-                ]),
+                ],
             )
             .script("perm", hanging(4));
         scripted.script_agent(
@@ -648,9 +641,11 @@ async fn every_strategy_escalates_past_the_intensity() {
         )
         .await;
         let mut events = tree.subscribe();
-        let outcome = within("sup", tree.run(SpawnRequest::new("sup", "supervise")))
-            .await
-            .expect("admitted");
+        let outcome = within(
+            "sup",
+            run_admitted(&tree, SpawnRequest::new("sup", "supervise")),
+        )
+        .await;
         assert_eq!(
             (outcome.status, outcome.reason),
             (AgentStatus::Failed, EndReason::Escalated),
@@ -695,32 +690,20 @@ async fn every_strategy_escalates_past_the_intensity() {
     }
 }
 
-// Review regressions: each test below holds a defect a review of the runtime found.
-
 /// Root escalation with the pool full leaves no queued top-level agent behind.
 #[tokio::test(start_paused = true)]
 async fn root_escalation_strands_no_queued_agent() {
     let model = ScriptedModel::new()
-        .script(
-            "flaky",
-            Script::new([Turn::fail("a"), Turn::fail("b"), Turn::fail("c")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+        .script("flaky", [Turn::fail("a"), Turn::fail("b"), Turn::fail("c")])
+        .script("leaf", [Turn::answer("leaf")]);
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let config = TreeConfig::default().with_max_concurrent(1);
     let tree = tree(model, catalog, config).await;
-    let _a = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let b = tree
-        .spawn(SpawnRequest::new("leaf", "go").background())
-        .await
-        .unwrap();
+    let _a = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let b = spawn_admitted(&tree, SpawnRequest::new("leaf", "go").background()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
     assert!(
         r.is_ok(),
@@ -736,28 +719,18 @@ async fn root_escalation_strands_no_queued_agent() {
 #[tokio::test(start_paused = true)]
 async fn one_for_all_with_a_queued_sibling_does_not_hang() {
     let model = ScriptedModel::new()
-        .script(
-            "flaky",
-            Script::new([Turn::fail("boom"), Turn::answer("ok")]),
-        )
-        .script("leaf", Script::new([Turn::answer("leaf")]));
-    let catalog = Catalog::new([
+        .script("flaky", [Turn::fail("boom"), Turn::answer("ok")])
+        .script("leaf", [Turn::answer("leaf")]);
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("leaf", ""),
-    ])
-    .unwrap();
+    ]);
     let config = TreeConfig::default()
         .with_max_concurrent(1)
         .with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
     let tree = tree(model, catalog, config).await;
-    let f = tree
-        .spawn(SpawnRequest::new("flaky", "go").background())
-        .await
-        .unwrap();
-    let l = tree
-        .spawn(SpawnRequest::new("leaf", "go").background())
-        .await
-        .unwrap();
+    let f = spawn_admitted(&tree, SpawnRequest::new("flaky", "go").background()).await;
+    let l = spawn_admitted(&tree, SpawnRequest::new("leaf", "go").background()).await;
     let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
     assert!(
         r.is_ok(),
@@ -775,17 +748,16 @@ async fn a_restart_plan_survives_a_sibling_shut_down_meanwhile() {
     let model = ScriptedModel::new()
         .script(
             "flaky",
-            Script::new([
+            [
                 Turn::fail("boom").after(Duration::from_millis(100)),
                 Turn::answer("ok"),
-            ]),
+            ],
         )
-        .script("idler", Script::new([Turn::hang()]));
-    let catalog = Catalog::new([
+        .script("idler", [Turn::hang()]);
+    let catalog = catalog([
         AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient),
         AgentDefinition::new("idler", ""),
-    ])
-    .unwrap();
+    ]);
     let config =
         TreeConfig::default().with_root_supervision(Strategy::OneForAll, 3, Duration::from_secs(5));
     let tree = Tree::builder()

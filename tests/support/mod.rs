@@ -45,9 +45,46 @@ pub(crate) fn ask(question: &str) -> Call {
     Call::tool("ask_owner", serde_json::json!({ "question": question }))
 }
 
+/// A scripted `Agent` call resuming `agent` (its id as a model writes it) with `prompt`.
+pub(crate) fn resume_call(agent: &str, prompt: &str) -> Call {
+    Call::tool(
+        "Agent",
+        serde_json::json!({ "resume": agent, "prompt": prompt }),
+    )
+}
+
+/// A scripted `get_subagent_result` call of `agent` (its id as a model writes it), without
+/// a wait.
+pub(crate) fn read_result_call(agent: &str) -> Call {
+    Call::tool(
+        "get_subagent_result",
+        serde_json::json!({ "agent_id": agent }),
+    )
+}
+
 /// Builds a catalog, panicking on invalid definitions.
 pub(crate) fn catalog(definitions: impl IntoIterator<Item = AgentDefinition>) -> Catalog {
     Catalog::new(definitions).expect("test definitions are valid")
+}
+
+/// A tree of `catalog` on `model`, with the default configuration and nothing else.
+pub(crate) async fn build_tree(catalog: Catalog, model: impl Model) -> Tree {
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
+/// Spawns `request` on `tree`, failing the test when it is refused.
+pub(crate) async fn spawn_admitted(tree: &Tree, request: SpawnRequest) -> AgentHandle {
+    tree.spawn(request).await.expect("the spawn is admitted")
+}
+
+/// Runs `request` on `tree` to its end, failing the test when it is refused.
+pub(crate) async fn run_admitted(tree: &Tree, request: SpawnRequest) -> Outcome {
+    tree.run(request).await.expect("the run is admitted")
 }
 
 /// The contents of a conversation's user messages, in order.
@@ -206,6 +243,9 @@ pub mod journal;
 
 /// The lifetime-test helpers: script and event helpers.
 pub mod lifetimes;
+
+/// The step model of the model-contract tests: streams, cut-offs, context windows.
+pub mod steps;
 
 /// The race-test helpers: guards, bounded waits, yield loops and the `slow` tool.
 pub mod races;
