@@ -3,6 +3,7 @@
 //! usage is counted once and per tree, and nothing is left behind (no stand-in, no edge, no
 //! live agent, no growing worker).
 
+use super::support::{spawn_runner, within};
 use std::time::Duration;
 
 use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
@@ -31,12 +32,12 @@ pub(crate) async fn twenty_remote_children_at_once_complete_and_leave_nothing_be
                 .id(),
         );
     }
-    let outcomes = tokio::time::timeout(
-        Duration::from_secs(30),
+    let outcomes = within(
+        30,
+        "twenty remote children settle",
         tree.wait(&ids, agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("twenty remote children settle");
+    .await;
     for outcome in &outcomes {
         assert_eq!(outcome.text.as_deref(), Some("done 2"), "{outcome:?}");
     }
@@ -88,12 +89,12 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
         agent_tree::TreeConfig::default().with_max_children_per_agent(20),
     )
     .await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(30),
+    let outcome = within(
+        30,
+        "the lead settles",
         tree.run(SpawnRequest::new("lead", "go")),
     )
     .await
-    .expect("the lead settles")
     .unwrap();
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let runners = records_of(&tree, "runner");
@@ -135,15 +136,15 @@ pub(crate) async fn children_on_two_workers_at_once_complete_and_count_per_worke
             .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&b))
             .await
             .unwrap();
-        let outcomes = tokio::time::timeout(
-            Duration::from_secs(10),
+        let outcomes = within(
+            10,
+            "both remote children settle",
             tree.wait(
                 &[ha.id(), hb.id()],
                 agent_tree::protocol::WaitPolicy::AllSettled,
             ),
         )
-        .await
-        .expect("both remote children settle");
+        .await;
         assert_eq!(
             outcomes[0].text.as_deref(),
             Some("done 4"),
@@ -181,29 +182,23 @@ pub(crate) async fn two_owner_trees_on_one_node_share_a_worker_without_mixing(ow
     for round in 0..3 {
         let t1 = owner.tree(&name, runner()).await;
         let t2 = owner.tree(&name, runner()).await;
-        let h1 = t1
-            .spawn(SpawnRequest::new("runner", "work 3 80"))
-            .await
-            .unwrap();
-        let h2 = t2
-            .spawn(SpawnRequest::new("runner", "work 5 60"))
-            .await
-            .unwrap();
+        let h1 = spawn_runner(&t1, "work 3 80").await;
+        let h2 = spawn_runner(&t2, "work 5 60").await;
         assert_eq!((h1.id(), h2.id()), (AgentId::new(1), AgentId::new(1)));
         first_usage(&t1, h1.id()).await;
         t1.steer(h1.id(), "one").await.unwrap();
-        let o1 = tokio::time::timeout(
-            Duration::from_secs(10),
+        let o1 = within(
+            10,
+            "t1 settles",
             t1.wait(&[h1.id()], agent_tree::protocol::WaitPolicy::AllSettled),
         )
-        .await
-        .expect("t1 settles");
-        let o2 = tokio::time::timeout(
-            Duration::from_secs(10),
+        .await;
+        let o2 = within(
+            10,
+            "t2 settles",
             t2.wait(&[h2.id()], agent_tree::protocol::WaitPolicy::AllSettled),
         )
-        .await
-        .expect("t2 settles");
+        .await;
         assert_eq!(
             o1[0].text.as_deref(),
             Some("done 3 | steered: one"),

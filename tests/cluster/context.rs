@@ -7,6 +7,7 @@
 //! stand-in sent) they are the owner's again: the owner keeps the conversation as a local
 //! child's, the context as the owner wrote it, run after run.
 
+use super::support::finish_idle;
 use std::path::Path;
 
 use agent_tree::protocol::{
@@ -287,7 +288,7 @@ fn task_at(messages: &[Message]) -> usize {
 /// own read, the lead's refused "no subagent … of yours"), with the same conversation kept,
 /// byte for byte, and the same records.
 pub(crate) async fn a_resumed_run_that_inherited_a_context_reads_as_a_local_one(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("relay");
@@ -325,9 +326,7 @@ pub(crate) async fn a_resumed_run_that_inherited_a_context_reads_as_a_local_one(
         sides.push((outcome.text, runner_kept, lead_kept, records));
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     let (local, remote) = (&sides[0], &sides[1]);
     assert_eq!(local.0.as_deref(), Some("the lead is done"), "{local:#?}");
     let relayed = |s: &(Option<String>, Vec<Message>, Vec<Message>, _)| {
@@ -362,7 +361,7 @@ pub(crate) async fn a_resumed_run_that_inherited_a_context_reads_as_a_local_one(
 pub(crate) async fn a_padded_id_in_an_inherited_context_is_kept_as_the_owner_wrote_it(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("padded");
@@ -385,9 +384,7 @@ pub(crate) async fn a_padded_id_in_an_inherited_context_is_kept_as_the_owner_wro
         sides.push((outcome.text, runner_kept, lead_kept));
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     for (side, (text, runner, lead)) in ["local", "remote"].iter().zip(&sides) {
         assert_eq!(text.as_deref(), Some("the lead is done"), "{side}");
         let task = task_at(runner);

@@ -3,6 +3,7 @@
 //! kill stops its hosted agent at once, by the command, not by a lease, and leaves nothing
 //! routed; its questions reach the owner's handler and the answer comes back.
 
+use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
 use agent_tree::protocol::{AgentDefinition, AgentStatus, SpawnRequest, SubagentAllowance};
@@ -20,10 +21,7 @@ use super::{
 pub(crate) async fn a_steer_reaches_the_remote_agent_mid_run(owner: &mut Owner) {
     let (name, process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 4 150"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 4 150").await;
     first_usage(&tree, handle.id()).await;
     tree.steer(handle.id(), "use the fast path").await.unwrap();
     let outcome = handle.outcome().await;
@@ -67,21 +65,20 @@ pub(crate) async fn steers_before_a_remote_agent_starts_are_queued_and_a_settled
         matches!(receipt, Ok(agent_tree::SteerReceipt::Queued)),
         "{receipt:?}"
     );
-    let outcome = tokio::time::timeout(Duration::from_secs(10), first.outcome())
-        .await
-        .expect("settles");
+    let outcome = within(10, "settles", first.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("done 3"), "{outcome:?}");
-    let outcome = tokio::time::timeout(Duration::from_secs(10), second.outcome())
-        .await
-        .expect("settles");
+    let outcome = within(10, "settles", second.outcome()).await;
     assert_eq!(
         outcome.text.as_deref(),
         Some("done 2 | steered: early"),
         "{outcome:?}"
     );
-    let refused = tokio::time::timeout(Duration::from_secs(2), tree.steer(first.id(), "late"))
-        .await
-        .expect("a steer to a settled remote child returns");
+    let refused = within(
+        2,
+        "a steer to a settled remote child returns",
+        tree.steer(first.id(), "late"),
+    )
+    .await;
     assert!(
         matches!(refused, Err(agent_tree::ControlError::WrongStatus(..))),
         "{refused:?}"
@@ -173,9 +170,7 @@ pub(crate) async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let receipt = tree.steer(id, "too late").await;
-    let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
-        .await
-        .expect("settles");
+    let outcome = within(10, "settles", handle.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     assert!(
         matches!(receipt, Err(agent_tree::ControlError::WrongStatus(..))),
@@ -216,19 +211,17 @@ pub(crate) async fn a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_tu
 async fn steers_racing_the_end(tree: &Tree) -> Vec<String> {
     let mut lost = Vec::new();
     for i in 0..30u64 {
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "work 1 0"))
-            .await
-            .unwrap();
+        let mut handle = spawn_runner(tree, "work 1 0").await;
         let id = handle.id();
         tokio::time::sleep(Duration::from_millis(i % 6)).await;
         let text = format!("race {i}");
-        let receipt = tokio::time::timeout(Duration::from_secs(2), tree.steer(id, text.clone()))
-            .await
-            .expect("a steer racing the agent's end returns");
-        let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
-            .await
-            .expect("settles");
+        let receipt = within(
+            2,
+            "a steer racing the agent's end returns",
+            tree.steer(id, text.clone()),
+        )
+        .await;
+        let outcome = within(10, "settles", handle.outcome()).await;
         let read = outcome.text.as_deref().unwrap_or_default().contains(&text);
         if receipt.is_ok() && !read {
             lost.push(format!("{i}: {receipt:?} -> {:?}", outcome.text));
@@ -262,16 +255,11 @@ pub(crate) async fn aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_a
     let stand_ins = owner.node.stats().stand_ins;
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 100 100").await;
     let id = handle.id();
     first_usage(&tree, id).await;
     tree.abort(id).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
-        .await
-        .expect("an aborted remote child settles");
+    let outcome = within(5, "an aborted remote child settles", handle.outcome()).await;
     assert_eq!(
         (outcome.status, outcome.reason),
         (local.status, local.reason),
@@ -304,16 +292,11 @@ pub(crate) async fn killing_a_remote_child_removes_its_stand_in(owner: &mut Owne
     let stand_ins = owner.node.stats().stand_ins;
     let (name, process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     assert_eq!(owner.node.stats().stand_ins, stand_ins + 1);
     tree.kill(handle.id()).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
-        .await
-        .expect("a killed remote child settles");
+    let outcome = within(5, "a killed remote child settles", handle.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
     assert!(
         eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
@@ -334,16 +317,11 @@ pub(crate) async fn killing_a_remote_child_stops_its_hosted_agent_before_the_lea
 ) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     tree.kill(handle.id()).unwrap();
     let killed_at = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
-        .await
-        .expect("a killed remote child settles");
+    let outcome = within(5, "a killed remote child settles", handle.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
     let took = killed_at.elapsed();

@@ -17,10 +17,12 @@
 //! tree and its helpers `a4`.. while on its node they are `a2`..: an id left as the hosted
 //! tree's names another agent (or none) in the owner's tree.
 
+use super::support::no_failures;
+use super::support::spawn_runner;
 use std::path::Path;
 
 use agent_tree::Tree;
-use agent_tree::protocol::{AgentId, Message, Role, SpawnRequest};
+use agent_tree::protocol::{AgentId, Message, Role};
 use serde_json::Value;
 
 use super::support::{Dir, kept, local_tree, others_first, owner_tree, render, resumed, settled};
@@ -176,7 +178,7 @@ struct Side {
 /// Two `count` agents, then `task` and each of `resumes` on `tree` (journaled to `path`).
 async fn side(tree: &Tree, path: &Path, task: &str, resumes: &[&str]) -> Side {
     others_first(tree, 2).await;
-    let mut handle = tree.spawn(SpawnRequest::new("runner", task)).await.unwrap();
+    let mut handle = spawn_runner(tree, task).await;
     let id = handle.id();
     let mut answers = vec![settled(&mut handle, "the first run").await.text];
     let mut conversations = vec![kept(tree, path, id).await];
@@ -283,7 +285,7 @@ async fn against_local(
     let (live, worker_tokens, edges) = worker_idle(&mut process);
     process.finish();
     assert_eq!((live, edges), (0, 0), "the worker ends idle");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    no_failures(&failures);
     assert_eq!(worker_tokens, tokens, "usage counted once");
 }
 
@@ -379,11 +381,7 @@ pub(crate) async fn concurrent_remote_leads_name_only_their_own_helpers(owner: &
     let tree = owner_tree(&owner.node, &name, &path).await;
     let mut handles = Vec::new();
     for _ in 0..3 {
-        handles.push(
-            tree.spawn(SpawnRequest::new("runner", "burst 6 0"))
-                .await
-                .unwrap(),
-        );
+        handles.push(spawn_runner(&tree, "burst 6 0").await);
     }
     let ids: Vec<AgentId> = handles.iter().map(agent_tree::AgentHandle::id).collect();
     for handle in &mut handles {
@@ -405,10 +403,7 @@ pub(crate) async fn concurrent_remote_leads_name_only_their_own_helpers(owner: &
         }
     }
     // One aborted mid-burst (its helpers instant, its turns quick), then resumed.
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "burst 8 30"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "burst 8 30").await;
     let id = handle.id();
     first_usage(&tree, id).await;
     tokio::time::sleep(std::time::Duration::from_millis(60)).await;
@@ -438,6 +433,6 @@ pub(crate) async fn concurrent_remote_leads_name_only_their_own_helpers(owner: &
     let (live, worker_tokens, edges) = worker_idle(&mut process);
     process.finish();
     assert_eq!((live, edges), (0, 0), "the worker ends idle");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    no_failures(&failures);
     assert_eq!(worker_tokens, tokens, "usage counted once");
 }

@@ -4,48 +4,18 @@
 //! read, big or released outputs included, refused control as settled agents or an earlier
 //! run's children, never recorded or billed twice, recovered with their owner.
 
-use agent_tree::cluster::Node;
-use agent_tree::protocol::{AgentId, AgentStatus, Role, SpawnRequest};
-use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, JournalConfig, Tree};
+use super::support::spawn_runner;
+use super::support::{finish_idle, no_failures, side_tree};
+use agent_tree::protocol::{AgentId, AgentStatus, Role};
+use agent_tree::{JournalConfig, Tree};
 
 use super::support::{Dir, kept, others_first, render, resumed, settled};
-use super::worker;
-use super::{Owner, root_tokens, runner, worker_idle};
-
-/// An owner tree placing `runner` on `worker`, journaled as `journal` says.
-async fn owner_tree(node: &Node, worker: &str, journal: JournalConfig) -> Tree {
-    Tree::builder()
-        .catalog(Catalog::new(vec![runner().on_node(worker)]).unwrap())
-        .model(ScriptedModel::new())
-        .node(node)
-        .journal(journal)
-        .build()
-        .await
-        .expect("the owner tree builds")
-}
-
-/// The spec: a local tree with the worker's catalog, model and tools, journaled.
-async fn local_tree(journal: JournalConfig) -> Tree {
-    worker::hosted_tree()
-        .journal(journal)
-        .build()
-        .await
-        .expect("the local tree builds")
-}
-
-/// The tree of one side: remote (placed on `worker`) or local.
-async fn tree_of(side: Option<(&Node, &str)>, journal: JournalConfig) -> Tree {
-    match side {
-        Some((node, name)) => owner_tree(node, name, journal).await,
-        None => local_tree(journal).await,
-    }
-}
+use super::{Owner, root_tokens, worker_idle};
 
 /// Spawns `runner` with `task`, then each resume of `resumes`: the top's id and each run's
 /// answer.
 async fn answers(tree: &Tree, task: &str, resumes: &[&str]) -> (AgentId, Vec<Option<String>>) {
-    let mut handle = tree.spawn(SpawnRequest::new("runner", task)).await.unwrap();
+    let mut handle = spawn_runner(tree, task).await;
     let id = handle.id();
     let mut out = vec![settled(&mut handle, "the first run").await.text];
     for prompt in resumes {
@@ -63,18 +33,15 @@ async fn answers(tree: &Tree, task: &str, resumes: &[&str]) -> (AgentId, Vec<Opt
 /// run's does"): the stand-in reads the released output back from the owner's journal
 /// before the spawn, rather than send the record's outcome as it is in memory, released.
 pub(crate) async fn an_earlier_output_the_owner_released_is_read_as_locally(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("released-earlier");
         let path = dir.file("tree.journal");
         let config = JournalConfig::new(&path).keep_read_outputs(0);
         let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = tree_of(side, config).await;
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "recall"))
-            .await
-            .unwrap();
+        let tree = side_tree(side, config).await;
+        let mut handle = spawn_runner(&tree, "recall").await;
         let id = handle.id();
         let first = settled(&mut handle, "the first run").await;
         let helper = tree.record(id).unwrap().children[0];
@@ -85,9 +52,7 @@ pub(crate) async fn an_earlier_output_the_owner_released_is_read_as_locally(owne
         sides.push((remote, first.text, read, released, again.text));
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     let want = Some("recalled completed done 1, new helper another".to_owned());
     assert!(
         sides.iter().all(|s| s.4 == want),
@@ -103,20 +68,18 @@ pub(crate) async fn an_earlier_output_the_owner_released_is_read_as_locally(owne
 // regression: a seed over 64 KiB once went released, and the hosted tree, with no journal
 // to read it back from, showed the model an empty output of a "completed" helper.
 pub(crate) async fn an_earlier_helpers_big_output_is_read_as_locally(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut got = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("big-earlier");
         let path = dir.file("tree.journal");
         let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = tree_of(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(side, JournalConfig::new(&path)).await;
         let (_, texts) = answers(&tree, "recall-big 70000", &[""]).await;
         got.push(texts);
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     assert_eq!(
         got[1][1].as_deref(),
         Some("recalled completed 70000 bytes, new helper another"),
@@ -134,14 +97,14 @@ pub(crate) async fn an_earlier_helpers_big_output_is_read_as_locally(owner: &mut
 pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut texts = Vec::new();
     let mut failures = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("poke");
         let path = dir.file("tree.journal");
         let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = tree_of(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(side, JournalConfig::new(&path)).await;
         // Another agent first: the runner's ids differ between the owner and its node.
         others_first(&tree, 1).await;
         let (id, answered) = answers(&tree, "poke", &[""]).await;
@@ -179,9 +142,7 @@ pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id
         texts.push(answered);
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     assert_eq!(
         texts[1][1].as_deref(),
         Some("poked steer:refused abort:refused resume:refused"),
@@ -192,7 +153,7 @@ pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id
         local.starts_with("poked steer:refused abort:refused"),
         "the local run refuses the steer and the abort of a settled helper too: {local}"
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    no_failures(&failures);
 }
 
 /// `docs/semantics.md`: in a resumed remote run an earlier child is read-only, "steering or
@@ -201,31 +162,17 @@ pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id
 /// helper: the steer's and the abort's refusals the owner keeps are a local run's (the
 /// helper named by the same owner id: "aN cannot take this now: it is completed").
 pub(crate) async fn a_steer_of_an_earlier_helper_is_refused_as_a_settled_agents(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("poke9");
         let path = dir.file("tree.journal");
-        let tree = if remote {
-            Tree::builder()
-                .catalog(Catalog::new(vec![runner().on_node(&name)]).unwrap())
-                .model(ScriptedModel::new())
-                .node(&owner.node)
-                .journal(JournalConfig::new(&path))
-                .build()
-                .await
-                .unwrap()
-        } else {
-            worker::hosted_tree()
-                .journal(JournalConfig::new(&path))
-                .build()
-                .await
-                .unwrap()
-        };
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "poke"))
-            .await
-            .unwrap();
+        let tree = side_tree(
+            remote.then_some((&owner.node, name.as_str())),
+            JournalConfig::new(&path),
+        )
+        .await;
+        let mut handle = spawn_runner(&tree, "poke").await;
         let id = handle.id();
         settled(&mut handle, "the first run").await;
         let again = resumed(&tree, id, "").await;
@@ -245,9 +192,7 @@ pub(crate) async fn a_steer_of_an_earlier_helper_is_refused_as_a_settled_agents(
         sides.push((again.text, refusal("steer"), refusal("abort")));
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     assert_eq!(
         sides[0].1, r#"{"error":"<first> cannot take this now: it is completed"}"#,
         "the spec: {sides:#?}"
@@ -296,7 +241,7 @@ pub(crate) async fn resumes_seed_no_second_record_and_no_second_usage(owner: &mu
         let dir = Dir::new("stacked");
         let path = dir.file("tree.journal");
         let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = tree_of(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(side, JournalConfig::new(&path)).await;
         let (id, texts) = answers(&tree, "recall", &["", "more", ""]).await;
         let recalled = Some("recalled completed done 1, new helper another".to_owned());
         if texts[1..].iter().any(|t| *t != recalled) {
@@ -340,14 +285,14 @@ pub(crate) async fn resumes_seed_no_second_record_and_no_second_usage(owner: &mu
         worker_tokens, totals[1],
         "the worker's usage is the owner's"
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    no_failures(&failures);
 }
 
 /// A `delegate-bg` runner (its background helper still running when the run answers), run
 /// and resumed: what the owner keeps of it, run after run, and each run's answer and the
 /// records, are a local tree's.
 pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..2 {
         let mut sides = Vec::new();
@@ -355,11 +300,8 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
             let dir = Dir::new("background");
             let path = dir.file("tree.journal");
             let side = remote.then_some((&owner.node, name.as_str()));
-            let tree = tree_of(side, JournalConfig::new(&path)).await;
-            let mut handle = tree
-                .spawn(SpawnRequest::new("runner", "delegate-bg 2 200"))
-                .await
-                .unwrap();
+            let tree = side_tree(side, JournalConfig::new(&path)).await;
+            let mut handle = spawn_runner(&tree, "delegate-bg 2 200").await;
             let id = handle.id();
             let mut runs = vec![(
                 settled(&mut handle, "the first run").await.text,
@@ -387,10 +329,8 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
             ));
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }
 
 /// A journaled owner tree (a `recall` runner, its first run and an empty resume) built
@@ -398,18 +338,18 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
 /// another, as a local tree recovered the same way does (the earlier children come from
 /// the recovered records).
 pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("recovered-recall");
         let path = dir.file("tree.journal");
         let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = tree_of(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(side, JournalConfig::new(&path)).await;
         others_first(&tree, 1).await;
         let (id, mut texts) = answers(&tree, "recall", &[""]).await;
         tree.shutdown().await;
         drop(tree);
-        let tree = tree_of(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(side, JournalConfig::new(&path)).await;
         for prompt in ["", "again"] {
             texts.push(resumed(&tree, id, prompt).await.text);
         }
@@ -418,9 +358,7 @@ pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &m
         sides.push((texts, conversation, children));
         tree.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
     let recalled = Some("recalled completed done 1, new helper another".to_owned());
     assert_eq!(
         sides[1].0[1..],
@@ -438,14 +376,14 @@ pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &m
 pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
         for remote in [false, true] {
             let dir = Dir::new("aborted-recall");
             let path = dir.file("tree.journal");
             let side = remote.then_some((&owner.node, name.as_str()));
-            let tree = tree_of(side, JournalConfig::new(&path)).await;
+            let tree = side_tree(side, JournalConfig::new(&path)).await;
             let (id, _) = answers(&tree, "recall", &[]).await;
             let mut handle = tree.resume(id, "go").await.unwrap();
             let _ = tree.abort(id);
@@ -479,8 +417,6 @@ pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpe
             tree.shutdown().await;
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }

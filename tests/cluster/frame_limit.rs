@@ -2,6 +2,7 @@
 //! its owner; one over the body limit (25 MiB) settles saying where its output stays; a
 //! question, or an answer to one, over the frame limit never hangs the edge.
 
+use super::support::{spawn_runner, within};
 use std::time::Duration;
 
 use agent_tree::protocol::{AgentStatus, SpawnRequest};
@@ -17,12 +18,12 @@ use super::{Owner, root_tokens, runner, worker_idle};
 pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
+    let outcome = within(
+        20,
+        "the remote child with a 9 MiB answer settles",
         tree.run(SpawnRequest::new("runner", "big 9437184")),
     )
     .await
-    .expect("the remote child with a 9 MiB answer settles")
     .unwrap();
     assert_eq!(
         outcome.status,
@@ -33,12 +34,12 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.text.as_ref().map(String::len), Some(9_437_184));
     assert_eq!(root_tokens(&tree), 12);
-    let huge = tokio::time::timeout(
-        Duration::from_secs(30),
+    let huge = within(
+        30,
+        "the remote child with a 25 MiB answer settles",
         tree.run(SpawnRequest::new("runner", "big 26214400")),
     )
     .await
-    .expect("the remote child with a 25 MiB answer settles")
     .unwrap();
     assert_eq!(huge.status, AgentStatus::Completed, "{:?}", huge.error);
     assert_eq!(huge.text, None);
@@ -50,12 +51,12 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
         "{:?}",
         huge.error
     );
-    let next = tokio::time::timeout(
-        Duration::from_secs(10),
+    let next = within(
+        10,
+        "the next spawn settles",
         tree.run(SpawnRequest::new("runner", "work 1 1")),
     )
     .await
-    .expect("the next spawn settles")
     .unwrap();
     assert_eq!(next.text.as_deref(), Some("done 1"));
     let (live, _, edges) = worker_idle(&mut process);
@@ -105,7 +106,7 @@ pub(crate) async fn a_remote_questions_answer_over_the_frame_limit_does_not_hang
 /// Spawns the remote runner on `task`: it settles within 15 s, not by its lease; then the
 /// tree shuts down.
 async fn settles_without_the_lease(tree: &Tree, task: &str, what: &str) {
-    let mut handle = tree.spawn(SpawnRequest::new("runner", task)).await.unwrap();
+    let mut handle = spawn_runner(tree, task).await;
     let id = handle.id();
     let outcome = tokio::time::timeout(Duration::from_secs(15), handle.outcome()).await;
     let mirror = tree.remote_records(id).await.unwrap_or_default();

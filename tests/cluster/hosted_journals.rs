@@ -3,6 +3,7 @@
 //! a hosted journal that dropped a settled agent's conversation from memory does not stop
 //! its owner resuming it.
 
+use super::support::{spawn_runner, within};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -110,12 +111,12 @@ pub(crate) async fn hosted_trees_journaling_to_one_file_refuse_a_second_spawn(ow
     assert_eq!(first.text.as_deref(), Some("done 2"), "{first:?}");
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    let second = tokio::time::timeout(
-        Duration::from_secs(20),
+    let second = within(
+        20,
+        "the second run settles",
         tree.run(SpawnRequest::new("runner", "work 2 10")),
     )
     .await
-    .expect("the second run settles")
     .unwrap();
     assert_eq!(second.status, AgentStatus::Failed, "{second:?}");
     let error = second.error.unwrap_or_default();
@@ -135,14 +136,9 @@ pub(crate) async fn a_hosted_journal_that_dropped_the_conversation_still_resumes
     let dir = Dir::new("hosted-journal");
     let (name, mut process) = journaled_worker(owner, "journaled-unique", &dir.0).await;
     let tree = maybe_journaled_tree(&owner.node, &name, None).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "count"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "count").await;
     let id = handle.id();
-    let first = tokio::time::timeout(Duration::from_secs(20), handle.outcome())
-        .await
-        .expect("the remote child settles");
+    let first = within(20, "the remote child settles", handle.outcome()).await;
     assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");

@@ -4,14 +4,16 @@
 //! in a local tree on the owner's process): run after run, steered, aborted, killed,
 //! restarted, shut down mid-turn, its node killed, the owner crashed or recovered.
 
+use super::support::{finish_idle, no_failures, side_tree};
+use super::support::{spawn_runner, within};
 use std::path::Path;
 use std::time::Duration;
 
-use agent_tree::Tree;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{
     AgentDefinition, AgentId, AgentStatus, Message, RestartPolicy, Role, SpawnRequest, WaitPolicy,
 };
+use agent_tree::{JournalConfig, Tree};
 
 use super::support::{
     Dir, kept, local_tree, others_first, owner_tree, owner_tree_of, render, replayed, resumed,
@@ -26,7 +28,7 @@ type Runs = Vec<(Option<String>, Vec<String>)>;
 /// Runs `task` on `tree` (journaled to `path`), then each resume in `resumes`; returns the
 /// top agent's id and, per run, its outcome text and the kept conversation.
 async fn runs(tree: &Tree, path: &Path, task: &str, resumes: &[&str]) -> (AgentId, Runs) {
-    let mut handle = tree.spawn(SpawnRequest::new("runner", task)).await.unwrap();
+    let mut handle = spawn_runner(tree, task).await;
     let id = handle.id();
     let first = settled(&mut handle, "the first run").await;
     let mut out = vec![(first.text.clone(), render(&kept(tree, path, id).await))];
@@ -145,28 +147,25 @@ async fn same_as_local(owner: &mut Owner, tasks: &[&str]) {
     assert_eq!((live, edges), (0, 0));
     assert_eq!(worker_tokens, tokens, "usage counted once");
     process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    no_failures(&failures);
 }
 
 /// A steer delivered to a remote agent mid-run, then an abort: the steer is in the kept
 /// conversation (a delivered steer is never lost: the run's end puts it in), and an empty
 /// resume's model reads it, as a local agent's does.
 pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for remote in [false, true] {
         for round in 0..3 {
             let dir = Dir::new("steer-abort");
             let path = dir.file("tree.journal");
-            let tree = if remote {
-                owner_tree(&owner.node, &name, &path).await
-            } else {
-                local_tree(&path).await
-            };
-            let mut handle = tree
-                .spawn(SpawnRequest::new("runner", "work 3 400"))
-                .await
-                .unwrap();
+            let tree = side_tree(
+                remote.then_some((&owner.node, name.as_str())),
+                JournalConfig::new(&path),
+            )
+            .await;
+            let mut handle = spawn_runner(&tree, "work 3 400").await;
             let id = handle.id();
             first_usage(&tree, id).await;
             let receipt = tree.steer(id, "hello").await;
@@ -196,17 +195,15 @@ pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owne
             tree.shutdown().await;
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }
 
 /// A journaled owner tree (a remote child run, resumed empty, resumed with a prompt) shut
 /// down and built again from its journal: the recovered tree keeps the conversation a local
 /// tree recovered the same way keeps, and an empty resume of each answers the same.
 pub(crate) async fn a_recovered_owner_keeps_every_remote_run_as_a_local_tree(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let dir = Dir::new("recovered");
     let (lp, rp) = (dir.file("local.journal"), dir.file("remote.journal"));
     let local = local_tree(&lp).await;
@@ -231,9 +228,7 @@ pub(crate) async fn a_recovered_owner_keeps_every_remote_run_as_a_local_tree(own
     assert_eq!(want, got, "after the recovered trees' resumes");
     local.shutdown().await;
     remote.shutdown().await;
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
 }
 
 /// A remote child whose resumed run's node is killed mid-run: the owner keeps that run's
@@ -249,10 +244,7 @@ pub(crate) async fn a_node_killed_mid_resumed_run_keeps_the_whole_conversation(o
     let mut old = owner.worker_process(&name, port, "normal", false).await;
     let path = dir.file("tree.journal");
     let tree = owner_tree(&owner.node, &name, &path).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "steps 4 100"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "steps 4 100").await;
     let id = handle.id();
     let first = settled(&mut handle, "the first run").await;
     assert_eq!(first.text.as_deref(), Some("messages 7"), "{first:?}");
@@ -296,7 +288,7 @@ pub(crate) async fn a_node_killed_mid_resumed_run_keeps_the_whole_conversation(o
 /// restarted incarnation's conversation replaces the failed one's, as a local agent's
 /// does; the kept conversation and the empty resume's answer are a local tree's.
 pub(crate) async fn a_restarted_remote_child_keeps_only_its_new_incarnation(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
         let dir = Dir::new("restart");
@@ -320,12 +312,7 @@ pub(crate) async fn a_restarted_remote_child_keeps_only_its_new_incarnation(owne
             .await
             .unwrap()
             .id();
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(20),
-            tree.wait(&[id], WaitPolicy::AllSettled),
-        )
-        .await
-        .expect("settles");
+        let outcome = within(20, "settles", tree.wait(&[id], WaitPolicy::AllSettled)).await;
         let incarnation = tree.record(id).unwrap().incarnation;
         let after = render(&kept(&tree, &path, id).await);
         let resumed = resumed(&tree, id, "").await.text;
@@ -334,9 +321,7 @@ pub(crate) async fn a_restarted_remote_child_keeps_only_its_new_incarnation(owne
         tree.shutdown().await;
     }
     assert_eq!(sides[0], sides[1], "local, then remote");
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
 }
 
 /// Shuts `tree` down after its remote (or local) `steps 4 300` child billed two turns; the
@@ -350,10 +335,7 @@ async fn shut_down_mid_run(
         None => local_tree(path).await,
     };
     let tree = build().await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "steps 4 300"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "steps 4 300").await;
     let id = handle.id();
     assert!(
         eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
@@ -377,7 +359,7 @@ async fn shut_down_mid_run(
 /// keeps what a local tree shut down the same way keeps, and the empty resume answers the
 /// same.
 pub(crate) async fn a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
         let dir = Dir::new("shutdown");
@@ -388,32 +370,27 @@ pub(crate) async fn a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(owner:
             failures.push(format!("round {round}: local {want:#?}\n remote {got:#?}"));
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }
 
 /// A remote child killed (`Tree::kill`) mid-turn keeps its last turn boundary, as a local
 /// agent killed mid-turn does; a steer read mid-run is in it; the empty resume answers as
 /// the local one's.
 pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
         let mut sides = Vec::new();
         for remote in [false, true] {
             let dir = Dir::new("kill");
             let path = dir.file("tree.journal");
-            let tree = if remote {
-                owner_tree(&owner.node, &name, &path).await
-            } else {
-                local_tree(&path).await
-            };
-            let mut handle = tree
-                .spawn(SpawnRequest::new("runner", "work 4 300"))
-                .await
-                .unwrap();
+            let tree = side_tree(
+                remote.then_some((&owner.node, name.as_str())),
+                JournalConfig::new(&path),
+            )
+            .await;
+            let mut handle = spawn_runner(&tree, "work 4 300").await;
             let id = handle.id();
             first_usage(&tree, id).await;
             let _ = tree.steer(id, "mid-run").await;
@@ -436,10 +413,8 @@ pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(own
             ));
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }
 
 /// Aborted at once, right after its spawn and right after a resume with a prompt (where
@@ -450,21 +425,18 @@ pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(own
 pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let mut failures = Vec::new();
     for round in 0..3 {
         for remote in [false, true] {
             let dir = Dir::new("abort-at-once");
             let path = dir.file("tree.journal");
-            let tree = if remote {
-                owner_tree(&owner.node, &name, &path).await
-            } else {
-                local_tree(&path).await
-            };
-            let mut handle = tree
-                .spawn(SpawnRequest::new("runner", "steps 2 100"))
-                .await
-                .unwrap();
+            let tree = side_tree(
+                remote.then_some((&owner.node, name.as_str())),
+                JournalConfig::new(&path),
+            )
+            .await;
+            let mut handle = spawn_runner(&tree, "steps 2 100").await;
             let id = handle.id();
             tree.abort(id).unwrap();
             let first = settled(&mut handle, "the aborted run").await;
@@ -500,10 +472,8 @@ pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_
             tree.shutdown().await;
         }
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    finish_idle(process);
+    no_failures(&failures);
 }
 
 /// The owner's process "crashes" mid-run (its journal copied while the remote child is in
@@ -511,14 +481,11 @@ pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_
 /// came up (a prefix of the conversation the run ended with, task first, at least two
 /// turns), and the empty resume continues exactly it.
 pub(crate) async fn a_crash_mid_run_recovers_a_boundary_that_came_up(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     let dir = Dir::new("crash-copy");
     let (live, copy) = (dir.file("live.journal"), dir.file("crashed.journal"));
     let tree = owner_tree(&owner.node, &name, &live).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "steps 4 200"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "steps 4 200").await;
     let id = handle.id();
     assert!(
         eventually(Duration::from_secs(10), || root_tokens(&tree) >= 36).await,
@@ -545,7 +512,5 @@ pub(crate) async fn a_crash_mid_run_recovers_a_boundary_that_came_up(owner: &mut
         Some(format!("messages {}", at_crash.len() + 6))
     );
     recovered.shutdown().await;
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
 }

@@ -4,6 +4,7 @@
 //! freeze past the lease stops the subtree there and the owner declares it killed; the
 //! other workers' children go on.
 
+use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
 use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy, SpawnRequest};
@@ -25,10 +26,7 @@ pub(crate) async fn a_killed_node_fails_its_stand_ins_and_the_restart_policy_app
     let tree = owner
         .tree(&name, runner().with_restart(RestartPolicy::Transient))
         .await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "work 50 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "work 50 100").await;
     let id = handle.id();
     first_usage(&tree, id).await;
     let killed_at = Instant::now();
@@ -62,10 +60,7 @@ pub(crate) async fn a_killed_node_settles_its_mirrored_descendants_killed(owner:
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
     let mut events = tree.subscribe();
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "delegate 50 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "delegate 50 100").await;
     let id = handle.id();
     let helper = mirrored_child_working(&mut events, id).await;
     process.kill9();
@@ -124,10 +119,7 @@ pub(crate) async fn a_run_goes_on_across_a_closed_session(
     process: &mut WorkerProcess,
 ) {
     let tree = owner.tree(name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 10 60"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 10 60").await;
     first_usage(&tree, handle.id()).await;
     assert_eq!(owner.node.disconnect(name).await, 1);
     let outcome = handle.outcome().await;
@@ -148,10 +140,7 @@ pub(crate) async fn a_run_goes_on_across_a_closed_session(
 pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 6 60"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 6 60").await;
     first_usage(&tree, handle.id()).await;
     process.freeze();
     tokio::time::sleep(Duration::from_millis(LEASE_MS / 3)).await;
@@ -177,10 +166,7 @@ pub(crate) async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_de
 ) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     let frozen_at = Instant::now();
     process.freeze();
@@ -230,12 +216,12 @@ pub(crate) async fn killing_one_worker_does_not_disturb_the_other_workers_childr
     first_usage(&tree, ha.id()).await;
     first_usage(&tree, hb.id()).await;
     pa.kill9();
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(5),
+    let outcome = within(
+        5,
+        "the killed worker's child settles",
         tree.wait(&[ha.id()], agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("the killed worker's child settles");
+    .await;
     assert_eq!(outcome[0].status, AgentStatus::Failed, "{outcome:?}");
     assert!(
         outcome[0]
@@ -246,9 +232,7 @@ pub(crate) async fn killing_one_worker_does_not_disturb_the_other_workers_childr
         "{outcome:?}"
     );
     tree.steer(hb.id(), "still here").await.unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), hb.outcome())
-        .await
-        .expect("the other worker's child settles");
+    let outcome = within(10, "the other worker's child settles", hb.outcome()).await;
     assert_eq!(
         outcome.text.as_deref(),
         Some("done 10 | steered: still here"),
@@ -273,22 +257,19 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
     let port = worker::free_port();
     let mut old = owner.worker_process(&name, port, "normal", false).await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     let killed_at = Instant::now();
     old.kill9();
     // Back only after the reconnect window (300 ms).
     tokio::time::sleep(Duration::from_millis(800)).await;
     let mut new = owner.worker_process(&name, port, "normal", false).await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
+    let outcome = within(
+        10,
+        "the old stand-in settles",
         tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("the old stand-in settles");
+    .await;
     let took = killed_at.elapsed();
     assert_eq!(
         outcome[0].status,
@@ -303,12 +284,12 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
             .starts_with("node down"),
         "{outcome:?}"
     );
-    let fresh = tokio::time::timeout(
-        Duration::from_secs(10),
+    let fresh = within(
+        10,
+        "a new spawn settles",
         tree.run(SpawnRequest::new("runner", "work 2 20")),
     )
     .await
-    .expect("a new spawn settles")
     .unwrap();
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);
@@ -335,10 +316,7 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
         .worker_process(&name, worker::free_port(), "normal", true)
         .await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     let killed_at = Instant::now();
     old.kill9();
@@ -350,19 +328,19 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
     .unwrap();
     let mut new = new;
     let back = killed_at.elapsed();
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
+    let outcome = within(
+        10,
+        "the old stand-in settles",
         tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("the old stand-in settles");
+    .await;
     let took = killed_at.elapsed();
-    let fresh = tokio::time::timeout(
-        Duration::from_secs(10),
+    let fresh = within(
+        10,
+        "a new spawn settles",
         tree.run(SpawnRequest::new("runner", "work 2 20")),
     )
     .await
-    .expect("a new spawn settles")
     .unwrap();
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);

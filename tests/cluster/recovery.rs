@@ -4,15 +4,17 @@
 //! records and a settled child's mirror are recovered; the orphaned hosted subtree stops by
 //! its lease.
 
+use super::support::finish_idle;
+use super::support::{runner_answered, spawn_runner, within};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_tree::cluster::Node;
-use agent_tree::protocol::{AgentId, AgentStatus, EndReason, SpawnRequest};
+use agent_tree::protocol::{AgentId, AgentStatus, EndReason};
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
-use super::support::{Dir, journaled_tree, messages_sent};
+use super::support::{Dir, messages_sent, owner_tree};
 use super::worker::{self, WorkerProcess};
 use super::{
     GRACE_MS, LEASE_MS, Owner, eventually, first_usage, mirrored_child_working, root_tokens,
@@ -32,12 +34,8 @@ async fn crashed_and_recovered(
 ) -> (Tree, AgentId, u64, String, WorkerProcess) {
     let (name, mut process) = owner.worker().await;
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let tree = journaled_tree(&owner.node, &name, &live).await;
-    let id = tree
-        .spawn(SpawnRequest::new("runner", "steps 6 200"))
-        .await
-        .unwrap()
-        .id();
+    let tree = owner_tree(&owner.node, &name, &live).await;
+    let id = spawn_runner(&tree, "steps 6 200").await.id();
     first_usage(&tree, id).await;
     assert!(
         eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
@@ -50,7 +48,7 @@ async fn crashed_and_recovered(
     // The dropped tree's stand-in was killed: it told the worker to stop.
     let (left, _) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!(left, 0, "the dropped owner's remote subtree still runs");
-    let tree = journaled_tree(&owner.node, &name, &crashed).await;
+    let tree = owner_tree(&owner.node, &name, &crashed).await;
     (tree, id, before, name, process)
 }
 
@@ -82,9 +80,7 @@ pub(crate) async fn a_recovered_remote_child_is_interrupted_with_its_usage_and_r
         .resume(id, "work 2 10")
         .await
         .expect("the resume starts");
-    let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-        .await
-        .expect("the resumed remote child settles");
+    let outcome = within(20, "the resumed remote child settles", resumed.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let sent = messages_sent(&outcome);
     assert!(sent >= 3 + 1 + 10 && sent.is_multiple_of(2), "{outcome:?}");
@@ -108,9 +104,7 @@ pub(crate) async fn a_recovered_remote_child_resumed_with_an_empty_prompt_contin
         .resume(id, "")
         .await
         .expect("the empty resume of a recovered remote child starts");
-    let outcome = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-        .await
-        .expect("the resumed remote child settles");
+    let outcome = within(30, "the resumed remote child settles", handle.outcome()).await;
     let sent = messages_sent(&outcome);
     assert!(sent >= 3 + 10 && sent % 2 == 1, "{outcome:?}");
     tree.shutdown().await;
@@ -139,7 +133,7 @@ pub(crate) async fn a_recovered_remote_child_is_still_remote_with_its_mirror_gon
 /// tree rebuilt from the journal, compacted or not, reads the `remote_records` the tree
 /// that ran it read.
 pub(crate) async fn a_recovered_tree_keeps_a_settled_remote_childs_mirror(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
+    let (name, process) = owner.worker().await;
     for rotate in [None, Some(1)] {
         let dir = Dir::new("mirror-journaled");
         let path = dir.file("tree.journal");
@@ -156,13 +150,7 @@ pub(crate) async fn a_recovered_tree_keeps_a_settled_remote_childs_mirror(owner:
                 .build()
         };
         let tree = build().await.expect("the journaled tree builds");
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "delegate 1 0"))
-            .await
-            .unwrap();
-        let id = handle.id();
-        let outcome = handle.outcome().await;
-        assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
+        let id = runner_answered(&tree, "delegate 1 0", "lead done").await;
         let mirror = tree.remote_records(id).await.expect("a remote child");
         assert_eq!(
             mirror
@@ -188,9 +176,7 @@ pub(crate) async fn a_recovered_tree_keeps_a_settled_remote_childs_mirror(owner:
         );
         recovered.shutdown().await;
     }
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
 }
 
 /// The owner's journal holds the mirrored records of a remote child's descendants like any
@@ -201,13 +187,9 @@ pub(crate) async fn a_recovered_tree_keeps_its_mirrored_records(owner: &mut Owne
     let dir = Dir::new("mirrored");
     let (name, mut process) = owner.worker().await;
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let tree = journaled_tree(&owner.node, &name, &live).await;
+    let tree = owner_tree(&owner.node, &name, &live).await;
     let mut events = tree.subscribe();
-    let id = tree
-        .spawn(SpawnRequest::new("runner", "delegate 40 100"))
-        .await
-        .unwrap()
-        .id();
+    let id = spawn_runner(&tree, "delegate 40 100").await.id();
     let helper = mirrored_child_working(&mut events, id).await;
     // Read before the flush: usage billed after the read is journaled too (the recovered
     // record may hold more), never usage read but not yet flushed.
@@ -217,7 +199,7 @@ pub(crate) async fn a_recovered_tree_keeps_its_mirrored_records(owner: &mut Owne
     drop(tree);
     let (left, _) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!(left, 0, "the dropped owner's remote subtree still runs");
-    let tree = journaled_tree(&owner.node, &name, &crashed).await;
+    let tree = owner_tree(&owner.node, &name, &crashed).await;
     let record = tree.record(helper).expect("the mirrored record, recovered");
     assert_eq!(record.parent, Some(id));
     assert_eq!(record.agent_type, "helper");
@@ -275,12 +257,8 @@ fn owner_node() {
         node.join(worker_addr.parse().unwrap(), worker_name)
             .await
             .expect("the owner joins the worker");
-        let tree = journaled_tree(&node, worker_name, Path::new(journal)).await;
-        let id = tree
-            .spawn(SpawnRequest::new("runner", "steps 4 500"))
-            .await
-            .unwrap()
-            .id();
+        let tree = owner_tree(&node, worker_name, Path::new(journal)).await;
+        let id = spawn_runner(&tree, "steps 4 500").await.id();
         first_usage(&tree, id).await;
         tree.flush_journal().await;
         println!("worker ready {id}");
@@ -335,7 +313,7 @@ pub(crate) async fn a_killed_journaled_owner_process_orphans_stop_by_lease_and_r
         stopped < Duration::from_millis(LEASE_MS + GRACE_MS + 1_000),
         "the orphaned subtree stopped only after {stopped:?}"
     );
-    let tree = journaled_tree(&owner.node, &name, &journal).await;
+    let tree = owner_tree(&owner.node, &name, &journal).await;
     let id = AgentId::new(1);
     let record = tree.record(id).expect("the remote child's record");
     assert_eq!(
@@ -351,9 +329,7 @@ pub(crate) async fn a_killed_journaled_owner_process_orphans_stop_by_lease_and_r
     // It continues the conversation journaled of it (its task at least), the prompt its
     // next message: the model reads the first task (`steps 4 500`, not `more`), four turns.
     let mut resumed = tree.resume(id, "more").await.expect("the resume starts");
-    let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-        .await
-        .expect("the resumed remote child settles");
+    let outcome = within(20, "the resumed remote child settles", resumed.outcome()).await;
     let sent = messages_sent(&outcome);
     assert!(sent >= 1 + 1 + 6 && sent.is_multiple_of(2), "{outcome:?}");
     assert_eq!(root_tokens(&tree), recovered + 48);

@@ -5,6 +5,7 @@
 //! conversation come up, an empty resume is refused with the reason, and a resume that never
 //! reached the node keeps the conversation.
 
+use super::support::{runner_answered, spawn_runner, within};
 use std::time::Duration;
 
 use agent_tree::protocol::{
@@ -13,7 +14,7 @@ use agent_tree::protocol::{
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
-use super::support::{Dir, journaled_tree, maybe_journaled_tree, messages_sent, resumed_outcome};
+use super::support::{Dir, maybe_journaled_tree, messages_sent, owner_tree, resumed_outcome};
 use super::worker;
 use super::{Owner, eventually, first_usage, lead_of, root_tokens, runner, tree_of, worker_idle};
 
@@ -24,21 +25,13 @@ use super::{Owner, eventually, first_usage, lead_of, root_tokens, runner, tree_o
 pub(crate) async fn a_settled_remote_child_of_a_journaled_tree_resumes(owner: &mut Owner) {
     let dir = Dir::new("settled-resume");
     let (name, mut process) = owner.worker().await;
-    let tree = journaled_tree(&owner.node, &name, &dir.file("tree.journal")).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 1 10"))
-        .await
-        .unwrap();
-    let id = handle.id();
-    let first = handle.outcome().await;
-    assert_eq!(first.text.as_deref(), Some("done 1"), "{first:?}");
+    let tree = owner_tree(&owner.node, &name, &dir.file("tree.journal")).await;
+    let id = runner_answered(&tree, "work 1 10", "done 1").await;
     let mut resumed = tree
         .resume(id, "work 2 10")
         .await
         .expect("a settled remote child resumes");
-    let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-        .await
-        .expect("the resumed remote child settles");
+    let outcome = within(20, "the resumed remote child settles", resumed.outcome()).await;
     assert_eq!(
         outcome.text.as_deref(),
         Some("done 1 | steered: work 2 10"),
@@ -63,7 +56,7 @@ pub(crate) async fn a_settled_remote_child_resumed_with_an_empty_prompt_continue
         let dir = Dir::new("empty-resume-continues");
         let (name, mut process) = owner.worker().await;
         let tree = if journaled {
-            journaled_tree(&owner.node, &name, &dir.file("tree.journal")).await
+            owner_tree(&owner.node, &name, &dir.file("tree.journal")).await
         } else {
             Tree::builder()
                 .catalog(Catalog::new([runner().on_node(&name)]).unwrap())
@@ -73,18 +66,10 @@ pub(crate) async fn a_settled_remote_child_resumed_with_an_empty_prompt_continue
                 .await
                 .unwrap()
         };
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        let id = handle.id();
-        let first = handle.outcome().await;
-        assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+        let id = runner_answered(&tree, "count", "messages 1").await;
         // [count, messages 1]: continued as it was.
         let mut resumed = tree.resume(id, "").await.expect("an empty resume starts");
-        let outcome = tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-            .await
-            .expect("the resumed remote child settles");
+        let outcome = within(20, "the resumed remote child settles", resumed.outcome()).await;
         assert_eq!(
             outcome.text.as_deref(),
             Some("messages 2"),
@@ -95,9 +80,7 @@ pub(crate) async fn a_settled_remote_child_resumed_with_an_empty_prompt_continue
             .resume(id, "again")
             .await
             .expect("a resume with a prompt starts");
-        let outcome = tokio::time::timeout(Duration::from_secs(20), again.outcome())
-            .await
-            .expect("the second resume settles");
+        let outcome = within(20, "the second resume settles", again.outcome()).await;
         assert_eq!(
             outcome.text.as_deref(),
             Some("messages 4"),
@@ -119,13 +102,7 @@ pub(crate) async fn an_empty_resume_of_a_resumed_remote_run_continues_again(owne
         let path = dir.file("tree.journal");
         let tree =
             maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "count"))
-            .await
-            .unwrap();
-        let id = handle.id();
-        let first = handle.outcome().await;
-        assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+        let id = runner_answered(&tree, "count", "messages 1").await;
         for expected in ["messages 2", "messages 3"] {
             let outcome = resumed_outcome(&tree, id, "").await;
             assert_eq!(
@@ -150,16 +127,11 @@ pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continu
 ) {
     let (name, mut process) = owner.worker().await;
     let tree = maybe_journaled_tree(&owner.node, &name, None).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "work 3 400"))
-        .await
-        .unwrap();
+    let mut handle = spawn_runner(&tree, "work 3 400").await;
     let id = handle.id();
     first_usage(&tree, id).await;
     tree.abort(id).unwrap();
-    let aborted = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
-        .await
-        .expect("the aborted remote child settles");
+    let aborted = within(10, "the aborted remote child settles", handle.outcome()).await;
     assert_eq!(aborted.status, AgentStatus::Aborted, "{aborted:?}");
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
@@ -200,12 +172,7 @@ pub(crate) async fn a_restarted_remote_child_resumed_with_an_empty_prompt_contin
         .await
         .unwrap()
         .id();
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
-        tree.wait(&[id], WaitPolicy::AllSettled),
-    )
-    .await
-    .expect("settles");
+    let outcome = within(10, "settles", tree.wait(&[id], WaitPolicy::AllSettled)).await;
     assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
     assert_eq!(tree.record(id).unwrap().incarnation, 2);
     let outcome = resumed_outcome(&tree, id, "").await;
@@ -241,12 +208,12 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
         TreeConfig::default(),
     )
     .await;
-    let lead = tokio::time::timeout(
-        Duration::from_secs(20),
+    let lead = within(
+        20,
+        "the lead settles",
         tree.run(SpawnRequest::new("lead", "go")),
     )
     .await
-    .expect("the lead settles")
     .unwrap();
     assert_eq!(lead.text.as_deref(), Some("lead done"), "{lead:?}");
     let record = tree.record(AgentId::new(2)).expect("the runner's record");
@@ -272,13 +239,7 @@ pub(crate) async fn a_recovered_tree_continues_a_completed_remote_childs_convers
     let (name, process) = owner.worker().await;
     let path = dir.file("tree.journal");
     let tree = maybe_journaled_tree(&owner.node, &name, Some(&path)).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "count"))
-        .await
-        .unwrap();
-    let id = handle.id();
-    let first = handle.outcome().await;
-    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+    let id = runner_answered(&tree, "count", "messages 1").await;
     tree.shutdown().await;
     drop(tree);
     let tree = maybe_journaled_tree(&owner.node, &name, Some(&path)).await;
@@ -307,14 +268,14 @@ pub(crate) async fn an_empty_resume_continues_a_conversation_over_the_frame_limi
         let tree =
             maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
         for (bytes, continues) in [(9_437_184usize, true), (26_214_400, false)] {
-            let mut handle = tree
-                .spawn(SpawnRequest::new("runner", format!("big {bytes}")))
-                .await
-                .unwrap();
+            let mut handle = spawn_runner(&tree, format!("big {bytes}")).await;
             let id = handle.id();
-            let first = tokio::time::timeout(Duration::from_secs(30), handle.outcome())
-                .await
-                .expect("the remote child with a large answer settles");
+            let first = within(
+                30,
+                "the remote child with a large answer settles",
+                handle.outcome(),
+            )
+            .await;
             assert_eq!(first.status, AgentStatus::Completed, "{:?}", first.error);
             let what = format!("journaled {journaled}, {bytes} bytes");
             match (tree.resume(id, "").await, continues) {
@@ -370,19 +331,19 @@ pub(crate) async fn an_empty_resume_after_the_remote_childs_node_was_killed_cont
         let path = dir.file("tree.journal");
         let tree =
             maybe_journaled_tree(&owner.node, &name, journaled.then_some(path.as_path())).await;
-        let mut handle = tree
-            .spawn(SpawnRequest::new("runner", "steps 4 500"))
-            .await
-            .unwrap();
+        let mut handle = spawn_runner(&tree, "steps 4 500").await;
         let id = handle.id();
         assert!(
             eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
             "two remote turns billed"
         );
         old.kill9();
-        let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome())
-            .await
-            .expect("the remote child of a killed node settles");
+        let outcome = within(
+            10,
+            "the remote child of a killed node settles",
+            handle.outcome(),
+        )
+        .await;
         assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
         // Back only after the reconnect window (300 ms): a new process under the name.
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -412,13 +373,7 @@ pub(crate) async fn an_empty_resume_after_the_remote_childs_node_was_killed_cont
 pub(crate) async fn a_resume_that_never_reached_its_node_keeps_the_conversation(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = maybe_journaled_tree(&owner.node, &name, None).await;
-    let mut handle = tree
-        .spawn(SpawnRequest::new("runner", "count"))
-        .await
-        .unwrap();
-    let id = handle.id();
-    let first = handle.outcome().await;
-    assert_eq!(first.text.as_deref(), Some("messages 1"), "{first:?}");
+    let id = runner_answered(&tree, "count", "messages 1").await;
     let big = "p".repeat(25 * 1024 * 1024);
     let failed = resumed_outcome(&tree, id, &big).await;
     assert_eq!(failed.status, AgentStatus::Failed, "{:?}", failed.error);
@@ -432,9 +387,7 @@ pub(crate) async fn a_resume_that_never_reached_its_node_keeps_the_conversation(
         failed.error
     );
     let outcome = match tree.resume(id, "").await {
-        Ok(mut resumed) => tokio::time::timeout(Duration::from_secs(20), resumed.outcome())
-            .await
-            .expect("the empty resume settles"),
+        Ok(mut resumed) => within(20, "the empty resume settles", resumed.outcome()).await,
         Err(error) => panic!(
             "the conversation kept from run 1 was erased by a resume that never reached \
              node {name}: {error}"

@@ -3,6 +3,7 @@
 //! its mirrored descendants as their node reports), one that does not is counted killed and
 //! its node named; every delta the worker billed is counted once.
 
+use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
 use agent_tree::protocol::{
@@ -25,10 +26,7 @@ pub(crate) async fn a_shutdown_settles_mirrored_descendants_as_their_node_report
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
     let mut events = tree.subscribe();
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "delegate 100 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "delegate 100 100").await;
     let helper = mirrored_child_working(&mut events, handle.id()).await;
     let started = Instant::now();
     tree.shutdown().await;
@@ -62,10 +60,7 @@ pub(crate) async fn a_shutdown_settles_mirrored_descendants_as_their_node_report
 pub(crate) async fn a_shutdown_reaches_the_remote_subtree_within_its_deadline(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     let started = Instant::now();
     let report = tree.shutdown().await;
@@ -94,10 +89,7 @@ pub(crate) async fn a_shutdown_counts_a_frozen_node_killed_by_its_deadline(owner
         .build()
         .await
         .unwrap();
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "work 100 100").await;
     first_usage(&tree, handle.id()).await;
     process.freeze();
     let started = Instant::now();
@@ -147,9 +139,8 @@ pub(crate) async fn shutting_down_a_local_owner_stops_its_remote_child_gracefull
     let mut events = tree.subscribe();
     let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let remote = loop {
-        let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        let event = within(10, "the remote runner bills a turn", events.next())
             .await
-            .expect("the remote runner bills a turn")
             .expect("events");
         if event.kind.name() == "usage_reported"
             && event.agent != lead.id()
@@ -253,10 +244,7 @@ pub(crate) async fn a_graceful_shutdown_mid_run_counts_every_delta_the_worker_bi
     let mut before = 0;
     for i in 0..4u64 {
         let tree = owner.tree(&name, runner()).await;
-        let handle = tree
-            .spawn(SpawnRequest::new("runner", "work 8 60"))
-            .await
-            .unwrap();
+        let handle = spawn_runner(&tree, "work 8 60").await;
         first_usage(&tree, handle.id()).await;
         tokio::time::sleep(Duration::from_millis(37 * i)).await;
         tree.shutdown().await;

@@ -4,6 +4,8 @@
 //! held to as a local one is: `max_subtree_tokens`, a request's settle policy, the pool's
 //! queue, a detached child outliving its owner agent.
 
+use super::support::finish_idle;
+use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
 use agent_tree::protocol::{AgentDefinition, AgentId, AgentStatus, SpawnRequest};
@@ -173,12 +175,12 @@ pub(crate) async fn a_spawn_the_worker_cannot_run_fails_with_its_cause(owner: &m
     // regression: the refusal of a spawn in parts once named its last part, which the
     // stand-in did not take as its spawn's, and it hung.
     for task in ["haunt".to_owned(), "h".repeat(9 << 20)] {
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(10),
+        let outcome = within(
+            10,
+            "a refused remote spawn settles",
             tree.run(SpawnRequest::new("ghost", task)),
         )
         .await
-        .expect("a refused remote spawn settles")
         .unwrap();
         assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
         let error = outcome.error.as_deref().unwrap_or_default();
@@ -211,12 +213,12 @@ pub(crate) async fn a_worker_whose_tree_does_not_build_fails_the_spawn_with_that
 ) {
     let (name, process) = owner.worker_in_mode("broken").await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(5),
+    let outcome = within(
+        5,
+        "a remote spawn on a broken worker settles",
         tree.run(SpawnRequest::new("runner", "work 1 1")),
     )
     .await
-    .expect("a remote spawn on a broken worker settles")
     .unwrap();
     assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
     let error = outcome.error.as_deref().unwrap_or_default();
@@ -236,11 +238,9 @@ pub(crate) async fn placement_on_the_owners_own_node_runs_locally(owner: &mut Ow
         .build()
         .await
         .unwrap();
-    let mut handle = tree.spawn(SpawnRequest::new("runner", "go")).await.unwrap();
+    let mut handle = spawn_runner(&tree, "go").await;
     assert_eq!(owner.node.stats().stand_ins, stand_ins);
-    let outcome = tokio::time::timeout(Duration::from_secs(5), handle.outcome())
-        .await
-        .expect("settles");
+    let outcome = within(5, "settles", handle.outcome()).await;
     assert_eq!(outcome.text.as_deref(), Some("ran here"), "{outcome:?}");
     let outcome = tree
         .run(SpawnRequest::new("runner", "go").on_node("owner"))
@@ -268,12 +268,12 @@ pub(crate) async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
         agent_tree::TreeConfig::default().with_max_subtree_tokens(30),
     )
     .await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
+    let outcome = within(
+        20,
+        "the lead settles",
         tree.run(SpawnRequest::new("lead", "go")),
     )
     .await
-    .expect("the lead settles")
     .unwrap();
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let runners = records_of(&tree, "runner");
@@ -304,12 +304,12 @@ pub(crate) async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(own
         .await
         .unwrap()
         .id();
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
+    let outcome = within(
+        10,
+        "settles",
         tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("settles");
+    .await;
     assert_eq!(outcome[0].text.as_deref(), Some("lead done"), "{outcome:?}");
     let mirror = tree
         .remote_records(id)
@@ -355,12 +355,12 @@ pub(crate) async fn pooled_background_remote_spawns_queue_and_count_once(owner: 
         owner.node.stats().stand_ins <= 1,
         "one pool slot, one stand-in"
     );
-    let outcomes = tokio::time::timeout(
-        Duration::from_secs(30),
+    let outcomes = within(
+        30,
+        "the pooled remote children settle",
         tree.wait(&ids, agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("the pooled remote children settle");
+    .await;
     for outcome in &outcomes {
         assert_eq!(outcome.text.as_deref(), Some("done 2"), "{outcome:?}");
     }
@@ -417,7 +417,7 @@ async fn detached_runner_after_its_lead(
 /// `ask_owner` does (refused at once, "the owner is gone"), it gets an answer and ends;
 /// it must not wait forever for an owner that no longer exists.
 pub(crate) async fn a_detached_remote_child_asking_its_ended_owner_is_answered(owner: &mut Owner) {
-    let (tree, runner, mut process) = detached_runner_after_its_lead(owner, "ask what now?").await;
+    let (tree, runner, process) = detached_runner_after_its_lead(owner, "ask what now?").await;
     let mut handle = tree.handle(runner).unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), handle.outcome()).await;
     let Ok(outcome) = outcome else {
@@ -436,9 +436,7 @@ pub(crate) async fn a_detached_remote_child_asking_its_ended_owner_is_answered(o
         "{outcome:?}"
     );
     tree.shutdown().await;
-    let (live, _, edges) = worker_idle(&mut process);
-    assert_eq!((live, edges), (0, 0));
-    process.finish();
+    finish_idle(process);
 }
 
 /// A detached remote child outlives its owner agent: it runs on after the lead's run
@@ -449,12 +447,12 @@ pub(crate) async fn a_detached_remote_child_outlives_its_owner_and_counts_once(o
         tree.record(runner).unwrap().status.is_live(),
         "the detached remote child runs on after its owner"
     );
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
+    let outcome = within(
+        20,
+        "the detached remote child settles",
         tree.handle(runner).unwrap().outcome(),
     )
-    .await
-    .expect("the detached remote child settles");
+    .await;
     assert_eq!(outcome.text.as_deref(), Some("done 4"), "{outcome:?}");
     assert_eq!(root_tokens(&tree), 48);
     let (live, tokens, edges) = worker_idle(&mut process);

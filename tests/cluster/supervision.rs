@@ -3,6 +3,7 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
+use super::support::{spawn_runner, within};
 use std::time::Duration;
 
 use agent_tree::Tree;
@@ -23,10 +24,7 @@ pub(crate) async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner
     let tree = owner
         .tree(&name, runner().with_restart(RestartPolicy::Transient))
         .await;
-    let handle = tree
-        .spawn(SpawnRequest::new("runner", "fail-first"))
-        .await
-        .unwrap();
+    let handle = spawn_runner(&tree, "fail-first").await;
     let id = handle.id();
     let outcome = tree
         .wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled)
@@ -64,12 +62,12 @@ pub(crate) async fn a_remote_transient_child_is_restarted_once_per_failure_and_u
         .await
         .unwrap()
         .id();
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(10),
+    let outcome = within(
+        10,
+        "settles",
         tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
     )
-    .await
-    .expect("settles");
+    .await;
     assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
     assert_eq!(tree.record(id).unwrap().incarnation, 2);
     let (live, tokens, edges) = worker_idle(&mut process);
@@ -131,12 +129,12 @@ async fn escalates_after_two_restarts(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
+    let outcome = within(
+        20,
+        "the lead settles",
         tree.run(SpawnRequest::new("lead", "go")),
     )
     .await
-    .expect("the lead settles")
     .unwrap();
     assert_eq!(
         (outcome.status, outcome.reason),
@@ -231,12 +229,12 @@ async fn strategy_over_remote_and_local(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(20),
+    let outcome = within(
+        20,
+        "the lead settles",
         tree.run(SpawnRequest::new("lead", "go")),
     )
     .await
-    .expect("the lead settles")
     .unwrap();
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let remote = records_of(&tree, "runner");
@@ -286,11 +284,7 @@ pub(crate) async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(o
     )
     .await;
     // The local child fails first: the remote one is aborted.
-    let remote = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100"))
-        .await
-        .unwrap()
-        .id();
+    let remote = spawn_runner(&tree, "work 100 100").await.id();
     first_usage(&tree, remote).await;
     let local = tree
         .spawn(SpawnRequest::new("local", "go"))
@@ -306,11 +300,7 @@ pub(crate) async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(o
         .await
         .unwrap()
         .id();
-    let remote = tree
-        .spawn(SpawnRequest::new("runner", "fail-always"))
-        .await
-        .unwrap()
-        .id();
+    let remote = spawn_runner(&tree, "fail-always").await.id();
     second_fails_first_aborted(&tree, hanger, remote).await;
     tree.shutdown().await;
     process.finish();
@@ -319,12 +309,12 @@ pub(crate) async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(o
 /// A fail_fast wait on `[first, second]` where `second` fails: it returns, with `first`
 /// aborted (reason `aborted`).
 async fn second_fails_first_aborted(tree: &Tree, first: AgentId, second: AgentId) {
-    let outcomes = tokio::time::timeout(
-        Duration::from_secs(10),
+    let outcomes = within(
+        10,
+        "fail_fast returns",
         tree.wait(&[first, second], agent_tree::protocol::WaitPolicy::FailFast),
     )
-    .await
-    .expect("fail_fast returns");
+    .await;
     assert_eq!(outcomes[1].status, AgentStatus::Failed, "{outcomes:?}");
     assert_eq!(
         (outcomes[0].status, outcomes[0].reason),

@@ -13,8 +13,9 @@ use agent_tree::protocol::{AgentDefinition, AgentId, Message, Outcome, SpawnRequ
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, JournalConfig, Tree};
 
-use super::runner;
 use super::worker;
+use super::worker::WorkerProcess;
+use super::{runner, worker_idle};
 
 /// A fresh directory, removed when dropped.
 pub(crate) struct Dir(pub(crate) PathBuf);
@@ -63,23 +64,48 @@ pub(crate) async fn owner_tree_of(
     definitions: Vec<AgentDefinition>,
     journal: &Path,
 ) -> Tree {
-    Tree::builder()
+    owner_tree_journaled(node, definitions, Some(JournalConfig::new(journal))).await
+}
+
+/// An owner tree of `definitions` (placed as they say), journaled as `journal` says.
+pub(crate) async fn owner_tree_journaled(
+    node: &Node,
+    definitions: Vec<AgentDefinition>,
+    journal: Option<JournalConfig>,
+) -> Tree {
+    let mut builder = Tree::builder()
         .catalog(Catalog::new(definitions).unwrap())
         .model(ScriptedModel::new())
-        .node(node)
-        .journal(JournalConfig::new(journal))
-        .build()
-        .await
-        .expect("the owner tree builds")
+        .node(node);
+    if let Some(journal) = journal {
+        builder = builder.journal(journal);
+    }
+    builder.build().await.expect("the owner tree builds")
 }
 
 /// The spec: a local tree with the worker's catalog, model and tools, journaled.
 pub(crate) async fn local_tree(journal: &Path) -> Tree {
+    local_tree_journaled(JournalConfig::new(journal)).await
+}
+
+/// The spec, journaled as `journal` says.
+pub(crate) async fn local_tree_journaled(journal: JournalConfig) -> Tree {
     worker::hosted_tree()
-        .journal(JournalConfig::new(journal))
+        .journal(journal)
         .build()
         .await
         .expect("the local tree builds")
+}
+
+/// The tree of one side, journaled as `journal` says: remote (an owner tree placing
+/// `runner` on the named worker of the node) or, with no side, the local spec.
+pub(crate) async fn side_tree(side: Option<(&Node, &str)>, journal: JournalConfig) -> Tree {
+    match side {
+        Some((node, name)) => {
+            owner_tree_journaled(node, vec![runner().on_node(name)], Some(journal)).await
+        }
+        None => local_tree_journaled(journal).await,
+    }
 }
 
 /// The journal at `path` replayed (after `tree`'s journal is flushed).
@@ -130,28 +156,9 @@ pub(crate) async fn others_first(tree: &Tree, n: usize) {
     }
 }
 
-/// Resumes `id` with `prompt` and waits for the resumed run's outcome.
+/// Resumes `id` with `prompt` and waits (at most 30 s) for the resumed run's outcome.
 pub(crate) async fn resumed(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
-    let mut handle = tree
-        .resume(id, prompt)
-        .await
-        .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
-    settled(&mut handle, "the resumed run").await
-}
-
-fn journaled_tree_builder(node: &Node, worker: &str, path: &Path) -> agent_tree::TreeBuilder {
-    Tree::builder()
-        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
-        .model(ScriptedModel::new())
-        .node(node)
-        .journal(JournalConfig::new(path))
-}
-
-pub(crate) async fn journaled_tree(node: &Node, worker: &str, path: &Path) -> Tree {
-    journaled_tree_builder(node, worker, path)
-        .build()
-        .await
-        .expect("the journaled tree builds")
+    resumed_within(30, tree, id, prompt).await
 }
 
 /// An owner tree placing `runner` on `worker`; journaled to `journal` when given.
@@ -160,27 +167,70 @@ pub(crate) async fn maybe_journaled_tree(
     worker: &str,
     journal: Option<&Path>,
 ) -> Tree {
-    let mut builder = Tree::builder()
-        .catalog(Catalog::new([runner().on_node(worker)]).unwrap())
-        .model(ScriptedModel::new())
-        .node(node);
-    if let Some(path) = journal {
-        builder = builder.journal(JournalConfig::new(path));
-    }
-    builder.build().await.expect("the owner tree builds")
+    owner_tree_journaled(
+        node,
+        vec![runner().on_node(worker)],
+        journal.map(JournalConfig::new),
+    )
+    .await
 }
 
 /// Resumes `id` with `prompt` and waits (at most 20 s) for the resumed run's outcome.
-pub(crate) async fn resumed_outcome(
-    tree: &Tree,
-    id: AgentId,
-    prompt: &str,
-) -> agent_tree::protocol::Outcome {
+pub(crate) async fn resumed_outcome(tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
+    resumed_within(20, tree, id, prompt).await
+}
+
+/// Resumes `id` with `prompt` and waits (at most `secs`) for the resumed run's outcome.
+async fn resumed_within(secs: u64, tree: &Tree, id: AgentId, prompt: &str) -> Outcome {
     let mut handle = tree
         .resume(id, prompt)
         .await
         .unwrap_or_else(|e| panic!("the resume ({prompt:?}) of {id} starts: {e}"));
-    tokio::time::timeout(Duration::from_secs(20), handle.outcome())
+    within(
+        secs,
+        &format!("the resumed run ({prompt:?}) of {id} settles"),
+        handle.outcome(),
+    )
+    .await
+}
+
+/// `future`'s output, or a panic saying `what` did not happen within `secs` seconds.
+pub(crate) async fn within<T>(
+    secs: u64,
+    what: &str,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), future)
         .await
-        .unwrap_or_else(|_| panic!("the resumed run ({prompt:?}) of {id} settles"))
+        .unwrap_or_else(|_| panic!("{what} (within {secs} s)"))
+}
+
+/// A `runner` spawned on `tree` with `prompt`.
+pub(crate) async fn spawn_runner(
+    tree: &Tree,
+    prompt: impl Into<String>,
+) -> agent_tree::AgentHandle {
+    tree.spawn(SpawnRequest::new("runner", prompt))
+        .await
+        .expect("the runner spawns")
+}
+
+/// A `runner` spawned on `tree` with `prompt` and run to its end, which answers `expected`.
+pub(crate) async fn runner_answered(tree: &Tree, prompt: &str, expected: &str) -> AgentId {
+    let mut handle = spawn_runner(tree, prompt).await;
+    let outcome = handle.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some(expected), "{outcome:?}");
+    handle.id()
+}
+
+/// Asserts the worker `process` ends up hosting no live agent and no edge, and ends it.
+pub(crate) fn finish_idle(mut process: WorkerProcess) {
+    let (live, _, edges) = worker_idle(&mut process);
+    assert_eq!((live, edges), (0, 0));
+    process.finish();
+}
+
+/// Asserts no failure was collected, listing them one a line.
+pub(crate) fn no_failures(failures: &[String]) {
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
