@@ -5,7 +5,7 @@
 //! run's children, never recorded or billed twice, recovered with their owner.
 
 use super::support::spawn_runner;
-use super::support::{finish_idle, no_failures, side_tree};
+use super::support::{finish_idle, journaled_side, no_failures, side_tree};
 use agent_tree::protocol::{AgentId, AgentStatus, Role};
 use agent_tree::{JournalConfig, Tree};
 
@@ -71,10 +71,7 @@ pub(crate) async fn an_earlier_helpers_big_output_is_read_as_locally(owner: &mut
     let (name, process) = owner.worker().await;
     let mut got = Vec::new();
     for remote in [false, true] {
-        let dir = Dir::new("big-earlier");
-        let path = dir.file("tree.journal");
-        let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = side_tree(side, JournalConfig::new(&path)).await;
+        let (_dir, _path, tree) = journaled_side(&owner.node, &name, remote, "big-earlier").await;
         let (_, texts) = answers(&tree, "recall-big 70000", &[""]).await;
         got.push(texts);
         tree.shutdown().await;
@@ -101,10 +98,7 @@ pub(crate) async fn an_earlier_helper_is_refused_control_at_once_by_its_owner_id
     let mut texts = Vec::new();
     let mut failures = Vec::new();
     for remote in [false, true] {
-        let dir = Dir::new("poke");
-        let path = dir.file("tree.journal");
-        let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = side_tree(side, JournalConfig::new(&path)).await;
+        let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "poke").await;
         // Another agent first: the runner's ids differ between the owner and its node.
         others_first(&tree, 1).await;
         let (id, answered) = answers(&tree, "poke", &[""]).await;
@@ -165,13 +159,7 @@ pub(crate) async fn a_steer_of_an_earlier_helper_is_refused_as_a_settled_agents(
     let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
-        let dir = Dir::new("poke9");
-        let path = dir.file("tree.journal");
-        let tree = side_tree(
-            remote.then_some((&owner.node, name.as_str())),
-            JournalConfig::new(&path),
-        )
-        .await;
+        let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "poke9").await;
         let mut handle = spawn_runner(&tree, "poke").await;
         let id = handle.id();
         settled(&mut handle, "the first run").await;
@@ -238,10 +226,7 @@ pub(crate) async fn resumes_seed_no_second_record_and_no_second_usage(owner: &mu
     let mut totals = Vec::new();
     let mut failures = Vec::new();
     for remote in [false, true] {
-        let dir = Dir::new("stacked");
-        let path = dir.file("tree.journal");
-        let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = side_tree(side, JournalConfig::new(&path)).await;
+        let (_dir, _path, tree) = journaled_side(&owner.node, &name, remote, "stacked").await;
         let (id, texts) = answers(&tree, "recall", &["", "more", ""]).await;
         let recalled = Some("recalled completed done 1, new helper another".to_owned());
         if texts[1..].iter().any(|t| *t != recalled) {
@@ -297,10 +282,7 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
     for round in 0..2 {
         let mut sides = Vec::new();
         for remote in [false, true] {
-            let dir = Dir::new("background");
-            let path = dir.file("tree.journal");
-            let side = remote.then_some((&owner.node, name.as_str()));
-            let tree = side_tree(side, JournalConfig::new(&path)).await;
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "background").await;
             let mut handle = spawn_runner(&tree, "delegate-bg 2 200").await;
             let id = handle.id();
             let mut runs = vec![(
@@ -341,15 +323,17 @@ pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &m
     let (name, process) = owner.worker().await;
     let mut sides = Vec::new();
     for remote in [false, true] {
-        let dir = Dir::new("recovered-recall");
-        let path = dir.file("tree.journal");
-        let side = remote.then_some((&owner.node, name.as_str()));
-        let tree = side_tree(side, JournalConfig::new(&path)).await;
+        let (_dir, path, tree) =
+            journaled_side(&owner.node, &name, remote, "recovered-recall").await;
         others_first(&tree, 1).await;
         let (id, mut texts) = answers(&tree, "recall", &[""]).await;
         tree.shutdown().await;
         drop(tree);
-        let tree = side_tree(side, JournalConfig::new(&path)).await;
+        let tree = side_tree(
+            remote.then_some((&owner.node, name.as_str())),
+            JournalConfig::new(&path),
+        )
+        .await;
         for prompt in ["", "again"] {
             texts.push(resumed(&tree, id, prompt).await.text);
         }
@@ -380,10 +364,8 @@ pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpe
     let mut failures = Vec::new();
     for round in 0..3 {
         for remote in [false, true] {
-            let dir = Dir::new("aborted-recall");
-            let path = dir.file("tree.journal");
-            let side = remote.then_some((&owner.node, name.as_str()));
-            let tree = side_tree(side, JournalConfig::new(&path)).await;
+            let (_dir, path, tree) =
+                journaled_side(&owner.node, &name, remote, "aborted-recall").await;
             let (id, _) = answers(&tree, "recall", &[]).await;
             let mut handle = tree.resume(id, "go").await.unwrap();
             let _ = tree.abort(id);

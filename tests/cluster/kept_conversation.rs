@@ -4,16 +4,16 @@
 //! in a local tree on the owner's process): run after run, steered, aborted, killed,
 //! restarted, shut down mid-turn, its node killed, the owner crashed or recovered.
 
-use super::support::{finish_idle, no_failures, side_tree};
+use super::support::{finish_idle, journaled_side, no_failures};
 use super::support::{spawn_runner, within};
 use std::path::Path;
 use std::time::Duration;
 
+use agent_tree::Tree;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{
     AgentDefinition, AgentId, AgentStatus, Message, RestartPolicy, Role, SpawnRequest, WaitPolicy,
 };
-use agent_tree::{JournalConfig, Tree};
 
 use super::support::{
     Dir, kept, local_tree, others_first, owner_tree, owner_tree_of, render, replayed, resumed,
@@ -158,13 +158,8 @@ pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owne
     let mut failures = Vec::new();
     for remote in [false, true] {
         for round in 0..3 {
-            let dir = Dir::new("steer-abort");
-            let path = dir.file("tree.journal");
-            let tree = side_tree(
-                remote.then_some((&owner.node, name.as_str())),
-                JournalConfig::new(&path),
-            )
-            .await;
+            let (_dir, path, tree) =
+                journaled_side(&owner.node, &name, remote, "steer-abort").await;
             let mut handle = spawn_runner(&tree, "work 3 400").await;
             let id = handle.id();
             first_usage(&tree, id).await;
@@ -383,13 +378,7 @@ pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(own
     for round in 0..3 {
         let mut sides = Vec::new();
         for remote in [false, true] {
-            let dir = Dir::new("kill");
-            let path = dir.file("tree.journal");
-            let tree = side_tree(
-                remote.then_some((&owner.node, name.as_str())),
-                JournalConfig::new(&path),
-            )
-            .await;
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "kill").await;
             let mut handle = spawn_runner(&tree, "work 4 300").await;
             let id = handle.id();
             first_usage(&tree, id).await;
@@ -429,13 +418,8 @@ pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_
     let mut failures = Vec::new();
     for round in 0..3 {
         for remote in [false, true] {
-            let dir = Dir::new("abort-at-once");
-            let path = dir.file("tree.journal");
-            let tree = side_tree(
-                remote.then_some((&owner.node, name.as_str())),
-                JournalConfig::new(&path),
-            )
-            .await;
+            let (_dir, path, tree) =
+                journaled_side(&owner.node, &name, remote, "abort-at-once").await;
             let mut handle = spawn_runner(&tree, "steps 2 100").await;
             let id = handle.id();
             tree.abort(id).unwrap();

@@ -234,3 +234,17 @@ pub(crate) fn finish_idle(mut process: WorkerProcess) {
 pub(crate) fn no_failures(failures: &[String]) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// One side's journaled tree in a fresh directory named `dir`: remote (an owner tree placing
+/// `runner` on `worker`) or the local spec; the directory, the journal's path and the tree.
+pub(crate) async fn journaled_side(
+    node: &Node,
+    worker: &str,
+    remote: bool,
+    dir: &str,
+) -> (Dir, PathBuf, Tree) {
+    let dir = Dir::new(dir);
+    let path = dir.file("tree.journal");
+    let tree = side_tree(remote.then_some((node, worker)), JournalConfig::new(&path)).await;
+    (dir, path, tree)
+}

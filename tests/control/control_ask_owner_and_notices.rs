@@ -513,78 +513,43 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
 }
 
 /// "A background child's completion reaches its owner's conversation as a notice": also
-/// when the child is detached and is killed (its supervision event goes to the root).
+/// when the child is killed, detached (its supervision event goes to the root) or not (its
+/// supervision event reaches the owner directly).
 #[tokio::test(start_paused = true)]
-async fn a_killed_detached_childs_end_is_noticed_by_its_owner() {
-    let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("kid", "x")]),
-                Turn::answer("mid").after(Duration::from_millis(100)),
-                Turn::answer("end"),
-            ],
-        )
-        .script("kid", [Turn::hang()]);
-    let recorder = RecordingModel::new(scripted);
-    let catalog = catalog([
-        delegator_of_all("boss"),
-        AgentDefinition::new("kid", "").detached(),
-    ]);
-    let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
-    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    tree.kill(a(2)).unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Killed);
-    // A steer during the delayed turn gives the boss one more turn to read its inbox.
-    tree.steer(a(1), "anything new?").await.unwrap();
-    let _ = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
-        .await
-        .unwrap();
-    let last = recorder.calls_of(a(1)).last().cloned().unwrap();
-    let texts = user_texts(&last.messages);
-    assert!(
-        texts.iter().any(|t| t.starts_with(
-            r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#
-        )),
-        "no notice of the killed detached child: {texts:?}"
-    );
-}
-
-/// The same for a killed child that is not detached (its supervision event reaches the owner
-/// directly): its end is noticed.
-#[tokio::test(start_paused = true)]
-async fn a_killed_attached_childs_end_is_noticed_by_its_owner() {
-    let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("kid", "x")]),
-                Turn::answer("mid").after(Duration::from_millis(100)),
-                Turn::answer("end"),
-            ],
-        )
-        .script("kid", [Turn::hang()]);
-    let recorder = RecordingModel::new(scripted);
-    let catalog = catalog([delegator_of_all("boss"), AgentDefinition::new("kid", "")]);
-    let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
-    let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    tree.kill(a(2)).unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Killed);
-    // A steer during the delayed turn gives the boss one more turn to read its inbox.
-    tree.steer(a(1), "anything new?").await.unwrap();
-    let _ = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
-        .await
-        .unwrap();
-    let last = recorder.calls_of(a(1)).last().cloned().unwrap();
-    let texts = user_texts(&last.messages);
-    assert!(
-        texts.iter().any(|t| t.starts_with(
-            r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#
-        )),
-        "no notice of the killed detached child: {texts:?}"
-    );
+async fn a_killed_childs_end_is_noticed_by_its_owner_detached_or_not() {
+    for detached in [true, false] {
+        let scripted = ScriptedModel::new()
+            .script(
+                "boss",
+                [
+                    Turn::calls([Call::spawn_background("kid", "x")]),
+                    Turn::answer("mid").after(Duration::from_millis(100)),
+                    Turn::answer("end"),
+                ],
+            )
+            .script("kid", [Turn::hang()]);
+        let recorder = RecordingModel::new(scripted);
+        let kid = AgentDefinition::new("kid", "");
+        let kid = if detached { kid.detached() } else { kid };
+        let catalog = catalog([delegator_of_all("boss"), kid]);
+        let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
+        let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tree.kill(a(2)).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Killed);
+        // A steer during the delayed turn gives the boss one more turn to read its inbox.
+        tree.steer(a(1), "anything new?").await.unwrap();
+        let _ = tokio::time::timeout(WAIT_LIMIT, boss.outcome())
+            .await
+            .unwrap();
+        let last = recorder.calls_of(a(1)).last().cloned().unwrap();
+        let texts = user_texts(&last.messages);
+        assert!(
+            texts.iter().any(|t| t.starts_with(
+                r#"{"agent_id":"a2","notice":"subagent_ended","reason":"killed","status":"killed""#
+            )),
+            "no notice of the killed child (detached {detached}): {texts:?}"
+        );
+    }
 }
