@@ -13,12 +13,12 @@
 mod scenario;
 
 use std::io::BufRead as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{ScriptedModel, Turn};
+use agent_tree::testkit::{CallLog, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, TreeConfig};
 
 use crate::support::journal::TempDir;
@@ -198,6 +198,28 @@ fn writer_catalog() -> Catalog {
     catalog([leaf("writer")])
 }
 
+/// A journal in a fresh directory `dir`, left by a process killed at `moment`, and a
+/// model whose writer answers `answer`, with its call log.
+fn killed_at(dir: &str, moment: &str, answer: &str) -> (TempDir, PathBuf, ScriptedModel, CallLog) {
+    let dir = TempDir::new(dir);
+    let journal = dir.file("tree.journal");
+    kill_at(moment, &journal);
+    let model = ScriptedModel::new().script("writer", [Turn::answer(answer)]);
+    let log = model.call_log();
+    (dir, journal, model, log)
+}
+
+/// The writer's tree recovered from `journal`, on `model`.
+async fn recovered(journal: &Path, model: ScriptedModel) -> Tree {
+    Tree::builder()
+        .catalog(writer_catalog())
+        .model(model)
+        .journal(JournalConfig::new(journal))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// A tree on `journal`, synced per entry, whose agents' start hooks never finish, with
 /// `writer "the task"` admitted and its request durable.
 async fn admitted(journal: &Path) -> Tree {
@@ -220,18 +242,8 @@ async fn admitted(journal: &Path) -> Tree {
 /// would have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_before_its_first_turn_resumes_with_its_task() {
-    let dir = TempDir::new("crash-task");
-    let journal = dir.file("tree.journal");
-    kill_at("admitted", &journal);
-    let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
-    let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(writer_catalog())
-        .model(model)
-        .journal(JournalConfig::new(&journal))
-        .build()
-        .await
-        .unwrap();
+    let (_dir, journal, model, log) = killed_at("crash-task", "admitted", "written");
+    let tree = recovered(&journal, model).await;
     let writer = AgentId::new(1);
     assert_eq!(tree.interrupted(), [writer]);
     let mut handle = tree.resume(writer, "").await.unwrap();
@@ -314,18 +326,8 @@ async fn steered(journal: &Path) -> Tree {
 /// reads its steer once, after its task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steers_receipted_before_a_kill_are_read_once_by_the_resumed_runs() {
-    let dir = TempDir::new("crash-steers");
-    let journal = dir.file("tree.journal");
-    kill_at("steered", &journal);
-    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
-    let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(writer_catalog())
-        .model(model)
-        .journal(JournalConfig::new(&journal))
-        .build()
-        .await
-        .unwrap();
+    let (_dir, journal, model, log) = killed_at("crash-steers", "steered", "done");
+    let tree = recovered(&journal, model).await;
     let (running, queued) = (AgentId::new(1), AgentId::new(2));
     assert_eq!(tree.interrupted(), [running, queued]);
     for (agent, task, steer) in [
@@ -426,11 +428,7 @@ fn tool_results(messages: &[agent_tree::protocol::Message]) -> Vec<(String, bool
 /// turn is not re-run: its one model call reads the handler's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_open_at_a_kill_is_put_to_the_handler_again() {
-    let dir = TempDir::new("crash-asking");
-    let journal = dir.file("tree.journal");
-    kill_at("asking", &journal);
-    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
-    let log = model.call_log();
+    let (_dir, journal, model, log) = killed_at("crash-asking", "asking", "done");
     let (tree, asked) = recovered_asker(&journal, model).await;
     let writer = AgentId::new(1);
     assert!(tree.interrupted().is_empty(), "it waits again");
@@ -450,11 +448,7 @@ async fn a_question_open_at_a_kill_is_put_to_the_handler_again() {
 /// is not asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_given_before_a_kill_is_delivered_once() {
-    let dir = TempDir::new("crash-answered");
-    let journal = dir.file("tree.journal");
-    kill_at("answered", &journal);
-    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
-    let log = model.call_log();
+    let (_dir, journal, model, log) = killed_at("crash-answered", "answered", "done");
     let (tree, asked) = recovered_asker(&journal, model).await;
     let writer = AgentId::new(1);
     let mut handle = tree.handle(writer).unwrap();

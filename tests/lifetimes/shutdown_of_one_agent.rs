@@ -152,6 +152,28 @@ async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
     (Arc::new(tree), model)
 }
 
+/// The owner, aborted while its child's shutdown ran, settles, and the tree goes idle.
+async fn aborted_owner_settles_and_tree_idles(tree: &Tree, model: &RecordingModel, owner: AgentId) {
+    let mut handle = tree.handle(owner).expect("the owner exists");
+    let settled = tokio::time::timeout(GUARD, handle.outcome()).await;
+    assert!(
+        settled.is_ok(),
+        "the owner, aborted while its child's shutdown ran, is stranded: {}",
+        stranded(tree, model, owner)
+    );
+    tree_idles(tree, model, owner).await;
+}
+
+/// The tree goes idle within the guard.
+async fn tree_idles(tree: &Tree, model: &RecordingModel, owner: AgentId) {
+    let r = tokio::time::timeout(GUARD, tree.idle()).await;
+    assert!(
+        r.is_ok(),
+        "idle never returns: {}",
+        stranded(tree, model, owner)
+    );
+}
+
 fn stranded(tree: &Tree, model: &RecordingModel, owner: AgentId) -> String {
     format!(
         "owner {owner} is {:?} after {} model calls; live {}; actors alive {:?}\n{}",
@@ -194,12 +216,7 @@ async fn shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
     }
     let got = handle.try_outcome().expect("settled");
     assert!(got.is_completed(), "{got:?}");
-    let r = tokio::time::timeout(GUARD, tree.idle()).await;
-    assert!(
-        r.is_ok(),
-        "idle never returns: {}",
-        stranded(&tree, &model, owner)
-    );
+    tree_idles(&tree, &model, owner).await;
 }
 
 /// the same with the owner aborted during the child's grace: the owner must settle
@@ -222,19 +239,7 @@ async fn owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
         .expect("joined")
         .expect("the child exists");
     assert_eq!(report.killed, [a(2)], "{report:?}");
-    let mut handle = tree.handle(owner).expect("the owner exists");
-    let settled = tokio::time::timeout(GUARD, handle.outcome()).await;
-    assert!(
-        settled.is_ok(),
-        "the owner, aborted while its child's shutdown ran, is stranded: {}",
-        stranded(&tree, &model, owner)
-    );
-    let r = tokio::time::timeout(GUARD, tree.idle()).await;
-    assert!(
-        r.is_ok(),
-        "idle never returns: {}",
-        stranded(&tree, &model, owner)
-    );
+    aborted_owner_settles_and_tree_idles(&tree, &model, owner).await;
 }
 
 /// The other order of the same race: the shutdown is awaited by the test itself
@@ -259,19 +264,7 @@ async fn owner_aborted_in_the_grace_still_settles_when_the_shutdown_returns_firs
         .expect("the child exists");
     aborter.await.expect("the aborter");
     assert_eq!(report.killed, [a(2)], "{report:?}");
-    let mut handle = tree.handle(owner).expect("the owner exists");
-    let settled = tokio::time::timeout(GUARD, handle.outcome()).await;
-    assert!(
-        settled.is_ok(),
-        "the owner, aborted while its child's shutdown ran, is stranded: {}",
-        stranded(&tree, &model, owner)
-    );
-    let r = tokio::time::timeout(GUARD, tree.idle()).await;
-    assert!(
-        r.is_ok(),
-        "idle never returns: {}",
-        stranded(&tree, &model, owner)
-    );
+    aborted_owner_settles_and_tree_idles(&tree, &model, owner).await;
 }
 
 /// On worker threads, looped (even runs: the owner's run goes on; odd runs: the
