@@ -35,13 +35,8 @@ const U: Usage = Usage::tokens(7, 3);
 // An abort or a shutdown of a child awaiting its owner's decision reaches the owner.
 // ---------------------------------------------------------------------------------------
 
-/// An abort that lands while a child's exit awaits its owner's restart decision makes the
-/// exit final, and the owner's child table learns it: the child's `ChildEnded { deferred:
-/// true }` notice, already on its way, must not leave it `Deferred` there. The owner's
-/// foreground wait on the child is answered with its final `failed` outcome, the owner
-/// completes and the tree becomes idle.
-#[tokio::test(start_paused = true)]
-async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
+/// A lead delegating in the foreground to a transient worker whose one turn fails.
+async fn lead_and_transient_failing_worker() -> Arc<Tree> {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -50,29 +45,43 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
             )
             .script("worker", [Turn::fail("connection reset")]),
     );
-    let tree = Arc::new(
-        crate::support::harness::tree(
-            model.clone(),
-            catalog([
-                delegator("lead", &["worker"]),
-                leaf("worker").with_restart(RestartPolicy::Transient),
-            ]),
-            TreeConfig::default(),
-        )
-        .await,
-    );
+    let tree = crate::support::harness::tree(
+        model,
+        catalog([
+            delegator("lead", &["worker"]),
+            leaf("worker").with_restart(RestartPolicy::Transient),
+        ]),
+        TreeConfig::default(),
+    )
+    .await;
+    Arc::new(tree)
+}
+
+/// Waits in `events` until the worker (a2) settles.
+async fn until_the_worker_settles(events: &mut agent_tree::EventStream) {
+    loop {
+        match events.next().await {
+            Some(e) if e.agent == a(2) && e.kind.terminal_status().is_some() => break,
+            Some(_) => {}
+            None => panic!("the event stream closed"),
+        }
+    }
+}
+
+/// An abort that lands while a child's exit awaits its owner's restart decision makes the
+/// exit final, and the owner's child table learns it: the child's `ChildEnded { deferred:
+/// true }` notice, already on its way, must not leave it `Deferred` there. The owner's
+/// foreground wait on the child is answered with its final `failed` outcome, the owner
+/// completes and the tree becomes idle.
+#[tokio::test(start_paused = true)]
+async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
+    let tree = lead_and_transient_failing_worker().await;
     let mut events = tree.subscribe();
     let aborter = {
         let tree = tree.clone();
         tokio::spawn(async move {
-            loop {
-                match events.next().await {
-                    // Woken as the worker settles, before its owner reads the notice.
-                    Some(e) if e.agent == a(2) && e.kind.terminal_status().is_some() => break,
-                    Some(_) => {}
-                    None => panic!("the event stream closed"),
-                }
-            }
+            // Woken as the worker settles, before its owner reads the notice.
+            until_the_worker_settles(&mut events).await;
             let awaiting = tree.outcome(a(2)).is_none();
             tree.abort(a(2)).expect("the worker exists");
             awaiting
@@ -99,36 +108,12 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
 /// the owner completes.
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
-    let model = RecordingModel::new(
-        ScriptedModel::new()
-            .script(
-                "lead",
-                [Turn::spawn("worker", "work"), Turn::answer("lead done")],
-            )
-            .script("worker", [Turn::fail("connection reset")]),
-    );
-    let tree = Arc::new(
-        crate::support::harness::tree(
-            model.clone(),
-            catalog([
-                delegator("lead", &["worker"]),
-                leaf("worker").with_restart(RestartPolicy::Transient),
-            ]),
-            TreeConfig::default(),
-        )
-        .await,
-    );
+    let tree = lead_and_transient_failing_worker().await;
     let mut events = tree.subscribe();
     let stopper = {
         let tree = tree.clone();
         tokio::spawn(async move {
-            loop {
-                match events.next().await {
-                    Some(e) if e.agent == a(2) && e.kind.terminal_status().is_some() => break,
-                    Some(_) => {}
-                    None => panic!("the event stream closed"),
-                }
-            }
+            until_the_worker_settles(&mut events).await;
             let awaiting = tree.outcome(a(2)).is_none();
             let report = tree.shutdown_agent(a(2)).await.expect("the worker exists");
             (awaiting, report)

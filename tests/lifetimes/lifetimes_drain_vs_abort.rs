@@ -457,28 +457,34 @@ async fn abort_of_a_completing_agent_keeps_its_answer() {
     tree.shutdown().await;
 }
 
-/// The owner's end (boss answers; its settle policy aborts its children) reaches a
-/// draining child lead that already answered: the lead must stay completed.
-#[tokio::test(start_paused = true)]
-async fn owner_end_keeps_a_completing_childs_answer() {
-    let model = RecordingModel::new(
+/// boss spawns a background lead and answers `boss done` after `boss_after`; the lead
+/// spawns a background worker (whose turn hangs) and answers `lead done` after `lead_after`.
+fn boss_lead_worker(boss_after: Duration, lead_after: Duration) -> RecordingModel {
+    RecordingModel::new(
         ScriptedModel::new()
             .script(
                 "boss",
                 [
                     Turn::spawn_background("lead", "lead the work"),
-                    Turn::answer("boss done").after(ms(50)),
+                    Turn::answer("boss done").after(boss_after),
                 ],
             )
             .script(
                 "lead",
                 [
                     Turn::spawn_background("worker", "drain me"),
-                    Turn::answer("lead done"),
+                    Turn::answer("lead done").after(lead_after),
                 ],
             )
             .script("worker", hanging(1)),
-    );
+    )
+}
+
+/// The owner's end (boss answers; its settle policy aborts its children) reaches a
+/// draining child lead that already answered: the lead must stay completed.
+#[tokio::test(start_paused = true)]
+async fn owner_end_keeps_a_completing_childs_answer() {
+    let model = boss_lead_worker(ms(50), Duration::ZERO);
     let catalog = catalog([
         delegator("boss", &["lead"]),
         delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
@@ -636,24 +642,7 @@ async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
 /// children; the lead (a2) had decided `completed: lead done` and must keep it.
 #[tokio::test(start_paused = true)]
 async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
-    let model = RecordingModel::new(
-        ScriptedModel::new()
-            .script(
-                "boss",
-                [
-                    Turn::spawn_background("lead", "lead the work"),
-                    Turn::answer("boss done").after(ms(200)),
-                ],
-            )
-            .script(
-                "lead",
-                [
-                    Turn::spawn_background("worker", "drain me"),
-                    Turn::answer("lead done").after(ms(10)),
-                ],
-            )
-            .script("worker", hanging(1)),
-    );
+    let model = boss_lead_worker(ms(200), ms(10));
     let tree = Arc::new(
         Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
@@ -701,24 +690,7 @@ async fn owner_end_keeps_a_completing_childs_answer_mt() {
     const RUNS: u64 = 100;
     let mut lost = Vec::new();
     for run in 0..RUNS {
-        let model = RecordingModel::new(
-            ScriptedModel::new()
-                .script(
-                    "boss",
-                    [
-                        Turn::spawn_background("lead", "lead the work"),
-                        Turn::answer("boss done").after(ms(3 + run % 2)),
-                    ],
-                )
-                .script(
-                    "lead",
-                    [
-                        Turn::spawn_background("worker", "drain me"),
-                        Turn::answer("lead done"),
-                    ],
-                )
-                .script("worker", hanging(1)),
-        );
+        let model = boss_lead_worker(ms(3 + run % 2), Duration::ZERO);
         let tree = crate::support::harness::tree(
             model.clone(),
             catalog([

@@ -215,6 +215,26 @@ impl Drop for SlowDrop {
 
 const STEER: &str = "use the EU region";
 
+/// Waits for the lead's (a1) second turn and the kid's (a2) first, then steers the lead,
+/// which takes the steer as delivered.
+async fn steer_at_the_leads_second_turn(tree: &Tree, model: &FnModel, trial: u32) {
+    bounded(
+        REAL_GUARD,
+        "the lead's second turn and the kid's first",
+        async {
+            while model.of(a(1)).len() < 2 || model.of(a(2)).is_empty() {
+                tokio::task::yield_now().await;
+            }
+        },
+    )
+    .await;
+    let receipt = tree.steer(a(1), STEER).await;
+    assert!(
+        matches!(receipt, Ok(SteerReceipt::Delivered)),
+        "trial {trial}: {receipt:?}"
+    );
+}
+
 /// One trial: `lead` (a1, `restart`) starts a background `kid` (a2) whose model call hangs
 /// (and takes a moment to be dropped); the application steers `lead` during its second
 /// turn (delivered, unread), which then fails; `delay` yields after the run ended (its
@@ -260,21 +280,7 @@ async fn steer_kept_then_killed(
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
-    bounded(
-        REAL_GUARD,
-        "the lead's second turn and the kid's first",
-        async {
-            while model.of(a(1)).len() < 2 || model.of(a(2)).is_empty() {
-                tokio::task::yield_now().await;
-            }
-        },
-    )
-    .await;
-    let receipt = tree.steer(a(1), STEER).await;
-    assert!(
-        matches!(receipt, Ok(SteerReceipt::Delivered)),
-        "trial {trial}: {receipt:?}"
-    );
+    steer_at_the_leads_second_turn(&tree, &model, trial).await;
     fail.send_replace(true);
     bounded(REAL_GUARD, "the lead's kept steer", async {
         while let Some(e) = watch_events.next().await {
@@ -529,21 +535,7 @@ async fn steer_kept_then_shutdown_deadline(
         .expect("the tree builds");
     let mut events = tree.subscribe();
     let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
-    bounded(
-        REAL_GUARD,
-        "the lead's second turn and the kid's first",
-        async {
-            while model.of(a(1)).len() < 2 || model.of(a(2)).is_empty() {
-                tokio::task::yield_now().await;
-            }
-        },
-    )
-    .await;
-    let receipt = tree.steer(a(1), STEER).await;
-    assert!(
-        matches!(receipt, Ok(SteerReceipt::Delivered)),
-        "trial {trial}: {receipt:?}"
-    );
+    steer_at_the_leads_second_turn(&tree, &model, trial).await;
     yields(delay).await;
     let report = bounded(
         REAL_GUARD,
