@@ -25,7 +25,9 @@ use agent_tree::{ASK_OWNER_TOOL, HookContext, HookError};
 use serde_json::json;
 
 use crate::support::harness::{a, tree};
-use crate::support::lifetimes::{hanging, ms, terminal};
+use crate::support::lifetimes::{
+    hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called, terminal,
+};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
     CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted,
@@ -446,10 +448,7 @@ fn assert_kept_answer(tree: &Tree, lead: AgentId, worker: AgentId, got: &Outcome
 async fn abort_of_a_completing_agent_keeps_its_answer() {
     let (model, catalog) = drain_tree_parts();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
+    let lead = spawned_with_a2_called(&tree, &model, "lead", "go").await;
     until_completing(&tree, &model, lead).await;
     tree.abort(lead).expect("the lead exists");
     let got = outcome(&tree, lead, GUARD).await;
@@ -518,10 +517,7 @@ async fn a_shutdown_keeps_a_completing_agents_answer_with_or_without_hooks() {
             });
         }
         let tree = builder.build().await.expect("the tree builds");
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
-        model.until_calls(a(2), 1).await;
+        let lead = spawned_with_a2_called(&tree, &model, "lead", "go").await;
         until_completing(&tree, &model, lead).await;
         let report = bounded(GUARD, "shutdown", tree.shutdown()).await;
         assert!(report.killed.is_empty(), "{report:?}");
@@ -612,14 +608,8 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
 #[tokio::test(start_paused = true)]
 async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
     let (tree, model) = completing_lead_with_a_stopping_worker().await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
-    let stopping = {
-        let tree = tree.clone();
-        tokio::spawn(async move { tree.shutdown_agent(a(2)).await })
-    };
+    let lead = spawned_with_a2_called(&tree, &model, "lead", "go").await;
+    let stopping = shutdown_agent_in_a_task(&tree, a(2));
     until_completing(&tree, &model, lead).await;
     tokio::time::sleep(ms(100)).await;
     assert_eq!(

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::shutdown_one_deadline::fan_out;
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
@@ -192,10 +192,7 @@ fn stranded(tree: &Tree, model: &RecordingModel, owner: AgentId) -> String {
 #[tokio::test(start_paused = true)]
 async fn shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
+    let owner = spawned_with_a2_called(&tree, &model, "owner", "delegate").await;
     let report = bounded(GUARD, "shutdown_agent", tree.shutdown_agent(a(2)))
         .await
         .expect("the child exists");
@@ -224,14 +221,8 @@ async fn shutdown_agent_of_a_foreground_child_does_not_strand_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
-    let stopping = {
-        let tree = tree.clone();
-        tokio::spawn(async move { tree.shutdown_agent(a(2)).await })
-    };
+    let owner = spawned_with_a2_called(&tree, &model, "owner", "delegate").await;
+    let stopping = shutdown_agent_in_a_task(&tree, a(2));
     tokio::time::sleep(ms(500)).await;
     tree.abort(owner).expect("the owner exists");
     let report = bounded(GUARD, "shutdown_agent", stopping)
@@ -248,10 +239,7 @@ async fn owner_aborted_in_the_grace_of_its_childs_shutdown_still_settles() {
 #[tokio::test(start_paused = true)]
 async fn owner_aborted_in_the_grace_still_settles_when_the_shutdown_returns_first() {
     let (tree, model) = owner_waiting_on_a_stuck_child().await;
-    let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-        .await
-        .id();
-    model.until_calls(a(2), 1).await;
+    let owner = spawned_with_a2_called(&tree, &model, "owner", "delegate").await;
     let aborter = {
         let tree = tree.clone();
         tokio::spawn(async move {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Strategy};
 use agent_tree::testkit::{Script, Turn};
+use agent_tree::{ControlError, ShutdownReport};
 
 /// A script of `n` turns that each hang until cancelled.
 pub fn hanging(n: usize) -> Script {
@@ -64,4 +65,28 @@ pub fn supervised(max_restarts: u32, period_ms: u64) -> Catalog {
         AgentDefinition::new("worker", "").with_restart(RestartPolicy::Transient),
     ])
     .expect("test definitions are valid")
+}
+
+/// A `agent_type` agent spawned with `prompt`, once a2 (its first child) made its first
+/// model call: its id.
+pub async fn spawned_with_a2_called(
+    tree: &Tree,
+    model: &crate::support::RecordingModel,
+    agent_type: &str,
+    prompt: &str,
+) -> AgentId {
+    let id = crate::support::spawn_admitted(tree, SpawnRequest::new(agent_type, prompt))
+        .await
+        .id();
+    model.until_calls(AgentId::new(2), 1).await;
+    id
+}
+
+/// `Tree::shutdown_agent(id)`, run in a task of its own.
+pub fn shutdown_agent_in_a_task(
+    tree: &std::sync::Arc<Tree>,
+    id: AgentId,
+) -> tokio::task::JoinHandle<Result<ShutdownReport, ControlError>> {
+    let tree = tree.clone();
+    tokio::spawn(async move { tree.shutdown_agent(id).await })
 }
