@@ -160,11 +160,17 @@ impl Model for Plan {
     }
 }
 
-fn tree_with(model: &Plan, config: TreeConfig) -> agent_tree::TreeBuilder {
-    Tree::builder()
+/// The lead/worker tree on `model` with `config`, and its events from the start.
+async fn tree_with(model: &Plan, config: TreeConfig) -> (Tree, agent_tree::EventStream) {
+    let tree = Tree::builder()
         .config(config)
         .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
         .model(model.clone())
+        .build()
+        .await
+        .expect("builds");
+    let events = tree.subscribe();
+    (tree, events)
 }
 
 /// The snapshot's usage sums hold and the fold of `events` equals its records.
@@ -235,11 +241,8 @@ fn retry_config() -> TreeConfig {
 /// outcome, what its `text_delta` events carried and the events.
 async fn streamed_then(end: End, cut: fn(&Tree, AgentId)) -> (Outcome, String, Vec<Event>) {
     let model = Plan::new(Script::new([]), [step(&["Half ", "an ", "answer"], end)]);
-    let tree = tree_with(&model, TreeConfig::default().with_stream_events(true))
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) =
+        tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
     let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(1).await;
     cut(&tree, worker.id());
@@ -319,8 +322,7 @@ async fn a_failed_stream_announces_the_text_it_kept_as_partial() {
         Script::new([]),
         [step(&["Half ", "an ", "answer"], End::Fail)],
     );
-    let tree = tree_with(&model, config).build().await.expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) = tree_with(&model, config).await;
     let outcome = run_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     assert_eq!(outcome.reason, EndReason::ModelError, "{outcome:?}");
     assert_eq!(outcome.partial.as_deref(), Some("Half an answer"));
@@ -340,11 +342,8 @@ async fn a_shutdown_mid_stream_announces_the_text_it_kept_as_partial() {
         Script::new([]),
         [step(&["Half ", "an ", "answer"], End::Hang)],
     );
-    let tree = tree_with(&model, TreeConfig::default().with_stream_events(true))
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) =
+        tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
     let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(1).await;
     let report = bounded("the shutdown", tree.shutdown()).await;
@@ -379,11 +378,7 @@ async fn retried_then(second: End, cut_after: usize, cut: Cut) -> (Outcome, Usag
         Script::new([]),
         [step(&["abc"], End::Fail), step(&["de"], second)],
     );
-    let tree = tree_with(&model, retry_config())
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) = tree_with(&model, retry_config()).await;
     let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     // The call that reached its end was polled on to its bill, its `retrying` event and its
     // backoff's sleep (1) or hangs in the second attempt (2).
@@ -470,11 +465,8 @@ async fn an_abort_in_a_length_continuation_keeps_both_pieces() {
             step(&["de"], End::Hang),
         ],
     );
-    let tree = tree_with(&model, TreeConfig::default().with_stream_events(true))
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) =
+        tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
     let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
     model.until_reached(2).await;
     tree.abort(worker.id()).expect("live");
@@ -501,11 +493,7 @@ async fn self_wakes_and_a_stale_waker_change_nothing() {
             step(&["de"], End::SelfWakeThenLateWakes(50)),
         ],
     );
-    let tree = tree_with(&model, TreeConfig::default())
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) = tree_with(&model, TreeConfig::default()).await;
     let outcome = bounded(
         "the worker",
         run_admitted(&tree, SpawnRequest::new("worker", "go")),
@@ -536,11 +524,7 @@ async fn a_resume_after_a_kill_mid_stream_continues_and_bills_both_runs() {
             step(&["xy"], End::Answer(FinishReason::Stop)),
         ],
     );
-    let tree = tree_with(&model, TreeConfig::default())
-        .build()
-        .await
-        .expect("builds");
-    let mut events = tree.subscribe();
+    let (tree, mut events) = tree_with(&model, TreeConfig::default()).await;
     let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "first")).await;
     model.until_reached(1).await;
     tree.kill(worker.id()).expect("live");
@@ -656,11 +640,8 @@ async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
             ]),
             (0..3).map(|_| step(&chunks, End::Answer(FinishReason::Stop))),
         );
-        let tree = tree_with(&model, TreeConfig::default().with_stream_events(true))
-            .build()
-            .await
-            .expect("builds");
-        let mut events = tree.subscribe();
+        let (tree, mut events) =
+            tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
         let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
             .await
             .id();

@@ -144,14 +144,20 @@ async fn a_detached_child_outlives_its_owners_normal_end() {
     tree.shutdown().await;
 }
 
+/// Aborts `id` (`Tree::abort`) and waits for its outcome, `what` naming it.
+async fn aborted(tree: &Tree, id: AgentId, what: &str) -> Outcome {
+    tree.abort(id)
+        .unwrap_or_else(|e| panic!("{what} exists: {e}"));
+    within(what, async {
+        tree.handle(id).expect("its handle").outcome().await
+    })
+    .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_detached_child_outlives_an_ordinary_abort_of_its_owner() {
     let (tree, model, _events) = setup(vec![Turn::hang()]).await;
-    tree.abort(a(2)).expect("the lead exists");
-    let lead = within("the lead", async {
-        tree.handle(a(2)).expect("lead").outcome().await
-    })
-    .await;
+    let lead = aborted(&tree, a(2), "the lead").await;
     assert_eq!(
         (lead.status, lead.reason),
         (AgentStatus::Aborted, EndReason::Aborted)
@@ -167,11 +173,7 @@ async fn a_detached_child_outlives_an_ordinary_abort_of_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn a_detached_child_outlives_an_abort_cascade_from_above_its_owner() {
     let (tree, model, _events) = setup(vec![Turn::hang()]).await;
-    tree.abort(a(1)).expect("the boss exists");
-    let boss = within("the boss", async {
-        tree.handle(a(1)).expect("boss").outcome().await
-    })
-    .await;
+    let boss = aborted(&tree, a(1), "the boss").await;
     assert_eq!(boss.status, AgentStatus::Aborted);
     let lead = tree
         .outcome(a(2))
@@ -187,11 +189,7 @@ async fn a_detached_child_outlives_an_abort_cascade_from_above_its_owner() {
 #[tokio::test(start_paused = true)]
 async fn an_explicit_abort_by_the_application_reaches_a_detached_child() {
     let (tree, model, _events) = setup(vec![Turn::hang()]).await;
-    tree.abort(a(4)).expect("the detached worker exists");
-    let outcome = within("the detached worker", async {
-        tree.handle(a(4)).expect("detached").outcome().await
-    })
-    .await;
+    let outcome = aborted(&tree, a(4), "the detached worker").await;
     assert_eq!(
         (outcome.status, outcome.reason),
         (AgentStatus::Aborted, EndReason::Aborted)
