@@ -27,6 +27,33 @@ async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: Tree
         .unwrap()
 }
 
+/// The writer's tree recovered from `journal` (its model answering `answer`; with
+/// `none_interrupted`, nothing left interrupted), the writer resumed with `prompt`: the run
+/// completes, its first model call reading `texts`. The tree.
+async fn resumed_writer_read(
+    catalog: Catalog,
+    journal: &Path,
+    answer: &str,
+    writer: AgentId,
+    prompt: &str,
+    texts: &[&str],
+    none_interrupted: bool,
+) -> Tree {
+    let model = ScriptedModel::new().script("writer", [Turn::answer(answer)]);
+    let log = model.call_log();
+    let tree = build(model, catalog, journal, TreeConfig::default()).await;
+    if none_interrupted {
+        assert!(tree.interrupted().is_empty());
+    }
+    let mut handle = tree.resume(writer, prompt).await.unwrap();
+    assert!(handle.outcome().await.is_completed());
+    assert_eq!(
+        crate::support::user_texts(&log.of(writer)[0].messages),
+        texts
+    );
+    tree
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
     every_status_comes_back().await;
@@ -377,28 +404,29 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     crash_copy(&tree, &live, &crashed).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
-    let log = model.call_log();
-    let tree = build(model, catalog.clone(), &crashed, TreeConfig::default()).await;
-    let mut handle = tree.resume(writer, "").await.unwrap();
-    assert!(handle.outcome().await.is_completed());
-    assert_eq!(
-        crate::support::user_texts(&log.of(writer)[0].messages),
-        ["the task", "use blue"]
-    );
+    let tree = resumed_writer_read(
+        catalog.clone(),
+        &crashed,
+        "done",
+        writer,
+        "",
+        &["the task", "use blue"],
+        false,
+    )
+    .await;
     tree.shutdown().await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", [Turn::answer("more done")]);
-    let log = model.call_log();
-    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
-    assert!(tree.interrupted().is_empty());
-    let mut handle = tree.resume(writer, "more").await.unwrap();
-    assert!(handle.outcome().await.is_completed());
-    assert_eq!(
-        crate::support::user_texts(&log.of(writer)[0].messages),
-        ["the task", "use blue", "more"]
-    );
+    let tree = resumed_writer_read(
+        catalog,
+        &crashed,
+        "more done",
+        writer,
+        "more",
+        &["the task", "use blue", "more"],
+        true,
+    )
+    .await;
     tree.shutdown().await;
 }
 
@@ -436,15 +464,16 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     crash_copy(&tree, &first, &second).await;
     drop(tree);
 
-    let model = ScriptedModel::new().script("writer", [Turn::answer("done")]);
-    let log = model.call_log();
-    let tree = build(model, catalog, &second, TreeConfig::default()).await;
-    let mut handle = tree.resume(writer, "").await.unwrap();
-    assert!(handle.outcome().await.is_completed());
-    assert_eq!(
-        crate::support::user_texts(&log.of(writer)[0].messages),
-        ["the task", "go on", "use blue"]
-    );
+    let tree = resumed_writer_read(
+        catalog,
+        &second,
+        "done",
+        writer,
+        "",
+        &["the task", "go on", "use blue"],
+        false,
+    )
+    .await;
     tree.shutdown().await;
 }
 

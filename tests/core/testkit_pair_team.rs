@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use agent_tree::protocol::{AgentStatus, Role, SpawnRequest, Usage};
-use agent_tree::testkit::pair;
+use agent_tree::testkit::{ModelHandle, pair};
+use agent_tree::{AgentHandle, Tree};
 
 use crate::research_team::{agent_call, team};
 use crate::support::build_tree;
@@ -138,10 +139,9 @@ async fn two_foreground_agent_calls_of_one_turn_run_concurrently() {
     tree.shutdown().await;
 }
 
-/// A turn the test takes and drops unanswered fails the test, naming the agent type.
-#[tokio::test(start_paused = true)]
-#[should_panic(expected = "searcher")]
-async fn a_dropped_turn_fails_the_test() {
+/// A temporary team whose lead (asked "X?") delegated "find X" to a searcher: the tree, the
+/// lead and the pair's handle.
+async fn lead_delegated_to_a_searcher() -> (Tree, AgentHandle, ModelHandle) {
     let (model, mut calls) = pair();
     let tree = build_tree(team("temporary"), model).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
@@ -149,6 +149,14 @@ async fn a_dropped_turn_fails_the_test() {
         .expect_turn_of(lead.id())
         .await
         .call_tools(vec![agent_call("c1", "searcher", "find X")], Usage::ZERO);
+    (tree, lead, calls)
+}
+
+/// A turn the test takes and drops unanswered fails the test, naming the agent type.
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "searcher")]
+async fn a_dropped_turn_fails_the_test() {
+    let (_tree, _lead, mut calls) = lead_delegated_to_a_searcher().await;
     let searcher = calls.expect_turn().await;
     drop(searcher);
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -159,13 +167,7 @@ async fn a_dropped_turn_fails_the_test() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "searcher")]
 async fn a_turn_never_taken_fails_the_test() {
-    let (model, mut calls) = pair();
-    let tree = build_tree(team("temporary"), model).await;
-    let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
-    calls
-        .expect_turn_of(lead.id())
-        .await
-        .call_tools(vec![agent_call("c1", "searcher", "find X")], Usage::ZERO);
+    let (_tree, _lead, calls) = lead_delegated_to_a_searcher().await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     drop(calls);
 }
@@ -175,12 +177,6 @@ async fn a_turn_never_taken_fails_the_test() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a model call of a1, got a2 (searcher) run 1 turn 1")]
 async fn expect_turn_of_names_the_other_caller() {
-    let (model, mut calls) = pair();
-    let tree = build_tree(team("temporary"), model).await;
-    let lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
-    calls
-        .expect_turn_of(lead.id())
-        .await
-        .call_tools(vec![agent_call("c1", "searcher", "find X")], Usage::ZERO);
+    let (_tree, lead, mut calls) = lead_delegated_to_a_searcher().await;
     let _ = calls.expect_turn_of(lead.id()).await;
 }
