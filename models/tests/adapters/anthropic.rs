@@ -1,6 +1,6 @@
 //! `Anthropic` against a local server answering in the Messages wire format.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_tree_actors::{Model, TurnSink};
 use agent_tree_models::Anthropic;
@@ -9,7 +9,7 @@ use agent_tree_protocol::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{first_turn, later_turn, read_tool};
+use crate::common::{first_turn, later_turn, read_tool, times_out_transient, turns_fail_as};
 use crate::server::{Reply, Server};
 
 fn adapter(server: &Server) -> Anthropic {
@@ -424,16 +424,13 @@ async fn anthropic_overloaded_context_length_and_auth_errors() {
     ])
     .await;
     let model = adapter(&server);
-    for kind in [
+    let kinds = [
         ModelErrorKind::Transient,
         ModelErrorKind::ContextLength,
         ModelErrorKind::Auth,
         ModelErrorKind::InvalidRequest,
-    ] {
-        let error = model.turn(first_turn()).await.unwrap_err();
-        assert_eq!(error.kind, kind, "{error}");
-        assert!(!error.to_string().contains("sk-ant-test-key"));
-    }
+    ];
+    turns_fail_as(&model, &kinds, "sk-ant-test-key").await;
 }
 
 #[tokio::test]
@@ -445,10 +442,7 @@ async fn anthropic_timeout_is_transient() {
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let started = Instant::now();
-    let error = model.turn(first_turn()).await.unwrap_err();
-    assert_eq!(error.kind, ModelErrorKind::Transient, "{error}");
-    assert!(started.elapsed() < Duration::from_secs(2));
+    times_out_transient(&model).await;
 }
 
 #[tokio::test]

@@ -78,3 +78,29 @@ pub(crate) fn scratch(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Each turn of `model` fails with the next of `kinds`, its text never showing `key`.
+pub(crate) async fn turns_fail_as(
+    model: &impl Model,
+    kinds: &[agent_tree_protocol::ModelErrorKind],
+    key: &str,
+) {
+    for &kind in kinds {
+        let error = model.turn(first_turn()).await.unwrap_err();
+        assert_eq!(error.kind, kind, "{error}");
+        assert!(!error.to_string().contains(key));
+    }
+}
+
+/// A turn of `model` (whose server answers after 3 s, past its 300 ms timeout) fails as
+/// transient, within 2 s.
+pub(crate) async fn times_out_transient(model: &impl Model) {
+    let started = std::time::Instant::now();
+    let error = model.turn(first_turn()).await.unwrap_err();
+    assert_eq!(
+        error.kind,
+        agent_tree_protocol::ModelErrorKind::Transient,
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

@@ -1,7 +1,7 @@
 //! `OpenAiCompat` against a local server answering in the Chat Completions wire format.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_tree_actors::{Model, ModelRequest, TurnSink};
 use agent_tree_models::OpenAiCompat;
@@ -11,7 +11,7 @@ use agent_tree_protocol::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{first_turn, later_turn, read_tool};
+use crate::common::{first_turn, later_turn, read_tool, times_out_transient, turns_fail_as};
 use crate::server::{Reply, Server};
 
 fn adapter(server: &Server) -> OpenAiCompat {
@@ -478,11 +478,7 @@ async fn openai_context_length_auth_and_server_errors() {
         ModelErrorKind::Auth,
         ModelErrorKind::Transient,
     ];
-    for kind in kinds {
-        let error = model.turn(first_turn()).await.unwrap_err();
-        assert_eq!(error.kind, kind, "{error}");
-        assert!(!error.to_string().contains("sk-test-key"));
-    }
+    turns_fail_as(&model, &kinds, "sk-test-key").await;
 }
 
 #[tokio::test]
@@ -494,10 +490,7 @@ async fn openai_timeout_is_transient() {
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let started = Instant::now();
-    let error = model.turn(first_turn()).await.unwrap_err();
-    assert_eq!(error.kind, ModelErrorKind::Transient, "{error}");
-    assert!(started.elapsed() < Duration::from_secs(2));
+    times_out_transient(&model).await;
 
     // Streaming: the same limit on the wait for the head.
     let server = Server::start(vec![text_reply("late").after(Duration::from_secs(3))]).await;

@@ -31,6 +31,24 @@ async fn turn(
     (result, sink)
 }
 
+/// A server answering `body` (a whole JSON response) labelled `text/plain`.
+async fn json_labelled_text(body: &Value) -> Server {
+    Server::start(vec![Reply::raw(
+        200,
+        "text/plain; charset=utf-8",
+        body.to_string().into_bytes(),
+    )])
+    .await
+}
+
+/// `model`'s turn reads the JSON body as a response: "Hello", 9 tokens in, 1 out.
+async fn reads_hello(model: &impl Model) {
+    let (result, _) = turn(model).await;
+    let response = result.expect("the JSON body is read as such");
+    assert_eq!(response.text, "Hello");
+    assert_eq!(response.usage, Usage::tokens(9, 1));
+}
+
 fn oa_chunk(delta: Value, finish: Option<&str>) -> String {
     let body = json!({
         "id": "chatcmpl-R23", "object": "chat.completion.chunk", "created": 1_735_689_600,
@@ -104,20 +122,12 @@ async fn openai_json_body_not_labelled_json_is_read_when_streaming() {
                       "message": { "role": "assistant", "content": "Hello" } }],
         "usage": { "prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10 },
     });
-    let server = Server::start(vec![Reply::raw(
-        200,
-        "text/plain; charset=utf-8",
-        body.to_string().into_bytes(),
-    )])
-    .await;
-    let (result, _) = turn(&openai(&server)).await;
-    let response = result.expect("the JSON body is read as such");
-    assert_eq!(response.text, "Hello");
-    assert_eq!(response.usage, Usage::tokens(9, 1));
+    let server = json_labelled_text(&body).await;
+    reads_hello(&openai(&server)).await;
 }
 
-/// The same for the Anthropic adapter, which shares the stream reader since: a Messages
-/// response body labelled `text/plain` while streaming was asked for is read as one.
+/// The same for the Anthropic adapter, which shares the stream reader: a Messages response
+/// body labelled `text/plain` while streaming was asked for is read as one.
 #[tokio::test]
 async fn anthropic_json_body_not_labelled_json_is_read_when_streaming() {
     let body = json!({
@@ -126,16 +136,8 @@ async fn anthropic_json_body_not_labelled_json_is_read_when_streaming() {
         "stop_reason": "end_turn",
         "usage": { "input_tokens": 9, "output_tokens": 1 },
     });
-    let server = Server::start(vec![Reply::raw(
-        200,
-        "text/plain; charset=utf-8",
-        body.to_string().into_bytes(),
-    )])
-    .await;
-    let (result, _) = turn(&anthropic(&server)).await;
-    let response = result.expect("the JSON body is read as such");
-    assert_eq!(response.text, "Hello");
-    assert_eq!(response.usage, Usage::tokens(9, 1));
+    let server = json_labelled_text(&body).await;
+    reads_hello(&anthropic(&server)).await;
 }
 
 /// Errors raised mid-stream carry the usage known so far (docs/models.md): a server that
