@@ -3,6 +3,10 @@
 //! usage is counted once and per tree, and nothing is left behind (no stand-in, no edge, no
 //! live agent, no growing worker).
 
+use super::assert_stand_ins_back;
+use super::lead_and_runner_tree;
+use super::support::run_within;
+use super::support::spawn_runner_on;
 use super::support::{spawn_runner, within};
 use std::time::Duration;
 
@@ -10,8 +14,8 @@ use agent_tree::protocol::{AgentId, AgentStatus, SpawnRequest};
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
 use super::{
-    Owner, eventually, first_usage, lead_of, owner_stand_ins_back, records_of, root_tokens, runner,
-    tree_of, two_worker_tree, worker_idle,
+    Owner, first_usage, owner_stand_ins_back, records_of, root_tokens, runner, two_worker_tree,
+    worker_idle,
 };
 
 /// Twenty remote children of the application at once on one worker (half of them queued by
@@ -45,13 +49,7 @@ pub(crate) async fn twenty_remote_children_at_once_complete_and_leave_nothing_be
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0), "the worker still hosts edges");
     assert_eq!(tokens, 20 * 24);
-    assert!(
-        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
-            == before.stand_ins)
-        .await,
-        "{:?}",
-        owner.node.stats()
-    );
+    assert_stand_ins_back(owner, 3, before.stand_ins, "a stand-in is still routed").await;
     let after = owner.node.stats();
     assert_eq!(after.acknowledged_deltas - before.acknowledged_deltas, 40);
     assert_eq!(
@@ -82,20 +80,20 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
             Turn::answer("the lead is done"),
         ]),
     );
-    let tree = tree_of(
+    let tree = lead_and_runner_tree(
         owner,
-        vec![runner().on_node(&name), lead_of(&["runner"])],
+        &name,
         model,
         agent_tree::TreeConfig::default().with_max_children_per_agent(20),
     )
     .await;
-    let outcome = within(
+    let outcome = run_within(
         30,
         "the lead settles",
-        tree.run(SpawnRequest::new("lead", "go")),
+        &tree,
+        SpawnRequest::new("lead", "go"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let runners = records_of(&tree, "runner");
     assert_eq!(runners.len(), 20);
@@ -106,13 +104,7 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
     assert_eq!(root_tokens(&tree), 20 * 24);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges, tokens), (0, 0, 20 * 24));
-    assert!(
-        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
-            == before.stand_ins)
-        .await,
-        "{:?}",
-        owner.node.stats()
-    );
+    assert_stand_ins_back(owner, 3, before.stand_ins, "a stand-in is still routed").await;
     tree.shutdown().await;
     process.finish();
 }
@@ -128,14 +120,8 @@ pub(crate) async fn children_on_two_workers_at_once_complete_and_count_per_worke
     let tree = two_worker_tree(owner, agent_tree::TreeConfig::default()).await;
     for round in 0..3 {
         let before = root_tokens(&tree);
-        let ha = tree
-            .spawn(SpawnRequest::new("runner", "work 4 40").on_node(&a))
-            .await
-            .unwrap();
-        let hb = tree
-            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&b))
-            .await
-            .unwrap();
+        let ha = spawn_runner_on(&tree, "work 4 40", &a).await;
+        let hb = spawn_runner_on(&tree, "work 6 30", &b).await;
         let outcomes = within(
             10,
             "both remote children settle",

@@ -3,6 +3,7 @@
 //! kill stops its hosted agent at once, by the command, not by a lease, and leaves nothing
 //! routed; its questions reach the owner's handler and the answer comes back.
 
+use super::assert_stand_ins_back;
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -275,13 +276,13 @@ pub(crate) async fn aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_a
         tree.steer(id, "too late").await,
         Err(agent_tree::ControlError::WrongStatus(..))
     ));
-    assert!(
-        eventually(Duration::from_secs(2), || owner.node.stats().stand_ins
-            == stand_ins)
-        .await,
-        "the stand-in of a settled child is still routed: {:?}",
-        owner.node.stats()
-    );
+    assert_stand_ins_back(
+        owner,
+        2,
+        stand_ins,
+        "the stand-in of a settled child is still routed",
+    )
+    .await;
     tree.shutdown().await;
     process.finish();
 }
@@ -298,13 +299,7 @@ pub(crate) async fn killing_a_remote_child_removes_its_stand_in(owner: &mut Owne
     tree.kill(handle.id()).unwrap();
     let outcome = within(5, "a killed remote child settles", handle.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
-    assert!(
-        eventually(Duration::from_secs(3), || owner.node.stats().stand_ins
-            == stand_ins)
-        .await,
-        "the killed stand-in is still routed: {:?}",
-        owner.node.stats()
-    );
+    assert_stand_ins_back(owner, 3, stand_ins, "the killed stand-in is still routed").await;
     tree.shutdown().await;
     process.finish();
 }

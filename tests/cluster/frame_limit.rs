@@ -2,7 +2,8 @@
 //! its owner; one over the body limit (25 MiB) settles saying where its output stays; a
 //! question, or an answer to one, over the frame limit never hangs the edge.
 
-use super::support::{spawn_runner, within};
+use super::support::run_within;
+use super::support::spawn_runner;
 use std::time::Duration;
 
 use agent_tree::protocol::{AgentStatus, SpawnRequest};
@@ -18,13 +19,13 @@ use super::{Owner, root_tokens, runner, worker_idle};
 pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = within(
+    let outcome = run_within(
         20,
         "the remote child with a 9 MiB answer settles",
-        tree.run(SpawnRequest::new("runner", "big 9437184")),
+        &tree,
+        SpawnRequest::new("runner", "big 9437184"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         outcome.status,
         AgentStatus::Completed,
@@ -34,13 +35,13 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.text.as_ref().map(String::len), Some(9_437_184));
     assert_eq!(root_tokens(&tree), 12);
-    let huge = within(
+    let huge = run_within(
         30,
         "the remote child with a 25 MiB answer settles",
-        tree.run(SpawnRequest::new("runner", "big 26214400")),
+        &tree,
+        SpawnRequest::new("runner", "big 26214400"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(huge.status, AgentStatus::Completed, "{:?}", huge.error);
     assert_eq!(huge.text, None);
     assert!(
@@ -51,13 +52,13 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
         "{:?}",
         huge.error
     );
-    let next = within(
+    let next = run_within(
         10,
         "the next spawn settles",
-        tree.run(SpawnRequest::new("runner", "work 1 1")),
+        &tree,
+        SpawnRequest::new("runner", "work 1 1"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(next.text.as_deref(), Some("done 1"));
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));

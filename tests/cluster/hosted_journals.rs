@@ -3,6 +3,7 @@
 //! a hosted journal that dropped a settled agent's conversation from memory does not stop
 //! its owner resuming it.
 
+use super::support::run_within;
 use super::support::{spawn_runner, within};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,13 +112,13 @@ pub(crate) async fn hosted_trees_journaling_to_one_file_refuse_a_second_spawn(ow
     assert_eq!(first.text.as_deref(), Some("done 2"), "{first:?}");
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    let second = within(
+    let second = run_within(
         20,
         "the second run settles",
-        tree.run(SpawnRequest::new("runner", "work 2 10")),
+        &tree,
+        SpawnRequest::new("runner", "work 2 10"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(second.status, AgentStatus::Failed, "{second:?}");
     let error = second.error.unwrap_or_default();
     assert!(error.contains("not fresh"), "{error}");

@@ -259,6 +259,22 @@ async fn tree_of(
         .unwrap()
 }
 
+/// An owner tree of a `lead` that may delegate to `runner`, placed on `worker`, on `model`.
+async fn lead_and_runner_tree(
+    owner: &Owner,
+    worker: &str,
+    model: impl agent_tree::Model,
+    config: agent_tree::TreeConfig,
+) -> Tree {
+    tree_of(
+        owner,
+        vec![runner().on_node(worker), lead_of(&["runner"])],
+        model,
+        config,
+    )
+    .await
+}
+
 fn records_of(tree: &Tree, agent_type: &str) -> Vec<agent_tree::protocol::AgentRecord> {
     tree.snapshot()
         .records
@@ -289,6 +305,18 @@ pub(crate) async fn mirrored_child_working(
 /// An owner tree with a `runner` placed by each request (`SpawnRequest::on_node`).
 async fn two_worker_tree(owner: &Owner, config: agent_tree::TreeConfig) -> Tree {
     tree_of(owner, vec![runner()], ScriptedModel::new(), config).await
+}
+
+/// Asserts the owner's node routes `stand_ins` stand-ins again within `secs` s; `what`
+/// says what it means if not.
+async fn assert_stand_ins_back(owner: &Owner, secs: u64, stand_ins: usize, what: &str) {
+    assert!(
+        eventually(Duration::from_secs(secs), || owner.node.stats().stand_ins
+            == stand_ins)
+        .await,
+        "{what}: {:?}",
+        owner.node.stats()
+    );
 }
 
 /// Waits (at most 15 s) until the owner's node routes `stand_ins` stand-ins.

@@ -4,6 +4,8 @@
 //! freeze past the lease stops the subtree there and the owner declares it killed; the
 //! other workers' children go on.
 
+use super::support::run_within;
+use super::support::spawn_runner_on;
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -205,14 +207,8 @@ pub(crate) async fn killing_one_worker_does_not_disturb_the_other_workers_childr
     let (a, mut pa) = owner.worker().await;
     let (b, mut pb) = owner.worker().await;
     let tree = two_worker_tree(owner, agent_tree::TreeConfig::default()).await;
-    let ha = tree
-        .spawn(SpawnRequest::new("runner", "work 50 100").on_node(&a))
-        .await
-        .unwrap();
-    let mut hb = tree
-        .spawn(SpawnRequest::new("runner", "work 10 80").on_node(&b))
-        .await
-        .unwrap();
+    let ha = spawn_runner_on(&tree, "work 50 100", &a).await;
+    let mut hb = spawn_runner_on(&tree, "work 10 80", &b).await;
     first_usage(&tree, ha.id()).await;
     first_usage(&tree, hb.id()).await;
     pa.kill9();
@@ -284,13 +280,13 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
             .starts_with("node down"),
         "{outcome:?}"
     );
-    let fresh = within(
+    let fresh = run_within(
         10,
         "a new spawn settles",
-        tree.run(SpawnRequest::new("runner", "work 2 20")),
+        &tree,
+        SpawnRequest::new("runner", "work 2 20"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);
     assert_eq!((live, edges), (0, 0));
@@ -335,13 +331,13 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
     )
     .await;
     let took = killed_at.elapsed();
-    let fresh = within(
+    let fresh = run_within(
         10,
         "a new spawn settles",
-        tree.run(SpawnRequest::new("runner", "work 2 20")),
+        &tree,
+        SpawnRequest::new("runner", "work 2 20"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);
     assert_eq!((live, edges), (0, 0));

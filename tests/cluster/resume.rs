@@ -5,6 +5,8 @@
 //! conversation come up, an empty resume is refused with the reason, and a resume that never
 //! reached the node keeps the conversation.
 
+use super::lead_and_runner_tree;
+use super::support::run_within;
 use super::support::{runner_answered, spawn_runner, within};
 use std::time::Duration;
 
@@ -16,7 +18,7 @@ use agent_tree::{Catalog, Tree, TreeConfig};
 
 use super::support::{Dir, maybe_journaled_tree, messages_sent, owner_tree, resumed_outcome};
 use super::worker;
-use super::{Owner, eventually, first_usage, lead_of, root_tokens, runner, tree_of, worker_idle};
+use super::{Owner, eventually, first_usage, root_tokens, runner, tree_of, worker_idle};
 
 /// A remote child that completed in a journaled tree (the conversation its node sent up
 /// journaled at its settle, dropped from memory) is resumed with a new task, as a local one
@@ -201,20 +203,14 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
             Turn::answer("lead done"),
         ]),
     );
-    let tree = tree_of(
-        owner,
-        vec![runner().on_node(&name), lead_of(&["runner"])],
-        model,
-        TreeConfig::default(),
-    )
-    .await;
-    let lead = within(
+    let tree = lead_and_runner_tree(owner, &name, model, TreeConfig::default()).await;
+    let lead = run_within(
         20,
         "the lead settles",
-        tree.run(SpawnRequest::new("lead", "go")),
+        &tree,
+        SpawnRequest::new("lead", "go"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(lead.text.as_deref(), Some("lead done"), "{lead:?}");
     let record = tree.record(AgentId::new(2)).expect("the runner's record");
     assert_eq!(record.agent_type, "runner");

@@ -3,6 +3,7 @@
 //! its mirrored descendants as their node reports), one that does not is counted killed and
 //! its node named; every delta the worker billed is counted once.
 
+use super::support::spawn_runner_on;
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -185,14 +186,8 @@ pub(crate) async fn a_shutdown_with_one_worker_frozen_and_one_fine_holds_the_one
         agent_tree::TreeConfig::default().with_shutdown_grace(grace),
     )
     .await;
-    let ha = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100").on_node(&a))
-        .await
-        .unwrap();
-    let hb = tree
-        .spawn(SpawnRequest::new("runner", "work 100 100").on_node(&b))
-        .await
-        .unwrap();
+    let ha = spawn_runner_on(&tree, "work 100 100", &a).await;
+    let hb = spawn_runner_on(&tree, "work 100 100", &b).await;
     first_usage(&tree, ha.id()).await;
     first_usage(&tree, hb.id()).await;
     pa.freeze();
@@ -277,14 +272,8 @@ pub(crate) async fn shutdowns_racing_spawns_on_two_workers_hold_deadline_and_usa
             agent_tree::TreeConfig::default().with_shutdown_grace(grace),
         )
         .await;
-        let ha = tree
-            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&a))
-            .await
-            .unwrap();
-        let hb = tree
-            .spawn(SpawnRequest::new("runner", "work 6 30").on_node(&b))
-            .await
-            .unwrap();
+        let ha = spawn_runner_on(&tree, "work 6 30", &a).await;
+        let hb = spawn_runner_on(&tree, "work 6 30", &b).await;
         tokio::time::sleep(Duration::from_millis((round * 17) % 120)).await;
         let started = Instant::now();
         let report = tree.shutdown().await;

@@ -4,7 +4,10 @@
 //! held to as a local one is: `max_subtree_tokens`, a request's settle policy, the pool's
 //! queue, a detached child outliving its owner agent.
 
+use super::assert_stand_ins_back;
+use super::lead_and_runner_tree;
 use super::support::finish_idle;
+use super::support::run_within;
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -13,9 +16,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
 use super::worker::WorkerProcess;
-use super::{
-    Owner, eventually, lead_of, records_of, root_tokens, runner, tree_of, worker_idle, worker_until,
-};
+use super::{Owner, lead_of, records_of, root_tokens, runner, tree_of, worker_idle, worker_until};
 
 /// A remote child's outcome comes back to its owner, and the turns billed on the worker
 /// are counted once at the root; the worker runs nothing after.
@@ -175,25 +176,19 @@ pub(crate) async fn a_spawn_the_worker_cannot_run_fails_with_its_cause(owner: &m
     // regression: the refusal of a spawn in parts once named its last part, which the
     // stand-in did not take as its spawn's, and it hung.
     for task in ["haunt".to_owned(), "h".repeat(9 << 20)] {
-        let outcome = within(
+        let outcome = run_within(
             10,
             "a refused remote spawn settles",
-            tree.run(SpawnRequest::new("ghost", task)),
+            &tree,
+            SpawnRequest::new("ghost", task),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
         let error = outcome.error.as_deref().unwrap_or_default();
         assert!(error.contains("refused the spawn"), "{outcome:?}");
         assert!(error.contains("ghost"), "{outcome:?}");
     }
-    assert!(
-        eventually(Duration::from_secs(2), || owner.node.stats().stand_ins
-            == stand_ins)
-        .await,
-        "{:?}",
-        owner.node.stats()
-    );
+    assert_stand_ins_back(owner, 2, stand_ins, "a stand-in is still routed").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let edges = loop {
         let (_, _, edges) = process.stats_with_edges();
@@ -213,13 +208,13 @@ pub(crate) async fn a_worker_whose_tree_does_not_build_fails_the_spawn_with_that
 ) {
     let (name, process) = owner.worker_in_mode("broken").await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = within(
+    let outcome = run_within(
         5,
         "a remote spawn on a broken worker settles",
-        tree.run(SpawnRequest::new("runner", "work 1 1")),
+        &tree,
+        SpawnRequest::new("runner", "work 1 1"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
     let error = outcome.error.as_deref().unwrap_or_default();
     assert!(error.contains("did not build"), "{outcome:?}");
@@ -261,20 +256,20 @@ pub(crate) async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
             Turn::answer("the lead is done"),
         ]),
     );
-    let tree = tree_of(
+    let tree = lead_and_runner_tree(
         owner,
-        vec![runner().on_node(&name), lead_of(&["runner"])],
+        &name,
         model.clone(),
         agent_tree::TreeConfig::default().with_max_subtree_tokens(30),
     )
     .await;
-    let outcome = within(
+    let outcome = run_within(
         20,
         "the lead settles",
-        tree.run(SpawnRequest::new("lead", "go")),
+        &tree,
+        SpawnRequest::new("lead", "go"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let runners = records_of(&tree, "runner");
     assert_eq!(

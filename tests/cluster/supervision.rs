@@ -3,6 +3,7 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
+use super::support::run_within;
 use super::support::{spawn_runner, within};
 use std::time::Duration;
 
@@ -129,13 +130,13 @@ async fn escalates_after_two_restarts(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = within(
+    let outcome = run_within(
         20,
         "the lead settles",
-        tree.run(SpawnRequest::new("lead", "go")),
+        &tree,
+        SpawnRequest::new("lead", "go"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         (outcome.status, outcome.reason),
         (AgentStatus::Failed, EndReason::Escalated),
@@ -229,13 +230,13 @@ async fn strategy_over_remote_and_local(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = within(
+    let outcome = run_within(
         20,
         "the lead settles",
-        tree.run(SpawnRequest::new("lead", "go")),
+        &tree,
+        SpawnRequest::new("lead", "go"),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
     let remote = records_of(&tree, "runner");
     let local = records_of(&tree, "local");

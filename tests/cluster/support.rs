@@ -248,3 +248,26 @@ pub(crate) async fn journaled_side(
     let tree = side_tree(remote.then_some((node, worker)), JournalConfig::new(&path)).await;
     (dir, path, tree)
 }
+
+/// A `runner` spawned on `tree` with `prompt`, placed on `node`.
+pub(crate) async fn spawn_runner_on(
+    tree: &Tree,
+    prompt: &str,
+    node: &str,
+) -> agent_tree::AgentHandle {
+    tree.spawn(SpawnRequest::new("runner", prompt).on_node(node))
+        .await
+        .expect("the runner spawns")
+}
+
+/// `request` run on `tree` to its end, within `secs` s (`what` naming it); its outcome.
+pub(crate) async fn run_within(
+    secs: u64,
+    what: &str,
+    tree: &Tree,
+    request: SpawnRequest,
+) -> Outcome {
+    within(secs, what, tree.run(request))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the spawn is refused: {e}"))
+}
