@@ -278,66 +278,37 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
 }
 
 /// A question still open when the owner's run ends (and the owner drains) is refused, so
-/// neither the child nor the draining owner waits forever.
+/// neither the child nor the draining owner waits forever; a model that asks two questions
+/// in one turn gets the second refused (one question at a time), and the owner's end
+/// refuses the open one.
 #[tokio::test(start_paused = true)]
-async fn a_question_left_open_when_a_draining_run_ends_is_refused() {
-    let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("asker", "x")]),
-                // the question arrives while this turn is in flight; the model ends anyway
-                Turn::answer("boss done").after(Duration::from_millis(50)),
-            ],
-        )
-        .script("asker", [Turn::calls([ask("colour?")]), Turn::answer("ok")]);
-    let catalog = catalog([
-        delegator_of_all("boss").with_settle(SettlePolicy::Drain),
-        AgentDefinition::new("asker", ""),
-    ]);
-    let tree = tree(model, catalog, TreeConfig::default()).await;
-    let run = tree.run(SpawnRequest::new("boss", "go"));
-    let r = tokio::time::timeout(WAIT_LIMIT, run).await;
-    assert!(
-        r.is_ok(),
-        "hang: boss {:?}, asker {:?}",
-        tree.record(a(1)).map(|r| r.status),
-        tree.record(a(2)).map(|r| r.status)
-    );
-}
-
-/// A model that asks two questions in one turn gets the second refused (one question at a
-/// time), and the owner's end refuses the open one: neither the child nor a draining owner
-/// waits forever.
-#[tokio::test(start_paused = true)]
-async fn two_questions_in_one_turn_do_not_hang_a_draining_owner() {
-    let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("asker", "x")]),
-                Turn::answer("boss done").after(Duration::from_millis(50)),
-            ],
-        )
-        .script(
-            "asker",
-            [
-                Turn::calls([ask("colour?"), ask("size?")]),
-                Turn::answer("ok"),
-            ],
+async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_a_turn() {
+    for asks in [vec![ask("colour?")], vec![ask("colour?"), ask("size?")]] {
+        let n = asks.len();
+        let model = ScriptedModel::new()
+            .script(
+                "boss",
+                [
+                    Turn::calls([Call::spawn_background("asker", "x")]),
+                    // the question arrives while this turn is in flight; the model ends anyway
+                    Turn::answer("boss done").after(Duration::from_millis(50)),
+                ],
+            )
+            .script("asker", [Turn::calls(asks), Turn::answer("ok")]);
+        let catalog = catalog([
+            delegator_of_all("boss").with_settle(SettlePolicy::Drain),
+            AgentDefinition::new("asker", ""),
+        ]);
+        let tree = tree(model, catalog, TreeConfig::default()).await;
+        let run = tree.run(SpawnRequest::new("boss", "go"));
+        let r = tokio::time::timeout(WAIT_LIMIT, run).await;
+        assert!(
+            r.is_ok(),
+            "hang with {n} questions: boss {:?}, asker {:?}",
+            tree.record(a(1)).map(|r| r.status),
+            tree.record(a(2)).map(|r| r.status)
         );
-    let catalog = catalog([
-        delegator_of_all("boss").with_settle(SettlePolicy::Drain),
-        AgentDefinition::new("asker", ""),
-    ]);
-    let tree = tree(model, catalog, TreeConfig::default()).await;
-    let r = tokio::time::timeout(WAIT_LIMIT, tree.run(SpawnRequest::new("boss", "go"))).await;
-    assert!(
-        r.is_ok(),
-        "hang: boss {:?}, asker {:?}",
-        tree.record(a(1)).map(|r| r.status),
-        tree.record(a(2)).map(|r| r.status)
-    );
+    }
 }
 
 /// A detached child asking its owner in the instant the owner settles gets a refusal (the

@@ -265,10 +265,10 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
     (tree, model)
 }
 
-/// Deterministic: the lead's `steer_subagent` reaches the worker in the instant its
-/// run ends (both turns return at the same virtual instant): the tool answers `delivered`,
-/// yet the steer never enters the worker's conversation. Correct: a `delivered` receipt means
-/// a later request of the worker carries the steer (or the call is refused).
+/// Deterministic: a `delivered` receipt from the lead's `steer_subagent` means a later
+/// request of the worker carries the steer (or the call is refused), also when the steer
+/// reaches the worker in the instant its run ends (both turns return at the same virtual
+/// instant).
 #[tokio::test(start_paused = true)]
 async fn a_delivered_steer_from_a_tool_is_read() {
     let mut lost = Vec::new();
@@ -380,9 +380,9 @@ async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
     );
 }
 
-/// A deterministic variant: a steer delivered during an agent's last allowed turn
-/// (`max_turns`) is receipted `Delivered`, then the run ends over it unread and nothing says
-/// so. Correct: never silently lost (read, or the steer refused).
+/// A deterministic variant: a steer receipted `Delivered` during an agent's last allowed
+/// turn (`max_turns`) is never silently lost when the run ends: it is read, or the steer is
+/// refused.
 #[tokio::test(start_paused = true)]
 async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
     let model = RecordingModel::new(

@@ -328,15 +328,9 @@ async fn a_handlers_answer_after_a_steer_answered_is_dropped_not_read_as_a_steer
     assert!(!seen.contains(&"late handler answer"), "{seen:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered_tools() {
-    let model = ScriptedModel::new().script(
-        "worker",
-        [
-            Turn::calls([Call::tool("Read", json!({})), Call::tool("Bash", json!({}))]),
-            Turn::answer("done"),
-        ],
-    );
+/// The results of a worker's one turn of `calls` (the tree's tools registered), run to its end.
+async fn worker_tool_results(calls: impl IntoIterator<Item = Call>) -> Vec<Message> {
+    let model = ScriptedModel::new().script("worker", [Turn::calls(calls), Turn::answer("done")]);
     let tree = crate::support::harness::tree_with_tools(
         model.clone(),
         boss_worker_asker(),
@@ -344,27 +338,21 @@ async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered
     )
     .await;
     tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
-    let r = results(&model, a(1), 1);
+    results(&model, a(1), 1)
+}
+
+/// A tool called by another case of its name (`Read` for `read`) runs; an unknown one is
+/// refused with the list of the tools offered.
+#[tokio::test(start_paused = true)]
+async fn a_tool_called_in_another_case_runs_and_an_unknown_one_lists_the_offered_tools() {
+    let r =
+        worker_tool_results([Call::tool("Read", json!({})), Call::tool("Bash", json!({}))]).await;
     assert!(!r[0].is_error, "{}", r[0].content);
     assert_eq!(r[0].content, "read: ok");
     // `bash` is registered too: `Bash` is it.
     assert!(!r[1].is_error, "{}", r[1].content);
 
-    let model = ScriptedModel::new().script(
-        "worker",
-        [
-            Turn::calls([Call::tool("Grep", json!({}))]),
-            Turn::answer("done"),
-        ],
-    );
-    let tree = crate::support::harness::tree_with_tools(
-        model.clone(),
-        boss_worker_asker(),
-        TreeConfig::default(),
-    )
-    .await;
-    tree.run(SpawnRequest::new("worker", "go")).await.unwrap();
-    let r = results(&model, a(1), 1);
+    let r = worker_tool_results([Call::tool("Grep", json!({}))]).await;
     assert!(r[0].is_error);
     let refusal: serde_json::Value = serde_json::from_str(&r[0].content).unwrap();
     assert_eq!(
