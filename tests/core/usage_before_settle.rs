@@ -429,10 +429,9 @@ fn usage_after_terminal(events: &[Event], agent: AgentId) -> Vec<u64> {
         .collect()
 }
 
-/// A model turn that has just returned records its usage after its agent was
-/// killed (`Tree::kill`) and settled: a `usage_reported` event follows the `killed` event,
-/// and the snapshot at `Tree::idle()` bills less than the events sum. Correct: nothing of an
-/// agent is recorded after its terminal event, and the snapshot equals the event sum.
+/// Nothing of an agent is recorded after its terminal event, and the snapshot at
+/// `Tree::idle()` equals the events' sum, also when a model turn returns just as its agent
+/// is killed (`Tree::kill`) and settled: no `usage_reported` follows the `killed` event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill() {
     let cell = crate::support::TreeCell::new();

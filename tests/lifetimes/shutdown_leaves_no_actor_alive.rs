@@ -254,10 +254,9 @@ async fn killable_team(workers: usize, subs: usize) -> (Tree, RecordingModel) {
     (tree, model)
 }
 
-/// `Tree::kill(lead)` records the lead's descendants `killed` at once, while ractor
-/// is still killing their actors; a shutdown that starts right then skips them (they are
-/// terminal) and returns while their actors still run. Correct: no actor alive when
-/// `shutdown` returns.
+/// No actor is alive when `shutdown` returns, also when it starts right after
+/// `Tree::kill(lead)`, which records the lead's descendants `killed` at once while ractor is
+/// still killing their actors (terminal records, live actors).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descendants_of_a_killed_agent_are_not_alive_after_shutdown_mt() {
     const RUNS: u64 = 300;
