@@ -41,8 +41,14 @@ fn retrying(tree: &Tree) -> EventStream {
 }
 
 fn retries(events: &mut EventStream) -> Vec<(u32, u32, ModelErrorKind, u64)> {
+    retries_in(events.drain())
+}
+
+/// The `Retrying` events of `events`: (turn, attempt, error kind, delay in ms) each.
+pub(crate) fn retries_in(
+    events: Vec<agent_tree::protocol::Event>,
+) -> Vec<(u32, u32, ModelErrorKind, u64)> {
     events
-        .drain()
         .into_iter()
         .filter_map(|e| match e.kind {
             EventKind::Retrying {

@@ -55,18 +55,7 @@ async fn rate_limits_are_retried_in_virtual_time_and_every_attempt_is_billed() {
             );
         }
     }
-    let retries: Vec<(u32, u32, ModelErrorKind, u64)> = all
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::Retrying {
-                turn,
-                attempt,
-                error_kind,
-                delay_ms,
-            } => Some((turn, attempt, error_kind, delay_ms)),
-            _ => None,
-        })
-        .collect();
+    let retries = crate::model_contract::retries_in(all);
     assert_eq!(retries.len(), 2, "{retries:?}");
     assert_eq!(retries[0], (1, 1, ModelErrorKind::RateLimited, 2000));
     // delay_ms is the wait truncated to ms; tokio's timer rounds the sleep up to the next ms.

@@ -68,13 +68,8 @@ pub(crate) fn agent_call(id: &str, agent_type: &str, prompt: &str) -> ToolCall {
 /// The lead spawns the searcher (foreground) and answers `led`; the searcher answers
 /// `found` (5 + 1 tokens).
 pub(crate) fn team_script() -> ScriptedModel {
-    ScriptedModel::new()
-        .script(
-            "lead",
-            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-        )
-        .script(
-            "searcher",
-            [Turn::answer("found").usage(Usage::tokens(5, 1))],
-        )
+    crate::support::lead_spawning_a_searcher().script(
+        "searcher",
+        [Turn::answer("found").usage(Usage::tokens(5, 1))],
+    )
 }

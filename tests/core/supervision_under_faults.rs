@@ -40,11 +40,7 @@ async fn a_child_that_always_fails_is_restarted_to_the_intensity_then_escalates(
 /// the lead still completes with the answer.
 #[tokio::test(start_paused = true)]
 async fn a_flaky_child_is_restarted_and_its_owner_completes() {
-    let scripted = ScriptedModel::new()
-        .script(
-            "lead",
-            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-        )
+    let scripted = crate::support::lead_spawning_a_searcher()
         // Each run walks on through the script (the cursor survives restarts): enough turns.
         .script(
             "searcher",

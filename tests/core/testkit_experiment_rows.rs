@@ -16,15 +16,10 @@ use crate::support::catalog;
 fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + Copy {
     move |seed: u64| -> BoxFuture<'static, (Tree, SpawnRequest)> {
         Box::pin(async move {
-            let scripted = ScriptedModel::new()
-                .script(
-                    "lead",
-                    [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-                )
-                .script(
-                    "searcher",
-                    Script::new((0..4).map(|_| Turn::answer("found").usage(Usage::tokens(5, 1)))),
-                );
+            let scripted = crate::support::lead_spawning_a_searcher().script(
+                "searcher",
+                Script::new((0..4).map(|_| Turn::answer("found").usage(Usage::tokens(5, 1)))),
+            );
             let model = FaultyModel::new(scripted)
                 .fail_with_probability(p, seed, ModelError::new("flaky"))
                 .only_for("searcher");

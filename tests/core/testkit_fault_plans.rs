@@ -83,20 +83,15 @@ async fn fail_at_turn_fails_every_retry() {
 /// transient, so it restarts; its second run answers and the lead reads that answer.
 #[tokio::test(start_paused = true)]
 async fn a_child_killed_as_its_first_usage_is_billed_restarts_and_its_owner_reads_the_second_run() {
-    let scripted = ScriptedModel::new()
-        .script(
-            "lead",
-            [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-        )
-        .script(
-            "searcher",
-            [
-                // An unknown tool: an error result, and the searcher would take a second turn.
-                Turn::calls([Call::tool("web_search", serde_json::json!({"q": "X"}))])
-                    .usage(Usage::tokens(5, 1)),
-                Turn::answer("found after the restart"),
-            ],
-        );
+    let scripted = crate::support::lead_spawning_a_searcher().script(
+        "searcher",
+        [
+            // An unknown tool: an error result, and the searcher would take a second turn.
+            Turn::calls([Call::tool("web_search", serde_json::json!({"q": "X"}))])
+                .usage(Usage::tokens(5, 1)),
+            Turn::answer("found after the restart"),
+        ],
+    );
     let log = scripted.call_log();
     let tree = build_tree(team("transient"), scripted).await;
     let mut events = EventProbe::new(&tree);

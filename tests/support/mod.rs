@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_tree::EventStream;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Message, Role, TreeSnapshot};
-use agent_tree::testkit::Call;
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 /// How long (tokio time, virtual under paused tests) any single wait of a test may take
 /// before the test fails instead of hanging.
@@ -271,4 +271,12 @@ pub(crate) fn error_text(content: &str) -> String {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| content.to_owned())
+}
+
+/// A script whose `lead` spawns a `searcher` ("find X") in the foreground, then answers "led".
+pub(crate) fn lead_spawning_a_searcher() -> ScriptedModel {
+    ScriptedModel::new().script(
+        "lead",
+        [Turn::spawn("searcher", "find X"), Turn::answer("led")],
+    )
 }
