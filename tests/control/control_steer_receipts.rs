@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, delegator_of_all, leaf, spawn_admitted};
+use crate::support::{RecordingModel, catalog, delegator_of_all, leaf, spawn_admitted};
 use agent_tree::SteerReceipt;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
@@ -256,12 +256,7 @@ async fn steer_race(steer_after: Duration, answer_after: Duration) -> (Tree, Rec
                 ],
             ),
     );
-    let tree = crate::support::harness::tree(
-        model.clone(),
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = crate::support::lead_and_worker_tree(&model).await;
     (tree, model)
 }
 

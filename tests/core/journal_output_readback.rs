@@ -310,11 +310,7 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
     let watched = Watched::default();
     let spawned = AtomicUsize::new(0);
     {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = crate::support::races::runtime_on(2);
         let store = WatchedStore(watched.clone());
         runtime.block_on(async {
             let tree = Tree::builder()

@@ -212,11 +212,7 @@ async fn an_abort_ends_a_wait_for_a_model_call_at_once() {
 /// or calling ends without breaking the bound for the rest.
 #[test]
 fn the_bound_holds_on_worker_threads() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::support::races::runtime_on(2);
     for round in 0..40u32 {
         runtime.block_on(async {
             let model = Counting::default();

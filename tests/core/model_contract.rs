@@ -568,11 +568,7 @@ async fn a_tool_call_with_arguments_that_are_not_json_is_not_run() {
 /// billed exactly once.
 #[test]
 fn an_abort_races_a_retrying_turn_on_worker_threads() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::support::races::runtime_on(2);
     for round in 0..60u64 {
         runtime.block_on(async {
             let failing =
@@ -610,11 +606,7 @@ fn an_abort_races_a_retrying_turn_on_worker_threads() {
 /// report or the abort itself: on worker threads, many times.
 #[test]
 fn streamed_text_is_the_partial_output_whatever_arrives_first_on_worker_threads() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::support::races::runtime_on(2);
     for round in 0..80 {
         runtime.block_on(async {
             let (outcome, own) = abort_mid_stream().await;

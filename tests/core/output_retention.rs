@@ -96,11 +96,7 @@ fn measured_in_a_process_of_its_own() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::support::races::runtime_on(2);
     runtime.block_on(async {
         const PAIRS: usize = 32;
         let dir = TempDir::new("retention-memory");

@@ -102,11 +102,7 @@ async fn a_question_whose_asker_was_killed_reaches_the_probe_promptly() {
 #[test]
 fn a_question_whose_asker_was_killed_reaches_the_probe_on_worker_threads() {
     for _ in 0..20 {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = crate::support::races::runtime_on(2);
         runtime.block_on(async {
             tokio::time::timeout(Duration::from_secs(10), question_of_a_killed_asker())
                 .await
@@ -182,11 +178,7 @@ async fn the_owner_probe_sees_a_restart_story_once_each_in_event_order() {
 #[test]
 fn the_owner_probe_sees_the_restart_story_in_order_on_worker_threads() {
     for _ in 0..20 {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = crate::support::races::runtime_on(2);
         let seen = runtime.block_on(async {
             tokio::time::timeout(Duration::from_secs(10), restart_and_questions_story())
                 .await

@@ -35,11 +35,7 @@ fn crash_child() {
     let (Ok(journal), Ok(seed)) = (std::env::var(JOURNAL), std::env::var(SEED)) else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    crate::support::races::runtime_on(2)
         .block_on(scenario::run_child(journal.as_ref(), seed.parse().unwrap()));
 }
 
@@ -110,24 +106,19 @@ fn crash_at_moment_child() {
     let (Ok(journal), Ok(moment)) = (std::env::var(JOURNAL), std::env::var(MOMENT)) else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async move {
-            let path = Path::new(&journal);
-            // Kept alive until the kill.
-            let _tree = match moment.as_str() {
-                "admitted" => admitted(path).await,
-                "steered" => steered(path).await,
-                "asking" => asking(path, false).await,
-                "answered" => asking(path, true).await,
-                other => panic!("no moment {other}"),
-            };
-            println!("ready");
-            std::future::pending::<()>().await;
-        });
+    crate::support::races::runtime_on(2).block_on(async move {
+        let path = Path::new(&journal);
+        // Kept alive until the kill.
+        let _tree = match moment.as_str() {
+            "admitted" => admitted(path).await,
+            "steered" => steered(path).await,
+            "asking" => asking(path, false).await,
+            "answered" => asking(path, true).await,
+            other => panic!("no moment {other}"),
+        };
+        println!("ready");
+        std::future::pending::<()>().await;
+    });
 }
 
 /// This binary's child process, brought to a moment.

@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
+use crate::support::{RecordingModel, catalog, leaf, spawn_admitted};
 
 // ---------------------------------------------------------------------------------------
 // wait_subagents over the owner's child table: sets a model can write.
@@ -40,12 +40,7 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
             )
             .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
-    let tree = crate::support::harness::tree(
-        model.clone(),
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = crate::support::lead_and_worker_tree(&model).await;
     (tree, model)
 }
 
@@ -92,12 +87,7 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
             )
             .script("worker", [Turn::answer("worker done")]),
     );
-    let tree = crate::support::harness::tree(
-        model.clone(),
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = crate::support::lead_and_worker_tree(&model).await;
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
         .id();
@@ -137,12 +127,7 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
                 ],
             ),
     );
-    let tree = crate::support::harness::tree(
-        model.clone(),
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = crate::support::lead_and_worker_tree(&model).await;
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
         .id();

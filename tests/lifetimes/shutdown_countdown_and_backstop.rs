@@ -228,11 +228,7 @@ fn dropped_shutdown_with_blocking_hook(
     block: Duration,
     limit: Duration,
 ) -> (Duration, Option<Outcome>) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::support::races::runtime_on(2);
     let result = runtime.block_on(async move {
         let tree = Tree::builder()
             .config(TreeConfig::default().with_shutdown_grace(ms(100)))
@@ -304,11 +300,7 @@ fn a_dropped_shutdown_ends_its_hook_tasks_at_the_backstop_mt() {
 fn dropped_shutdown_ends_its_hook_task() -> bool {
     /// Dropped with the hook's future.
     struct DropSignal(#[allow(dead_code)] tokio::sync::oneshot::Sender<()>);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::support::races::runtime_on(2);
     let (signal, hook_dropped) = tokio::sync::oneshot::channel::<()>();
     let signal = Arc::new(Mutex::new(Some(signal)));
     let ended = runtime.block_on(async move {

@@ -337,11 +337,7 @@ fn blocking_hook_shutdown(
     blocking: &'static [u64],
     spawned: bool,
 ) -> BlockedShutdown {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = crate::support::races::runtime_on(workers);
     let result = runtime.block_on(async move {
         let model = RecordingModel::new(
             ScriptedModel::new()

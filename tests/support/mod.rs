@@ -280,3 +280,13 @@ pub(crate) fn lead_spawning_a_searcher() -> ScriptedModel {
         [Turn::spawn("searcher", "find X"), Turn::answer("led")],
     )
 }
+
+/// A tree of a `lead` that may delegate to a `worker` leaf, on a clone of `model`.
+pub(crate) async fn lead_and_worker_tree(model: &(impl Model + Clone)) -> Tree {
+    harness::tree(
+        model.clone(),
+        catalog([delegator("lead", &["worker"]), leaf("worker")]),
+        agent_tree::TreeConfig::default(),
+    )
+    .await
+}

@@ -56,16 +56,11 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     for run in 0..times {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(bounded(
-                limit,
-                &format!("run {run} of the scenario"),
-                scenario(),
-            ));
+        crate::support::races::runtime_on(2).block_on(bounded(
+            limit,
+            &format!("run {run} of the scenario"),
+            scenario(),
+        ));
     }
 }
 
@@ -92,4 +87,13 @@ pub fn slow_tool() -> impl agent_tree::Tool {
 /// A scripted call of the `slow` tool, tagged `tag`, sleeping `wait` ms.
 pub fn slow(tag: &str, wait: u64) -> Call {
     Call::tool("slow", json!({ "tag": tag, "ms": wait }))
+}
+
+/// A multi-thread runtime of `workers` worker threads, with time and I/O.
+pub fn runtime_on(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }
