@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
@@ -107,9 +106,7 @@ async fn foreign_and_missing_ids_get_the_same_refusal() {
             leaf("inner"),
         ]))
         .model(model.clone())
-        .tool(FnTool::new("noop", "does nothing", |_, _| async {
-            Ok("ok".to_owned())
-        }))
+        .tool(crate::support::noop_tool())
         .expect("tool name is free")
         .build()
         .await

@@ -21,7 +21,8 @@ fn resume(id: &str, prompt: &str) -> Call {
     resume_call(id, prompt)
 }
 
-fn boss_slow_and_quick() -> Catalog {
+/// A boss that may delegate to anything, a `slow` and a `quick` agent.
+pub(crate) fn boss_slow_and_quick() -> Catalog {
     catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("slow", ""),

@@ -10,6 +10,7 @@
 use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
+use crate::control_resume_rules::boss_slow_and_quick;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
@@ -19,14 +20,6 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
-
-fn boss_slow_and_quick() -> Catalog {
-    catalog([
-        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
-        AgentDefinition::new("slow", ""),
-        AgentDefinition::new("quick", ""),
-    ])
-}
 
 fn worker_and_blocker() -> Catalog {
     catalog([

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agent_tree::FnTool;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
@@ -71,9 +70,7 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
             leaf("hanger"),
         ]))
         .model(scripted())
-        .tool(FnTool::new("noop", "does nothing", |_, _| async {
-            Ok("ok".to_owned())
-        }))
+        .tool(crate::support::noop_tool())
         .expect("tool name is free")
         .build()
         .await

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, TreeSnapshot};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
-use agent_tree::{BoxFuture, FnTool};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -105,9 +105,7 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
                 leaf("quick"),
             ]))
             .model(model.clone())
-            .tool(FnTool::new("noop", "does nothing", |_, _| async {
-                Ok("ok".to_owned())
-            }))
+            .tool(crate::support::noop_tool())
             .expect("tool name is free")
             .build()
             .await

@@ -290,3 +290,8 @@ pub(crate) async fn lead_and_worker_tree(model: &(impl Model + Clone)) -> Tree {
     )
     .await
 }
+
+/// A user tool `noop` that does nothing and answers `ok`.
+pub(crate) fn noop_tool() -> impl agent_tree::Tool {
+    agent_tree::FnTool::new("noop", "does nothing", |_, _| async { Ok("ok".to_owned()) })
+}
