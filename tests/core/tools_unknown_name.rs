@@ -8,9 +8,8 @@ use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{FnTool, ToolError};
 use serde_json::json;
 
-use crate::support::{
-    RecordingModel, catalog, leaf, read_result_call, run_admitted, spawn_admitted, within,
-};
+use crate::support::run_within;
+use crate::support::{RecordingModel, catalog, leaf, read_result_call, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -94,11 +93,7 @@ async fn calls_the_agent_cannot_make_are_error_results() {
     assert_eq!(crate::support::tool_results(&turn2.messages).len(), 5);
 
     // An agent without delegation calling orchestration tools by name.
-    let plain = within(
-        "plain",
-        run_admitted(&tree, SpawnRequest::new("plain", "try")),
-    )
-    .await;
+    let plain = run_within(&tree, "plain", SpawnRequest::new("plain", "try")).await;
     assert_eq!(plain.text.as_deref(), Some("plain done"), "{plain:?}");
     let snapshot = tree.snapshot();
     let plain_id = crate::support::only_of_type(&snapshot, "plain");

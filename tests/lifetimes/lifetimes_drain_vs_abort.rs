@@ -29,9 +29,9 @@ use crate::support::lifetimes::{
     hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called, terminal,
 };
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
+use crate::support::run_within;
 use crate::support::{
-    CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted,
-    terminal_event, within,
+    CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, terminal_event, within,
 };
 
 /// lead (a1) spawns w1 (a2, answers after 2 s) and w2 (a3, answers after 3 s) in the
@@ -98,11 +98,7 @@ async fn an_owner_whose_run_ends_aborts_its_live_children_at_once() {
         )
         .await;
         let mut events = tree.subscribe();
-        let outcome = within(
-            "the lead",
-            run_admitted(&tree, SpawnRequest::new("lead", "go")),
-        )
-        .await;
+        let outcome = run_within(&tree, "the lead", SpawnRequest::new("lead", "go")).await;
         assert_eq!((outcome.status, outcome.reason), (status, reason), "{case}");
         if status == AgentStatus::Completed {
             assert_eq!(outcome.text.as_deref(), Some("lead done"), "{case}");

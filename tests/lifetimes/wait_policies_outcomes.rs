@@ -15,9 +15,8 @@ use serde_json::{Value, json};
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::ms;
-use crate::support::{
-    CallEnd, RecordingModel, catalog, delegator, leaf, run_admitted, spawn_admitted, within,
-};
+use crate::support::run_within;
+use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
 fn answer_after(text: &str, delay: u64) -> Script {
     Script::new([Turn::answer(text).after(ms(delay))])
@@ -77,11 +76,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
         TreeConfig::default().with_max_children_per_agent(5),
     )
     .await;
-    let outcome = within(
-        "the lead",
-        run_admitted(&tree, SpawnRequest::new("lead", "checkout")),
-    )
-    .await;
+    let outcome = run_within(&tree, "the lead", SpawnRequest::new("lead", "checkout")).await;
     assert_eq!(
         outcome.text.as_deref(),
         Some("lead done"),
@@ -154,11 +149,7 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
         TreeConfig::default(),
     )
     .await;
-    let outcome = within(
-        "the lead",
-        run_admitted(&tree, SpawnRequest::new("lead", "diagnose")),
-    )
-    .await;
+    let outcome = run_within(&tree, "the lead", SpawnRequest::new("lead", "diagnose")).await;
     assert_eq!(outcome.text.as_deref(), Some("diagnosed"));
     let calls = model.calls_of(a(1));
     assert_eq!(

@@ -28,6 +28,7 @@ use serde_json::json;
 use crate::support::harness::{GUARD, a, tree};
 use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::races::{REAL_GUARD, bounded, yields};
+use crate::support::run_within;
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, run_admitted,
     spawn_admitted, user_texts, within,
@@ -304,11 +305,7 @@ async fn restart_event_sits_between_the_incarnations() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within(
-        "the supervisor",
-        run_admitted(&tree, SpawnRequest::new("sup", "go")),
-    )
-    .await;
+    let outcome = run_within(&tree, "the supervisor", SpawnRequest::new("sup", "go")).await;
     assert_eq!(outcome.text.as_deref(), Some("sup done"));
     within("idle", tree.idle()).await;
     let events: Vec<Event> = events

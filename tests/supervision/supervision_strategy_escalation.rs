@@ -23,9 +23,9 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
+use crate::support::run_within;
 use crate::support::{
-    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, run_admitted, spawn_admitted,
-    within,
+    CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, spawn_admitted, within,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,11 +321,7 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within(
-        "the boss",
-        run_admitted(&tree, SpawnRequest::new("boss", "delegate")),
-    )
-    .await;
+    let outcome = run_within(&tree, "the boss", SpawnRequest::new("boss", "delegate")).await;
     assert_eq!(outcome.text.as_deref(), Some("boss saw it"));
     within("idle", tree.idle()).await;
     let events = events.drain();
@@ -641,11 +637,7 @@ async fn every_strategy_escalates_past_the_intensity() {
         )
         .await;
         let mut events = tree.subscribe();
-        let outcome = within(
-            "sup",
-            run_admitted(&tree, SpawnRequest::new("sup", "supervise")),
-        )
-        .await;
+        let outcome = run_within(&tree, "sup", SpawnRequest::new("sup", "supervise")).await;
         assert_eq!(
             (outcome.status, outcome.reason),
             (AgentStatus::Failed, EndReason::Escalated),

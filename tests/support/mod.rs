@@ -295,3 +295,8 @@ pub(crate) async fn lead_and_worker_tree(model: &(impl Model + Clone)) -> Tree {
 pub(crate) fn noop_tool() -> impl agent_tree::Tool {
     agent_tree::FnTool::new("noop", "does nothing", |_, _| async { Ok("ok".to_owned()) })
 }
+
+/// `request` admitted on `tree` and run to its end within [`WAIT_LIMIT`] (`what` naming it).
+pub(crate) async fn run_within(tree: &Tree, what: &str, request: SpawnRequest) -> Outcome {
+    within(what, run_admitted(tree, request)).await
+}
