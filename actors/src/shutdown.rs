@@ -161,6 +161,12 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // From here the shutdown cancels the hook tasks itself: the backstop is not needed.
     backstop.abort();
     alive.disarm();
+    // Hook tasks still running end with the kill token. Its cancel wakes every one of them
+    // (100,000 agents: tens of milliseconds), so it runs as a task of its own, on another
+    // worker while this one makes the kill transaction, and is awaited before returning. A
+    // hook task that ends now sends no report: its agent is killed below, still stopping.
+    let hooks_killed = order.killed.clone();
+    let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });
     let KilledRuns {
         killed,
         tops,
@@ -172,12 +178,7 @@ pub(crate) async fn run(registry: &Registry, top: AgentId, deadline: Instant) ->
     // killed or have settled), and the orders the registry keeps must not hold their actors.
     let hooked = std::mem::take(&mut *order.hooked.lock());
     let mut hooks = HookLedger::new(hooked.into_iter().map(|(id, _)| id).collect());
-    // Hook tasks still running end with the kill token. Its cancel wakes every one of them
-    // (100,000 agents: tens of milliseconds), so it runs as a task of its own while this one
-    // waits and reports, and is awaited before returning.
-    let hooks_killed = order.killed.clone();
     drop(order);
-    let hooks_cut = tokio::spawn(async move { hooks_killed.cancel() });
 
     // 4. Wait: every actor of the shutdown's runs exits within the small bound, including one
     // that registered after the kill above (a run that was still starting), and so does any
