@@ -26,8 +26,8 @@ const SPAWN_GUARD: f64 = 3.3;
 const SHUTDOWN_GUARD: f64 = 2.0;
 
 /// How many repetitions of each variant a timed scenario runs.
-const REPS_1K: usize = 9;
-const REPS_10K: usize = 5;
+const REPS_1K: usize = 25;
+const REPS_10K: usize = 9;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
