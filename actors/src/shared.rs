@@ -22,9 +22,9 @@ use crate::tool::Toolbox;
 /// What every actor of a tree reaches: config, model, tools and the registry.
 pub(crate) struct Shared {
     pub(crate) config: TreeConfig,
-    /// `config.sampling`, shared by the model requests of every agent whose definition sets
-    /// no sampling of its own (a request is held for a whole model call: one copy, not one a
-    /// turn).
+    /// `config.sampling`, the one copy the runtime reads: shared by the model requests of
+    /// every agent whose definition sets no sampling of its own (a request is held for a
+    /// whole model call: one copy, not one a turn), and laid under those that do.
     pub(crate) sampling: Arc<agent_tree_protocol::Sampling>,
     pub(crate) model: Arc<dyn Model>,
     /// The bound on model calls in flight per model (`TreeConfig::max_model_calls`).

@@ -292,7 +292,7 @@ impl AgentState {
             sampling: if self.definition.sampling.is_unset() {
                 self.shared.sampling.clone()
             } else {
-                Arc::new(self.definition.sampling.or(&self.shared.config.sampling))
+                Arc::new(self.definition.sampling.or(&self.shared.sampling))
             },
         }
     }
