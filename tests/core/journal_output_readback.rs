@@ -4,7 +4,7 @@
 //! across a resume (docs/semantics.md, "Journal and recovery", "Output retention").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -308,7 +308,7 @@ impl agent_tree::JournalStore for WatchedStore {
 #[test]
 fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
     let watched = Watched::default();
-    let spawned = AtomicUsize::new(0);
+    let mut spawned = 0;
     {
         let runtime = crate::support::races::runtime_on(2);
         let store = WatchedStore(watched.clone());
@@ -329,11 +329,11 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
             // line, and the writer calls back once it is written, after the tree is gone.
             // How far behind it is depends on the machine: workers run until it is.
             let mut behind = false;
-            while !behind && spawned.load(Ordering::SeqCst) < 50 {
+            while !behind && spawned < 50 {
                 let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
-                spawned.fetch_add(1, Ordering::SeqCst);
+                spawned += 1;
                 let _ = handle.outcome().await;
-                behind = spawned.load(Ordering::SeqCst) >= 5 && tree.journal_backlog() > 0;
+                behind = spawned >= 5 && tree.journal_backlog() > 0;
             }
             assert!(behind, "the writer is behind");
             drop(tree);
@@ -358,7 +358,7 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
         .collect();
     assert_eq!(
         settled.len(),
-        spawned.load(Ordering::SeqCst),
+        spawned,
         "the writer wrote everything it was handed (a panic in its call back would stop \
          it): {settled:?}\n{replay}"
     );
