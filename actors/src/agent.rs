@@ -265,9 +265,7 @@ impl Actor for AgentActor {
             AgentMsg::QuestionAnswered { answer, asked } => {
                 state.on_question_answered(&myself, answer, asked)
             }
-            AgentMsg::PoolChanged => {}
-            #[cfg(feature = "cluster")]
-            AgentMsg::Edge(_) => {}
+            AgentMsg::PoolChanged | AgentMsg::Placed(_) => {}
         }
         Ok(())
     }

@@ -65,6 +65,8 @@
 //!   reconnects, the host actor; the node's shared state (`NodeInner`).
 //! * `routes.rs`: the routing table: which stand-in or hosted edge a frame is for, the
 //!   hosted trees, the node's counts; frames sent to a peer's host.
+//! * `placed.rs`: how the cluster plugs into a tree: [`TreeBuilder::node`] attaches a node
+//!   as the tree's placement (the core's one seam), [`Tree::remote_records`].
 //! * `stand_in.rs`: a remote child on its owner's node (the owner's end of its edge).
 //! * `hosted.rs`: the child's side of one edge: its hosted tree, as one task.
 //! * `wire.rs`: the one message that crosses nodes, and its envelope.
@@ -102,6 +104,7 @@ pub(crate) mod edge;
 mod edge_tests;
 mod hosted;
 mod node;
+mod placed;
 mod routes;
 mod stand_in;
 mod wire;
@@ -116,7 +119,6 @@ pub use node::Node;
 pub use ractor_cluster::IncomingEncryptionMode;
 
 pub(crate) use node::{NodeInner, PeerEvent};
-pub(crate) use stand_in::start as start_stand_in;
 
 /// The TLS crates ractor_cluster's encryption is built on, for [`NodeConfig::encryption`]
 /// and [`Node::join_tls`]: tokio-rustls's acceptor and connector, and rustls itself (its

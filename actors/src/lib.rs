@@ -19,6 +19,7 @@ mod journal;
 mod model;
 mod msg;
 mod permits;
+mod placement;
 mod policy;
 mod registry;
 mod root;

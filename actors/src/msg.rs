@@ -158,16 +158,26 @@ pub(crate) enum AgentMsg {
     QuestionAnswered { answer: String, asked: (u32, u32) },
     /// The pool may have free slots (root only): start queued agents.
     PoolChanged,
-    /// Something for a remote child's stand-in (its edge's frames, ticks, the peer's
-    /// session coming and going); other actors ignore it.
-    #[cfg(feature = "cluster")]
-    Edge(crate::cluster::EdgeInput),
+    /// Something for the actor a placement started in an agent's place (a remote child's
+    /// stand-in: its edge's frames, ticks, the peer's session coming and going), which only
+    /// that actor reads; agents ignore it.
+    #[cfg_attr(
+        not(feature = "cluster"),
+        allow(dead_code, reason = "only a placement sends it")
+    )]
+    Placed(Placed),
 }
 
-// With ractor's `cluster` feature on, ractor has no blanket `Message` impl. Never sent
-// across nodes: only the host's own message is.
-#[cfg(feature = "cluster")]
-impl ractor::Message for AgentMsg {}
+/// The body of [`AgentMsg::Placed`]: a message of the placement's own type, which the core
+/// never reads.
+pub(crate) struct Placed(pub(crate) Box<dyn std::any::Any + Send>);
+
+impl std::fmt::Debug for Placed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The type of what it carries (a message's contents may be large).
+        f.debug_tuple("Placed").field(&(*self.0).type_id()).finish()
+    }
+}
 
 /// Sends `actor` the message `build` makes around a reply port and waits for the reply, or
 /// for the actor to exit (`None` then, or when the send is refused).

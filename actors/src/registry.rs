@@ -77,10 +77,8 @@ use crate::policy::admission::OwnerView;
 use crate::spawn::PendingStart;
 use crate::util::IdMap;
 
-pub(crate) use admit::{Admission, Admitted, NEEDS_CONVERSATION};
+pub(crate) use admit::{Admission, Admitted, Earlier, NEEDS_CONVERSATION};
 pub(crate) use end::KilledRuns;
-#[cfg(feature = "cluster")]
-pub(crate) use mirror::EARLIER_REQUEST;
 
 pub(crate) use running::SteerRoute;
 
@@ -101,6 +99,21 @@ pub(crate) struct TurnBoundary {
     /// registry lock too ([`Registry::bill_turn`]). Taken at every settle, which breaks
     /// the cycle a sink that streams events makes (it holds the tree's shared state).
     pub(crate) turn: Option<crate::model::TurnSink>,
+}
+
+/// Where a record's events come from (`registry/mirror.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// Its own actor, in this tree.
+    Actor,
+    /// A mirror of an agent another tree runs (a remote child's descendant, hosted on its
+    /// node, `docs/cluster.md`): no actor, no admission counters, no restarts; its events
+    /// are folded in by the actor standing for its remote ancestor
+    /// ([`Registry::mirror_event`]), and it settles with them or with that actor.
+    Mirror,
+    /// A mirrored record a run continued from another tree was admitted with: a settled
+    /// child of its earlier runs there (`Inner::seed_earlier`), not a mirror of a live agent.
+    Seed,
 }
 
 /// Everything an agent's actor is started with: it reads nothing back.
@@ -173,21 +186,20 @@ pub(crate) struct Registry {
     /// How many times the lock was taken: the cost model of `docs/architecture.md` counts
     /// acquisitions per agent, and a test holds the count.
     acquisitions: AtomicU64,
-    /// A hosted tree's conversation tap ([`Registry::tap_conversation`]), set once by its
-    /// edge before any agent runs; unset in every other tree.
-    #[cfg(feature = "cluster")]
+    /// Where top agents' conversations go ([`Registry::tap_conversation`]), set once
+    /// before any agent runs (by a placement's host: a hosted tree's edge); unset in every
+    /// other tree.
     conversations: std::sync::OnceLock<ConversationTap>,
 }
 
-/// Where a hosted tree's top agents' conversations go (`cluster::hosted`): the agent, its
-/// whole conversation at a turn boundary or a settle (one reference, no copy), and the
-/// sequence number of the last event emitted before it (the edge sends every event up to
-/// it first: a conversation never names a child whose `spawned` has not gone up).
-#[cfg(feature = "cluster")]
+/// Where a tree's top agents' conversations go (a hosted tree's edge sends them to the
+/// owner's node): the agent, its whole conversation at a turn boundary or a settle (one
+/// reference, no copy), and the sequence number of the last event emitted before it (a
+/// reader that takes events in order has every event up to it first: a conversation never
+/// names a child whose `spawned` it has not read).
 pub(crate) type ConversationTap = mpsc::UnboundedSender<Tapped>;
 
 /// What a [`ConversationTap`] carries.
-#[cfg(feature = "cluster")]
 pub(crate) type Tapped = (AgentId, Arc<[Message]>, u64);
 
 #[derive(Debug)]
@@ -292,13 +304,8 @@ struct Entry {
     conversation_journaled: bool,
     /// The run whose output is in [`Inner::read_outputs`] (0: none): read once is enough.
     output_read: u32,
-    /// A mirror of an agent a remote child hosts on its own node (`docs/cluster.md`): no
-    /// actor, no admission counters, no restarts; its events are folded in by its stand-in
-    /// ([`Registry::mirror_event`]), and it settles with them or with its stand-in.
-    mirrored: bool,
-    /// With `mirrored`: a settled record a resumed run's hosted admission seeded for a child
-    /// of the agent's earlier runs (`Inner::seed_earlier`), not a mirror of a live agent.
-    earlier: bool,
+    /// Where its events come from: its own actor, or another tree's (a mirrored record).
+    origin: Origin,
     /// Set when its outcome becomes final; handles and waits watch it.
     /// Created on the first subscription, like `ended_run` ([`Inner::settled_value`]).
     settled: Option<watch::Sender<Option<Outcome>>>,
@@ -358,8 +365,7 @@ impl Entry {
             conversation: ConversationCell::default(),
             conversation_journaled: false,
             output_read: 0,
-            mirrored: false,
-            earlier: false,
+            origin: Origin::Actor,
             settled: None,
             shutdown_waits: ShutdownWaits::default(),
         }
@@ -445,14 +451,16 @@ impl Registry {
                 read_bytes: 0,
             }),
             acquisitions: AtomicU64::new(0),
-            #[cfg(feature = "cluster")]
             conversations: std::sync::OnceLock::new(),
         }
     }
 
     /// Sends each top agent's conversation, at its every turn boundary and its settle, to
     /// `tap` from now on (set once, by a hosted tree's edge, before any agent runs).
-    #[cfg(feature = "cluster")]
+    #[cfg_attr(
+        not(feature = "cluster"),
+        allow(dead_code, reason = "only a placement sets it")
+    )]
     pub(crate) fn set_conversation_tap(&self, tap: ConversationTap) {
         let _ = self.conversations.set(tap);
     }
@@ -460,8 +468,7 @@ impl Registry {
     /// `id`'s conversation, to the tap when one is set and `id` is a top agent (`depth` 1):
     /// a hosted tree's edge sends it up, so its owner's node keeps what a local owner's
     /// tree would. Called by the agent at its turn boundaries; takes the registry lock
-    /// only in a hosted tree (for the sequence number the edge orders it by).
-    #[cfg(feature = "cluster")]
+    /// only in a tree with a tap (for the sequence number the tap's reader orders it by).
     pub(crate) fn tap_conversation(&self, id: AgentId, depth: u32, messages: &Arc<[Message]>) {
         if depth == 1 && self.conversations.get().is_some() {
             let seq = self.lock().seq;
@@ -470,9 +477,8 @@ impl Registry {
     }
 
     /// As [`Registry::tap_conversation`], after the event numbered `seq`; the settle calls
-    /// it under the lock, before its terminal event, so the edge has the conversation the
-    /// run ended with when that event comes.
-    #[cfg(feature = "cluster")]
+    /// it under the lock, before its terminal event, so the tap's reader has the
+    /// conversation the run ended with when that event comes.
     fn tap_at(&self, id: AgentId, depth: u32, messages: &Arc<[Message]>, seq: u64) {
         if depth == 1
             && let Some(tap) = self.conversations.get()

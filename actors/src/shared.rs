@@ -57,14 +57,9 @@ pub(crate) struct Shared {
     pub(crate) span: tracing::Span,
     /// The journal, when the tree keeps one.
     pub(crate) journal: Option<crate::journal::JournalTap>,
-    /// The node the tree's remote children are reached through, when one is attached.
-    #[cfg(feature = "cluster")]
-    pub(crate) cluster: OnceLock<Arc<crate::cluster::NodeInner>>,
-    /// Each settled remote child's last mirror (its latest run's): the hosted subtree's
-    /// records, kept when its stand-in stops. A leaf lock: only the map is touched.
-    #[cfg(feature = "cluster")]
-    pub(crate) mirrors:
-        Mutex<HashMap<agent_tree_protocol::AgentId, Arc<[agent_tree_protocol::AgentRecord]>>>,
+    /// Where agents placed on other nodes run, when the tree has a placement (a cluster
+    /// node attached): the one seam of `placement.rs`.
+    pub(crate) placement: Option<Arc<dyn crate::placement::Placement>>,
 }
 
 impl Shared {

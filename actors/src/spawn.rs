@@ -30,11 +30,11 @@ pub(crate) struct SpawnSpec<'a> {
     /// The owner's span, the parent of the child's.
     pub(crate) owner_span: crate::util::SpanSlot,
     /// A resumed run of an agent another node hosted: `owner_conversation` is its own
-    /// conversation, continued (`Tree::spawn_with`).
+    /// conversation, continued (`Tree::spawn_top`).
     pub(crate) resumed: bool,
-    /// With `resumed`: the children of its earlier runs, which that conversation names
-    /// (`Command::Spawn`'s `earlier`); empty for every other spawn.
-    pub(crate) earlier: &'a [agent_tree_protocol::EarlierChild],
+    /// With `resumed`, continued from another tree: the children of its earlier runs,
+    /// which that conversation names; `None` for every other spawn.
+    pub(crate) earlier: Option<crate::registry::Earlier<'a>>,
 }
 
 /// How to start an agent's actor, kept while it waits for a pool slot.
@@ -157,48 +157,25 @@ pub(crate) fn placement(request: &SpawnRequest, definition: &AgentDefinition) ->
         .map(Arc::<str>::from)
 }
 
-/// Whether node `node` is another than the tree's own (the one it is attached to, if any).
-fn elsewhere(shared: &SharedRef, node: &str) -> bool {
-    #[cfg(feature = "cluster")]
-    if shared.cluster.get().is_some_and(|c| c.name() == node) {
-        return false;
-    }
-    let _ = (shared, node);
-    true
-}
-
 /// The other node `id` runs on, if it is placed on one (not on the tree's own node).
 pub(crate) fn remote_placement(shared: &SharedRef, id: AgentId) -> Option<Arc<str>> {
     shared
         .registry
         .placement(id)
-        .filter(|node| elsewhere(shared, node))
+        .filter(|node| crate::placement::elsewhere(shared, node))
 }
 
-/// Whether an agent of `agent_type` can be placed on node `node`: the build has the
-/// `cluster` feature, the tree a node attached, and a session to `node` is ready.
+/// Whether an agent of `agent_type` can be placed on node `node`: the tree's own node, or
+/// another its placement reaches (a cluster node attached, with a session to `node` ready).
 fn check_placement(shared: &SharedRef, agent_type: &str, node: &str) -> Result<(), SpawnError> {
-    #[cfg(feature = "cluster")]
-    {
-        if !elsewhere(shared, node) {
-            return Ok(());
-        }
-        let refused = match shared.cluster.get() {
-            None => "the tree has no cluster node attached (`TreeBuilder::node`)",
-            Some(cluster) if cluster.reaches(node) => return Ok(()),
-            Some(_) => "no session to that node is ready",
-        };
-        Err(SpawnError::InvalidRequest(format!(
-            "{agent_type} is placed on node {node}, but {refused}"
-        )))
-    }
-    #[cfg(not(feature = "cluster"))]
-    {
-        let _ = shared;
-        Err(SpawnError::InvalidRequest(format!(
-            "{agent_type} is placed on node {node}, but this build has no `cluster` feature"
-        )))
-    }
+    let refused = match &shared.placement {
+        Some(placement) if placement.is_here(node) || placement.reaches(node) => return Ok(()),
+        Some(_) => "no session to that node is ready",
+        None => "the tree has no cluster node attached (`TreeBuilder::node`, feature `cluster`)",
+    };
+    Err(SpawnError::InvalidRequest(format!(
+        "{agent_type} is placed on node {node}, but {refused}"
+    )))
 }
 
 /// Reopens settled agent `id` for a resumed run under `owner` ([`Registry::reopen`]),
@@ -331,13 +308,15 @@ async fn start_run(
         owner: owner_actor.clone(),
         shared: shared.clone(),
     };
-    let started = match node {
+    let elsewhere = node.filter(|node| crate::placement::elsewhere(shared, node));
+    let started = match (elsewhere, &shared.placement) {
+        (Some(node), Some(placement)) => placement.start(args, node, supervisor).await,
+        // A recovered remote agent restarted in a tree with no node attached.
+        (Some(node), None) => Err(format!(
+            "it is placed on node {node}, and the tree has no cluster node attached"
+        )),
         // Placed on this very node: an agent like any other.
-        #[cfg(feature = "cluster")]
-        Some(node) if elsewhere(shared, &node) => {
-            crate::cluster::start_stand_in(args, node, supervisor).await
-        }
-        _ => Actor::spawn_linked(None, AgentActor, args, supervisor)
+        (None, _) => Actor::spawn_linked(None, AgentActor, args, supervisor)
             .await
             .map(|(actor, _)| actor)
             .map_err(|error| error.to_string()),

@@ -9,7 +9,6 @@
 mod builder;
 mod handle;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_tree_protocol::{
@@ -73,16 +72,29 @@ pub struct Tree {
     branch: RwLock<Arc<Branch>>,
     /// Set once a shutdown has run; dropping the tree then has nothing left to do.
     stopped: std::sync::atomic::AtomicBool,
-    /// A hosted tree's remote-owned copies of its definitions (temporary here, inheriting
-    /// what its owner sends), by the catalog definition's address and whether it inherits:
-    /// made once, so every remote spawn of a type shares one definition, as local spawns
-    /// do (the offer caches key on its address, and keep what they key on alive). The
-    /// original is kept with its copy, so its address is never reused. A leaf lock.
-    remote_owned: parking_lot::Mutex<HashMap<(usize, bool), OwnedCopy>>,
 }
 
-/// A catalog definition (kept, so its address is not reused) and its remote-owned copy.
-type OwnedCopy = (Arc<AgentDefinition>, Arc<AgentDefinition>);
+/// Makes the definition a top agent runs from its catalog definition, given whether it
+/// inherits a conversation ([`TopSpawn::adapt`]).
+pub(crate) type Adapt<'a> = dyn Fn(&Arc<AgentDefinition>, bool) -> Arc<AgentDefinition> + Sync + 'a;
+
+/// How a top-level spawn differs from the application's [`Tree::spawn`]: only a
+/// placement's host makes one other than the default.
+#[derive(Default)]
+pub(crate) struct TopSpawn<'a> {
+    /// Makes the definition the agent runs from the catalog's (given whether the agent
+    /// inherits a conversation): the host's own copy of it.
+    pub(crate) adapt: Option<&'a Adapt<'a>>,
+    /// The conversation the agent starts with, before its task (its owner decided it
+    /// inherits it), or, with `resumed`, its own conversation, continued: the task is the
+    /// next user message, an empty one adds none, and its children never outlive the run.
+    pub(crate) inherited: &'a [agent_tree_protocol::Message],
+    /// A resumed run: `inherited` is its own conversation.
+    pub(crate) resumed: bool,
+    /// With `resumed`, continued from another tree: the children of its earlier runs,
+    /// which that conversation names, seeded as settled records under it.
+    pub(crate) earlier: Option<crate::registry::Earlier<'a>>,
+}
 
 /// # Building and settings
 ///
@@ -143,43 +155,29 @@ impl Tree {
     ///
     /// A [`SpawnError`] when the type does not resolve or admission refuses the slot.
     pub async fn spawn(&self, request: SpawnRequest) -> Result<AgentHandle, SpawnError> {
-        self.spawn_with(request, false, &[], false, &[]).await
+        self.spawn_top(request, TopSpawn::default()).await
     }
 
-    /// As [`Tree::spawn`]; `remote_owned`: the agent is a remote owner's child (a hosted
-    /// tree's top agent), whose restarts its owner's node decides, so this tree never
-    /// restarts it, and `inherited` is the conversation its owner's node decided it inherits
-    /// (it comes before its task whatever this tree's definition of it says). `resumed`:
-    /// `inherited` is the agent's own conversation, continued by a resumed run (its owner's
-    /// node resumed it): the task is the next user message, an empty one adds none, and its
-    /// children never outlive the run; `earlier` are the children of its earlier runs,
-    /// which that conversation names, seeded as settled records under it.
-    pub(crate) async fn spawn_with(
+    /// As [`Tree::spawn`], the way `top` says (a placement's host spawning a remote
+    /// owner's child).
+    pub(crate) async fn spawn_top(
         &self,
         request: SpawnRequest,
-        remote_owned: bool,
-        inherited: &[agent_tree_protocol::Message],
-        resumed: bool,
-        earlier: &[agent_tree_protocol::EarlierChild],
+        top: TopSpawn<'_>,
     ) -> Result<AgentHandle, SpawnError> {
+        let TopSpawn {
+            adapt,
+            inherited,
+            resumed,
+            earlier,
+        } = top;
         if let Some(journal) = &self.shared.journal {
             journal.room().await;
         }
         let branch = self.branch.read().clone();
         let mut definition = branch.catalog.resolve(&request.agent_type)?.clone();
-        let inherits = !inherited.is_empty() && !definition.inherit_context;
-        if remote_owned
-            && (definition.restart != agent_tree_protocol::RestartPolicy::Temporary || inherits)
-        {
-            let key = (Arc::as_ptr(&definition) as usize, inherits);
-            let mut copies = self.remote_owned.lock();
-            let (_, owned) = copies.entry(key).or_insert_with(|| {
-                let mut owned = (*definition).clone();
-                owned.restart = agent_tree_protocol::RestartPolicy::Temporary;
-                owned.inherit_context |= inherits;
-                (definition.clone(), Arc::new(owned))
-            });
-            definition = owned.clone();
+        if let Some(adapt) = adapt {
+            definition = adapt(&definition, !inherited.is_empty());
         }
         let pooled = request.background.unwrap_or(definition.run_in_background);
         let spawned = spawn::spawn(
@@ -442,8 +440,7 @@ impl Tree {
     /// remote children it counted killed. (Looked up only in a tree with a node attached:
     /// every other tree's report stays as it is, at no cost.)
     fn with_unreachable_nodes(&self, report: ShutdownReport) -> ShutdownReport {
-        #[cfg(feature = "cluster")]
-        if self.shared.cluster.get().is_some() {
+        if self.shared.placement.is_some() {
             let nodes: std::collections::BTreeSet<String> = report
                 .killed
                 .iter()
@@ -588,40 +585,6 @@ impl Tree {
     /// the error is also logged).
     pub fn journal_error(&self) -> Option<String> {
         self.shared.journal.as_ref().and_then(|j| j.error())
-    }
-}
-
-/// # Nodes (feature `cluster`)
-///
-/// What the tree knows of the agents it placed on other nodes.
-#[cfg(feature = "cluster")]
-impl Tree {
-    /// The records of remote child `id`'s hosted subtree (feature `cluster`), as its
-    /// stand-in mirrors them from the forwarded events: the hosted tree's own ids, `a0`
-    /// standing for this tree's `id`'s owner and `a1` for the remote agent itself (of its
-    /// latest run; `a0`'s record stays `running`, as the hosted tree's root was while the
-    /// run went on). Fresh as the edge while it runs, the last mirror once it settled (kept
-    /// in the journal too: a tree recovered from it has it), empty when there is none (its
-    /// edge never ended before a crash); `None` for an agent that is not remote.
-    #[cfg(feature = "cluster")]
-    pub async fn remote_records(
-        &self,
-        id: AgentId,
-    ) -> Option<Vec<agent_tree_protocol::AgentRecord>> {
-        let live = self.shared.registry.actors_of(&[id]).pop();
-        if let Some((_, cell)) = live {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let asked = ActorRef::<AgentMsg>::from(cell)
-                .send_message(AgentMsg::Edge(crate::cluster::EdgeInput::Records(tx)))
-                .is_ok();
-            if let (true, Ok(records)) = (asked, rx.await) {
-                return Some(records);
-            }
-        }
-        let kept = self.shared.mirrors.lock().get(&id).map(|r| r.to_vec());
-        // Remote, its mirror gone with the process that held it (a tree recovered from its
-        // journal): empty, never `None`, which says "not remote".
-        kept.or_else(|| spawn::remote_placement(&self.shared, id).map(|_| Vec::new()))
     }
 }
 

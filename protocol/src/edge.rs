@@ -188,6 +188,35 @@ pub struct EarlierChild {
     pub outcome: crate::Outcome,
 }
 
+impl EarlierChild {
+    /// What a request id of an earlier child's seed starts with.
+    const SEED: &'static str = "earlier:";
+
+    /// The request id of its seed's `spawned` event in the resumed run's hosted tree: it
+    /// names the owner's id of it, so the owner's node knows the record the seed stands for.
+    ///
+    /// ```
+    /// use agent_tree_protocol::{EarlierChild, Outcome};
+    /// let child = EarlierChild {
+    ///     agent: "a7".parse().unwrap(),
+    ///     agent_type: "helper".into(),
+    ///     outcome: Outcome::completed("done 1"),
+    /// };
+    /// let request = child.seed_request();
+    /// assert_eq!(request.as_str(), "earlier:a7");
+    /// assert_eq!(EarlierChild::seeded_from(&request), Some(child.agent));
+    /// ```
+    pub fn seed_request(&self) -> RequestId {
+        RequestId::new(format!("{}{}", Self::SEED, self.agent))
+    }
+
+    /// The owner's id a seed's request id ([`EarlierChild::seed_request`]) names; `None`
+    /// for any other request id.
+    pub fn seeded_from(request: &RequestId) -> Option<AgentId> {
+        request.as_str().strip_prefix(Self::SEED)?.parse().ok()
+    }
+}
+
 impl Wire for EarlierChild {
     const WHAT: &'static str = "earlier child";
 }

@@ -406,7 +406,7 @@ async fn spawn_or_resume(
             pooled: false,
             owner_span: state.span.clone(),
             resumed: false,
-            earlier: &[],
+            earlier: None,
         },
     )
     .await;

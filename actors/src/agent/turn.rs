@@ -178,7 +178,6 @@ impl AgentState {
             boundary.messages = messages.clone();
             boundary.turn = Some(sink.clone());
         }
-        #[cfg(feature = "cluster")]
         self.shared
             .registry
             .tap_conversation(self.id, self.depth, &messages);

@@ -27,13 +27,14 @@ use agent_tree_protocol::{
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::placed::RemoteOwned;
 use super::wire::Directed;
 use super::{NodeInner, PeerEvent};
 use super::{RETRANSMIT_EVERY, TICK};
 use crate::cluster::edge::lease::{ChildLease, LeaseState};
 use crate::cluster::edge::seq::{Endpoint, OutboxLimits, QueueError, Received};
 use crate::cluster::edge::size::SizeGuard;
-use crate::tree::{Tree, TreeBuilder};
+use crate::tree::{TopSpawn, Tree, TreeBuilder};
 
 /// How long an edge whose work is over stays to have its last frames acknowledged.
 const LINGER: Duration = Duration::from_secs(2);
@@ -84,6 +85,8 @@ struct Side {
     questions: HashMap<AgentId, oneshot::Sender<Result<String, String>>>,
     /// How much of each hosted top agent's conversation went up ([`CUT`]: none can).
     conversations: HashMap<AgentId, usize>,
+    /// The definitions its spawns run from (remote-owned copies of the tree's).
+    remote_owned: RemoteOwned,
     ticks: u32,
 }
 
@@ -180,6 +183,7 @@ pub(crate) async fn run(
         finish_at: None,
         questions: HashMap::new(),
         conversations: HashMap::new(),
+        remote_owned: RemoteOwned::default(),
         ticks: 0,
     };
     side.renew_now();
@@ -400,10 +404,17 @@ impl Side {
                 request.request_id = Some(request_id);
                 request.settle = settle;
                 // Its owner's node restarts it (a new edge): never this tree too.
-                match tree
-                    .spawn_with(request, true, &context, resume, &earlier)
-                    .await
-                {
+                let remote_owned = &self.remote_owned;
+                let top = TopSpawn {
+                    adapt: Some(&|definition, inherits| remote_owned.of(definition, inherits)),
+                    inherited: &context,
+                    resumed: resume,
+                    earlier: resume.then_some(crate::registry::Earlier {
+                        children: &earlier,
+                        rename: super::edge::ids::rename,
+                    }),
+                };
+                match tree.spawn_top(request, top).await {
                     Ok(handle) => {
                         self.hosted.insert(agent, handle.id());
                         if resume {

@@ -94,7 +94,7 @@ impl NodeInner {
                 PeerEvent::Up(_) => EdgeInput::PeerUp,
                 PeerEvent::Down(_) => EdgeInput::PeerDown,
             };
-            let _ = actor.send_message(AgentMsg::Edge(input));
+            let _ = actor.send_message(super::placed::edge_msg(input));
         }
         let _ = self.peers.send(event.clone());
         if let PeerEvent::Down(_) = event {

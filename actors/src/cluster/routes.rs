@@ -130,8 +130,10 @@ impl NodeInner {
                     .map(|(_, a)| a.clone());
                 match stand_in {
                     Some(actor) => {
-                        let _ =
-                            actor.send_message(AgentMsg::Edge(EdgeInput::Frame { frame, boot }));
+                        let _ = actor.send_message(super::placed::edge_msg(EdgeInput::Frame {
+                            frame,
+                            boot,
+                        }));
                     }
                     // The edge has ended here (its stand-in settled): nothing will apply its
                     // frames any more, so each is acknowledged as it comes, and the hosted
@@ -208,7 +210,9 @@ impl NodeInner {
         // The hosted tree is on this node: a definition placed here (the same agent files
         // loaded on both nodes) runs locally in it, and one placed elsewhere is reached.
         let mut builder = factory();
-        builder.node = Some(Arc::clone(self));
+        builder.placement = Some(Arc::new(super::placed::NodePlacement::new(Arc::clone(
+            self,
+        ))));
         tokio::spawn(hosted::run(edge, builder, rx));
         Some(tx)
     }

@@ -43,18 +43,14 @@ use crate::error::ControlError;
 use crate::msg::{AgentMsg, SETTLED, SteerReceipt};
 use crate::shared::SharedRef;
 
-/// Starts the stand-in of `args`'s run on node `peer`, linked under `supervisor`.
+/// Starts the stand-in of `args`'s run on node `peer`, reached through `node`, linked under
+/// `supervisor`.
 pub(crate) async fn start(
     args: AgentArgs,
+    node: Arc<NodeInner>,
     peer: Arc<str>,
     supervisor: ActorCell,
 ) -> Result<ActorRef<AgentMsg>, String> {
-    let node = args
-        .shared
-        .cluster
-        .get()
-        .cloned()
-        .ok_or_else(|| "the tree has no cluster node".to_owned())?;
     Actor::spawn_linked(None, StandIn, (args, node, peer), supervisor)
         .await
         .map(|(actor, _)| actor)
@@ -287,7 +283,7 @@ impl Actor for StandIn {
             loop {
                 every.tick().await;
                 if ticker
-                    .send_message(AgentMsg::Edge(EdgeInput::Tick))
+                    .send_message(super::placed::edge_msg(EdgeInput::Tick))
                     .is_err()
                 {
                     return;
@@ -325,7 +321,11 @@ impl Actor for StandIn {
             return Ok(());
         }
         match message {
-            AgentMsg::Edge(input) => state.on_edge(&myself, input),
+            AgentMsg::Placed(msg) => {
+                if let Some(input) = super::placed::edge_input(msg) {
+                    state.on_edge(&myself, input);
+                }
+            }
             AgentMsg::Steer { text, from, reply } => {
                 // The owner's steer answers a pending question, as it does a local agent's.
                 if from == state.owner_id && state.asking.take().is_some() {
@@ -434,9 +434,15 @@ impl State {
         self.node.unroute_stand_in(&self.edge);
         let records: Arc<[agent_tree_protocol::AgentRecord]> = self.mirror.records().into();
         if let Some(journal) = &self.shared.journal {
-            journal.mirror(self.id, records.to_vec());
+            // A tree recovered from the journal still has it (`Tree::remote_records`).
+            journal.send(agent_tree_protocol::JournalEntry::Mirror {
+                agent: self.id,
+                records: records.to_vec(),
+            });
         }
-        self.shared.mirrors.lock().insert(self.id, records);
+        if let Some(placement) = super::placed::NodePlacement::of(&self.shared) {
+            placement.keep_mirror(self.id, records);
+        }
     }
 
     fn now(&self) -> Duration {
@@ -723,11 +729,7 @@ impl State {
     /// The earlier child (owner's id) a seed's request id names, if it is one this run sent
     /// down and no seed has come up for yet.
     fn seed_of(&self, request_id: &RequestId) -> Option<AgentId> {
-        request_id
-            .as_str()
-            .strip_prefix(crate::registry::EARLIER_REQUEST)
-            .and_then(|id| id.parse().ok())
-            .filter(|id| self.earlier.contains(id))
+        EarlierChild::seeded_from(request_id).filter(|id| self.earlier.contains(id))
     }
 
     /// Folds a hosted event about an agent below the top into its mirrored record in the

@@ -91,7 +91,9 @@ impl JournalTap {
         })
     }
 
-    fn send(&self, entry: JournalEntry) {
+    /// Hands `entry` to the writer (dropped once the writer has failed). The typed methods
+    /// of this impl are the core's; a plug-in writes its own entries through this.
+    pub(crate) fn send(&self, entry: JournalEntry) {
         if self.backlog.failed.load(Ordering::Acquire) {
             return;
         }
@@ -208,13 +210,6 @@ impl JournalTap {
             from,
             messages: tail,
         });
-    }
-
-    /// Remote child `agent`'s mirror of its hosted subtree, as its latest run's edge ended:
-    /// a tree recovered from this journal still has it (`Tree::remote_records`).
-    #[cfg(feature = "cluster")]
-    pub(crate) fn mirror(&self, agent: AgentId, records: Vec<agent_tree_protocol::AgentRecord>) {
-        self.send(JournalEntry::Mirror { agent, records });
     }
 
     /// Waits until the writer is less than the bound behind (backpressure); at once when it

@@ -29,10 +29,28 @@ pub(crate) struct Admission<'a> {
     pub(crate) inherited: &'a [Message],
     /// The request as made, for the journal (only when the tree keeps one).
     pub(crate) journaled: Option<agent_tree_protocol::SpawnRequest>,
-    /// A resumed run of a remote agent in its hosted tree: the children of its earlier
-    /// runs, seeded as settled records under it with the ids after its own, and renamed so
-    /// in its inherited conversation (feature `cluster`; empty everywhere else).
-    pub(crate) earlier: &'a [agent_tree_protocol::EarlierChild],
+    /// A run continued from another tree (a remote agent resumed in its hosted tree): the
+    /// children of its earlier runs, seeded as settled records under it with the ids after
+    /// its own, and renamed so in its inherited conversation; `None` for every other spawn.
+    pub(crate) earlier: Option<Earlier<'a>>,
+}
+
+/// The children a run continued from another tree brings ([`Admission::earlier`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Earlier<'a> {
+    /// Its earlier runs' children, as that tree had them, in start order.
+    pub(crate) children: &'a [agent_tree_protocol::EarlierChild],
+    /// Renames, in a conversation, the agent ids `map` maps (the placement's rules for
+    /// where a conversation names agents).
+    pub(crate) rename: fn(&mut [Message], &dyn Fn(AgentId) -> Option<AgentId>),
+}
+
+impl std::fmt::Debug for Earlier<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Earlier")
+            .field("children", &self.children)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The result of an admission.
@@ -113,18 +131,16 @@ impl Registry {
             }
         }
         let earlier = admission.earlier;
-        #[cfg(feature = "cluster")]
-        if !earlier.is_empty() {
-            // The conversation names the earlier children by the owner's ids: here they are
-            // the seeds that follow this agent's own id.
+        if let Some(earlier) = earlier {
+            // The conversation names the earlier children by the other tree's ids: here
+            // they are the seeds that follow this agent's own id.
             let seeds: std::collections::HashMap<AgentId, AgentId> = earlier
+                .children
                 .iter()
                 .zip(id.get() + 1..)
                 .map(|(child, seed)| (child.agent, AgentId::new(seed)))
                 .collect();
-            crate::cluster::edge::ids::translate(&mut spec.context, &[], |owner| {
-                seeds.get(&owner).copied()
-            });
+            (earlier.rename)(&mut spec.context, &|other| seeds.get(&other).copied());
         }
         let mut entry = Entry::new(token.clone());
         entry.pooled = pooled;
@@ -196,10 +212,9 @@ impl Registry {
             }
         };
         inner.emit_as(id, Some(admission.owner), depth, kind, now);
-        #[cfg(feature = "cluster")]
-        inner.seed_earlier(id, depth, earlier, now);
-        #[cfg(not(feature = "cluster"))]
-        debug_assert!(earlier.is_empty(), "earlier children only cross an edge");
+        if let Some(earlier) = earlier {
+            inner.seed_earlier(id, depth, earlier.children, now);
+        }
         if context_dropped {
             inner.emit(id, EventKind::ContextDropped, now);
         }

@@ -8,7 +8,7 @@ use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, O
 use ractor::{ActorCell, ActorId};
 use tokio::sync::watch;
 
-use super::{Inner, Registry, tell};
+use super::{Inner, Origin, Registry, tell};
 use crate::error::ControlError;
 use crate::msg::{AgentMsg, ShutdownOrder};
 use crate::policy::restart;
@@ -66,7 +66,6 @@ impl Registry {
         if entry.runs != run {
             return None;
         }
-        #[cfg(feature = "cluster")]
         if let Some(record) = inner.rec(id) {
             // Before the terminal event `settle` emits: a hosted tree's edge has the
             // conversation the run ended with when that event comes.
@@ -528,7 +527,7 @@ impl Inner {
         });
         // A mirrored record's node decides on its restarts; a stand-in's mirrored
         // descendants settle before it does.
-        let mirrored = entry.mirrored;
+        let mirrored = entry.origin != Origin::Actor;
         self.settle_mirrored(id, now, &outcome);
         let deferred = !id.is_root()
             && !mirrored
@@ -642,7 +641,7 @@ impl Inner {
         entry.held = false;
         entry.send_settled(outcome);
         entry.count_down_shutdowns();
-        if entry.mirrored {
+        if entry.origin != Origin::Actor {
             // Never counted here: its own node admitted it.
             return;
         }

@@ -12,23 +12,19 @@
 //! terminal event, or, when the stand-in settles first (its node lost, its edge given up),
 //! `killed` in the same transaction, before the stand-in's own terminal event.
 
-use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Outcome};
-#[cfg(feature = "cluster")]
-use agent_tree_protocol::{EarlierChild, FoldError, RequestId};
-#[cfg(feature = "cluster")]
+use agent_tree_protocol::{
+    AgentId, AgentStatus, EarlierChild, EndReason, EventKind, FoldError, Outcome,
+};
 use tokio_util::sync::CancellationToken;
 
-#[cfg(feature = "cluster")]
-use super::Entry;
-use super::{Inner, Registry};
+use super::{Entry, Inner, Origin, Registry};
 use crate::error::ControlError;
 
-/// The request id of a seeded earlier child's `spawned` event: this prefix and the owner's
-/// id of it, so the owner's stand-in knows the record it stands for.
-#[cfg(feature = "cluster")]
-pub(crate) const EARLIER_REQUEST: &str = "earlier:";
-
-#[cfg(feature = "cluster")]
+/// The entries of the actor that stands for a remote child (the placement's side).
+#[cfg_attr(
+    not(feature = "cluster"),
+    allow(dead_code, reason = "only a placement calls them")
+)]
 impl Registry {
     /// The children of `id`'s earlier runs on another node (its mirrored children, all
     /// settled when its run did), in start order, their outcomes as this registry holds
@@ -70,13 +66,13 @@ impl Registry {
         let mut inner = self.lock();
         let owner = inner.rec(parent)?;
         let depth = owner.depth.saturating_add(1);
-        let under = parent == stand_in || inner.entry(parent)?.mirrored;
-        if !under || !owner.status.is_live() || inner.entry(stand_in)?.mirrored {
+        let under = parent == stand_in || inner.is_mirrored(parent);
+        if !under || !owner.status.is_live() || inner.is_mirrored(stand_in) {
             return None;
         }
         let id = AgentId::new(inner.entries.len() as u64);
         let mut entry = Entry::new(CancellationToken::new());
-        entry.mirrored = true;
+        entry.origin = Origin::Mirror;
         inner.entries.push(entry);
         if inner
             .try_emit_as(id, Some(parent), depth, kind, now)
@@ -99,7 +95,7 @@ impl Registry {
             seq: inner.seq + 1,
             agent: id,
         };
-        if !inner.entry(id).is_some_and(|e| e.mirrored) {
+        if !inner.is_mirrored(id) {
             return Err(refused);
         }
         match kind.outcome() {
@@ -146,9 +142,8 @@ impl Inner {
     /// Seeds, under `parent` (a resumed run's top agent, admitted at `depth` in this
     /// transaction), a settled record of each child of its earlier runs, with the next ids
     /// in order: records like mirrored ones (no actor, no counter, not controlled here),
-    /// which its model can still read. Their `spawned` events carry
-    /// [`EARLIER_REQUEST`] and the owner's id, for the owner's stand-in.
-    #[cfg(feature = "cluster")]
+    /// which its model can still read. Their `spawned` events carry the owner's id of
+    /// each ([`EarlierChild::seed_request`]), for the owner's stand-in.
     pub(super) fn seed_earlier(
         &mut self,
         parent: AgentId,
@@ -160,12 +155,11 @@ impl Inner {
         for child in earlier {
             let id = AgentId::new(self.entries.len() as u64);
             let mut entry = Entry::new(CancellationToken::new());
-            entry.mirrored = true;
-            entry.earlier = true;
+            entry.origin = Origin::Seed;
             self.entries.push(entry);
             let spawned = EventKind::Spawned {
                 agent_type: child.agent_type.clone(),
-                request_id: Some(RequestId::new(format!("{EARLIER_REQUEST}{}", child.agent))),
+                request_id: Some(child.seed_request()),
                 detached: false,
             };
             // The parent was admitted in this transaction: neither event can be refused.
@@ -187,14 +181,14 @@ impl Inner {
         }
     }
 
-    /// Whether `id` is a mirrored record.
+    /// Whether `id` is a mirrored record (a seeded one too).
     pub(super) fn is_mirrored(&self, id: AgentId) -> bool {
-        self.entry(id).is_some_and(|e| e.mirrored)
+        self.entry(id).is_some_and(|e| e.origin != Origin::Actor)
     }
 
     /// Whether `id` is a seeded child of an earlier run ([`Inner::seed_earlier`]).
     pub(super) fn is_earlier(&self, id: AgentId) -> bool {
-        self.entry(id).is_some_and(|e| e.earlier)
+        self.entry(id).is_some_and(|e| e.origin == Origin::Seed)
     }
 
     /// The refusal of a control operation on mirrored `id`, if it is one. A seeded child of

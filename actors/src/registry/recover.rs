@@ -17,7 +17,7 @@ use std::sync::Arc;
 use agent_tree_protocol::{AgentId, AgentStatus, EndReason, EventKind, Message, Outcome, Replay};
 use tokio_util::sync::CancellationToken;
 
-use super::{Entry, Registry};
+use super::{Entry, Origin, Registry};
 use crate::shared::Branch;
 use crate::spawn::PendingStart;
 
@@ -89,13 +89,17 @@ impl Registry {
             }
             // A mirrored record (a remote child's descendant) has no spawn of this tree's:
             // it is under a stand-in (placed on a node) or under another mirrored record.
-            entry.mirrored = !replay.spawns.contains_key(&record.id)
+            let mirrored = !replay.spawns.contains_key(&record.id)
                 && record
                     .parent
                     .and_then(|p| entries.get(p.get() as usize))
                     .is_some_and(|owner: &Entry| {
-                        owner.mirrored || owner.spec.as_ref().is_some_and(|s| s.node.is_some())
+                        owner.origin != Origin::Actor
+                            || owner.spec.as_ref().is_some_and(|s| s.node.is_some())
                     });
+            if mirrored {
+                entry.origin = Origin::Mirror;
+            }
             entries.push(entry);
         }
         for record in replay.records.iter().skip(1) {

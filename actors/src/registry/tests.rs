@@ -39,7 +39,7 @@ fn admit(registry: &Registry, restart: RestartPolicy) -> AgentId {
         pooled: false,
         inherited: &[],
         journaled: None,
-        earlier: &[],
+        earlier: None,
     }) {
         Ok(Admitted::New(ticket)) => ticket.id,
         other => panic!("not admitted: {other:?}"),
@@ -205,9 +205,8 @@ async fn every_operation_is_one_lock_acquisition() {
 
 /// Mirrored records (`registry/mirror.rs`): a remote child's descendants folded into
 /// the owner's records.
-#[cfg(feature = "cluster")]
 mod mirrored {
-    use agent_tree_protocol::Usage;
+    use agent_tree_protocol::{Message, Usage};
 
     use super::*;
     use crate::error::ControlError;
@@ -227,12 +226,26 @@ mod mirrored {
         }
     }
 
+    /// Renames every quoted id `"aN"` in `messages`' contents that `map` maps: the
+    /// placement's renaming, as far as these tests need it.
+    fn rename_quoted_ids(messages: &mut [Message], map: &dyn Fn(AgentId) -> Option<AgentId>) {
+        for message in messages {
+            for n in 0..100 {
+                if let Some(to) = map(AgentId::new(n)) {
+                    message.content = message
+                        .content
+                        .replace(&format!("\"a{n}\""), &format!("\"{to}\""));
+                }
+            }
+        }
+    }
+
     /// A resumed remote run's hosted admission seeds the earlier children its
     /// conversation names: settled records under it with the next ids, in order,
     /// taking no counter and refusing control, and its conversation names them so.
     #[tokio::test(start_paused = true)]
     async fn a_resumed_admission_seeds_its_earlier_children_with_the_next_ids() {
-        use agent_tree_protocol::{EarlierChild, Message, ToolCall};
+        use agent_tree_protocol::{EarlierChild, ToolCall};
         let registry = registry();
         let config = TreeConfig::default();
         let mut spec = spec(RestartPolicy::Temporary);
@@ -266,7 +279,10 @@ mod mirrored {
             pooled: false,
             inherited: &inherited,
             journaled: None,
-            earlier: &earlier,
+            earlier: Some(crate::registry::Earlier {
+                children: &earlier,
+                rename: rename_quoted_ids,
+            }),
         }) {
             Ok(Admitted::New(ticket)) => ticket,
             other => panic!("not admitted: {other:?}"),

@@ -34,8 +34,9 @@ pub struct TreeBuilder {
     session: Option<SessionId>,
     hooks: Hooks,
     journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
-    #[cfg(feature = "cluster")]
-    pub(crate) node: Option<std::sync::Arc<crate::cluster::NodeInner>>,
+    /// Where agents placed on other nodes run (set by the `cluster` feature's
+    /// `TreeBuilder::node`).
+    pub(crate) placement: Option<Arc<dyn crate::placement::Placement>>,
 }
 
 impl std::fmt::Debug for TreeBuilder {
@@ -143,14 +144,6 @@ impl TreeBuilder {
         self
     }
 
-    /// Attaches the tree to a cluster node (feature `cluster`): agents placed on other
-    /// nodes (a definition's or a request's `node`) are reached through it.
-    #[cfg(feature = "cluster")]
-    pub fn node(mut self, node: &crate::cluster::Node) -> Self {
-        self.node = Some(std::sync::Arc::clone(node.inner()));
-        self
-    }
-
     /// Starts the tree's root actor.
     ///
     /// # Errors
@@ -186,10 +179,7 @@ impl TreeBuilder {
             placed_offers: parking_lot::Mutex::default(),
             span: tracing::info_span!("agent_tree", session = %session_name),
             journal,
-            #[cfg(feature = "cluster")]
-            cluster: self.node.map(std::sync::OnceLock::from).unwrap_or_default(),
-            #[cfg(feature = "cluster")]
-            mirrors: parking_lot::Mutex::default(),
+            placement: self.placement,
         });
         if let Some(journal) = &shared.journal {
             shared.registry.set_journal(journal.clone());
@@ -212,13 +202,9 @@ impl TreeBuilder {
         });
         if let Some(replay) = &recovered {
             let interrupted = shared.registry.recover(replay, &branch);
-            #[cfg(feature = "cluster")]
-            shared.mirrors.lock().extend(
-                replay
-                    .mirrors
-                    .iter()
-                    .map(|(&id, records)| (id, records.as_slice().into())),
-            );
+            if let Some(placement) = &shared.placement {
+                placement.recovered(replay);
+            }
             tracing::info!(
                 agents = replay.records.len() - 1,
                 interrupted = interrupted.len(),
@@ -239,7 +225,6 @@ impl TreeBuilder {
             root_token,
             branch,
             stopped: std::sync::atomic::AtomicBool::new(false),
-            remote_owned: parking_lot::Mutex::default(),
         })
     }
 }

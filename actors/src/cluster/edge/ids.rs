@@ -101,6 +101,13 @@ pub(crate) fn into_hosted(context: &mut [Message], seeded: &[AgentId]) -> HashSe
     mapped
 }
 
+/// Renames, in `messages`, the agent ids `map` maps (a resumed run's earlier children, by
+/// the owner's ids, to their seeds in its hosted tree): [`translate`] as a plain function,
+/// for the registry's admission.
+pub(crate) fn rename(messages: &mut [Message], map: &dyn Fn(AgentId) -> Option<AgentId>) {
+    translate(messages, &[], map);
+}
+
 /// The notices the runtime writes into a conversation (`agent/children.rs`,
 /// `agent/questions.rs`).
 const NOTICES: [&str; 2] = ["subagent_ended", "question"];

@@ -553,7 +553,10 @@ fn seeded() -> (Registry, AgentId, AgentId) {
         pooled: false,
         inherited: &[],
         journaled: None,
-        earlier: &earlier,
+        earlier: Some(crate::registry::Earlier {
+            children: &earlier,
+            rename: crate::cluster::edge::ids::rename,
+        }),
     }) {
         Ok(Admitted::New(ticket)) => ticket,
         other => panic!("not admitted: {other:?}"),
