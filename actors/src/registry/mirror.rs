@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Entry, Inner, Origin, Registry};
 use crate::error::ControlError;
 
-/// The entries of the actor that stands for a remote child (the placement's side).
+/// What the actor standing for a remote child calls (the placement's side of the seam).
 #[cfg_attr(
     not(feature = "cluster"),
     allow(dead_code, reason = "only a placement calls them")
