@@ -12,9 +12,10 @@ use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::support::journal::{TempDir, crash_copy};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, crash_copy, records_now, stored_tree};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
+use crate::support::{catalog, leaf, resume_call, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()
@@ -180,13 +181,7 @@ async fn every_status_comes_back() {
     }
     tree.shutdown().await;
     let replay = read_journal(&crashed, None).unwrap();
-    let records: Vec<_> = tree
-        .snapshot()
-        .records
-        .iter()
-        .map(|r| (**r).clone())
-        .collect();
-    assert_eq!(replay.records, records);
+    assert_eq!(replay.records, records_now(&tree));
 }
 
 /// A run that failed on a model call keeps the failure's kind as data (`error_kind`) in its
@@ -232,7 +227,7 @@ fn a_reissued_spawn_after_recovery_on_worker_threads() {
 async fn reissued_spawn_after_recovery() {
     let dir = TempDir::new("reissue");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
+    let catalog = lead_and_worker();
     let before = ScriptedModel::new()
         .script("lead", [Turn::spawn("worker", "dig")])
         .script("worker", [Turn::hang()]);
@@ -604,13 +599,8 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
         file: agent_tree::FileJournal::open(&path).unwrap(),
         whole_reads: whole_reads.clone(),
     };
-    let tree = Tree::builder()
-        .catalog(catalog.clone())
-        .model(model)
-        .journal_store(JournalConfig::new(&path).rotate_at(8 << 10), store)
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).rotate_at(8 << 10);
+    let tree = stored_tree(model, catalog.clone(), journal, store).await;
     let mut writers = Vec::new();
     for i in 0..6 {
         let task = format!("chapter {i}: {}", "x".repeat(2048));

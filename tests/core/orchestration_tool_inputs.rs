@@ -10,7 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::harness::{GUARD, a, results, tree};
+use crate::support::harness::{GUARD, a, lead_and_worker, results, tree};
 use crate::support::{
     build_tree, catalog, delegator, delegator_of_all, leaf, read_result_call, resume_call,
 };
@@ -64,11 +64,7 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
             ],
         )
         .script("worker", [Turn::answer("first"), Turn::answer("second")]);
-    let tree = build_tree(
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        model.clone(),
-    )
-    .await;
+    let tree = build_tree(lead_and_worker(), model.clone()).await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");

@@ -6,26 +6,16 @@
 //! and age rules; `output_retention_store` what a failing store does to them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
 use agent_tree::testkit::{Call, EventProbe, FnModel, ScriptedModel, Target, Turn};
 use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
-use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
-
-/// A generous real-time bound: a hang fails the test instead of sticking the run.
-pub(crate) const LIMIT: Duration = Duration::from_secs(30);
-
-/// Awaits `future` within [`LIMIT`], failing the test with `what` if it takes longer.
-pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(LIMIT, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out: {what}"),
-    }
-}
+use crate::journal_steps::{bounded, run_go};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::{catalog, delegator, leaf, read_result_call};
 
 /// `tag:` followed by `bytes` bytes of report.
 pub(crate) fn report(tag: &str, bytes: usize) -> String {
@@ -64,20 +54,11 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
             ],
         )
         .script("worker", [Turn::answer(report("w", 300))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(350))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(350);
+    let tree = journaled_tree(model, lead_and_worker(), journal).await;
     let mut events = tree.subscribe();
     for _ in 0..3 {
-        bounded(
-            "a lead",
-            run_admitted(&tree, SpawnRequest::new("lead", "go")),
-        )
-        .await;
+        run_go(&tree, "lead").await;
     }
     bounded("idle", tree.idle()).await;
     // Outputs are released by the journal's writer, after it wrote them: wait for it.
@@ -111,17 +92,10 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
         [Turn::answer(first.clone()), Turn::answer(second.clone())],
     );
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(
-            JournalConfig::new(dir.file("j"))
-                .keep_read_outputs(0)
-                .retain_conversations(false),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j"))
+        .keep_read_outputs(0)
+        .retain_conversations(false);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     assert_eq!(
@@ -199,23 +173,19 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .script("w1", [Turn::answer(answers[1].clone())])
         .script("w2", [Turn::answer(answers[2].clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree(
+        model,
+        catalog([
             delegator("lead", &["w0", "w1", "w2"]),
             leaf("w0"),
             leaf("w1"),
             leaf("w2"),
-        ]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
-    let outcome = bounded(
-        "the lead",
-        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        ]),
+        journal,
     )
     .await;
+    let outcome = run_go(&tree, "lead").await;
     assert_eq!(outcome.text.as_deref(), Some("read"));
     tree.flush_journal().await;
     for n in 2..5 {
@@ -281,7 +251,7 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
     let log = model.clone();
     let tree = Tree::builder()
         .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+        .catalog(lead_and_worker())
         .tool(gate)
         .unwrap()
         .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
@@ -376,7 +346,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("top", run_admitted(&tree, SpawnRequest::new("top", "go"))).await;
+    let outcome = run_go(&tree, "top").await;
     assert_eq!(outcome.text.as_deref(), Some("top done"));
     tree.flush_journal().await;
     assert!(
@@ -481,15 +451,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
             Box::pin(async move { Ok(ModelResponse::text(text)) })
         })
     }
-    let build = || async {
-        Tree::builder()
-            .model(by_id())
-            .catalog(catalog([leaf("worker")]))
-            .journal(config())
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || async { journaled_tree(by_id(), catalog([leaf("worker")]), config()).await };
     let mut expected: Vec<(u64, String)> = Vec::new();
     let check = |tree: &Tree, expected: &[(u64, String)], when: &str| {
         let snapshot = tree.snapshot();
@@ -506,11 +468,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 1.
     let tree = build().await;
     for _ in 0..6 {
-        let outcome = bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        let outcome = run_go(&tree, "worker").await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
@@ -529,11 +487,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
         assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 1");
     }
     for _ in 0..6 {
-        let outcome = bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        let outcome = run_go(&tree, "worker").await;
         let id = snapshot_last(&tree);
         assert_eq!(outcome.text, Some(answer(id, 1)));
         expected.push((id, answer(id, 1)));
@@ -635,13 +589,12 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
             })
         }
         let tree = Arc::new(
-            Tree::builder()
-                .model(echo())
-                .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-                .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-                .build()
-                .await
-                .unwrap(),
+            journaled_tree(
+                echo(),
+                lead_and_worker(),
+                JournalConfig::new(dir.file("j")).keep_read_outputs(0),
+            )
+            .await,
         );
         let expected = |id: AgentId| format!("{id}:{}", "x".repeat(300));
         // Workers read by the application, leads whose tools read their workers.
@@ -726,13 +679,8 @@ async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapsh
     let dir = TempDir::new("retention-bytes");
     let text = report("é", 1234);
     let model = ScriptedModel::new().script("worker", [Turn::answer(text.clone())]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut probe = EventProbe::new(&tree);
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();

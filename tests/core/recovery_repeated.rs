@@ -11,8 +11,9 @@ use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::recovery_resumes::build;
-use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, crash_copy, journaled_tree};
+use crate::support::{catalog, leaf, run_admitted, spawn_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
 /// write cut off by the crash leaves).
@@ -115,17 +116,12 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
 async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     let dir = TempDir::new("rotate");
     let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let cat = catalog([delegator("lead", &["worker"]), leaf("worker")]);
+    let cat = lead_and_worker();
     let before = ScriptedModel::new()
         .script("lead", [Turn::spawn("worker", "dig")])
         .script("worker", [Turn::hang()]);
-    let tree = Tree::builder()
-        .catalog(cat.clone())
-        .model(before)
-        .journal(JournalConfig::new(&live).rotate_at(256))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&live).rotate_at(256);
+    let tree = journaled_tree(before, cat.clone(), journal).await;
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
         .id();

@@ -14,7 +14,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::journal_open::open;
 use crate::support::harness::ok_tool;
-use crate::support::journal::{Recorded, TempDir, crash_copy};
+use crate::support::journal::{Recorded, TempDir, crash_copy, journaled_tree, stored_tree};
 use crate::support::races::on_worker_threads;
 use crate::support::{
     catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted, unanswered,
@@ -328,13 +328,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
             .retain_conversations(false)
             .rotate_at(2_000)
     };
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model.clone())
-        .journal(config(&live))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model.clone(), catalog([leaf("w")]), config(&live)).await;
     for i in 0..6 {
         run_admitted(&tree, SpawnRequest::new("w", format!("go {i}"))).await;
     }
@@ -344,13 +338,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
 
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(config(&crashed))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model, catalog([leaf("w")]), config(&crashed)).await;
     let mut resumed = tree.resume(AgentId::new(2), "follow up").await.unwrap();
     assert_eq!(resumed.outcome().await.text.as_deref(), Some("again"));
     let call = &log.of(AgentId::new(2))[0];
@@ -432,13 +420,8 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
     );
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal_store(JournalConfig::new(&crashed), store.clone())
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&crashed);
+    let tree = stored_tree(model, catalog([leaf("w")]), journal, store.clone()).await;
     let mut handle = spawn_admitted(&tree, SpawnRequest::new("w", "task one")).await;
     let id = handle.id();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("first answer"));

@@ -10,10 +10,10 @@ use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::RecordingModel;
-use crate::support::harness::a;
+use crate::support::harness::{a, lead_and_worker};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
-use crate::support::{catalog, delegator, leaf, spawn_admitted};
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
 /// servers send `""` for every call).
@@ -119,7 +119,7 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
             .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
     let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+        .catalog(lead_and_worker())
         .model(SameIds {
             inner: recorder.clone(),
             id: "",
@@ -185,7 +185,7 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
             .script("worker", [Turn::answer("worker done")]),
     );
     let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
+        .catalog(lead_and_worker())
         .model(SameIds {
             inner: recorder.clone(),
             id: "call",

@@ -36,6 +36,11 @@ pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tr
         .expect("the tree builds")
 }
 
+/// A catalog of a `lead` that may delegate to a `worker` leaf.
+pub fn lead_and_worker() -> Catalog {
+    super::catalog([super::delegator("lead", &["worker"]), super::leaf("worker")])
+}
+
 /// A user tool that answers `<name>: ok`.
 pub fn ok_tool(
     name: &'static str,

@@ -1,12 +1,14 @@
-//! Journal-test helpers: a temporary directory removed when dropped, and the in-process
-//! stand-in for a crash (the journal as a kill right now would leave it).
+//! Journal-test helpers: a temporary directory removed when dropped, trees journaling to a
+//! file or a store, the in-process stand-in for a crash (the journal as a kill right now
+//! would leave it), and the check that a journal replays to a tree's records.
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agent_tree::Tree;
+use agent_tree::prelude::*;
+use agent_tree::{JournalConfig, JournalStore};
 
 /// A fresh directory under the system's temp dir, removed when dropped.
 pub struct TempDir(PathBuf);
@@ -41,6 +43,44 @@ impl Drop for TempDir {
 pub async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
     tree.flush_journal().await;
     std::fs::copy(from, to).unwrap();
+}
+
+/// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
+/// (and recovering from what its file already holds).
+pub async fn journaled_tree(model: impl Model, catalog: Catalog, journal: JournalConfig) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .journal(journal)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
+/// into `store` instead of a file.
+pub async fn stored_tree(
+    model: impl Model,
+    catalog: Catalog,
+    journal: JournalConfig,
+    store: impl JournalStore,
+) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .journal_store(journal, store)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// The records `tree` holds now, owned, as a journal's replay holds them.
+pub fn records_now(tree: &Tree) -> Vec<agent_tree::protocol::AgentRecord> {
+    tree.snapshot()
+        .records
+        .iter()
+        .map(|r| (**r).clone())
+        .collect()
 }
 
 /// A journal store in memory that knows, as the writer appends and syncs, which events it
