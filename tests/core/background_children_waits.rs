@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::build_tree;
+use crate::support::scripts::background_spawns;
 use crate::support::spawn_admitted;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
@@ -187,10 +188,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         .script(
             "triage",
             [
-                Turn::calls([
-                    Call::spawn_background("billing", "refund order 42"),
-                    Call::spawn_background("tech", "app crashes"),
-                ]),
+                background_spawns([("billing", "refund order 42"), ("tech", "app crashes")]),
                 Turn::calls([Call::tool(
                     "get_subagent_result",
                     json!({"agent_id": "a2", "wait": true, "timeout_ms": 1000}),

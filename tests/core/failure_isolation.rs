@@ -11,6 +11,7 @@ use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
 use crate::support::JsonContent;
+use crate::support::scripts::background_spawns;
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
     within,
@@ -21,11 +22,11 @@ fn scripted() -> ScriptedModel {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("panicker", "crash"),
-                    Call::spawn_background("failer", "error out"),
-                    Call::spawn_background("worker", "work"),
-                    Call::spawn_background("sub", "delegate to a crashing child"),
+                background_spawns([
+                    ("panicker", "crash"),
+                    ("failer", "error out"),
+                    ("worker", "work"),
+                    ("sub", "delegate to a crashing child"),
                 ])
                 .usage(Usage::tokens(10, 1)),
                 Turn::calls([

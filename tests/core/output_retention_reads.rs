@@ -15,6 +15,7 @@ use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse,
 use crate::journal_steps::{bounded, run_go};
 use crate::support::harness::lead_and_worker;
 use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::scripts::background_spawns;
 use crate::support::{catalog, delegator, leaf, read_result_call};
 
 /// `tag:` followed by `bytes` bytes of report.
@@ -42,10 +43,7 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "a"),
-                    Call::spawn_background("worker", "b"),
-                ]),
+                background_spawns([("worker", "a"), ("worker", "b")]),
                 Turn::calls([Call::wait(
                     [Target::Spawned(0), Target::Spawned(1)],
                     WaitPolicy::AllSettled,
@@ -143,11 +141,7 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("w0", "go"),
-                    Call::spawn_background("w1", "go"),
-                    Call::spawn_background("w2", "go"),
-                ]),
+                background_spawns([("w0", "go"), ("w1", "go"), ("w2", "go")]),
                 // All three read (released at once: nothing is kept).
                 Turn::calls([Call::tool(
                     "wait_subagents",

@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::support::JsonContent;
+use crate::support::scripts::background_spawns;
 use crate::support::{
     RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
 };
@@ -24,10 +25,7 @@ fn scripted() -> ScriptedModel {
             "lead",
             [
                 // turn 1: two background children; ids come back at once
-                Turn::calls([
-                    Call::spawn_background("slow", "take your time"),
-                    Call::spawn_background("fast", "be quick"),
-                ]),
+                background_spawns([("slow", "take your time"), ("fast", "be quick")]),
                 // turn 2: peek at both while they run
                 Turn::calls([
                     Call::peek(Target::Spawned(0)),

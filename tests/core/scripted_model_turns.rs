@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::scripts::background_spawns;
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
@@ -31,11 +32,7 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "a"),
-                    Call::spawn_background("worker", "b"),
-                    Call::spawn_background("worker", "c"),
-                ]),
+                background_spawns([("worker", "a"), ("worker", "b"), ("worker", "c")]),
                 Turn::calls([Call::wait((0..3).map(Target::Spawned), Default::default())]),
                 Turn::answer("done"),
             ],

@@ -13,6 +13,7 @@ use agent_tree::testkit::{
 use crate::research_team::{team, team_script};
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::scripts::background_spawns;
 
 /// Every run of the searcher fails: two restarts (the lead's intensity), then the lead
 /// escalates.
@@ -88,10 +89,7 @@ fn sup_catalog(strategy: Strategy, max_restarts: u32, period_ms: u64) -> Catalog
 
 fn sup_script() -> Script {
     Script::new([
-        Turn::calls([
-            Call::spawn_background("flaky", "f"),
-            Call::spawn_background("steady", "s"),
-        ]),
+        background_spawns([("flaky", "f"), ("steady", "s")]),
         Turn::calls([Call::wait(
             [Target::Spawned(0), Target::Spawned(1)],
             WaitPolicy::AllSettled,

@@ -11,6 +11,7 @@ use agent_tree::testkit::{
 };
 
 use crate::support::races::on_worker_threads;
+use crate::support::scripts::background_spawns;
 use crate::support::{build_tree, catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
@@ -178,10 +179,7 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
     let script = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls([
-                Call::spawn_background("checker", "one"),
-                Call::spawn_background("checker", "two"),
-            ]),
+            background_spawns([("checker", "one"), ("checker", "two")]),
             // The wait ends with the second child's question: answer it by steering.
             Turn::calls([Call::wait([Target::Spawned(1)], WaitPolicy::AllSettled)]),
             Turn::calls([Call::steer(Target::Spawned(1), "use the logs")]),

@@ -6,13 +6,14 @@
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::RecordingModel;
 use crate::support::harness::{a, lead_and_worker};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
+use crate::support::scripts::{background_spawns, foreground_spawns};
 use crate::support::{catalog, leaf, spawn_admitted};
 
 /// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
@@ -109,10 +110,7 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
             .script(
                 "lead",
                 [
-                    Turn::calls([
-                        Call::spawn("worker", "task A"),
-                        Call::spawn("worker", "task B"),
-                    ]),
+                    foreground_spawns([("worker", "task A"), ("worker", "task B")]),
                     Turn::answer("lead done"),
                 ],
             )
@@ -175,10 +173,7 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
             .script(
                 "lead",
                 [
-                    Turn::calls([
-                        Call::spawn_background("worker", "task A"),
-                        Call::spawn_background("worker", "task B"),
-                    ]),
+                    background_spawns([("worker", "task A"), ("worker", "task B")]),
                     Turn::answer("lead done"),
                 ],
             )

@@ -24,6 +24,7 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
 use crate::support::run_within;
+use crate::support::scripts::background_spawns;
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, spawn_admitted, within,
 };
@@ -283,10 +284,7 @@ fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> 
         Script::new([Turn::answer("unused")])
     };
     let sup_run = [
-        Turn::calls([
-            Call::spawn_background("flaky", "call the gateway"),
-            Call::spawn_background("idle", "stand by"),
-        ]),
+        background_spawns([("flaky", "call the gateway"), ("idle", "stand by")]),
         Turn::calls([Call::result(Target::Spawned(0))]),
     ];
     let second: Vec<Turn> = match rerun {
