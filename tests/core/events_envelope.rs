@@ -13,7 +13,7 @@ use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::{catalog, delegator, leaf, record, spawn_admitted, within};
+use crate::support::{build_tree, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -216,19 +216,16 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
 /// is for an ancestor's abort or end), in their outcome and in their terminal event.
 #[tokio::test(start_paused = true)]
 async fn shutdown_ends_agents_with_reason_shutdown() {
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("holder", &["hanger"]), leaf("hanger")]))
-        .model(
-            ScriptedModel::new()
-                .script(
-                    "holder",
-                    [Turn::spawn_background("hanger", "hang"), Turn::hang()],
-                )
-                .script("hanger", [Turn::hang()]),
-        )
-        .build()
-        .await
-        .expect("tree builds");
+    let tree = build_tree(
+        catalog([delegator("holder", &["hanger"]), leaf("hanger")]),
+        ScriptedModel::new()
+            .script(
+                "holder",
+                [Turn::spawn_background("hanger", "hang"), Turn::hang()],
+            )
+            .script("hanger", [Turn::hang()]),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut holder = spawn_admitted(&tree, SpawnRequest::new("holder", "hold")).await;
     // Wait until the child runs too.

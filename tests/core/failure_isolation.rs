@@ -10,8 +10,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
-use crate::support::JsonContent;
 use crate::support::scripts::background_spawns;
+use crate::support::{JsonContent, build_tree};
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
     within,
@@ -61,18 +61,17 @@ fn scripted() -> ScriptedModel {
 #[tokio::test(start_paused = true)]
 async fn a_failing_agent_fails_alone() {
     let model = RecordingModel::new(scripted());
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["panicker", "failer", "worker", "sub"]),
             delegator("sub", &["panicker"]),
             leaf("panicker"),
             leaf("failer"),
             leaf("worker"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "survive failures")).await;

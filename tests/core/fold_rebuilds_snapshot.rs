@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::catalog;
-use crate::support::harness::Rng;
+use crate::support::harness::{Rng, tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
@@ -135,15 +135,7 @@ async fn scenario(seed: u64) -> (TreeSnapshot, Vec<Event>) {
     let config = TreeConfig::default()
         .with_max_concurrent(1 + rng.below(2) as usize)
         .with_shutdown_grace(Duration::from_millis(200));
-    let tree = Arc::new(
-        Tree::builder()
-            .config(config)
-            .catalog(catalog)
-            .model(model)
-            .build()
-            .await
-            .expect("tree builds"),
-    );
+    let tree = Arc::new(tree(model, catalog, config).await);
     let mut events = tree.subscribe();
     for _ in 0..1 + rng.below(3) {
         let mut request = SpawnRequest::new("boss", "run");

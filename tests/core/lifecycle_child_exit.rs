@@ -13,7 +13,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::JsonContent;
+use crate::support::{JsonContent, build_tree};
 use crate::support::{
     RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
     within,
@@ -60,16 +60,15 @@ async fn owner_keeps_running_after_children_exit() {
         None
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+        build_tree(
+            catalog([
                 delegator("lead", &["worker", "quick"]),
                 leaf("worker"),
                 leaf("quick"),
-            ]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            model.clone(),
+        )
+        .await,
     );
     probe.set(&tree);
     let mut events = tree.subscribe();

@@ -134,17 +134,16 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
             "worker",
             [Turn::answer("worker done").after(Duration::from_millis(100))],
         );
-    let tree = Tree::builder()
-        .config(TreeConfig::default().with_max_tool_calls_per_turn(count))
-        .catalog(catalog([
+    let tree = tree(
+        model.clone(),
+        catalog([
             delegator("lead", &["worker"]),
             leaf("worker"),
             leaf("other"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+        ]),
+        TreeConfig::default().with_max_tool_calls_per_turn(count),
+    )
+    .await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let mut other = tree.spawn(SpawnRequest::new("other", "go")).await.unwrap();
     assert_eq!((lead.id(), other.id()), (a(1), a(2)));

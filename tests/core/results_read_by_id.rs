@@ -10,8 +10,8 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::JsonContent;
 use crate::support::scripts::background_spawns;
+use crate::support::{JsonContent, build_tree};
 use crate::support::{
     RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
 };
@@ -79,16 +79,15 @@ fn answer_from_results(request: &ModelRequest) -> Option<Result<ModelResponse, M
 #[tokio::test(start_paused = true)]
 async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
     let model = RecordingModel::new(scripted()).with_hook(answer_from_results);
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["slow", "fast"]),
             leaf("slow"),
             leaf("fast"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let start = Instant::now();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "gather")).await;

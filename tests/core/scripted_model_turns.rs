@@ -154,17 +154,16 @@ async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
             [Turn::answer("second child").after(Duration::from_secs(1))],
         );
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([
+    let tree = build_tree(
+        crate::support::catalog([
             AgentDefinition::new("lead", "")
                 .with_allowed_subagents(SubagentAllowance::only(["first", "second"])),
             crate::support::leaf("first"),
             crate::support::leaf("second"),
-        ]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+        ]),
+        model,
+    )
+    .await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(lead.outcome().await.text.as_deref(), Some("run one"));
     let mut lead = tree.resume(lead.id(), "again").await.unwrap();

@@ -9,11 +9,11 @@ use agent_tree::protocol::Role;
 use agent_tree::testkit::{ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::RecordingModel;
 use crate::support::harness::{a, lead_and_worker};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
 use crate::support::scripts::{background_spawns, foreground_spawns};
+use crate::support::{RecordingModel, build_tree};
 use crate::support::{catalog, leaf, spawn_admitted};
 
 /// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
@@ -116,15 +116,14 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
             )
             .script("worker", [Turn::answer("worker done").after(ms(10))]),
     );
-    let tree = Tree::builder()
-        .catalog(lead_and_worker())
-        .model(SameIds {
+    let tree = build_tree(
+        lead_and_worker(),
+        SameIds {
             inner: recorder.clone(),
             id: "",
-        })
-        .build()
-        .await
-        .expect("the tree builds");
+        },
+    )
+    .await;
     let mut handle = spawn_admitted(&tree, SpawnRequest::new("lead", "two children")).await;
     let got = tokio::time::timeout(GUARD, handle.outcome()).await;
     let workers: Vec<AgentId> = tree
@@ -179,15 +178,14 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
             )
             .script("worker", [Turn::answer("worker done")]),
     );
-    let tree = Tree::builder()
-        .catalog(lead_and_worker())
-        .model(SameIds {
+    let tree = build_tree(
+        lead_and_worker(),
+        SameIds {
             inner: recorder.clone(),
             id: "call",
-        })
-        .build()
-        .await
-        .expect("the tree builds");
+        },
+    )
+    .await;
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two children"))
         .await
         .id();

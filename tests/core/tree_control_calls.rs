@@ -21,13 +21,12 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 async fn a_shutdown_grace_of_duration_max_does_not_panic_the_shutdown() {
     let config = TreeConfig::default().with_shutdown_grace(Duration::MAX);
     assert!(config.validate().is_ok(), "the config is accepted");
-    let tree = Tree::builder()
-        .config(config)
-        .catalog(catalog([leaf("w")]))
-        .model(ScriptedModel::new().script("w", [Turn::answer("done")]))
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = tree(
+        ScriptedModel::new().script("w", [Turn::answer("done")]),
+        catalog([leaf("w")]),
+        config,
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert!(handle.outcome().await.is_completed());
     let joined = tokio::spawn(async move { tree.shutdown().await }).await;
