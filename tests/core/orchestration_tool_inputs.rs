@@ -189,7 +189,7 @@ async fn a_refusal_a_model_is_shown_is_at_most_512_bytes() {
             Turn::answer("done"),
         ],
     );
-    let tree = tree(model.clone(), catalog(definitions), TreeConfig::default()).await;
+    let tree = build_tree(catalog(definitions), model.clone()).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     let result = results(&model, a(1), 1);

@@ -155,12 +155,7 @@ async fn resuming_a_nested_agent_is_a_control_error() {
             [Turn::calls([Call::spawn("w", "x")]), Turn::answer("done")],
         )
         .script("w", [Turn::answer("ok")]);
-    let tree = tree(
-        model,
-        catalog([delegator("lead", &["w"]), leaf("w")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(catalog([delegator("lead", &["w"]), leaf("w")]), model).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.idle().await;
     let err = tree.resume(a(2), "again").await.unwrap_err();
@@ -174,7 +169,7 @@ async fn resuming_a_nested_agent_is_a_control_error() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_tree_ends_its_event_stream_and_its_waits() {
     let model = ScriptedModel::new().script("w", [Turn::hang()]);
-    let tree = tree(model, catalog([leaf("w")]), TreeConfig::default()).await;
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = tree.subscribe();
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     drop(tree);

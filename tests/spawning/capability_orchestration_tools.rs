@@ -7,8 +7,8 @@
 //! Every verdict is read from what the agent was offered (the scripted model's log) and from
 //! the tool results it received when it tried to spawn anyway.
 
-use crate::support::catalog;
 use crate::support::harness::{a, results, tools, tree, tree_with_tools};
+use crate::support::{build_tree, catalog};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
@@ -42,7 +42,7 @@ async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(1), 0);
@@ -112,7 +112,7 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
             .with_allowed_subagents(SubagentAllowance::only(Vec::<String>::new())),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     for (n, agent_type) in ["isolated", "denied", "plain", "empty-list"]
         .into_iter()
         .enumerate()
@@ -151,7 +151,7 @@ async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
             .with_disallowed_tools(["steer_subagent"]),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let offered = tools(&model, a(1), 0);
     assert_eq!(
@@ -204,7 +204,7 @@ async fn allowed_subagents_is_not_inherited_by_children() {
         AgentDefinition::new("plain", ""),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let plain = tree.record(a(2)).unwrap();

@@ -7,11 +7,11 @@
 use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
-use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
 use crate::support::run_admitted;
 use crate::support::spawn_admitted;
+use crate::support::{RecordingModel, build_tree};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -40,7 +40,7 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     assert_eq!(DEFAULT_MAX_DEPTH, 5);
     let model = chain_model();
     let catalog = catalog([link("")]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -100,7 +100,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     );
     let model = RecordingModel::new(scripted.clone());
     let old = catalog([link("v1")]);
-    let tree = tree(model.clone(), old, TreeConfig::default()).await;
+    let tree = build_tree(old, model.clone()).await;
     let mut events = EventProbe::new(&tree);
     let mut first = spawn_admitted(&tree, SpawnRequest::new("link", "branch 1")).await;
     events.expect_event("a start", started(a(1))).await;

@@ -8,9 +8,9 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, EndReason, Event, EventKind, RestartPolicy, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-use crate::support::harness::{a, tree};
+use crate::support::harness::a;
 use crate::support::lifetimes::ms;
-use crate::support::{RecordingModel, catalog, delegator, leaf, within};
+use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
 /// after the given delays (ms, each from the start of its incarnation) and whose next
@@ -34,13 +34,12 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
                 .chain([Turn::answer("recovered").after(ms(10))]),
         ),
     );
-    let tree = tree(
-        RecordingModel::new(scripted),
+    let tree = build_tree(
         catalog([
             delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 2, 1_000),
             leaf("child").with_restart(RestartPolicy::Transient),
         ]),
-        TreeConfig::default(),
+        RecordingModel::new(scripted),
     )
     .await;
     let mut events = tree.subscribe();

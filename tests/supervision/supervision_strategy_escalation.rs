@@ -23,11 +23,11 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
-use crate::support::run_within;
 use crate::support::scripts::background_spawns;
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, spawn_admitted, within,
 };
+use crate::support::{build_tree, run_within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -79,14 +79,13 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
         ]),
     );
     let model = RecordingModel::new(scripted);
-    let tree = tree(
-        model.clone(),
+    let tree = build_tree(
         catalog([
             delegator("sup", &["perm", "temp"]).with_supervision(strategy, 5, 5_000),
             leaf("perm").with_restart(RestartPolicy::Permanent),
             leaf("temp").with_restart(RestartPolicy::Temporary),
         ]),
-        TreeConfig::default(),
+        model.clone(),
     )
     .await;
     let mut events = EventProbe::new(&tree);
@@ -312,12 +311,7 @@ fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> 
 #[tokio::test(start_paused = true)]
 async fn intensity_exceeded_escalates_with_the_original_cause() {
     let model = flaky_model(true, a(2), a(3), Rerun::Same);
-    let tree = tree(
-        model.clone(),
-        flaky_catalog(RestartPolicy::Temporary),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(flaky_catalog(RestartPolicy::Temporary), model.clone()).await;
     let mut events = tree.subscribe();
     let outcome = run_within(&tree, "the boss", SpawnRequest::new("boss", "delegate")).await;
     assert_eq!(outcome.text.as_deref(), Some("boss saw it"));
@@ -394,12 +388,7 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
 /// re-runs sup's original request and spawns new children.
 async fn restarted_by_boss(rerun: Rerun) {
     let model = flaky_model(true, a(2), a(3), rerun);
-    let tree = tree(
-        model.clone(),
-        flaky_catalog(RestartPolicy::Permanent),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(flaky_catalog(RestartPolicy::Permanent), model.clone()).await;
     let mut events = EventProbe::new(&tree);
     spawn_admitted(&tree, SpawnRequest::new("boss", "delegate")).await;
     let (boss, sup) = (a(1), a(2));
@@ -625,13 +614,12 @@ async fn every_strategy_escalates_past_the_intensity() {
             ),
         );
         let model = RecordingModel::new(scripted);
-        let tree = tree(
-            model.clone(),
+        let tree = build_tree(
             catalog([
                 delegator("sup", &["perm"]).with_supervision(strategy, 1, 5_000),
                 leaf("perm").with_restart(RestartPolicy::Permanent),
             ]),
-            TreeConfig::default(),
+            model.clone(),
         )
         .await;
         let mut events = tree.subscribe();

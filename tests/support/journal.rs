@@ -22,8 +22,14 @@ impl TempDir {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.0
     }
 
     /// The path of `name` inside it.
