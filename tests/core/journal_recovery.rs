@@ -12,10 +12,13 @@ use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::support::harness::lead_and_worker;
-use crate::support::journal::{TempDir, crash_copy, records_now, stored_tree};
+use crate::support::harness::{lead_and_worker, spawn_for_id};
+use crate::support::journal::{
+    TempDir, crash, crash_copy, live_and_crashed, records_now, stored_tree,
+};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, leaf, resume_call, spawn_admitted};
+use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
+use crate::support::{catalog, leaf, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
     Tree::builder()
@@ -83,7 +86,7 @@ async fn started(events: &mut EventProbe, agents: &[AgentId]) {
 
 async fn every_status_comes_back() {
     let dir = TempDir::new("statuses");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new()
         .script(
             "done",
@@ -100,21 +103,15 @@ async fn every_status_comes_back() {
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
     tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
-    let aborted = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
-        .await
-        .id();
+    let aborted = spawn_for_id(&tree, "hung", "c").await;
     started(&mut events, &[aborted]).await;
     tree.abort(aborted).unwrap();
     events.expect_terminated(aborted).await;
-    let killed = spawn_admitted(&tree, SpawnRequest::new("hung", "d"))
-        .await
-        .id();
+    let killed = spawn_for_id(&tree, "hung", "d").await;
     started(&mut events, &[killed]).await;
     tree.kill(killed).unwrap();
     events.expect_terminated(killed).await;
-    let running = spawn_admitted(&tree, SpawnRequest::new("busy", "e"))
-        .await
-        .id();
+    let running = spawn_for_id(&tree, "busy", "e").await;
     // Background: takes the one pool slot; the next one queues behind it.
     let pooled = spawn_admitted(&tree, SpawnRequest::new("hung", "f").background())
         .await
@@ -226,34 +223,18 @@ fn a_reissued_spawn_after_recovery_on_worker_threads() {
 
 async fn reissued_spawn_after_recovery() {
     let dir = TempDir::new("reissue");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = lead_and_worker();
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
+    let before = lead_waiting_on_a_hung_worker();
     let before_log = before.call_log();
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "find it"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "find it").await;
     // The crash comes once the worker's hanging turn has begun.
     before_log.until_calls(AgentId::new(2), 1).await;
     assert_eq!(tree.snapshot().agents().count(), 2);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                // The lost turn, re-run: the same spawn at the same place.
-                Turn::spawn("worker", "dig"),
-                // The worker was interrupted: resume it where it was.
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("found it"),
-            ],
-        )
-        .script("worker", [Turn::answer("dug")]);
+    let after = lead_resuming_its_worker("found it").script("worker", [Turn::answer("dug")]);
     let log = after.call_log();
     let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
@@ -351,7 +332,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
 #[tokio::test(start_paused = true)]
 async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
     let dir = TempDir::new("task");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("writer")]);
     let tree = Tree::builder()
         .catalog(catalog.clone())
@@ -361,11 +342,8 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
         .build()
         .await
         .unwrap();
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
@@ -385,19 +363,16 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
 #[tokio::test(start_paused = true)]
 async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let dir = TempDir::new("steer");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     assert_eq!(
         tree.steer(writer, "use blue").await,
         Ok(agent_tree::SteerReceipt::Delivered)
     );
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let tree = resumed_writer_read(
         catalog.clone(),
@@ -439,12 +414,9 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
     let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     tree.steer(writer, "use blue").await.unwrap();
-    crash_copy(&tree, &live, &first).await;
-    drop(tree);
+    crash(tree, &live, &first).await;
 
     // Resumed with a prompt, and cut off again before its first turn (a start hook).
     let tree = Tree::builder()
@@ -456,8 +428,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
         .await
         .unwrap();
     tree.resume(writer, "go on").await.unwrap();
-    crash_copy(&tree, &first, &second).await;
-    drop(tree);
+    crash(tree, &first, &second).await;
 
     let tree = resumed_writer_read(
         catalog,
@@ -478,7 +449,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
 #[tokio::test(start_paused = true)]
 async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     let dir = TempDir::new("restarted");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("flaky").with_restart(RestartPolicy::Transient)]);
     let model = ScriptedModel::new().script(
         "flaky",
@@ -514,16 +485,13 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "the task"))
-        .await
-        .id();
+    let flaky = spawn_for_id(&tree, "flaky", "the task").await;
     events
         .expect_event("the restart", |e| {
             e.agent == flaky && matches!(e.kind, EventKind::Restarted { .. })
         })
         .await;
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new().script("flaky", [Turn::answer("fresh")]);
     let log = model.call_log();

@@ -13,12 +13,13 @@ use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::journal_open::open;
-use crate::support::harness::ok_tool;
-use crate::support::journal::{Recorded, TempDir, crash_copy, journaled_tree, stored_tree};
-use crate::support::races::on_worker_threads;
-use crate::support::{
-    catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted, unanswered,
+use crate::support::harness::{ok_tool, spawn_for_id};
+use crate::support::journal::{
+    Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, stored_tree,
 };
+use crate::support::races::on_worker_threads;
+use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, unanswered};
 
 /// A tree on the journal at `path`, with the user tools `read` and `write`.
 pub(crate) async fn build(
@@ -97,7 +98,7 @@ async fn recovered_after_a_graceful_shutdown() {
 #[tokio::test(start_paused = true)]
 async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     let dir = TempDir::new("final-answer");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
@@ -152,19 +153,15 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
 #[tokio::test(start_paused = true)]
 async fn a_child_resumed_after_recovery_stays_attenuated() {
     let dir = TempDir::new("attenuate");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]).with_tools(ToolSet::only(["read"])),
         leaf("worker").with_tools(ToolSet::only(["read", "write"])),
     ]);
     let config = TreeConfig::default().with_attenuated_tools(true);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
+    let before = lead_waiting_on_a_hung_worker();
     let tree = build(before.clone(), cat.clone(), &live, config.clone()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
     let user_tools = |tools: &[String]| -> Vec<String> {
@@ -175,19 +172,9 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
             .collect()
     };
     assert_eq!(user_tools(&before.log_of(worker)[0].tools), ["read"]);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "dig"),
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("done"),
-            ],
-        )
-        .script("worker", [Turn::answer("dug")]);
+    let after = lead_resuming_its_worker("done").script("worker", [Turn::answer("dug")]);
     let tree = build(after.clone(), cat, &crashed, config).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
@@ -208,20 +195,16 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
 #[tokio::test(start_paused = true)]
 async fn a_restart_after_recovery_keeps_the_inherited_context() {
     let dir = TempDir::new("inherit");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]),
         leaf("worker")
             .with_inherit_context(true)
             .with_restart(RestartPolicy::Transient),
     ]);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
+    let before = lead_waiting_on_a_hung_worker();
     let tree = build(before.clone(), cat.clone(), &live, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the secret context"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "the secret context").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
     let has_context = |messages: &[Message]| {
@@ -230,18 +213,9 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
             .any(|m| m.content.contains("the secret context"))
     };
     assert!(has_context(&before.log_of(worker)[0].messages));
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "dig"),
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("done"),
-            ],
-        )
+    let after = lead_resuming_its_worker("done")
         // The resumed run fails; the restart re-runs the request and answers.
         .script("worker", [Turn::fail("flaky"), Turn::answer("dug")]);
     let tree = build(after.clone(), cat, &crashed, TreeConfig::default()).await;
@@ -274,7 +248,7 @@ async fn a_completing_agent_keeps_its_answer_after_recovery() {
 
 async fn completing_agent_after_recovery() {
     let dir = TempDir::new("completing");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
         leaf("worker"),
@@ -290,17 +264,14 @@ async fn completing_agent_after_recovery() {
         .script("worker", [Turn::hang()]);
     let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     events
         .expect_event("the lead completing", |e| {
             e.agent == lead && e.kind == agent_tree::protocol::EventKind::Completing
         })
         .await;
     assert_eq!(tree.record(lead).unwrap().status, AgentStatus::Completing);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let tree = build(model, cat, &crashed, TreeConfig::default()).await;
     let outcome = tree.outcome(lead).unwrap();
@@ -318,7 +289,7 @@ async fn completing_agent_after_recovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
     let dir = TempDir::new("rotated");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
@@ -353,7 +324,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
 #[tokio::test(start_paused = true)]
 async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     let dir = TempDir::new("closed-call");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::calls([Call::tool(
@@ -380,8 +351,7 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     tree.abort(id).unwrap();
     assert_eq!(handle.outcome().await.status, AgentStatus::Aborted);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let after = ScriptedModel::new().script("w", [Turn::answer("resumed")]);
     let after_log = after.call_log();

@@ -9,7 +9,7 @@ use agent_tree::protocol::Role;
 use agent_tree::testkit::{ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::harness::{a, lead_and_worker};
+use crate::support::harness::{a, lead_and_worker, spawn_for_id};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
 use crate::support::scripts::{background_spawns, foreground_spawns};
@@ -186,9 +186,7 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
         },
     )
     .await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two children"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "two children").await;
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
     bounded(GUARD, "idle", tree.idle()).await;

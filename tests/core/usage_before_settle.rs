@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::JsonContent;
-use crate::support::harness::a;
+use crate::support::harness::{a, spawn_for_id};
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
@@ -456,9 +456,7 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
     );
     cell.set(&tree);
     let mut events = tree.subscribe();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     let _ = outcome(&tree, lead, REAL_GUARD).await;
     bounded(REAL_GUARD, "idle", tree.idle()).await;
     let at_idle = tree.snapshot();
@@ -542,9 +540,7 @@ async fn kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let victim = spawn_admitted(&tree, SpawnRequest::new("victim", "race"))
-            .await
-            .id();
+        let victim = spawn_for_id(&tree, "victim", "race").await;
         bounded(
             REAL_GUARD,
             "the victim's model call",

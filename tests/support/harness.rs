@@ -36,6 +36,14 @@ pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tr
         .expect("the tree builds")
 }
 
+/// Spawns `agent_type` with `prompt` on `tree` (failing the test when it is refused) and
+/// returns the new agent's id.
+pub async fn spawn_for_id(tree: &Tree, agent_type: &str, prompt: &str) -> AgentId {
+    super::spawn_admitted(tree, SpawnRequest::new(agent_type, prompt))
+        .await
+        .id()
+}
+
 /// A catalog of a `lead` that may delegate to a `worker` leaf.
 pub fn lead_and_worker() -> Catalog {
     super::catalog([super::delegator("lead", &["worker"]), super::leaf("worker")])

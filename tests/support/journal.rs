@@ -51,6 +51,18 @@ pub async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
     std::fs::copy(from, to).unwrap();
 }
 
+/// The paths of a live journal in `dir` and of the copy a crash leaves ([`crash`]).
+pub fn live_and_crashed(dir: &TempDir) -> (PathBuf, PathBuf) {
+    (dir.file("live.journal"), dir.file("crashed.journal"))
+}
+
+/// Crashes `tree`: its journal at `live` is copied to `to` as a kill right now would leave it
+/// ([`crash_copy`]), then the tree is dropped without a shutdown.
+pub async fn crash(tree: Tree, live: &Path, to: &Path) {
+    crash_copy(&tree, live, to).await;
+    drop(tree);
+}
+
 /// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
 /// (and recovering from what its file already holds).
 pub async fn journaled_tree(model: impl Model, catalog: Catalog, journal: JournalConfig) -> Tree {

@@ -1,9 +1,10 @@
-//! Turns of the scripted model that many tests write the same way: one model message that
-//! spawns several children, all in the background or all in the foreground.
+//! Turns and scripts of the scripted model that many tests write the same way: one model
+//! message that spawns several children, all in the background or all in the foreground;
+//! and the lead and worker of the recovery tests, before and after the crash.
 
 #![allow(dead_code, unreachable_pub)]
 
-use agent_tree::testkit::{Call, Turn};
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 /// A turn whose one message spawns each `(agent type, prompt)` of `children` in the
 /// background, in order (the ids come back at once).
@@ -22,5 +23,27 @@ pub fn foreground_spawns<'a>(children: impl IntoIterator<Item = (&'a str, &'a st
         children
             .into_iter()
             .map(|(agent_type, prompt)| Call::spawn(agent_type, prompt)),
+    )
+}
+
+/// Before a crash: a `lead` that spawns a `worker` ("dig") in the foreground, and a worker
+/// whose turn hangs (the crash comes while it runs).
+pub fn lead_waiting_on_a_hung_worker() -> ScriptedModel {
+    ScriptedModel::new()
+        .script("lead", [Turn::spawn("worker", "dig")])
+        .script("worker", [Turn::hang()])
+}
+
+/// After that crash, the `lead` only: its lost turn re-run (the same spawn at the same place,
+/// which gets the existing worker `a2`), then it resumes that interrupted worker where it was,
+/// then answers `answer`.
+pub fn lead_resuming_its_worker(answer: &str) -> ScriptedModel {
+    ScriptedModel::new().script(
+        "lead",
+        [
+            Turn::spawn("worker", "dig"),
+            Turn::calls([super::resume_call("a2", "")]),
+            Turn::answer(answer),
+        ],
     )
 }
