@@ -12,7 +12,7 @@ use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::support::harness::{lead_and_worker, spawn_for_id};
+use crate::support::harness::{builder, lead_and_worker, spawn_for_id};
 use crate::support::journal::{
     TempDir, crash, crash_copy, live_and_crashed, records_now, stored_tree,
 };
@@ -21,10 +21,7 @@ use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_w
 use crate::support::{catalog, leaf, spawn_admitted};
 
 async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
+    builder(model, catalog, config)
         .journal(JournalConfig::new(path))
         .build()
         .await

@@ -9,7 +9,10 @@ use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
 use crate::support::harness::lead_and_worker;
-use crate::support::journal::{TempDir, journaled_tree, records_now, stored_tree};
+use crate::support::journal::{
+    TempDir, answering_twice, assert_resumed_on_its_whole_conversation, journaled_tree,
+    records_now, stored_tree,
+};
 use crate::support::{catalog, leaf, run_admitted, spawn_admitted};
 
 fn team() -> (ScriptedModel, Catalog) {
@@ -306,23 +309,13 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
 async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
     let dir = TempDir::new("retention");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script(
-        "w",
-        [Turn::answer("first answer"), Turn::answer("second answer")],
-    );
+    let model = answering_twice();
     let log = model.call_log();
     let journal = JournalConfig::new(&path).retain_conversations(false);
     let tree = journaled_tree(model, catalog([leaf("w")]), journal).await;
     let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(first.text.as_deref(), Some("first answer"));
-    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
-    assert_eq!(
-        resumed.outcome().await.text.as_deref(),
-        Some("second answer")
-    );
-    let second = &log.of(AgentId::new(1))[1];
-    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
-    assert_eq!(texts, ["go", "first answer", "follow up"]);
+    assert_resumed_on_its_whole_conversation(&tree, &log).await;
     tree.shutdown().await;
 }
 

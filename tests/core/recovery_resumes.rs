@@ -13,7 +13,7 @@ use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::journal_open::open;
-use crate::support::harness::{ok_tool, spawn_for_id};
+use crate::support::harness::{builder, spawn_for_id, with_ok_tools};
 use crate::support::journal::{
     Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, stored_tree,
 };
@@ -28,13 +28,7 @@ pub(crate) async fn build(
     path: &Path,
     config: TreeConfig,
 ) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
-        .tool(ok_tool("read"))
-        .and_then(|b| b.tool(ok_tool("write")))
-        .expect("tool names are free")
+    with_ok_tools(builder(model, catalog, config), &["read", "write"])
         .journal(JournalConfig::new(path))
         .build()
         .await

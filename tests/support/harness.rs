@@ -25,12 +25,26 @@ pub fn a(n: u64) -> AgentId {
     AgentId::new(n)
 }
 
+/// The builder of a tree of `model`, `catalog` and `config`, for a test that adds tools,
+/// hooks or a journal before it builds.
+pub fn builder(model: impl Model, catalog: Catalog, config: TreeConfig) -> agent_tree::TreeBuilder {
+    Tree::builder().config(config).catalog(catalog).model(model)
+}
+
+/// `builder` holding, besides, an [`ok_tool`] of each of `names`.
+pub fn with_ok_tools(
+    mut builder: agent_tree::TreeBuilder,
+    names: &[&'static str],
+) -> agent_tree::TreeBuilder {
+    for &name in names {
+        builder = builder.tool(ok_tool(name)).expect("tool names are free");
+    }
+    builder
+}
+
 /// Builds a tree with `model`, `catalog` and `config`, and no user tools.
 pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
+    builder(model, catalog, config)
         .build()
         .await
         .expect("the tree builds")
@@ -65,14 +79,8 @@ pub fn ok_tool(
 
 /// Builds a tree with the user tools `read`, `write` and `bash`.
 pub async fn tree_with_tools(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
-        .tool(ok_tool("read"))
-        .and_then(|b| b.tool(ok_tool("write")))
-        .and_then(|b| b.tool(ok_tool("bash")))
-        .expect("tool names are free")
+    let builder = builder(model, catalog, config);
+    with_ok_tools(builder, &["read", "write", "bash"])
         .build()
         .await
         .expect("the tree builds")

@@ -101,6 +101,38 @@ pub fn records_now(tree: &Tree) -> Vec<agent_tree::protocol::AgentRecord> {
         .collect()
 }
 
+/// The model of a `w` that answers "first answer", then (resumed) "second answer".
+pub fn answering_twice() -> agent_tree::testkit::ScriptedModel {
+    agent_tree::testkit::ScriptedModel::new().script(
+        "w",
+        [
+            agent_tree::testkit::Turn::answer("first answer"),
+            agent_tree::testkit::Turn::answer("second answer"),
+        ],
+    )
+}
+
+/// Resumes `a1` (a `w` of [`answering_twice`] that ran "go" and settled) with "follow up",
+/// and asserts that the resumed run answers "second answer" having read its whole
+/// conversation (`log` is the model's call log).
+pub async fn assert_resumed_on_its_whole_conversation(
+    tree: &Tree,
+    log: &agent_tree::testkit::CallLog,
+) {
+    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
+    assert_eq!(
+        resumed.outcome().await.text.as_deref(),
+        Some("second answer")
+    );
+    let second = &log.of(AgentId::new(1))[1];
+    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["go", "first answer", "follow up"],
+        "the resumed run lost its conversation"
+    );
+}
+
 /// A journal store in memory that knows, as the writer appends and syncs, which events it
 /// holds: the last event appended, the last synced, and each agent's latest terminal event.
 /// `sync_delay` makes every sync take that long (a slow disk), on the writer's thread.
