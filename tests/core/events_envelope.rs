@@ -13,6 +13,7 @@ use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
+use crate::support::harness::tree_with_tool;
 use crate::support::{build_tree, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
@@ -59,8 +60,8 @@ fn scripted() -> ScriptedModel {
 
 #[tokio::test(start_paused = true)]
 async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = tree_with_tool(
+        catalog([
             delegator("lead", &["sleeper", "mid", "failer"]),
             delegator("mid", &["worker"]),
             leaf("worker"),
@@ -68,13 +69,11 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
             leaf("sleeper"),
             leaf("steerable"),
             leaf("hanger"),
-        ]))
-        .model(scripted())
-        .tool(crate::support::noop_tool())
-        .expect("tool name is free")
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        scripted(),
+        crate::support::noop_tool(),
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::TreeSnapshot;
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
-use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::{JsonContent, build_tree};
@@ -51,14 +49,8 @@ fn scripted() -> ScriptedModel {
 #[tokio::test(start_paused = true)]
 async fn owner_keeps_running_after_children_exit() {
     let probe = TreeCell::new();
-    let at_turn: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
-    let (hook_probe, hook_log) = (probe.clone(), at_turn.clone());
-    let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type() == "lead" {
-            hook_log.lock().push((request.turn, hook_probe.snapshot()));
-        }
-        None
-    });
+    // (turn, snapshot at the lead's model call)
+    let (model, at_turn) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
     let tree = Arc::new(
         build_tree(
             catalog([

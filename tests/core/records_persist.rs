@@ -15,7 +15,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::harness::spawn_for_id;
+use crate::support::harness::{spawn_for_id, tree_with_tool};
 use crate::support::{TreeCell, catalog, delegator, leaf, record, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
@@ -165,20 +165,18 @@ async fn records_survive_other_branches_starting_and_finishing() {
         async { Ok("snapped".to_owned()) }
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+        tree_with_tool(
+            catalog([
                 delegator("branch", &["worker", "sub"]),
                 delegator("sub", &["worker"]),
                 delegator("holder", &["sleeper"]),
                 leaf("worker"),
                 leaf("sleeper"),
-            ]))
-            .model(scripted())
-            .tool(snap)
-            .expect("tool name is free")
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            scripted(),
+            snap,
+        )
+        .await,
     );
     probe.set(&tree);
     let mut events = tree.subscribe();

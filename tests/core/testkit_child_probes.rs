@@ -3,12 +3,11 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Strategy, ToolCall};
-use agent_tree::testkit::{
-    self, Call, OwnerProbe, ScriptedModel, Target, Turn, pair, probe_children,
-};
+use agent_tree::testkit::{self, Call, ScriptedModel, Target, Turn, pair, probe_children};
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
+use crate::support::harness::owned_tree;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
@@ -76,10 +75,7 @@ async fn a_failing_searcher_is_an_error_result_for_the_lead() {
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("temporary")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("temporary"), model).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
 
     let searcher = children.expect_spawn().await;
@@ -127,10 +123,7 @@ async fn a_transient_searcher_is_restarted_under_the_probe() {
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("transient")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("transient"), model).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
 
     let first = children.expect_spawn().await;

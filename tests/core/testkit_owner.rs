@@ -10,6 +10,7 @@ use agent_tree::testkit::{
     self, Call, Fish, OwnerMessage, OwnerProbe, ScriptedModel, Target, Turn, probe_children,
 };
 
+use crate::support::harness::owned_tree;
 use crate::support::races::on_worker_threads;
 use crate::support::scripts::background_spawns;
 use crate::support::{build_tree, catalog, delegator, leaf};
@@ -96,9 +97,7 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
         delegator("mid", &["leaf"]),
         leaf("leaf"),
     ]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "go")).await;
     assert_eq!(owner.expect_usage().await, (lead, Usage::tokens(1, 1)));
     // Two levels down, still billed up the lead's edge.
@@ -127,9 +126,7 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     );
     let log = script.call_log();
     let catalog = catalog([leaf("w").with_restart(RestartPolicy::Transient)]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     let outcome = owner
         .fish("the end", |message| match message {
@@ -166,10 +163,7 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
 async fn a_failed_owner_expectation_lists_what_came() {
     let script =
         ScriptedModel::new().script("w", [Turn::answer("done").usage(Usage::tokens(10, 2))]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(catalog([leaf("w")]), script).await;
     owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     owner.expect_question().await;
 }
@@ -189,9 +183,7 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
     );
     let (model, mut checkers) = probe_children(script, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, model).await;
     owner.spawn(&tree, SpawnRequest::new("lead", "go")).await;
 
     let one = checkers.expect_spawn().await;

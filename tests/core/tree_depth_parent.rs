@@ -12,6 +12,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::harness::tree_with_tool;
 use crate::support::{RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn model() -> ScriptedModel {
@@ -75,19 +76,17 @@ async fn depth_parent_and_root_are_right_at_every_level() {
         }
     });
     let model = RecordingModel::new(model());
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = tree_with_tool(
+        catalog([
             delegator("top", &["mid"]),
             delegator("mid", &["low"]),
             delegator("low", &["leaf"]),
             leaf("leaf"),
-        ]))
-        .model(model.clone())
-        .tool(whereami)
-        .expect("tool name is free")
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+        whereami,
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut first = spawn_admitted(&tree, SpawnRequest::new("top", "branch one")).await;

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::JsonContent;
-use crate::support::harness::{a, spawn_for_id};
+use crate::support::harness::{a, spawn_for_id, tree_with_tool};
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
 use crate::support::{
@@ -87,29 +87,20 @@ fn scripted() -> ScriptedModel {
 async fn usage_is_in_before_the_owner_hears_of_the_end() {
     let probe = TreeCell::new();
     // (turn, snapshot at the lead's model call)
-    let lead_turns: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
-    let (hook_probe, hook_log) = (probe.clone(), lead_turns.clone());
-    let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type() == "lead" {
-            hook_log.lock().push((request.turn, hook_probe.snapshot()));
-        }
-        None
-    });
+    let (model, lead_turns) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+        tree_with_tool(
+            catalog([
                 delegator("lead", &["bg", "fg", "quick"]),
                 delegator("fg", &["gc"]),
                 leaf("bg"),
                 leaf("gc"),
                 leaf("quick"),
-            ]))
-            .model(model.clone())
-            .tool(crate::support::noop_tool())
-            .expect("tool name is free")
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            model.clone(),
+            crate::support::noop_tool(),
+        )
+        .await,
     );
     probe.set(&tree);
     let mut events = tree.subscribe();

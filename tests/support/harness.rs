@@ -50,6 +50,17 @@ pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tr
         .expect("the tree builds")
 }
 
+/// A tree of `catalog` on `model` built under an owner probe: the test is the owner of its
+/// top-level agents.
+pub async fn owned_tree(
+    catalog: Catalog,
+    model: impl Model,
+) -> (Tree, agent_tree::testkit::OwnerProbe) {
+    agent_tree::testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
+        .await
+        .expect("the tree builds")
+}
+
 /// Spawns `agent_type` with `prompt` on `tree` (failing the test when it is refused) and
 /// returns the new agent's id.
 pub async fn spawn_for_id(tree: &Tree, agent_type: &str, prompt: &str) -> AgentId {
@@ -75,6 +86,23 @@ pub fn ok_tool(
     FnTool::new(name, format!("the {name} tool"), move |_, _| {
         std::future::ready(Ok(format!("{name}: ok")))
     })
+}
+
+/// A tree of `catalog` on `model` with the default configuration and the one user tool
+/// `tool`.
+pub async fn tree_with_tool(
+    catalog: Catalog,
+    model: impl Model,
+    tool: impl agent_tree::Tool,
+) -> Tree {
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .tool(tool)
+        .expect("the tool name is free")
+        .build()
+        .await
+        .expect("the tree builds")
 }
 
 /// Builds a tree with the user tools `read`, `write` and `bash`.

@@ -62,6 +62,24 @@ impl RecordingModel {
         self
     }
 
+    /// Records, at each model call of an agent of `agent_type`, its turn and a snapshot of the
+    /// tree in `cell`, into the list returned beside the model (it replaces any hook).
+    pub(crate) fn snapshotting(
+        self,
+        agent_type: &'static str,
+        cell: &TreeCell,
+    ) -> (Self, Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>>) {
+        let snapshots: Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
+        let (cell, log) = (cell.clone(), snapshots.clone());
+        let model = self.with_hook(move |request| {
+            if request.agent_type() == agent_type {
+                log.lock().push((request.turn, cell.snapshot()));
+            }
+            None
+        });
+        (model, snapshots)
+    }
+
     /// Gives every scripted tool-calling turn without text the text `"<agent> turn <n>"`.
     pub(crate) fn narrated(mut self) -> Self {
         self.narrate = true;
