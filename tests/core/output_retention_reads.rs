@@ -15,7 +15,7 @@ use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse,
 use crate::journal_steps::{bounded, run_go};
 use crate::support::harness::lead_and_worker;
 use crate::support::journal::{TempDir, journaled_tree};
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{catalog, delegator, leaf, read_result_call};
 
 /// `tag:` followed by `bytes` bytes of report.
@@ -322,10 +322,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
                 Turn::answer("top done"),
             ],
         )
-        .script(
-            "mid",
-            [Turn::spawn("leafy", "work"), Turn::answer("mid done")],
-        )
+        .script("mid", delegates("leafy", "work", "mid done"))
         .script("leafy", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()

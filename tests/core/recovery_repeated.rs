@@ -13,7 +13,7 @@ use agent_tree::{JournalConfig, read_journal};
 use crate::recovery_resumes::build;
 use crate::support::harness::{lead_and_worker, spawn_for_id};
 use crate::support::journal::{TempDir, crash, journaled_tree, live_and_crashed};
-use crate::support::scripts::lead_waiting_on_a_hung_worker;
+use crate::support::scripts::{delegates, lead_waiting_on_a_hung_worker};
 use crate::support::{catalog, leaf, run_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
@@ -129,7 +129,7 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     );
 
     let after = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+        .script("lead", delegates("worker", "dig", "done"))
         .script("worker", [Turn::answer("dug")]);
     let tree = build(after, cat, &crashed, TreeConfig::default()).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);

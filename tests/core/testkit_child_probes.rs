@@ -3,11 +3,12 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Strategy, ToolCall};
-use agent_tree::testkit::{self, Call, ScriptedModel, Target, Turn, pair, probe_children};
+use agent_tree::testkit::{self, Call, ScriptedModel, Target, pair, probe_children};
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::harness::owned_tree;
+use crate::support::scripts::delegates;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
@@ -16,13 +17,8 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 // regression: `prompt()` once returned the conversation's first user message.
 #[tokio::test(start_paused = true)]
 async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
-    let lead = ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("checker", "the child's task"),
-            Turn::answer("done"),
-        ],
-    );
+    let lead =
+        ScriptedModel::new().script("lead", delegates("checker", "the child's task", "done"));
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([
         delegator("lead", &["checker"]),
@@ -46,8 +42,7 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start")]
 async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
-    let lead =
-        ScriptedModel::new().script("lead", [Turn::spawn("checker", "c"), Turn::answer("done")]);
+    let lead = ScriptedModel::new().script("lead", delegates("checker", "c", "done"));
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
     let tree = build_tree(catalog, model).await;
@@ -68,10 +63,11 @@ async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
 async fn a_failing_searcher_is_an_error_result_for_the_lead() {
     let script = ScriptedModel::new().script(
         "lead",
-        [
-            Turn::spawn("searcher", "find papers on X"),
-            Turn::answer("no sources: the search failed"),
-        ],
+        delegates(
+            "searcher",
+            "find papers on X",
+            "no sources: the search failed",
+        ),
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
@@ -114,13 +110,8 @@ async fn a_failing_searcher_is_an_error_result_for_the_lead() {
 /// foreground `Agent` call gets the second run's result.
 #[tokio::test(start_paused = true)]
 async fn a_transient_searcher_is_restarted_under_the_probe() {
-    let script = ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("searcher", "find papers on X"),
-            Turn::answer("done"),
-        ],
-    );
+    let script =
+        ScriptedModel::new().script("lead", delegates("searcher", "find papers on X", "done"));
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher"]);
     let (tree, mut owner) = owned_tree(team("transient"), model).await;
@@ -145,10 +136,7 @@ async fn a_transient_searcher_is_restarted_under_the_probe() {
 /// spawn (`expect_spawn` would refuse it).
 #[tokio::test(start_paused = true)]
 async fn a_transient_child_error_is_retried_as_a_turn_not_a_spawn() {
-    let script = ScriptedModel::new().script(
-        "lead",
-        [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-    );
+    let script = ScriptedModel::new().script("lead", delegates("searcher", "find X", "led"));
     let (model, mut children) = probe_children(script, ["searcher"]);
     let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
@@ -237,10 +225,7 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
 /// its restarted first turn through `expect_spawn` (incarnation 2), with the same prompt.
 #[tokio::test(start_paused = true)]
 async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_run() {
-    let lead = ScriptedModel::new().script(
-        "triage",
-        [Turn::spawn("tech", "fix login"), Turn::answer("fixed")],
-    );
+    let lead = ScriptedModel::new().script("triage", delegates("tech", "fix login", "fixed"));
     let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
     let catalog = catalog([
         AgentDefinition::new("triage", "")

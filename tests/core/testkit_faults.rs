@@ -20,6 +20,7 @@ use crate::support::build_tree;
 use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
+use crate::support::scripts::delegates;
 
 fn w_and_v() -> Catalog {
     catalog([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")])
@@ -137,10 +138,7 @@ async fn tools_and_hooks_fail_by_plan() {
 /// kill is a crash, so the supervisor restarts it and the second run completes.
 async fn killed_in_its_first_run_and_restarted() {
     let model = ScriptedModel::new()
-        .script(
-            "sup",
-            [Turn::spawn("w", "work"), Turn::answer("supervised")],
-        )
+        .script("sup", delegates("w", "work", "supervised"))
         .script(
             "w",
             [
@@ -279,7 +277,7 @@ async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
 #[tokio::test(start_paused = true)]
 async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let scripted = ScriptedModel::new()
-        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("sup", delegates("worker", "w", "done"))
         .script("worker", [Turn::answer("ok").after(Duration::from_secs(1))]);
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
@@ -303,7 +301,7 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
 /// A transient worker under a supervisor: its first run hangs, its second answers.
 async fn hanging_worker_tree() -> Tree {
     let model = ScriptedModel::new()
-        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("sup", delegates("worker", "w", "done"))
         .script("worker", [Turn::hang(), Turn::answer("ok")]);
     build_tree(supervised(3, 5_000), model).await
 }

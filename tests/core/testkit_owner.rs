@@ -12,7 +12,7 @@ use agent_tree::testkit::{
 
 use crate::support::harness::owned_tree;
 use crate::support::races::on_worker_threads;
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{build_tree, catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
@@ -89,7 +89,7 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
                 Turn::answer("refused, so done"),
             ],
         )
-        .script("mid", [Turn::spawn("leaf", "l"), Turn::answer("m")])
+        .script("mid", delegates("leaf", "l", "m"))
         .script("leaf", [Turn::answer("l").usage(Usage::tokens(7, 3))]);
     let log = script.call_log();
     let catalog = catalog([

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::harness::tree_with_tool;
+use crate::support::scripts::delegates;
 use crate::support::{RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn model() -> ScriptedModel {
@@ -28,10 +29,7 @@ fn model() -> ScriptedModel {
                 Turn::answer("top done"),
             ],
         )
-        .script(
-            "mid",
-            [Turn::spawn("low", "go lower"), Turn::answer("mid done")],
-        )
+        .script("mid", delegates("low", "go lower", "mid done"))
         .script(
             "low",
             [

@@ -21,6 +21,7 @@ use crate::support::JsonContent;
 use crate::support::harness::{a, spawn_for_id, tree_with_tool};
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
+use crate::support::scripts::delegates;
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
     spawn_admitted, terminal_event, within,
@@ -245,13 +246,9 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     let (told_tx, told_rx) = tokio::sync::oneshot::channel::<TreeSnapshot>();
     let told_tx = Mutex::new(Some(told_tx));
     let hook_probe = probe.clone();
-    let recording = RecordingModel::new(ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("victim", "take a while"),
-            Turn::answer("lead done"),
-        ],
-    ))
+    let recording = RecordingModel::new(
+        ScriptedModel::new().script("lead", delegates("victim", "take a while", "lead done")),
+    )
     .with_hook(move |request| {
         if request.agent_type() == "lead" && request.turn == 2 {
             if let Some(tx) = told_tx.lock().take() {

@@ -8,6 +8,7 @@
 //! the tool results it received when it tried to spawn anyway.
 
 use crate::support::harness::{a, results, tools, tree, tree_with_tools};
+use crate::support::scripts::delegates;
 use crate::support::{build_tree, catalog};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
@@ -22,7 +23,7 @@ fn has_orchestration(offered: &[String]) -> Vec<&'static str> {
 
 /// A type that tries to spawn a `leaf` child, then answers.
 fn tries_to_spawn() -> Script {
-    Script::new([Turn::spawn("leaf", "go"), Turn::answer("done")])
+    Script::new(delegates("leaf", "go", "done"))
 }
 
 fn model(types: &[&str]) -> ScriptedModel {
@@ -60,10 +61,7 @@ async fn none_at_the_depth_cap() {
     // max_depth 2: the top-level delegator (depth 1) may delegate; its delegating child at
     // depth 2 sits at the cap and gets none of the tools, and its attempt is refused.
     let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("boss", "one level down"), Turn::answer("done")],
-        )
+        .script("boss", delegates("boss", "one level down", "done"))
         .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
@@ -193,10 +191,7 @@ async fn allowed_subagents_is_not_inherited_by_children() {
     // boss (allowed: all) → plain (no allowed_subagents of its own): plain cannot spawn,
     // although its owner could and the depth cap is far.
     let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("plain", "delegate"), Turn::answer("done")],
-        )
+        .script("boss", delegates("plain", "delegate", "done"))
         .script("plain", tries_to_spawn())
         .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([

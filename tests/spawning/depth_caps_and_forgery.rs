@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
 use crate::support::run_admitted;
+use crate::support::scripts::delegates;
 use crate::support::spawn_admitted;
 use crate::support::{RecordingModel, build_tree};
 use agent_tree::DEFAULT_MAX_DEPTH;
@@ -21,10 +22,7 @@ const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 
 /// `link` spawns another `link` in the foreground, then answers.
 fn chain_model() -> ScriptedModel {
-    ScriptedModel::new().script(
-        "link",
-        [Turn::spawn("link", "one level down"), Turn::answer("done")],
-    )
+    ScriptedModel::new().script("link", delegates("link", "one level down", "done"))
 }
 
 fn link(prompt: &str) -> AgentDefinition {

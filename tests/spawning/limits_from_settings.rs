@@ -13,6 +13,7 @@ use crate::support::harness::{a, idle, outcome_of, results, tree};
 use crate::support::journal::TempDir;
 use crate::support::resume_call;
 use crate::support::run_admitted;
+use crate::support::scripts::delegates;
 use crate::support::{RecordingModel, build_tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
@@ -175,15 +176,9 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
     // depth 3 (20).
     let model = ScriptedModel::new()
         .script("spinner", never_answers())
-        .script(
-            "boss",
-            [Turn::spawn("spinner", "spin"), Turn::answer("boss done")],
-        )
-        .script(
-            "mid",
-            [Turn::spawn("spinner", "spin"), Turn::answer("mid done")],
-        )
-        .script("top", [Turn::spawn("mid", "go"), Turn::answer("top done")]);
+        .script("boss", delegates("spinner", "spin", "boss done"))
+        .script("mid", delegates("spinner", "spin", "mid done"))
+        .script("top", delegates("mid", "go", "top done"));
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
     let catalog = catalog([
@@ -221,14 +216,8 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
 #[tokio::test(start_paused = true)]
 async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("heir", "inherit me"), Turn::answer("boss done")],
-        )
-        .script(
-            "heir",
-            [Turn::spawn("heir", "deeper"), Turn::answer("heir done")],
-        );
+        .script("boss", delegates("heir", "inherit me", "boss done"))
+        .script("heir", delegates("heir", "deeper", "heir done"));
     let model = RecordingModel::new(scripted);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),

@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, spawn_admitted, within,
 };
@@ -275,10 +275,7 @@ enum Rerun {
 /// 100 ms. sup's script is set per agent (`sup`).
 fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> RecordingModel {
     let boss = if boss_waits {
-        Script::new([
-            Turn::spawn("sup", "supervise flaky"),
-            Turn::answer("boss saw it"),
-        ])
+        Script::new(delegates("sup", "supervise flaky", "boss saw it"))
     } else {
         Script::new([Turn::answer("unused")])
     };

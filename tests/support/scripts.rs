@@ -47,3 +47,9 @@ pub fn lead_resuming_its_worker(answer: &str) -> ScriptedModel {
         ],
     )
 }
+
+/// A script that spawns `agent_type` with `prompt` in the foreground, then (its result read)
+/// answers `answer`.
+pub fn delegates(agent_type: &str, prompt: &str, answer: &str) -> [Turn; 2] {
+    [Turn::spawn(agent_type, prompt), Turn::answer(answer)]
+}
