@@ -7,7 +7,7 @@
 //! Every verdict is read from what the agent was offered (the scripted model's log) and from
 //! the tool results it received when it tried to spawn anyway.
 
-use crate::support::harness::{a, results, tools, tree, tree_with_tools};
+use crate::support::harness::{a, depth_capped_tree, results, tools, tree_with_tools};
 use crate::support::scripts::delegates;
 use crate::support::{build_tree, catalog};
 use agent_tree::prelude::*;
@@ -67,12 +67,7 @@ async fn none_at_the_depth_cap() {
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(2),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 2).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     assert_eq!(tree.record(a(2)).unwrap().depth, 2);

@@ -8,7 +8,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::catalog;
-use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
+use crate::support::harness::{a, depth_capped_tree, idle, outcome_of, results, started, tools};
 use crate::support::run_admitted;
 use crate::support::scripts::delegates;
 use crate::support::spawn_admitted;
@@ -65,12 +65,7 @@ async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     for cap in [0, 1] {
         let model = chain_model();
         let catalog = catalog([link("")]);
-        let tree = tree(
-            model.clone(),
-            catalog,
-            TreeConfig::default().with_max_depth(cap),
-        )
-        .await;
+        let tree = depth_capped_tree(model.clone(), catalog, cap).await;
         let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
         assert!(outcome.is_completed(), "cap {cap}: {}", outcome.summary());
         assert_eq!(tree.record(a(1)).unwrap().depth, 1);
@@ -190,12 +185,7 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
         AgentDefinition::new("sub", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(2),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 2).await;
     let mut top = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let outcome = tokio::time::timeout(crate::support::harness::GUARD, top.outcome())
         .await

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::catalog;
-use crate::support::harness::{a, idle, outcome_of, results, tree};
+use crate::support::harness::{a, depth_capped_tree, idle, outcome_of, results, tree};
 use crate::support::journal::TempDir;
 use crate::support::resume_call;
 use crate::support::run_admitted;
@@ -225,12 +225,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
             .with_allowed_subagents(SubagentAllowance::All)
             .with_inherit_context(true),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(3),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 3).await;
     let mut events = tree.subscribe();
     let outcome = run_admitted(&tree, SpawnRequest::new("boss", "the boss's secret plan")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());

@@ -22,6 +22,12 @@ fn workers() -> Catalog {
     ])
 }
 
+/// A tree of [`workers`] on a clone of `model`, with `slots` pool slots.
+async fn pool_of(slots: usize, model: &ScriptedModel) -> Tree {
+    let config = TreeConfig::default().with_max_concurrent(slots);
+    tree(model.clone(), workers(), config).await
+}
+
 fn is_started(e: &Event) -> bool {
     matches!(e.kind, EventKind::Started { .. })
 }
@@ -40,12 +46,7 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     for n in 3..=6 {
         model.script_agent(a(n), work(10));
     }
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(2),
-    )
-    .await;
+    let tree = pool_of(2, &model).await;
     let mut events = tree.subscribe();
     for n in 1..=6u64 {
         let handle = spawn_admitted(
@@ -97,12 +98,7 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
 #[tokio::test(start_paused = true)]
 async fn raising_the_limit_drains_the_queue() {
     let model = ScriptedModel::new().script("worker", [Turn::hang()]);
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+    let tree = pool_of(1, &model).await;
     let mut events = EventProbe::new(&tree);
     for n in 1..=4 {
         spawn_admitted(
@@ -134,12 +130,7 @@ async fn an_aborted_queued_agent_never_starts() {
     let model = ScriptedModel::new()
         .script("worker", [Turn::answer("done")])
         .script("boss", [Turn::hang()]);
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+    let tree = pool_of(1, &model).await;
     let mut events = EventProbe::new(&tree);
     let blocker = spawn_admitted(
         &tree,
@@ -199,12 +190,7 @@ async fn nested_children_bypass_a_full_pool() {
             "worker",
             [Turn::answer("worked").after(Duration::from_millis(5))],
         );
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+    let tree = pool_of(1, &model).await;
     let mut events = tree.subscribe();
     let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "delegate").background()).await;
     let waiting = spawn_admitted(

@@ -42,6 +42,17 @@ pub fn with_ok_tools(
     builder
 }
 
+/// A tree of `catalog` on `model` whose agents nest at most `max_depth` deep (the default
+/// configuration otherwise).
+pub async fn depth_capped_tree(model: impl Model, catalog: Catalog, max_depth: u32) -> Tree {
+    tree(
+        model,
+        catalog,
+        TreeConfig::default().with_max_depth(max_depth),
+    )
+    .await
+}
+
 /// Builds a tree with `model`, `catalog` and `config`, and no user tools.
 pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
     builder(model, catalog, config)
