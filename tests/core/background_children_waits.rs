@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::build_tree;
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{answers_after, background_spawns};
 use crate::support::spawn_admitted;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
@@ -202,7 +202,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         )
         .script(
             "billing",
-            [Turn::answer("refund issued").after(Duration::from_secs(5))],
+            answers_after("refund issued", Duration::from_secs(5)),
         )
         .script(
             "tech",

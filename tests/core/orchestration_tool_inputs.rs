@@ -11,6 +11,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::{GUARD, a, lead_and_worker, results, tree};
+use crate::support::scripts::answers_after;
 use crate::support::{
     build_tree, catalog, delegator, delegator_of_all, leaf, read_result_call, resume_call,
 };
@@ -128,11 +129,11 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
         )
         .script(
             "other",
-            [Turn::answer("other done").after(Duration::from_millis(50))],
+            answers_after("other done", Duration::from_millis(50)),
         )
         .script(
             "worker",
-            [Turn::answer("worker done").after(Duration::from_millis(100))],
+            answers_after("worker done", Duration::from_millis(100)),
         );
     let tree = tree(
         model.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::build_tree;
 use crate::support::catalog;
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{answers_after, background_spawns};
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
@@ -37,10 +37,7 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
                 Turn::answer("done"),
             ],
         )
-        .script(
-            "worker",
-            [Turn::answer("ok").after(Duration::from_secs(10))],
-        );
+        .script("worker", answers_after("ok", Duration::from_secs(10)));
     let tree = tree(&model).await;
     let mut events = tree.subscribe();
     let started = tokio::time::Instant::now();
@@ -151,7 +148,7 @@ async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
         .script("first", [Turn::answer("first child")])
         .script(
             "second",
-            [Turn::answer("second child").after(Duration::from_secs(1))],
+            answers_after("second child", Duration::from_secs(1)),
         );
     let log = model.call_log();
     let tree = build_tree(

@@ -20,7 +20,7 @@ use crate::support::build_tree;
 use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
-use crate::support::scripts::delegates;
+use crate::support::scripts::{answers_after, delegates};
 
 fn w_and_v() -> Catalog {
     catalog([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")])
@@ -278,7 +278,7 @@ async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
 async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let scripted = ScriptedModel::new()
         .script("sup", delegates("worker", "w", "done"))
-        .script("worker", [Turn::answer("ok").after(Duration::from_secs(1))]);
+        .script("worker", answers_after("ok", Duration::from_secs(1)));
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")

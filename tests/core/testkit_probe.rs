@@ -9,16 +9,13 @@ use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{EventProbe, FaultyModel, ScriptedModel, Turn};
 
 use crate::support::lifetimes::supervised;
-use crate::support::scripts::delegates;
+use crate::support::scripts::{answers_after, delegates};
 use crate::support::{build_tree, catalog, leaf};
 
 async fn tree() -> Tree {
     let model = ScriptedModel::new()
         .script("lead", delegates("worker", "w", "led"))
-        .script(
-            "worker",
-            [Turn::answer("worked").after(Duration::from_secs(2))],
-        );
+        .script("worker", answers_after("worked", Duration::from_secs(2)));
     let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),

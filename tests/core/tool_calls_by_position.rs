@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::support::harness::{a, lead_and_worker, spawn_for_id};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
-use crate::support::scripts::{background_spawns, foreground_spawns};
+use crate::support::scripts::{answers_after, background_spawns, foreground_spawns};
 use crate::support::{RecordingModel, build_tree};
 use crate::support::{catalog, leaf, spawn_admitted};
 
@@ -114,7 +114,7 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
                     Turn::answer("lead done"),
                 ],
             )
-            .script("worker", [Turn::answer("worker done").after(ms(10))]),
+            .script("worker", answers_after("worker done", ms(10))),
     );
     let tree = build_tree(
         lead_and_worker(),

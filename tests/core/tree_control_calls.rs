@@ -13,6 +13,7 @@ use agent_tree::protocol::WaitPolicy;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::harness::{GUARD, a, tree};
+use crate::support::scripts::answers_after;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Nothing a user sets may panic: a shutdown grace of `Duration::MAX` (a "wait as long as it
@@ -49,7 +50,7 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
         )
         .script(
             "bystander",
-            [Turn::answer("still here").after(Duration::from_secs(5))],
+            answers_after("still here", Duration::from_secs(5)),
         )
         .script("later", [Turn::answer("later done")]);
     let tree = build_tree(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::WAIT_LIMIT;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
+use crate::support::scripts::answers_after;
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
@@ -40,7 +41,7 @@ fn is_queued(e: &Event) -> bool {
 async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     let model = ScriptedModel::new();
     // a1 finishes first (10 ms), a2 later (25 ms); each queued agent then works 10 ms.
-    let work = |ms| Script::new([Turn::answer("done").after(Duration::from_millis(ms))]);
+    let work = |ms| Script::new(answers_after("done", Duration::from_millis(ms)));
     model.script_agent(a(1), work(10));
     model.script_agent(a(2), work(25));
     for n in 3..=6 {
@@ -186,10 +187,7 @@ async fn nested_children_bypass_a_full_pool() {
                 Turn::answer("boss done"),
             ],
         )
-        .script(
-            "worker",
-            [Turn::answer("worked").after(Duration::from_millis(5))],
-        );
+        .script("worker", answers_after("worked", Duration::from_millis(5)));
     let tree = pool_of(1, &model).await;
     let mut events = tree.subscribe();
     let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "delegate").background()).await;
@@ -230,10 +228,7 @@ async fn nested_children_bypass_a_full_pool() {
 #[tokio::test(start_paused = true)]
 async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let model = ScriptedModel::new()
-        .script(
-            "first",
-            [Turn::answer("a").after(Duration::from_millis(10))],
-        )
+        .script("first", answers_after("a", Duration::from_millis(10)))
         .script("w", [Turn::answer("w")]);
     let catalog = catalog([
         AgentDefinition::new("first", ""),

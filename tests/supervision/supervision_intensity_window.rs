@@ -10,6 +10,7 @@ use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
 use crate::support::harness::a;
 use crate::support::lifetimes::ms;
+use crate::support::scripts::answers_after;
 use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
@@ -31,7 +32,7 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
             delays
                 .iter()
                 .map(|&d| Turn::fail(format!("flap after {d} ms")).after(ms(d)))
-                .chain([Turn::answer("recovered").after(ms(10))]),
+                .chain(answers_after("recovered", ms(10))),
         ),
     );
     let tree = build_tree(

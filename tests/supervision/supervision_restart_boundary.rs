@@ -12,6 +12,7 @@ use agent_tree::testkit::{FaultyModel, FnModel, ScriptedModel, Turn};
 use crate::support::harness::tree;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
+use crate::support::scripts::answers_after;
 use crate::support::{build_tree, catalog, leaf, spawn_admitted, within};
 
 /// The test kit's `FaultyModel::only_in_run(1)` limits the fault added last to run 1 of each
@@ -108,7 +109,7 @@ async fn a_fail_fast_wait_spans_a_restart() {
                 Turn::answer("recovered").after(ms(10)),
             ],
         )
-        .script("slow", [Turn::answer("slow ok").after(ms(500))]);
+        .script("slow", answers_after("slow ok", ms(500)));
     let tree = build_tree(
         catalog([
             leaf("flaky").with_restart(RestartPolicy::Transient),

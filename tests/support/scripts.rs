@@ -53,3 +53,8 @@ pub fn lead_resuming_its_worker(answer: &str) -> ScriptedModel {
 pub fn delegates(agent_type: &str, prompt: &str, answer: &str) -> [Turn; 2] {
     [Turn::spawn(agent_type, prompt), Turn::answer(answer)]
 }
+
+/// A script that answers `text` once `delay` of model time has passed.
+pub fn answers_after(text: impl Into<String>, delay: std::time::Duration) -> [Turn; 1] {
+    [Turn::answer(text).after(delay)]
+}
