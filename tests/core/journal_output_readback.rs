@@ -15,7 +15,8 @@ use parking_lot::Mutex;
 use crate::journal_steps::{LIMIT, bounded, fixed, run_go, step_answer, steps_tree};
 use crate::support::harness::lead_and_worker;
 use crate::support::journal::{TempDir, crash_copy, journaled_tree, stored_tree};
-use crate::support::{catalog, leaf, read_result_call, spawn_admitted};
+use crate::support::scripts::reads_its_worker_back;
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// Rule: with `Durability::EveryEntry` too, read outputs are released once the journal has
 /// written them (at the latest at `Tree::flush_journal`) and read back exactly, by the
@@ -25,14 +26,7 @@ async fn every_entry_durability_releases_and_reads_back() {
     let dir = TempDir::new("journal-every-entry");
     let answer = |i: usize| format!("w{i}:{}", "e".repeat(700));
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "one"),
-                Turn::calls([read_result_call("a2")]),
-                Turn::answer("lead done"),
-            ],
-        )
+        .script("lead", reads_its_worker_back("one", "lead done"))
         .script("worker", [Turn::answer(answer(2))]);
     let log = model.call_log();
     let journal = JournalConfig::new(dir.file("j"))

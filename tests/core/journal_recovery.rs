@@ -14,7 +14,7 @@ use agent_tree::{JournalConfig, read_journal};
 
 use crate::support::harness::{builder, lead_and_worker, spawn_for_id};
 use crate::support::journal::{
-    TempDir, crash, crash_copy, live_and_crashed, records_now, stored_tree,
+    TempDir, crash, crash_copy, live_and_crashed, open_journal, records_now, stored_tree,
 };
 use crate::support::races::on_worker_threads;
 use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
@@ -305,14 +305,9 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
         .unwrap();
     bytes[third] ^= 0x04;
     std::fs::write(&corrupt, &bytes).unwrap();
-    let error = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(JournalConfig::new(&corrupt))
-        .build()
+    let error = open_journal(model, catalog([leaf("w")]), &corrupt)
         .await
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
     assert!(
         error.starts_with(&format!(
             "journal {}:3: checksum mismatch",

@@ -11,7 +11,7 @@ use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 use crate::support::harness::lead_and_worker;
 use crate::support::journal::{
     TempDir, answering_twice, assert_resumed_on_its_whole_conversation, journaled_tree,
-    records_now, stored_tree,
+    open_journal, records_now, stored_tree,
 };
 use crate::support::{catalog, leaf, run_admitted, spawn_admitted};
 
@@ -287,14 +287,7 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
     drop(tree);
 
     let missing = dir.file("no/such/dir/tree.journal");
-    let error = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal(JournalConfig::new(&missing))
-        .build()
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = open_journal(model, catalog, &missing).await.unwrap_err();
     assert!(
         error.contains("no/such/dir/tree.journal") && error.contains("cannot open"),
         "{error}"

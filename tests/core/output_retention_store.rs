@@ -13,7 +13,8 @@ use crate::journal_steps::{bounded, run_go};
 use crate::output_retention_reads::{report, tool_messages};
 use crate::support::harness::lead_and_worker;
 use crate::support::journal::stored_tree;
-use crate::support::{catalog, leaf, read_result_call};
+use crate::support::scripts::reads_its_worker_back;
+use crate::support::{catalog, leaf};
 
 /// A store that writes but cannot read one line back (a bad sector under an old line).
 fn unreadable() -> MemoryJournal {
@@ -67,14 +68,7 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
 async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
     let answer = report("child", 200);
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "report"),
-                Turn::calls([read_result_call("a2")]),
-                Turn::answer("done"),
-            ],
-        )
+        .script("lead", reads_its_worker_back("report", "done"))
         .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let journal = JournalConfig::new("memory").keep_read_outputs(0);

@@ -12,10 +12,10 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
-use crate::journal_open::open;
 use crate::support::harness::{builder, spawn_for_id, with_ok_tools};
 use crate::support::journal::{
-    Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, stored_tree,
+    Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, open_journal,
+    stored_tree,
 };
 use crate::support::races::on_worker_threads;
 use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
@@ -349,7 +349,9 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
 
     let after = ScriptedModel::new().script("w", [Turn::answer("resumed")]);
     let after_log = after.call_log();
-    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    let tree = open_journal(after, catalog([leaf("w")]), &crashed)
+        .await
+        .unwrap();
     let mut handle = tree.resume(id, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("resumed"));
     let calls = after_log.of(id);
@@ -416,7 +418,9 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
 
     let after = ScriptedModel::new().script("w", [Turn::answer("third answer")]);
     let log = after.call_log();
-    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    let tree = open_journal(after, catalog([leaf("w")]), &crashed)
+        .await
+        .unwrap();
     assert_eq!(tree.interrupted(), [id], "the resumed run was interrupted");
     let mut handle = tree.resume(id, "").await.unwrap();
     handle.outcome().await;

@@ -63,6 +63,22 @@ pub async fn crash(tree: Tree, live: &Path, to: &Path) {
     drop(tree);
 }
 
+/// Builds a tree of `catalog` on `model` with the default configuration on the journal at
+/// `path`; the build's error as text.
+pub async fn open_journal(
+    model: impl Model,
+    catalog: Catalog,
+    path: &Path,
+) -> Result<Tree, String> {
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal(JournalConfig::new(path))
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
 /// (and recovering from what its file already holds).
 pub async fn journaled_tree(model: impl Model, catalog: Catalog, journal: JournalConfig) -> Tree {

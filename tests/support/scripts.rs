@@ -58,3 +58,13 @@ pub fn delegates(agent_type: &str, prompt: &str, answer: &str) -> [Turn; 2] {
 pub fn answers_after(text: impl Into<String>, delay: std::time::Duration) -> [Turn; 1] {
     [Turn::answer(text).after(delay)]
 }
+
+/// A lead's script: it spawns a `worker` with `prompt` in the foreground, reads that
+/// worker's result back by its id (`a2`, the lead being `a1`), then answers `answer`.
+pub fn reads_its_worker_back(prompt: &str, answer: &str) -> [Turn; 3] {
+    [
+        Turn::spawn("worker", prompt),
+        Turn::calls([super::read_result_call("a2")]),
+        Turn::answer(answer),
+    ]
+}
