@@ -11,7 +11,7 @@ use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
 use crate::support::scripts::background_spawns;
-use crate::support::{JsonContent, build_tree};
+use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
     within,
@@ -194,32 +194,32 @@ async fn a_failing_agent_fails_alone() {
     assert!(snapshot.check_usage().is_ok(), "{text}");
 
     // The tree is unharmed: a failing top-level agent fails alone, and work goes on.
-    let top_panic = within(
+    let top_panic = run_within(
+        &tree,
         "a top-level panicker",
-        tree.run(SpawnRequest::new("panicker", "again")),
+        SpawnRequest::new("panicker", "again"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(
         (top_panic.status, top_panic.reason),
         (AgentStatus::Failed, EndReason::Panicked)
     );
-    let top_fail = within(
+    let top_fail = run_within(
+        &tree,
         "a top-level failer",
-        tree.run(SpawnRequest::new("failer", "again")),
+        SpawnRequest::new("failer", "again"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(
         (top_fail.status, top_fail.reason),
         (AgentStatus::Failed, EndReason::ModelError)
     );
-    let after = within(
+    let after = run_within(
+        &tree,
         "a worker",
-        tree.run(SpawnRequest::new("worker", "still there")),
+        SpawnRequest::new("worker", "still there"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(after.text.as_deref(), Some("worked"));
 
     within("shutdown", tree.shutdown()).await;

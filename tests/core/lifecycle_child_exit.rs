@@ -11,7 +11,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 
-use crate::support::{JsonContent, build_tree};
+use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
     within,
@@ -132,12 +132,12 @@ async fn owner_keeps_running_after_children_exit() {
     }
 
     // Top-level exits did not stop the root: the tree still runs new agents.
-    let again = within(
+    let again = run_within(
+        &tree,
         "a second top-level agent",
-        tree.run(SpawnRequest::new("worker", "after the lead")),
+        SpawnRequest::new("worker", "after the lead"),
     )
-    .await
-    .expect("the root still admits agents");
+    .await;
     assert_eq!(again.text.as_deref(), Some("worked"));
     assert!(tree.snapshot().check_usage().is_ok());
 

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::support::build_tree;
 use crate::support::harness::tree;
+use crate::support::{build_tree, run_within};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, TreeSnapshot};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
@@ -165,12 +165,7 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
     .await;
     let mut events = tree.subscribe();
 
-    let outcome = crate::support::within(
-        "the generated tree",
-        tree.run(SpawnRequest::new("n0", "go")),
-    )
-    .await
-    .expect("the top-level agent is admitted");
+    let outcome = run_within(&tree, "the generated tree", SpawnRequest::new("n0", "go")).await;
     prop_assert_eq!(outcome.status, flat[0].expected_status);
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot: TreeSnapshot = tree.snapshot();

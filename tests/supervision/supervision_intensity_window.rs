@@ -8,10 +8,10 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, EndReason, Event, EventKind, RestartPolicy, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-use crate::support::harness::a;
+use crate::support::harness::{a, assert_escalated};
 use crate::support::lifetimes::ms;
 use crate::support::scripts::answers_after;
-use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf, within};
+use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf, run_within, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
 /// after the given delays (ms, each from the start of its incarnation) and whose next
@@ -44,12 +44,12 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within(
+    let outcome = run_within(
+        &tree,
         "the supervisor",
-        tree.run(SpawnRequest::new("sup", "supervise")),
+        SpawnRequest::new("sup", "supervise"),
     )
-    .await
-    .expect("admitted");
+    .await;
     within("idle", tree.idle()).await;
     let events = events
         .drain()
@@ -84,15 +84,7 @@ async fn failures_0_4_s_apart_exceed_2_per_second_at_the_third() {
     let (outcome, events, record) = run(&[400, 400, 400, 400]).await;
     assert_eq!(failure_times(&events), [400, 800, 1200]);
     assert_eq!(restart_times(&events), [(400, 2), (800, 3)]);
-    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
-    assert_eq!(outcome.reason, EndReason::Escalated);
-    assert!(
-        outcome
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("flap after 400 ms")),
-        "{outcome:?}"
-    );
+    assert_escalated(&outcome, "flap after 400 ms", "the supervisor");
     assert_eq!(record.status, AgentStatus::Failed);
     assert_eq!(record.incarnation, 3);
 }

@@ -21,7 +21,7 @@ use agent_tree::protocol::{EndReason, Event, EventKind, Message, RestartPolicy, 
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 
-use crate::support::harness::{a, tree};
+use crate::support::harness::{a, assert_escalated, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
 use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{
@@ -555,14 +555,7 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
         snapshot.render_text()
     );
     let root_outcome = root.outcome.clone().expect("root outcome");
-    assert_eq!(root_outcome.reason, EndReason::Escalated);
-    assert!(
-        root_outcome
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("out of memory")),
-        "{root_outcome:?}"
-    );
+    assert_escalated(&root_outcome, "out of memory", "the root");
     assert_eq!(tree.record(crasher.id()).expect("rec").incarnation, 2);
     for record in snapshot.agents() {
         assert!(record.status.is_terminal(), "{}", snapshot.render_text());
@@ -621,18 +614,7 @@ async fn every_strategy_escalates_past_the_intensity() {
         .await;
         let mut events = tree.subscribe();
         let outcome = run_within(&tree, "sup", SpawnRequest::new("sup", "supervise")).await;
-        assert_eq!(
-            (outcome.status, outcome.reason),
-            (AgentStatus::Failed, EndReason::Escalated),
-            "{name}: {outcome:?}"
-        );
-        assert!(
-            outcome
-                .error
-                .as_deref()
-                .is_some_and(|e| e.contains("checksum mismatch")),
-            "{name}: {outcome:?}"
-        );
+        assert_escalated(&outcome, "checksum mismatch", &name);
         let events = events.drain();
         let restarts = events
             .iter()

@@ -80,6 +80,23 @@ pub async fn spawn_for_id(tree: &Tree, agent_type: &str, prompt: &str) -> AgentI
         .id()
 }
 
+/// Asserts that `outcome` is a failure by escalation (reason `escalated`) whose error holds
+/// the original `cause`; `what` names the agent in the failure message.
+pub fn assert_escalated(outcome: &Outcome, cause: &str, what: &str) {
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (
+            AgentStatus::Failed,
+            agent_tree::protocol::EndReason::Escalated
+        ),
+        "{what}: {outcome:?}"
+    );
+    assert!(
+        outcome.error.as_deref().is_some_and(|e| e.contains(cause)),
+        "{what}: {outcome:?}"
+    );
+}
+
 /// A catalog of a `lead` that may delegate to a `worker` leaf.
 pub fn lead_and_worker() -> Catalog {
     super::catalog([super::delegator("lead", &["worker"]), super::leaf("worker")])
