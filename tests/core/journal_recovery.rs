@@ -20,12 +20,23 @@ use crate::support::races::on_worker_threads;
 use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
 use crate::support::{catalog, leaf, spawn_admitted};
 
-async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
+/// A tree of `config` on the journal at `path`.
+async fn build_configured(
+    model: ScriptedModel,
+    catalog: Catalog,
+    path: &Path,
+    config: TreeConfig,
+) -> Tree {
     builder(model, catalog, config)
         .journal(JournalConfig::new(path))
         .build()
         .await
         .unwrap()
+}
+
+/// A tree with the default configuration on the journal at `path`.
+async fn build(model: ScriptedModel, catalog: Catalog, path: &Path) -> Tree {
+    open_journal(model, catalog, path).await.unwrap()
 }
 
 /// The writer's tree recovered from `journal` (its model answering `answer`; with
@@ -42,7 +53,7 @@ async fn resumed_writer_read(
 ) -> Tree {
     let model = ScriptedModel::new().script("writer", [Turn::answer(answer)]);
     let log = model.call_log();
-    let tree = build(model, catalog, journal, TreeConfig::default()).await;
+    let tree = build(model, catalog, journal).await;
     if none_interrupted {
         assert!(tree.interrupted().is_empty());
     }
@@ -95,7 +106,7 @@ async fn every_status_comes_back() {
     let types = ["done", "broken", "hung", "busy"];
     let catalog = catalog(types.map(leaf));
     let config = TreeConfig::default().with_max_concurrent(1);
-    let tree = build(model.clone(), catalog.clone(), &live, config.clone()).await;
+    let tree = build_configured(model.clone(), catalog.clone(), &live, config.clone()).await;
     let mut events = EventProbe::new(&tree);
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
@@ -122,7 +133,7 @@ async fn every_status_comes_back() {
     let before = tree.snapshot();
     drop(tree);
 
-    let tree = build(model, catalog, &crashed, config).await;
+    let tree = build_configured(model, catalog, &crashed, config).await;
     let after = tree.snapshot();
     assert_eq!(after.agents().count(), 7);
     let status = |id: AgentId| tree.record(id).unwrap().status;
@@ -185,7 +196,7 @@ async fn a_model_failures_kind_comes_back_from_the_journal() {
     let dir = TempDir::new("kind");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::fail("no such model")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError);
     assert_eq!(
@@ -224,7 +235,7 @@ async fn reissued_spawn_after_recovery() {
     let catalog = lead_and_worker();
     let before = lead_waiting_on_a_hung_worker();
     let before_log = before.call_log();
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let tree = build(before, catalog.clone(), &live).await;
     let lead = spawn_for_id(&tree, "lead", "find it").await;
     // The crash comes once the worker's hanging turn has begun.
     before_log.until_calls(AgentId::new(2), 1).await;
@@ -233,7 +244,7 @@ async fn reissued_spawn_after_recovery() {
 
     let after = lead_resuming_its_worker("found it").script("worker", [Turn::answer("dug")]);
     let log = after.call_log();
-    let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(after, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
     let mut handle = tree.resume(lead, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("found it"));
@@ -263,13 +274,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
     let dir = TempDir::new("bad");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &path,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &path).await;
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     tree.shutdown().await;
     drop(tree);
@@ -280,13 +285,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
     let mut bytes = good.clone();
     bytes.extend_from_slice(b"0badc0de {\"entry\":\"ev");
     std::fs::write(&torn, &bytes).unwrap();
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &torn,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &torn).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -339,7 +338,7 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(model, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [writer]);
     let mut handle = tree.resume(writer, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("written"));
@@ -358,7 +357,7 @@ async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let tree = build(before, catalog.clone(), &live).await;
     let writer = spawn_for_id(&tree, "writer", "the task").await;
     assert_eq!(
         tree.steer(writer, "use blue").await,
@@ -405,7 +404,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     );
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
+    let tree = build(before, catalog.clone(), &live).await;
     let writer = spawn_for_id(&tree, "writer", "the task").await;
     tree.steer(writer, "use blue").await.unwrap();
     crash(tree, &live, &first).await;
@@ -487,7 +486,7 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
 
     let model = ScriptedModel::new().script("flaky", [Turn::answer("fresh")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(model, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [flaky]);
     let mut handle = tree.resume(flaky, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("fresh"));
@@ -595,7 +594,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("revised")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &path, TreeConfig::default()).await;
+    let tree = build(model, catalog, &path).await;
     let mut handle = tree.resume(writers[3], "revise it").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("revised"));
     let calls = log.of(writers[3]);

@@ -21,7 +21,7 @@ use crate::support::{catalog, leaf, run_admitted};
 async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
     let (live, path) = (dir.file("live.journal"), dir.file("tree.journal"));
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(model, catalog([leaf("w")]), &live, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &live).await;
     assert!(
         run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
@@ -37,7 +37,7 @@ async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
 /// Recovers from `path`, runs one more agent, shuts down, and reads the journal back.
 async fn recover_run_and_reread(path: &Path) -> Result<usize, String> {
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
-    let tree = build(model, catalog([leaf("w")]), path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), path).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -85,18 +85,18 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
         .script("done", [Turn::answer("ok").usage(Usage::tokens(1, 1))])
         .script("hung", [Turn::hang()]);
     let cat = catalog([leaf("done"), leaf("hung")]);
-    let tree = build(model.clone(), cat.clone(), &one, TreeConfig::default()).await;
+    let tree = build(model.clone(), cat.clone(), &one).await;
     tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     tree.spawn(SpawnRequest::new("hung", "b")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     crash(tree, &one, &two).await;
-    let tree = build(model.clone(), cat.clone(), &two, TreeConfig::default()).await;
+    let tree = build(model.clone(), cat.clone(), &two).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2)]);
     let id = spawn_for_id(&tree, "hung", "c").await;
     assert_eq!(id, AgentId::new(3));
     tokio::time::sleep(Duration::from_millis(5)).await;
     crash(tree, &two, &three).await;
-    let tree = build(model, cat, &three, TreeConfig::default()).await;
+    let tree = build(model, cat, &three).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2), AgentId::new(3)]);
     let next = tree.run(SpawnRequest::new("done", "d")).await.unwrap();
     assert!(next.is_completed());
@@ -131,7 +131,7 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     let after = ScriptedModel::new()
         .script("lead", delegates("worker", "dig", "done"))
         .script("worker", [Turn::answer("dug")]);
-    let tree = build(after, cat, &crashed, TreeConfig::default()).await;
+    let tree = build(after, cat, &crashed).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;

@@ -21,8 +21,8 @@ use crate::support::races::on_worker_threads;
 use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
 use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, unanswered};
 
-/// A tree on the journal at `path`, with the user tools `read` and `write`.
-pub(crate) async fn build(
+/// A tree of `config` on the journal at `path`, with the user tools `read` and `write`.
+pub(crate) async fn build_configured(
     model: ScriptedModel,
     catalog: Catalog,
     path: &Path,
@@ -33,6 +33,11 @@ pub(crate) async fn build(
         .build()
         .await
         .unwrap()
+}
+
+/// [`build_configured`] with the default configuration.
+pub(crate) async fn build(model: ScriptedModel, catalog: Catalog, path: &Path) -> Tree {
+    build_configured(model, catalog, path, TreeConfig::default()).await
 }
 
 /// A tree built on the journal of a tree that was shut down gracefully (the ordinary way a
@@ -59,7 +64,7 @@ async fn recovered_after_a_graceful_shutdown() {
     let dir = TempDir::new("after-shutdown");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     assert!(
         run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
@@ -69,7 +74,7 @@ async fn recovered_after_a_graceful_shutdown() {
     drop(tree);
 
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -97,13 +102,7 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
     );
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &live,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &live).await;
     let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(first.text.as_deref(), Some("first answer"));
     crash_copy(&tree, &live, &crashed).await;
@@ -120,13 +119,7 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     drop(tree);
 
     let after = ScriptedModel::new().script("w", [Turn::answer("second answer")]);
-    let tree = build(
-        after.clone(),
-        catalog([leaf("w")]),
-        &crashed,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(after.clone(), catalog([leaf("w")]), &crashed).await;
     let mut handle = tree.resume(AgentId::new(1), "follow up").await.unwrap();
     handle.outcome().await;
     let got: Vec<(Role, String)> = after.log_of(AgentId::new(1))[0]
@@ -154,7 +147,7 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
     ]);
     let config = TreeConfig::default().with_attenuated_tools(true);
     let before = lead_waiting_on_a_hung_worker();
-    let tree = build(before.clone(), cat.clone(), &live, config.clone()).await;
+    let tree = build_configured(before.clone(), cat.clone(), &live, config.clone()).await;
     let lead = spawn_for_id(&tree, "lead", "go").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -169,7 +162,7 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
     crash(tree, &live, &crashed).await;
 
     let after = lead_resuming_its_worker("done").script("worker", [Turn::answer("dug")]);
-    let tree = build(after.clone(), cat, &crashed, config).await;
+    let tree = build_configured(after.clone(), cat, &crashed, config).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
     let calls = after.log_of(worker);
@@ -197,7 +190,7 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
             .with_restart(RestartPolicy::Transient),
     ]);
     let before = lead_waiting_on_a_hung_worker();
-    let tree = build(before.clone(), cat.clone(), &live, TreeConfig::default()).await;
+    let tree = build(before.clone(), cat.clone(), &live).await;
     let lead = spawn_for_id(&tree, "lead", "the secret context").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
@@ -212,7 +205,7 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
     let after = lead_resuming_its_worker("done")
         // The resumed run fails; the restart re-runs the request and answers.
         .script("worker", [Turn::fail("flaky"), Turn::answer("dug")]);
-    let tree = build(after.clone(), cat, &crashed, TreeConfig::default()).await;
+    let tree = build(after.clone(), cat, &crashed).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
     assert_eq!(
@@ -256,7 +249,7 @@ async fn completing_agent_after_recovery() {
             ],
         )
         .script("worker", [Turn::hang()]);
-    let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
+    let tree = build(model.clone(), cat.clone(), &live).await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
     let lead = spawn_for_id(&tree, "lead", "go").await;
     events
@@ -267,7 +260,7 @@ async fn completing_agent_after_recovery() {
     assert_eq!(tree.record(lead).unwrap().status, AgentStatus::Completing);
     crash(tree, &live, &crashed).await;
 
-    let tree = build(model, cat, &crashed, TreeConfig::default()).await;
+    let tree = build(model, cat, &crashed).await;
     let outcome = tree.outcome(lead).unwrap();
     let kept = [outcome.text.as_deref(), outcome.partial.as_deref()];
     assert!(
