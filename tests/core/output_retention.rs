@@ -133,15 +133,7 @@ fn measured_in_a_process_of_its_own() {
         assert_eq!(workers.len(), PAIRS + 4);
         let released = workers
             .iter()
-            .filter(|&&id| {
-                snapshot
-                    .record(id)
-                    .unwrap()
-                    .outcome
-                    .as_ref()
-                    .unwrap()
-                    .released
-            })
+            .filter(|&&id| is_released(&snapshot, id))
             .count();
         assert!(released >= PAIRS, "{released} released");
         for &id in &workers {
@@ -152,6 +144,12 @@ fn measured_in_a_process_of_its_own() {
         }
         tree.shutdown().await;
     });
+}
+
+/// Whether the settled agent `id`'s output has been released from memory.
+fn is_released(snapshot: &agent_tree::protocol::TreeSnapshot, id: AgentId) -> bool {
+    let outcome = snapshot.record(id).unwrap().outcome.as_ref();
+    outcome.expect("the agent settled").released
 }
 
 fn report(agent: &str, bytes: usize) -> String {
@@ -178,17 +176,7 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     // Settled and unread: all held, whatever the budget.
     let held = |tree: &Tree| -> Vec<bool> {
         let snapshot = tree.snapshot();
-        ids.iter()
-            .map(|&id| {
-                !snapshot
-                    .record(id)
-                    .unwrap()
-                    .outcome
-                    .as_ref()
-                    .unwrap()
-                    .released
-            })
-            .collect()
+        ids.iter().map(|&id| !is_released(&snapshot, id)).collect()
     };
     assert_eq!(held(&tree), [true; 4]);
     // Read in order 2, 0, 3: 3000 bytes read exceed 2500, so the oldest read (2) goes.

@@ -14,7 +14,7 @@ use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse,
 
 use crate::journal_steps::{bounded, run_go};
 use crate::support::harness::lead_and_worker;
-use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::journal::{TempDir, journaled_tree, journaled_tree_with_tool};
 use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{catalog, delegator, leaf, read_result_call};
 
@@ -243,15 +243,8 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
         )
         .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(lead_and_worker())
-        .tool(gate)
-        .unwrap()
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree_with_tool(model, lead_and_worker(), gate, journal).await;
     let mut probe = EventProbe::new(&tree);
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     // The gates open once the worker's output is released: it is released once read, and
@@ -389,15 +382,8 @@ async fn a_partial_output_is_released_and_read_back_and_an_error_stays() {
             Ok::<_, ToolError>(String::new())
         }
     });
-    let tree = Tree::builder()
-        .model(talker())
-        .catalog(catalog([leaf("worker")]))
-        .tool(hang)
-        .unwrap()
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree_with_tool(talker(), catalog([leaf("worker")]), hang, journal).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     bounded("the tool call", called_rx.wait_for(|&c| c))
@@ -428,7 +414,30 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
             .keep_read_outputs(0)
             .rotate_at(24 * 1024)
     };
-    let answer = |n: u64, run: u32| report(&format!("a{n}-run{run}"), 2500);
+    /// What a worker `a<n>` answers in its run `run`.
+    fn answer(n: u64, run: u32) -> String {
+        report(&format!("a{n}-run{run}"), 2500)
+    }
+    /// Runs six workers one after another, each answering its first run, and notes what
+    /// each answered in `expected`.
+    async fn run_six_workers(tree: &Tree, expected: &mut Vec<(u64, String)>) {
+        for _ in 0..6 {
+            let outcome = run_go(tree, "worker").await;
+            let id = snapshot_last(tree);
+            assert_eq!(outcome.text, Some(answer(id, 1)));
+            expected.push((id, answer(id, 1)));
+        }
+    }
+    /// Asserts every output in `expected` reads back whole from `tree`; `when` names the
+    /// phase.
+    async fn assert_reads_back(tree: &Tree, expected: &[(u64, String)], when: &str) {
+        for (n, text) in expected {
+            let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
+                .await
+                .unwrap();
+            assert_eq!(back.text.as_ref(), Some(text), "a{n} {when}");
+        }
+    }
     // Each worker answers with its id and run, so a wrong line shows.
     fn by_id() -> FnModel {
         FnModel::new(move |request: ModelRequest| {
@@ -458,12 +467,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     };
     // Phase 1.
     let tree = build().await;
-    for _ in 0..6 {
-        let outcome = run_go(&tree, "worker").await;
-        let id = snapshot_last(&tree);
-        assert_eq!(outcome.text, Some(answer(id, 1)));
-        expected.push((id, answer(id, 1)));
-    }
+    run_six_workers(&tree, &mut expected).await;
     tree.flush_journal().await;
     check(&tree, &expected, "in phase 1");
     bounded("shutdown", tree.shutdown()).await;
@@ -471,18 +475,8 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 2: recovered; more work; resume two released agents.
     let tree = build().await;
     check(&tree, &expected, "after recovery 1");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 1");
-    }
-    for _ in 0..6 {
-        let outcome = run_go(&tree, "worker").await;
-        let id = snapshot_last(&tree);
-        assert_eq!(outcome.text, Some(answer(id, 1)));
-        expected.push((id, answer(id, 1)));
-    }
+    assert_reads_back(&tree, &expected, "after recovery 1").await;
+    run_six_workers(&tree, &mut expected).await;
     for n in [1u64, 3] {
         let mut resumed = bounded("resume", tree.resume(AgentId::new(n), "again"))
             .await
@@ -495,12 +489,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     }
     tree.flush_journal().await;
     check(&tree, &expected, "in phase 2");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} in phase 2");
-    }
+    assert_reads_back(&tree, &expected, "in phase 2").await;
     bounded("flush", tree.flush_journal()).await;
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(journal.contains("\"entry\":\"checkpoint\""), "compacted");
@@ -509,12 +498,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 3: recovered again.
     let tree = build().await;
     check(&tree, &expected, "after recovery 2");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 2");
-    }
+    assert_reads_back(&tree, &expected, "after recovery 2").await;
     bounded("shutdown", tree.shutdown()).await;
 }
 /// The child a lead's first tool result names.

@@ -91,6 +91,25 @@ pub async fn journaled_tree(model: impl Model, catalog: Catalog, journal: Journa
         .expect("the journaled tree builds")
 }
 
+/// A tree of `catalog` on `model` with the default configuration and the one user tool
+/// `tool`, journaling by `journal`.
+pub async fn journaled_tree_with_tool(
+    model: impl Model,
+    catalog: Catalog,
+    tool: impl agent_tree::Tool,
+    journal: JournalConfig,
+) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .tool(tool)
+        .expect("the tool name is free")
+        .journal(journal)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
 /// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
 /// into `store` instead of a file.
 pub async fn stored_tree(
