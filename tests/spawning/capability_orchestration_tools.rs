@@ -34,6 +34,14 @@ fn model(types: &[&str]) -> ScriptedModel {
     model
 }
 
+/// Asserts that the top-level agent's spawn (read at its second model call) was admitted and
+/// made `a2` a `leaf`.
+fn assert_spawned_a_leaf(tree: &Tree, model: &ScriptedModel) {
+    let spawn = results(model, a(1), 1);
+    assert!(!spawn[0].is_error, "{}", spawn[0].content);
+    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
+}
+
 const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 
 #[tokio::test(start_paused = true)]
@@ -50,9 +58,7 @@ async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
     assert_eq!(has_orchestration(&offered), ORCHESTRATION_TOOLS);
     // A top-level agent's owner is the application, which has no question handler here.
     assert!(!offered.iter().any(|t| t == ASK_OWNER_TOOL));
-    let spawn = results(&model, a(1), 1);
-    assert!(!spawn[0].is_error, "{}", spawn[0].content);
-    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
+    assert_spawned_a_leaf(&tree, &model);
     tree.shutdown().await;
 }
 
@@ -175,9 +181,7 @@ async fn agent_is_inferred_into_an_explicit_tool_allowlist() {
     assert!(offered.iter().any(|t| t == "read"));
     assert!(!offered.iter().any(|t| t == "write" || t == "bash"));
     assert_eq!(has_orchestration(&offered), ORCHESTRATION_TOOLS);
-    let spawn = results(&model, a(1), 1);
-    assert!(!spawn[0].is_error, "{}", spawn[0].content);
-    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
+    assert_spawned_a_leaf(&tree, &model);
     tree.shutdown().await;
 }
 
