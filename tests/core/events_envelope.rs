@@ -14,6 +14,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
 use crate::support::harness::tree_with_tool;
+use crate::support::scripts::answers_after_billing;
 use crate::support::{build_tree, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
@@ -40,9 +41,7 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "worker",
-            [Turn::answer("worked")
-                .usage(Usage::tokens(1, 1))
-                .after(Duration::from_millis(5))],
+            answers_after_billing("worked", Usage::tokens(1, 1), Duration::from_millis(5)),
         )
         .script("failer", [Turn::fail("no luck")])
         .script("sleeper", [Turn::hang()])

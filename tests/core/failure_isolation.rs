@@ -10,7 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{answers_after_billing, background_spawns};
 use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
@@ -45,9 +45,7 @@ fn scripted() -> ScriptedModel {
         .script("failer", [Turn::fail("rate limited")])
         .script(
             "worker",
-            [Turn::answer("worked")
-                .usage(Usage::tokens(5, 5))
-                .after(Duration::from_secs(1))],
+            answers_after_billing("worked", Usage::tokens(5, 5), Duration::from_secs(1)),
         )
         .script(
             "sub",

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::support::catalog;
 use crate::support::harness::{Rng, tree};
+use crate::support::scripts::answers_after_billing;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
@@ -107,9 +108,7 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
         )
         .script(
             "leaf",
-            [Turn::answer("leaf done")
-                .usage(usage(rng))
-                .after(delay(rng))],
+            answers_after_billing("leaf done", usage(rng), delay(rng)),
         )
         .script(
             "flaky",

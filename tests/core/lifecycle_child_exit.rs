@@ -11,6 +11,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 
+use crate::support::scripts::answers_after_billing;
 use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
@@ -40,9 +41,7 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "quick",
-            [Turn::answer("quick")
-                .usage(Usage::tokens(1, 1))
-                .after(Duration::from_secs(1))],
+            answers_after_billing("quick", Usage::tokens(1, 1), Duration::from_secs(1)),
         )
 }
 

@@ -10,7 +10,7 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::scripts::background_spawns;
+use crate::support::scripts::{answers_after_billing, background_spawns};
 use crate::support::{JsonContent, build_tree};
 use crate::support::{
     RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
@@ -44,15 +44,11 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "slow",
-            [Turn::answer("slow result")
-                .usage(Usage::tokens(5, 5))
-                .after(SLOW)],
+            answers_after_billing("slow result", Usage::tokens(5, 5), SLOW),
         )
         .script(
             "fast",
-            [Turn::answer("fast result")
-                .usage(Usage::tokens(1, 1))
-                .after(FAST)],
+            answers_after_billing("fast result", Usage::tokens(1, 1), FAST),
         )
 }
 

@@ -21,7 +21,7 @@ use crate::support::JsonContent;
 use crate::support::harness::{a, spawn_for_id, tree_with_tool};
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
-use crate::support::scripts::delegates;
+use crate::support::scripts::{answers_after_billing, delegates};
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
     spawn_admitted, terminal_event, within,
@@ -72,15 +72,11 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "gc",
-            [Turn::answer("gc done")
-                .usage(Usage::tokens(500, 50))
-                .after(SECOND)],
+            answers_after_billing("gc done", Usage::tokens(500, 50), SECOND),
         )
         .script(
             "quick",
-            [Turn::answer("quick done")
-                .usage(Usage::tokens(600, 60))
-                .after(SECOND)],
+            answers_after_billing("quick done", Usage::tokens(600, 60), SECOND),
         )
 }
 

@@ -68,3 +68,12 @@ pub fn reads_its_worker_back(prompt: &str, answer: &str) -> [Turn; 3] {
         Turn::answer(answer),
     ]
 }
+
+/// A script that answers `text`, billing `usage`, once `delay` of model time has passed.
+pub fn answers_after_billing(
+    text: impl Into<String>,
+    usage: agent_tree::protocol::Usage,
+    delay: std::time::Duration,
+) -> [Turn; 1] {
+    [Turn::answer(text).usage(usage).after(delay)]
+}
