@@ -270,7 +270,7 @@ fn strict_mode_fails_on_problems_and_never_on_notes() {
     scratch.write("README.md", "# Agents\n");
     scratch.write("good.md", GOOD);
     assert_eq!(
-        names(&Catalog::load_dir_strict(&scratch.dir()).unwrap()),
+        names(&Catalog::load_dir_strict(scratch.dir()).unwrap()),
         ["good"]
     );
     // The lenient load of both directories keeps all thirteen valid files.
@@ -361,7 +361,7 @@ fn the_same_type_in_two_subfolders_is_a_duplicate_naming_both_files() {
     let second = scratch.write("b/deeper/reviewer.md", "---\nmodel: second\n---\n");
     scratch.write("b/writer.md", GOOD);
     scratch.write("top.md", GOOD);
-    let loaded = Catalog::load_dir(&scratch.dir());
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(names(&loaded.catalog), ["reviewer", "writer", "top"]);
     assert_eq!(
         loaded.catalog.get("reviewer").unwrap().model.as_deref(),
@@ -392,10 +392,10 @@ fn a_link_back_into_the_agent_directory_is_read_once() {
     let scratch = Scratch::new("link-loop");
     fs::create_dir_all(scratch.dir().join("team")).unwrap();
     scratch.write("team/lead.md", GOOD);
-    std::os::unix::fs::symlink(&scratch.dir(), scratch.dir().join("team/loop")).unwrap();
+    std::os::unix::fs::symlink(scratch.dir(), scratch.dir().join("team/loop")).unwrap();
     let elsewhere = Scratch::new("link-target");
     elsewhere.write("shared.md", GOOD);
-    std::os::unix::fs::symlink(&elsewhere.dir(), scratch.dir().join("linked")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.dir(), scratch.dir().join("linked")).unwrap();
     let dir = scratch.dir().to_path_buf();
     let loaded = bounded(Duration::from_secs(60), move || Catalog::load_dir(dir));
     assert!(loaded.is_clean(), "{:?}", loaded.problems);
@@ -415,7 +415,7 @@ fn a_subfolder_too_deep_is_skipped_and_listed() {
         fs::create_dir(&deepest).unwrap();
         fs::write(deepest.join(format!("agent-{level}.md")), GOOD).unwrap();
     }
-    let loaded = Catalog::load_dir(&scratch.dir());
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(loaded.catalog.len(), MAX_AGENT_DIR_DEPTH);
     assert!(
         loaded
@@ -476,7 +476,7 @@ fn a_crlf_file_loads_without_carriage_returns() {
         "windows.md",
         "---\r\nname: windows\r\ndescription: |\r\n  Saved on Windows.\r\n  Twice.\r\ntools: Read, Grep\r\n---\r\n\r\nYou were saved with CRLF.\r\n\r\nStill you.\r\n",
     );
-    let loaded = Catalog::load_dir_strict(&scratch.dir()).unwrap();
+    let loaded = Catalog::load_dir_strict(scratch.dir()).unwrap();
     let windows = loaded.get("windows").unwrap();
     assert_eq!(windows.prompt, "You were saved with CRLF.\n\nStill you.");
     assert_eq!(windows.description, "Saved on Windows.\nTwice.");
@@ -492,7 +492,7 @@ fn sampling_keys_in_a_file_are_the_agents_sampling_and_out_of_range_is_refused()
         "picker.md",
         "---\nname: picker\ndescription: Picks one.\ntemperature: 0.2\ntop_p: 0.9\nseed: 7\nstop: [\"END\"]\nmax_tokens: 300\ntool_choice: required\nparallel_tool_calls: false\n---\nPick.\n",
     );
-    let loaded = Catalog::load_dir_strict(&scratch.dir()).unwrap();
+    let loaded = Catalog::load_dir_strict(scratch.dir()).unwrap();
     let sampling = &loaded.get("picker").unwrap().sampling;
     assert_eq!(sampling.temperature, Some(0.2));
     assert_eq!(sampling.top_p, Some(0.9));
@@ -509,7 +509,7 @@ fn sampling_keys_in_a_file_are_the_agents_sampling_and_out_of_range_is_refused()
         "hot.md",
         "---\nname: hot\ndescription: Too hot.\ntemperature: 3\n---\nBurn.\n",
     );
-    let err = Catalog::load_dir_strict(&scratch.dir())
+    let err = Catalog::load_dir_strict(scratch.dir())
         .unwrap_err()
         .to_string();
     assert!(err.contains("hot.md"), "{err}");
@@ -788,7 +788,7 @@ fn an_oversize_file_is_refused_and_one_at_the_limit_loads() {
     assert_eq!(at_limit.len(), limit);
     scratch.write("at-limit.md", &at_limit);
     scratch.write("over.md", format!("{at_limit}y"));
-    let loaded = Catalog::load_dir(&scratch.dir());
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(names(&loaded.catalog), ["at-limit"]);
     assert_eq!(problem_files(&loaded), [("over.md".to_owned(), None)]);
     assert!(

@@ -17,6 +17,10 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::TreeSnapshot;
 use agent_tree::testkit::{CallLog, ModelCall, ScriptedModel};
 
+/// The turn of each model call an agent type made, and the tree as it was at that call
+/// ([`RecordingModel::snapshotting`]).
+pub(crate) type SnapshotsAtCalls = Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>>;
+
 type Hook = dyn Fn(&ModelRequest) -> Option<Result<ModelResponse, ModelError>> + Send + Sync;
 
 /// A model that logs every call and delegates the answer to a [`ScriptedModel`] (see the
@@ -68,8 +72,8 @@ impl RecordingModel {
         self,
         agent_type: &'static str,
         cell: &TreeCell,
-    ) -> (Self, Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>>) {
-        let snapshots: Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
+    ) -> (Self, SnapshotsAtCalls) {
+        let snapshots = SnapshotsAtCalls::default();
         let (cell, log) = (cell.clone(), snapshots.clone());
         let model = self.with_hook(move |request| {
             if request.agent_type() == agent_type {
