@@ -210,18 +210,23 @@ fn check(seed: u64, snapshot: &TreeSnapshot, events: &[Event]) {
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
 }
 
+/// Runs the scenario of `seed` on a fresh one-thread runtime with paused time.
+fn paused_scenario(seed: u64) -> (TreeSnapshot, Vec<Event>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    runtime.block_on(scenario(seed))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Paused time, one thread: every seed replays exactly.
     #[test]
     fn the_event_stream_alone_rebuilds_the_snapshot(seed in any::<u64>()) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let (snapshot, events) = runtime.block_on(scenario(seed));
+        let (snapshot, events) = paused_scenario(seed);
         check(seed, &snapshot, &events);
     }
 }
@@ -232,12 +237,7 @@ proptest! {
 fn the_scenarios_cover_every_record_change() {
     let mut seen = EventTally::default();
     for seed in 0..40 {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let (snapshot, events) = runtime.block_on(scenario(seed));
+        let (snapshot, events) = paused_scenario(seed);
         check(seed, &snapshot, &events);
         for event in &events {
             seen.count(&event.kind);
