@@ -12,7 +12,7 @@ use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::support::harness::{builder, lead_and_worker, spawn_for_id};
+use crate::support::harness::{builder, contents, lead_and_worker, spawn_for_id};
 use crate::support::journal::{
     TempDir, crash, crash_copy, live_and_crashed, open_journal, records_now, stored_tree,
 };
@@ -598,11 +598,7 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
     let mut handle = tree.resume(writers[3], "revise it").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("revised"));
     let calls = log.of(writers[3]);
-    let texts: Vec<&str> = calls[0]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let texts = contents(&calls[0].messages);
     assert_eq!(texts.len(), 3, "{texts:?}");
     assert!(texts[0].starts_with("chapter 3:"));
     assert_eq!(texts[1], answer(0));

@@ -14,7 +14,7 @@ use agent_tree::{HookContext, HookError, JournalConfig, ModelRequest, ModelRespo
 use parking_lot::Mutex;
 
 use crate::journal_steps::{bounded, run_go, step_answer, steps_tree};
-use crate::support::harness::lead_and_worker;
+use crate::support::harness::{contents, lead_and_worker};
 use crate::support::journal::{TempDir, journaled_tree};
 use crate::support::{catalog, delegator, leaf, resume_call};
 
@@ -238,11 +238,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let worker = log.of(AgentId::new(2));
     assert_eq!(worker.len(), 1, "the worker ran once in process 2");
-    let contents: Vec<&str> = worker[0]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let contents = contents(&worker[0].messages);
     assert_eq!(
         contents,
         ["dig", &format!("w1 {big}"), "dig more"],
@@ -307,11 +303,7 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let seen = model.of(AgentId::new(2));
     assert_eq!(seen.len(), 3, "{seen:?}");
-    let contents: Vec<&str> = seen[2]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let contents = contents(&seen[2].messages);
     assert_eq!(contents, ["dig", "second run answer", "more"]);
     bounded("shutdown", tree.shutdown()).await;
 }

@@ -12,7 +12,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
-use crate::support::harness::{builder, spawn_for_id, with_ok_tools};
+use crate::support::harness::{builder, contents, spawn_for_id, with_ok_tools};
 use crate::support::journal::{
     Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, open_journal,
     stored_tree,
@@ -300,7 +300,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
     let mut resumed = tree.resume(AgentId::new(2), "follow up").await.unwrap();
     assert_eq!(resumed.outcome().await.text.as_deref(), Some("again"));
     let call = &log.of(AgentId::new(2))[0];
-    let texts: Vec<&str> = call.messages.iter().map(|m| m.content.as_str()).collect();
+    let texts = contents(&call.messages);
     assert_eq!(texts, ["go 1", "first answer", "follow up"]);
     tree.shutdown().await;
 }

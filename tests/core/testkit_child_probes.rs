@@ -7,7 +7,7 @@ use agent_tree::testkit::{self, Call, ScriptedModel, Target, pair, probe_childre
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
-use crate::support::harness::owned_tree;
+use crate::support::harness::{contents, owned_tree};
 use crate::support::scripts::delegates;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
@@ -288,12 +288,7 @@ async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call
     let t3 = owner_calls.expect_turn_of(triage.id()).await;
     t3.calls([Call::result(Target::Spawned(0))], Usage::tokens(5, 1));
     let t4 = owner_calls.expect_turn_of(triage.id()).await;
-    let all = t4
-        .messages()
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let all = contents(t4.messages()).join("\n");
     assert!(all.contains("reinstall the driver"), "{all}");
     t4.answer_text("done", Usage::ZERO);
     assert_eq!(triage.outcome().await.text.as_deref(), Some("done"));

@@ -97,6 +97,11 @@ pub fn assert_escalated(outcome: &Outcome, cause: &str, what: &str) {
     );
 }
 
+/// The content of each of `messages`, in order.
+pub fn contents(messages: &[Message]) -> Vec<&str> {
+    messages.iter().map(|m| m.content.as_str()).collect()
+}
+
 /// A catalog of a `lead` that may delegate to a `worker` leaf.
 pub fn lead_and_worker() -> Catalog {
     super::catalog([super::delegator("lead", &["worker"]), super::leaf("worker")])
