@@ -4,7 +4,6 @@
 //! settles only with its own final answer. The same holds one level up: top-level agents
 //! ending never stop the tree's root.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
@@ -50,7 +49,7 @@ async fn owner_keeps_running_after_children_exit() {
     let probe = TreeCell::new();
     // (turn, snapshot at the lead's model call)
     let (model, at_turn) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
-    let tree = Arc::new(
+    let tree = probe.share(
         build_tree(
             catalog([
                 delegator("lead", &["worker", "quick"]),
@@ -61,7 +60,6 @@ async fn owner_keeps_running_after_children_exit() {
         )
         .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate thrice")).await;

@@ -164,7 +164,7 @@ async fn records_survive_other_branches_starting_and_finishing() {
         ));
         async { Ok("snapped".to_owned()) }
     });
-    let tree = Arc::new(
+    let tree = probe.share(
         tree_with_tool(
             catalog([
                 delegator("branch", &["worker", "sub"]),
@@ -178,7 +178,6 @@ async fn records_survive_other_branches_starting_and_finishing() {
         )
         .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     // Branch A alone, start to finish.

@@ -80,12 +80,17 @@ fn scripted() -> ScriptedModel {
         )
 }
 
+/// A catalog of a `lead` that may delegate to a `victim` leaf.
+fn lead_and_victim() -> Catalog {
+    catalog([delegator("lead", &["victim"]), leaf("victim")])
+}
+
 #[tokio::test(start_paused = true)]
 async fn usage_is_in_before_the_owner_hears_of_the_end() {
     let probe = TreeCell::new();
     // (turn, snapshot at the lead's model call)
     let (model, lead_turns) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
-    let tree = Arc::new(
+    let tree = probe.share(
         tree_with_tool(
             catalog([
                 delegator("lead", &["bg", "fg", "quick"]),
@@ -99,7 +104,6 @@ async fn usage_is_in_before_the_owner_hears_of_the_end() {
         )
         .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
@@ -260,14 +264,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
         started: Mutex::new(Some(started_tx)),
         release: Mutex::new(release_rx),
     };
-    let tree = Arc::new(
-        build_tree(
-            catalog([delegator("lead", &["victim"]), leaf("victim")]),
-            model,
-        )
-        .await,
-    );
-    probe.set(&tree);
+    let tree = probe.share(build_tree(lead_and_victim(), model).await);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
@@ -431,14 +428,7 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
         cell: cell.clone(),
         returned: returned.clone(),
     };
-    let tree = Arc::new(
-        build_tree(
-            catalog([delegator("lead", &["victim"]), leaf("victim")]),
-            model,
-        )
-        .await,
-    );
-    cell.set(&tree);
+    let tree = cell.share(build_tree(lead_and_victim(), model).await);
     let mut events = tree.subscribe();
     let lead = spawn_for_id(&tree, "lead", "go").await;
     let _ = outcome(&tree, lead, REAL_GUARD).await;

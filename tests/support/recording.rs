@@ -201,6 +201,13 @@ impl TreeCell {
             .expect("the cell is set once");
     }
 
+    /// Shares `tree` behind an [`Arc`] and points this cell at it.
+    pub(crate) fn share(&self, tree: Tree) -> Arc<Tree> {
+        let tree = Arc::new(tree);
+        self.set(&tree);
+        tree
+    }
+
     /// The tree, while it is alive.
     pub(crate) fn get(&self) -> Option<Arc<Tree>> {
         self.tree.get().and_then(Weak::upgrade)
