@@ -12,8 +12,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    Call, EventProbe, FaultyModel, FaultyTool, ScriptedModel, Turn, failing_hook, hanging_hook,
-    kill_when,
+    Call, EventProbe, FaultyModel, FaultyTool, KillSwitch, ScriptedModel, Turn, failing_hook,
+    hanging_hook, kill_when,
 };
 
 use crate::support::build_tree;
@@ -165,19 +165,32 @@ async fn killed_in_its_first_run_and_restarted() {
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::UsageReported { .. } if e.depth == 2).then_some(e.agent)
     });
-    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
-    let (killed, result) = switch.fired().await.expect("the switch fires");
-    assert_eq!(result, Ok(()));
-    assert_eq!(sup.outcome().await.text.as_deref(), Some("supervised"));
-    let record = tree.record(killed).unwrap();
-    assert_eq!(
-        (record.incarnation, record.status),
-        (2, AgentStatus::Completed)
-    );
+    let killed = sup_through_the_kill(&tree, &mut switch, "supervised", 2).await;
     assert_eq!(
         tree.outcome(killed).unwrap().text.as_deref(),
         Some("second run")
     );
+}
+
+/// Runs a `sup` on `tree` through the kill `switch` makes, and asserts that the kill
+/// succeeded, that `sup` answers `answer`, and that the killed agent was restarted and
+/// completed in incarnation `incarnation`. The killed agent's id.
+async fn sup_through_the_kill(
+    tree: &Tree,
+    switch: &mut KillSwitch,
+    answer: &str,
+    incarnation: u32,
+) -> AgentId {
+    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let (killed, result) = switch.fired().await.expect("the switch fires");
+    assert_eq!(result, Ok(()));
+    assert_eq!(sup.outcome().await.text.as_deref(), Some(answer));
+    let record = tree.record(killed).unwrap();
+    assert_eq!(
+        (record.incarnation, record.status),
+        (incarnation, AgentStatus::Completed)
+    );
+    killed
 }
 
 #[tokio::test(start_paused = true)]
@@ -287,15 +300,7 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::Started { incarnation: 2, .. }).then_some(e.agent)
     });
-    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
-    let (killed, result) = switch.fired().await.expect("the switch fires");
-    assert_eq!(result, Ok(()));
-    assert_eq!(sup.outcome().await.text.as_deref(), Some("done"));
-    let record = tree.record(killed).unwrap();
-    assert_eq!(
-        (record.incarnation, record.status),
-        (3, AgentStatus::Completed)
-    );
+    sup_through_the_kill(&tree, &mut switch, "done", 3).await;
 }
 
 /// A transient worker under a supervisor: its first run hangs, its second answers.

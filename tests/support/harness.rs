@@ -138,6 +138,19 @@ pub async fn tree_with_tool(
         .expect("the tree builds")
 }
 
+/// A tree of `catalog` on `model` with the default configuration and an [`ok_tool`] of
+/// each of `names`.
+pub async fn tree_with_ok_tools(
+    model: impl Model,
+    catalog: Catalog,
+    names: &[&'static str],
+) -> Tree {
+    with_ok_tools(builder(model, catalog, TreeConfig::default()), names)
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
 /// Builds a tree with the user tools `read`, `write` and `bash`.
 pub async fn tree_with_tools(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
     let builder = builder(model, catalog, config);
