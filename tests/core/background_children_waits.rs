@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 use crate::small_catalogs::{tool_json, triage_catalog};
 use crate::support::build_tree;
+use crate::support::harness::contents;
+use crate::support::scripts::{answers_after, background_spawns};
 use crate::support::spawn_admitted;
 
 /// Driven turn by turn: triage spawns billing and tech in the background, tech asks its owner, triage
@@ -152,12 +154,7 @@ async fn background_children_that_ask_are_answered_by_a_steer_and_waited_for() {
         "{:?}",
         t5.messages()
     );
-    let all = t5
-        .messages()
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let all = contents(t5.messages()).join("\n");
     assert!(all.contains("refund issued"), "{all}");
     assert!(all.contains("reinstall the driver"), "{all}");
     t5.answer_text("refunded; driver fix sent", Usage::tokens(10, 2));
@@ -187,10 +184,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         .script(
             "triage",
             [
-                Turn::calls([
-                    Call::spawn_background("billing", "refund order 42"),
-                    Call::spawn_background("tech", "app crashes"),
-                ]),
+                background_spawns([("billing", "refund order 42"), ("tech", "app crashes")]),
                 Turn::calls([Call::tool(
                     "get_subagent_result",
                     json!({"agent_id": "a2", "wait": true, "timeout_ms": 1000}),
@@ -204,7 +198,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         )
         .script(
             "billing",
-            [Turn::answer("refund issued").after(Duration::from_secs(5))],
+            answers_after("refund issued", Duration::from_secs(5)),
         )
         .script(
             "tech",
@@ -260,11 +254,7 @@ async fn a_timed_result_read_answers_running_at_its_timeout_in_virtual_time() {
         "the timed read ends at its timeout"
     );
     let last = &log[3].messages;
-    let all = last
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let all = contents(last).join("\n");
     assert!(
         all.contains("refund issued") && all.contains("known bug"),
         "{all}"

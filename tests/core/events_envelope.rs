@@ -13,7 +13,9 @@ use agent_tree::protocol::{EndReason, Event, EventKind, EventTally, Wire};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::{catalog, delegator, leaf, record, spawn_admitted, within};
+use crate::support::harness::tree_with_tool;
+use crate::support::scripts::answers_after_billing;
+use crate::support::{build_tree, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn scripted() -> ScriptedModel {
     ScriptedModel::new()
@@ -39,9 +41,7 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "worker",
-            [Turn::answer("worked")
-                .usage(Usage::tokens(1, 1))
-                .after(Duration::from_millis(5))],
+            answers_after_billing("worked", Usage::tokens(1, 1), Duration::from_millis(5)),
         )
         .script("failer", [Turn::fail("no luck")])
         .script("sleeper", [Turn::hang()])
@@ -59,8 +59,8 @@ fn scripted() -> ScriptedModel {
 
 #[tokio::test(start_paused = true)]
 async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = tree_with_tool(
+        catalog([
             delegator("lead", &["sleeper", "mid", "failer"]),
             delegator("mid", &["worker"]),
             leaf("worker"),
@@ -68,13 +68,11 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
             leaf("sleeper"),
             leaf("steerable"),
             leaf("hanger"),
-        ]))
-        .model(scripted())
-        .tool(crate::support::noop_tool())
-        .expect("tool name is free")
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        scripted(),
+        crate::support::noop_tool(),
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
@@ -216,19 +214,16 @@ async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
 /// is for an ancestor's abort or end), in their outcome and in their terminal event.
 #[tokio::test(start_paused = true)]
 async fn shutdown_ends_agents_with_reason_shutdown() {
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("holder", &["hanger"]), leaf("hanger")]))
-        .model(
-            ScriptedModel::new()
-                .script(
-                    "holder",
-                    [Turn::spawn_background("hanger", "hang"), Turn::hang()],
-                )
-                .script("hanger", [Turn::hang()]),
-        )
-        .build()
-        .await
-        .expect("tree builds");
+    let tree = build_tree(
+        catalog([delegator("holder", &["hanger"]), leaf("hanger")]),
+        ScriptedModel::new()
+            .script(
+                "holder",
+                [Turn::spawn_background("hanger", "hang"), Turn::hang()],
+            )
+            .script("hanger", [Turn::hang()]),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut holder = spawn_admitted(&tree, SpawnRequest::new("holder", "hold")).await;
     // Wait until the child runs too.

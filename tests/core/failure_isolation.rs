@@ -10,7 +10,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 
-use crate::support::JsonContent;
+use crate::support::scripts::{answers_after_billing, background_spawns};
+use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, all_of_type, catalog, delegator, leaf, only_of_type, record, spawn_admitted,
     within,
@@ -21,11 +22,11 @@ fn scripted() -> ScriptedModel {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("panicker", "crash"),
-                    Call::spawn_background("failer", "error out"),
-                    Call::spawn_background("worker", "work"),
-                    Call::spawn_background("sub", "delegate to a crashing child"),
+                background_spawns([
+                    ("panicker", "crash"),
+                    ("failer", "error out"),
+                    ("worker", "work"),
+                    ("sub", "delegate to a crashing child"),
                 ])
                 .usage(Usage::tokens(10, 1)),
                 Turn::calls([
@@ -44,9 +45,7 @@ fn scripted() -> ScriptedModel {
         .script("failer", [Turn::fail("rate limited")])
         .script(
             "worker",
-            [Turn::answer("worked")
-                .usage(Usage::tokens(5, 5))
-                .after(Duration::from_secs(1))],
+            answers_after_billing("worked", Usage::tokens(5, 5), Duration::from_secs(1)),
         )
         .script(
             "sub",
@@ -60,18 +59,17 @@ fn scripted() -> ScriptedModel {
 #[tokio::test(start_paused = true)]
 async fn a_failing_agent_fails_alone() {
     let model = RecordingModel::new(scripted());
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["panicker", "failer", "worker", "sub"]),
             delegator("sub", &["panicker"]),
             leaf("panicker"),
             leaf("failer"),
             leaf("worker"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "survive failures")).await;
@@ -194,32 +192,32 @@ async fn a_failing_agent_fails_alone() {
     assert!(snapshot.check_usage().is_ok(), "{text}");
 
     // The tree is unharmed: a failing top-level agent fails alone, and work goes on.
-    let top_panic = within(
+    let top_panic = run_within(
+        &tree,
         "a top-level panicker",
-        tree.run(SpawnRequest::new("panicker", "again")),
+        SpawnRequest::new("panicker", "again"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(
         (top_panic.status, top_panic.reason),
         (AgentStatus::Failed, EndReason::Panicked)
     );
-    let top_fail = within(
+    let top_fail = run_within(
+        &tree,
         "a top-level failer",
-        tree.run(SpawnRequest::new("failer", "again")),
+        SpawnRequest::new("failer", "again"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(
         (top_fail.status, top_fail.reason),
         (AgentStatus::Failed, EndReason::ModelError)
     );
-    let after = within(
+    let after = run_within(
+        &tree,
         "a worker",
-        tree.run(SpawnRequest::new("worker", "still there")),
+        SpawnRequest::new("worker", "still there"),
     )
-    .await
-    .expect("admitted");
+    .await;
     assert_eq!(after.text.as_deref(), Some("worked"));
 
     within("shutdown", tree.shutdown()).await;

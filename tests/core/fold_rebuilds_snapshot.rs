@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::catalog;
-use crate::support::harness::Rng;
+use crate::support::harness::{Rng, tree};
+use crate::support::scripts::answers_after_billing;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally, Fold, Strategy, TreeSnapshot};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
@@ -107,9 +108,7 @@ fn world(rng: &mut Rng) -> (Catalog, ScriptedModel) {
         )
         .script(
             "leaf",
-            [Turn::answer("leaf done")
-                .usage(usage(rng))
-                .after(delay(rng))],
+            answers_after_billing("leaf done", usage(rng), delay(rng)),
         )
         .script(
             "flaky",
@@ -135,15 +134,7 @@ async fn scenario(seed: u64) -> (TreeSnapshot, Vec<Event>) {
     let config = TreeConfig::default()
         .with_max_concurrent(1 + rng.below(2) as usize)
         .with_shutdown_grace(Duration::from_millis(200));
-    let tree = Arc::new(
-        Tree::builder()
-            .config(config)
-            .catalog(catalog)
-            .model(model)
-            .build()
-            .await
-            .expect("tree builds"),
-    );
+    let tree = Arc::new(tree(model, catalog, config).await);
     let mut events = tree.subscribe();
     for _ in 0..1 + rng.below(3) {
         let mut request = SpawnRequest::new("boss", "run");
@@ -219,18 +210,23 @@ fn check(seed: u64, snapshot: &TreeSnapshot, events: &[Event]) {
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
 }
 
+/// Runs the scenario of `seed` on a fresh one-thread runtime with paused time.
+fn paused_scenario(seed: u64) -> (TreeSnapshot, Vec<Event>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    runtime.block_on(scenario(seed))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Paused time, one thread: every seed replays exactly.
     #[test]
     fn the_event_stream_alone_rebuilds_the_snapshot(seed in any::<u64>()) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let (snapshot, events) = runtime.block_on(scenario(seed));
+        let (snapshot, events) = paused_scenario(seed);
         check(seed, &snapshot, &events);
     }
 }
@@ -241,12 +237,7 @@ proptest! {
 fn the_scenarios_cover_every_record_change() {
     let mut seen = EventTally::default();
     for seed in 0..40 {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
-        let (snapshot, events) = runtime.block_on(scenario(seed));
+        let (snapshot, events) = paused_scenario(seed);
         check(seed, &snapshot, &events);
         for event in &events {
             seen.count(&event.kind);

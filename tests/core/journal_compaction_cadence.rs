@@ -1,12 +1,11 @@
 //! When the journal compacts: past `rotate_at` and past twice what the last compaction
 //! left, so a file of mostly dead events stays bounded.
 
-use agent_tree::prelude::*;
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{bounded, fixed};
-use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf, run_admitted};
+use crate::journal_steps::{bounded, fixed, run_go};
+use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::{catalog, leaf};
 
 /// Rule (`rotate_at`): "Past `rotate_at` bytes the file is compacted", now "only past
 /// rotate_at and past twice what the last compaction left". A tree whose live state is
@@ -22,20 +21,11 @@ async fn a_journal_of_mostly_dead_events_keeps_compacting() {
     // Many agents that answer small: each leaves a record and a small output (live), and
     // lines of spawn, conversation and events (mostly dead after compaction).
     let model = fixed("ok");
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(JournalConfig::new(&path).rotate_at(rotate))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).rotate_at(rotate);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut largest = 0u64;
     for _ in 0..300 {
-        bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        run_go(&tree, "worker").await;
         bounded("flush", tree.flush_journal()).await;
         largest = largest.max(std::fs::metadata(&path).unwrap().len());
     }

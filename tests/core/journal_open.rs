@@ -9,23 +9,8 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, JOURNAL_VERSION, JournalEntry, SessionId};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
-use crate::support::journal::TempDir;
+use crate::support::journal::{TempDir, open_journal};
 use crate::support::{catalog, leaf};
-
-/// A tree on the journal at `path`, with no user tools; the build's error as text.
-pub(crate) async fn open(
-    model: ScriptedModel,
-    catalog: Catalog,
-    path: &Path,
-) -> Result<Tree, String> {
-    Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal(JournalConfig::new(path))
-        .build()
-        .await
-        .map_err(|e| e.to_string())
-}
 
 /// A checksum-valid journal: a header and one checkpoint of `records`.
 fn crafted(path: &Path, records: Vec<AgentRecord>) {
@@ -110,7 +95,7 @@ async fn a_journal_holding_a_deep_tool_input_still_recovers() {
             Turn::answer("done"),
         ],
     );
-    let tree = open(model.clone(), catalog([leaf("w")]), &path)
+    let tree = open_journal(model.clone(), catalog([leaf("w")]), &path)
         .await
         .unwrap();
     let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
@@ -118,7 +103,7 @@ async fn a_journal_holding_a_deep_tool_input_still_recovers() {
     tree.shutdown().await;
     drop(tree);
 
-    let again = open(model, catalog([leaf("w")]), &path).await;
+    let again = open_journal(model, catalog([leaf("w")]), &path).await;
     let tree = again.expect("a tree's own journal recovers");
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
@@ -153,7 +138,9 @@ async fn a_real_torn_header_starts_afresh() {
     let path = dir.file("tree.journal");
     std::fs::write(&path, br#"0123abcd {"entry":"header","version":1,"sess"#).unwrap();
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = open(model, catalog([leaf("w")]), &path).await.unwrap();
+    let tree = open_journal(model, catalog([leaf("w")]), &path)
+        .await
+        .unwrap();
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     tree.shutdown().await;
 }
@@ -164,7 +151,7 @@ async fn refused_not_wiped(bytes: &[u8]) {
     let path = dir.file("tree.journal");
     std::fs::write(&path, bytes).unwrap();
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let built = open(model, catalog([leaf("w")]), &path).await;
+    let built = open_journal(model, catalog([leaf("w")]), &path).await;
     let kept = std::fs::read(&path).unwrap();
     assert!(
         kept.starts_with(bytes),

@@ -12,9 +12,11 @@ use agent_tree::testkit::{FnModel, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, ModelRequest, ModelResponse, read_journal};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{LIMIT, bounded, fixed, step_answer, steps_tree};
-use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted, spawn_admitted};
+use crate::journal_steps::{LIMIT, bounded, fixed, run_go, step_answer, steps_tree};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, crash_copy, journaled_tree, stored_tree};
+use crate::support::scripts::reads_its_worker_back;
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// Rule: with `Durability::EveryEntry` too, read outputs are released once the journal has
 /// written them (at the latest at `Tree::flush_journal`) and read back exactly, by the
@@ -24,28 +26,14 @@ async fn every_entry_durability_releases_and_reads_back() {
     let dir = TempDir::new("journal-every-entry");
     let answer = |i: usize| format!("w{i}:{}", "e".repeat(700));
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "one"),
-                Turn::calls([read_result_call("a2")]),
-                Turn::answer("lead done"),
-            ],
-        )
+        .script("lead", reads_its_worker_back("one", "lead done"))
         .script("worker", [Turn::answer(answer(2))]);
     let log = model.call_log();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(
-            JournalConfig::new(dir.file("j"))
-                .durability(Durability::EveryEntry)
-                .keep_read_outputs(0),
-        )
-        .build()
-        .await
-        .unwrap();
-    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
+    let journal = JournalConfig::new(dir.file("j"))
+        .durability(Durability::EveryEntry)
+        .keep_read_outputs(0);
+    let tree = journaled_tree(model, lead_and_worker(), journal).await;
+    let outcome = run_go(&tree, "lead").await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"));
     bounded("flush", tree.flush_journal()).await;
     let snapshot = tree.snapshot();
@@ -87,21 +75,16 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
         })
     }
     let build = |path: std::path::PathBuf| async move {
-        Tree::builder()
-            .model(by_id())
-            .catalog(catalog([leaf("worker")]))
-            .journal(JournalConfig::new(path).keep_read_outputs(0))
-            .build()
-            .await
-            .unwrap()
+        journaled_tree(
+            by_id(),
+            catalog([leaf("worker")]),
+            JournalConfig::new(path).keep_read_outputs(0),
+        )
+        .await
     };
     let tree = build(live.clone()).await;
     for _ in 0..3 {
-        bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        run_go(&tree, "worker").await;
     }
     // Released, some before the crash, one left read only in memory... all flushed.
     crash_copy(&tree, &live, &crashed).await;
@@ -119,11 +102,7 @@ async fn outputs_of_the_previous_process_read_back_after_a_torn_tail_was_cut() {
         assert_eq!(back.text, Some(answer(n)), "a{n} after the cut");
     }
     for _ in 0..2 {
-        bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        run_go(&tree, "worker").await;
     }
     bounded("flush", tree.flush_journal()).await;
     for n in 1..=5u64 {
@@ -313,18 +292,16 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
         let runtime = crate::support::races::runtime_on(2);
         let store = WatchedStore(watched.clone());
         runtime.block_on(async {
-            let tree = Tree::builder()
-                .model(fixed("x".repeat(5000)))
-                .catalog(catalog([leaf("worker")]))
-                .journal_store(
-                    JournalConfig::new("memory")
-                        .keep_read_outputs(0)
-                        .durability(Durability::EveryEntry),
-                    store,
-                )
-                .build()
-                .await
-                .unwrap();
+            let journal = JournalConfig::new("memory")
+                .keep_read_outputs(0)
+                .durability(Durability::EveryEntry);
+            let tree = stored_tree(
+                fixed("x".repeat(5000)),
+                catalog([leaf("worker")]),
+                journal,
+                store,
+            )
+            .await;
             // Read at settle, while the slow writer is behind: each release waits for its
             // line, and the writer calls back once it is written, after the tree is gone.
             // How far behind it is depends on the machine: workers run until it is.
@@ -374,13 +351,8 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
 async fn a_resumed_agents_earlier_output_takes_none_of_the_budget() {
     let dir = TempDir::new("journal-budget");
     let text = "b".repeat(1000);
-    let tree = Tree::builder()
-        .model(fixed(text.clone()))
-        .catalog(catalog([leaf("worker")]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(2100))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(2100);
+    let tree = journaled_tree(fixed(text.clone()), catalog([leaf("worker")]), journal).await;
     let mut a1 = spawn_admitted(&tree, SpawnRequest::new("worker", "one")).await;
     let mut a2 = spawn_admitted(&tree, SpawnRequest::new("worker", "two")).await;
     bounded("idle", tree.idle()).await;

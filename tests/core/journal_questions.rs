@@ -13,9 +13,10 @@ use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{FnTool, JournalConfig, Question};
 use parking_lot::Mutex;
 
-use crate::support::journal::{TempDir, crash_copy};
+use crate::support::harness::spawn_for_id;
+use crate::support::journal::{TempDir, crash, live_and_crashed};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
+use crate::support::{catalog, delegator, leaf, resume_call};
 
 /// The questions a handler was asked, in order, and a wake-up for each.
 #[derive(Default)]
@@ -111,12 +112,9 @@ async fn question_put_again() {
     );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     asked(&mut events, writer).await;
-    crash_copy(&tree, &live, &first).await;
-    drop(tree);
+    crash(tree, &live, &first).await;
 
     // Recovered with the human still away: it waits again, and a second crash keeps it.
     let model = ScriptedModel::new();
@@ -134,8 +132,7 @@ async fn question_put_again() {
         Some(AgentStatus::Running)
     );
     assert_eq!(model.calls(), 0, "the asking turn is not re-run");
-    crash_copy(&tree, &first, &second).await;
-    drop(tree);
+    crash(tree, &first, &second).await;
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("tabs it is")]);
     let log = model.call_log();
@@ -163,7 +160,7 @@ async fn question_put_again() {
 #[tokio::test(start_paused = true)]
 async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again() {
     let dir = TempDir::new("answer");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "writer",
         [Turn::calls([
@@ -173,16 +170,13 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
     );
     let (tree, asked_first) = build(model, &live, Some("tabs")).await;
     let mut events = EventProbe::new(&tree);
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     asked(&mut events, writer).await;
     // The handler answers at once; the lint call never returns. Time stands still until
     // every task is idle: the answer has reached the agent, and the journal, by then.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(*asked_first.lock(), ["tabs or spaces?"]);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("linted")]);
     let log = model.call_log();
@@ -208,7 +202,7 @@ async fn an_answer_given_before_a_crash_is_delivered_once_without_asking_again()
 #[tokio::test(start_paused = true)]
 async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question() {
     let dir = TempDir::new("owner-question");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new()
         .script("lead", [Turn::spawn("writer", "the task"), Turn::hang()])
         .script(
@@ -217,17 +211,14 @@ async fn an_owner_resuming_a_recovered_asker_with_a_prompt_answers_its_question(
         );
     let (tree, _) = build(model, &live, None).await;
     let mut events = EventProbe::new(&tree);
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "lead"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "lead").await;
     let writer = events
         .expect_event("the writer's question", |e| {
             matches!(e.kind, EventKind::Asked { .. }) && e.agent != lead
         })
         .await
         .agent;
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new()
         .script(

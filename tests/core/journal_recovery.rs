@@ -12,19 +12,31 @@ use agent_tree::protocol::{EndReason, ModelErrorKind};
 use agent_tree::testkit::{Call, EventProbe, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::support::journal::{TempDir, crash_copy};
+use crate::support::harness::{builder, contents, lead_and_worker, spawn_for_id};
+use crate::support::journal::{
+    TempDir, crash, crash_copy, live_and_crashed, open_journal, records_now, stored_tree,
+};
 use crate::support::races::on_worker_threads;
-use crate::support::{catalog, delegator, leaf, resume_call, spawn_admitted};
+use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
+use crate::support::{catalog, leaf, spawn_admitted};
 
-async fn build(model: ScriptedModel, catalog: Catalog, path: &Path, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
+/// A tree of `config` on the journal at `path`.
+async fn build_configured(
+    model: ScriptedModel,
+    catalog: Catalog,
+    path: &Path,
+    config: TreeConfig,
+) -> Tree {
+    builder(model, catalog, config)
         .journal(JournalConfig::new(path))
         .build()
         .await
         .unwrap()
+}
+
+/// A tree with the default configuration on the journal at `path`.
+async fn build(model: ScriptedModel, catalog: Catalog, path: &Path) -> Tree {
+    open_journal(model, catalog, path).await.unwrap()
 }
 
 /// The writer's tree recovered from `journal` (its model answering `answer`; with
@@ -41,7 +53,7 @@ async fn resumed_writer_read(
 ) -> Tree {
     let model = ScriptedModel::new().script("writer", [Turn::answer(answer)]);
     let log = model.call_log();
-    let tree = build(model, catalog, journal, TreeConfig::default()).await;
+    let tree = build(model, catalog, journal).await;
     if none_interrupted {
         assert!(tree.interrupted().is_empty());
     }
@@ -82,7 +94,7 @@ async fn started(events: &mut EventProbe, agents: &[AgentId]) {
 
 async fn every_status_comes_back() {
     let dir = TempDir::new("statuses");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new()
         .script(
             "done",
@@ -94,26 +106,20 @@ async fn every_status_comes_back() {
     let types = ["done", "broken", "hung", "busy"];
     let catalog = catalog(types.map(leaf));
     let config = TreeConfig::default().with_max_concurrent(1);
-    let tree = build(model.clone(), catalog.clone(), &live, config.clone()).await;
+    let tree = build_configured(model.clone(), catalog.clone(), &live, config.clone()).await;
     let mut events = EventProbe::new(&tree);
     let done = tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     assert!(done.is_completed());
     tree.run(SpawnRequest::new("broken", "b")).await.unwrap();
-    let aborted = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
-        .await
-        .id();
+    let aborted = spawn_for_id(&tree, "hung", "c").await;
     started(&mut events, &[aborted]).await;
     tree.abort(aborted).unwrap();
     events.expect_terminated(aborted).await;
-    let killed = spawn_admitted(&tree, SpawnRequest::new("hung", "d"))
-        .await
-        .id();
+    let killed = spawn_for_id(&tree, "hung", "d").await;
     started(&mut events, &[killed]).await;
     tree.kill(killed).unwrap();
     events.expect_terminated(killed).await;
-    let running = spawn_admitted(&tree, SpawnRequest::new("busy", "e"))
-        .await
-        .id();
+    let running = spawn_for_id(&tree, "busy", "e").await;
     // Background: takes the one pool slot; the next one queues behind it.
     let pooled = spawn_admitted(&tree, SpawnRequest::new("hung", "f").background())
         .await
@@ -127,7 +133,7 @@ async fn every_status_comes_back() {
     let before = tree.snapshot();
     drop(tree);
 
-    let tree = build(model, catalog, &crashed, config).await;
+    let tree = build_configured(model, catalog, &crashed, config).await;
     let after = tree.snapshot();
     assert_eq!(after.agents().count(), 7);
     let status = |id: AgentId| tree.record(id).unwrap().status;
@@ -180,13 +186,7 @@ async fn every_status_comes_back() {
     }
     tree.shutdown().await;
     let replay = read_journal(&crashed, None).unwrap();
-    let records: Vec<_> = tree
-        .snapshot()
-        .records
-        .iter()
-        .map(|r| (**r).clone())
-        .collect();
-    assert_eq!(replay.records, records);
+    assert_eq!(replay.records, records_now(&tree));
 }
 
 /// A run that failed on a model call keeps the failure's kind as data (`error_kind`) in its
@@ -196,7 +196,7 @@ async fn a_model_failures_kind_comes_back_from_the_journal() {
     let dir = TempDir::new("kind");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::fail("no such model")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(outcome.reason, EndReason::ModelError);
     assert_eq!(
@@ -231,36 +231,20 @@ fn a_reissued_spawn_after_recovery_on_worker_threads() {
 
 async fn reissued_spawn_after_recovery() {
     let dir = TempDir::new("reissue");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let catalog = catalog([delegator("lead", &["worker"]), leaf("worker")]);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
+    let (live, crashed) = live_and_crashed(&dir);
+    let catalog = lead_and_worker();
+    let before = lead_waiting_on_a_hung_worker();
     let before_log = before.call_log();
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "find it"))
-        .await
-        .id();
+    let tree = build(before, catalog.clone(), &live).await;
+    let lead = spawn_for_id(&tree, "lead", "find it").await;
     // The crash comes once the worker's hanging turn has begun.
     before_log.until_calls(AgentId::new(2), 1).await;
     assert_eq!(tree.snapshot().agents().count(), 2);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                // The lost turn, re-run: the same spawn at the same place.
-                Turn::spawn("worker", "dig"),
-                // The worker was interrupted: resume it where it was.
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("found it"),
-            ],
-        )
-        .script("worker", [Turn::answer("dug")]);
+    let after = lead_resuming_its_worker("found it").script("worker", [Turn::answer("dug")]);
     let log = after.call_log();
-    let tree = build(after, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(after, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
     let mut handle = tree.resume(lead, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("found it"));
@@ -290,13 +274,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
     let dir = TempDir::new("bad");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &path,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &path).await;
     tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     tree.shutdown().await;
     drop(tree);
@@ -307,13 +285,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
     let mut bytes = good.clone();
     bytes.extend_from_slice(b"0badc0de {\"entry\":\"ev");
     std::fs::write(&torn, &bytes).unwrap();
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &torn,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &torn).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -332,14 +304,9 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
         .unwrap();
     bytes[third] ^= 0x04;
     std::fs::write(&corrupt, &bytes).unwrap();
-    let error = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(JournalConfig::new(&corrupt))
-        .build()
+    let error = open_journal(model, catalog([leaf("w")]), &corrupt)
         .await
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
     assert!(
         error.starts_with(&format!(
             "journal {}:3: checksum mismatch",
@@ -356,7 +323,7 @@ async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_li
 #[tokio::test(start_paused = true)]
 async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
     let dir = TempDir::new("task");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("writer")]);
     let tree = Tree::builder()
         .catalog(catalog.clone())
@@ -366,15 +333,12 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
         .build()
         .await
         .unwrap();
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("written")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(model, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [writer]);
     let mut handle = tree.resume(writer, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("written"));
@@ -390,19 +354,16 @@ async fn an_agent_cut_off_before_its_first_turn_resumes_with_its_task() {
 #[tokio::test(start_paused = true)]
 async fn a_receipted_steer_survives_a_crash_and_is_read_once() {
     let dir = TempDir::new("steer");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let tree = build(before, catalog.clone(), &live).await;
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     assert_eq!(
         tree.steer(writer, "use blue").await,
         Ok(agent_tree::SteerReceipt::Delivered)
     );
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let tree = resumed_writer_read(
         catalog.clone(),
@@ -443,13 +404,10 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
     );
     let catalog = catalog([leaf("writer")]);
     let before = ScriptedModel::new().script("writer", [Turn::hang()]);
-    let tree = build(before, catalog.clone(), &live, TreeConfig::default()).await;
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let tree = build(before, catalog.clone(), &live).await;
+    let writer = spawn_for_id(&tree, "writer", "the task").await;
     tree.steer(writer, "use blue").await.unwrap();
-    crash_copy(&tree, &live, &first).await;
-    drop(tree);
+    crash(tree, &live, &first).await;
 
     // Resumed with a prompt, and cut off again before its first turn (a start hook).
     let tree = Tree::builder()
@@ -461,8 +419,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
         .await
         .unwrap();
     tree.resume(writer, "go on").await.unwrap();
-    crash_copy(&tree, &first, &second).await;
-    drop(tree);
+    crash(tree, &first, &second).await;
 
     let tree = resumed_writer_read(
         catalog,
@@ -483,7 +440,7 @@ async fn a_kept_steer_stays_unread_across_a_resume_with_a_prompt_and_a_second_cr
 #[tokio::test(start_paused = true)]
 async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
     let dir = TempDir::new("restarted");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let catalog = catalog([leaf("flaky").with_restart(RestartPolicy::Transient)]);
     let model = ScriptedModel::new().script(
         "flaky",
@@ -519,20 +476,17 @@ async fn a_restarted_run_cut_off_before_its_first_turn_resumes_from_its_task() {
         .await
         .unwrap();
     let mut events = EventProbe::new(&tree);
-    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "the task"))
-        .await
-        .id();
+    let flaky = spawn_for_id(&tree, "flaky", "the task").await;
     events
         .expect_event("the restart", |e| {
             e.agent == flaky && matches!(e.kind, EventKind::Restarted { .. })
         })
         .await;
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let model = ScriptedModel::new().script("flaky", [Turn::answer("fresh")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &crashed, TreeConfig::default()).await;
+    let tree = build(model, catalog, &crashed).await;
     assert_eq!(tree.interrupted(), [flaky]);
     let mut handle = tree.resume(flaky, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("fresh"));
@@ -604,13 +558,8 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
         file: agent_tree::FileJournal::open(&path).unwrap(),
         whole_reads: whole_reads.clone(),
     };
-    let tree = Tree::builder()
-        .catalog(catalog.clone())
-        .model(model)
-        .journal_store(JournalConfig::new(&path).rotate_at(8 << 10), store)
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).rotate_at(8 << 10);
+    let tree = stored_tree(model, catalog.clone(), journal, store).await;
     let mut writers = Vec::new();
     for i in 0..6 {
         let task = format!("chapter {i}: {}", "x".repeat(2048));
@@ -645,15 +594,11 @@ async fn settled_conversations_stay_in_the_journal_through_compaction_and_recove
 
     let model = ScriptedModel::new().script("writer", [Turn::answer("revised")]);
     let log = model.call_log();
-    let tree = build(model, catalog, &path, TreeConfig::default()).await;
+    let tree = build(model, catalog, &path).await;
     let mut handle = tree.resume(writers[3], "revise it").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("revised"));
     let calls = log.of(writers[3]);
-    let texts: Vec<&str> = calls[0]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let texts = contents(&calls[0].messages);
     assert_eq!(texts.len(), 3, "{texts:?}");
     assert!(texts[0].starts_with("chapter 3:"));
     assert_eq!(texts[1], answer(0));

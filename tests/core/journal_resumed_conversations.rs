@@ -13,9 +13,10 @@ use agent_tree::testkit::{FnModel, Script, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError, JournalConfig, ModelRequest, ModelResponse};
 use parking_lot::Mutex;
 
-use crate::journal_steps::{bounded, step_answer, steps_tree};
-use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, resume_call, run_admitted};
+use crate::journal_steps::{bounded, run_go, step_answer, steps_tree};
+use crate::support::harness::{contents, lead_and_worker};
+use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::{catalog, delegator, leaf, resume_call};
 
 /// Rule: "a conversation that cannot be read back makes the resume fail, never run on an
 /// empty conversation"; a settled agent's conversation is kept in the journal and read back
@@ -217,14 +218,9 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         .script("lead", lead_script(true))
         .script("worker", [Turn::answer(format!("w1 {big}"))]);
     let config = || JournalConfig::new(&path).rotate_at(4 * 1024);
-    let tree = Tree::builder()
-        .model(model1)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(config())
-        .build()
-        .await
-        .unwrap();
-    let lead = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
+    let journal = config();
+    let tree = journaled_tree(model1, lead_and_worker(), journal).await;
+    let lead = run_go(&tree, "lead").await;
     assert_eq!(lead.text.as_deref(), Some("lead done"));
     bounded("shutdown", tree.shutdown()).await;
     drop(tree);
@@ -233,13 +229,8 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
         .script("lead", lead_script(false))
         .script("worker", [Turn::answer("w2")]);
     let log = model2.call_log();
-    let tree = Tree::builder()
-        .model(model2)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(config())
-        .build()
-        .await
-        .unwrap();
+    let journal = config();
+    let tree = journaled_tree(model2, lead_and_worker(), journal).await;
     let mut handle = bounded("resume lead", tree.resume(AgentId::new(1), "again"))
         .await
         .unwrap();
@@ -247,11 +238,7 @@ async fn an_owner_resumes_a_journal_only_child_after_compaction_and_recovery() {
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let worker = log.of(AgentId::new(2));
     assert_eq!(worker.len(), 1, "the worker ran once in process 2");
-    let contents: Vec<&str> = worker[0]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let contents = contents(&worker[0].messages);
     assert_eq!(
         contents,
         ["dig", &format!("w1 {big}"), "dig more"],
@@ -302,25 +289,21 @@ async fn a_restarted_then_settled_child_resumes_on_its_last_runs_conversation() 
             _ => Ok(ModelResponse::text("resumed answer")),
         }
     });
-    let tree = Tree::builder()
-        .model(model.clone())
-        .catalog(catalog([
+    let journal = JournalConfig::new(dir.file("j"));
+    let tree = journaled_tree(
+        model.clone(),
+        catalog([
             delegator("lead", &["worker"]),
             leaf("worker").with_restart(RestartPolicy::Transient),
-        ]))
-        .journal(JournalConfig::new(dir.file("j")))
-        .build()
-        .await
-        .unwrap();
-    let outcome = bounded("lead", run_admitted(&tree, SpawnRequest::new("lead", "go"))).await;
+        ]),
+        journal,
+    )
+    .await;
+    let outcome = run_go(&tree, "lead").await;
     assert_eq!(outcome.text.as_deref(), Some("lead done"), "{outcome:?}");
     let seen = model.of(AgentId::new(2));
     assert_eq!(seen.len(), 3, "{seen:?}");
-    let contents: Vec<&str> = seen[2]
-        .messages
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect();
+    let contents = contents(&seen[2].messages);
     assert_eq!(contents, ["dig", "second run answer", "more"]);
     bounded("shutdown", tree.shutdown()).await;
 }

@@ -9,16 +9,27 @@ use agent_tree::protocol::{Role, ToolCall};
 use agent_tree::testkit::FnModel;
 use agent_tree::{ModelRequest, ModelResponse};
 
-use crate::support::{catalog, leaf};
+use crate::support::{catalog, leaf, run_admitted};
 
 /// A generous real-time bound: a hang fails the test instead of sticking the run.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 
+/// Awaits `future` within [`LIMIT`], failing the test with `what` if it takes longer.
 pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(LIMIT, future).await {
         Ok(value) => value,
         Err(_) => panic!("timed out: {what}"),
     }
+}
+
+/// Runs one `agent_type` agent with the prompt `go` on `tree` to its end within [`LIMIT`].
+pub(crate) async fn run_go(tree: &Tree, agent_type: &str) -> Outcome {
+    let what = format!("a run of {agent_type}");
+    bounded(
+        &what,
+        run_admitted(tree, SpawnRequest::new(agent_type, "go")),
+    )
+    .await
 }
 
 /// A model whose every run takes two turns: a `noop` tool call when the conversation ends

@@ -9,6 +9,9 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 use agent_tree::{JournalConfig, JournalStore};
 
+use crate::support::journal::{
+    answering_twice, assert_resumed_on_its_whole_conversation, stored_tree,
+};
 use crate::support::{catalog, leaf};
 
 /// A store whose writes panic (a bug in a store of the application's own,
@@ -47,16 +50,8 @@ impl JournalStore for PanickingStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_journal_writer_never_holds_work_back() {
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal_store(
-            JournalConfig::new("unused.journal").max_queue(1),
-            PanickingStore,
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("unused.journal").max_queue(1);
+    let tree = stored_tree(model, catalog([leaf("w")]), journal, PanickingStore).await;
     let run = tokio::time::timeout(
         Duration::from_secs(60),
         tree.run(SpawnRequest::new("w", "a")),
@@ -78,22 +73,17 @@ async fn a_dead_journal_writer_never_holds_work_back() {
 // even be asked, and the resume ran on an empty conversation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
-    let model = ScriptedModel::new().script(
-        "w",
-        [Turn::answer("first answer"), Turn::answer("second answer")],
-    );
+    let model = answering_twice();
     let log = model.call_log();
     let store = MemoryJournal::new();
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w"), leaf("x")]))
-        .model(model.script("x", [Turn::answer("x done")]))
-        .journal_store(
-            JournalConfig::new("failing.journal").retain_conversations(false),
-            store.clone(),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("failing.journal").retain_conversations(false);
+    let tree = stored_tree(
+        model.script("x", [Turn::answer("x done")]),
+        catalog([leaf("w"), leaf("x")]),
+        journal,
+        store.clone(),
+    )
+    .await;
     let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(first.text.as_deref(), Some("first answer"));
     tree.flush_journal().await;
@@ -110,17 +100,6 @@ async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
         "the journal should have stopped"
     );
 
-    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
-    assert_eq!(
-        resumed.outcome().await.text.as_deref(),
-        Some("second answer")
-    );
-    let second = &log.of(AgentId::new(1))[1];
-    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
-    assert_eq!(
-        texts,
-        ["go", "first answer", "follow up"],
-        "the resumed run lost its conversation"
-    );
+    assert_resumed_on_its_whole_conversation(&tree, &log).await;
     tree.shutdown().await;
 }

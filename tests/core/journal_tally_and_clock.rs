@@ -8,9 +8,9 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventTally};
 use agent_tree::{JournalConfig, read_journal};
 
-use crate::journal_steps::{bounded, fixed, steps_tree};
-use crate::support::journal::TempDir;
-use crate::support::{catalog, leaf, run_admitted};
+use crate::journal_steps::{bounded, fixed, run_go, steps_tree};
+use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::{catalog, leaf};
 
 fn tally_of(events: &[Event]) -> EventTally {
     let mut tally = EventTally::default();
@@ -78,11 +78,7 @@ async fn the_tally_is_the_count_of_every_event_across_two_recoveries_and_compact
         total = start.clone();
         let mut events = tree.subscribe();
         for _ in 0..3 {
-            bounded(
-                "a worker",
-                run_admitted(&tree, SpawnRequest::new("worker", "go")),
-            )
-            .await;
+            run_go(&tree, "worker").await;
         }
         let first = AgentId::new(1);
         let mut resumed = bounded("resume", tree.resume(first, "again"))
@@ -129,13 +125,12 @@ async fn the_clock_goes_on_across_recoveries_on_a_paused_clock_and_epoch_agrees(
     let path = dir.file("j");
     let model = || fixed("a".repeat(3000));
     let build = || async {
-        Tree::builder()
-            .model(model())
-            .catalog(catalog([leaf("worker")]))
-            .journal(JournalConfig::new(&path).rotate_at(4 * 1024))
-            .build()
-            .await
-            .unwrap()
+        journaled_tree(
+            model(),
+            catalog([leaf("worker")]),
+            JournalConfig::new(&path).rotate_at(4 * 1024),
+        )
+        .await
     };
     let mut last = 0;
     for process in 0..3 {

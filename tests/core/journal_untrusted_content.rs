@@ -10,7 +10,7 @@ use agent_tree::testkit::{FnModel, ScriptedModel};
 use serde_json::{Value, json};
 
 use crate::support::harness::{GUARD, a};
-use crate::support::journal::TempDir;
+use crate::support::journal::{TempDir, journaled_tree};
 use crate::support::{catalog, leaf};
 
 /// An array nested `depth` deep around `1`.
@@ -52,13 +52,8 @@ async fn a_deeply_nested_tool_input_does_not_make_the_journal_unreadable() {
     );
     let dir = TempDir::new("journal-deep-input");
     let path = dir.file("tree.journal");
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(deep_call(125))
-        .journal(JournalConfig::new(&path))
-        .build()
-        .await
-        .expect("the tree builds");
+    let journal = JournalConfig::new(&path);
+    let tree = journaled_tree(deep_call(125), catalog([leaf("w")]), journal).await;
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");

@@ -8,8 +8,12 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 use agent_tree::{Durability, FileJournal, JournalConfig, read_journal};
 
-use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{
+    TempDir, answering_twice, assert_resumed_on_its_whole_conversation, journaled_tree,
+    open_journal, records_now, stored_tree,
+};
+use crate::support::{catalog, leaf, run_admitted, spawn_admitted};
 
 fn team() -> (ScriptedModel, Catalog) {
     let model = ScriptedModel::new()
@@ -25,10 +29,7 @@ fn team() -> (ScriptedModel, Catalog) {
             "worker",
             [Turn::answer("part done").usage(Usage::tokens(3, 1))],
         );
-    (
-        model,
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-    )
+    (model, lead_and_worker())
 }
 
 #[tokio::test(start_paused = true)]
@@ -36,13 +37,8 @@ async fn the_journal_folds_to_the_trees_own_records() {
     let dir = TempDir::new("fold");
     let path = dir.file("tree.journal");
     let (model, catalog) = team();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal(JournalConfig::new(&path).durability(Durability::EveryEntry))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).durability(Durability::EveryEntry);
+    let tree = journaled_tree(model, catalog, journal).await;
     let outcome = run_admitted(&tree, SpawnRequest::new("lead", "build it")).await;
     assert_eq!(outcome.text.as_deref(), Some("both parts done"));
     tree.shutdown().await;
@@ -81,13 +77,7 @@ async fn the_journal_folds_to_the_trees_own_records() {
 
 async fn run_team_on(store: MemoryJournal, config: JournalConfig) -> Tree {
     let (model, catalog) = team();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal_store(config, store)
-        .build()
-        .await
-        .unwrap();
+    let tree = stored_tree(model, catalog, config, store).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     tree
@@ -138,13 +128,8 @@ async fn each_policy_syncs_as_it_says() {
 async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
     let store = MemoryJournal::new();
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal_store(JournalConfig::new("slow").max_queue(8), store.clone())
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("slow").max_queue(8);
+    let tree = stored_tree(model, catalog([leaf("w")]), journal, store.clone()).await;
     // The header is written; from now on the disk does not answer.
     store.hold();
     // The writer is stuck: spawn until a spawn waits for it (a whole virtual hour passes
@@ -167,13 +152,11 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
     }
     tree.shutdown().await;
     assert_eq!(tree.journal_backlog(), 0);
-    let records: Vec<_> = tree
-        .snapshot()
-        .records
-        .iter()
-        .map(|r| (**r).clone())
-        .collect();
-    assert_eq!(store.replay().records, records, "nothing was lost");
+    assert_eq!(
+        store.replay().records,
+        records_now(&tree),
+        "nothing was lost"
+    );
 }
 
 /// A flush that the writer answers in the middle of a batch counts what it wrote out of the
@@ -184,13 +167,8 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     let store = MemoryJournal::new();
     let model = ScriptedModel::new().script("w", [Turn::hang(), Turn::hang(), Turn::hang()]);
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal_store(JournalConfig::new("mid-batch"), store.clone())
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("mid-batch");
+    let tree = stored_tree(model, catalog([leaf("w")]), journal, store.clone()).await;
     // The writer is stuck in an append of the first agent's entries.
     store.hold();
     let _a = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
@@ -250,13 +228,7 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
     );
     // One that fails later stops the journal, and the tree goes on.
     let store = MemoryJournal::new();
-    let tree = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal_store(JournalConfig::new("full"), store.clone())
-        .build()
-        .await
-        .unwrap();
+    let tree = stored_tree(model, catalog, JournalConfig::new("full"), store.clone()).await;
     store.fail_writes();
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
@@ -270,13 +242,8 @@ async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     let dir = TempDir::new("rotate");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::answer("ok").usage(Usage::tokens(1, 1))]);
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(JournalConfig::new(&path).rotate_at(4096))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).rotate_at(4096);
+    let tree = journaled_tree(model, catalog([leaf("w")]), journal).await;
     for i in 0..40 {
         run_admitted(&tree, SpawnRequest::new("w", format!("task {i}"))).await;
     }
@@ -286,13 +253,7 @@ async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     let events = text.matches("\"entry\":\"event\"").count();
     assert!(events < 40 * 4, "{events} events left after compaction");
     let replay = read_journal(&path, None).unwrap();
-    let records: Vec<_> = tree
-        .snapshot()
-        .records
-        .iter()
-        .map(|r| (**r).clone())
-        .collect();
-    assert_eq!(replay.records, records);
+    assert_eq!(replay.records, records_now(&tree));
     assert_eq!(replay.spawns.len(), 40);
 }
 
@@ -301,24 +262,12 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
     let dir = TempDir::new("existing");
     let path = dir.file("tree.journal");
     let (model, catalog) = team();
-    let tree = Tree::builder()
-        .catalog(catalog.clone())
-        .model(model.clone())
-        .journal(JournalConfig::new(&path))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model.clone(), catalog.clone(), JournalConfig::new(&path)).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     drop(tree);
     // Opened again, it is recovered from (tests/core/journal_recovery.rs has the rest).
-    let again = Tree::builder()
-        .catalog(catalog.clone())
-        .model(model.clone())
-        .journal(JournalConfig::new(&path))
-        .build()
-        .await
-        .unwrap();
+    let again = journaled_tree(model.clone(), catalog.clone(), JournalConfig::new(&path)).await;
     assert_eq!(again.snapshot().agents().count(), 3);
     drop(again);
 
@@ -333,25 +282,12 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
         .to_line(),
     )
     .unwrap();
-    let tree = Tree::builder()
-        .catalog(catalog.clone())
-        .model(model.clone())
-        .journal(JournalConfig::new(&fresh))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model.clone(), catalog.clone(), JournalConfig::new(&fresh)).await;
     assert_eq!(tree.session().to_string(), "kept");
     drop(tree);
 
     let missing = dir.file("no/such/dir/tree.journal");
-    let error = Tree::builder()
-        .catalog(catalog)
-        .model(model)
-        .journal(JournalConfig::new(&missing))
-        .build()
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = open_journal(model, catalog, &missing).await.unwrap_err();
     assert!(
         error.contains("no/such/dir/tree.journal") && error.contains("cannot open"),
         "{error}"
@@ -366,28 +302,13 @@ async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_fil
 async fn a_resume_reads_a_dropped_conversation_back_from_the_journal() {
     let dir = TempDir::new("retention");
     let path = dir.file("tree.journal");
-    let model = ScriptedModel::new().script(
-        "w",
-        [Turn::answer("first answer"), Turn::answer("second answer")],
-    );
+    let model = answering_twice();
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(JournalConfig::new(&path).retain_conversations(false))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&path).retain_conversations(false);
+    let tree = journaled_tree(model, catalog([leaf("w")]), journal).await;
     let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(first.text.as_deref(), Some("first answer"));
-    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
-    assert_eq!(
-        resumed.outcome().await.text.as_deref(),
-        Some("second answer")
-    );
-    let second = &log.of(AgentId::new(1))[1];
-    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
-    assert_eq!(texts, ["go", "first answer", "follow up"]);
+    assert_resumed_on_its_whole_conversation(&tree, &log).await;
     tree.shutdown().await;
 }
 
@@ -458,16 +379,8 @@ fn every_entry_syncs_an_outcome_before_it_is_returned() {
     on_worker_threads(10, Duration::from_secs(60), || async {
         let store = Recorded::syncing_in(Duration::from_micros(300));
         let model = ScriptedModel::new().script("w", [Turn::answer("done")]);
-        let tree = Tree::builder()
-            .catalog(catalog([leaf("w")]))
-            .model(model)
-            .journal_store(
-                JournalConfig::new("every").durability(Durability::EveryEntry),
-                store.clone(),
-            )
-            .build()
-            .await
-            .unwrap();
+        let journal = JournalConfig::new("every").durability(Durability::EveryEntry);
+        let tree = stored_tree(model, catalog([leaf("w")]), journal, store.clone()).await;
         let mut handle = tree.spawn(SpawnRequest::new("w", "a")).await.unwrap();
         assert!(handle.outcome().await.is_completed());
         assert!(

@@ -4,16 +4,14 @@
 //! settles only with its own final answer. The same holds one level up: top-level agents
 //! ending never stop the tree's root.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::TreeSnapshot;
 use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
-use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::JsonContent;
+use crate::support::scripts::answers_after_billing;
+use crate::support::{JsonContent, build_tree, run_within};
 use crate::support::{
     RecordingModel, TreeCell, catalog, delegator, leaf, record, spawn_admitted, terminal_event,
     within,
@@ -42,36 +40,26 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "quick",
-            [Turn::answer("quick")
-                .usage(Usage::tokens(1, 1))
-                .after(Duration::from_secs(1))],
+            answers_after_billing("quick", Usage::tokens(1, 1), Duration::from_secs(1)),
         )
 }
 
 #[tokio::test(start_paused = true)]
 async fn owner_keeps_running_after_children_exit() {
     let probe = TreeCell::new();
-    let at_turn: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
-    let (hook_probe, hook_log) = (probe.clone(), at_turn.clone());
-    let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type() == "lead" {
-            hook_log.lock().push((request.turn, hook_probe.snapshot()));
-        }
-        None
-    });
-    let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+    // (turn, snapshot at the lead's model call)
+    let (model, at_turn) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
+    let tree = probe.share(
+        build_tree(
+            catalog([
                 delegator("lead", &["worker", "quick"]),
                 leaf("worker"),
                 leaf("quick"),
-            ]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            model.clone(),
+        )
+        .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate thrice")).await;
@@ -141,12 +129,12 @@ async fn owner_keeps_running_after_children_exit() {
     }
 
     // Top-level exits did not stop the root: the tree still runs new agents.
-    let again = within(
+    let again = run_within(
+        &tree,
         "a second top-level agent",
-        tree.run(SpawnRequest::new("worker", "after the lead")),
+        SpawnRequest::new("worker", "after the lead"),
     )
-    .await
-    .expect("the root still admits agents");
+    .await;
     assert_eq!(again.text.as_deref(), Some("worked"));
     assert!(tree.snapshot().check_usage().is_ok());
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::catalog;
+use crate::support::harness::tree;
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::{BoxFuture, ModelError, ModelRequest, ModelResponse};
@@ -116,13 +117,7 @@ async fn build(model: &Counting, bound: Option<usize>) -> Tree {
     if let Some(bound) = bound {
         config = config.with_max_model_calls(bound);
     }
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model.clone())
-        .build()
-        .await
-        .unwrap()
+    tree(model.clone(), catalog, config).await
 }
 
 /// Spawns one top-level agent of each type and waits for every outcome.

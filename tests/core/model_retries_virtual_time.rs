@@ -93,13 +93,12 @@ async fn a_retry_gives_up_with_the_documented_texts() {
 
     // A retry-after over max_wait fails at once.
     let (model, mut calls) = testkit::pair();
-    let tree = Tree::builder()
-        .catalog(one_worker())
-        .config(TreeConfig::default().with_retry(RetryPolicy::default()))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+    let tree = crate::support::harness::tree(
+        model,
+        one_worker(),
+        TreeConfig::default().with_retry(RetryPolicy::default()),
+    )
+    .await;
     let started = tokio::time::Instant::now();
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     calls

@@ -10,7 +10,8 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::harness::{GUARD, a, results, tree};
+use crate::support::harness::{GUARD, a, lead_and_worker, results, tree};
+use crate::support::scripts::answers_after;
 use crate::support::{
     build_tree, catalog, delegator, delegator_of_all, leaf, read_result_call, resume_call,
 };
@@ -64,11 +65,7 @@ async fn a_whitespace_resume_prompt_never_reaches_the_model_as_a_message() {
             ],
         )
         .script("worker", [Turn::answer("first"), Turn::answer("second")]);
-    let tree = build_tree(
-        catalog([delegator("lead", &["worker"]), leaf("worker")]),
-        model.clone(),
-    )
-    .await;
+    let tree = build_tree(lead_and_worker(), model.clone()).await;
     let mut handle = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let got = tokio::time::timeout(GUARD, handle.outcome()).await.unwrap();
     assert!(got.is_completed(), "{got:?}");
@@ -132,23 +129,22 @@ async fn hostile_ids_are_refused_alike_by_every_control_tool() {
         )
         .script(
             "other",
-            [Turn::answer("other done").after(Duration::from_millis(50))],
+            answers_after("other done", Duration::from_millis(50)),
         )
         .script(
             "worker",
-            [Turn::answer("worker done").after(Duration::from_millis(100))],
+            answers_after("worker done", Duration::from_millis(100)),
         );
-    let tree = Tree::builder()
-        .config(TreeConfig::default().with_max_tool_calls_per_turn(count))
-        .catalog(catalog([
+    let tree = tree(
+        model.clone(),
+        catalog([
             delegator("lead", &["worker"]),
             leaf("worker"),
             leaf("other"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
+        ]),
+        TreeConfig::default().with_max_tool_calls_per_turn(count),
+    )
+    .await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     let mut other = tree.spawn(SpawnRequest::new("other", "go")).await.unwrap();
     assert_eq!((lead.id(), other.id()), (a(1), a(2)));
@@ -194,7 +190,7 @@ async fn a_refusal_a_model_is_shown_is_at_most_512_bytes() {
             Turn::answer("done"),
         ],
     );
-    let tree = tree(model.clone(), catalog(definitions), TreeConfig::default()).await;
+    let tree = build_tree(catalog(definitions), model.clone()).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.shutdown().await;
     let result = results(&model, a(1), 1);

@@ -13,8 +13,9 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 use agent_tree::{BoxFuture, JournalConfig, Model, ModelError, ModelRequest, ModelResponse};
 
-use crate::support::journal::TempDir;
-use crate::support::{build_tree, catalog, delegator, leaf, read_result_call};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, journaled_tree};
+use crate::support::{build_tree, catalog, leaf, read_result_call};
 
 /// The heap, counted: bytes allocated and not yet freed, by the whole process.
 #[global_allocator]
@@ -65,9 +66,7 @@ fn a_long_lived_tree_holds_read_outputs_within_its_budget() {
 /// The heap a tree holds after `pairs` more leads have each read a 1 MiB answer of a
 /// worker, settled and been read by the application: the growth, in bytes.
 async fn growth(journal: Option<JournalConfig>, pairs: usize) -> (isize, Tree) {
-    let mut builder = Tree::builder()
-        .model(Sized)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]));
+    let mut builder = Tree::builder().model(Sized).catalog(lead_and_worker());
     if let Some(journal) = journal {
         builder = builder.journal(journal);
     }
@@ -134,15 +133,7 @@ fn measured_in_a_process_of_its_own() {
         assert_eq!(workers.len(), PAIRS + 4);
         let released = workers
             .iter()
-            .filter(|&&id| {
-                snapshot
-                    .record(id)
-                    .unwrap()
-                    .outcome
-                    .as_ref()
-                    .unwrap()
-                    .released
-            })
+            .filter(|&&id| is_released(&snapshot, id))
             .count();
         assert!(released >= PAIRS, "{released} released");
         for &id in &workers {
@@ -153,6 +144,12 @@ fn measured_in_a_process_of_its_own() {
         }
         tree.shutdown().await;
     });
+}
+
+/// Whether the settled agent `id`'s output has been released from memory.
+fn is_released(snapshot: &agent_tree::protocol::TreeSnapshot, id: AgentId) -> bool {
+    let outcome = snapshot.record(id).unwrap().outcome.as_ref();
+    outcome.expect("the agent settled").released
 }
 
 fn report(agent: &str, bytes: usize) -> String {
@@ -167,13 +164,8 @@ fn journaled(dir: &TempDir, name: &str) -> JournalConfig {
 async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     let dir = TempDir::new("retention-budget");
     let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 1000))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(journaled(&dir, "j").keep_read_outputs(2500))
-        .build()
-        .await
-        .unwrap();
+    let journal = journaled(&dir, "j").keep_read_outputs(2500);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut events = EventProbe::new(&tree);
     let mut handles = Vec::new();
     for _ in 0..4 {
@@ -184,17 +176,7 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     // Settled and unread: all held, whatever the budget.
     let held = |tree: &Tree| -> Vec<bool> {
         let snapshot = tree.snapshot();
-        ids.iter()
-            .map(|&id| {
-                !snapshot
-                    .record(id)
-                    .unwrap()
-                    .outcome
-                    .as_ref()
-                    .unwrap()
-                    .released
-            })
-            .collect()
+        ids.iter().map(|&id| !is_released(&snapshot, id)).collect()
     };
     assert_eq!(held(&tree), [true; 4]);
     // Read in order 2, 0, 3: 3000 bytes read exceed 2500, so the oldest read (2) goes.
@@ -227,13 +209,8 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
 async fn an_output_read_longer_ago_than_its_age_goes_at_the_next_read() {
     let dir = TempDir::new("retention-age");
     let model = ScriptedModel::new().script("worker", [Turn::answer("done")]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(journaled(&dir, "j").keep_read_outputs_for(Duration::from_millis(200)))
-        .build()
-        .await
-        .unwrap();
+    let journal = journaled(&dir, "j").keep_read_outputs_for(Duration::from_millis(200));
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut first = tree.spawn(SpawnRequest::new("worker", "a")).await.unwrap();
     assert_eq!(first.outcome().await.text.as_deref(), Some("done"));
     let a = first.id();
@@ -275,13 +252,8 @@ async fn an_owner_reads_a_released_result_back_whole() {
         )
         .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(journaled(&dir, "j").keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = journaled(&dir, "j").keep_read_outputs(0);
+    let tree = journaled_tree(model, lead_and_worker(), journal).await;
     let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(outcome.text.as_deref(), Some("read twice"));
     let worker = AgentId::new(2);
@@ -319,13 +291,7 @@ async fn released_outputs_survive_compaction_and_recovery() {
             .rotate_at(16 * 1024)
     };
     let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 3000))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(config())
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model, catalog([leaf("worker")]), config()).await;
     let mut ids = Vec::new();
     let mut events = EventProbe::new(&tree);
     for i in 0..12 {
@@ -361,13 +327,7 @@ async fn released_outputs_survive_compaction_and_recovery() {
     drop(tree);
 
     let model = ScriptedModel::new();
-    let recovered = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(config())
-        .build()
-        .await
-        .unwrap();
+    let recovered = journaled_tree(model, catalog([leaf("worker")]), config()).await;
     let snapshot = recovered.snapshot();
     for (i, &id) in ids.iter().enumerate() {
         let outcome = snapshot.record(id).unwrap().outcome.clone().unwrap();
@@ -406,13 +366,8 @@ async fn a_resumed_agents_old_output_does_not_count_against_the_budget() {
         .script("b", [Turn::answer(report("b", 598))])
         .script("a", [Turn::answer(report("a", 998)), Turn::answer("again")])
         .script("c", [Turn::answer(report("c", 598))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("a"), leaf("b"), leaf("c")]))
-        .journal(journaled(&dir, "j").keep_read_outputs(2000))
-        .build()
-        .await
-        .unwrap();
+    let journal = journaled(&dir, "j").keep_read_outputs(2000);
+    let tree = journaled_tree(model, catalog([leaf("a"), leaf("b"), leaf("c")]), journal).await;
     let mut b = tree.spawn(SpawnRequest::new("b", "go")).await.unwrap();
     b.outcome().await;
     let mut a = tree.spawn(SpawnRequest::new("a", "go")).await.unwrap();

@@ -6,26 +6,17 @@
 //! and age rules; `output_retention_store` what a failing store does to them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind, Fold, Role};
 use agent_tree::testkit::{Call, EventProbe, FnModel, ScriptedModel, Target, Turn};
 use agent_tree::{FnTool, JournalConfig, ModelError, ModelRequest, ModelResponse, ToolError};
 
-use crate::support::journal::TempDir;
-use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
-
-/// A generous real-time bound: a hang fails the test instead of sticking the run.
-pub(crate) const LIMIT: Duration = Duration::from_secs(30);
-
-/// Awaits `future` within [`LIMIT`], failing the test with `what` if it takes longer.
-pub(crate) async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(LIMIT, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out: {what}"),
-    }
-}
+use crate::journal_steps::{bounded, run_go};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::{TempDir, journaled_tree, journaled_tree_with_tool};
+use crate::support::scripts::{background_spawns, delegates};
+use crate::support::{catalog, delegator, leaf, read_result_call};
 
 /// `tag:` followed by `bytes` bytes of report.
 pub(crate) fn report(tag: &str, bytes: usize) -> String {
@@ -52,10 +43,7 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "a"),
-                    Call::spawn_background("worker", "b"),
-                ]),
+                background_spawns([("worker", "a"), ("worker", "b")]),
                 Turn::calls([Call::wait(
                     [Target::Spawned(0), Target::Spawned(1)],
                     WaitPolicy::AllSettled,
@@ -64,20 +52,11 @@ async fn folding_the_events_rebuilds_the_snapshot_with_released_outcomes() {
             ],
         )
         .script("worker", [Turn::answer(report("w", 300))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(350))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(350);
+    let tree = journaled_tree(model, lead_and_worker(), journal).await;
     let mut events = tree.subscribe();
     for _ in 0..3 {
-        bounded(
-            "a lead",
-            run_admitted(&tree, SpawnRequest::new("lead", "go")),
-        )
-        .await;
+        run_go(&tree, "lead").await;
     }
     bounded("idle", tree.idle()).await;
     // Outputs are released by the journal's writer, after it wrote them: wait for it.
@@ -111,17 +90,10 @@ async fn a_released_agent_resumes_and_reads_back_its_new_run() {
         [Turn::answer(first.clone()), Turn::answer(second.clone())],
     );
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(
-            JournalConfig::new(dir.file("j"))
-                .keep_read_outputs(0)
-                .retain_conversations(false),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j"))
+        .keep_read_outputs(0)
+        .retain_conversations(false);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     assert_eq!(
@@ -169,11 +141,7 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("w0", "go"),
-                    Call::spawn_background("w1", "go"),
-                    Call::spawn_background("w2", "go"),
-                ]),
+                background_spawns([("w0", "go"), ("w1", "go"), ("w2", "go")]),
                 // All three read (released at once: nothing is kept).
                 Turn::calls([Call::tool(
                     "wait_subagents",
@@ -199,23 +167,19 @@ async fn an_owner_reads_released_children_through_sets_timeouts_and_twice_in_a_t
         .script("w1", [Turn::answer(answers[1].clone())])
         .script("w2", [Turn::answer(answers[2].clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree(
+        model,
+        catalog([
             delegator("lead", &["w0", "w1", "w2"]),
             leaf("w0"),
             leaf("w1"),
             leaf("w2"),
-        ]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
-    let outcome = bounded(
-        "the lead",
-        run_admitted(&tree, SpawnRequest::new("lead", "go")),
+        ]),
+        journal,
     )
     .await;
+    let outcome = run_go(&tree, "lead").await;
     assert_eq!(outcome.text.as_deref(), Some("read"));
     tree.flush_journal().await;
     for n in 2..5 {
@@ -279,15 +243,8 @@ async fn a_background_childs_notice_and_later_result_carry_its_whole_output() {
         )
         .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .tool(gate)
-        .unwrap()
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree_with_tool(model, lead_and_worker(), gate, journal).await;
     let mut probe = EventProbe::new(&tree);
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     // The gates open once the worker's output is released: it is released once read, and
@@ -358,10 +315,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
                 Turn::answer("top done"),
             ],
         )
-        .script(
-            "mid",
-            [Turn::spawn("leafy", "work"), Turn::answer("mid done")],
-        )
+        .script("mid", delegates("leafy", "work", "mid done"))
         .script("leafy", [Turn::answer(answer.clone())]);
     let log = model.clone();
     let tree = Tree::builder()
@@ -376,7 +330,7 @@ async fn a_grandparent_reads_a_released_grandchild_back() {
         .build()
         .await
         .unwrap();
-    let outcome = bounded("top", run_admitted(&tree, SpawnRequest::new("top", "go"))).await;
+    let outcome = run_go(&tree, "top").await;
     assert_eq!(outcome.text.as_deref(), Some("top done"));
     tree.flush_journal().await;
     assert!(
@@ -428,15 +382,8 @@ async fn a_partial_output_is_released_and_read_back_and_an_error_stays() {
             Ok::<_, ToolError>(String::new())
         }
     });
-    let tree = Tree::builder()
-        .model(talker())
-        .catalog(catalog([leaf("worker")]))
-        .tool(hang)
-        .unwrap()
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree_with_tool(talker(), catalog([leaf("worker")]), hang, journal).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     bounded("the tool call", called_rx.wait_for(|&c| c))
@@ -467,7 +414,30 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
             .keep_read_outputs(0)
             .rotate_at(24 * 1024)
     };
-    let answer = |n: u64, run: u32| report(&format!("a{n}-run{run}"), 2500);
+    /// What a worker `a<n>` answers in its run `run`.
+    fn answer(n: u64, run: u32) -> String {
+        report(&format!("a{n}-run{run}"), 2500)
+    }
+    /// Runs six workers one after another, each answering its first run, and notes what
+    /// each answered in `expected`.
+    async fn run_six_workers(tree: &Tree, expected: &mut Vec<(u64, String)>) {
+        for _ in 0..6 {
+            let outcome = run_go(tree, "worker").await;
+            let id = snapshot_last(tree);
+            assert_eq!(outcome.text, Some(answer(id, 1)));
+            expected.push((id, answer(id, 1)));
+        }
+    }
+    /// Asserts every output in `expected` reads back whole from `tree`; `when` names the
+    /// phase.
+    async fn assert_reads_back(tree: &Tree, expected: &[(u64, String)], when: &str) {
+        for (n, text) in expected {
+            let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
+                .await
+                .unwrap();
+            assert_eq!(back.text.as_ref(), Some(text), "a{n} {when}");
+        }
+    }
     // Each worker answers with its id and run, so a wrong line shows.
     fn by_id() -> FnModel {
         FnModel::new(move |request: ModelRequest| {
@@ -481,15 +451,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
             Box::pin(async move { Ok(ModelResponse::text(text)) })
         })
     }
-    let build = || async {
-        Tree::builder()
-            .model(by_id())
-            .catalog(catalog([leaf("worker")]))
-            .journal(config())
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || async { journaled_tree(by_id(), catalog([leaf("worker")]), config()).await };
     let mut expected: Vec<(u64, String)> = Vec::new();
     let check = |tree: &Tree, expected: &[(u64, String)], when: &str| {
         let snapshot = tree.snapshot();
@@ -505,16 +467,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     };
     // Phase 1.
     let tree = build().await;
-    for _ in 0..6 {
-        let outcome = bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
-        let id = snapshot_last(&tree);
-        assert_eq!(outcome.text, Some(answer(id, 1)));
-        expected.push((id, answer(id, 1)));
-    }
+    run_six_workers(&tree, &mut expected).await;
     tree.flush_journal().await;
     check(&tree, &expected, "in phase 1");
     bounded("shutdown", tree.shutdown()).await;
@@ -522,22 +475,8 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 2: recovered; more work; resume two released agents.
     let tree = build().await;
     check(&tree, &expected, "after recovery 1");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 1");
-    }
-    for _ in 0..6 {
-        let outcome = bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
-        let id = snapshot_last(&tree);
-        assert_eq!(outcome.text, Some(answer(id, 1)));
-        expected.push((id, answer(id, 1)));
-    }
+    assert_reads_back(&tree, &expected, "after recovery 1").await;
+    run_six_workers(&tree, &mut expected).await;
     for n in [1u64, 3] {
         let mut resumed = bounded("resume", tree.resume(AgentId::new(n), "again"))
             .await
@@ -550,12 +489,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     }
     tree.flush_journal().await;
     check(&tree, &expected, "in phase 2");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} in phase 2");
-    }
+    assert_reads_back(&tree, &expected, "in phase 2").await;
     bounded("flush", tree.flush_journal()).await;
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(journal.contains("\"entry\":\"checkpoint\""), "compacted");
@@ -564,12 +498,7 @@ async fn releases_survive_two_recoveries_with_compactions_and_resumes_between() 
     // Phase 3: recovered again.
     let tree = build().await;
     check(&tree, &expected, "after recovery 2");
-    for (n, text) in &expected {
-        let back = bounded("read back", tree.read_outcome(AgentId::new(*n)))
-            .await
-            .unwrap();
-        assert_eq!(back.text.as_ref(), Some(text), "a{n} after recovery 2");
-    }
+    assert_reads_back(&tree, &expected, "after recovery 2").await;
     bounded("shutdown", tree.shutdown()).await;
 }
 /// The child a lead's first tool result names.
@@ -635,13 +564,12 @@ async fn concurrent_readers_with_nothing_kept_always_get_the_exact_output() {
             })
         }
         let tree = Arc::new(
-            Tree::builder()
-                .model(echo())
-                .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-                .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-                .build()
-                .await
-                .unwrap(),
+            journaled_tree(
+                echo(),
+                lead_and_worker(),
+                JournalConfig::new(dir.file("j")).keep_read_outputs(0),
+            )
+            .await,
         );
         let expected = |id: AgentId| format!("{id}:{}", "x".repeat(300));
         // Workers read by the application, leads whose tools read their workers.
@@ -726,13 +654,8 @@ async fn the_released_event_counts_the_output_and_outcome_agrees_with_the_snapsh
     let dir = TempDir::new("retention-bytes");
     let text = report("é", 1234);
     let model = ScriptedModel::new().script("worker", [Turn::answer(text.clone())]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal(JournalConfig::new(dir.file("j")).keep_read_outputs(0))
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("j")).keep_read_outputs(0);
+    let tree = journaled_tree(model, catalog([leaf("worker")]), journal).await;
     let mut probe = EventProbe::new(&tree);
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();

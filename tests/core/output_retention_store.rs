@@ -9,8 +9,12 @@ use agent_tree::JournalConfig;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{MemoryJournal, ScriptedModel, Turn};
 
-use crate::output_retention_reads::{bounded, report, tool_messages};
-use crate::support::{catalog, delegator, leaf, read_result_call, run_admitted};
+use crate::journal_steps::{bounded, run_go};
+use crate::output_retention_reads::{report, tool_messages};
+use crate::support::harness::lead_and_worker;
+use crate::support::journal::stored_tree;
+use crate::support::scripts::reads_its_worker_back;
+use crate::support::{catalog, leaf};
 
 /// A store that writes but cannot read one line back (a bad sector under an old line).
 fn unreadable() -> MemoryJournal {
@@ -33,16 +37,8 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
     store.hold_writes_containing(MARKER);
     store.fail_writes_containing(MARKER);
     let model = ScriptedModel::new().script("worker", [Turn::answer(MARKER)]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal_store(
-            JournalConfig::new("memory").keep_read_outputs(0),
-            store.clone(),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("memory").keep_read_outputs(0);
+    let tree = stored_tree(model, catalog([leaf("worker")]), journal, store.clone()).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let id = handle.id();
     let first = bounded("the outcome", handle.outcome()).await;
@@ -72,31 +68,12 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
 async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
     let answer = report("child", 200);
     let model = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "report"),
-                Turn::calls([read_result_call("a2")]),
-                Turn::answer("done"),
-            ],
-        )
+        .script("lead", reads_its_worker_back("report", "done"))
         .script("worker", [Turn::answer(answer.clone())]);
     let log = model.clone();
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .journal_store(
-            JournalConfig::new("memory").keep_read_outputs(0),
-            unreadable(),
-        )
-        .build()
-        .await
-        .unwrap();
-    let outcome = bounded(
-        "the lead",
-        run_admitted(&tree, SpawnRequest::new("lead", "go")),
-    )
-    .await;
+    let journal = JournalConfig::new("memory").keep_read_outputs(0);
+    let tree = stored_tree(model, lead_and_worker(), journal, unreadable()).await;
+    let outcome = run_go(&tree, "lead").await;
     assert_eq!(outcome.text.as_deref(), Some("done"));
     let results = tool_messages(&log, AgentId::new(1));
     assert_eq!(results.len(), 2, "{results:?}");
@@ -117,16 +94,8 @@ async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_not_hang() {
     let model = ScriptedModel::new().script("worker", [Turn::answer("lost text")]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal_store(
-            JournalConfig::new("memory").keep_read_outputs(0),
-            unreadable(),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("memory").keep_read_outputs(0);
+    let tree = stored_tree(model, catalog([leaf("worker")]), journal, unreadable()).await;
     let mut handle = tree.spawn(SpawnRequest::new("worker", "go")).await.unwrap();
     let first = bounded("the outcome", handle.outcome()).await;
     assert_eq!(first.text.as_deref(), Some("lost text"));
@@ -153,24 +122,12 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
 async fn nothing_rewrites_the_journal_after_shutdown_returned() {
     let store = MemoryJournal::new();
     let model = ScriptedModel::new().script("worker", [Turn::answer(report("w", 4000))]);
-    let tree = Tree::builder()
-        .model(model)
-        .catalog(catalog([leaf("worker")]))
-        .journal_store(
-            JournalConfig::new("memory")
-                .keep_read_outputs(0)
-                .rotate_at(8 * 1024),
-            store.clone(),
-        )
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new("memory")
+        .keep_read_outputs(0)
+        .rotate_at(8 * 1024);
+    let tree = stored_tree(model, catalog([leaf("worker")]), journal, store.clone()).await;
     for _ in 0..4 {
-        bounded(
-            "a worker",
-            run_admitted(&tree, SpawnRequest::new("worker", "go")),
-        )
-        .await;
+        run_go(&tree, "worker").await;
     }
     bounded("shutdown", tree.shutdown()).await;
     let at_shutdown = store.compactions();

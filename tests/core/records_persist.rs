@@ -15,7 +15,8 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{TreeCell, catalog, delegator, leaf, record, spawn_admitted, within};
+use crate::support::harness::{spawn_for_id, tree_with_tool};
+use crate::support::{TreeCell, catalog, delegator, leaf, record, within};
 
 type Log = Arc<Mutex<Vec<(String, TreeSnapshot)>>>;
 
@@ -163,39 +164,30 @@ async fn records_survive_other_branches_starting_and_finishing() {
         ));
         async { Ok("snapped".to_owned()) }
     });
-    let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+    let tree = probe.share(
+        tree_with_tool(
+            catalog([
                 delegator("branch", &["worker", "sub"]),
                 delegator("sub", &["worker"]),
                 delegator("holder", &["sleeper"]),
                 leaf("worker"),
                 leaf("sleeper"),
-            ]))
-            .model(scripted())
-            .tool(snap)
-            .expect("tool name is free")
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            scripted(),
+            snap,
+        )
+        .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     // Branch A alone, start to finish.
-    let a = spawn_admitted(&tree, SpawnRequest::new("branch", "A"))
-        .await
-        .id();
+    let a = spawn_for_id(&tree, "branch", "A").await;
     snap_until("branch A", &tree, &mut events, &log, ends(a)).await;
 
     // Branches B and C side by side; C holds a child that never ends and is aborted once B
     // has finished.
-    let b = spawn_admitted(&tree, SpawnRequest::new("branch", "B"))
-        .await
-        .id();
-    let c = spawn_admitted(&tree, SpawnRequest::new("holder", "C"))
-        .await
-        .id();
+    let b = spawn_for_id(&tree, "branch", "B").await;
+    let c = spawn_for_id(&tree, "holder", "C").await;
     snap_until("branch B", &tree, &mut events, &log, ends(b)).await;
     log.lock()
         .push(("before aborting C".into(), tree.snapshot()));
@@ -203,9 +195,7 @@ async fn records_survive_other_branches_starting_and_finishing() {
     snap_until("branch C", &tree, &mut events, &log, ends(c)).await;
 
     // Branch D after everything else ended.
-    let d = spawn_admitted(&tree, SpawnRequest::new("branch", "D"))
-        .await
-        .id();
+    let d = spawn_for_id(&tree, "branch", "D").await;
     snap_until("branch D", &tree, &mut events, &log, ends(d)).await;
     within("idle", tree.idle()).await;
     log.lock().push(("at the end".into(), tree.snapshot()));

@@ -11,22 +11,23 @@ use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{JournalConfig, read_journal};
 
 use crate::recovery_resumes::build;
-use crate::support::journal::{TempDir, crash_copy};
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted};
+use crate::support::harness::{lead_and_worker, spawn_for_id};
+use crate::support::journal::{TempDir, crash, journaled_tree, live_and_crashed};
+use crate::support::scripts::{delegates, lead_waiting_on_a_hung_worker};
+use crate::support::{catalog, leaf, run_admitted};
 
 /// The journal a crash leaves after one completed agent `w`, with `tail` appended (what a
 /// write cut off by the crash leaves).
 async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
     let (live, path) = (dir.file("live.journal"), dir.file("tree.journal"));
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(model, catalog([leaf("w")]), &live, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &live).await;
     assert!(
         run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
             .is_completed()
     );
-    crash_copy(&tree, &live, &path).await;
-    drop(tree);
+    crash(tree, &live, &path).await;
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(tail);
     std::fs::write(&path, &bytes).unwrap();
@@ -36,7 +37,7 @@ async fn journal_with_tail(dir: &TempDir, tail: &[u8]) -> PathBuf {
 /// Recovers from `path`, runs one more agent, shuts down, and reads the journal back.
 async fn recover_run_and_reread(path: &Path) -> Result<usize, String> {
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
-    let tree = build(model, catalog([leaf("w")]), path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), path).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -84,22 +85,18 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
         .script("done", [Turn::answer("ok").usage(Usage::tokens(1, 1))])
         .script("hung", [Turn::hang()]);
     let cat = catalog([leaf("done"), leaf("hung")]);
-    let tree = build(model.clone(), cat.clone(), &one, TreeConfig::default()).await;
+    let tree = build(model.clone(), cat.clone(), &one).await;
     tree.run(SpawnRequest::new("done", "a")).await.unwrap();
     tree.spawn(SpawnRequest::new("hung", "b")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    crash_copy(&tree, &one, &two).await;
-    drop(tree);
-    let tree = build(model.clone(), cat.clone(), &two, TreeConfig::default()).await;
+    crash(tree, &one, &two).await;
+    let tree = build(model.clone(), cat.clone(), &two).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2)]);
-    let id = spawn_admitted(&tree, SpawnRequest::new("hung", "c"))
-        .await
-        .id();
+    let id = spawn_for_id(&tree, "hung", "c").await;
     assert_eq!(id, AgentId::new(3));
     tokio::time::sleep(Duration::from_millis(5)).await;
-    crash_copy(&tree, &two, &three).await;
-    drop(tree);
-    let tree = build(model, cat, &three, TreeConfig::default()).await;
+    crash(tree, &two, &three).await;
+    let tree = build(model, cat, &three).await;
     assert_eq!(tree.interrupted(), [AgentId::new(2), AgentId::new(3)]);
     let next = tree.run(SpawnRequest::new("done", "d")).await.unwrap();
     assert!(next.is_completed());
@@ -114,27 +111,17 @@ async fn a_journal_recovered_twice_keeps_ids_and_records() {
 #[tokio::test(start_paused = true)]
 async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     let dir = TempDir::new("rotate");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
-    let cat = catalog([delegator("lead", &["worker"]), leaf("worker")]);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
-    let tree = Tree::builder()
-        .catalog(cat.clone())
-        .model(before)
-        .journal(JournalConfig::new(&live).rotate_at(256))
-        .build()
-        .await
-        .unwrap();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let (live, crashed) = live_and_crashed(&dir);
+    let cat = lead_and_worker();
+    let before = lead_waiting_on_a_hung_worker();
+    let journal = JournalConfig::new(&live).rotate_at(256);
+    let tree = journaled_tree(before, cat.clone(), journal).await;
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     // The writer answers a flush before it rotates after that batch: a second flush is
     // answered after the rotation.
     tree.flush_journal().await;
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
     let text = std::fs::read_to_string(&crashed).unwrap();
     assert!(
         text.contains("\"entry\":\"checkpoint\""),
@@ -142,9 +129,9 @@ async fn a_compacted_then_recovered_journal_keeps_request_ids() {
     );
 
     let after = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+        .script("lead", delegates("worker", "dig", "done"))
         .script("worker", [Turn::answer("dug")]);
-    let tree = build(after, cat, &crashed, TreeConfig::default()).await;
+    let tree = build(after, cat, &crashed).await;
     assert_eq!(tree.interrupted(), [AgentId::new(1), AgentId::new(2)]);
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;

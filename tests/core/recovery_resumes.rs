@@ -12,32 +12,32 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{Message, Role};
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
-use crate::journal_open::open;
-use crate::support::harness::ok_tool;
-use crate::support::journal::{Recorded, TempDir, crash_copy};
-use crate::support::races::on_worker_threads;
-use crate::support::{
-    catalog, delegator, leaf, resume_call, run_admitted, spawn_admitted, unanswered,
+use crate::support::harness::{builder, contents, spawn_for_id, with_ok_tools};
+use crate::support::journal::{
+    Recorded, TempDir, crash, crash_copy, journaled_tree, live_and_crashed, open_journal,
+    stored_tree,
 };
+use crate::support::races::on_worker_threads;
+use crate::support::scripts::{lead_resuming_its_worker, lead_waiting_on_a_hung_worker};
+use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, unanswered};
 
-/// A tree on the journal at `path`, with the user tools `read` and `write`.
-pub(crate) async fn build(
+/// A tree of `config` on the journal at `path`, with the user tools `read` and `write`.
+pub(crate) async fn build_configured(
     model: ScriptedModel,
     catalog: Catalog,
     path: &Path,
     config: TreeConfig,
 ) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
-        .tool(ok_tool("read"))
-        .and_then(|b| b.tool(ok_tool("write")))
-        .expect("tool names are free")
+    with_ok_tools(builder(model, catalog, config), &["read", "write"])
         .journal(JournalConfig::new(path))
         .build()
         .await
         .unwrap()
+}
+
+/// [`build_configured`] with the default configuration.
+pub(crate) async fn build(model: ScriptedModel, catalog: Catalog, path: &Path) -> Tree {
+    build_configured(model, catalog, path, TreeConfig::default()).await
 }
 
 /// A tree built on the journal of a tree that was shut down gracefully (the ordinary way a
@@ -64,7 +64,7 @@ async fn recovered_after_a_graceful_shutdown() {
     let dir = TempDir::new("after-shutdown");
     let path = dir.file("tree.journal");
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     assert!(
         run_admitted(&tree, SpawnRequest::new("w", "go"))
             .await
@@ -74,7 +74,7 @@ async fn recovered_after_a_graceful_shutdown() {
     drop(tree);
 
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
-    let tree = build(model, catalog([leaf("w")]), &path, TreeConfig::default()).await;
+    let tree = build(model, catalog([leaf("w")]), &path).await;
     assert_eq!(
         tree.record(AgentId::new(1)).unwrap().status,
         AgentStatus::Completed
@@ -97,18 +97,12 @@ async fn recovered_after_a_graceful_shutdown() {
 #[tokio::test(start_paused = true)]
 async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     let dir = TempDir::new("final-answer");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
     );
-    let tree = build(
-        model.clone(),
-        catalog([leaf("w")]),
-        &live,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(model.clone(), catalog([leaf("w")]), &live).await;
     let first = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
     assert_eq!(first.text.as_deref(), Some("first answer"));
     crash_copy(&tree, &live, &crashed).await;
@@ -125,13 +119,7 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     drop(tree);
 
     let after = ScriptedModel::new().script("w", [Turn::answer("second answer")]);
-    let tree = build(
-        after.clone(),
-        catalog([leaf("w")]),
-        &crashed,
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build(after.clone(), catalog([leaf("w")]), &crashed).await;
     let mut handle = tree.resume(AgentId::new(1), "follow up").await.unwrap();
     handle.outcome().await;
     let got: Vec<(Role, String)> = after.log_of(AgentId::new(1))[0]
@@ -152,19 +140,15 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
 #[tokio::test(start_paused = true)]
 async fn a_child_resumed_after_recovery_stays_attenuated() {
     let dir = TempDir::new("attenuate");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]).with_tools(ToolSet::only(["read"])),
         leaf("worker").with_tools(ToolSet::only(["read", "write"])),
     ]);
     let config = TreeConfig::default().with_attenuated_tools(true);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
-    let tree = build(before.clone(), cat.clone(), &live, config.clone()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let before = lead_waiting_on_a_hung_worker();
+    let tree = build_configured(before.clone(), cat.clone(), &live, config.clone()).await;
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
     let user_tools = |tools: &[String]| -> Vec<String> {
@@ -175,20 +159,10 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
             .collect()
     };
     assert_eq!(user_tools(&before.log_of(worker)[0].tools), ["read"]);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "dig"),
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("done"),
-            ],
-        )
-        .script("worker", [Turn::answer("dug")]);
-    let tree = build(after.clone(), cat, &crashed, config).await;
+    let after = lead_resuming_its_worker("done").script("worker", [Turn::answer("dug")]);
+    let tree = build_configured(after.clone(), cat, &crashed, config).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
     let calls = after.log_of(worker);
@@ -208,20 +182,16 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
 #[tokio::test(start_paused = true)]
 async fn a_restart_after_recovery_keeps_the_inherited_context() {
     let dir = TempDir::new("inherit");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]),
         leaf("worker")
             .with_inherit_context(true)
             .with_restart(RestartPolicy::Transient),
     ]);
-    let before = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig")])
-        .script("worker", [Turn::hang()]);
-    let tree = build(before.clone(), cat.clone(), &live, TreeConfig::default()).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "the secret context"))
-        .await
-        .id();
+    let before = lead_waiting_on_a_hung_worker();
+    let tree = build(before.clone(), cat.clone(), &live).await;
+    let lead = spawn_for_id(&tree, "lead", "the secret context").await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let worker = AgentId::new(2);
     let has_context = |messages: &[Message]| {
@@ -230,21 +200,12 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
             .any(|m| m.content.contains("the secret context"))
     };
     assert!(has_context(&before.log_of(worker)[0].messages));
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let after = ScriptedModel::new()
-        .script(
-            "lead",
-            [
-                Turn::spawn("worker", "dig"),
-                Turn::calls([resume_call("a2", "")]),
-                Turn::answer("done"),
-            ],
-        )
+    let after = lead_resuming_its_worker("done")
         // The resumed run fails; the restart re-runs the request and answers.
         .script("worker", [Turn::fail("flaky"), Turn::answer("dug")]);
-    let tree = build(after.clone(), cat, &crashed, TreeConfig::default()).await;
+    let tree = build(after.clone(), cat, &crashed).await;
     let mut handle = tree.resume(lead, "").await.unwrap();
     handle.outcome().await;
     assert_eq!(
@@ -274,7 +235,7 @@ async fn a_completing_agent_keeps_its_answer_after_recovery() {
 
 async fn completing_agent_after_recovery() {
     let dir = TempDir::new("completing");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let cat = catalog([
         delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
         leaf("worker"),
@@ -288,21 +249,18 @@ async fn completing_agent_after_recovery() {
             ],
         )
         .script("worker", [Turn::hang()]);
-    let tree = build(model.clone(), cat.clone(), &live, TreeConfig::default()).await;
+    let tree = build(model.clone(), cat.clone(), &live).await;
     let mut events = agent_tree::testkit::EventProbe::new(&tree);
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     events
         .expect_event("the lead completing", |e| {
             e.agent == lead && e.kind == agent_tree::protocol::EventKind::Completing
         })
         .await;
     assert_eq!(tree.record(lead).unwrap().status, AgentStatus::Completing);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
-    let tree = build(model, cat, &crashed, TreeConfig::default()).await;
+    let tree = build(model, cat, &crashed).await;
     let outcome = tree.outcome(lead).unwrap();
     let kept = [outcome.text.as_deref(), outcome.partial.as_deref()];
     assert!(
@@ -318,7 +276,7 @@ async fn completing_agent_after_recovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
     let dir = TempDir::new("rotated");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
@@ -328,13 +286,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
             .retain_conversations(false)
             .rotate_at(2_000)
     };
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model.clone())
-        .journal(config(&live))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model.clone(), catalog([leaf("w")]), config(&live)).await;
     for i in 0..6 {
         run_admitted(&tree, SpawnRequest::new("w", format!("go {i}"))).await;
     }
@@ -344,17 +296,11 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
 
     let model = ScriptedModel::new().script("w", [Turn::answer("again")]);
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal(config(&crashed))
-        .build()
-        .await
-        .unwrap();
+    let tree = journaled_tree(model, catalog([leaf("w")]), config(&crashed)).await;
     let mut resumed = tree.resume(AgentId::new(2), "follow up").await.unwrap();
     assert_eq!(resumed.outcome().await.text.as_deref(), Some("again"));
     let call = &log.of(AgentId::new(2))[0];
-    let texts: Vec<&str> = call.messages.iter().map(|m| m.content.as_str()).collect();
+    let texts = contents(&call.messages);
     assert_eq!(texts, ["go 1", "first answer", "follow up"]);
     tree.shutdown().await;
 }
@@ -365,7 +311,7 @@ async fn a_resume_after_rotation_and_recovery_reads_the_conversation_back() {
 #[tokio::test(start_paused = true)]
 async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     let dir = TempDir::new("closed-call");
-    let (live, crashed) = (dir.file("live.journal"), dir.file("crashed.journal"));
+    let (live, crashed) = live_and_crashed(&dir);
     let model = ScriptedModel::new().script(
         "w",
         [Turn::calls([Call::tool(
@@ -392,12 +338,13 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     tree.abort(id).unwrap();
     assert_eq!(handle.outcome().await.status, AgentStatus::Aborted);
-    crash_copy(&tree, &live, &crashed).await;
-    drop(tree);
+    crash(tree, &live, &crashed).await;
 
     let after = ScriptedModel::new().script("w", [Turn::answer("resumed")]);
     let after_log = after.call_log();
-    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    let tree = open_journal(after, catalog([leaf("w")]), &crashed)
+        .await
+        .unwrap();
     let mut handle = tree.resume(id, "").await.unwrap();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("resumed"));
     let calls = after_log.of(id);
@@ -432,13 +379,8 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
         "w",
         [Turn::answer("first answer"), Turn::answer("second answer")],
     );
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("w")]))
-        .model(model)
-        .journal_store(JournalConfig::new(&crashed), store.clone())
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(&crashed);
+    let tree = stored_tree(model, catalog([leaf("w")]), journal, store.clone()).await;
     let mut handle = spawn_admitted(&tree, SpawnRequest::new("w", "task one")).await;
     let id = handle.id();
     assert_eq!(handle.outcome().await.text.as_deref(), Some("first answer"));
@@ -469,7 +411,9 @@ async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
 
     let after = ScriptedModel::new().script("w", [Turn::answer("third answer")]);
     let log = after.call_log();
-    let tree = open(after, catalog([leaf("w")]), &crashed).await.unwrap();
+    let tree = open_journal(after, catalog([leaf("w")]), &crashed)
+        .await
+        .unwrap();
     assert_eq!(tree.interrupted(), [id], "the resumed run was interrupted");
     let mut handle = tree.resume(id, "").await.unwrap();
     handle.outcome().await;

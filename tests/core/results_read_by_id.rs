@@ -10,7 +10,8 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::support::JsonContent;
+use crate::support::scripts::{answers_after_billing, background_spawns};
+use crate::support::{JsonContent, build_tree};
 use crate::support::{
     RecordingModel, catalog, delegator, leaf, only_of_type, spawn_admitted, within,
 };
@@ -24,10 +25,7 @@ fn scripted() -> ScriptedModel {
             "lead",
             [
                 // turn 1: two background children; ids come back at once
-                Turn::calls([
-                    Call::spawn_background("slow", "take your time"),
-                    Call::spawn_background("fast", "be quick"),
-                ]),
+                background_spawns([("slow", "take your time"), ("fast", "be quick")]),
                 // turn 2: peek at both while they run
                 Turn::calls([
                     Call::peek(Target::Spawned(0)),
@@ -46,15 +44,11 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "slow",
-            [Turn::answer("slow result")
-                .usage(Usage::tokens(5, 5))
-                .after(SLOW)],
+            answers_after_billing("slow result", Usage::tokens(5, 5), SLOW),
         )
         .script(
             "fast",
-            [Turn::answer("fast result")
-                .usage(Usage::tokens(1, 1))
-                .after(FAST)],
+            answers_after_billing("fast result", Usage::tokens(1, 1), FAST),
         )
 }
 
@@ -81,16 +75,15 @@ fn answer_from_results(request: &ModelRequest) -> Option<Result<ModelResponse, M
 #[tokio::test(start_paused = true)]
 async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
     let model = RecordingModel::new(scripted()).with_hook(answer_from_results);
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["slow", "fast"]),
             leaf("slow"),
             leaf("fast"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let start = Instant::now();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "gather")).await;

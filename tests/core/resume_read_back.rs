@@ -12,7 +12,7 @@ use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{FileJournal, JournalConfig, JournalStore};
 use parking_lot::Mutex;
 
-use crate::support::journal::TempDir;
+use crate::support::journal::{TempDir, stored_tree};
 use crate::support::{catalog, leaf, run_admitted};
 
 /// A journal file whose second read of any line waits until the test opens the gate: the
@@ -75,13 +75,8 @@ async fn a_resume_overtaken_by_another_resumes_run_continues_the_latest_conversa
         ],
     );
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(catalog([leaf("writer")]))
-        .model(model)
-        .journal_store(JournalConfig::new(dir.file("tree.journal")), store)
-        .build()
-        .await
-        .unwrap();
+    let journal = JournalConfig::new(dir.file("tree.journal"));
+    let tree = stored_tree(model, catalog([leaf("writer")]), journal, store).await;
     let writer = run_admitted(&tree, SpawnRequest::new("writer", "the task")).await;
     assert_eq!(writer.text.as_deref(), Some("first"));
     let writer = AgentId::new(1);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::scripts::{answers_after, background_spawns};
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind};
@@ -31,19 +32,12 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "a"),
-                    Call::spawn_background("worker", "b"),
-                    Call::spawn_background("worker", "c"),
-                ]),
+                background_spawns([("worker", "a"), ("worker", "b"), ("worker", "c")]),
                 Turn::calls([Call::wait((0..3).map(Target::Spawned), Default::default())]),
                 Turn::answer("done"),
             ],
         )
-        .script(
-            "worker",
-            [Turn::answer("ok").after(Duration::from_secs(10))],
-        );
+        .script("worker", answers_after("ok", Duration::from_secs(10)));
     let tree = tree(&model).await;
     let mut events = tree.subscribe();
     let started = tokio::time::Instant::now();
@@ -154,20 +148,19 @@ async fn a_spawned_target_in_a_resumed_run_names_that_runs_child() {
         .script("first", [Turn::answer("first child")])
         .script(
             "second",
-            [Turn::answer("second child").after(Duration::from_secs(1))],
+            answers_after("second child", Duration::from_secs(1)),
         );
     let log = model.call_log();
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([
+    let tree = build_tree(
+        crate::support::catalog([
             AgentDefinition::new("lead", "")
                 .with_allowed_subagents(SubagentAllowance::only(["first", "second"])),
             crate::support::leaf("first"),
             crate::support::leaf("second"),
-        ]))
-        .model(model)
-        .build()
-        .await
-        .unwrap();
+        ]),
+        model,
+    )
+    .await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     assert_eq!(lead.outcome().await.text.as_deref(), Some("run one"));
     let mut lead = tree.resume(lead.id(), "again").await.unwrap();

@@ -10,7 +10,7 @@ use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
-use crate::support::harness::a;
+use crate::support::harness::{a, builder};
 use crate::support::races::{REAL_GUARD, bounded, on_worker_threads};
 use crate::support::{catalog, delegator, leaf, within};
 
@@ -59,18 +59,27 @@ fn team(workers: usize) -> ScriptedModel {
         .script("w", [Turn::hang()])
 }
 
+/// A tree of `catalog` on `model` with `config`, whose shutdown hook is `live`'s.
+async fn hooked_tree(
+    model: ScriptedModel,
+    catalog: Catalog,
+    config: TreeConfig,
+    live: &Live,
+) -> Tree {
+    builder(model, catalog, config)
+        .on_shutdown(live.hook())
+        .build()
+        .await
+        .unwrap()
+}
+
 /// A tree running `team(workers)` with a hook on shutdown that never returns, once every
 /// worker has started.
 async fn team_tree(workers: usize, grace: Duration, live: &Live) -> Tree {
     let model = team(workers);
-    let tree = Tree::builder()
-        .config(TreeConfig::default().with_shutdown_grace(grace))
-        .catalog(catalog([delegator("lead", &["w"]), leaf("w")]))
-        .model(model.clone())
-        .on_shutdown(live.hook())
-        .build()
-        .await
-        .unwrap();
+    let config = TreeConfig::default().with_shutdown_grace(grace);
+    let catalog = catalog([delegator("lead", &["w"]), leaf("w")]);
+    let tree = hooked_tree(model.clone(), catalog, config, live).await;
     tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     // Every worker has started (its one call hangs).
     while model.calls() < workers + 2 {
@@ -186,20 +195,13 @@ async fn a_deep_chain_overrunning_is_killed_once_each_in_the_report() {
         ],
     );
     let live = Live::default();
-    let tree = Tree::builder()
-        .config(
-            TreeConfig::default()
-                .with_shutdown_grace(Duration::from_millis(10))
-                .with_max_depth(depth as u32),
-        )
-        .catalog(catalog([
-            AgentDefinition::new("c", "").with_allowed_subagents(SubagentAllowance::only(["c"]))
-        ]))
-        .model(model.clone())
-        .on_shutdown(live.hook())
-        .build()
-        .await
-        .unwrap();
+    let config = TreeConfig::default()
+        .with_shutdown_grace(Duration::from_millis(10))
+        .with_max_depth(depth as u32);
+    let catalog = catalog([
+        AgentDefinition::new("c", "").with_allowed_subagents(SubagentAllowance::only(["c"]))
+    ]);
+    let tree = hooked_tree(model.clone(), catalog, config, &live).await;
     tree.spawn(SpawnRequest::new("c", "go")).await.unwrap();
     for _ in 0..10_000 {
         if tree.snapshot().agents().count() as u64 >= depth {

@@ -8,6 +8,7 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::SessionId;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 
+use crate::support::scripts::answers_after_billing;
 use crate::support::{build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted, within};
 
 async fn small_tree() -> Tree {
@@ -22,9 +23,7 @@ async fn small_tree() -> Tree {
         )
         .script(
             "worker",
-            [Turn::answer("worked")
-                .usage(Usage::tokens(100, 20))
-                .after(Duration::from_millis(40))],
+            answers_after_billing("worked", Usage::tokens(100, 20), Duration::from_millis(40)),
         )
         .script("failer", [Turn::fail("no luck")])
         .script("hanger", [Turn::hang()]);

@@ -13,6 +13,7 @@ use agent_tree::testkit::{
 use crate::research_team::{team, team_script};
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::scripts::{background_spawns, delegates};
 
 /// Every run of the searcher fails: two restarts (the lead's intensity), then the lead
 /// escalates.
@@ -88,10 +89,7 @@ fn sup_catalog(strategy: Strategy, max_restarts: u32, period_ms: u64) -> Catalog
 
 fn sup_script() -> Script {
     Script::new([
-        Turn::calls([
-            Call::spawn_background("flaky", "f"),
-            Call::spawn_background("steady", "s"),
-        ]),
+        background_spawns([("flaky", "f"), ("steady", "s")]),
         Turn::calls([Call::wait(
             [Target::Spawned(0), Target::Spawned(1)],
             WaitPolicy::AllSettled,
@@ -226,10 +224,7 @@ fn timed_flaky_trial(
                 .collect();
             turns.push(Turn::answer("f ok"));
             let model = ScriptedModel::new()
-                .script(
-                    "sup",
-                    [Turn::spawn("flaky", "f"), Turn::answer("supervised")],
-                )
+                .script("sup", delegates("flaky", "f", "supervised"))
                 .script("flaky", Script::new(turns));
             let tree =
                 build_tree(sup_catalog(Strategy::OneForOne, max_restarts, 5_000), model).await;
@@ -304,7 +299,7 @@ async fn a_kill_at_a_chosen_event_is_a_crash_to_a_one_for_all_supervisor() {
 async fn nested_escalation_tree() -> Tree {
     let model = FaultyModel::new(
         ScriptedModel::new()
-            .script("lead", [Turn::spawn("sup", "s"), Turn::answer("lead ok")])
+            .script("lead", delegates("sup", "s", "lead ok"))
             // The cursor runs on across restarts, and an escalated run never took its answer
             // turn: the restarted run's first turn is the second spawn.
             .script(

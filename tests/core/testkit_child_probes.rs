@@ -3,12 +3,12 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Strategy, ToolCall};
-use agent_tree::testkit::{
-    self, Call, OwnerProbe, ScriptedModel, Target, Turn, pair, probe_children,
-};
+use agent_tree::testkit::{self, Call, ScriptedModel, Target, pair, probe_children};
 
 use crate::research_team::{agent_call, team};
 use crate::small_catalogs::{tool_json, triage_catalog};
+use crate::support::harness::{contents, owned_tree};
+use crate::support::scripts::delegates;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
@@ -17,13 +17,8 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 // regression: `prompt()` once returned the conversation's first user message.
 #[tokio::test(start_paused = true)]
 async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
-    let lead = ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("checker", "the child's task"),
-            Turn::answer("done"),
-        ],
-    );
+    let lead =
+        ScriptedModel::new().script("lead", delegates("checker", "the child's task", "done"));
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([
         delegator("lead", &["checker"]),
@@ -47,8 +42,7 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start")]
 async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
-    let lead =
-        ScriptedModel::new().script("lead", [Turn::spawn("checker", "c"), Turn::answer("done")]);
+    let lead = ScriptedModel::new().script("lead", delegates("checker", "c", "done"));
     let (model, mut checkers) = probe_children(lead, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
     let tree = build_tree(catalog, model).await;
@@ -69,17 +63,15 @@ async fn expect_spawn_refuses_a_retry_of_the_same_turn() {
 async fn a_failing_searcher_is_an_error_result_for_the_lead() {
     let script = ScriptedModel::new().script(
         "lead",
-        [
-            Turn::spawn("searcher", "find papers on X"),
-            Turn::answer("no sources: the search failed"),
-        ],
+        delegates(
+            "searcher",
+            "find papers on X",
+            "no sources: the search failed",
+        ),
     );
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("temporary")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("temporary"), model).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
 
     let searcher = children.expect_spawn().await;
@@ -118,19 +110,11 @@ async fn a_failing_searcher_is_an_error_result_for_the_lead() {
 /// foreground `Agent` call gets the second run's result.
 #[tokio::test(start_paused = true)]
 async fn a_transient_searcher_is_restarted_under_the_probe() {
-    let script = ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("searcher", "find papers on X"),
-            Turn::answer("done"),
-        ],
-    );
+    let script =
+        ScriptedModel::new().script("lead", delegates("searcher", "find papers on X", "done"));
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("transient")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("transient"), model).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
 
     let first = children.expect_spawn().await;
@@ -152,10 +136,7 @@ async fn a_transient_searcher_is_restarted_under_the_probe() {
 /// spawn (`expect_spawn` would refuse it).
 #[tokio::test(start_paused = true)]
 async fn a_transient_child_error_is_retried_as_a_turn_not_a_spawn() {
-    let script = ScriptedModel::new().script(
-        "lead",
-        [Turn::spawn("searcher", "find X"), Turn::answer("led")],
-    );
+    let script = ScriptedModel::new().script("lead", delegates("searcher", "find X", "led"));
     let (model, mut children) = probe_children(script, ["searcher"]);
     let tree = build_tree(team("temporary"), model).await;
     let mut lead = tree.spawn(SpawnRequest::new("lead", "X?")).await.unwrap();
@@ -244,10 +225,7 @@ async fn a_probed_childs_question_reaches_a_driven_owner_who_answers_by_a_steer(
 /// its restarted first turn through `expect_spawn` (incarnation 2), with the same prompt.
 #[tokio::test(start_paused = true)]
 async fn a_probed_child_that_fails_restarts_and_expect_spawn_hands_over_its_new_run() {
-    let lead = ScriptedModel::new().script(
-        "triage",
-        [Turn::spawn("tech", "fix login"), Turn::answer("fixed")],
-    );
+    let lead = ScriptedModel::new().script("triage", delegates("tech", "fix login", "fixed"));
     let (model, mut techs) = testkit::probe_children(lead, ["tech"]);
     let catalog = catalog([
         AgentDefinition::new("triage", "")
@@ -310,12 +288,7 @@ async fn a_probed_childs_question_is_an_asking_result_of_a_foreground_agent_call
     let t3 = owner_calls.expect_turn_of(triage.id()).await;
     t3.calls([Call::result(Target::Spawned(0))], Usage::tokens(5, 1));
     let t4 = owner_calls.expect_turn_of(triage.id()).await;
-    let all = t4
-        .messages()
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let all = contents(t4.messages()).join("\n");
     assert!(all.contains("reinstall the driver"), "{all}");
     t4.answer_text("done", Usage::ZERO);
     assert_eq!(triage.outcome().await.text.as_deref(), Some("done"));

@@ -10,6 +10,7 @@ use agent_tree::protocol::{EndReason, Strategy};
 use agent_tree::testkit::{self, FaultyModel, ScriptedModel, Turn, experiment};
 
 use crate::support::lifetimes::supervised;
+use crate::support::scripts::{answers_after, delegates};
 use crate::support::{build_tree, catalog, leaf};
 
 /// A supervisor that spawns one worker in the foreground; with `fail`, the worker's first
@@ -21,7 +22,7 @@ fn setup(
     move |_seed| {
         Box::pin(async move {
             let scripted = ScriptedModel::new()
-                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+                .script("sup", delegates("worker", "w", "done"))
                 .script(
                     "worker",
                     [Turn::answer("ok"), Turn::answer("ok"), Turn::answer("ok")],
@@ -81,7 +82,7 @@ fn edge_setup(
     move |_seed| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+                .script("sup", delegates("worker", "w", "done"))
                 .script(
                     "worker",
                     [
@@ -151,7 +152,7 @@ fn recover_ms_ignores_the_trials_own_shutdown_kill() {
     let rows = experiment::run_trials(1, 1, |_| {
         Box::pin(async move {
             let model = ScriptedModel::new()
-                .script("top", [Turn::answer("done").after(Duration::from_secs(1))])
+                .script("top", answers_after("done", Duration::from_secs(1)))
                 .script("idle", [Turn::hang()]);
             let catalog = catalog([
                 AgentDefinition::new("top", ""),

@@ -12,6 +12,7 @@ use crate::research_team::team;
 use crate::small_catalogs::one_worker;
 use crate::support::build_tree;
 use crate::support::catalog;
+use crate::support::harness::tree;
 
 fn setup(p: f64) -> impl Fn(u64) -> BoxFuture<'static, (Tree, SpawnRequest)> + Copy {
     move |seed: u64| -> BoxFuture<'static, (Tree, SpawnRequest)> {
@@ -91,17 +92,16 @@ fn a_root_escalation_counts_in_the_experiment_row() {
                 .fail_at_turn(1, ModelError::new("crash"));
             let catalog =
                 catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
-            let tree = Tree::builder()
-                .catalog(catalog)
-                .config(TreeConfig::default().with_root_supervision(
+            let tree = tree(
+                model,
+                catalog,
+                TreeConfig::default().with_root_supervision(
                     Strategy::OneForOne,
                     1,
                     Duration::from_secs(5),
-                ))
-                .model(model)
-                .build()
-                .await
-                .unwrap();
+                ),
+            )
+            .await;
             (tree, SpawnRequest::new("w", "go"))
         })
     });

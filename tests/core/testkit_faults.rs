@@ -12,14 +12,15 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
 use agent_tree::protocol::{EventKind, Strategy};
 use agent_tree::testkit::{
-    Call, EventProbe, FaultyModel, FaultyTool, ScriptedModel, Turn, failing_hook, hanging_hook,
-    kill_when,
+    Call, EventProbe, FaultyModel, FaultyTool, KillSwitch, ScriptedModel, Turn, failing_hook,
+    hanging_hook, kill_when,
 };
 
 use crate::support::build_tree;
 use crate::support::catalog;
 use crate::support::lifetimes::supervised;
 use crate::support::races::on_worker_threads;
+use crate::support::scripts::{answers_after, delegates};
 
 fn w_and_v() -> Catalog {
     catalog([AgentDefinition::new("w", ""), AgentDefinition::new("v", "")])
@@ -137,10 +138,7 @@ async fn tools_and_hooks_fail_by_plan() {
 /// kill is a crash, so the supervisor restarts it and the second run completes.
 async fn killed_in_its_first_run_and_restarted() {
     let model = ScriptedModel::new()
-        .script(
-            "sup",
-            [Turn::spawn("w", "work"), Turn::answer("supervised")],
-        )
+        .script("sup", delegates("w", "work", "supervised"))
         .script(
             "w",
             [
@@ -167,19 +165,32 @@ async fn killed_in_its_first_run_and_restarted() {
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::UsageReported { .. } if e.depth == 2).then_some(e.agent)
     });
-    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
-    let (killed, result) = switch.fired().await.expect("the switch fires");
-    assert_eq!(result, Ok(()));
-    assert_eq!(sup.outcome().await.text.as_deref(), Some("supervised"));
-    let record = tree.record(killed).unwrap();
-    assert_eq!(
-        (record.incarnation, record.status),
-        (2, AgentStatus::Completed)
-    );
+    let killed = sup_through_the_kill(&tree, &mut switch, "supervised", 2).await;
     assert_eq!(
         tree.outcome(killed).unwrap().text.as_deref(),
         Some("second run")
     );
+}
+
+/// Runs a `sup` on `tree` through the kill `switch` makes, and asserts that the kill
+/// succeeded, that `sup` answers `answer`, and that the killed agent was restarted and
+/// completed in incarnation `incarnation`. The killed agent's id.
+async fn sup_through_the_kill(
+    tree: &Tree,
+    switch: &mut KillSwitch,
+    answer: &str,
+    incarnation: u32,
+) -> AgentId {
+    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
+    let (killed, result) = switch.fired().await.expect("the switch fires");
+    assert_eq!(result, Ok(()));
+    assert_eq!(sup.outcome().await.text.as_deref(), Some(answer));
+    let record = tree.record(killed).unwrap();
+    assert_eq!(
+        (record.incarnation, record.status),
+        (incarnation, AgentStatus::Completed)
+    );
+    killed
 }
 
 #[tokio::test(start_paused = true)]
@@ -279,8 +290,8 @@ async fn the_same_seed_draws_the_same_and_turns_draw_anew() {
 #[tokio::test(start_paused = true)]
 async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let scripted = ScriptedModel::new()
-        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
-        .script("worker", [Turn::answer("ok").after(Duration::from_secs(1))]);
+        .script("sup", delegates("worker", "w", "done"))
+        .script("worker", answers_after("ok", Duration::from_secs(1)));
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("crash"))
         .only_for("worker")
@@ -289,21 +300,13 @@ async fn kill_when_at_the_second_runs_start_restarts_the_worker_once_more() {
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::Started { incarnation: 2, .. }).then_some(e.agent)
     });
-    let mut sup = tree.spawn(SpawnRequest::new("sup", "go")).await.unwrap();
-    let (killed, result) = switch.fired().await.expect("the switch fires");
-    assert_eq!(result, Ok(()));
-    assert_eq!(sup.outcome().await.text.as_deref(), Some("done"));
-    let record = tree.record(killed).unwrap();
-    assert_eq!(
-        (record.incarnation, record.status),
-        (3, AgentStatus::Completed)
-    );
+    sup_through_the_kill(&tree, &mut switch, "done", 3).await;
 }
 
 /// A transient worker under a supervisor: its first run hangs, its second answers.
 async fn hanging_worker_tree() -> Tree {
     let model = ScriptedModel::new()
-        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("sup", delegates("worker", "w", "done"))
         .script("worker", [Turn::hang(), Turn::answer("ok")]);
     build_tree(supervised(3, 5_000), model).await
 }

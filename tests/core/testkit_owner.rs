@@ -10,7 +10,9 @@ use agent_tree::testkit::{
     self, Call, Fish, OwnerMessage, OwnerProbe, ScriptedModel, Target, Turn, probe_children,
 };
 
+use crate::support::harness::owned_tree;
 use crate::support::races::on_worker_threads;
+use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{build_tree, catalog, delegator, leaf};
 
 fn reviewer_catalog() -> Catalog {
@@ -87,7 +89,7 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
                 Turn::answer("refused, so done"),
             ],
         )
-        .script("mid", [Turn::spawn("leaf", "l"), Turn::answer("m")])
+        .script("mid", delegates("leaf", "l", "m"))
         .script("leaf", [Turn::answer("l").usage(Usage::tokens(7, 3))]);
     let log = script.call_log();
     let catalog = catalog([
@@ -95,9 +97,7 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
         delegator("mid", &["leaf"]),
         leaf("leaf"),
     ]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "go")).await;
     assert_eq!(owner.expect_usage().await, (lead, Usage::tokens(1, 1)));
     // Two levels down, still billed up the lead's edge.
@@ -126,9 +126,7 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     );
     let log = script.call_log();
     let catalog = catalog([leaf("w").with_restart(RestartPolicy::Transient)]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     let outcome = owner
         .fish("the end", |message| match message {
@@ -165,10 +163,7 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
 async fn a_failed_owner_expectation_lists_what_came() {
     let script =
         ScriptedModel::new().script("w", [Turn::answer("done").usage(Usage::tokens(10, 2))]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(catalog([leaf("w")]), script).await;
     owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     owner.expect_question().await;
 }
@@ -178,10 +173,7 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
     let script = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls([
-                Call::spawn_background("checker", "one"),
-                Call::spawn_background("checker", "two"),
-            ]),
+            background_spawns([("checker", "one"), ("checker", "two")]),
             // The wait ends with the second child's question: answer it by steering.
             Turn::calls([Call::wait([Target::Spawned(1)], WaitPolicy::AllSettled)]),
             Turn::calls([Call::steer(Target::Spawned(1), "use the logs")]),
@@ -191,9 +183,7 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
     );
     let (model, mut checkers) = probe_children(script, ["checker"]);
     let catalog = catalog([delegator("lead", &["checker"]), leaf("checker")]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, model).await;
     owner.spawn(&tree, SpawnRequest::new("lead", "go")).await;
 
     let one = checkers.expect_spawn().await;
@@ -234,35 +224,6 @@ async fn expect_spawn_refuses_a_later_turn() {
     checkers.expect_spawn().await;
 }
 
-/// The guide's failure text: the story, then a second question that never comes.
-#[tokio::test(start_paused = true)]
-#[should_panic(expected = "owner probe of a1: expected a question; seen 3 messages:
-  usage 48 tokens from a2
-  question \"publish?\"
-  ended completed: claim 3 holds")]
-async fn the_guides_failing_expectation() {
-    let script = ScriptedModel::new().script(
-        "reviewer",
-        [
-            Turn::spawn("evidence-checker", "check claim 3"),
-            Turn::calls([Call::ask_owner("publish?")]),
-            Turn::answer("claim 3 holds"),
-        ],
-    );
-    let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
-    let builder = Tree::builder().catalog(reviewer_catalog()).model(model);
-    let (tree, mut owner) = OwnerProbe::build(builder).await.unwrap();
-    owner
-        .spawn(&tree, SpawnRequest::new("reviewer", "review"))
-        .await;
-    let checker = checkers.expect_spawn().await;
-    checker.returns("claim 3 holds", Usage::tokens(40, 8));
-    owner.expect_usage().await;
-    owner.expect_question().await.answer("yes");
-    owner.expect_result().await;
-    owner.expect_question().await;
-}
-
 /// The owner probe's run numbers follow the model's `run` through a failure and restart, a
 /// resume, a kill and its restart, and a restart of a resumed run.
 #[tokio::test(start_paused = true)]
@@ -298,17 +259,23 @@ async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
             restarts.push(*run);
         }
     };
+    /// Waits for the owner's next `restarted` message and notes its run in `restarts`.
+    async fn next_restart(owner: &mut testkit::OwnerProbe, restarts: &mut Vec<u32>) {
+        let m = owner
+            .expect_message("restart", |m| {
+                matches!(m, testkit::OwnerMessage::Restarted { .. })
+            })
+            .await;
+        if let testkit::OwnerMessage::Restarted { run } = m {
+            restarts.push(run);
+        }
+    }
     // run 1 fails, restarted as 2, which completes.
     let m = owner
         .expect_message("end 1", |m| matches!(m, testkit::OwnerMessage::Ended(_)))
         .await;
     take(&m, &mut restarts);
-    let m = owner
-        .expect_message("restart", |m| {
-            matches!(m, testkit::OwnerMessage::Restarted { .. })
-        })
-        .await;
-    take(&m, &mut restarts);
+    next_restart(&mut owner, &mut restarts).await;
     assert_eq!(owner.expect_result().await.text.as_deref(), Some("two"));
     tree.idle().await;
     // run 3: resumed, killed while hanging, restarted as 4.
@@ -317,23 +284,13 @@ async fn the_owner_probes_runs_follow_restarts_resumes_and_kills() {
     tree.kill(w).unwrap();
     let killed = owner.expect_result().await;
     assert_eq!(killed.status, AgentStatus::Killed, "{killed:?}");
-    let m = owner
-        .expect_message("restart", |m| {
-            matches!(m, testkit::OwnerMessage::Restarted { .. })
-        })
-        .await;
-    take(&m, &mut restarts);
+    next_restart(&mut owner, &mut restarts).await;
     assert_eq!(owner.expect_result().await.text.as_deref(), Some("four"));
     tree.idle().await;
     // run 5: resumed, fails, restarted as 6.
     tree.resume(w, "five").await.unwrap();
     assert_eq!(owner.expect_result().await.status, AgentStatus::Failed);
-    let m = owner
-        .expect_message("restart", |m| {
-            matches!(m, testkit::OwnerMessage::Restarted { .. })
-        })
-        .await;
-    take(&m, &mut restarts);
+    next_restart(&mut owner, &mut restarts).await;
     assert_eq!(owner.expect_result().await.text.as_deref(), Some("six"));
     let runs: Vec<u32> = model.log_of(w).iter().map(|c| c.run).collect();
     assert_eq!(runs, [1, 2, 3, 4, 5, 6]);

@@ -7,10 +7,11 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{
-    self, Call, OwnerMessage, OwnerProbe, ScriptedModel, Turn, kill_when, probe_children,
+    self, Call, OwnerMessage, ScriptedModel, Turn, kill_when, probe_children,
 };
 
 use crate::research_team::team;
+use crate::support::harness::owned_tree;
 use crate::support::{catalog, delegator, leaf, spawn_admitted};
 
 /// Rule (owner probe, module docs): the probe is "the owner of one agent under test" and
@@ -40,9 +41,7 @@ async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
             ],
         );
     let catalog = catalog([leaf("bystander"), leaf("w")]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let _bystander = spawn_admitted(&tree, SpawnRequest::new("bystander", "idle")).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "format")).await;
@@ -65,10 +64,7 @@ async fn question_of_a_killed_asker() -> Duration {
             Turn::answer("never"),
         ],
     );
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(catalog([leaf("w")])).model(script))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(catalog([leaf("w")]), script).await;
     let mut switch = kill_when(&tree, |e| {
         matches!(e.kind, EventKind::Asked { .. }).then_some(e.agent)
     });
@@ -132,9 +128,7 @@ async fn restart_and_questions_story() -> Vec<String> {
         delegator("w", &["leaf"]).with_restart(RestartPolicy::Transient),
         leaf("leaf"),
     ]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(script))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, script).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     assert_eq!(owner.expect_usage().await, (w, Usage::tokens(1, 1)));
     assert_eq!(owner.expect_usage().await.1, Usage::tokens(3, 0));
@@ -209,10 +203,7 @@ async fn lead_passes_usage_up_and_asks_its_owner() {
     let script = lead_script();
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("temporary")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("temporary"), model).await;
     let lead = owner
         .spawn(&tree, SpawnRequest::new("lead", "what is known about X?"))
         .await;
@@ -289,9 +280,7 @@ async fn a_transient_lead_restarts_under_its_owner_probe() {
     ]);
     let model =
         ScriptedModel::new().script("lead", [Turn::fail("crash"), Turn::answer("second run")]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, model).await;
     owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
     let first = owner.expect_result().await;
     assert_eq!(
@@ -322,10 +311,7 @@ async fn a_transient_lead_restarts_under_its_owner_probe() {
 async fn an_owner_probe_expectation_that_fails_lists_what_came() {
     let script = lead_script();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("temporary")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("temporary"), model).await;
     owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
     children
         .expect_spawn()
@@ -357,9 +343,7 @@ async fn the_owner_probe_failure_text_is_the_one_the_guide_shows() {
         ],
     );
     let (model, mut checkers) = probe_children(script, ["evidence-checker"]);
-    let (tree, mut owner) = OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
-        .await
-        .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, model).await;
     owner
         .spawn(&tree, SpawnRequest::new("reviewer", "review the report"))
         .await;
@@ -379,10 +363,7 @@ async fn a_question_fished_past_is_refused() {
     let script = lead_script();
     let lead_log = script.call_log();
     let (model, mut children) = probe_children(script, ["searcher", "summarizer"]);
-    let (tree, mut owner) =
-        OwnerProbe::build(Tree::builder().catalog(team("temporary")).model(model))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(team("temporary"), model).await;
     let lead = owner.spawn(&tree, SpawnRequest::new("lead", "X?")).await;
     children
         .expect_spawn()
@@ -433,10 +414,7 @@ async fn the_owner_probes_restart_after_a_resume_names_the_run() {
         ],
     );
     let catalog = catalog([AgentDefinition::new("w", "").with_restart(RestartPolicy::Transient)]);
-    let (tree, mut owner) =
-        testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model.clone()))
-            .await
-            .unwrap();
+    let (tree, mut owner) = owned_tree(catalog, model.clone()).await;
     let w = owner.spawn(&tree, SpawnRequest::new("w", "go")).await;
     assert_eq!(owner.expect_result().await.text.as_deref(), Some("one"));
     tree.idle().await;

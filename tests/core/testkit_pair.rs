@@ -18,13 +18,7 @@ fn lead_and_worker() -> Catalog {
 }
 
 async fn tree(model: testkit::DrivenModel, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(lead_and_worker())
-        .model(model)
-        .build()
-        .await
-        .unwrap()
+    crate::support::harness::tree(model, lead_and_worker(), config).await
 }
 
 fn spawn_call(prompt: &str) -> ToolCall {

@@ -9,15 +9,13 @@ use agent_tree::protocol::EventKind;
 use agent_tree::testkit::{EventProbe, FaultyModel, ScriptedModel, Turn};
 
 use crate::support::lifetimes::supervised;
+use crate::support::scripts::{answers_after, delegates};
 use crate::support::{build_tree, catalog, leaf};
 
 async fn tree() -> Tree {
     let model = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "w"), Turn::answer("led")])
-        .script(
-            "worker",
-            [Turn::answer("worked").after(Duration::from_secs(2))],
-        );
+        .script("lead", delegates("worker", "w", "led"))
+        .script("worker", answers_after("worked", Duration::from_secs(2)));
     let catalog = catalog([
         AgentDefinition::new("lead", "")
             .with_allowed_subagents(SubagentAllowance::only(["worker"])),
@@ -147,7 +145,7 @@ async fn fishing_skips_what_it_skips_and_fails_on_what_it_fails() {
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_skips_a_restarted_run_after_its_start_was_read() {
     let scripted = ScriptedModel::new()
-        .script("sup", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("sup", delegates("worker", "w", "done"))
         .script("worker", [Turn::answer("ok")]);
     // Run 1 of the worker fails at its first turn; run 2 answers "ok".
     let model = FaultyModel::new(scripted)

@@ -6,14 +6,15 @@
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use serde_json::json;
 
-use crate::support::RecordingModel;
-use crate::support::harness::a;
+use crate::support::harness::{a, lead_and_worker, spawn_for_id};
 use crate::support::lifetimes::ms;
 use crate::support::races::{GUARD, bounded, outcome, slow, slow_tool};
-use crate::support::{catalog, delegator, leaf, spawn_admitted};
+use crate::support::scripts::{answers_after, background_spawns, foreground_spawns};
+use crate::support::{RecordingModel, build_tree};
+use crate::support::{catalog, leaf, spawn_admitted};
 
 /// A model that gives every tool call of every turn the same id (as some OpenAI-compatible
 /// servers send `""` for every call).
@@ -109,24 +110,20 @@ async fn two_foreground_spawns_with_empty_ids_both_run_and_answer() {
             .script(
                 "lead",
                 [
-                    Turn::calls([
-                        Call::spawn("worker", "task A"),
-                        Call::spawn("worker", "task B"),
-                    ]),
+                    foreground_spawns([("worker", "task A"), ("worker", "task B")]),
                     Turn::answer("lead done"),
                 ],
             )
-            .script("worker", [Turn::answer("worker done").after(ms(10))]),
+            .script("worker", answers_after("worker done", ms(10))),
     );
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .model(SameIds {
+    let tree = build_tree(
+        lead_and_worker(),
+        SameIds {
             inner: recorder.clone(),
             id: "",
-        })
-        .build()
-        .await
-        .expect("the tree builds");
+        },
+    )
+    .await;
     let mut handle = spawn_admitted(&tree, SpawnRequest::new("lead", "two children")).await;
     let got = tokio::time::timeout(GUARD, handle.outcome()).await;
     let workers: Vec<AgentId> = tree
@@ -175,27 +172,21 @@ async fn two_background_spawns_with_the_same_id_spawn_two_children() {
             .script(
                 "lead",
                 [
-                    Turn::calls([
-                        Call::spawn_background("worker", "task A"),
-                        Call::spawn_background("worker", "task B"),
-                    ]),
+                    background_spawns([("worker", "task A"), ("worker", "task B")]),
                     Turn::answer("lead done"),
                 ],
             )
             .script("worker", [Turn::answer("worker done")]),
     );
-    let tree = Tree::builder()
-        .catalog(catalog([delegator("lead", &["worker"]), leaf("worker")]))
-        .model(SameIds {
+    let tree = build_tree(
+        lead_and_worker(),
+        SameIds {
             inner: recorder.clone(),
             id: "call",
-        })
-        .build()
-        .await
-        .expect("the tree builds");
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "two children"))
-        .await
-        .id();
+        },
+    )
+    .await;
+    let lead = spawn_for_id(&tree, "lead", "two children").await;
     let got = outcome(&tree, lead, GUARD).await;
     assert!(got.is_completed(), "{got:?}");
     bounded(GUARD, "idle", tree.idle()).await;

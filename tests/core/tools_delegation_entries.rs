@@ -11,7 +11,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{CatalogError, parse_agent_file};
 
 use crate::support::catalog;
-use crate::support::harness::{GUARD, ok_tool, tools};
+use crate::support::harness::{GUARD, tools, tree_with_ok_tools};
 use crate::support::run_admitted;
 
 fn file(name: &str, frontmatter: &str) -> String {
@@ -44,16 +44,7 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
         .script("lead", Script::new(turns))
         .script("writer", [Turn::answer("written")])
         .script("reviewer", [Turn::answer("reviewed")]);
-    let tree = Tree::builder()
-        .config(TreeConfig::default())
-        .catalog(catalog)
-        .model(model.clone())
-        .tool(ok_tool("read"))
-        .and_then(|b| b.tool(ok_tool("bash")))
-        .expect("tool names are free")
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = tree_with_ok_tools(model.clone(), catalog, &["read", "bash"]).await;
     tokio::time::timeout(
         GUARD,
         run_admitted(&tree, SpawnRequest::new("lead", "lead")),
@@ -373,15 +364,7 @@ async fn a_claude_lead_beside_the_fixture_directories_spawns_only_its_named_type
             ],
         )
         .script("code-reviewer", [Turn::answer("reviewed")]);
-    let tree = Tree::builder()
-        .config(TreeConfig::default())
-        .catalog(catalog)
-        .model(model.clone())
-        .tool(ok_tool("read"))
-        .expect("free")
-        .build()
-        .await
-        .unwrap();
+    let tree = tree_with_ok_tools(model.clone(), catalog, &["read"]).await;
     tokio::time::timeout(
         GUARD,
         run_admitted(&tree, SpawnRequest::new("lead", "lead")),

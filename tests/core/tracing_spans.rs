@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use crate::support::catalog;
+use crate::support::scripts::delegates;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{BoxFuture, FnTool, ModelError, ModelRequest, ModelResponse};
@@ -69,7 +70,7 @@ async fn spans_in_a_process_of_their_own() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let model = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "w"), Turn::answer("done")])
+        .script("lead", delegates("worker", "w", "done"))
         .script(
             "worker",
             [

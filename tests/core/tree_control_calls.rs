@@ -13,6 +13,7 @@ use agent_tree::protocol::WaitPolicy;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 
 use crate::support::harness::{GUARD, a, tree};
+use crate::support::scripts::answers_after;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Nothing a user sets may panic: a shutdown grace of `Duration::MAX` (a "wait as long as it
@@ -21,13 +22,12 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 async fn a_shutdown_grace_of_duration_max_does_not_panic_the_shutdown() {
     let config = TreeConfig::default().with_shutdown_grace(Duration::MAX);
     assert!(config.validate().is_ok(), "the config is accepted");
-    let tree = Tree::builder()
-        .config(config)
-        .catalog(catalog([leaf("w")]))
-        .model(ScriptedModel::new().script("w", [Turn::answer("done")]))
-        .build()
-        .await
-        .expect("the tree builds");
+    let tree = tree(
+        ScriptedModel::new().script("w", [Turn::answer("done")]),
+        catalog([leaf("w")]),
+        config,
+    )
+    .await;
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     assert!(handle.outcome().await.is_completed());
     let joined = tokio::spawn(async move { tree.shutdown().await }).await;
@@ -50,7 +50,7 @@ async fn a_fail_fast_wait_naming_the_root_aborts_nothing_outside_the_set() {
         )
         .script(
             "bystander",
-            [Turn::answer("still here").after(Duration::from_secs(5))],
+            answers_after("still here", Duration::from_secs(5)),
         )
         .script("later", [Turn::answer("later done")]);
     let tree = build_tree(
@@ -156,12 +156,7 @@ async fn resuming_a_nested_agent_is_a_control_error() {
             [Turn::calls([Call::spawn("w", "x")]), Turn::answer("done")],
         )
         .script("w", [Turn::answer("ok")]);
-    let tree = tree(
-        model,
-        catalog([delegator("lead", &["w"]), leaf("w")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(catalog([delegator("lead", &["w"]), leaf("w")]), model).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     tree.idle().await;
     let err = tree.resume(a(2), "again").await.unwrap_err();
@@ -175,7 +170,7 @@ async fn resuming_a_nested_agent_is_a_control_error() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_tree_ends_its_event_stream_and_its_waits() {
     let model = ScriptedModel::new().script("w", [Turn::hang()]);
-    let tree = tree(model, catalog([leaf("w")]), TreeConfig::default()).await;
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut events = tree.subscribe();
     let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     drop(tree);

@@ -12,6 +12,8 @@ use agent_tree::testkit::{Call, ScriptedModel, Target, Turn};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::support::harness::tree_with_tool;
+use crate::support::scripts::delegates;
 use crate::support::{RecordingModel, catalog, delegator, leaf, record, spawn_admitted, within};
 
 fn model() -> ScriptedModel {
@@ -27,10 +29,7 @@ fn model() -> ScriptedModel {
                 Turn::answer("top done"),
             ],
         )
-        .script(
-            "mid",
-            [Turn::spawn("low", "go lower"), Turn::answer("mid done")],
-        )
+        .script("mid", delegates("low", "go lower", "mid done"))
         .script(
             "low",
             [
@@ -75,19 +74,17 @@ async fn depth_parent_and_root_are_right_at_every_level() {
         }
     });
     let model = RecordingModel::new(model());
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = tree_with_tool(
+        catalog([
             delegator("top", &["mid"]),
             delegator("mid", &["low"]),
             delegator("low", &["leaf"]),
             leaf("leaf"),
-        ]))
-        .model(model.clone())
-        .tool(whereami)
-        .expect("tool name is free")
-        .build()
-        .await
-        .expect("tree builds");
+        ]),
+        model.clone(),
+        whereami,
+    )
+    .await;
     let mut events = tree.subscribe();
 
     let mut first = spawn_admitted(&tree, SpawnRequest::new("top", "branch one")).await;

@@ -18,9 +18,10 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::support::JsonContent;
-use crate::support::harness::a;
+use crate::support::harness::{a, spawn_for_id, tree_with_tool};
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, outcome, yields};
+use crate::support::scripts::{answers_after_billing, delegates};
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, record, reported_usage,
     spawn_admitted, terminal_event, within,
@@ -71,47 +72,38 @@ fn scripted() -> ScriptedModel {
         )
         .script(
             "gc",
-            [Turn::answer("gc done")
-                .usage(Usage::tokens(500, 50))
-                .after(SECOND)],
+            answers_after_billing("gc done", Usage::tokens(500, 50), SECOND),
         )
         .script(
             "quick",
-            [Turn::answer("quick done")
-                .usage(Usage::tokens(600, 60))
-                .after(SECOND)],
+            answers_after_billing("quick done", Usage::tokens(600, 60), SECOND),
         )
+}
+
+/// A catalog of a `lead` that may delegate to a `victim` leaf.
+fn lead_and_victim() -> Catalog {
+    catalog([delegator("lead", &["victim"]), leaf("victim")])
 }
 
 #[tokio::test(start_paused = true)]
 async fn usage_is_in_before_the_owner_hears_of_the_end() {
     let probe = TreeCell::new();
     // (turn, snapshot at the lead's model call)
-    let lead_turns: Arc<Mutex<Vec<(u32, TreeSnapshot)>>> = Arc::default();
-    let (hook_probe, hook_log) = (probe.clone(), lead_turns.clone());
-    let model = RecordingModel::new(scripted()).with_hook(move |request| {
-        if request.agent_type() == "lead" {
-            hook_log.lock().push((request.turn, hook_probe.snapshot()));
-        }
-        None
-    });
-    let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+    let (model, lead_turns) = RecordingModel::new(scripted()).snapshotting("lead", &probe);
+    let tree = probe.share(
+        tree_with_tool(
+            catalog([
                 delegator("lead", &["bg", "fg", "quick"]),
                 delegator("fg", &["gc"]),
                 leaf("bg"),
                 leaf("gc"),
                 leaf("quick"),
-            ]))
-            .model(model.clone())
-            .tool(crate::support::noop_tool())
-            .expect("tool name is free")
-            .build()
-            .await
-            .expect("tree builds"),
+            ]),
+            model.clone(),
+            crate::support::noop_tool(),
+        )
+        .await,
     );
-    probe.set(&tree);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
@@ -254,13 +246,9 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
     let (told_tx, told_rx) = tokio::sync::oneshot::channel::<TreeSnapshot>();
     let told_tx = Mutex::new(Some(told_tx));
     let hook_probe = probe.clone();
-    let recording = RecordingModel::new(ScriptedModel::new().script(
-        "lead",
-        [
-            Turn::spawn("victim", "take a while"),
-            Turn::answer("lead done"),
-        ],
-    ))
+    let recording = RecordingModel::new(
+        ScriptedModel::new().script("lead", delegates("victim", "take a while", "lead done")),
+    )
     .with_hook(move |request| {
         if request.agent_type() == "lead" && request.turn == 2 {
             if let Some(tx) = told_tx.lock().take() {
@@ -276,14 +264,7 @@ async fn usage_of_a_turn_returning_during_an_abort_is_in_before_the_settle() {
         started: Mutex::new(Some(started_tx)),
         release: Mutex::new(release_rx),
     };
-    let tree = Arc::new(
-        build_tree(
-            catalog([delegator("lead", &["victim"]), leaf("victim")]),
-            model,
-        )
-        .await,
-    );
-    probe.set(&tree);
+    let tree = probe.share(build_tree(lead_and_victim(), model).await);
     let mut events = tree.subscribe();
 
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "delegate")).await;
@@ -447,18 +428,9 @@ async fn a_turn_returning_as_its_agent_is_killed_records_nothing_after_the_kill(
         cell: cell.clone(),
         returned: returned.clone(),
     };
-    let tree = Arc::new(
-        build_tree(
-            catalog([delegator("lead", &["victim"]), leaf("victim")]),
-            model,
-        )
-        .await,
-    );
-    cell.set(&tree);
+    let tree = cell.share(build_tree(lead_and_victim(), model).await);
     let mut events = tree.subscribe();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawn_for_id(&tree, "lead", "go").await;
     let _ = outcome(&tree, lead, REAL_GUARD).await;
     bounded(REAL_GUARD, "idle", tree.idle()).await;
     let at_idle = tree.snapshot();
@@ -542,9 +514,7 @@ async fn kill_racing_a_returning_turn_never_bills_after_the_end_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let victim = spawn_admitted(&tree, SpawnRequest::new("victim", "race"))
-            .await
-            .id();
+        let victim = spawn_for_id(&tree, "victim", "race").await;
         bounded(
             REAL_GUARD,
             "the victim's model call",

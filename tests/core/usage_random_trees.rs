@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use crate::support::harness::tree;
+use crate::support::{build_tree, run_within};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, TreeSnapshot};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
@@ -155,23 +157,15 @@ async fn run_case(tree_shape: Node) -> Result<(), TestCaseError> {
     let model = flat.iter().fold(ScriptedModel::new(), |model, f| {
         model.script(f.name.clone(), f.script.clone())
     });
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog(
-            flat.iter().map(|f| f.definition.clone()),
-        ))
-        .model(model)
-        .config(TreeConfig::default().with_max_total_agents(64))
-        .build()
-        .await
-        .expect("tree builds");
+    let tree = tree(
+        model,
+        crate::support::catalog(flat.iter().map(|f| f.definition.clone())),
+        TreeConfig::default().with_max_total_agents(64),
+    )
+    .await;
     let mut events = tree.subscribe();
 
-    let outcome = crate::support::within(
-        "the generated tree",
-        tree.run(SpawnRequest::new("n0", "go")),
-    )
-    .await
-    .expect("the top-level agent is admitted");
+    let outcome = run_within(&tree, "the generated tree", SpawnRequest::new("n0", "go")).await;
     prop_assert_eq!(outcome.status, flat[0].expected_status);
     let events = crate::support::events_at_idle(&tree, &mut events).await;
     let snapshot: TreeSnapshot = tree.snapshot();
@@ -246,15 +240,14 @@ async fn huge_usage_saturates_and_the_events_still_sum_to_the_total() {
             ],
         )
         .script("worker", [Turn::answer("done").usage(huge)]);
-    let tree = Tree::builder()
-        .catalog(crate::support::catalog([
+    let tree = build_tree(
+        crate::support::catalog([
             crate::support::delegator("lead", &["worker"]),
             crate::support::leaf("worker"),
-        ]))
-        .model(model)
-        .build()
-        .await
-        .expect("the tree builds");
+        ]),
+        model,
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     assert!(

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::support::RecordingModel;
 use crate::support::catalog;
 use crate::support::harness::{GUARD, Rng, answered_calls};
+use crate::support::scripts::answers_after;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -89,7 +90,7 @@ async fn storm(seed: u64) -> Tally {
     }
     for k in 0..LEAF_TYPES {
         let think = Duration::from_millis(3 + 7 * k);
-        scripted = scripted.script(leaf(k), Script::new([Turn::answer("leaf").after(think)]));
+        scripted = scripted.script(leaf(k), Script::new(answers_after("leaf", think)));
     }
     let model = RecordingModel::new(scripted);
     let config = TreeConfig::default()

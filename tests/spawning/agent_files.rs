@@ -14,7 +14,6 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_tree::prelude::*;
@@ -26,6 +25,7 @@ use agent_tree::{
 };
 
 use crate::support::harness::{a, ok_tool, results, tools};
+use crate::support::journal::TempDir;
 use crate::support::run_admitted;
 
 fn fixture(dir: &str) -> PathBuf {
@@ -61,31 +61,22 @@ fn problem_files(loaded: &LoadedCatalog) -> Vec<(String, Option<String>)> {
 }
 
 /// A directory under the system's temp dir, unique per process and call, removed on drop.
-struct Scratch(PathBuf);
+struct Scratch(TempDir);
 
 impl Scratch {
     fn new(test: &str) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "agent-tree-agent-files-{}-{}-{test}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(TempDir::new(&format!("agent-files-{test}")))
+    }
+
+    /// The directory itself.
+    fn dir(&self) -> &Path {
+        self.0.path()
     }
 
     fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.0.join(name);
+        let path = self.0.file(name);
         fs::write(&path, contents).unwrap();
         path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -279,7 +270,7 @@ fn strict_mode_fails_on_problems_and_never_on_notes() {
     scratch.write("README.md", "# Agents\n");
     scratch.write("good.md", GOOD);
     assert_eq!(
-        names(&Catalog::load_dir_strict(&scratch.0).unwrap()),
+        names(&Catalog::load_dir_strict(scratch.dir()).unwrap()),
         ["good"]
     );
     // The lenient load of both directories keeps all thirteen valid files.
@@ -364,13 +355,13 @@ fn a_directory_of_category_subfolders_loads_every_agent() {
 fn the_same_type_in_two_subfolders_is_a_duplicate_naming_both_files() {
     let scratch = Scratch::new("subfolder-duplicate");
     for sub in ["a", "b", "b/deeper"] {
-        fs::create_dir_all(scratch.0.join(sub)).unwrap();
+        fs::create_dir_all(scratch.dir().join(sub)).unwrap();
     }
     scratch.write("a/reviewer.md", "---\nmodel: first\n---\nYou review.\n");
     let second = scratch.write("b/deeper/reviewer.md", "---\nmodel: second\n---\n");
     scratch.write("b/writer.md", GOOD);
     scratch.write("top.md", GOOD);
-    let loaded = Catalog::load_dir(&scratch.0);
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(names(&loaded.catalog), ["reviewer", "writer", "top"]);
     assert_eq!(
         loaded.catalog.get("reviewer").unwrap().model.as_deref(),
@@ -388,7 +379,7 @@ fn the_same_type_in_two_subfolders_is_a_duplicate_naming_both_files() {
         message,
         &format!(
             "agent type \"reviewer\" is already defined in {}",
-            scratch.0.join("a/reviewer.md").display()
+            scratch.dir().join("a/reviewer.md").display()
         )
     );
 }
@@ -399,18 +390,18 @@ fn the_same_type_in_two_subfolders_is_a_duplicate_naming_both_files() {
 #[test]
 fn a_link_back_into_the_agent_directory_is_read_once() {
     let scratch = Scratch::new("link-loop");
-    fs::create_dir_all(scratch.0.join("team")).unwrap();
+    fs::create_dir_all(scratch.dir().join("team")).unwrap();
     scratch.write("team/lead.md", GOOD);
-    std::os::unix::fs::symlink(&scratch.0, scratch.0.join("team/loop")).unwrap();
+    std::os::unix::fs::symlink(scratch.dir(), scratch.dir().join("team/loop")).unwrap();
     let elsewhere = Scratch::new("link-target");
     elsewhere.write("shared.md", GOOD);
-    std::os::unix::fs::symlink(&elsewhere.0, scratch.0.join("linked")).unwrap();
-    let dir = scratch.0.clone();
+    std::os::unix::fs::symlink(elsewhere.dir(), scratch.dir().join("linked")).unwrap();
+    let dir = scratch.dir().to_path_buf();
     let loaded = bounded(Duration::from_secs(60), move || Catalog::load_dir(dir));
     assert!(loaded.is_clean(), "{:?}", loaded.problems);
     assert_eq!(names(&loaded.catalog), ["shared", "lead"]);
     assert_eq!(loaded.skipped.len(), 1);
-    assert_eq!(loaded.skipped[0].file, scratch.0.join("team/loop"));
+    assert_eq!(loaded.skipped[0].file, scratch.dir().join("team/loop"));
     assert_eq!(loaded.skipped[0].reason, SkipReason::AlreadyRead);
 }
 
@@ -418,13 +409,13 @@ fn a_link_back_into_the_agent_directory_is_read_once() {
 #[test]
 fn a_subfolder_too_deep_is_skipped_and_listed() {
     let scratch = Scratch::new("too-deep");
-    let mut deepest = scratch.0.clone();
+    let mut deepest = scratch.dir().to_path_buf();
     for level in 1..=MAX_AGENT_DIR_DEPTH + 1 {
         deepest = deepest.join(format!("l{level}"));
         fs::create_dir(&deepest).unwrap();
         fs::write(deepest.join(format!("agent-{level}.md")), GOOD).unwrap();
     }
-    let loaded = Catalog::load_dir(&scratch.0);
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(loaded.catalog.len(), MAX_AGENT_DIR_DEPTH);
     assert!(
         loaded
@@ -445,7 +436,7 @@ fn names_differing_only_in_case_load_with_a_note() {
     let project = Scratch::new("case-project");
     let first = user.write("Reviewer.md", "---\ndescription: Reviews.\n---\n");
     let second = project.write("reviewer.md", "---\ndescription: Also reviews.\n---\n");
-    let loaded = Catalog::load_dirs([&user.0, &project.0]);
+    let loaded = Catalog::load_dirs([user.dir(), project.dir()]);
     assert!(loaded.is_clean());
     assert_eq!(names(&loaded.catalog), ["Reviewer", "reviewer"]);
     assert_eq!(
@@ -467,7 +458,7 @@ fn names_differing_only_in_case_load_with_a_note() {
     ));
     // In one directory too, named by the `name` field.
     project.write("x.md", "---\nname: REVIEWER\n---\n");
-    let loaded = Catalog::load_dir(&project.0);
+    let loaded = Catalog::load_dir(project.dir());
     assert_eq!(names(&loaded.catalog), ["reviewer", "REVIEWER"]);
     assert!(matches!(
         &notes(&loaded)[..],
@@ -485,7 +476,7 @@ fn a_crlf_file_loads_without_carriage_returns() {
         "windows.md",
         "---\r\nname: windows\r\ndescription: |\r\n  Saved on Windows.\r\n  Twice.\r\ntools: Read, Grep\r\n---\r\n\r\nYou were saved with CRLF.\r\n\r\nStill you.\r\n",
     );
-    let loaded = Catalog::load_dir_strict(&scratch.0).unwrap();
+    let loaded = Catalog::load_dir_strict(scratch.dir()).unwrap();
     let windows = loaded.get("windows").unwrap();
     assert_eq!(windows.prompt, "You were saved with CRLF.\n\nStill you.");
     assert_eq!(windows.description, "Saved on Windows.\nTwice.");
@@ -501,7 +492,7 @@ fn sampling_keys_in_a_file_are_the_agents_sampling_and_out_of_range_is_refused()
         "picker.md",
         "---\nname: picker\ndescription: Picks one.\ntemperature: 0.2\ntop_p: 0.9\nseed: 7\nstop: [\"END\"]\nmax_tokens: 300\ntool_choice: required\nparallel_tool_calls: false\n---\nPick.\n",
     );
-    let loaded = Catalog::load_dir_strict(&scratch.0).unwrap();
+    let loaded = Catalog::load_dir_strict(scratch.dir()).unwrap();
     let sampling = &loaded.get("picker").unwrap().sampling;
     assert_eq!(sampling.temperature, Some(0.2));
     assert_eq!(sampling.top_p, Some(0.9));
@@ -518,7 +509,7 @@ fn sampling_keys_in_a_file_are_the_agents_sampling_and_out_of_range_is_refused()
         "hot.md",
         "---\nname: hot\ndescription: Too hot.\ntemperature: 3\n---\nBurn.\n",
     );
-    let err = Catalog::load_dir_strict(&scratch.0)
+    let err = Catalog::load_dir_strict(scratch.dir())
         .unwrap_err()
         .to_string();
     assert!(err.contains("hot.md"), "{err}");
@@ -714,7 +705,7 @@ fn an_alias_bomb_is_refused_naming_its_file_in_bounded_time() {
     assert!(bomb.len() > 40 * 1024, "{}", bomb.len());
     scratch.write("bomb.md", &bomb);
     scratch.write("good.md", GOOD);
-    let dir = scratch.0.clone();
+    let dir = scratch.dir().to_path_buf();
     let started = Instant::now();
     let loaded = bounded(Duration::from_secs(60), move || Catalog::load_dir(dir));
     assert!(
@@ -738,10 +729,10 @@ fn an_alias_bomb_is_refused_naming_its_file_in_bounded_time() {
 #[test]
 fn a_link_to_dev_zero_is_refused_without_reading_and_a_link_to_a_file_is_followed() {
     let scratch = Scratch::new("dev-zero");
-    std::os::unix::fs::symlink("/dev/zero", scratch.0.join("zero.md")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", scratch.dir().join("zero.md")).unwrap();
     let target = scratch.write("real.txt", GOOD);
-    std::os::unix::fs::symlink(&target, scratch.0.join("linked.md")).unwrap();
-    let dir = scratch.0.clone();
+    std::os::unix::fs::symlink(&target, scratch.dir().join("linked.md")).unwrap();
+    let dir = scratch.dir().to_path_buf();
     let loaded = bounded(Duration::from_secs(60), move || Catalog::load_dir(dir));
     assert_eq!(names(&loaded.catalog), ["linked"]);
     assert_eq!(problem_files(&loaded), [("zero.md".to_owned(), None)]);
@@ -769,14 +760,14 @@ fn a_link_to_dev_zero_is_refused_without_reading_and_a_link_to_a_file_is_followe
 #[test]
 fn a_fifo_is_refused_without_hanging() {
     let scratch = Scratch::new("fifo");
-    let fifo = scratch.0.join("x.md");
+    let fifo = scratch.dir().join("x.md");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)
         .status()
         .expect("mkfifo runs");
     assert!(made.success(), "mkfifo {}", fifo.display());
     scratch.write("good.md", GOOD);
-    let dir = scratch.0.clone();
+    let dir = scratch.dir().to_path_buf();
     // Opening a FIFO for reading blocks until a writer comes: the loader must never open it.
     let loaded = bounded(Duration::from_secs(20), move || Catalog::load_dir(dir));
     assert_eq!(names(&loaded.catalog), ["good"]);
@@ -797,7 +788,7 @@ fn an_oversize_file_is_refused_and_one_at_the_limit_loads() {
     assert_eq!(at_limit.len(), limit);
     scratch.write("at-limit.md", &at_limit);
     scratch.write("over.md", format!("{at_limit}y"));
-    let loaded = Catalog::load_dir(&scratch.0);
+    let loaded = Catalog::load_dir(scratch.dir());
     assert_eq!(names(&loaded.catalog), ["at-limit"]);
     assert_eq!(problem_files(&loaded), [("over.md".to_owned(), None)]);
     assert!(

@@ -4,6 +4,7 @@
 
 use crate::support::catalog;
 use crate::support::harness::{a, idle, results, tools, tree_with_tools};
+use crate::support::scripts::delegates;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
@@ -23,10 +24,7 @@ fn lead_mid_leaf() -> Catalog {
 
 fn model() -> ScriptedModel {
     ScriptedModel::new()
-        .script(
-            "lead",
-            [Turn::spawn("mid", "go"), Turn::answer("lead done")],
-        )
+        .script("lead", delegates("mid", "go", "lead done"))
         .script(
             "mid",
             [

@@ -7,8 +7,9 @@
 //! Every verdict is read from what the agent was offered (the scripted model's log) and from
 //! the tool results it received when it tried to spawn anyway.
 
-use crate::support::catalog;
-use crate::support::harness::{a, results, tools, tree, tree_with_tools};
+use crate::support::harness::{a, depth_capped_tree, results, tools, tree_with_tools};
+use crate::support::scripts::delegates;
+use crate::support::{build_tree, catalog};
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use agent_tree::{ASK_OWNER_TOOL, ORCHESTRATION_TOOLS};
@@ -22,7 +23,7 @@ fn has_orchestration(offered: &[String]) -> Vec<&'static str> {
 
 /// A type that tries to spawn a `leaf` child, then answers.
 fn tries_to_spawn() -> Script {
-    Script::new([Turn::spawn("leaf", "go"), Turn::answer("done")])
+    Script::new(delegates("leaf", "go", "done"))
 }
 
 fn model(types: &[&str]) -> ScriptedModel {
@@ -31,6 +32,14 @@ fn model(types: &[&str]) -> ScriptedModel {
         model = model.script(*t, tries_to_spawn());
     }
     model
+}
+
+/// Asserts that the top-level agent's spawn (read at its second model call) was admitted and
+/// made `a2` a `leaf`.
+fn assert_spawned_a_leaf(tree: &Tree, model: &ScriptedModel) {
+    let spawn = results(model, a(1), 1);
+    assert!(!spawn[0].is_error, "{}", spawn[0].content);
+    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
 }
 
 const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
@@ -42,16 +51,14 @@ async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let offered = tools(&model, a(1), 0);
     assert_eq!(has_orchestration(&offered), ORCHESTRATION_TOOLS);
     // A top-level agent's owner is the application, which has no question handler here.
     assert!(!offered.iter().any(|t| t == ASK_OWNER_TOOL));
-    let spawn = results(&model, a(1), 1);
-    assert!(!spawn[0].is_error, "{}", spawn[0].content);
-    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
+    assert_spawned_a_leaf(&tree, &model);
     tree.shutdown().await;
 }
 
@@ -60,21 +67,13 @@ async fn none_at_the_depth_cap() {
     // max_depth 2: the top-level delegator (depth 1) may delegate; its delegating child at
     // depth 2 sits at the cap and gets none of the tools, and its attempt is refused.
     let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("boss", "one level down"), Turn::answer("done")],
-        )
+        .script("boss", delegates("boss", "one level down", "done"))
         .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(2),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 2).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     assert_eq!(tree.record(a(2)).unwrap().depth, 2);
@@ -112,7 +111,7 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
             .with_allowed_subagents(SubagentAllowance::only(Vec::<String>::new())),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     for (n, agent_type) in ["isolated", "denied", "plain", "empty-list"]
         .into_iter()
         .enumerate()
@@ -151,7 +150,7 @@ async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
             .with_disallowed_tools(["steer_subagent"]),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let offered = tools(&model, a(1), 0);
     assert_eq!(
@@ -182,9 +181,7 @@ async fn agent_is_inferred_into_an_explicit_tool_allowlist() {
     assert!(offered.iter().any(|t| t == "read"));
     assert!(!offered.iter().any(|t| t == "write" || t == "bash"));
     assert_eq!(has_orchestration(&offered), ORCHESTRATION_TOOLS);
-    let spawn = results(&model, a(1), 1);
-    assert!(!spawn[0].is_error, "{}", spawn[0].content);
-    assert_eq!(tree.record(a(2)).unwrap().agent_type, "leaf");
+    assert_spawned_a_leaf(&tree, &model);
     tree.shutdown().await;
 }
 
@@ -193,10 +190,7 @@ async fn allowed_subagents_is_not_inherited_by_children() {
     // boss (allowed: all) → plain (no allowed_subagents of its own): plain cannot spawn,
     // although its owner could and the depth cap is far.
     let model = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("plain", "delegate"), Turn::answer("done")],
-        )
+        .script("boss", delegates("plain", "delegate", "done"))
         .script("plain", tries_to_spawn())
         .script("leaf", [Turn::answer("leaf done")]);
     let catalog = catalog([
@@ -204,7 +198,7 @@ async fn allowed_subagents_is_not_inherited_by_children() {
         AgentDefinition::new("plain", ""),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     let plain = tree.record(a(2)).unwrap();

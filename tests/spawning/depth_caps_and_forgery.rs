@@ -7,11 +7,12 @@
 use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
-use crate::support::RecordingModel;
 use crate::support::catalog;
-use crate::support::harness::{a, idle, outcome_of, results, started, tools, tree};
+use crate::support::harness::{a, depth_capped_tree, idle, outcome_of, results, started, tools};
 use crate::support::run_admitted;
+use crate::support::scripts::delegates;
 use crate::support::spawn_admitted;
+use crate::support::{RecordingModel, build_tree};
 use agent_tree::DEFAULT_MAX_DEPTH;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -21,10 +22,7 @@ const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 
 /// `link` spawns another `link` in the foreground, then answers.
 fn chain_model() -> ScriptedModel {
-    ScriptedModel::new().script(
-        "link",
-        [Turn::spawn("link", "one level down"), Turn::answer("done")],
-    )
+    ScriptedModel::new().script("link", delegates("link", "one level down", "done"))
 }
 
 fn link(prompt: &str) -> AgentDefinition {
@@ -40,7 +38,7 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     assert_eq!(DEFAULT_MAX_DEPTH, 5);
     let model = chain_model();
     let catalog = catalog([link("")]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
     assert!(outcome.is_completed(), "{}", outcome.summary());
     idle(&tree).await;
@@ -67,12 +65,7 @@ async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     for cap in [0, 1] {
         let model = chain_model();
         let catalog = catalog([link("")]);
-        let tree = tree(
-            model.clone(),
-            catalog,
-            TreeConfig::default().with_max_depth(cap),
-        )
-        .await;
+        let tree = depth_capped_tree(model.clone(), catalog, cap).await;
         let outcome = tree.run(SpawnRequest::new("link", "go")).await.unwrap();
         assert!(outcome.is_completed(), "cap {cap}: {}", outcome.summary());
         assert_eq!(tree.record(a(1)).unwrap().depth, 1);
@@ -100,7 +93,7 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     );
     let model = RecordingModel::new(scripted.clone());
     let old = catalog([link("v1")]);
-    let tree = tree(model.clone(), old, TreeConfig::default()).await;
+    let tree = build_tree(old, model.clone()).await;
     let mut events = EventProbe::new(&tree);
     let mut first = spawn_admitted(&tree, SpawnRequest::new("link", "branch 1")).await;
     events.expect_event("a start", started(a(1))).await;
@@ -192,12 +185,7 @@ async fn forged_depth_parent_and_root_fields_are_ignored() {
         AgentDefinition::new("sub", "").with_allowed_subagents(SubagentAllowance::All),
         AgentDefinition::new("leaf", ""),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(2),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 2).await;
     let mut top = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let outcome = tokio::time::timeout(crate::support::harness::GUARD, top.outcome())
         .await

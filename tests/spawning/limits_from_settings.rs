@@ -6,40 +6,33 @@
 //! `context_dropped` event) at depth 3.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::support::RecordingModel;
 use crate::support::catalog;
-use crate::support::harness::{a, idle, outcome_of, results, tree};
+use crate::support::harness::{a, depth_capped_tree, idle, outcome_of, results, tree};
+use crate::support::journal::TempDir;
 use crate::support::resume_call;
 use crate::support::run_admitted;
+use crate::support::scripts::delegates;
+use crate::support::{RecordingModel, build_tree};
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, EventKind, Role};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{ControlScope, TreeError};
 use serde_json::json;
 
-/// A settings file in the temp dir with a name no other test (or process) uses; removed on
-/// drop.
-struct TempSettings(PathBuf);
+/// A settings file in a temp dir of its own, which is removed (file and all) on drop.
+struct TempSettings {
+    path: PathBuf,
+    _dir: TempDir,
+}
 
 impl TempSettings {
     fn new(text: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "agent-tree-limits-{}-{}.json",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = TempDir::new("limits");
+        let path = dir.file("settings.json");
         std::fs::write(&path, text).expect("the temp dir is writable");
-        TempSettings(path)
-    }
-}
-
-impl Drop for TempSettings {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        TempSettings { path, _dir: dir }
     }
 }
 
@@ -58,7 +51,7 @@ fn a_settings_file_sets_every_limit_and_keeps_defaults_for_the_rest() {
             "shutdown_grace_ms": 250
         }"#,
     );
-    let config = TreeConfig::from_json_file(&file.0).unwrap();
+    let config = TreeConfig::from_json_file(&file.path).unwrap();
     assert_eq!(config.max_depth, 3);
     assert_eq!(config.max_children_per_agent, 2);
     assert_eq!(config.max_total_agents, 7);
@@ -70,7 +63,7 @@ fn a_settings_file_sets_every_limit_and_keeps_defaults_for_the_rest() {
     assert_eq!(config.shutdown_grace, Duration::from_millis(250));
 
     let partial = TempSettings::new(r#"{"max_depth": 2}"#);
-    let config = TreeConfig::from_json_file(&partial.0).unwrap();
+    let config = TreeConfig::from_json_file(&partial.path).unwrap();
     assert_eq!(config, TreeConfig::default().with_max_depth(2));
 }
 
@@ -83,17 +76,23 @@ fn settings_file_errors_name_the_file_and_the_field() {
         (r#"{"shutdown_grace_ms": 0}"#, "shutdown_grace_ms"),
     ] {
         let file = TempSettings::new(text);
-        let err = TreeConfig::from_json_file(&file.0).unwrap_err().to_string();
-        let path = file.0.display().to_string();
+        let err = TreeConfig::from_json_file(&file.path)
+            .unwrap_err()
+            .to_string();
+        let path = file.path.display().to_string();
         assert!(err.starts_with(&path), "{err} does not name {path}");
         assert!(err.contains(&format!("field `{field}`")), "{err}");
     }
     let file = TempSettings::new(r#"{"max_dept": 2}"#);
-    let err = TreeConfig::from_json_file(&file.0).unwrap_err().to_string();
+    let err = TreeConfig::from_json_file(&file.path)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("unknown field `max_dept`"), "{err}");
     let file = TempSettings::new(r#"{"max_depth": "deep"}"#);
-    let err = TreeConfig::from_json_file(&file.0).unwrap_err().to_string();
-    assert!(err.starts_with(&file.0.display().to_string()), "{err}");
+    let err = TreeConfig::from_json_file(&file.path)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with(&file.path.display().to_string()), "{err}");
     let missing = std::env::temp_dir().join(format!(
         "agent-tree-limits-{}-missing.json",
         std::process::id()
@@ -122,7 +121,7 @@ async fn an_invalid_config_built_in_code_is_refused_by_the_builder() {
 #[tokio::test(start_paused = true)]
 async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
     let file = TempSettings::new(r#"{"max_spawns_per_agent": 2}"#);
-    let config = TreeConfig::from_json_file(&file.0).unwrap();
+    let config = TreeConfig::from_json_file(&file.path).unwrap();
     // Three sequential foreground spawns: the children are gone before each next spawn, so
     // only the lifetime budget can refuse the third. A resume is not a new spawn.
     let model = ScriptedModel::new()
@@ -177,15 +176,9 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
     // depth 3 (20).
     let model = ScriptedModel::new()
         .script("spinner", never_answers())
-        .script(
-            "boss",
-            [Turn::spawn("spinner", "spin"), Turn::answer("boss done")],
-        )
-        .script(
-            "mid",
-            [Turn::spawn("spinner", "spin"), Turn::answer("mid done")],
-        )
-        .script("top", [Turn::spawn("mid", "go"), Turn::answer("top done")]);
+        .script("boss", delegates("spinner", "spin", "boss done"))
+        .script("mid", delegates("spinner", "spin", "mid done"))
+        .script("top", delegates("mid", "go", "top done"));
     let delegator =
         |name: &str| AgentDefinition::new(name, "").with_allowed_subagents(SubagentAllowance::All);
     let catalog = catalog([
@@ -194,7 +187,7 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
         delegator("mid"),
         delegator("top"),
     ]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     for (top_type, depth, expected) in [("spinner", 1, 30), ("boss", 2, 25), ("top", 3, 20)] {
         let top = tree.run(SpawnRequest::new(top_type, "go")).await.unwrap();
         idle(&tree).await;
@@ -223,14 +216,8 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
 #[tokio::test(start_paused = true)]
 async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [Turn::spawn("heir", "inherit me"), Turn::answer("boss done")],
-        )
-        .script(
-            "heir",
-            [Turn::spawn("heir", "deeper"), Turn::answer("heir done")],
-        );
+        .script("boss", delegates("heir", "inherit me", "boss done"))
+        .script("heir", delegates("heir", "deeper", "heir done"));
     let model = RecordingModel::new(scripted);
     let catalog = catalog([
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
@@ -238,12 +225,7 @@ async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
             .with_allowed_subagents(SubagentAllowance::All)
             .with_inherit_context(true),
     ]);
-    let tree = tree(
-        model.clone(),
-        catalog,
-        TreeConfig::default().with_max_depth(3),
-    )
-    .await;
+    let tree = depth_capped_tree(model.clone(), catalog, 3).await;
     let mut events = tree.subscribe();
     let outcome = run_admitted(&tree, SpawnRequest::new("boss", "the boss's secret plan")).await;
     assert!(outcome.is_completed(), "{}", outcome.summary());

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::support::WAIT_LIMIT;
 use crate::support::catalog;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
+use crate::support::scripts::answers_after;
 use crate::support::spawn_admitted;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{Event, EventKind};
@@ -20,6 +21,12 @@ fn workers() -> Catalog {
         AgentDefinition::new("worker", ""),
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
     ])
+}
+
+/// A tree of [`workers`] on a clone of `model`, with `slots` pool slots.
+async fn pool_of(slots: usize, model: &ScriptedModel) -> Tree {
+    let config = TreeConfig::default().with_max_concurrent(slots);
+    tree(model.clone(), workers(), config).await
 }
 
 fn is_started(e: &Event) -> bool {
@@ -34,18 +41,13 @@ fn is_queued(e: &Event) -> bool {
 async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     let model = ScriptedModel::new();
     // a1 finishes first (10 ms), a2 later (25 ms); each queued agent then works 10 ms.
-    let work = |ms| Script::new([Turn::answer("done").after(Duration::from_millis(ms))]);
+    let work = |ms| Script::new(answers_after("done", Duration::from_millis(ms)));
     model.script_agent(a(1), work(10));
     model.script_agent(a(2), work(25));
     for n in 3..=6 {
         model.script_agent(a(n), work(10));
     }
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(2),
-    )
-    .await;
+    let tree = pool_of(2, &model).await;
     let mut events = tree.subscribe();
     for n in 1..=6u64 {
         let handle = spawn_admitted(
@@ -97,12 +99,7 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
 #[tokio::test(start_paused = true)]
 async fn raising_the_limit_drains_the_queue() {
     let model = ScriptedModel::new().script("worker", [Turn::hang()]);
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+    let tree = pool_of(1, &model).await;
     let mut events = EventProbe::new(&tree);
     for n in 1..=4 {
         spawn_admitted(
@@ -134,12 +131,7 @@ async fn an_aborted_queued_agent_never_starts() {
     let model = ScriptedModel::new()
         .script("worker", [Turn::answer("done")])
         .script("boss", [Turn::hang()]);
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+    let tree = pool_of(1, &model).await;
     let mut events = EventProbe::new(&tree);
     let blocker = spawn_admitted(
         &tree,
@@ -195,16 +187,8 @@ async fn nested_children_bypass_a_full_pool() {
                 Turn::answer("boss done"),
             ],
         )
-        .script(
-            "worker",
-            [Turn::answer("worked").after(Duration::from_millis(5))],
-        );
-    let tree = tree(
-        model.clone(),
-        workers(),
-        TreeConfig::default().with_max_concurrent(1),
-    )
-    .await;
+        .script("worker", answers_after("worked", Duration::from_millis(5)));
+    let tree = pool_of(1, &model).await;
     let mut events = tree.subscribe();
     let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "delegate").background()).await;
     let waiting = spawn_admitted(
@@ -244,10 +228,7 @@ async fn nested_children_bypass_a_full_pool() {
 #[tokio::test(start_paused = true)]
 async fn a_freed_pool_slot_goes_to_the_queue_head_not_a_newcomer() {
     let model = ScriptedModel::new()
-        .script(
-            "first",
-            [Turn::answer("a").after(Duration::from_millis(10))],
-        )
+        .script("first", answers_after("a", Duration::from_millis(10)))
         .script("w", [Turn::answer("w")]);
     let catalog = catalog([
         AgentDefinition::new("first", ""),

@@ -4,8 +4,8 @@
 //! type `general-purpose` is never substituted; the caller's allowlist is checked again after
 //! resolution; and error messages list only the types the caller may reach.
 
-use crate::support::catalog;
 use crate::support::harness::{a, idle, results, spawned_id, tree};
+use crate::support::{build_tree, catalog};
 use agent_tree::prelude::*;
 use agent_tree::protocol::Message;
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
@@ -175,7 +175,7 @@ async fn an_ambiguous_refusal_lists_only_reachable_types() {
 #[tokio::test(start_paused = true)]
 async fn top_level_spawns_resolve_strictly_too() {
     let model = model("boss", &[]);
-    let tree = tree(model.clone(), similar_names(), TreeConfig::default()).await;
+    let tree = build_tree(similar_names(), model.clone()).await;
     let ok = tree.run(SpawnRequest::new("REVIEWER", "go")).await.unwrap();
     assert!(ok.is_completed());
     assert_eq!(tree.record(a(1)).unwrap().agent_type, "Reviewer");

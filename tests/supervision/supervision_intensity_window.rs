@@ -8,9 +8,10 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::{AgentRecord, EndReason, Event, EventKind, RestartPolicy, Strategy};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 
-use crate::support::harness::{a, tree};
+use crate::support::harness::{a, assert_escalated};
 use crate::support::lifetimes::ms;
-use crate::support::{RecordingModel, catalog, delegator, leaf, within};
+use crate::support::scripts::answers_after;
+use crate::support::{RecordingModel, build_tree, catalog, delegator, leaf, run_within, within};
 
 /// Runs a supervisor (intensity 2 per 1 s) over one transient child whose incarnations fail
 /// after the given delays (ms, each from the start of its incarnation) and whose next
@@ -31,25 +32,24 @@ async fn run(delays: &[u64]) -> (Outcome, Vec<Event>, AgentRecord) {
             delays
                 .iter()
                 .map(|&d| Turn::fail(format!("flap after {d} ms")).after(ms(d)))
-                .chain([Turn::answer("recovered").after(ms(10))]),
+                .chain(answers_after("recovered", ms(10))),
         ),
     );
-    let tree = tree(
-        RecordingModel::new(scripted),
+    let tree = build_tree(
         catalog([
             delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 2, 1_000),
             leaf("child").with_restart(RestartPolicy::Transient),
         ]),
-        TreeConfig::default(),
+        RecordingModel::new(scripted),
     )
     .await;
     let mut events = tree.subscribe();
-    let outcome = within(
+    let outcome = run_within(
+        &tree,
         "the supervisor",
-        tree.run(SpawnRequest::new("sup", "supervise")),
+        SpawnRequest::new("sup", "supervise"),
     )
-    .await
-    .expect("admitted");
+    .await;
     within("idle", tree.idle()).await;
     let events = events
         .drain()
@@ -84,15 +84,7 @@ async fn failures_0_4_s_apart_exceed_2_per_second_at_the_third() {
     let (outcome, events, record) = run(&[400, 400, 400, 400]).await;
     assert_eq!(failure_times(&events), [400, 800, 1200]);
     assert_eq!(restart_times(&events), [(400, 2), (800, 3)]);
-    assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
-    assert_eq!(outcome.reason, EndReason::Escalated);
-    assert!(
-        outcome
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("flap after 400 ms")),
-        "{outcome:?}"
-    );
+    assert_escalated(&outcome, "flap after 400 ms", "the supervisor");
     assert_eq!(record.status, AgentStatus::Failed);
     assert_eq!(record.incarnation, 3);
 }

@@ -12,7 +12,8 @@ use agent_tree::testkit::{FaultyModel, FnModel, ScriptedModel, Turn};
 use crate::support::harness::tree;
 use crate::support::lifetimes::ms;
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::{catalog, leaf, spawn_admitted, within};
+use crate::support::scripts::answers_after;
+use crate::support::{build_tree, catalog, leaf, spawn_admitted, within};
 
 /// The test kit's `FaultyModel::only_in_run(1)` limits the fault added last to run 1 of each
 /// agent, and a resume is a new run: "fails once, then recovers" recovers after `Tree::resume`
@@ -27,7 +28,7 @@ async fn a_fault_limited_to_run_one_does_not_fire_in_a_resumed_second_run() {
     let model = FaultyModel::new(scripted)
         .fail_at_turn(1, ModelError::new("injected"))
         .only_in_run(1);
-    let tree = tree(model, catalog([leaf("w")]), TreeConfig::default()).await;
+    let tree = build_tree(catalog([leaf("w")]), model).await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
     let first = within("w's first run", w.outcome()).await;
     assert_eq!(first.status, AgentStatus::Failed, "run 1 gets the fault");
@@ -108,14 +109,13 @@ async fn a_fail_fast_wait_spans_a_restart() {
                 Turn::answer("recovered").after(ms(10)),
             ],
         )
-        .script("slow", [Turn::answer("slow ok").after(ms(500))]);
-    let tree = tree(
-        model,
+        .script("slow", answers_after("slow ok", ms(500)));
+    let tree = build_tree(
         catalog([
             leaf("flaky").with_restart(RestartPolicy::Transient),
             leaf("slow"),
         ]),
-        TreeConfig::default(),
+        model,
     )
     .await;
     let flaky = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
@@ -165,13 +165,12 @@ async fn a_restarted_childs_old_question_does_not_answer_waits() {
             ],
         );
     let recorder = RecordingModel::new(scripted);
-    let tree = tree(
-        recorder.clone(),
+    let tree = build_tree(
         catalog([
             delegator("boss", &["kid"]),
             leaf("kid").with_restart(RestartPolicy::Transient),
         ]),
-        TreeConfig::default(),
+        recorder.clone(),
     )
     .await;
     let mut events = tree.subscribe();
@@ -219,10 +218,9 @@ async fn a_delivered_steer_survives_a_restart() {
         ],
     );
     let recorder = RecordingModel::new(scripted);
-    let tree = tree(
-        recorder.clone(),
+    let tree = build_tree(
         catalog([leaf("w").with_restart(RestartPolicy::Transient)]),
-        TreeConfig::default(),
+        recorder.clone(),
     )
     .await;
     let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
@@ -272,7 +270,7 @@ async fn a_steer_racing_a_failing_run_is_read_once_or_refused_mt() {
         } else {
             leaf("w")
         };
-        let tree = tree(model.clone(), catalog([definition]), TreeConfig::default()).await;
+        let tree = build_tree(catalog([definition]), model.clone()).await;
         let mut events = tree.subscribe();
         let mut w = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
         yields(i % 5).await;

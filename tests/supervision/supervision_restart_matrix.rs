@@ -28,11 +28,11 @@ use serde_json::json;
 use crate::support::harness::{GUARD, a, tree};
 use crate::support::lifetimes::{hanging, restarted, restarts};
 use crate::support::races::{REAL_GUARD, bounded, yields};
-use crate::support::run_within;
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, delegator, delegator_of_all, leaf, run_admitted,
     spawn_admitted, user_texts, within,
 };
+use crate::support::{build_tree, run_within};
 
 const TASK: &str = "the original task";
 
@@ -295,13 +295,12 @@ async fn restart_event_sits_between_the_incarnations() {
             ],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(
-        model.clone(),
+    let tree = build_tree(
         catalog([
             delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 3, 5_000),
             leaf("child").with_restart(RestartPolicy::Transient),
         ]),
-        TreeConfig::default(),
+        model.clone(),
     )
     .await;
     let mut events = tree.subscribe();
@@ -461,7 +460,7 @@ async fn a_restartable_detached_child_of_an_ended_owner_settles_for_good() {
             .with_restart(RestartPolicy::Transient)
             .detached(),
     ]);
-    let tree = tree(model, catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model).await;
     let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     assert!(boss.is_completed());
     let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
@@ -484,7 +483,7 @@ async fn an_abort_is_never_followed_by_a_restart() {
     );
     let catalog =
         catalog([AgentDefinition::new("flaky", "").with_restart(RestartPolicy::Transient)]);
-    let tree = tree(model.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, model.clone()).await;
     let mut events = tree.subscribe();
     let h = tree.spawn(SpawnRequest::new("flaky", "go")).await.unwrap();
     loop {
@@ -524,7 +523,7 @@ async fn a_restarted_child_keeps_its_inherited_context() {
     let mut heir = AgentDefinition::new("heir", "").with_restart(RestartPolicy::Transient);
     heir.inherit_context = true;
     let catalog = catalog([delegator_of_all("boss"), heir]);
-    let tree = tree(recorder.clone(), catalog, TreeConfig::default()).await;
+    let tree = build_tree(catalog, recorder.clone()).await;
     let out = run_admitted(&tree, SpawnRequest::new("boss", "SECRET owner context")).await;
     assert_eq!(out.status, AgentStatus::Completed);
     let runs = recorder.calls_of(a(2));

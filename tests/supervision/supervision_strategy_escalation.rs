@@ -21,12 +21,13 @@ use agent_tree::protocol::{EndReason, Event, EventKind, Message, RestartPolicy, 
 use agent_tree::testkit::{Call, Script, ScriptedModel, Target, Turn};
 use serde_json::json;
 
-use crate::support::harness::{a, tree};
+use crate::support::harness::{a, assert_escalated, tree};
 use crate::support::lifetimes::{hanging, restarted, terminal};
-use crate::support::run_within;
+use crate::support::scripts::{background_spawns, delegates};
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, catalog, delegator, leaf, spawn_admitted, within,
 };
+use crate::support::{build_tree, run_within};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -78,14 +79,13 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
         ]),
     );
     let model = RecordingModel::new(scripted);
-    let tree = tree(
-        model.clone(),
+    let tree = build_tree(
         catalog([
             delegator("sup", &["perm", "temp"]).with_supervision(strategy, 5, 5_000),
             leaf("perm").with_restart(RestartPolicy::Permanent),
             leaf("temp").with_restart(RestartPolicy::Temporary),
         ]),
-        TreeConfig::default(),
+        model.clone(),
     )
     .await;
     let mut events = EventProbe::new(&tree);
@@ -275,18 +275,12 @@ enum Rerun {
 /// 100 ms. sup's script is set per agent (`sup`).
 fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> RecordingModel {
     let boss = if boss_waits {
-        Script::new([
-            Turn::spawn("sup", "supervise flaky"),
-            Turn::answer("boss saw it"),
-        ])
+        Script::new(delegates("sup", "supervise flaky", "boss saw it"))
     } else {
         Script::new([Turn::answer("unused")])
     };
     let sup_run = [
-        Turn::calls([
-            Call::spawn_background("flaky", "call the gateway"),
-            Call::spawn_background("idle", "stand by"),
-        ]),
+        background_spawns([("flaky", "call the gateway"), ("idle", "stand by")]),
         Turn::calls([Call::result(Target::Spawned(0))]),
     ];
     let second: Vec<Turn> = match rerun {
@@ -314,12 +308,7 @@ fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> 
 #[tokio::test(start_paused = true)]
 async fn intensity_exceeded_escalates_with_the_original_cause() {
     let model = flaky_model(true, a(2), a(3), Rerun::Same);
-    let tree = tree(
-        model.clone(),
-        flaky_catalog(RestartPolicy::Temporary),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(flaky_catalog(RestartPolicy::Temporary), model.clone()).await;
     let mut events = tree.subscribe();
     let outcome = run_within(&tree, "the boss", SpawnRequest::new("boss", "delegate")).await;
     assert_eq!(outcome.text.as_deref(), Some("boss saw it"));
@@ -396,12 +385,7 @@ async fn intensity_exceeded_escalates_with_the_original_cause() {
 /// re-runs sup's original request and spawns new children.
 async fn restarted_by_boss(rerun: Rerun) {
     let model = flaky_model(true, a(2), a(3), rerun);
-    let tree = tree(
-        model.clone(),
-        flaky_catalog(RestartPolicy::Permanent),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = build_tree(flaky_catalog(RestartPolicy::Permanent), model.clone()).await;
     let mut events = EventProbe::new(&tree);
     spawn_admitted(&tree, SpawnRequest::new("boss", "delegate")).await;
     let (boss, sup) = (a(1), a(2));
@@ -571,14 +555,7 @@ async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
         snapshot.render_text()
     );
     let root_outcome = root.outcome.clone().expect("root outcome");
-    assert_eq!(root_outcome.reason, EndReason::Escalated);
-    assert!(
-        root_outcome
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("out of memory")),
-        "{root_outcome:?}"
-    );
+    assert_escalated(&root_outcome, "out of memory", "the root");
     assert_eq!(tree.record(crasher.id()).expect("rec").incarnation, 2);
     for record in snapshot.agents() {
         assert!(record.status.is_terminal(), "{}", snapshot.render_text());
@@ -627,29 +604,17 @@ async fn every_strategy_escalates_past_the_intensity() {
             ),
         );
         let model = RecordingModel::new(scripted);
-        let tree = tree(
-            model.clone(),
+        let tree = build_tree(
             catalog([
                 delegator("sup", &["perm"]).with_supervision(strategy, 1, 5_000),
                 leaf("perm").with_restart(RestartPolicy::Permanent),
             ]),
-            TreeConfig::default(),
+            model.clone(),
         )
         .await;
         let mut events = tree.subscribe();
         let outcome = run_within(&tree, "sup", SpawnRequest::new("sup", "supervise")).await;
-        assert_eq!(
-            (outcome.status, outcome.reason),
-            (AgentStatus::Failed, EndReason::Escalated),
-            "{name}: {outcome:?}"
-        );
-        assert!(
-            outcome
-                .error
-                .as_deref()
-                .is_some_and(|e| e.contains("checksum mismatch")),
-            "{name}: {outcome:?}"
-        );
+        assert_escalated(&outcome, "checksum mismatch", &name);
         let events = events.drain();
         let restarts = events
             .iter()

@@ -25,15 +25,86 @@ pub fn a(n: u64) -> AgentId {
     AgentId::new(n)
 }
 
+/// The builder of a tree of `model`, `catalog` and `config`, for a test that adds tools,
+/// hooks or a journal before it builds.
+pub fn builder(model: impl Model, catalog: Catalog, config: TreeConfig) -> agent_tree::TreeBuilder {
+    Tree::builder().config(config).catalog(catalog).model(model)
+}
+
+/// `builder` holding, besides, an [`ok_tool`] of each of `names`.
+pub fn with_ok_tools(
+    mut builder: agent_tree::TreeBuilder,
+    names: &[&'static str],
+) -> agent_tree::TreeBuilder {
+    for &name in names {
+        builder = builder.tool(ok_tool(name)).expect("tool names are free");
+    }
+    builder
+}
+
+/// A tree of `catalog` on `model` whose agents nest at most `max_depth` deep (the default
+/// configuration otherwise).
+pub async fn depth_capped_tree(model: impl Model, catalog: Catalog, max_depth: u32) -> Tree {
+    tree(
+        model,
+        catalog,
+        TreeConfig::default().with_max_depth(max_depth),
+    )
+    .await
+}
+
 /// Builds a tree with `model`, `catalog` and `config`, and no user tools.
 pub async fn tree(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
-    Tree::builder()
-        .config(config)
-        .catalog(catalog)
-        .model(model)
+    builder(model, catalog, config)
         .build()
         .await
         .expect("the tree builds")
+}
+
+/// A tree of `catalog` on `model` built under an owner probe: the test is the owner of its
+/// top-level agents.
+pub async fn owned_tree(
+    catalog: Catalog,
+    model: impl Model,
+) -> (Tree, agent_tree::testkit::OwnerProbe) {
+    agent_tree::testkit::OwnerProbe::build(Tree::builder().catalog(catalog).model(model))
+        .await
+        .expect("the tree builds")
+}
+
+/// Spawns `agent_type` with `prompt` on `tree` (failing the test when it is refused) and
+/// returns the new agent's id.
+pub async fn spawn_for_id(tree: &Tree, agent_type: &str, prompt: &str) -> AgentId {
+    super::spawn_admitted(tree, SpawnRequest::new(agent_type, prompt))
+        .await
+        .id()
+}
+
+/// Asserts that `outcome` is a failure by escalation (reason `escalated`) whose error holds
+/// the original `cause`; `what` names the agent in the failure message.
+pub fn assert_escalated(outcome: &Outcome, cause: &str, what: &str) {
+    assert_eq!(
+        (outcome.status, outcome.reason),
+        (
+            AgentStatus::Failed,
+            agent_tree::protocol::EndReason::Escalated
+        ),
+        "{what}: {outcome:?}"
+    );
+    assert!(
+        outcome.error.as_deref().is_some_and(|e| e.contains(cause)),
+        "{what}: {outcome:?}"
+    );
+}
+
+/// The content of each of `messages`, in order.
+pub fn contents(messages: &[Message]) -> Vec<&str> {
+    messages.iter().map(|m| m.content.as_str()).collect()
+}
+
+/// A catalog of a `lead` that may delegate to a `worker` leaf.
+pub fn lead_and_worker() -> Catalog {
+    super::catalog([super::delegator("lead", &["worker"]), super::leaf("worker")])
 }
 
 /// A user tool that answers `<name>: ok`.
@@ -50,16 +121,40 @@ pub fn ok_tool(
     })
 }
 
-/// Builds a tree with the user tools `read`, `write` and `bash`.
-pub async fn tree_with_tools(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
+/// A tree of `catalog` on `model` with the default configuration and the one user tool
+/// `tool`.
+pub async fn tree_with_tool(
+    catalog: Catalog,
+    model: impl Model,
+    tool: impl agent_tree::Tool,
+) -> Tree {
     Tree::builder()
-        .config(config)
         .catalog(catalog)
         .model(model)
-        .tool(ok_tool("read"))
-        .and_then(|b| b.tool(ok_tool("write")))
-        .and_then(|b| b.tool(ok_tool("bash")))
-        .expect("tool names are free")
+        .tool(tool)
+        .expect("the tool name is free")
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
+/// A tree of `catalog` on `model` with the default configuration and an [`ok_tool`] of
+/// each of `names`.
+pub async fn tree_with_ok_tools(
+    model: impl Model,
+    catalog: Catalog,
+    names: &[&'static str],
+) -> Tree {
+    with_ok_tools(builder(model, catalog, TreeConfig::default()), names)
+        .build()
+        .await
+        .expect("the tree builds")
+}
+
+/// Builds a tree with the user tools `read`, `write` and `bash`.
+pub async fn tree_with_tools(model: impl Model, catalog: Catalog, config: TreeConfig) -> Tree {
+    let builder = builder(model, catalog, config);
+    with_ok_tools(builder, &["read", "write", "bash"])
         .build()
         .await
         .expect("the tree builds")

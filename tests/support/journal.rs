@@ -1,12 +1,14 @@
-//! Journal-test helpers: a temporary directory removed when dropped, and the in-process
-//! stand-in for a crash (the journal as a kill right now would leave it).
+//! Journal-test helpers: a temporary directory removed when dropped, trees journaling to a
+//! file or a store, the in-process stand-in for a crash (the journal as a kill right now
+//! would leave it), and the check that a journal replays to a tree's records.
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agent_tree::Tree;
+use agent_tree::prelude::*;
+use agent_tree::{JournalConfig, JournalStore};
 
 /// A fresh directory under the system's temp dir, removed when dropped.
 pub struct TempDir(PathBuf);
@@ -20,8 +22,14 @@ impl TempDir {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.0
     }
 
     /// The path of `name` inside it.
@@ -41,6 +49,123 @@ impl Drop for TempDir {
 pub async fn crash_copy(tree: &Tree, from: &Path, to: &Path) {
     tree.flush_journal().await;
     std::fs::copy(from, to).unwrap();
+}
+
+/// The paths of a live journal in `dir` and of the copy a crash leaves ([`crash`]).
+pub fn live_and_crashed(dir: &TempDir) -> (PathBuf, PathBuf) {
+    (dir.file("live.journal"), dir.file("crashed.journal"))
+}
+
+/// Crashes `tree`: its journal at `live` is copied to `to` as a kill right now would leave it
+/// ([`crash_copy`]), then the tree is dropped without a shutdown.
+pub async fn crash(tree: Tree, live: &Path, to: &Path) {
+    crash_copy(&tree, live, to).await;
+    drop(tree);
+}
+
+/// Builds a tree of `catalog` on `model` with the default configuration on the journal at
+/// `path`; the build's error as text.
+pub async fn open_journal(
+    model: impl Model,
+    catalog: Catalog,
+    path: &Path,
+) -> Result<Tree, String> {
+    Tree::builder()
+        .catalog(catalog)
+        .model(model)
+        .journal(JournalConfig::new(path))
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
+/// (and recovering from what its file already holds).
+pub async fn journaled_tree(model: impl Model, catalog: Catalog, journal: JournalConfig) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .journal(journal)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// A tree of `catalog` on `model` with the default configuration and the one user tool
+/// `tool`, journaling by `journal`.
+pub async fn journaled_tree_with_tool(
+    model: impl Model,
+    catalog: Catalog,
+    tool: impl agent_tree::Tool,
+    journal: JournalConfig,
+) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .tool(tool)
+        .expect("the tool name is free")
+        .journal(journal)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// A tree of `catalog` on `model` with the default configuration, journaling by `journal`
+/// into `store` instead of a file.
+pub async fn stored_tree(
+    model: impl Model,
+    catalog: Catalog,
+    journal: JournalConfig,
+    store: impl JournalStore,
+) -> Tree {
+    Tree::builder()
+        .model(model)
+        .catalog(catalog)
+        .journal_store(journal, store)
+        .build()
+        .await
+        .expect("the journaled tree builds")
+}
+
+/// The records `tree` holds now, owned, as a journal's replay holds them.
+pub fn records_now(tree: &Tree) -> Vec<agent_tree::protocol::AgentRecord> {
+    tree.snapshot()
+        .records
+        .iter()
+        .map(|r| (**r).clone())
+        .collect()
+}
+
+/// The model of a `w` that answers "first answer", then (resumed) "second answer".
+pub fn answering_twice() -> agent_tree::testkit::ScriptedModel {
+    agent_tree::testkit::ScriptedModel::new().script(
+        "w",
+        [
+            agent_tree::testkit::Turn::answer("first answer"),
+            agent_tree::testkit::Turn::answer("second answer"),
+        ],
+    )
+}
+
+/// Resumes `a1` (a `w` of [`answering_twice`] that ran "go" and settled) with "follow up",
+/// and asserts that the resumed run answers "second answer" having read its whole
+/// conversation (`log` is the model's call log).
+pub async fn assert_resumed_on_its_whole_conversation(
+    tree: &Tree,
+    log: &agent_tree::testkit::CallLog,
+) {
+    let mut resumed = tree.resume(AgentId::new(1), "follow up").await.unwrap();
+    assert_eq!(
+        resumed.outcome().await.text.as_deref(),
+        Some("second answer")
+    );
+    let second = &log.of(AgentId::new(1))[1];
+    let texts: Vec<&str> = second.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["go", "first answer", "follow up"],
+        "the resumed run lost its conversation"
+    );
 }
 
 /// A journal store in memory that knows, as the writer appends and syncs, which events it

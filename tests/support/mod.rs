@@ -300,3 +300,4 @@ pub(crate) fn noop_tool() -> impl agent_tree::Tool {
 pub(crate) async fn run_within(tree: &Tree, what: &str, request: SpawnRequest) -> Outcome {
     within(what, run_admitted(tree, request)).await
 }
+pub mod scripts;

@@ -17,6 +17,10 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::TreeSnapshot;
 use agent_tree::testkit::{CallLog, ModelCall, ScriptedModel};
 
+/// The turn of each model call an agent type made, and the tree as it was at that call
+/// ([`RecordingModel::snapshotting`]).
+pub(crate) type SnapshotsAtCalls = Arc<parking_lot::Mutex<Vec<(u32, TreeSnapshot)>>>;
+
 type Hook = dyn Fn(&ModelRequest) -> Option<Result<ModelResponse, ModelError>> + Send + Sync;
 
 /// A model that logs every call and delegates the answer to a [`ScriptedModel`] (see the
@@ -60,6 +64,24 @@ impl RecordingModel {
     ) -> Self {
         self.hook = Some(Arc::new(hook));
         self
+    }
+
+    /// Records, at each model call of an agent of `agent_type`, its turn and a snapshot of the
+    /// tree in `cell`, into the list returned beside the model (it replaces any hook).
+    pub(crate) fn snapshotting(
+        self,
+        agent_type: &'static str,
+        cell: &TreeCell,
+    ) -> (Self, SnapshotsAtCalls) {
+        let snapshots = SnapshotsAtCalls::default();
+        let (cell, log) = (cell.clone(), snapshots.clone());
+        let model = self.with_hook(move |request| {
+            if request.agent_type() == agent_type {
+                log.lock().push((request.turn, cell.snapshot()));
+            }
+            None
+        });
+        (model, snapshots)
     }
 
     /// Gives every scripted tool-calling turn without text the text `"<agent> turn <n>"`.
@@ -177,6 +199,13 @@ impl TreeCell {
         self.tree
             .set(Arc::downgrade(tree))
             .expect("the cell is set once");
+    }
+
+    /// Shares `tree` behind an [`Arc`] and points this cell at it.
+    pub(crate) fn share(&self, tree: Tree) -> Arc<Tree> {
+        let tree = Arc::new(tree);
+        self.set(&tree);
+        tree
     }
 
     /// The tree, while it is alive.
