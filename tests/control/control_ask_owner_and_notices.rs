@@ -14,6 +14,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
+use crate::support::scripts::spawns_in_background;
 use crate::support::{
     RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, run_admitted, spawn_admitted,
     user_texts,
@@ -245,10 +246,7 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
         .script(
             "boss",
             [
-                Turn::calls([
-                    Call::spawn_background("asker", "x"),
-                    Call::spawn_background("leaf", "y"),
-                ]),
+                spawns_in_background([("asker", "x"), ("leaf", "y")]),
                 Turn::calls([Call::wait(
                     [Target::Spawned(0), Target::Spawned(1)],
                     WaitPolicy::AllSettled,

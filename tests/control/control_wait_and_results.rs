@@ -12,6 +12,7 @@ use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
 use crate::support::read_result_call;
 use crate::support::run_admitted;
+use crate::support::scripts::spawns_in_background;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
@@ -201,10 +202,7 @@ async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_
             .script(
                 "boss",
                 [
-                    Turn::calls([
-                        Call::spawn_background("quick", "one"),
-                        Call::spawn_background("quick", "two"),
-                    ]),
+                    spawns_in_background([("quick", "one"), ("quick", "two")]),
                     Turn::calls([take]).after(Duration::from_millis(50)),
                     Turn::answer("boss done"),
                 ],

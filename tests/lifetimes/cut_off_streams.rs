@@ -16,11 +16,12 @@ use std::time::Duration;
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, Fold, Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::races_mt::bounded;
+use crate::support::scripts::spawns_in_foreground;
 use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event};
 
 /// Input tokens every worker call reports with its first chunk.
@@ -631,11 +632,7 @@ async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
         let chunks: Vec<&'static str> = vec![BIG; 30];
         let model = Plan::new(
             Script::new([
-                Turn::calls([
-                    Call::spawn("worker", "one"),
-                    Call::spawn("worker", "two"),
-                    Call::spawn("worker", "three"),
-                ]),
+                spawns_in_foreground("worker", ["one", "two", "three"]),
                 Turn::answer("lead done"),
             ]),
             (0..3).map(|_| step(&chunks, End::Answer(FinishReason::Stop))),

@@ -4,9 +4,10 @@
 //! instant it subscribed.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 use crate::support::lifetimes::ms;
+use crate::support::scripts::spawns_in_background;
 use crate::support::{catalog, delegator_of_all, leaf};
 
 /// The registry folds events with `apply_owned` (and writes `started` without its agent
@@ -22,11 +23,7 @@ async fn late_and_leaving_subscribers_fold_to_the_records() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("flaky", "a"),
-                    Call::spawn_background("worker", "b"),
-                ])
-                .usage(Usage::tokens(5, 1)),
+                spawns_in_background([("flaky", "a"), ("worker", "b")]).usage(Usage::tokens(5, 1)),
                 Turn::answer("first").after(ms(30)),
                 Turn::answer("lead resumed").usage(Usage::tokens(3, 1)),
             ],

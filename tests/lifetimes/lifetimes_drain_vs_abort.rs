@@ -30,6 +30,7 @@ use crate::support::lifetimes::{
 };
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::run_within;
+use crate::support::scripts::spawns_in_background;
 use crate::support::{
     CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, terminal_event, within,
 };
@@ -40,10 +41,7 @@ fn model(lead_then: Turn) -> RecordingModel {
     let scripted = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls([
-                Call::spawn_background("worker", "w1"),
-                Call::spawn_background("worker", "w2"),
-            ]),
+            spawns_in_background([("worker", "w1"), ("worker", "w2")]),
             lead_then,
         ],
     );
@@ -215,10 +213,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "w1"),
-                    Call::spawn_background("worker", "w2"),
-                ]),
+                spawns_in_background([("worker", "w1"), ("worker", "w2")]),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
             ],
         )

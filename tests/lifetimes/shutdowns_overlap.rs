@@ -4,10 +4,11 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
+use crate::support::scripts::spawns_in_background;
 use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 /// A subtree shutdown and the tree's shutdown overlap (both begin before any agent acts):
@@ -19,10 +20,7 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("kid", "one"),
-                    Call::spawn_background("kid", "two"),
-                ]),
+                spawns_in_background([("kid", "one"), ("kid", "two")]),
                 Turn::hang(),
             ],
         )

@@ -18,6 +18,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::races_mt::{assert_folds, bounded};
+use crate::support::scripts::spawns_in_foreground;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Characters a streamed turn sends before it answers.
@@ -234,11 +235,7 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
     for run in 0..100u32 {
         let before = 1 + u64::from(run) % (CHUNKS - 1);
         let mut model = Streamer::new(Script::new([
-            Turn::calls([
-                agent_tree::testkit::Call::spawn("worker", "one"),
-                agent_tree::testkit::Call::spawn("worker", "two"),
-                agent_tree::testkit::Call::spawn("worker", "three"),
-            ]),
+            spawns_in_foreground("worker", ["one", "two", "three"]),
             Turn::answer("lead done"),
         ]))
         .holding_at(before);
@@ -289,11 +286,7 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
 async fn a_shutdown_meets_streaming_turns_on_worker_threads() {
     for run in 0..100u32 {
         let model = Streamer::new(Script::new([
-            Turn::calls([
-                agent_tree::testkit::Call::spawn("worker", "one"),
-                agent_tree::testkit::Call::spawn("worker", "two"),
-                agent_tree::testkit::Call::spawn("worker", "three"),
-            ]),
+            spawns_in_foreground("worker", ["one", "two", "three"]),
             Turn::answer("lead done"),
         ]));
         let tree = build_tree(

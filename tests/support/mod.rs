@@ -300,3 +300,6 @@ pub(crate) fn noop_tool() -> impl agent_tree::Tool {
 pub(crate) async fn run_within(tree: &Tree, what: &str, request: SpawnRequest) -> Outcome {
     within(what, run_admitted(tree, request)).await
 }
+
+/// The script helpers: one turn that spawns several children.
+pub mod scripts;
