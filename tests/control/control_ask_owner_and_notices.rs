@@ -309,33 +309,41 @@ async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_
     }
 }
 
+/// A tree of a `boss` that starts a detached `asker` in the background, then takes the
+/// turns `boss_then`; the asker asks it `colour?` after `ask_after_ms`, then answers `ok`.
+async fn boss_and_detached_asker(boss_then: Vec<Turn>, ask_after_ms: u64) -> Tree {
+    let boss =
+        std::iter::once(Turn::calls([Call::spawn_background("asker", "x")])).chain(boss_then);
+    let model = ScriptedModel::new()
+        .script("boss", agent_tree::testkit::Script::new(boss))
+        .script(
+            "asker",
+            [
+                Turn::calls([ask("colour?")]).after(Duration::from_millis(ask_after_ms)),
+                Turn::answer("ok"),
+            ],
+        );
+    let catalog = catalog([
+        delegator_of_all("boss"),
+        AgentDefinition::new("asker", "").detached(),
+    ]);
+    tree(model, catalog, TreeConfig::default()).await
+}
+
 /// A detached child asking its owner in the instant the owner settles gets a refusal (the
 /// owner's settling is watched), never waits forever.
 #[tokio::test(start_paused = true)]
 async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
     for ms in [49u64, 50, 51] {
-        let model = ScriptedModel::new()
-            .script(
-                "boss",
-                [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
-                    Turn::answer("boss done").after(Duration::from_millis(50)),
-                    // A question that arrived during that turn gets one more (not answered).
-                    Turn::answer("boss done"),
-                ],
-            )
-            .script(
-                "asker",
-                [
-                    Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
-                    Turn::answer("ok"),
-                ],
-            );
-        let catalog = catalog([
-            delegator_of_all("boss"),
-            AgentDefinition::new("asker", "").detached(),
-        ]);
-        let tree = tree(model, catalog, TreeConfig::default()).await;
+        let tree = boss_and_detached_asker(
+            vec![
+                Turn::answer("boss done").after(Duration::from_millis(50)),
+                // A question that arrived during that turn gets one more (not answered).
+                Turn::answer("boss done"),
+            ],
+            ms,
+        )
+        .await;
         let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(boss.is_completed());
         let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
@@ -355,26 +363,11 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
     let mut stuck = 0;
     for trial in 0..300u64 {
         let ms = 3 + trial % 3;
-        let model = ScriptedModel::new()
-            .script(
-                "boss",
-                [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
-                    Turn::answer("boss done").after(Duration::from_millis(4)),
-                ],
-            )
-            .script(
-                "asker",
-                [
-                    Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
-                    Turn::answer("ok"),
-                ],
-            );
-        let catalog = catalog([
-            delegator_of_all("boss"),
-            AgentDefinition::new("asker", "").detached(),
-        ]);
-        let tree = tree(model, catalog, TreeConfig::default()).await;
+        let tree = boss_and_detached_asker(
+            vec![Turn::answer("boss done").after(Duration::from_millis(4))],
+            ms,
+        )
+        .await;
         let _ = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(200), tree.idle())
             .await

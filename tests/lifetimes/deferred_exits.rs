@@ -75,31 +75,10 @@ async fn until_the_worker_settles(events: &mut agent_tree::EventStream) {
 /// completes and the tree becomes idle.
 #[tokio::test(start_paused = true)]
 async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
-    let tree = lead_and_transient_failing_worker().await;
-    let mut events = tree.subscribe();
-    let aborter = {
-        let tree = tree.clone();
-        tokio::spawn(async move {
-            // Woken as the worker settles, before its owner reads the notice.
-            until_the_worker_settles(&mut events).await;
-            let awaiting = tree.outcome(a(2)).is_none();
-            tree.abort(a(2)).expect("the worker exists");
-            awaiting
-        })
-    };
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let awaiting = bounded(GUARD, "the aborter", aborter)
-        .await
-        .expect("no panic");
-    assert!(
-        awaiting,
-        "precondition: the worker's exit awaited the lead's decision"
-    );
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    bounded(GUARD, "idle", tree.idle()).await;
+    stop_the_worker_awaiting_its_decision(|tree| async move {
+        tree.abort(a(2)).expect("the worker exists");
+    })
+    .await;
 }
 
 /// As [`an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner`], reached by
@@ -108,6 +87,21 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
 /// the owner completes.
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
+    stop_the_worker_awaiting_its_decision(|tree| async move {
+        tree.shutdown_agent(a(2)).await.expect("the worker exists");
+    })
+    .await;
+}
+
+/// Runs the lead of [`lead_and_transient_failing_worker`] while a task, woken as the worker
+/// (a2) settles and before its owner reads the notice, ends the worker for good with `stop`;
+/// checks that the worker's exit then awaited the lead's decision, that the lead completes
+/// and that the tree becomes idle.
+async fn stop_the_worker_awaiting_its_decision<F, Fut>(stop: F)
+where
+    F: FnOnce(Arc<Tree>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let tree = lead_and_transient_failing_worker().await;
     let mut events = tree.subscribe();
     let stopper = {
@@ -115,14 +109,14 @@ async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner()
         tokio::spawn(async move {
             until_the_worker_settles(&mut events).await;
             let awaiting = tree.outcome(a(2)).is_none();
-            let report = tree.shutdown_agent(a(2)).await.expect("the worker exists");
-            (awaiting, report)
+            stop(tree).await;
+            awaiting
         })
     };
     let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
         .await
         .id();
-    let (awaiting, _report) = bounded(GUARD, "the stopper", stopper)
+    let awaiting = bounded(GUARD, "the stopper", stopper)
         .await
         .expect("no panic");
     assert!(

@@ -80,6 +80,36 @@ fn wait_on_kid() -> ModelResponse {
     call("read", "wait_subagents", json!({ "agent_ids": ["a2"] }))
 }
 
+/// The conversation the lead's (a1's) second run first sent its model.
+fn second_run_of_the_lead(model: &FnModel) -> Vec<Message> {
+    model
+        .of(a(1))
+        .into_iter()
+        .find(|l| l.run == 2)
+        .map(|l| l.messages.to_vec())
+        .expect("a second run")
+}
+
+/// How many `steered` events of the lead (a1) `events` holds.
+fn steers_of_the_lead(events: &[agent_tree::protocol::Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
+        .count()
+}
+
+/// Checks that a kept steer was announced once (`steered`) and that every call of `messages`
+/// (the resumed run's first conversation) is answered; returns how many times the
+/// conversation holds the steer, unless exactly once.
+fn kept_steer_read_wrongly(messages: &[Message], steered: usize, trial: u32) -> Option<usize> {
+    assert_eq!(steered, 1, "trial {trial}: announced once");
+    if let Some(problem) = unanswered(messages) {
+        panic!("trial {trial}: {problem}: {messages:#?}");
+    }
+    let read = messages.iter().filter(|m| m.content == STEER).count();
+    (read != 1).then_some(read)
+}
+
 /// Waits (under [`REAL_GUARD`], `what` naming it) for the first event of `events` that
 /// `matches`.
 async fn until_event(
@@ -337,16 +367,8 @@ async fn steer_kept_then_killed(
         return None;
     }
     assert!(later.is_completed(), "trial {trial}: {later:?}");
-    let second = model
-        .of(a(1))
-        .into_iter()
-        .find(|l| l.run == 2)
-        .map(|l| l.messages.to_vec())
-        .expect("a second run");
-    let steered = all
-        .iter()
-        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
-        .count();
+    let second = second_run_of_the_lead(&model);
+    let steered = steers_of_the_lead(&all);
     Some((second, steered))
 }
 
@@ -365,12 +387,7 @@ async fn a_kept_steer_survives_a_kill_while_children_settle_then_a_resume_mt() {
             continue;
         };
         counted += 1;
-        assert_eq!(steered, 1, "trial {trial}: announced once");
-        if let Some(problem) = unanswered(&messages) {
-            panic!("trial {trial}: {problem}: {messages:#?}");
-        }
-        let read = messages.iter().filter(|m| m.content == STEER).count();
-        if read != 1 {
+        if let Some(read) = kept_steer_read_wrongly(&messages, steered, trial) {
             lost.push((trial, read));
         }
     }
@@ -549,20 +566,12 @@ async fn steer_kept_then_shutdown_deadline(
     let mut again = tree.resume(a(1), "again").await.expect("resumes");
     let later = bounded(REAL_GUARD, "the resumed lead", again.outcome()).await;
     assert!(later.is_completed(), "trial {trial}: {later:?}");
-    let second = model
-        .of(a(1))
-        .into_iter()
-        .find(|l| l.run == 2)
-        .map(|l| l.messages.to_vec())
-        .expect("a second run");
+    let second = second_run_of_the_lead(&model);
     bounded(REAL_GUARD, "the shutdown", tree.shutdown()).await;
     assert!(tree.alive_actors().is_empty(), "trial {trial}");
     let all = events.drain();
     assert_folds(&tree, &all, trial);
-    let steered = all
-        .iter()
-        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of_the_lead(&all);
     (report.killed, second, steered)
 }
 
@@ -581,12 +590,7 @@ async fn a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt() {
             continue;
         }
         counted += 1;
-        assert_eq!(steered, 1, "trial {trial}: announced once");
-        if let Some(problem) = unanswered(&messages) {
-            panic!("trial {trial}: {problem}: {messages:#?}");
-        }
-        let read = messages.iter().filter(|m| m.content == STEER).count();
-        if read != 1 {
+        if let Some(read) = kept_steer_read_wrongly(&messages, steered, trial) {
             lost.push((trial, read));
         }
     }

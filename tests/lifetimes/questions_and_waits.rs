@@ -67,6 +67,18 @@ async fn wait_subagents_with_a_repeated_id_or_an_empty_set_does_not_hang() {
     }
 }
 
+/// Runs `lead` (task `go`) on a [`crate::support::lead_and_worker_tree`] of `model`, checks
+/// that it completes (no hang), then shuts the tree down.
+async fn lead_completes(model: &RecordingModel) {
+    let tree = crate::support::lead_and_worker_tree(model).await;
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
+        .await
+        .id();
+    let got = outcome(&tree, lead, GUARD).await;
+    assert!(got.is_completed(), "{got:?}");
+    tree.shutdown().await;
+}
+
 /// The same with the repeated child already settled when the wait starts (answered from the
 /// table at dispatch): it does not hang either.
 #[tokio::test(start_paused = true)]
@@ -87,13 +99,7 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
             )
             .script("worker", [Turn::answer("worker done")]),
     );
-    let tree = crate::support::lead_and_worker_tree(&model).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    tree.shutdown().await;
+    lead_completes(&model).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -127,13 +133,7 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
                 ],
             ),
     );
-    let tree = crate::support::lead_and_worker_tree(&model).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    tree.shutdown().await;
+    lead_completes(&model).await;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -128,6 +128,14 @@ async fn shutdown_agent_stops_only_that_subtree() {
 /// owner (a1) spawns child (a2) in the foreground; the child's model hangs and its shutdown
 /// hook never returns, so `shutdown_agent(a2)` kills it at the deadline (1 s).
 async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
+    let (tree, model) = owners_of_stuck_children(Duration::from_secs(1)).await;
+    (Arc::new(tree), model)
+}
+
+/// A tree of `owner`s that each spawn a `child` in the foreground, then answer; a child's
+/// model hangs and its shutdown hook never returns, so a shutdown kills it at the deadline
+/// (`grace`).
+async fn owners_of_stuck_children(grace: Duration) -> (Tree, RecordingModel) {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -137,19 +145,22 @@ async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
             .script("child", hanging(1)),
     );
     let tree = Tree::builder()
-        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(1)))
+        .config(TreeConfig::default().with_shutdown_grace(grace))
         .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
         .model(model.clone())
-        .on_shutdown(|ctx: HookContext| async move {
-            if ctx.agent_type == "child" {
-                std::future::pending::<()>().await;
-            }
-            Ok::<(), HookError>(())
-        })
+        .on_shutdown(a_childs_hook_never_returns)
         .build()
         .await
         .expect("the tree builds");
-    (Arc::new(tree), model)
+    (tree, model)
+}
+
+/// A shutdown hook that never returns for a `child`, and returns at once for anyone else.
+async fn a_childs_hook_never_returns(ctx: HookContext) -> Result<(), HookError> {
+    if ctx.agent_type == "child" {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
 }
 
 /// The owner, aborted while its child's shutdown ran, settles, and the tree goes idle.
@@ -269,27 +280,7 @@ async fn shutdown_agent_never_strands_a_waiting_owner_mt() {
     let mut first: Option<String> = None;
     for run in 0..RUNS {
         let kind = (run % 2) as usize;
-        let model = RecordingModel::new(
-            ScriptedModel::new()
-                .script(
-                    "owner",
-                    [Turn::spawn("child", "hang"), Turn::answer("owner done")],
-                )
-                .script("child", hanging(1)),
-        );
-        let tree = Tree::builder()
-            .config(TreeConfig::default().with_shutdown_grace(ms(5)))
-            .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
-            .model(model.clone())
-            .on_shutdown(|ctx: HookContext| async move {
-                if ctx.agent_type == "child" {
-                    std::future::pending::<()>().await;
-                }
-                Ok::<(), HookError>(())
-            })
-            .build()
-            .await
-            .expect("the tree builds");
+        let (tree, model) = owners_of_stuck_children(ms(5)).await;
         let mut owners = Vec::new();
         for _ in 0..PAIRS {
             owners.push(
@@ -403,12 +394,7 @@ async fn a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt(
             .model(recorder.clone())
             .tool(slow_tool())
             .expect("the name is free")
-            .on_shutdown(|ctx: HookContext| async move {
-                if ctx.agent_type == "child" {
-                    std::future::pending::<()>().await;
-                }
-                Ok::<(), HookError>(())
-            })
+            .on_shutdown(a_childs_hook_never_returns)
             .build()
             .await
             .expect("the tree builds");

@@ -16,3 +16,9 @@ pub fn spawns_in_background<const N: usize>(children: [(&str, &str); N]) -> Turn
 pub fn spawns_in_foreground<const N: usize>(agent_type: &str, tasks: [&str; N]) -> Turn {
     Turn::calls(tasks.map(|task| Call::spawn(agent_type, task)))
 }
+
+/// One turn whose message spawns `n` `agent_type`s in the background, the `i`-th (from 0)
+/// with the task `<task><i>`.
+pub fn spawns_n_in_background(agent_type: &str, task: &str, n: usize) -> Turn {
+    Turn::calls((0..n).map(|i| Call::spawn_background(agent_type, format!("{task}{i}"))))
+}
