@@ -287,7 +287,7 @@ async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_
             .script(
                 "boss",
                 [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
+                    Turn::spawn_background("asker", "x"),
                     // the question arrives while this turn is in flight; the model ends anyway
                     Turn::answer("boss done").after(Duration::from_millis(50)),
                 ],
@@ -312,8 +312,7 @@ async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_
 /// A tree of a `boss` that starts a detached `asker` in the background, then takes the
 /// turns `boss_then`; the asker asks it `colour?` after `ask_after_ms`, then answers `ok`.
 async fn boss_and_detached_asker(boss_then: Vec<Turn>, ask_after_ms: u64) -> Tree {
-    let boss =
-        std::iter::once(Turn::calls([Call::spawn_background("asker", "x")])).chain(boss_then);
+    let boss = std::iter::once(Turn::spawn_background("asker", "x")).chain(boss_then);
     let model = ScriptedModel::new()
         .script("boss", agent_tree::testkit::Script::new(boss))
         .script(
@@ -396,7 +395,7 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn("asker", "x")]),
+                Turn::spawn("asker", "x"),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::peek(Target::Raw("a99".into()))])
                     .after(Duration::from_millis(100)),
@@ -438,7 +437,7 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("asker", "x")]),
+                Turn::spawn_background("asker", "x"),
                 Turn::hang(),
                 // the restarted incarnation works on and on
                 Turn::hang(),
@@ -484,7 +483,7 @@ async fn a_killed_childs_end_is_noticed_by_its_owner_detached_or_not() {
             .script(
                 "boss",
                 [
-                    Turn::calls([Call::spawn_background("kid", "x")]),
+                    Turn::spawn_background("kid", "x"),
                     Turn::answer("mid").after(Duration::from_millis(100)),
                     Turn::answer("end"),
                 ],

@@ -144,7 +144,7 @@ async fn a_steer_to_a_completing_agent_is_refused() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("slow", "x")]),
+                Turn::spawn_background("slow", "x"),
                 Turn::answer("boss done"),
             ],
         )

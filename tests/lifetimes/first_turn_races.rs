@@ -31,7 +31,7 @@ async fn worker_tree(model: &ScriptedModel, worker: AgentDefinition) -> Tree {
 
 /// A first turn that fails (billing `U`) in even runs and panics in odd ones.
 fn failing_first_turn(run: u32) -> Turn {
-    if run % 2 == 0 {
+    if run.is_multiple_of(2) {
         Turn::fail("boom").usage(U)
     } else {
         Turn::panic("boom")

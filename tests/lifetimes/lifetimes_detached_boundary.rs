@@ -282,7 +282,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("kid", "x")]),
+                Turn::spawn_background("kid", "x"),
                 Turn::fail("crash").after(Duration::from_millis(50)),
                 // restarted incarnation: resume the detached child, then finish
                 Turn::calls([Call::tool(

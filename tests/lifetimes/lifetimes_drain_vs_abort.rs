@@ -198,13 +198,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     // Nested: boss (a1) spawns the lead (a2), whose definition drains; the lead's workers
     // are a3 and a4.
     let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("lead", "go")]),
-                Turn::hang(),
-            ],
-        )
+        .script("boss", [Turn::spawn_background("lead", "go"), Turn::hang()])
         .script(
             "lead",
             [
