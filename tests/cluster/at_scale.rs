@@ -5,7 +5,7 @@
 
 use super::assert_stand_ins_back;
 use super::lead_and_runner_tree;
-use super::support::run_within;
+use super::support::lead_completes;
 use super::support::spawn_runner_on;
 use super::support::{spawn_runner, within};
 use std::time::Duration;
@@ -87,14 +87,7 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
         agent_tree::TreeConfig::default().with_max_children_per_agent(20),
     )
     .await;
-    let outcome = run_within(
-        30,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 30).await;
     let runners = records_of(&tree, "runner");
     assert_eq!(runners.len(), 20);
     assert!(

@@ -5,6 +5,7 @@
 //! run's children, never recorded or billed twice, recovered with their owner.
 
 use super::support::spawn_runner;
+use super::support::{compare_sides, finish_without_failures};
 use super::support::{finish_idle, journaled_side, no_failures, side_tree};
 use agent_tree::protocol::{AgentId, AgentStatus, Role};
 use agent_tree::{JournalConfig, Tree};
@@ -304,15 +305,9 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
             sides.push((runs, children));
             tree.shutdown().await;
         }
-        if sides[0] != sides[1] {
-            failures.push(format!(
-                "round {round}: local {:#?}\n remote {:#?}",
-                sides[0], sides[1]
-            ));
-        }
+        compare_sides(round, &sides, &mut failures);
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// A journaled owner tree (a `recall` runner, its first run and an empty resume) built
@@ -399,6 +394,5 @@ pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpe
             tree.shutdown().await;
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }

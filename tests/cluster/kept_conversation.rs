@@ -4,6 +4,7 @@
 //! in a local tree on the owner's process): run after run, steered, aborted, killed,
 //! restarted, shut down mid-turn, its node killed, the owner crashed or recovered.
 
+use super::support::{compare_sides, finish_without_failures};
 use super::support::{finish_idle, journaled_side, no_failures};
 use super::support::{spawn_runner, within};
 use std::path::Path;
@@ -190,8 +191,7 @@ pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owne
             tree.shutdown().await;
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// A journaled owner tree (a remote child run, resumed empty, resumed with a prompt) shut
@@ -365,8 +365,7 @@ pub(crate) async fn a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(owner:
             failures.push(format!("round {round}: local {want:#?}\n remote {got:#?}"));
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// A remote child killed (`Tree::kill`) mid-turn keeps its last turn boundary, as a local
@@ -395,15 +394,9 @@ pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(own
             sides.push((killed.status, conversation, text));
             tree.shutdown().await;
         }
-        if sides[0] != sides[1] {
-            failures.push(format!(
-                "round {round}: local {:#?}\n remote {:#?}",
-                sides[0], sides[1]
-            ));
-        }
+        compare_sides(round, &sides, &mut failures);
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// Aborted at once, right after its spawn and right after a resume with a prompt (where
@@ -456,8 +449,7 @@ pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_
             tree.shutdown().await;
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// The owner's process "crashes" mid-run (its journal copied while the remote child is in

@@ -6,7 +6,7 @@
 //! reached the node keeps the conversation.
 
 use super::lead_and_runner_tree;
-use super::support::run_within;
+use super::support::lead_settles;
 use super::support::{runner_answered, spawn_runner, within};
 use std::time::Duration;
 
@@ -204,13 +204,7 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
         ]),
     );
     let tree = lead_and_runner_tree(owner, &name, model, TreeConfig::default()).await;
-    let lead = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
+    let lead = lead_settles(&tree, 20).await;
     assert_eq!(lead.text.as_deref(), Some("lead done"), "{lead:?}");
     let record = tree.record(AgentId::new(2)).expect("the runner's record");
     assert_eq!(record.agent_type, "runner");

@@ -7,6 +7,7 @@
 use super::assert_stand_ins_back;
 use super::lead_and_runner_tree;
 use super::support::finish_idle;
+use super::support::lead_completes;
 use super::support::run_within;
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
@@ -263,14 +264,7 @@ pub(crate) async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
         agent_tree::TreeConfig::default().with_max_subtree_tokens(30),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 20).await;
     let runners = records_of(&tree, "runner");
     assert_eq!(
         runners.len(),

@@ -3,7 +3,7 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
-use super::support::run_within;
+use super::support::{lead_completes, lead_settles};
 use super::support::{spawn_runner, within};
 use std::time::Duration;
 
@@ -130,13 +130,7 @@ async fn escalates_after_two_restarts(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
+    let outcome = lead_settles(&tree, 20).await;
     assert_eq!(
         (outcome.status, outcome.reason),
         (AgentStatus::Failed, EndReason::Escalated),
@@ -230,14 +224,7 @@ async fn strategy_over_remote_and_local(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 20).await;
     let remote = records_of(&tree, "runner");
     let local = records_of(&tree, "local");
     assert_eq!(local[0].incarnation, 2, "{local:?}");

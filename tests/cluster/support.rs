@@ -271,3 +271,46 @@ pub(crate) async fn run_within(
         .await
         .unwrap_or_else(|e| panic!("{what}: the spawn is refused: {e}"))
 }
+
+/// `lead` run on `tree` with the task `go`, to its end within `secs` s.
+pub(crate) async fn lead_settles(tree: &Tree, secs: u64) -> Outcome {
+    run_within(
+        secs,
+        "the lead settles",
+        tree,
+        SpawnRequest::new("lead", "go"),
+    )
+    .await
+}
+
+/// [`lead_settles`], checked to have completed.
+pub(crate) async fn lead_completes(tree: &Tree, secs: u64) -> Outcome {
+    let outcome = lead_settles(tree, secs).await;
+    assert_eq!(
+        outcome.status,
+        agent_tree::protocol::AgentStatus::Completed,
+        "{outcome:?}"
+    );
+    outcome
+}
+
+/// Collects in `failures` a line naming `round` when the local side (`sides[0]`) and the
+/// remote one (`sides[1]`) differ.
+pub(crate) fn compare_sides<T: PartialEq + std::fmt::Debug>(
+    round: u32,
+    sides: &[T],
+    failures: &mut Vec<String>,
+) {
+    if sides[0] != sides[1] {
+        failures.push(format!(
+            "round {round}: local {:#?}\n remote {:#?}",
+            sides[0], sides[1]
+        ));
+    }
+}
+
+/// [`finish_idle`] of `process`, then [`no_failures`] of `failures`.
+pub(crate) fn finish_without_failures(process: WorkerProcess, failures: &[String]) {
+    finish_idle(process);
+    no_failures(failures);
+}
