@@ -18,6 +18,7 @@ use agent_tree::{
     BoxFuture, Catalog, JournalConfig, Model, ModelError, ModelRequest, ModelResponse, Tree,
 };
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, kept};
 use super::worker;
 use super::{Owner, runner, worker_idle};
@@ -56,8 +57,7 @@ pub(crate) async fn a_remote_child_inherits_its_owners_context(owner: &mut Owner
         Some("done 1 | steered: delegate 2 50"),
         "{remote:?}"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `lead` (local) runs two local helpers to their end, then a `runner` on the worker that

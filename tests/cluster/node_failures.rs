@@ -4,12 +4,13 @@
 //! freeze past the lease stops the subtree there and the owner declares it killed; the
 //! other workers' children go on.
 
-use super::support::run_within;
+use super::support::runner_within;
 use super::support::spawn_runner_on;
+use super::support::{runner_working, shut_down_and_finish};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
-use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy, SpawnRequest};
+use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy};
 
 use super::worker::{self, WorkerProcess};
 use super::{
@@ -140,10 +141,7 @@ pub(crate) async fn a_run_goes_on_across_a_closed_session(
 /// A worker frozen for a third of its lease and thawed: the run completes, every delta of
 /// its turns counted once.
 pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = spawn_runner(&tree, "work 6 60").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, mut handle) = runner_working(owner, "work 6 60").await;
     process.freeze();
     tokio::time::sleep(Duration::from_millis(LEASE_MS / 3)).await;
     process.thaw();
@@ -156,8 +154,7 @@ pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
         72,
         "every delta of the frozen worker's turns counted"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A worker frozen past its lease: the owner declares the remote child killed ("node
@@ -166,10 +163,7 @@ pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
 pub(crate) async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, mut handle) = runner_working(owner, "work 100 100").await;
     let frozen_at = Instant::now();
     process.freeze();
     let outcome = handle.outcome().await;
@@ -195,8 +189,7 @@ pub(crate) async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_de
         billed,
         "nothing is added after the declaration"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `kill -9` of one worker fails only its own stand-ins: the other worker's child runs to
@@ -280,13 +273,7 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
             .starts_with("node down"),
         "{outcome:?}"
     );
-    let fresh = run_within(
-        10,
-        "a new spawn settles",
-        &tree,
-        SpawnRequest::new("runner", "work 2 20"),
-    )
-    .await;
+    let fresh = runner_within(&tree, 10, "a new spawn settles", "work 2 20").await;
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);
     assert_eq!((live, edges), (0, 0));
@@ -331,13 +318,7 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
     )
     .await;
     let took = killed_at.elapsed();
-    let fresh = run_within(
-        10,
-        "a new spawn settles",
-        &tree,
-        SpawnRequest::new("runner", "work 2 20"),
-    )
-    .await;
+    let fresh = runner_within(&tree, 10, "a new spawn settles", "work 2 20").await;
     assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
     let (live, tokens, edges) = worker_idle(&mut new);
     assert_eq!((live, edges), (0, 0));

@@ -16,6 +16,7 @@ use agent_tree::protocol::{
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, maybe_journaled_tree, messages_sent, owner_tree, resumed_outcome};
 use super::worker;
 use super::{Owner, eventually, first_usage, root_tokens, runner, tree_of, worker_idle};
@@ -42,8 +43,7 @@ pub(crate) async fn a_settled_remote_child_of_a_journaled_tree_resumes(owner: &m
     assert_eq!(root_tokens(&tree), 24);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 24, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A settled remote child resumed with an empty prompt continues its conversation on its
@@ -116,8 +116,7 @@ pub(crate) async fn an_empty_resume_of_a_resumed_remote_run_continues_again(owne
         assert_eq!(root_tokens(&tree), 36, "journaled {journaled}");
         let (live, tokens, edges) = worker_idle(&mut process);
         assert_eq!((live, tokens, edges), (0, 36, 0), "journaled {journaled}");
-        tree.shutdown().await;
-        process.finish();
+        shut_down_and_finish(&tree, process).await;
     }
 }
 
@@ -147,8 +146,7 @@ pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continu
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(tokens, root_tokens(&tree), "usage counted once");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child fails once, its owner restarts it (a new incarnation, a new
@@ -182,8 +180,7 @@ pub(crate) async fn a_restarted_remote_child_resumed_with_an_empty_prompt_contin
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(tokens, root_tokens(&tree), "usage counted once");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// An owner agent resumes its remote child through its `Agent` tool (`resume` with an
@@ -216,8 +213,7 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
     assert_eq!(root_tokens(&tree), 24);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 24, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A journaled owner tree shut down after its remote child completed, then built again from
@@ -237,8 +233,7 @@ pub(crate) async fn a_recovered_tree_continues_a_completed_remote_childs_convers
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
     assert_eq!(root_tokens(&tree), 24);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A remote child whose answer is over the frame limit (9 MiB) sends its conversation up in
@@ -386,6 +381,5 @@ pub(crate) async fn a_resume_that_never_reached_its_node_keeps_the_conversation(
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

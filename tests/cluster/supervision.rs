@@ -3,6 +3,7 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
+use super::support::shut_down_and_finish;
 use super::support::{lead_completes, lead_settles};
 use super::support::{spawn_runner, within};
 use std::time::Duration;
@@ -36,8 +37,7 @@ pub(crate) async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner
         record.incarnation, 2,
         "a restart is a new spawn, the next incarnation"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child whose definition is transient on its node too (one catalog
@@ -80,8 +80,7 @@ pub(crate) async fn a_remote_transient_child_is_restarted_once_per_failure_and_u
          again on the worker besides the owner's restart",
         root_tokens(&tree)
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child that fails at every run, under a local lead allowing 2 restarts:
@@ -148,8 +147,7 @@ async fn escalates_after_two_restarts(
     let (live, tokens, _) = worker_idle(&mut process);
     assert_eq!(live, 0);
     let root = root_tokens(&tree);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
     (root, tokens)
 }
 
@@ -246,8 +244,7 @@ async fn strategy_over_remote_and_local(
         tokens,
         "the owner's record of the remote child bills exactly what the worker billed"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `Tree::wait` with fail_fast over a remote and a local child: whichever fails first, the
@@ -290,8 +287,7 @@ pub(crate) async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(o
         .id();
     let remote = spawn_runner(&tree, "fail-always").await.id();
     second_fails_first_aborted(&tree, hanger, remote).await;
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A fail_fast wait on `[first, second]` where `second` fails: it returns, with `first`

@@ -11,11 +11,11 @@ use std::time::Duration;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{AgentDefinition, AgentId, Message, Outcome, SpawnRequest};
 use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, JournalConfig, Tree};
+use agent_tree::{AgentHandle, Catalog, JournalConfig, Tree};
 
 use super::worker;
 use super::worker::WorkerProcess;
-use super::{runner, worker_idle};
+use super::{Owner, first_usage, runner, worker_idle};
 
 /// A fresh directory, removed when dropped.
 pub(crate) struct Dir(pub(crate) PathBuf);
@@ -313,4 +313,29 @@ pub(crate) fn compare_sides<T: PartialEq + std::fmt::Debug>(
 pub(crate) fn finish_without_failures(process: WorkerProcess, failures: &[String]) {
     finish_idle(process);
     no_failures(failures);
+}
+
+/// A `runner` run on `tree` with `prompt`, to its end within `secs` s (`what` naming it).
+pub(crate) async fn runner_within(tree: &Tree, secs: u64, what: &str, prompt: &str) -> Outcome {
+    run_within(secs, what, tree, SpawnRequest::new("runner", prompt)).await
+}
+
+/// A fresh worker, an owner tree placing `runner` on it, and a `runner` spawned there with
+/// `prompt`, once it billed its first usage: the worker's process, the tree and the
+/// runner's handle.
+pub(crate) async fn runner_working(
+    owner: &mut Owner,
+    prompt: &str,
+) -> (WorkerProcess, Tree, AgentHandle) {
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let handle = spawn_runner(&tree, prompt).await;
+    first_usage(&tree, handle.id()).await;
+    (process, tree, handle)
+}
+
+/// Shuts `tree` down, then waits for the worker `process` to end.
+pub(crate) async fn shut_down_and_finish(tree: &Tree, process: WorkerProcess) {
+    tree.shutdown().await;
+    process.finish();
 }
