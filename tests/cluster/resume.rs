@@ -6,20 +6,19 @@
 //! reached the node keeps the conversation.
 
 use super::lead_and_runner_tree;
+use super::support::flaky_restarted_once;
 use super::support::lead_settles;
 use super::support::{runner_answered, spawn_runner, within};
 use std::time::Duration;
 
-use agent_tree::protocol::{
-    AgentDefinition, AgentId, AgentStatus, RestartPolicy, SpawnRequest, WaitPolicy,
-};
+use agent_tree::protocol::{AgentId, AgentStatus};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
 use super::support::shut_down_and_finish;
 use super::support::{Dir, maybe_journaled_tree, messages_sent, owner_tree, resumed_outcome};
 use super::worker;
-use super::{Owner, eventually, first_usage, root_tokens, runner, tree_of, worker_idle};
+use super::{Owner, eventually, first_usage, root_tokens, runner, worker_idle};
 
 /// A remote child that completed in a journaled tree (the conversation its node sent up
 /// journaled at its settle, dropped from memory) is resumed with a new task, as a local one
@@ -155,26 +154,7 @@ pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continu
 pub(crate) async fn a_restarted_remote_child_resumed_with_an_empty_prompt_continues(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = tree_of(
-        owner,
-        vec![
-            AgentDefinition::new("flaky", "")
-                .with_restart(RestartPolicy::Transient)
-                .on_node(&name),
-        ],
-        ScriptedModel::new(),
-        TreeConfig::default(),
-    )
-    .await;
-    let id = tree
-        .spawn(SpawnRequest::new("flaky", "fail-first"))
-        .await
-        .unwrap()
-        .id();
-    let outcome = within(10, "settles", tree.wait(&[id], WaitPolicy::AllSettled)).await;
-    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
-    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let (mut process, tree, id) = flaky_restarted_once(owner).await;
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("recovered"), "{outcome:?}");
     let (live, tokens, edges) = worker_idle(&mut process);

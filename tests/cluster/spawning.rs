@@ -10,7 +10,9 @@ use super::support::finish_idle;
 use super::support::lead_completes;
 use super::support::run_within;
 use super::support::runner_within;
+use super::support::settled_within_10s;
 use super::support::shut_down_and_finish;
+use super::support::{lead_done, record_of_type};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -46,19 +48,9 @@ pub(crate) async fn a_remote_childs_result_comes_back_and_its_usage_counts_once(
 pub(crate) async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
-    assert_eq!(
-        outcome.text.as_deref(),
-        Some("the lead is done"),
-        "{outcome:?}"
-    );
+    let snapshot = lead_done(&tree, "go").await;
     // The remote runner is the lead's child in the owner's tree.
-    let snapshot = tree.snapshot();
-    let remote = snapshot
-        .records
-        .iter()
-        .find(|r| r.agent_type == "runner")
-        .expect("the runner's record");
+    let remote = record_of_type(&snapshot, "runner");
     assert_eq!(remote.status, AgentStatus::Completed);
     assert_eq!(
         snapshot.records[remote.parent.unwrap().get() as usize].agent_type,
@@ -289,12 +281,7 @@ pub(crate) async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(own
         .await
         .unwrap()
         .id();
-    let outcome = within(
-        10,
-        "settles",
-        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let outcome = settled_within_10s(&tree, id).await;
     assert_eq!(outcome[0].text.as_deref(), Some("lead done"), "{outcome:?}");
     let mirror = tree
         .remote_records(id)

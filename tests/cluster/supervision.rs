@@ -3,6 +3,7 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
+use super::support::flaky_restarted_once;
 use super::support::shut_down_and_finish;
 use super::support::{lead_completes, lead_settles};
 use super::support::{spawn_runner, within};
@@ -46,31 +47,7 @@ pub(crate) async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner
 pub(crate) async fn a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = tree_of(
-        owner,
-        vec![
-            AgentDefinition::new("flaky", "")
-                .with_restart(RestartPolicy::Transient)
-                .on_node(&name),
-        ],
-        ScriptedModel::new(),
-        agent_tree::TreeConfig::default(),
-    )
-    .await;
-    let id = tree
-        .spawn(SpawnRequest::new("flaky", "fail-first"))
-        .await
-        .unwrap()
-        .id();
-    let outcome = within(
-        10,
-        "settles",
-        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
-    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
-    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let (mut process, tree, _) = flaky_restarted_once(owner).await;
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(

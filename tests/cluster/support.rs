@@ -339,3 +339,69 @@ pub(crate) async fn shut_down_and_finish(tree: &Tree, process: WorkerProcess) {
     tree.shutdown().await;
     process.finish();
 }
+
+/// `lead` run on `tree` with `prompt`, checked to answer `the lead is done`: the tree's
+/// snapshot then.
+pub(crate) async fn lead_done(tree: &Tree, prompt: &str) -> agent_tree::protocol::TreeSnapshot {
+    let outcome = tree.run(SpawnRequest::new("lead", prompt)).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("the lead is done"),
+        "{outcome:?}"
+    );
+    tree.snapshot()
+}
+
+/// The first record of `agent_type` in `snapshot`.
+pub(crate) fn record_of_type<'s>(
+    snapshot: &'s agent_tree::protocol::TreeSnapshot,
+    agent_type: &str,
+) -> &'s agent_tree::protocol::AgentRecord {
+    snapshot
+        .records
+        .iter()
+        .find(|r| r.agent_type == agent_type)
+        .unwrap_or_else(|| panic!("no {agent_type} record"))
+}
+
+/// A fresh worker and an owner tree of a transient `flaky` placed on it, where a `flaky`
+/// spawned to `fail-first` failed once, was restarted and answered `recovered` (checked):
+/// the worker's process, the tree and the flaky's id.
+pub(crate) async fn flaky_restarted_once(owner: &mut Owner) -> (WorkerProcess, Tree, AgentId) {
+    let (name, process) = owner.worker().await;
+    let tree = flaky_tree(owner, &name).await;
+    let id = tree
+        .spawn(SpawnRequest::new("flaky", "fail-first"))
+        .await
+        .unwrap()
+        .id();
+    let outcome = settled_within_10s(&tree, id).await;
+    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
+    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    (process, tree, id)
+}
+
+/// An owner tree of a transient `flaky` placed on `worker`.
+pub(crate) async fn flaky_tree(owner: &Owner, worker: &str) -> Tree {
+    super::tree_of(
+        owner,
+        vec![
+            AgentDefinition::new("flaky", "")
+                .with_restart(agent_tree::protocol::RestartPolicy::Transient)
+                .on_node(worker),
+        ],
+        ScriptedModel::new(),
+        agent_tree::TreeConfig::default(),
+    )
+    .await
+}
+
+/// The outcomes of a wait on `id` alone (every one settled), within 10 s.
+pub(crate) async fn settled_within_10s(tree: &Tree, id: AgentId) -> Vec<Outcome> {
+    within(
+        10,
+        "settles",
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+}
