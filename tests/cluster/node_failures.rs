@@ -10,6 +10,7 @@ use super::support::{runner_working, shut_down_and_finish};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
+use agent_tree::Tree;
 use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy};
 
 use super::worker::{self, WorkerProcess};
@@ -235,30 +236,58 @@ pub(crate) async fn killing_one_worker_does_not_disturb_the_other_workers_childr
     pb.finish();
 }
 
+/// A fresh worker name `phoenix-<n>`, for a worker started again under its name.
+fn phoenix_name(owner: &mut Owner) -> String {
+    owner.workers += 1;
+    format!("phoenix-{}", owner.workers)
+}
+
+/// A `runner` spawned on `tree` with `prompt`, once it billed its first usage.
+async fn runner_started(tree: &Tree, prompt: &str) -> agent_tree::AgentHandle {
+    let handle = spawn_runner(tree, prompt).await;
+    first_usage(tree, handle.id()).await;
+    handle
+}
+
+/// The outcome of the old stand-in `id` of a killed worker, within 10 s.
+async fn old_stand_in_settled(tree: &Tree, id: AgentId) -> Vec<agent_tree::protocol::Outcome> {
+    within(
+        10,
+        "the old stand-in settles",
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+}
+
+/// A new spawn on `tree` runs on `new`, the worker's new process, which runs nothing of the
+/// old edge; then the tree is shut down and `new` ends.
+async fn new_process_serves_a_fresh_spawn(tree: &Tree, mut new: WorkerProcess) {
+    let fresh = runner_within(tree, 10, "a new spawn settles", "work 2 20").await;
+    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
+    let (live, tokens, edges) = worker_idle(&mut new);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, 24, "the new process ran something of the old edge");
+    tree.shutdown().await;
+    new.finish();
+}
+
 /// A worker `kill -9`ed and started again under the same name (new process, same port),
 /// back 800 ms later, after the reconnect window (300 ms): the old stand-in fails with a node-down cause (not the
 /// lease), and a new spawn runs on the new process, which runs nothing of the old edge.
 pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and_serves_new_spawns(
     owner: &mut Owner,
 ) {
-    owner.workers += 1;
-    let name = format!("phoenix-{}", owner.workers);
+    let name = phoenix_name(owner);
     let port = worker::free_port();
     let mut old = owner.worker_process(&name, port, "normal", false).await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let handle = runner_started(&tree, "work 100 100").await;
     let killed_at = Instant::now();
     old.kill9();
     // Back only after the reconnect window (300 ms).
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let mut new = owner.worker_process(&name, port, "normal", false).await;
-    let outcome = within(
-        10,
-        "the old stand-in settles",
-        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let new = owner.worker_process(&name, port, "normal", false).await;
+    let outcome = old_stand_in_settled(&tree, handle.id()).await;
     let took = killed_at.elapsed();
     assert_eq!(
         outcome[0].status,
@@ -273,13 +302,7 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
             .starts_with("node down"),
         "{outcome:?}"
     );
-    let fresh = runner_within(&tree, 10, "a new spawn settles", "work 2 20").await;
-    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
-    let (live, tokens, edges) = worker_idle(&mut new);
-    assert_eq!((live, edges), (0, 0));
-    assert_eq!(tokens, 24, "the new process ran something of the old edge");
-    tree.shutdown().await;
-    new.finish();
+    new_process_serves_a_fresh_spawn(&tree, new).await;
 }
 
 /// A worker `kill -9`ed and back under the same name within the reconnect window (its
@@ -289,8 +312,7 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
 pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old_stand_in_as_node_down(
     owner: &mut Owner,
 ) {
-    owner.workers += 1;
-    let name = format!("phoenix-{}", owner.workers);
+    let name = phoenix_name(owner);
     let mut old = owner
         .worker_process(&name, worker::free_port(), "normal", false)
         .await;
@@ -299,8 +321,7 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
         .worker_process(&name, worker::free_port(), "normal", true)
         .await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let handle = runner_started(&tree, "work 100 100").await;
     let killed_at = Instant::now();
     old.kill9();
     let new = tokio::task::spawn_blocking(move || {
@@ -309,22 +330,10 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
     })
     .await
     .unwrap();
-    let mut new = new;
     let back = killed_at.elapsed();
-    let outcome = within(
-        10,
-        "the old stand-in settles",
-        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let outcome = old_stand_in_settled(&tree, handle.id()).await;
     let took = killed_at.elapsed();
-    let fresh = runner_within(&tree, 10, "a new spawn settles", "work 2 20").await;
-    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
-    let (live, tokens, edges) = worker_idle(&mut new);
-    assert_eq!((live, edges), (0, 0));
-    assert_eq!(tokens, 24, "the new process ran something of the old edge");
-    tree.shutdown().await;
-    new.finish();
+    new_process_serves_a_fresh_spawn(&tree, new).await;
     assert!(
         outcome[0]
             .error

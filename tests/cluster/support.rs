@@ -405,3 +405,52 @@ pub(crate) async fn settled_within_10s(tree: &Tree, id: AgentId) -> Vec<Outcome>
     )
     .await
 }
+
+/// With a fresh worker, runs `side` for `rounds` rounds on a local then a remote journaled
+/// side (each in a fresh directory named `dir`, its tree shut down after), recording each
+/// round where what the two sides returned differs; then checks the worker idle and that no
+/// round differed.
+pub(crate) async fn local_and_remote_rounds<T, F>(
+    owner: &mut Owner,
+    rounds: u32,
+    dir: &str,
+    mut side: F,
+) where
+    T: PartialEq + std::fmt::Debug,
+    F: for<'a> FnMut(&'a Tree, &'a Path) -> agent_tree::BoxFuture<'a, T>,
+{
+    let (name, process) = owner.worker().await;
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let mut sides = Vec::new();
+        for remote in [false, true] {
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, dir).await;
+            sides.push(side(&tree, &path).await);
+            tree.shutdown().await;
+        }
+        compare_sides(round, &sides, &mut failures);
+    }
+    finish_without_failures(process, &failures);
+}
+
+/// With a fresh worker, runs `side` for `rounds` rounds on a local then a remote journaled
+/// side (each in a fresh directory named `dir`, its tree shut down after), recording what
+/// went wrong where `side` says so, named by side and round; then checks the worker idle
+/// and that nothing went wrong.
+pub(crate) async fn each_side_in_rounds<F>(owner: &mut Owner, rounds: u32, dir: &str, mut side: F)
+where
+    F: for<'a> FnMut(&'a Tree, &'a Path) -> agent_tree::BoxFuture<'a, Option<String>>,
+{
+    let (name, process) = owner.worker().await;
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        for remote in [false, true] {
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, dir).await;
+            if let Some(wrong) = side(&tree, &path).await {
+                failures.push(format!("remote {remote} round {round}: {wrong}"));
+            }
+            tree.shutdown().await;
+        }
+    }
+    finish_without_failures(process, &failures);
+}
