@@ -265,16 +265,15 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
         }
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+        build_tree(
+            catalog([
                 delegator("lead", &["mid"]),
                 delegator("mid", &["kid"]),
                 leaf("kid"),
-            ]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds"),
+            ]),
+            model,
+        )
+        .await,
     );
     cell.set(&tree);
     let mut all = tree.subscribe();

@@ -22,7 +22,9 @@ use tokio::sync::watch;
 
 use crate::races_mt::bounded;
 use crate::support::scripts::spawns_in_foreground;
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event};
+use crate::support::{
+    build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event,
+};
 
 /// Input tokens every worker call reports with its first chunk.
 const INPUT: u64 = 10;
@@ -567,19 +569,18 @@ async fn kills_mid_stream_past_the_restart_intensity_bill_every_run_once() {
             step(&["abc"], End::Hang),
         ],
     );
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["worker"]).with_supervision(
                 agent_tree::protocol::Strategy::OneForOne,
                 2,
                 60_000,
             ),
             leaf("worker").with_restart(RestartPolicy::Permanent),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     let worker = AgentId::new(2);

@@ -126,15 +126,14 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
                 .then(|| Ok(agent_tree::ModelResponse::text("back again")))
         });
         let tree = Arc::new(
-            Tree::builder()
-                .catalog(catalog([
+            build_tree(
+                catalog([
                     delegator("sup", &["child"]),
                     leaf("child").with_restart(RestartPolicy::Transient),
-                ]))
-                .model(model.clone())
-                .build()
-                .await
-                .expect("builds"),
+                ]),
+                model.clone(),
+            )
+            .await,
         );
         let mut all = tree.subscribe();
         let mut sup = spawn_admitted(&tree, SpawnRequest::new("sup", "go")).await;

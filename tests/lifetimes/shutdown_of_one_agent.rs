@@ -17,6 +17,7 @@ use crate::shutdown_one_deadline::fan_out;
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
+use crate::support::run_within;
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
 #[tokio::test(start_paused = true)]
@@ -108,12 +109,7 @@ async fn shutdown_agent_stops_only_that_subtree() {
         "{events:?}"
     );
     // The tree itself still runs.
-    let again = within(
-        "another agent",
-        tree.run(SpawnRequest::new("helper", "again")),
-    )
-    .await
-    .expect("the root still admits");
+    let again = run_within(&tree, "another agent", SpawnRequest::new("helper", "again")).await;
     assert_eq!(again.text.as_deref(), Some("helped"));
     // Only agents can be shut down one by one.
     assert_eq!(

@@ -331,15 +331,14 @@ async fn a_restart_after_a_cut_off_turn_on_worker_threads() {
             Turn::answer("lead done"),
         ]))
         .holding_at(before);
-        let tree = Tree::builder()
-            .catalog(catalog([
+        let tree = build_tree(
+            catalog([
                 delegator("lead", &["worker"]),
                 leaf("worker").with_restart(RestartPolicy::Transient),
-            ]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+            ]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let worker = AgentId::new(2);
