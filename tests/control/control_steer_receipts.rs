@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::control_resume_rules::boss_slow_and_quick;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
 use crate::support::lifetimes::ms;
+use crate::support::lifetimes::steers_of;
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, catalog, delegator_of_all, leaf, spawn_admitted};
 use agent_tree::SteerReceipt;
@@ -63,11 +64,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
         (last.role, last.content.as_str()),
         (Role::User, "use the fast path")
     );
-    let steered = events
-        .drain()
-        .into_iter()
-        .filter(|e| e.agent == worker.id() && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of(&events.drain(), worker.id());
     assert_eq!(steered, 1);
 
     let refused = tree.steer(worker.id(), "too late").await.unwrap_err();
@@ -116,11 +113,7 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let texts: Vec<&str> = first.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["the task", "first", "second", "third"]);
     assert!(first.iter().all(|m| m.role == Role::User));
-    let steered = events
-        .drain()
-        .into_iter()
-        .filter(|e| e.agent == queued.id() && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of(&events.drain(), queued.id());
     assert_eq!(steered, 3);
     assert_eq!(scripted.calls_by(queued.id()), 1);
     tree.shutdown().await;

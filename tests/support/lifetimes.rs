@@ -90,3 +90,11 @@ pub fn shutdown_agent_in_a_task(
     let tree = tree.clone();
     tokio::spawn(async move { tree.shutdown_agent(id).await })
 }
+
+/// How many `steered` events of `agent` `events` holds.
+pub fn steers_of(events: &[Event], agent: AgentId) -> usize {
+    events
+        .iter()
+        .filter(|e| e.agent == agent && matches!(e.kind, EventKind::Steered))
+        .count()
+}

@@ -1,5 +1,6 @@
 //! Script helpers the control and lifetime tests share: one scripted turn that starts
-//! several children at once, in the background or in the foreground.
+//! several children at once, in the background or in the foreground, and a scripted `boss`
+//! run to its completion.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -21,4 +22,18 @@ pub fn spawns_in_foreground<const N: usize>(agent_type: &str, tasks: [&str; N]) 
 /// with the task `<task><i>`.
 pub fn spawns_n_in_background(agent_type: &str, task: &str, n: usize) -> Turn {
     Turn::calls((0..n).map(|i| Call::spawn_background(agent_type, format!("{task}{i}"))))
+}
+
+/// A tree of `catalog` on a clone of `model` (the default configuration) where `boss` ran
+/// with the task `go` and completed (checked, with its summary): the tree.
+pub async fn boss_completed(
+    model: &(impl agent_tree::Model + Clone),
+    catalog: agent_tree::Catalog,
+) -> agent_tree::Tree {
+    let tree =
+        super::harness::tree(model.clone(), catalog, agent_tree::TreeConfig::default()).await;
+    let outcome =
+        super::run_admitted(&tree, agent_tree::protocol::SpawnRequest::new("boss", "go")).await;
+    assert!(outcome.is_completed(), "{}", outcome.summary());
+    tree
 }
