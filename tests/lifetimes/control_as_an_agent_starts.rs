@@ -17,14 +17,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, Event, EventKind, Role};
+use agent_tree::protocol::{EndReason, Event, Role};
 use agent_tree::testkit::{Call, CallEnd, ModelCall, ScriptedModel, Target, Turn};
 use agent_tree::{ABORT_TOOL, ControlError, HookContext, HookError, SteerReceipt};
 use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::lifetimes::ms;
+use crate::support::lifetimes::{ms, steers_of as steered};
 use crate::support::scripts::spawns_in_background;
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, spawn_admitted,
@@ -131,14 +131,6 @@ async fn ends_then_idle(tree: &Tree, lead: &mut AgentHandle, reason: EndReason, 
 fn check_nothing_alive(tree: &Tree, events: &[Event], calls: &[ModelCall], run: u32) {
     assert!(tree.alive_actors().is_empty(), "run {run}");
     check(tree, events, calls, run);
-}
-
-/// How many `steered` events of `agent` `events` holds.
-fn steered(events: &[Event], agent: AgentId) -> usize {
-    events
-        .iter()
-        .filter(|e| e.agent == agent && matches!(e.kind, EventKind::Steered))
-        .count()
 }
 
 fn carries_steer(call: &ModelCall) -> bool {

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::races_mt::bounded;
+use crate::support::lifetimes::spawned;
 use crate::support::scripts::spawns_in_foreground;
 use crate::support::{
     build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event,
@@ -640,9 +641,7 @@ async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
         );
         let (tree, mut events) =
             tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         // Somewhere in the streams.
         let mut all = Vec::new();
         let mut seen = 0;

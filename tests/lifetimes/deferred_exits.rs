@@ -25,7 +25,7 @@ use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, spawned};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf, spawn_admitted};
 
@@ -113,9 +113,7 @@ where
             awaiting
         })
     };
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
     let awaiting = bounded(GUARD, "the stopper", stopper)
         .await
         .expect("no panic");
@@ -157,9 +155,7 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final() {
     let (model, catalog) = lead_and_flaky();
     let tree = Arc::new(crate::support::harness::tree(model, catalog, TreeConfig::default()).await);
     let mut events = tree.subscribe();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
     let flaky = a(2);
     // A task of its own, woken (FIFO) by the terminal event before the owner is woken by the
     // child's notice: the kill lands while the exit awaits the owner's decision.
@@ -196,9 +192,7 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final_mt() {
         let model = model.script("flaky", [Turn::fail("boom")]);
         let tree = crate::support::harness::tree(model, catalog, TreeConfig::default()).await;
         let mut events = tree.subscribe();
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         let flaky = a(2);
         bounded(REAL_GUARD, "the flaky child's end", async {
             loop {
@@ -256,12 +250,8 @@ async fn a_shutdown_reports_a_killed_agent_awaiting_its_restart_decision_as_kill
         config,
     )
     .await;
-    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "go"))
-        .await
-        .id();
-    let steady = spawn_admitted(&tree, SpawnRequest::new("steady", "go"))
-        .await
-        .id();
+    let flaky = spawned(&tree, "flaky", "go").await;
+    let steady = spawned(&tree, "steady", "go").await;
     model.until_all_calls(&[flaky, steady], 1).await;
     // The shutdown begins in the task that hears flaky's `killed` event: it is woken while
     // the root handles the death, before the stopped sibling's end can come back.

@@ -26,7 +26,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{
-    hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called, terminal,
+    hanging, ms, shutdown_agent_in_a_task, spawned, spawned_with_a2_called, terminal,
 };
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::run_within;
@@ -456,9 +456,7 @@ async fn owner_end_keeps_a_completing_childs_answer() {
     let model = boss_lead_worker(ms(50), Duration::ZERO);
     let catalog = boss_over_a_draining_lead();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-        .await
-        .id();
+    let boss = spawned(&tree, "boss", "go").await;
     model.until_calls(a(3), 1).await;
     until_completing(&tree, &model, a(2)).await;
     let boss_out = outcome(&tree, boss, GUARD).await;
@@ -507,9 +505,7 @@ async fn abort_of_a_completing_agent_keeps_its_answer_mt() {
         let (model, catalog) = drain_tree_parts();
         let tree =
             crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         bounded(REAL_GUARD, "the lead to hold in completing", async {
             while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing)
                 || model.count_of(a(2)) < 1
@@ -620,9 +616,7 @@ async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
 async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     let model = boss_lead_worker(ms(200), ms(10));
     let tree = with_slow_worker_hooks(boss_over_a_draining_lead(), &model).await;
-    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-        .await
-        .id();
+    let boss = spawned(&tree, "boss", "go").await;
     model.until_calls(a(3), 1).await;
     let stopping = shutdown_agent_in_a_task(&tree, a(3));
     until_completing(&tree, &model, a(2)).await;
@@ -653,9 +647,7 @@ async fn owner_end_keeps_a_completing_childs_answer_mt() {
         )
         .await;
         let mut events = tree.subscribe();
-        let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-            .await
-            .id();
+        let boss = spawned(&tree, "boss", "go").await;
         let _ = outcome(&tree, boss, REAL_GUARD).await;
         let got = outcome(&tree, a(2), REAL_GUARD).await;
         // Only runs where the lead had decided its answer (it entered `completing`) before

@@ -92,10 +92,7 @@ fn second_run_of_the_lead(model: &FnModel) -> Vec<Message> {
 
 /// How many `steered` events of the lead (a1) `events` holds.
 fn steers_of_the_lead(events: &[agent_tree::protocol::Event]) -> usize {
-    events
-        .iter()
-        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
-        .count()
+    crate::support::lifetimes::steers_of(events, a(1))
 }
 
 /// Checks that a kept steer was announced once (`steered`) and that every call of `messages`

@@ -23,7 +23,7 @@ use agent_tree::{HookContext, HookError};
 use parking_lot::Mutex;
 
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, spawned};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
@@ -58,12 +58,8 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
             .await
             .expect("builds"),
     );
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let other = spawn_admitted(&tree, SpawnRequest::new("other", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
+    let other = spawned(&tree, "other", "go").await;
     tokio::time::sleep(ms(10)).await;
     assert_eq!(tree.live(), 4, "{}", tree.snapshot().render_text());
     let t = tree.clone();
@@ -182,9 +178,7 @@ async fn an_owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt() 
         let grace = 20;
         let hook = 19 + run % 3;
         let (tree, model) = lead_waiting_on_a_stopping_worker(grace, hook).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         bounded(
             REAL_GUARD,
             "the worker's first call",

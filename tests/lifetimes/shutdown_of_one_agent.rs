@@ -15,7 +15,9 @@ use parking_lot::Mutex;
 
 use crate::shutdown_one_deadline::fan_out;
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called};
+use crate::support::lifetimes::{
+    hanging, ms, shutdown_agent_in_a_task, spawned, spawned_with_a2_called,
+};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
 use crate::support::run_within;
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
@@ -279,11 +281,7 @@ async fn shutdown_agent_never_strands_a_waiting_owner_mt() {
         let (tree, model) = owners_of_stuck_children(ms(5)).await;
         let mut owners = Vec::new();
         for _ in 0..PAIRS {
-            owners.push(
-                spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-                    .await
-                    .id(),
-            );
+            owners.push(spawned(&tree, "owner", "delegate").await);
         }
         bounded(
             REAL_GUARD,
@@ -394,9 +392,7 @@ async fn a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt(
             .build()
             .await
             .expect("the tree builds");
-        let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-            .await
-            .id();
+        let owner = spawned(&tree, "owner", "delegate").await;
         bounded(REAL_GUARD, "the child's model call", async {
             while recorder.calls_of(a(2)).is_empty() {
                 tokio::task::yield_now().await;

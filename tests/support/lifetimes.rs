@@ -98,3 +98,10 @@ pub fn steers_of(events: &[Event], agent: AgentId) -> usize {
         .filter(|e| e.agent == agent && matches!(e.kind, EventKind::Steered))
         .count()
 }
+
+/// The id of a `agent_type` spawned on `tree` with `task` (failing the test if refused).
+pub async fn spawned(tree: &Tree, agent_type: &str, task: &str) -> AgentId {
+    crate::support::spawn_admitted(tree, SpawnRequest::new(agent_type, task))
+        .await
+        .id()
+}
