@@ -5,7 +5,8 @@
 
 use super::assert_stand_ins_back;
 use super::lead_and_runner_tree;
-use super::support::run_within;
+use super::support::lead_completes;
+use super::support::shut_down_and_finish;
 use super::support::spawn_runner_on;
 use super::support::{spawn_runner, within};
 use std::time::Duration;
@@ -57,8 +58,7 @@ pub(crate) async fn twenty_remote_children_at_once_complete_and_leave_nothing_be
         20 * 24
     );
     assert_eq!(root_tokens(&tree), 20 * 24, "nothing counted after the end");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// Twenty remote children of one local agent, spawned in one turn in the background and
@@ -87,14 +87,7 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
         agent_tree::TreeConfig::default().with_max_children_per_agent(20),
     )
     .await;
-    let outcome = run_within(
-        30,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 30).await;
     let runners = records_of(&tree, "runner");
     assert_eq!(runners.len(), 20);
     assert!(
@@ -105,8 +98,7 @@ pub(crate) async fn twenty_remote_children_of_one_owner_agent_complete_and_count
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges, tokens), (0, 0, 20 * 24));
     assert_stand_ins_back(owner, 3, before.stand_ins, "a stand-in is still routed").await;
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// One owner tree with children on two workers at once: both complete, each worker bills

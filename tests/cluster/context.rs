@@ -8,6 +8,7 @@
 //! child's, the context as the owner wrote it, run after run.
 
 use super::support::finish_idle;
+use super::support::{lead_done, record_of_type};
 use std::path::Path;
 
 use agent_tree::protocol::{
@@ -18,6 +19,7 @@ use agent_tree::{
     BoxFuture, Catalog, JournalConfig, Model, ModelError, ModelRequest, ModelResponse, Tree,
 };
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, kept};
 use super::worker;
 use super::{Owner, runner, worker_idle};
@@ -35,29 +37,15 @@ fn foreign(id: AgentId) -> String {
 pub(crate) async fn a_remote_child_inherits_its_owners_context(owner: &mut Owner) {
     let (name, process) = owner.worker().await;
     let tree = owner.tree(&name, runner().with_inherit_context(true)).await;
-    let outcome = tree
-        .run(SpawnRequest::new("lead", "work 1 1"))
-        .await
-        .unwrap();
-    assert_eq!(
-        outcome.text.as_deref(),
-        Some("the lead is done"),
-        "{outcome:?}"
-    );
-    let snapshot = tree.snapshot();
-    let remote = snapshot
-        .records
-        .iter()
-        .find(|r| r.agent_type == "runner")
-        .expect("the runner's record");
+    let snapshot = lead_done(&tree, "work 1 1").await;
+    let remote = record_of_type(&snapshot, "runner");
     let text = remote.outcome.as_ref().and_then(|o| o.text.clone());
     assert_eq!(
         text.as_deref(),
         Some("done 1 | steered: delegate 2 50"),
         "{remote:?}"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `lead` (local) runs two local helpers to their end, then a `runner` on the worker that
@@ -96,19 +84,8 @@ pub(crate) async fn a_remote_childs_inherited_context_names_its_owners_agents_ap
         .build()
         .await
         .unwrap();
-    let outcome = tree.run(SpawnRequest::new("lead", "reach")).await.unwrap();
-    assert_eq!(
-        outcome.text.as_deref(),
-        Some("the lead is done"),
-        "{outcome:?}"
-    );
-    let snapshot = tree.snapshot();
-    let lead_id = snapshot
-        .records
-        .iter()
-        .find(|r| r.agent_type == "lead")
-        .expect("the lead's record")
-        .id;
+    let snapshot = lead_done(&tree, "reach").await;
+    let lead_id = record_of_type(&snapshot, "lead").id;
     let first_helper = snapshot
         .records
         .iter()
@@ -116,11 +93,7 @@ pub(crate) async fn a_remote_childs_inherited_context_names_its_owners_agents_ap
         .map(|r| r.id)
         .min()
         .expect("the lead's helpers");
-    let runner = snapshot
-        .records
-        .iter()
-        .find(|r| r.agent_type == "runner")
-        .expect("the runner's record");
+    let runner = record_of_type(&snapshot, "runner");
     // Its own helper took no number the context names: the steer reached no agent of its.
     let on_its_node = foreign(first_helper);
     let text = runner.outcome.as_ref().and_then(|o| o.text.clone());

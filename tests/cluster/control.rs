@@ -4,6 +4,7 @@
 //! routed; its questions reach the owner's handler and the answer comes back.
 
 use super::assert_stand_ins_back;
+use super::support::{runner_working, shut_down_and_finish};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -32,8 +33,7 @@ pub(crate) async fn a_steer_reaches_the_remote_agent_mid_run(owner: &mut Owner) 
         "{outcome:?}"
     );
     assert_eq!(root_tokens(&tree), 48);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A steer to a remote child the pool has not started yet is receipted `queued` and reaches
@@ -84,8 +84,7 @@ pub(crate) async fn steers_before_a_remote_agent_starts_are_queued_and_a_settled
         matches!(refused, Err(agent_tree::ControlError::WrongStatus(..))),
         "{refused:?}"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A steer to an agent whose run is over (here: completing, draining a background child) is
@@ -177,8 +176,7 @@ pub(crate) async fn a_steer_to_a_remote_agent_whose_run_is_over_is_refused_as_a_
         matches!(receipt, Err(agent_tree::ControlError::WrongStatus(..))),
         "remote: a steer no turn will read was receipted {receipt:?} (the local agent refuses it)"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// Steers racing a one-turn remote agent's end (several times, on the multi-thread
@@ -203,8 +201,7 @@ pub(crate) async fn a_steer_racing_a_remote_agents_end_is_delivered_only_if_a_tu
         "remote: steers receipted but never read by a turn ({} of 30): {lost:?}",
         lost.len()
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// 30 one-turn `runner`s, each steered a few ms after its spawn: the steers receipted
@@ -283,8 +280,7 @@ pub(crate) async fn aborting_a_remote_child_aborts_its_hosted_agent_as_a_local_a
         "the stand-in of a settled child is still routed",
     )
     .await;
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `Tree::kill` of a remote child settles its record killed and removes its stand-in from
@@ -300,8 +296,7 @@ pub(crate) async fn killing_a_remote_child_removes_its_stand_in(owner: &mut Owne
     let outcome = within(5, "a killed remote child settles", handle.outcome()).await;
     assert_eq!(outcome.status, AgentStatus::Killed, "{outcome:?}");
     assert_stand_ins_back(owner, 3, stand_ins, "the killed stand-in is still routed").await;
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `Tree::kill` of a remote child stops its hosted agent at once (the stand-in's end tells
@@ -310,10 +305,7 @@ pub(crate) async fn killing_a_remote_child_removes_its_stand_in(owner: &mut Owne
 pub(crate) async fn killing_a_remote_child_stops_its_hosted_agent_before_the_lease(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, mut handle) = runner_working(owner, "work 100 100").await;
     tree.kill(handle.id()).unwrap();
     let killed_at = Instant::now();
     let outcome = within(5, "a killed remote child settles", handle.outcome()).await;
@@ -325,8 +317,7 @@ pub(crate) async fn killing_a_remote_child_stops_its_hosted_agent_before_the_lea
         took < Duration::from_millis(LEASE_MS / 2),
         "the hosted agent ran on for {took:?} after its owner's kill (the lease is {LEASE_MS} ms)"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A remote agent's `ask_owner` reaches the owner tree's question handler and the answer
@@ -363,6 +354,5 @@ pub(crate) async fn a_remote_question_reaches_its_owner_and_the_answer_comes_bac
         .unwrap();
     let text = outcome.text.unwrap_or_default();
     assert!(text.contains("no one answers questions"), "{text}");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

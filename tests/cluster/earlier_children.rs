@@ -5,6 +5,7 @@
 //! run's children, never recorded or billed twice, recovered with their owner.
 
 use super::support::spawn_runner;
+use super::support::{each_side_in_rounds, local_and_remote_rounds};
 use super::support::{finish_idle, journaled_side, no_failures, side_tree};
 use agent_tree::protocol::{AgentId, AgentStatus, Role};
 use agent_tree::{JournalConfig, Tree};
@@ -277,21 +278,17 @@ pub(crate) async fn resumes_seed_no_second_record_and_no_second_usage(owner: &mu
 /// and resumed: what the owner keeps of it, run after run, and each run's answer and the
 /// records, are a local tree's.
 pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner: &mut Owner) {
-    let (name, process) = owner.worker().await;
-    let mut failures = Vec::new();
-    for round in 0..2 {
-        let mut sides = Vec::new();
-        for remote in [false, true] {
-            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "background").await;
-            let mut handle = spawn_runner(&tree, "delegate-bg 2 200").await;
+    local_and_remote_rounds(owner, 2, "background", |tree, path| {
+        Box::pin(async move {
+            let mut handle = spawn_runner(tree, "delegate-bg 2 200").await;
             let id = handle.id();
             let mut runs = vec![(
                 settled(&mut handle, "the first run").await.text,
-                render(&kept(&tree, &path, id).await),
+                render(&kept(tree, path, id).await),
             )];
             for prompt in ["", "more"] {
-                let text = resumed(&tree, id, prompt).await.text;
-                runs.push((text, render(&kept(&tree, &path, id).await)));
+                let text = resumed(tree, id, prompt).await.text;
+                runs.push((text, render(&kept(tree, path, id).await)));
             }
             let children: Vec<_> = tree
                 .record(id)
@@ -301,18 +298,10 @@ pub(crate) async fn a_background_helper_at_the_runs_end_is_kept_as_locally(owner
                 .filter_map(|&c| tree.record(c))
                 .map(|r| (r.agent_type.clone(), r.status))
                 .collect();
-            sides.push((runs, children));
-            tree.shutdown().await;
-        }
-        if sides[0] != sides[1] {
-            failures.push(format!(
-                "round {round}: local {:#?}\n remote {:#?}",
-                sides[0], sides[1]
-            ));
-        }
-    }
-    finish_idle(process);
-    no_failures(&failures);
+            (runs, children)
+        })
+    })
+    .await;
 }
 
 /// A journaled owner tree (a `recall` runner, its first run and an empty resume) built
@@ -360,17 +349,13 @@ pub(crate) async fn a_recovered_owner_resumes_with_its_earlier_helpers(owner: &m
 pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpers(
     owner: &mut Owner,
 ) {
-    let (name, process) = owner.worker().await;
-    let mut failures = Vec::new();
-    for round in 0..3 {
-        for remote in [false, true] {
-            let (_dir, path, tree) =
-                journaled_side(&owner.node, &name, remote, "aborted-recall").await;
-            let (id, _) = answers(&tree, "recall", &[]).await;
+    each_side_in_rounds(owner, 3, "aborted-recall", |tree, path| {
+        Box::pin(async move {
+            let (id, _) = answers(tree, "recall", &[]).await;
             let mut handle = tree.resume(id, "go").await.unwrap();
             let _ = tree.abort(id);
             let aborted = settled(&mut handle, "the aborted resume").await;
-            let later = [resumed(&tree, id, "").await, resumed(&tree, id, "").await];
+            let later = [resumed(tree, id, "").await, resumed(tree, id, "").await];
             let children: Vec<_> = tree
                 .record(id)
                 .unwrap()
@@ -387,18 +372,16 @@ pub(crate) async fn an_aborted_resumed_run_resumed_again_reads_its_earlier_helpe
             ) && later.iter().all(|o| o.text == recalled)
                 && children.len() >= 3
                 && children[0].1.as_deref() == Some("done 1");
-            if !fine {
-                failures.push(format!(
-                    "remote {remote} round {round}: {:?}, then {:?}; children {children:?}; \
-                     kept {:#?}",
-                    aborted.status,
-                    later.iter().map(|o| o.text.clone()).collect::<Vec<_>>(),
-                    render(&kept(&tree, &path, id).await)
-                ));
+            if fine {
+                return None;
             }
-            tree.shutdown().await;
-        }
-    }
-    finish_idle(process);
-    no_failures(&failures);
+            Some(format!(
+                "{:?}, then {:?}; children {children:?}; kept {:#?}",
+                aborted.status,
+                later.iter().map(|o| o.text.clone()).collect::<Vec<_>>(),
+                render(&kept(tree, path, id).await)
+            ))
+        })
+    })
+    .await;
 }

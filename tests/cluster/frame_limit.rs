@@ -2,11 +2,12 @@
 //! its owner; one over the body limit (25 MiB) settles saying where its output stays; a
 //! question, or an answer to one, over the frame limit never hangs the edge.
 
-use super::support::run_within;
+use super::support::runner_within;
+use super::support::shut_down_and_finish;
 use super::support::spawn_runner;
 use std::time::Duration;
 
-use agent_tree::protocol::{AgentStatus, SpawnRequest};
+use agent_tree::protocol::AgentStatus;
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
@@ -19,11 +20,11 @@ use super::{Owner, root_tokens, runner, worker_idle};
 pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = run_within(
+    let outcome = runner_within(
+        &tree,
         20,
         "the remote child with a 9 MiB answer settles",
-        &tree,
-        SpawnRequest::new("runner", "big 9437184"),
+        "big 9437184",
     )
     .await;
     assert_eq!(
@@ -35,11 +36,11 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.text.as_ref().map(String::len), Some(9_437_184));
     assert_eq!(root_tokens(&tree), 12);
-    let huge = run_within(
+    let huge = runner_within(
+        &tree,
         30,
         "the remote child with a 25 MiB answer settles",
-        &tree,
-        SpawnRequest::new("runner", "big 26214400"),
+        "big 26214400",
     )
     .await;
     assert_eq!(huge.status, AgentStatus::Completed, "{:?}", huge.error);
@@ -52,18 +53,11 @@ pub(crate) async fn a_remote_answer_over_the_frame_limit_comes_up_in_parts(owner
         "{:?}",
         huge.error
     );
-    let next = run_within(
-        10,
-        "the next spawn settles",
-        &tree,
-        SpawnRequest::new("runner", "work 1 1"),
-    )
-    .await;
+    let next = runner_within(&tree, 10, "the next spawn settles", "work 1 1").await;
     assert_eq!(next.text.as_deref(), Some("done 1"));
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A remote agent asking its owner a question over the frame limit (9 MiB): the edge must

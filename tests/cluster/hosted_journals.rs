@@ -3,7 +3,7 @@
 //! a hosted journal that dropped a settled agent's conversation from memory does not stop
 //! its owner resuming it.
 
-use super::support::run_within;
+use super::support::runner_within;
 use super::support::{spawn_runner, within};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +12,7 @@ use std::time::Duration;
 use agent_tree::JournalConfig;
 use agent_tree::protocol::{AgentStatus, SpawnRequest};
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, maybe_journaled_tree, resumed_outcome};
 use super::worker::{self, WorkerArgs, WorkerProcess};
 use super::{Owner, root_tokens, runner, worker_idle};
@@ -85,8 +86,7 @@ async fn two_sequential_runs(owner: &mut Owner, mode: &str, journal: &Path) {
         assert_eq!((live, edges), (0, 0), "after run {run}");
     }
     assert_eq!(root_tokens(&tree), 48);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A worker whose factory gives every hosted tree a journal of its own: spawns work, usage
@@ -112,19 +112,12 @@ pub(crate) async fn hosted_trees_journaling_to_one_file_refuse_a_second_spawn(ow
     assert_eq!(first.text.as_deref(), Some("done 2"), "{first:?}");
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    let second = run_within(
-        20,
-        "the second run settles",
-        &tree,
-        SpawnRequest::new("runner", "work 2 10"),
-    )
-    .await;
+    let second = runner_within(&tree, 20, "the second run settles", "work 2 10").await;
     assert_eq!(second.status, AgentStatus::Failed, "{second:?}");
     let error = second.error.unwrap_or_default();
     assert!(error.contains("not fresh"), "{error}");
     assert_eq!(root_tokens(&tree), 24);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A worker whose hosted trees each journal to a file of their own drops a settled top
@@ -148,6 +141,5 @@ pub(crate) async fn a_hosted_journal_that_dropped_the_conversation_still_resumes
     assert_eq!(root_tokens(&tree), 36);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 36, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

@@ -4,6 +4,8 @@
 //! in a local tree on the owner's process): run after run, steered, aborted, killed,
 //! restarted, shut down mid-turn, its node killed, the owner crashed or recovered.
 
+use super::support::finish_without_failures;
+use super::support::{each_side_in_rounds, local_and_remote_rounds};
 use super::support::{finish_idle, journaled_side, no_failures};
 use super::support::{spawn_runner, within};
 use std::path::Path;
@@ -190,8 +192,7 @@ pub(crate) async fn a_steer_then_an_abort_is_kept_for_the_resume_as_locally(owne
             tree.shutdown().await;
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// A journaled owner tree (a remote child run, resumed empty, resumed with a prompt) shut
@@ -365,45 +366,32 @@ pub(crate) async fn a_shutdown_mid_turn_keeps_what_a_local_shutdown_keeps(owner:
             failures.push(format!("round {round}: local {want:#?}\n remote {got:#?}"));
         }
     }
-    finish_idle(process);
-    no_failures(&failures);
+    finish_without_failures(process, &failures);
 }
 
 /// A remote child killed (`Tree::kill`) mid-turn keeps its last turn boundary, as a local
 /// agent killed mid-turn does; a steer read mid-run is in it; the empty resume answers as
 /// the local one's.
 pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(owner: &mut Owner) {
-    let (name, process) = owner.worker().await;
-    let mut failures = Vec::new();
-    for round in 0..3 {
-        let mut sides = Vec::new();
-        for remote in [false, true] {
-            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, "kill").await;
-            let mut handle = spawn_runner(&tree, "work 4 300").await;
+    local_and_remote_rounds(owner, 3, "kill", |tree, path| {
+        Box::pin(async move {
+            let mut handle = spawn_runner(tree, "work 4 300").await;
             let id = handle.id();
-            first_usage(&tree, id).await;
+            first_usage(tree, id).await;
             let _ = tree.steer(id, "mid-run").await;
             assert!(
-                eventually(Duration::from_secs(10), || root_tokens(&tree) >= 24).await,
+                eventually(Duration::from_secs(10), || root_tokens(tree) >= 24).await,
                 "two turns billed"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
             tree.kill(id).unwrap();
             let killed = settled(&mut handle, "the killed run").await;
-            let conversation = render(&kept(&tree, &path, id).await);
-            let text = resumed(&tree, id, "").await.text;
-            sides.push((killed.status, conversation, text));
-            tree.shutdown().await;
-        }
-        if sides[0] != sides[1] {
-            failures.push(format!(
-                "round {round}: local {:#?}\n remote {:#?}",
-                sides[0], sides[1]
-            ));
-        }
-    }
-    finish_idle(process);
-    no_failures(&failures);
+            let conversation = render(&kept(tree, path, id).await);
+            let text = resumed(tree, id, "").await.text;
+            (killed.status, conversation, text)
+        })
+    })
+    .await;
 }
 
 /// Aborted at once, right after its spawn and right after a resume with a prompt (where
@@ -414,24 +402,20 @@ pub(crate) async fn a_killed_remote_child_keeps_its_last_boundary_as_locally(own
 pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_one_keeps(
     owner: &mut Owner,
 ) {
-    let (name, process) = owner.worker().await;
-    let mut failures = Vec::new();
-    for round in 0..3 {
-        for remote in [false, true] {
-            let (_dir, path, tree) =
-                journaled_side(&owner.node, &name, remote, "abort-at-once").await;
-            let mut handle = spawn_runner(&tree, "steps 2 100").await;
+    each_side_in_rounds(owner, 3, "abort-at-once", |tree, path| {
+        Box::pin(async move {
+            let mut handle = spawn_runner(tree, "steps 2 100").await;
             let id = handle.id();
             tree.abort(id).unwrap();
             let first = settled(&mut handle, "the aborted run").await;
-            let after_spawn = kept(&tree, &path, id).await;
-            let completed = resumed(&tree, id, "").await;
-            let run2 = kept(&tree, &path, id).await;
+            let after_spawn = kept(tree, path, id).await;
+            let completed = resumed(tree, id, "").await;
+            let run2 = kept(tree, path, id).await;
             let mut handle = tree.resume(id, "and then").await.unwrap();
             tree.abort(id).unwrap();
             let second = settled(&mut handle, "the aborted resume").await;
-            let after_resume = kept(&tree, &path, id).await;
-            let last = resumed(&tree, id, "").await;
+            let after_resume = kept(tree, path, id).await;
+            let last = resumed(tree, id, "").await;
             let mut expected_prefix = run2.clone();
             expected_prefix.push(Message::user("and then"));
             let fine = first.status == AgentStatus::Aborted
@@ -441,23 +425,22 @@ pub(crate) async fn an_abort_right_after_a_spawn_or_a_resume_keeps_what_a_local_
                 && after_resume.len() >= expected_prefix.len()
                 && after_resume[..expected_prefix.len()] == expected_prefix[..]
                 && last.text == Some(format!("messages {}", after_resume.len() + 2));
-            if !fine {
-                failures.push(format!(
-                    "remote {remote} round {round}: {:?} kept {:#?}, then {:?}, kept {:#?} \
-                     after the aborted resume ({:?}), then {:?}",
-                    first.status,
-                    render(&after_spawn),
-                    completed.text,
-                    render(&after_resume),
-                    second.status,
-                    last.text
-                ));
+            if fine {
+                return None;
             }
-            tree.shutdown().await;
-        }
-    }
-    finish_idle(process);
-    no_failures(&failures);
+            Some(format!(
+                "{:?} kept {:#?}, then {:?}, kept {:#?} \
+                 after the aborted resume ({:?}), then {:?}",
+                first.status,
+                render(&after_spawn),
+                completed.text,
+                render(&after_resume),
+                second.status,
+                last.text
+            ))
+        })
+    })
+    .await;
 }
 
 /// The owner's process "crashes" mid-run (its journal copied while the remote child is in

@@ -4,12 +4,14 @@
 //! freeze past the lease stops the subtree there and the owner declares it killed; the
 //! other workers' children go on.
 
-use super::support::run_within;
+use super::support::runner_within;
 use super::support::spawn_runner_on;
+use super::support::{runner_working, shut_down_and_finish};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
-use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy, SpawnRequest};
+use agent_tree::Tree;
+use agent_tree::protocol::{AgentId, AgentStatus, EndReason, RestartPolicy};
 
 use super::worker::{self, WorkerProcess};
 use super::{
@@ -140,10 +142,7 @@ pub(crate) async fn a_run_goes_on_across_a_closed_session(
 /// A worker frozen for a third of its lease and thawed: the run completes, every delta of
 /// its turns counted once.
 pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = spawn_runner(&tree, "work 6 60").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, mut handle) = runner_working(owner, "work 6 60").await;
     process.freeze();
     tokio::time::sleep(Duration::from_millis(LEASE_MS / 3)).await;
     process.thaw();
@@ -156,8 +155,7 @@ pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
         72,
         "every delta of the frozen worker's turns counted"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A worker frozen past its lease: the owner declares the remote child killed ("node
@@ -166,10 +164,7 @@ pub(crate) async fn a_freeze_within_the_lease_is_invisible(owner: &mut Owner) {
 pub(crate) async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_declares_it(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let mut handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, mut handle) = runner_working(owner, "work 100 100").await;
     let frozen_at = Instant::now();
     process.freeze();
     let outcome = handle.outcome().await;
@@ -195,8 +190,7 @@ pub(crate) async fn a_freeze_beyond_the_lease_stops_the_subtree_and_the_owner_de
         billed,
         "nothing is added after the declaration"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `kill -9` of one worker fails only its own stand-ins: the other worker's child runs to
@@ -242,30 +236,58 @@ pub(crate) async fn killing_one_worker_does_not_disturb_the_other_workers_childr
     pb.finish();
 }
 
+/// A fresh worker name `phoenix-<n>`, for a worker started again under its name.
+fn phoenix_name(owner: &mut Owner) -> String {
+    owner.workers += 1;
+    format!("phoenix-{}", owner.workers)
+}
+
+/// A `runner` spawned on `tree` with `prompt`, once it billed its first usage.
+async fn runner_started(tree: &Tree, prompt: &str) -> agent_tree::AgentHandle {
+    let handle = spawn_runner(tree, prompt).await;
+    first_usage(tree, handle.id()).await;
+    handle
+}
+
+/// The outcome of the old stand-in `id` of a killed worker, within 10 s.
+async fn old_stand_in_settled(tree: &Tree, id: AgentId) -> Vec<agent_tree::protocol::Outcome> {
+    within(
+        10,
+        "the old stand-in settles",
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+}
+
+/// A new spawn on `tree` runs on `new`, the worker's new process, which runs nothing of the
+/// old edge; then the tree is shut down and `new` ends.
+async fn new_process_serves_a_fresh_spawn(tree: &Tree, mut new: WorkerProcess) {
+    let fresh = runner_within(tree, 10, "a new spawn settles", "work 2 20").await;
+    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
+    let (live, tokens, edges) = worker_idle(&mut new);
+    assert_eq!((live, edges), (0, 0));
+    assert_eq!(tokens, 24, "the new process ran something of the old edge");
+    tree.shutdown().await;
+    new.finish();
+}
+
 /// A worker `kill -9`ed and started again under the same name (new process, same port),
 /// back 800 ms later, after the reconnect window (300 ms): the old stand-in fails with a node-down cause (not the
 /// lease), and a new spawn runs on the new process, which runs nothing of the old edge.
 pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and_serves_new_spawns(
     owner: &mut Owner,
 ) {
-    owner.workers += 1;
-    let name = format!("phoenix-{}", owner.workers);
+    let name = phoenix_name(owner);
     let port = worker::free_port();
     let mut old = owner.worker_process(&name, port, "normal", false).await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let handle = runner_started(&tree, "work 100 100").await;
     let killed_at = Instant::now();
     old.kill9();
     // Back only after the reconnect window (300 ms).
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let mut new = owner.worker_process(&name, port, "normal", false).await;
-    let outcome = within(
-        10,
-        "the old stand-in settles",
-        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let new = owner.worker_process(&name, port, "normal", false).await;
+    let outcome = old_stand_in_settled(&tree, handle.id()).await;
     let took = killed_at.elapsed();
     assert_eq!(
         outcome[0].status,
@@ -280,19 +302,7 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
             .starts_with("node down"),
         "{outcome:?}"
     );
-    let fresh = run_within(
-        10,
-        "a new spawn settles",
-        &tree,
-        SpawnRequest::new("runner", "work 2 20"),
-    )
-    .await;
-    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
-    let (live, tokens, edges) = worker_idle(&mut new);
-    assert_eq!((live, edges), (0, 0));
-    assert_eq!(tokens, 24, "the new process ran something of the old edge");
-    tree.shutdown().await;
-    new.finish();
+    new_process_serves_a_fresh_spawn(&tree, new).await;
 }
 
 /// A worker `kill -9`ed and back under the same name within the reconnect window (its
@@ -302,8 +312,7 @@ pub(crate) async fn a_worker_restarted_under_its_name_fails_the_old_stand_in_and
 pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old_stand_in_as_node_down(
     owner: &mut Owner,
 ) {
-    owner.workers += 1;
-    let name = format!("phoenix-{}", owner.workers);
+    let name = phoenix_name(owner);
     let mut old = owner
         .worker_process(&name, worker::free_port(), "normal", false)
         .await;
@@ -312,8 +321,7 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
         .worker_process(&name, worker::free_port(), "normal", true)
         .await;
     let tree = owner.tree(&name, runner()).await;
-    let handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let handle = runner_started(&tree, "work 100 100").await;
     let killed_at = Instant::now();
     old.kill9();
     let new = tokio::task::spawn_blocking(move || {
@@ -322,28 +330,10 @@ pub(crate) async fn a_worker_back_under_its_name_within_the_window_fails_the_old
     })
     .await
     .unwrap();
-    let mut new = new;
     let back = killed_at.elapsed();
-    let outcome = within(
-        10,
-        "the old stand-in settles",
-        tree.wait(&[handle.id()], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let outcome = old_stand_in_settled(&tree, handle.id()).await;
     let took = killed_at.elapsed();
-    let fresh = run_within(
-        10,
-        "a new spawn settles",
-        &tree,
-        SpawnRequest::new("runner", "work 2 20"),
-    )
-    .await;
-    assert_eq!(fresh.text.as_deref(), Some("done 2"), "{fresh:?}");
-    let (live, tokens, edges) = worker_idle(&mut new);
-    assert_eq!((live, edges), (0, 0));
-    assert_eq!(tokens, 24, "the new process ran something of the old edge");
-    tree.shutdown().await;
-    new.finish();
+    new_process_serves_a_fresh_spawn(&tree, new).await;
     assert!(
         outcome[0]
             .error

@@ -14,6 +14,7 @@ use agent_tree::protocol::{AgentId, AgentStatus, EndReason};
 use agent_tree::testkit::ScriptedModel;
 use agent_tree::{Catalog, Tree};
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, messages_sent, owner_tree};
 use super::worker::{self, WorkerProcess};
 use super::{
@@ -87,8 +88,7 @@ pub(crate) async fn a_recovered_remote_child_is_interrupted_with_its_usage_and_r
     assert_eq!(root_tokens(&tree), recovered + 72);
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// The docs' recovery recipe: a resume with an empty prompt re-runs what the crash cut off.
@@ -107,8 +107,7 @@ pub(crate) async fn a_recovered_remote_child_resumed_with_an_empty_prompt_contin
     let outcome = within(30, "the resumed remote child settles", handle.outcome()).await;
     let sent = messages_sent(&outcome);
     assert!(sent >= 3 + 10 && sent % 2 == 1, "{outcome:?}");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `Tree::remote_records` of a remote child recovered from the journal: still a remote
@@ -125,8 +124,7 @@ pub(crate) async fn a_recovered_remote_child_is_still_remote_with_its_mirror_gon
         Some(Vec::new()),
         "a recovered remote child: {records:?}"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A settled remote child's mirror of its hosted subtree is journaled when its edge ends: a
@@ -222,8 +220,7 @@ pub(crate) async fn a_recovered_tree_keeps_its_mirrored_records(owner: &mut Owne
         Some(format!("no subagent {helper} of yours")),
         "the application resumes top-level agents only"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// The owner side of [`a_killed_journaled_owner_process_orphans_stop_by_lease_and_recovery_resumes`]:
@@ -333,6 +330,5 @@ pub(crate) async fn a_killed_journaled_owner_process_orphans_stop_by_lease_and_r
     let sent = messages_sent(&outcome);
     assert!(sent >= 1 + 1 + 6 && sent.is_multiple_of(2), "{outcome:?}");
     assert_eq!(root_tokens(&tree), recovered + 48);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

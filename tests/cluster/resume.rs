@@ -6,19 +6,19 @@
 //! reached the node keeps the conversation.
 
 use super::lead_and_runner_tree;
-use super::support::run_within;
+use super::support::flaky_restarted_once;
+use super::support::lead_settles;
 use super::support::{runner_answered, spawn_runner, within};
 use std::time::Duration;
 
-use agent_tree::protocol::{
-    AgentDefinition, AgentId, AgentStatus, RestartPolicy, SpawnRequest, WaitPolicy,
-};
+use agent_tree::protocol::{AgentId, AgentStatus};
 use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
 use agent_tree::{Catalog, Tree, TreeConfig};
 
+use super::support::shut_down_and_finish;
 use super::support::{Dir, maybe_journaled_tree, messages_sent, owner_tree, resumed_outcome};
 use super::worker;
-use super::{Owner, eventually, first_usage, root_tokens, runner, tree_of, worker_idle};
+use super::{Owner, eventually, first_usage, root_tokens, runner, worker_idle};
 
 /// A remote child that completed in a journaled tree (the conversation its node sent up
 /// journaled at its settle, dropped from memory) is resumed with a new task, as a local one
@@ -42,8 +42,7 @@ pub(crate) async fn a_settled_remote_child_of_a_journaled_tree_resumes(owner: &m
     assert_eq!(root_tokens(&tree), 24);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 24, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A settled remote child resumed with an empty prompt continues its conversation on its
@@ -116,8 +115,7 @@ pub(crate) async fn an_empty_resume_of_a_resumed_remote_run_continues_again(owne
         assert_eq!(root_tokens(&tree), 36, "journaled {journaled}");
         let (live, tokens, edges) = worker_idle(&mut process);
         assert_eq!((live, tokens, edges), (0, 36, 0), "journaled {journaled}");
-        tree.shutdown().await;
-        process.finish();
+        shut_down_and_finish(&tree, process).await;
     }
 }
 
@@ -147,8 +145,7 @@ pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continu
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(tokens, root_tokens(&tree), "usage counted once");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child fails once, its owner restarts it (a new incarnation, a new
@@ -157,33 +154,13 @@ pub(crate) async fn an_aborted_remote_child_resumed_with_an_empty_prompt_continu
 pub(crate) async fn a_restarted_remote_child_resumed_with_an_empty_prompt_continues(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = tree_of(
-        owner,
-        vec![
-            AgentDefinition::new("flaky", "")
-                .with_restart(RestartPolicy::Transient)
-                .on_node(&name),
-        ],
-        ScriptedModel::new(),
-        TreeConfig::default(),
-    )
-    .await;
-    let id = tree
-        .spawn(SpawnRequest::new("flaky", "fail-first"))
-        .await
-        .unwrap()
-        .id();
-    let outcome = within(10, "settles", tree.wait(&[id], WaitPolicy::AllSettled)).await;
-    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
-    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let (mut process, tree, id) = flaky_restarted_once(owner).await;
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("recovered"), "{outcome:?}");
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(tokens, root_tokens(&tree), "usage counted once");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// An owner agent resumes its remote child through its `Agent` tool (`resume` with an
@@ -204,13 +181,7 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
         ]),
     );
     let tree = lead_and_runner_tree(owner, &name, model, TreeConfig::default()).await;
-    let lead = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
+    let lead = lead_settles(&tree, 20).await;
     assert_eq!(lead.text.as_deref(), Some("lead done"), "{lead:?}");
     let record = tree.record(AgentId::new(2)).expect("the runner's record");
     assert_eq!(record.agent_type, "runner");
@@ -222,8 +193,7 @@ pub(crate) async fn an_owner_agent_resumes_its_remote_child_with_an_empty_prompt
     assert_eq!(root_tokens(&tree), 24);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 24, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A journaled owner tree shut down after its remote child completed, then built again from
@@ -243,8 +213,7 @@ pub(crate) async fn a_recovered_tree_continues_a_completed_remote_childs_convers
     let outcome = resumed_outcome(&tree, id, "").await;
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
     assert_eq!(root_tokens(&tree), 24);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A remote child whose answer is over the frame limit (9 MiB) sends its conversation up in
@@ -392,6 +361,5 @@ pub(crate) async fn a_resume_that_never_reached_its_node_keeps_the_conversation(
     assert_eq!(outcome.text.as_deref(), Some("messages 2"), "{outcome:?}");
     let (live, _, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

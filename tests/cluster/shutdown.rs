@@ -4,6 +4,7 @@
 //! its node named; every delta the worker billed is counted once.
 
 use super::support::spawn_runner_on;
+use super::support::{runner_working, shut_down_and_finish};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -59,10 +60,7 @@ pub(crate) async fn a_shutdown_settles_mirrored_descendants_as_their_node_report
 /// A tree shutdown with a remote child mid-run returns within its grace: the child settles
 /// aborted, no node is reported unreachable, and the worker runs nothing after.
 pub(crate) async fn a_shutdown_reaches_the_remote_subtree_within_its_deadline(owner: &mut Owner) {
-    let (name, mut process) = owner.worker().await;
-    let tree = owner.tree(&name, runner()).await;
-    let handle = spawn_runner(&tree, "work 100 100").await;
-    first_usage(&tree, handle.id()).await;
+    let (mut process, tree, handle) = runner_working(owner, "work 100 100").await;
     let started = Instant::now();
     let report = tree.shutdown().await;
     let took = started.elapsed();
@@ -168,8 +166,7 @@ pub(crate) async fn shutting_down_a_local_owner_stops_its_remote_child_gracefull
     );
     let (live, _) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!(live, 0);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A tree shutdown while one worker is frozen and the other is fine: the one deadline

@@ -7,7 +7,12 @@
 use super::assert_stand_ins_back;
 use super::lead_and_runner_tree;
 use super::support::finish_idle;
+use super::support::lead_completes;
 use super::support::run_within;
+use super::support::runner_within;
+use super::support::settled_within_10s;
+use super::support::shut_down_and_finish;
+use super::support::{lead_done, record_of_type};
 use super::support::{spawn_runner, within};
 use std::time::{Duration, Instant};
 
@@ -33,8 +38,7 @@ pub(crate) async fn a_remote_childs_result_comes_back_and_its_usage_counts_once(
     assert_eq!(root_tokens(&tree), 36);
     let (live, tokens) = worker_until(&mut process, |(live, _)| live == 0);
     assert_eq!((live, tokens), (0, 36));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A local lead's remote child and the helper it delegates to on its node: the runner is
@@ -44,19 +48,9 @@ pub(crate) async fn a_remote_childs_result_comes_back_and_its_usage_counts_once(
 pub(crate) async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owner) {
     let (name, mut process) = owner.worker().await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
-    assert_eq!(
-        outcome.text.as_deref(),
-        Some("the lead is done"),
-        "{outcome:?}"
-    );
+    let snapshot = lead_done(&tree, "go").await;
     // The remote runner is the lead's child in the owner's tree.
-    let snapshot = tree.snapshot();
-    let remote = snapshot
-        .records
-        .iter()
-        .find(|r| r.agent_type == "runner")
-        .expect("the runner's record");
+    let remote = record_of_type(&snapshot, "runner");
     assert_eq!(remote.status, AgentStatus::Completed);
     assert_eq!(
         snapshot.records[remote.parent.unwrap().get() as usize].agent_type,
@@ -124,8 +118,7 @@ pub(crate) async fn a_local_agent_delegates_to_a_remote_subtree(owner: &mut Owne
         tree.shutdown_agent(helper.id).await.is_err(),
         "a mirrored record is shut down through its remote owner"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A spawn that cannot go down fails at once: a task over the body limit, even in parts,
@@ -146,8 +139,7 @@ pub(crate) async fn a_spawn_that_cannot_go_down_is_refused_at_once(owner: &mut O
             .contains("body limit"),
         "{outcome:?}"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 
     let tree = owner.tree("nowhere", runner()).await;
     let error = tree
@@ -198,8 +190,7 @@ pub(crate) async fn a_spawn_the_worker_cannot_run_fails_with_its_cause(owner: &m
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(edges, 0, "the refused spawn's hosted edge never ended");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A worker whose factory's tree does not build: the spawn fails with that cause, at once.
@@ -208,18 +199,17 @@ pub(crate) async fn a_worker_whose_tree_does_not_build_fails_the_spawn_with_that
 ) {
     let (name, process) = owner.worker_in_mode("broken").await;
     let tree = owner.tree(&name, runner()).await;
-    let outcome = run_within(
+    let outcome = runner_within(
+        &tree,
         5,
         "a remote spawn on a broken worker settles",
-        &tree,
-        SpawnRequest::new("runner", "work 1 1"),
+        "work 1 1",
     )
     .await;
     assert_eq!(outcome.status, AgentStatus::Failed, "{outcome:?}");
     let error = outcome.error.as_deref().unwrap_or_default();
     assert!(error.contains("did not build"), "{outcome:?}");
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A definition placed on the owner's own node runs as a local agent: no stand-in, no edge.
@@ -263,14 +253,7 @@ pub(crate) async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
         agent_tree::TreeConfig::default().with_max_subtree_tokens(30),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 20).await;
     let runners = records_of(&tree, "runner");
     assert_eq!(
         runners.len(),
@@ -281,8 +264,7 @@ pub(crate) async fn max_subtree_tokens_counts_remote_usage(owner: &mut Owner) {
     assert_eq!(lead[0].subtree.total_tokens(), 36, "{lead:?}");
     let (_, tokens, _) = worker_idle(&mut process);
     assert_eq!(tokens, 36);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `SpawnRequest::with_settle` overrides the definition's settle policy for that run
@@ -299,12 +281,7 @@ pub(crate) async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(own
         .await
         .unwrap()
         .id();
-    let outcome = within(
-        10,
-        "settles",
-        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
+    let outcome = settled_within_10s(&tree, id).await;
     assert_eq!(outcome[0].text.as_deref(), Some("lead done"), "{outcome:?}");
     let mirror = tree
         .remote_records(id)
@@ -321,8 +298,7 @@ pub(crate) async fn a_spawn_requests_settle_policy_applies_to_a_remote_child(own
         helper.status,
         helper.outcome.as_ref().map(|o| o.reason)
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// Top-level background remote spawns under `max_concurrent(1)`: one runs, the others wait
@@ -374,8 +350,7 @@ pub(crate) async fn pooled_background_remote_spawns_queue_and_count_once(owner: 
     }
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 72, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A lead that spawns a detached remote runner doing `task` in the background and answers
@@ -452,6 +427,5 @@ pub(crate) async fn a_detached_remote_child_outlives_its_owner_and_counts_once(o
     assert_eq!(root_tokens(&tree), 48);
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, tokens, edges), (0, 48, 0));
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }

@@ -3,7 +3,9 @@
 //! the strategies (`one_for_all`, `rest_for_one`) and a `fail_fast` wait across a remote and
 //! a local sibling; the usage counted is what the worker billed.
 
-use super::support::run_within;
+use super::support::flaky_restarted_once;
+use super::support::shut_down_and_finish;
+use super::support::{lead_completes, lead_settles};
 use super::support::{spawn_runner, within};
 use std::time::Duration;
 
@@ -36,8 +38,7 @@ pub(crate) async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner
         record.incarnation, 2,
         "a restart is a new spawn, the next incarnation"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child whose definition is transient on its node too (one catalog
@@ -46,31 +47,7 @@ pub(crate) async fn a_remote_failure_is_restarted_by_its_owner(owner: &mut Owner
 pub(crate) async fn a_remote_transient_child_is_restarted_once_per_failure_and_usage_matches(
     owner: &mut Owner,
 ) {
-    let (name, mut process) = owner.worker().await;
-    let tree = tree_of(
-        owner,
-        vec![
-            AgentDefinition::new("flaky", "")
-                .with_restart(RestartPolicy::Transient)
-                .on_node(&name),
-        ],
-        ScriptedModel::new(),
-        agent_tree::TreeConfig::default(),
-    )
-    .await;
-    let id = tree
-        .spawn(SpawnRequest::new("flaky", "fail-first"))
-        .await
-        .unwrap()
-        .id();
-    let outcome = within(
-        10,
-        "settles",
-        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
-    )
-    .await;
-    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
-    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    let (mut process, tree, _) = flaky_restarted_once(owner).await;
     let (live, tokens, edges) = worker_idle(&mut process);
     assert_eq!((live, edges), (0, 0));
     assert_eq!(
@@ -80,8 +57,7 @@ pub(crate) async fn a_remote_transient_child_is_restarted_once_per_failure_and_u
          again on the worker besides the owner's restart",
         root_tokens(&tree)
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A transient remote child that fails at every run, under a local lead allowing 2 restarts:
@@ -130,13 +106,7 @@ async fn escalates_after_two_restarts(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
+    let outcome = lead_settles(&tree, 20).await;
     assert_eq!(
         (outcome.status, outcome.reason),
         (AgentStatus::Failed, EndReason::Escalated),
@@ -154,8 +124,7 @@ async fn escalates_after_two_restarts(
     let (live, tokens, _) = worker_idle(&mut process);
     assert_eq!(live, 0);
     let root = root_tokens(&tree);
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
     (root, tokens)
 }
 
@@ -230,14 +199,7 @@ async fn strategy_over_remote_and_local(
         agent_tree::TreeConfig::default(),
     )
     .await;
-    let outcome = run_within(
-        20,
-        "the lead settles",
-        &tree,
-        SpawnRequest::new("lead", "go"),
-    )
-    .await;
-    assert_eq!(outcome.status, AgentStatus::Completed, "{outcome:?}");
+    lead_completes(&tree, 20).await;
     let remote = records_of(&tree, "runner");
     let local = records_of(&tree, "local");
     assert_eq!(local[0].incarnation, 2, "{local:?}");
@@ -259,8 +221,7 @@ async fn strategy_over_remote_and_local(
         tokens,
         "the owner's record of the remote child bills exactly what the worker billed"
     );
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// `Tree::wait` with fail_fast over a remote and a local child: whichever fails first, the
@@ -303,8 +264,7 @@ pub(crate) async fn fail_fast_over_a_remote_and_a_local_child_aborts_the_other(o
         .id();
     let remote = spawn_runner(&tree, "fail-always").await.id();
     second_fails_first_aborted(&tree, hanger, remote).await;
-    tree.shutdown().await;
-    process.finish();
+    shut_down_and_finish(&tree, process).await;
 }
 
 /// A fail_fast wait on `[first, second]` where `second` fails: it returns, with `first`

@@ -11,11 +11,11 @@ use std::time::Duration;
 use agent_tree::cluster::Node;
 use agent_tree::protocol::{AgentDefinition, AgentId, Message, Outcome, SpawnRequest};
 use agent_tree::testkit::ScriptedModel;
-use agent_tree::{Catalog, JournalConfig, Tree};
+use agent_tree::{AgentHandle, Catalog, JournalConfig, Tree};
 
 use super::worker;
 use super::worker::WorkerProcess;
-use super::{runner, worker_idle};
+use super::{Owner, first_usage, runner, worker_idle};
 
 /// A fresh directory, removed when dropped.
 pub(crate) struct Dir(pub(crate) PathBuf);
@@ -270,4 +270,187 @@ pub(crate) async fn run_within(
     within(secs, what, tree.run(request))
         .await
         .unwrap_or_else(|e| panic!("{what}: the spawn is refused: {e}"))
+}
+
+/// `lead` run on `tree` with the task `go`, to its end within `secs` s.
+pub(crate) async fn lead_settles(tree: &Tree, secs: u64) -> Outcome {
+    run_within(
+        secs,
+        "the lead settles",
+        tree,
+        SpawnRequest::new("lead", "go"),
+    )
+    .await
+}
+
+/// [`lead_settles`], checked to have completed.
+pub(crate) async fn lead_completes(tree: &Tree, secs: u64) -> Outcome {
+    let outcome = lead_settles(tree, secs).await;
+    assert_eq!(
+        outcome.status,
+        agent_tree::protocol::AgentStatus::Completed,
+        "{outcome:?}"
+    );
+    outcome
+}
+
+/// Collects in `failures` a line naming `round` when the local side (`sides[0]`) and the
+/// remote one (`sides[1]`) differ.
+pub(crate) fn compare_sides<T: PartialEq + std::fmt::Debug>(
+    round: u32,
+    sides: &[T],
+    failures: &mut Vec<String>,
+) {
+    if sides[0] != sides[1] {
+        failures.push(format!(
+            "round {round}: local {:#?}\n remote {:#?}",
+            sides[0], sides[1]
+        ));
+    }
+}
+
+/// [`finish_idle`] of `process`, then [`no_failures`] of `failures`.
+pub(crate) fn finish_without_failures(process: WorkerProcess, failures: &[String]) {
+    finish_idle(process);
+    no_failures(failures);
+}
+
+/// A `runner` run on `tree` with `prompt`, to its end within `secs` s (`what` naming it).
+pub(crate) async fn runner_within(tree: &Tree, secs: u64, what: &str, prompt: &str) -> Outcome {
+    run_within(secs, what, tree, SpawnRequest::new("runner", prompt)).await
+}
+
+/// A fresh worker, an owner tree placing `runner` on it, and a `runner` spawned there with
+/// `prompt`, once it billed its first usage: the worker's process, the tree and the
+/// runner's handle.
+pub(crate) async fn runner_working(
+    owner: &mut Owner,
+    prompt: &str,
+) -> (WorkerProcess, Tree, AgentHandle) {
+    let (name, process) = owner.worker().await;
+    let tree = owner.tree(&name, runner()).await;
+    let handle = spawn_runner(&tree, prompt).await;
+    first_usage(&tree, handle.id()).await;
+    (process, tree, handle)
+}
+
+/// Shuts `tree` down, then waits for the worker `process` to end.
+pub(crate) async fn shut_down_and_finish(tree: &Tree, process: WorkerProcess) {
+    tree.shutdown().await;
+    process.finish();
+}
+
+/// `lead` run on `tree` with `prompt`, checked to answer `the lead is done`: the tree's
+/// snapshot then.
+pub(crate) async fn lead_done(tree: &Tree, prompt: &str) -> agent_tree::protocol::TreeSnapshot {
+    let outcome = tree.run(SpawnRequest::new("lead", prompt)).await.unwrap();
+    assert_eq!(
+        outcome.text.as_deref(),
+        Some("the lead is done"),
+        "{outcome:?}"
+    );
+    tree.snapshot()
+}
+
+/// The first record of `agent_type` in `snapshot`.
+pub(crate) fn record_of_type<'s>(
+    snapshot: &'s agent_tree::protocol::TreeSnapshot,
+    agent_type: &str,
+) -> &'s agent_tree::protocol::AgentRecord {
+    snapshot
+        .records
+        .iter()
+        .find(|r| r.agent_type == agent_type)
+        .unwrap_or_else(|| panic!("no {agent_type} record"))
+}
+
+/// A fresh worker and an owner tree of a transient `flaky` placed on it, where a `flaky`
+/// spawned to `fail-first` failed once, was restarted and answered `recovered` (checked):
+/// the worker's process, the tree and the flaky's id.
+pub(crate) async fn flaky_restarted_once(owner: &mut Owner) -> (WorkerProcess, Tree, AgentId) {
+    let (name, process) = owner.worker().await;
+    let tree = flaky_tree(owner, &name).await;
+    let id = tree
+        .spawn(SpawnRequest::new("flaky", "fail-first"))
+        .await
+        .unwrap()
+        .id();
+    let outcome = settled_within_10s(&tree, id).await;
+    assert_eq!(outcome[0].text.as_deref(), Some("recovered"), "{outcome:?}");
+    assert_eq!(tree.record(id).unwrap().incarnation, 2);
+    (process, tree, id)
+}
+
+/// An owner tree of a transient `flaky` placed on `worker`.
+pub(crate) async fn flaky_tree(owner: &Owner, worker: &str) -> Tree {
+    super::tree_of(
+        owner,
+        vec![
+            AgentDefinition::new("flaky", "")
+                .with_restart(agent_tree::protocol::RestartPolicy::Transient)
+                .on_node(worker),
+        ],
+        ScriptedModel::new(),
+        agent_tree::TreeConfig::default(),
+    )
+    .await
+}
+
+/// The outcomes of a wait on `id` alone (every one settled), within 10 s.
+pub(crate) async fn settled_within_10s(tree: &Tree, id: AgentId) -> Vec<Outcome> {
+    within(
+        10,
+        "settles",
+        tree.wait(&[id], agent_tree::protocol::WaitPolicy::AllSettled),
+    )
+    .await
+}
+
+/// With a fresh worker, runs `side` for `rounds` rounds on a local then a remote journaled
+/// side (each in a fresh directory named `dir`, its tree shut down after), recording each
+/// round where what the two sides returned differs; then checks the worker idle and that no
+/// round differed.
+pub(crate) async fn local_and_remote_rounds<T, F>(
+    owner: &mut Owner,
+    rounds: u32,
+    dir: &str,
+    mut side: F,
+) where
+    T: PartialEq + std::fmt::Debug,
+    F: for<'a> FnMut(&'a Tree, &'a Path) -> agent_tree::BoxFuture<'a, T>,
+{
+    let (name, process) = owner.worker().await;
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let mut sides = Vec::new();
+        for remote in [false, true] {
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, dir).await;
+            sides.push(side(&tree, &path).await);
+            tree.shutdown().await;
+        }
+        compare_sides(round, &sides, &mut failures);
+    }
+    finish_without_failures(process, &failures);
+}
+
+/// With a fresh worker, runs `side` for `rounds` rounds on a local then a remote journaled
+/// side (each in a fresh directory named `dir`, its tree shut down after), recording what
+/// went wrong where `side` says so, named by side and round; then checks the worker idle
+/// and that nothing went wrong.
+pub(crate) async fn each_side_in_rounds<F>(owner: &mut Owner, rounds: u32, dir: &str, mut side: F)
+where
+    F: for<'a> FnMut(&'a Tree, &'a Path) -> agent_tree::BoxFuture<'a, Option<String>>,
+{
+    let (name, process) = owner.worker().await;
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        for remote in [false, true] {
+            let (_dir, path, tree) = journaled_side(&owner.node, &name, remote, dir).await;
+            if let Some(wrong) = side(&tree, &path).await {
+                failures.push(format!("remote {remote} round {round}: {wrong}"));
+            }
+            tree.shutdown().await;
+        }
+    }
+    finish_without_failures(process, &failures);
 }

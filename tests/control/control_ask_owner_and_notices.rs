@@ -14,6 +14,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, id_of, idle, outcome_of, results, status_of, tree};
+use crate::support::scripts::background_spawns;
 use crate::support::{
     RecordingModel, WAIT_LIMIT, ask, catalog, delegator_of_all, run_admitted, spawn_admitted,
     user_texts,
@@ -245,10 +246,7 @@ async fn a_set_wait_is_answered_when_a_waited_child_asks() {
         .script(
             "boss",
             [
-                Turn::calls([
-                    Call::spawn_background("asker", "x"),
-                    Call::spawn_background("leaf", "y"),
-                ]),
+                background_spawns([("asker", "x"), ("leaf", "y")]),
                 Turn::calls([Call::wait(
                     [Target::Spawned(0), Target::Spawned(1)],
                     WaitPolicy::AllSettled,
@@ -289,7 +287,7 @@ async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_
             .script(
                 "boss",
                 [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
+                    Turn::spawn_background("asker", "x"),
                     // the question arrives while this turn is in flight; the model ends anyway
                     Turn::answer("boss done").after(Duration::from_millis(50)),
                 ],
@@ -311,33 +309,40 @@ async fn questions_left_open_when_a_draining_run_ends_are_refused_one_or_two_in_
     }
 }
 
+/// A tree of a `boss` that starts a detached `asker` in the background, then takes the
+/// turns `boss_then`; the asker asks it `colour?` after `ask_after_ms`, then answers `ok`.
+async fn boss_and_detached_asker(boss_then: Vec<Turn>, ask_after_ms: u64) -> Tree {
+    let boss = std::iter::once(Turn::spawn_background("asker", "x")).chain(boss_then);
+    let model = ScriptedModel::new()
+        .script("boss", agent_tree::testkit::Script::new(boss))
+        .script(
+            "asker",
+            [
+                Turn::calls([ask("colour?")]).after(Duration::from_millis(ask_after_ms)),
+                Turn::answer("ok"),
+            ],
+        );
+    let catalog = catalog([
+        delegator_of_all("boss"),
+        AgentDefinition::new("asker", "").detached(),
+    ]);
+    tree(model, catalog, TreeConfig::default()).await
+}
+
 /// A detached child asking its owner in the instant the owner settles gets a refusal (the
 /// owner's settling is watched), never waits forever.
 #[tokio::test(start_paused = true)]
 async fn a_detached_child_asking_a_settling_owner_gets_an_answer() {
     for ms in [49u64, 50, 51] {
-        let model = ScriptedModel::new()
-            .script(
-                "boss",
-                [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
-                    Turn::answer("boss done").after(Duration::from_millis(50)),
-                    // A question that arrived during that turn gets one more (not answered).
-                    Turn::answer("boss done"),
-                ],
-            )
-            .script(
-                "asker",
-                [
-                    Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
-                    Turn::answer("ok"),
-                ],
-            );
-        let catalog = catalog([
-            delegator_of_all("boss"),
-            AgentDefinition::new("asker", "").detached(),
-        ]);
-        let tree = tree(model, catalog, TreeConfig::default()).await;
+        let tree = boss_and_detached_asker(
+            vec![
+                Turn::answer("boss done").after(Duration::from_millis(50)),
+                // A question that arrived during that turn gets one more (not answered).
+                Turn::answer("boss done"),
+            ],
+            ms,
+        )
+        .await;
         let boss = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         assert!(boss.is_completed());
         let r = tokio::time::timeout(WAIT_LIMIT, tree.idle()).await;
@@ -357,26 +362,11 @@ async fn a_detached_child_asking_a_settling_owner_gets_an_answer_mt() {
     let mut stuck = 0;
     for trial in 0..300u64 {
         let ms = 3 + trial % 3;
-        let model = ScriptedModel::new()
-            .script(
-                "boss",
-                [
-                    Turn::calls([Call::spawn_background("asker", "x")]),
-                    Turn::answer("boss done").after(Duration::from_millis(4)),
-                ],
-            )
-            .script(
-                "asker",
-                [
-                    Turn::calls([ask("colour?")]).after(Duration::from_millis(ms)),
-                    Turn::answer("ok"),
-                ],
-            );
-        let catalog = catalog([
-            delegator_of_all("boss"),
-            AgentDefinition::new("asker", "").detached(),
-        ]);
-        let tree = tree(model, catalog, TreeConfig::default()).await;
+        let tree = boss_and_detached_asker(
+            vec![Turn::answer("boss done").after(Duration::from_millis(4))],
+            ms,
+        )
+        .await;
         let _ = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(200), tree.idle())
             .await
@@ -405,7 +395,7 @@ async fn a_foreground_child_that_asked_is_noticed_when_it_completes() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn("asker", "x")]),
+                Turn::spawn("asker", "x"),
                 Turn::calls([Call::steer(Target::Spawned(0), "blue")]),
                 Turn::calls([Call::peek(Target::Raw("a99".into()))])
                     .after(Duration::from_millis(100)),
@@ -447,7 +437,7 @@ async fn a_detached_asker_is_told_when_its_owner_is_killed_and_restarted() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("asker", "x")]),
+                Turn::spawn_background("asker", "x"),
                 Turn::hang(),
                 // the restarted incarnation works on and on
                 Turn::hang(),
@@ -493,7 +483,7 @@ async fn a_killed_childs_end_is_noticed_by_its_owner_detached_or_not() {
             .script(
                 "boss",
                 [
-                    Turn::calls([Call::spawn_background("kid", "x")]),
+                    Turn::spawn_background("kid", "x"),
                     Turn::answer("mid").after(Duration::from_millis(100)),
                     Turn::answer("end"),
                 ],

@@ -9,6 +9,7 @@ use agent_tree::testkit::EventProbe;
 use std::time::Duration;
 
 use crate::support::harness::{a, idle, outcome_of, results, started, status_of, tree};
+use crate::support::scripts::boss_completed;
 use crate::support::{
     RecordingModel, WAIT_LIMIT, catalog, resume_call, run_admitted, spawn_admitted, user_texts,
 };
@@ -130,9 +131,7 @@ async fn resume_of_a_running_child_is_refused_naming_its_status() {
             ],
         )
         .script("sleeper", [Turn::hang()]);
-    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed());
+    let tree = boss_completed(&model, boss_worker_sleeper()).await;
     let refused = &results(&model, a(1), 2)[0];
     assert!(refused.is_error);
     assert_eq!(
@@ -273,9 +272,7 @@ async fn a_resume_in_the_background_answers_at_once_and_the_run_completes() {
                 Turn::answer("two done").after(Duration::from_millis(20)),
             ],
         );
-    let tree = tree(model.clone(), boss_worker_sleeper(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed());
+    let tree = boss_completed(&model, boss_worker_sleeper()).await;
     assert_eq!(status_of(&results(&model, a(1), 2)[0]), "running");
     let read = &results(&model, a(1), 3)[0];
     assert_eq!(status_of(read), "completed");

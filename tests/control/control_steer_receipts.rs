@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::control_resume_rules::boss_slow_and_quick;
 use crate::support::harness::{a, idle, outcome_of, started, tree};
-use crate::support::lifetimes::ms;
+use crate::support::lifetimes::steers_of;
+use crate::support::lifetimes::{ms, spawned};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, catalog, delegator_of_all, leaf, spawn_admitted};
 use agent_tree::SteerReceipt;
@@ -63,11 +64,7 @@ async fn a_running_agent_gets_the_steer_at_its_next_turn_boundary() {
         (last.role, last.content.as_str()),
         (Role::User, "use the fast path")
     );
-    let steered = events
-        .drain()
-        .into_iter()
-        .filter(|e| e.agent == worker.id() && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of(&events.drain(), worker.id());
     assert_eq!(steered, 1);
 
     let refused = tree.steer(worker.id(), "too late").await.unwrap_err();
@@ -116,11 +113,7 @@ async fn steers_to_a_queued_agent_are_queued_and_delivered_in_order_at_its_first
     let texts: Vec<&str> = first.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(texts, ["the task", "first", "second", "third"]);
     assert!(first.iter().all(|m| m.role == Role::User));
-    let steered = events
-        .drain()
-        .into_iter()
-        .filter(|e| e.agent == queued.id() && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of(&events.drain(), queued.id());
     assert_eq!(steered, 3);
     assert_eq!(scripted.calls_by(queued.id()), 1);
     tree.shutdown().await;
@@ -144,7 +137,7 @@ async fn a_steer_to_a_completing_agent_is_refused() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("slow", "x")]),
+                Turn::spawn_background("slow", "x"),
                 Turn::answer("boss done"),
             ],
         )
@@ -262,9 +255,7 @@ async fn a_delivered_steer_from_a_tool_is_read() {
     let mut lost = Vec::new();
     for answer_after in 98..=102u64 {
         let (tree, model) = steer_race(ms(100), ms(answer_after)).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         let _ = outcome(&tree, lead, GUARD).await;
         bounded(GUARD, "idle", tree.idle()).await;
         let receipt = steer_receipt(&model, lead);
@@ -295,11 +286,7 @@ async fn a_delivered_steer_from_a_tool_is_never_lost_mt() {
         let (tree, model) = steer_race(steer_after, answer_after).await;
         let mut leads = Vec::new();
         for _ in 0..LEADS {
-            leads.push(
-                spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-                    .await
-                    .id(),
-            );
+            leads.push(spawned(&tree, "lead", "go").await);
         }
         for &lead in &leads {
             let _ = outcome(&tree, lead, REAL_GUARD).await;
@@ -346,9 +333,7 @@ async fn a_delivered_steer_from_the_application_is_never_lost_mt() {
             TreeConfig::default(),
         )
         .await;
-        let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
-            .await
-            .id();
+        let worker = spawned(&tree, "worker", "work").await;
         tokio::time::sleep(Duration::from_micros(400 + (run / 7 % 5) * 150)).await;
         let receipt = bounded(REAL_GUARD, "the steer", tree.steer(worker, STEER)).await;
         let _ = outcome(&tree, worker, REAL_GUARD).await;
@@ -381,9 +366,7 @@ async fn a_steer_delivered_during_the_last_allowed_turn_is_not_silently_lost() {
     let tree =
         crate::support::harness::tree(model.clone(), catalog([worker]), TreeConfig::default())
             .await;
-    let id = spawn_admitted(&tree, SpawnRequest::new("worker", "work"))
-        .await
-        .id();
+    let id = spawned(&tree, "worker", "work").await;
     tokio::time::sleep(ms(50)).await;
     let receipt = tree.steer(id, STEER).await;
     let got = outcome(&tree, id, GUARD).await;

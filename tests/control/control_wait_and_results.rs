@@ -7,23 +7,17 @@
 
 use std::time::Duration;
 
+use crate::control_resume_rules::boss_slow_and_quick;
 use crate::support::RecordingModel;
-use crate::support::catalog;
 use crate::support::harness::{a, idle, results, status_of, tree};
 use crate::support::read_result_call;
 use crate::support::run_admitted;
+use crate::support::scripts::background_spawns;
+use crate::support::scripts::boss_completed;
 use agent_tree::prelude::*;
 use agent_tree::protocol::Role;
 use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use serde_json::json;
-
-fn boss_slow_quick() -> Catalog {
-    catalog([
-        AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All),
-        AgentDefinition::new("slow", ""),
-        AgentDefinition::new("quick", ""),
-    ])
-}
 
 fn timed_wait(id: &str, ms: u64) -> Call {
     Call::tool(
@@ -65,9 +59,7 @@ async fn a_timed_out_wait_answers_running_and_the_child_completes_later() {
             "slow",
             [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed(), "{}", outcome.summary());
+    let tree = boss_completed(&model, boss_slow_and_quick()).await;
     idle(&tree).await;
 
     let log = model.log_of(a(1));
@@ -106,7 +98,7 @@ async fn unread_results_are_kept_and_reading_never_removes_them() {
             ],
         )
         .script("quick", [Turn::answer("quick done")]);
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_and_quick(), TreeConfig::default()).await;
     let outcome = run_admitted(&tree, SpawnRequest::new("boss", "first branch")).await;
     assert!(outcome.is_completed());
     let kept = tree.outcome(a(2)).expect("the result is kept");
@@ -140,7 +132,7 @@ async fn an_unread_background_result_is_noticed_by_its_owner() {
         )
         .script("quick", [Turn::answer("quick done")]);
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
+    let tree = tree(model.clone(), boss_slow_and_quick(), TreeConfig::default()).await;
     tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
     let third = &model.calls_of(a(1))[2].messages;
     let notice = third.last().unwrap();
@@ -169,9 +161,7 @@ async fn a_cut_short_wait_does_not_swallow_the_completion_notice() {
             [Turn::answer("slow done").after(Duration::from_millis(500))],
         );
     let model = RecordingModel::new(scripted.clone());
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed());
+    let tree = boss_completed(&model, boss_slow_and_quick()).await;
     assert_eq!(status_of(&results(&scripted, a(1), 2)[0]), "running");
     assert_eq!(tree.record(a(2)).unwrap().status, AgentStatus::Completed);
     // The owner got "running" from its wait, never the result: the completion must reach it.
@@ -201,19 +191,14 @@ async fn a_result_awaited_or_read_after_its_child_ended_mid_turn_is_not_noticed_
             .script(
                 "boss",
                 [
-                    Turn::calls([
-                        Call::spawn_background("quick", "one"),
-                        Call::spawn_background("quick", "two"),
-                    ]),
+                    background_spawns([("quick", "one"), ("quick", "two")]),
                     Turn::calls([take]).after(Duration::from_millis(50)),
                     Turn::answer("boss done"),
                 ],
             )
             .script("quick", [Turn::answer("quick done")]);
         let model = RecordingModel::new(scripted);
-        let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-        let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-        assert!(outcome.is_completed(), "{outcome:?}");
+        let tree = boss_completed(&model, boss_slow_and_quick()).await;
         let third = &model.calls_of(a(1))[2].messages;
         let noticed = |id: &str| {
             third.iter().any(|m| {
@@ -258,9 +243,7 @@ async fn a_peek_while_the_child_runs_does_not_take_back_its_later_end_notice() {
             [Turn::answer("slow done").after(Duration::from_millis(300))],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed(), "{outcome:?}");
+    let tree = boss_completed(&model, boss_slow_and_quick()).await;
     let fourth = &model.calls_of(a(1))[3].messages;
     assert!(noticed(fourth, "a2", "slow done"), "{fourth:#?}");
     tree.shutdown().await;
@@ -293,9 +276,7 @@ async fn a_resumed_child_ending_again_is_noticed_after_its_first_result_was_read
             ],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed(), "{outcome:?}");
+    let tree = boss_completed(&model, boss_slow_and_quick()).await;
     let calls = model.calls_of(a(1));
     let fifth = &calls[4].messages;
     assert!(noticed(fifth, "a2", "second done"), "{fifth:#?}");
@@ -336,9 +317,7 @@ async fn a_read_of_the_second_run_does_not_take_back_the_first_runs_notice() {
             [Turn::answer("first done"), Turn::answer("second done")],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(model.clone(), boss_slow_quick(), TreeConfig::default()).await;
-    let outcome = tree.run(SpawnRequest::new("boss", "go")).await.unwrap();
-    assert!(outcome.is_completed(), "{outcome:?}");
+    let tree = boss_completed(&model, boss_slow_and_quick()).await;
     let calls = model.calls_of(a(1));
     let third = &calls[2].messages;
     let resumed_ok = third

@@ -93,7 +93,7 @@ async fn a_run_aborted_while_its_calls_are_out_is_resumed_with_every_call_answer
         .script(
             "lead",
             [
-                Turn::calls([Call::spawn("sleeper", "nap")]),
+                Turn::spawn("sleeper", "nap"),
                 Turn::answer("lead done after the resume"),
             ],
         )

@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::support::harness::{a, tree};
 
 use crate::support::harness::{results, tools};
+use crate::support::scripts::{background_spawns, foreground_spawns_of};
 use crate::support::{
     RecordingModel, catalog, delegator_of_all, error_text, resume_call, spawn_admitted,
 };
@@ -230,10 +231,7 @@ async fn type_names_fold_ascii_case_only_so_confusables_do_not_resolve() {
         .script(
             "boss",
             [
-                Turn::calls([
-                    Call::spawn_background("\u{212A}id", "x"),
-                    Call::spawn_background("KID", "x"),
-                ]),
+                background_spawns([("\u{212A}id", "x"), ("KID", "x")]),
                 Turn::answer("done"),
             ],
         )
@@ -404,11 +402,7 @@ async fn a_blank_task_or_steer_is_refused_and_an_empty_resume_is_not() {
         .script(
             "boss",
             [
-                Turn::calls([
-                    Call::spawn("worker", ""),
-                    Call::spawn("worker", " \n\t"),
-                    Call::spawn("worker", "real work"),
-                ]),
+                foreground_spawns_of("worker", ["", " \n\t", "real work"]),
                 Turn::calls([resume_call("a2", "")]),
                 Turn::answer("done"),
             ],

@@ -205,6 +205,13 @@ fn check(
     passed
 }
 
+/// A `get_subagent_result` call of each of `targets`, then a steer of each.
+fn peeks_then_steers(targets: &[String]) -> Vec<Call> {
+    let mut calls: Vec<Call> = targets.iter().map(|t| peek(t)).collect();
+    calls.extend(targets.iter().map(|t| steer(t)));
+    calls
+}
+
 #[tokio::test(start_paused = true)]
 async fn only_the_owner_reaches_its_children_with_every_control_tool() {
     let Built {
@@ -216,8 +223,7 @@ async fn only_the_owner_reaches_its_children_with_every_control_tool() {
     let targets = targets(&ids);
     let ops = targets.len();
     for (i, &id) in ids.iter().enumerate() {
-        let mut matrix: Vec<Call> = targets.iter().map(|t| peek(t)).collect();
-        matrix.extend(targets.iter().map(|t| steer(t)));
+        let mut matrix = peeks_then_steers(&targets);
         matrix.extend(targets.iter().map(|t| resume(t)));
         // Deeper agents take their abort turn first.
         let wait = Duration::from_secs(100 * u64::from(MAX_HEIGHT + 1 - shape.depth[i]));
@@ -319,8 +325,7 @@ async fn in_descendants_scope_result_and_steer_reach_exactly_the_callers_subtree
     let targets = targets(&ids);
     let ops = targets.len();
     for &id in &ids {
-        let mut matrix: Vec<Call> = targets.iter().map(|t| peek(t)).collect();
-        matrix.extend(targets.iter().map(|t| steer(t)));
+        let matrix = peeks_then_steers(&targets);
         model.script_agent(
             id,
             Script::new([

@@ -303,6 +303,12 @@ async fn run(seed: u64, n: usize, modes: &[Mode], hooked: bool) -> HashMap<Agent
     seen
 }
 
+/// How many of the runs `seen` counts ended with the agent `running` (the abort came after
+/// its session existed).
+fn running(seen: &HashMap<AgentStatus, usize>) -> usize {
+    seen.get(&AgentStatus::Running).copied().unwrap_or_default()
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_aborts_while_a_top_level_agent_is_constructed() {
     let started = std::time::Instant::now();
@@ -322,14 +328,7 @@ async fn random_aborts_while_a_top_level_agent_is_constructed() {
         Some(1_300),
         "{bare:?}"
     );
-    assert!(
-        hooked
-            .get(&AgentStatus::Running)
-            .copied()
-            .unwrap_or_default()
-            > 300,
-        "{hooked:?}"
-    );
+    assert!(running(&hooked) > 300, "{hooked:?}");
     eprintln!(
         "top level: bare {bare:?} hooked {hooked:?} in {:?}",
         started.elapsed()
@@ -340,14 +339,7 @@ async fn random_aborts_while_a_top_level_agent_is_constructed() {
 async fn random_owner_aborts_while_the_agent_starts() {
     let started = std::time::Instant::now();
     let hooked = run(0xD00D, 2_600, &[Mode::OwnerAbortedDuringStartHook], true).await;
-    assert!(
-        hooked
-            .get(&AgentStatus::Running)
-            .copied()
-            .unwrap_or_default()
-            > 300,
-        "{hooked:?}"
-    );
+    assert!(running(&hooked) > 300, "{hooked:?}");
     eprintln!("nested: hooked {hooked:?} in {:?}", started.elapsed());
 }
 

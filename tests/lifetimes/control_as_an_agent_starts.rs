@@ -17,14 +17,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_tree::prelude::*;
-use agent_tree::protocol::{EndReason, Event, EventKind, Role};
+use agent_tree::protocol::{EndReason, Event, Role};
 use agent_tree::testkit::{Call, CallEnd, ModelCall, ScriptedModel, Target, Turn};
 use agent_tree::{ABORT_TOOL, ControlError, HookContext, HookError, SteerReceipt};
 use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::races_mt::{assert_folds, bounded};
-use crate::support::lifetimes::ms;
+use crate::support::lifetimes::{ms, steers_of as steered};
+use crate::support::scripts::background_spawns;
 use crate::support::{
     RecordingModel, TreeCell, build_tree, catalog, delegator, leaf, spawn_admitted,
 };
@@ -40,11 +41,7 @@ fn lead_and_kids() -> ScriptedModel {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("kid", "one"),
-                    Call::spawn_background("kid", "two"),
-                ])
-                .usage(U),
+                background_spawns([("kid", "one"), ("kid", "two")]).usage(U),
                 Turn::hang(),
             ],
         )
@@ -73,6 +70,17 @@ async fn lead_tree(model: &ScriptedModel) -> (Tree, Hooks) {
     (tree, hooks)
 }
 
+/// A [`lead_tree`] of `model`, its event stream, and `lead` spawned on it with the task `go`.
+async fn lead_started(
+    model: &ScriptedModel,
+) -> (Tree, Hooks, agent_tree::EventStream, AgentHandle) {
+    let (tree, hooks) = lead_tree(model).await;
+    let all = tree.subscribe();
+    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+    (tree, hooks, all, lead)
+}
+
+/// A tree of one `worker` leaf on a clone of `model`.
 async fn worker_tree(model: &ScriptedModel) -> Tree {
     build_tree(catalog([leaf("worker")]), model.clone()).await
 }
@@ -112,11 +120,17 @@ fn check(tree: &Tree, events: &[Event], calls: &[ModelCall], run: u32) {
     assert_folds(tree, events, run);
 }
 
-fn steered(events: &[Event], agent: AgentId) -> usize {
-    events
-        .iter()
-        .filter(|e| e.agent == agent && matches!(e.kind, EventKind::Steered))
-        .count()
+/// Waits for `lead` to end for `reason` (checked, naming `run`), then for the tree to idle.
+async fn ends_then_idle(tree: &Tree, lead: &mut AgentHandle, reason: EndReason, run: u32) {
+    let outcome = bounded("the lead", lead.outcome()).await;
+    assert_eq!(outcome.reason, reason, "run {run}: {outcome:?}");
+    bounded("idle", tree.idle()).await;
+}
+
+/// After the tree's shutdown: no actor alive, and [`check`].
+fn check_nothing_alive(tree: &Tree, events: &[Event], calls: &[ModelCall], run: u32) {
+    assert!(tree.alive_actors().is_empty(), "run {run}");
+    check(tree, events, calls, run);
 }
 
 fn carries_steer(call: &ModelCall) -> bool {
@@ -183,9 +197,7 @@ async fn steer_before_first_turn(delayed: bool) {
 async fn control_right_after_spawn_comes_before_the_first_model_call() {
     for control in ["abort", "kill", "shutdown", "shutdown_agent"] {
         let model = lead_and_kids();
-        let (tree, hooks) = lead_tree(&model).await;
-        let mut all = tree.subscribe();
-        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+        let (tree, hooks, mut all, mut lead) = lead_started(&model).await;
         let id = lead.id();
         let mut report = None;
         match control {
@@ -245,16 +257,15 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
         }
     });
     let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog([
+        build_tree(
+            catalog([
                 delegator("lead", &["mid"]),
                 delegator("mid", &["kid"]),
                 leaf("kid"),
-            ]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds"),
+            ]),
+            model,
+        )
+        .await,
     );
     cell.set(&tree);
     let mut all = tree.subscribe();
@@ -296,13 +307,9 @@ async fn a_child_aborted_by_its_owner_as_it_starts_makes_no_model_call_after_it(
 async fn an_abort_right_after_spawn_reaches_every_kid_and_bills_exactly_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
-        let (tree, _) = lead_tree(&model).await;
-        let mut all = tree.subscribe();
-        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+        let (tree, _, mut all, mut lead) = lead_started(&model).await;
         tree.abort(lead.id()).expect("the lead is live");
-        let outcome = bounded("the lead", lead.outcome()).await;
-        assert_eq!(outcome.reason, EndReason::Aborted, "run {run}: {outcome:?}");
-        bounded("idle", tree.idle()).await;
+        ends_then_idle(&tree, &mut lead, EndReason::Aborted, run).await;
         let snapshot = tree.snapshot();
         let kids: Vec<_> = snapshot
             .agents()
@@ -318,8 +325,7 @@ async fn an_abort_right_after_spawn_reaches_every_kid_and_bills_exactly_mt() {
             assert!(model.calls_by(kid.id) <= 1, "run {run}");
         }
         tree.shutdown().await;
-        assert!(tree.alive_actors().is_empty(), "run {run}");
-        check(&tree, &all.drain(), &model.log(), run);
+        check_nothing_alive(&tree, &all.drain(), &model.log(), run);
     }
 }
 
@@ -329,20 +335,15 @@ async fn an_abort_right_after_spawn_reaches_every_kid_and_bills_exactly_mt() {
 async fn a_kill_right_after_spawn_takes_every_kid_and_bills_exactly_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
-        let (tree, _) = lead_tree(&model).await;
-        let mut all = tree.subscribe();
-        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+        let (tree, _, mut all, mut lead) = lead_started(&model).await;
         tree.kill(lead.id()).expect("the lead's actor runs");
-        let outcome = bounded("the lead", lead.outcome()).await;
-        assert_eq!(outcome.reason, EndReason::Killed, "run {run}: {outcome:?}");
-        bounded("idle", tree.idle()).await;
+        ends_then_idle(&tree, &mut lead, EndReason::Killed, run).await;
         for kid in tree.snapshot().agents().filter(|r| r.agent_type == "kid") {
             assert_eq!(kid.status, AgentStatus::Killed, "run {run}: {kid:?}");
         }
         let report = bounded("the shutdown", tree.shutdown()).await;
         assert!(report.killed.len() <= 3, "run {run}: {report:?}");
-        assert!(tree.alive_actors().is_empty(), "run {run}");
-        check(&tree, &all.drain(), &model.log(), run);
+        check_nothing_alive(&tree, &all.drain(), &model.log(), run);
     }
 }
 
@@ -352,9 +353,7 @@ async fn a_kill_right_after_spawn_takes_every_kid_and_bills_exactly_mt() {
 async fn a_shutdown_right_after_spawn_runs_each_hook_once_and_kills_nobody_mt() {
     for run in 0..100u32 {
         let model = lead_and_kids();
-        let (tree, hooks) = lead_tree(&model).await;
-        let mut all = tree.subscribe();
-        let _lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+        let (tree, hooks, mut all, _lead) = lead_started(&model).await;
         let report = bounded("the shutdown", tree.shutdown()).await;
         assert!(report.killed.is_empty(), "run {run}: {report:?}");
         assert!(report.hook_failures.is_empty(), "run {run}: {report:?}");
@@ -369,8 +368,7 @@ async fn a_shutdown_right_after_spawn_runs_each_hook_once_and_kills_nobody_mt() 
             );
             assert!(model.calls_by(record.id) <= 2, "run {run}");
         }
-        assert!(tree.alive_actors().is_empty(), "run {run}");
-        check(&tree, &all.drain(), &model.log(), run);
+        check_nothing_alive(&tree, &all.drain(), &model.log(), run);
     }
 }
 
@@ -436,11 +434,7 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
             .script(
                 "lead",
                 [
-                    Turn::calls([
-                        Call::spawn_background("kid", "one"),
-                        Call::spawn_background("kid", "two"),
-                    ])
-                    .usage(U),
+                    background_spawns([("kid", "one"), ("kid", "two")]).usage(U),
                     Turn::calls([
                         Call::steer(Target::Spawned(0), STEER),
                         Call::tool(ABORT_TOOL, json!({ "agent_id": "a3" })),
@@ -460,9 +454,7 @@ async fn an_owner_steering_and_aborting_kids_it_just_started_loses_no_steer_mt()
                     Turn::answer("kid read").usage(U),
                 ],
             );
-        let (tree, _) = lead_tree(&model).await;
-        let mut all = tree.subscribe();
-        let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
+        let (tree, _, mut all, mut lead) = lead_started(&model).await;
         let outcome = bounded("the lead", lead.outcome()).await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;

@@ -22,6 +22,7 @@ use agent_tree::testkit::{CallLog, ScriptedModel, Turn};
 use agent_tree::{Durability, JournalConfig, TreeConfig};
 
 use crate::support::journal::TempDir;
+use crate::support::lifetimes::spawned;
 use crate::support::{catalog, leaf, spawn_admitted, user_texts};
 
 const JOURNAL: &str = "AGENT_TREE_CRASH_JOURNAL";
@@ -361,9 +362,7 @@ async fn asking(journal: &Path, answered: bool) -> Tree {
         .await
         .unwrap();
     let mut events = tree.subscribe();
-    let writer = spawn_admitted(&tree, SpawnRequest::new("writer", "the task"))
-        .await
-        .id();
+    let writer = spawned(&tree, "writer", "the task").await;
     while let Some(event) = events.next().await {
         if event.agent == writer && event.kind.name() == "asked" {
             break;

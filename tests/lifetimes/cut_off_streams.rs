@@ -16,12 +16,16 @@ use std::time::Duration;
 use agent_tree::BoxFuture;
 use agent_tree::prelude::*;
 use agent_tree::protocol::{EndReason, Event, EventKind, Fold, Message, Role};
-use agent_tree::testkit::{Call, Script, ScriptedModel, Turn};
+use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::races_mt::bounded;
-use crate::support::{catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event};
+use crate::support::lifetimes::spawned;
+use crate::support::scripts::foreground_spawns_of;
+use crate::support::{
+    build_tree, catalog, delegator, leaf, run_admitted, spawn_admitted, terminal_event,
+};
 
 /// Input tokens every worker call reports with its first chunk.
 const INPUT: u64 = 10;
@@ -566,19 +570,18 @@ async fn kills_mid_stream_past_the_restart_intensity_bill_every_run_once() {
             step(&["abc"], End::Hang),
         ],
     );
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator("lead", &["worker"]).with_supervision(
                 agent_tree::protocol::Strategy::OneForOne,
                 2,
                 60_000,
             ),
             leaf("worker").with_restart(RestartPolicy::Permanent),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let mut events = tree.subscribe();
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     let worker = AgentId::new(2);
@@ -631,20 +634,14 @@ async fn no_stream_event_follows_an_end_in_a_kill_cascade_mt() {
         let chunks: Vec<&'static str> = vec![BIG; 30];
         let model = Plan::new(
             Script::new([
-                Turn::calls([
-                    Call::spawn("worker", "one"),
-                    Call::spawn("worker", "two"),
-                    Call::spawn("worker", "three"),
-                ]),
+                foreground_spawns_of("worker", ["one", "two", "three"]),
                 Turn::answer("lead done"),
             ]),
             (0..3).map(|_| step(&chunks, End::Answer(FinishReason::Stop))),
         );
         let (tree, mut events) =
             tree_with(&model, TreeConfig::default().with_stream_events(true)).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         // Somewhere in the streams.
         let mut all = Vec::new();
         let mut seen = 0;

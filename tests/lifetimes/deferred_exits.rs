@@ -25,7 +25,7 @@ use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
 use crate::races_mt::assert_folds;
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, spawned};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, TreeCell, catalog, delegator, leaf, spawn_admitted};
 
@@ -75,31 +75,10 @@ async fn until_the_worker_settles(events: &mut agent_tree::EventStream) {
 /// completes and the tree becomes idle.
 #[tokio::test(start_paused = true)]
 async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
-    let tree = lead_and_transient_failing_worker().await;
-    let mut events = tree.subscribe();
-    let aborter = {
-        let tree = tree.clone();
-        tokio::spawn(async move {
-            // Woken as the worker settles, before its owner reads the notice.
-            until_the_worker_settles(&mut events).await;
-            let awaiting = tree.outcome(a(2)).is_none();
-            tree.abort(a(2)).expect("the worker exists");
-            awaiting
-        })
-    };
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let awaiting = bounded(GUARD, "the aborter", aborter)
-        .await
-        .expect("no panic");
-    assert!(
-        awaiting,
-        "precondition: the worker's exit awaited the lead's decision"
-    );
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    bounded(GUARD, "idle", tree.idle()).await;
+    stop_the_worker_awaiting_its_decision(|tree| async move {
+        tree.abort(a(2)).expect("the worker exists");
+    })
+    .await;
 }
 
 /// As [`an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner`], reached by
@@ -108,6 +87,21 @@ async fn an_abort_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
 /// the owner completes.
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner() {
+    stop_the_worker_awaiting_its_decision(|tree| async move {
+        tree.shutdown_agent(a(2)).await.expect("the worker exists");
+    })
+    .await;
+}
+
+/// Runs the lead of [`lead_and_transient_failing_worker`] while a task, woken as the worker
+/// (a2) settles and before its owner reads the notice, ends the worker for good with `stop`;
+/// checks that the worker's exit then awaited the lead's decision, that the lead completes
+/// and that the tree becomes idle.
+async fn stop_the_worker_awaiting_its_decision<F, Fut>(stop: F)
+where
+    F: FnOnce(Arc<Tree>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let tree = lead_and_transient_failing_worker().await;
     let mut events = tree.subscribe();
     let stopper = {
@@ -115,14 +109,12 @@ async fn a_shutdown_of_a_child_awaiting_its_restart_decision_reaches_its_owner()
         tokio::spawn(async move {
             until_the_worker_settles(&mut events).await;
             let awaiting = tree.outcome(a(2)).is_none();
-            let report = tree.shutdown_agent(a(2)).await.expect("the worker exists");
-            (awaiting, report)
+            stop(tree).await;
+            awaiting
         })
     };
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let (awaiting, _report) = bounded(GUARD, "the stopper", stopper)
+    let lead = spawned(&tree, "lead", "go").await;
+    let awaiting = bounded(GUARD, "the stopper", stopper)
         .await
         .expect("no panic");
     assert!(
@@ -163,9 +155,7 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final() {
     let (model, catalog) = lead_and_flaky();
     let tree = Arc::new(crate::support::harness::tree(model, catalog, TreeConfig::default()).await);
     let mut events = tree.subscribe();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
     let flaky = a(2);
     // A task of its own, woken (FIFO) by the terminal event before the owner is woken by the
     // child's notice: the kill lands while the exit awaits the owner's decision.
@@ -202,9 +192,7 @@ async fn a_child_awaiting_the_decision_of_a_killed_owner_becomes_final_mt() {
         let model = model.script("flaky", [Turn::fail("boom")]);
         let tree = crate::support::harness::tree(model, catalog, TreeConfig::default()).await;
         let mut events = tree.subscribe();
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         let flaky = a(2);
         bounded(REAL_GUARD, "the flaky child's end", async {
             loop {
@@ -262,12 +250,8 @@ async fn a_shutdown_reports_a_killed_agent_awaiting_its_restart_decision_as_kill
         config,
     )
     .await;
-    let flaky = spawn_admitted(&tree, SpawnRequest::new("flaky", "go"))
-        .await
-        .id();
-    let steady = spawn_admitted(&tree, SpawnRequest::new("steady", "go"))
-        .await
-        .id();
+    let flaky = spawned(&tree, "flaky", "go").await;
+    let steady = spawned(&tree, "steady", "go").await;
     model.until_all_calls(&[flaky, steady], 1).await;
     // The shutdown begins in the task that hears flaky's `killed` event: it is woken while
     // the root handles the death, before the stopped sibling's end can come back.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_tree::prelude::*;
 use agent_tree::testkit::{Script, ScriptedModel, Turn};
 
-use crate::support::{catalog, leaf};
+use crate::support::{build_tree, catalog, leaf};
 
 const U: Usage = Usage::tokens(7, 3);
 
@@ -26,15 +26,14 @@ async fn boss_with_detached_kid(
     let model = ScriptedModel::new()
         .script("boss", Script::new(boss))
         .script("kid", kid_script);
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             crate::support::delegator("boss", &["kid"]),
             leaf("kid").detached(),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("builds");
+        ]),
+        model.clone(),
+    )
+    .await;
     let mut boss = tree.spawn(SpawnRequest::new("boss", "go")).await.unwrap();
     let first = boss.outcome().await;
     assert!(first.is_completed(), "{first:?}");

@@ -103,23 +103,27 @@ async fn a_subtree_shutdown_with_hooks_keeps_every_call_answered() {
     );
 }
 
+/// Checks that `messages` have `roles`, in order (naming the conversation if not).
+fn assert_roles(messages: &[Message], roles: &[Role]) {
+    let got: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(got, roles, "{messages:#?}");
+}
+
 /// The same without shutdown hooks: the resumed run is sent the task, the turn's calls,
 /// `quick`'s result, `stuck` answered `not answered`, then the new prompt.
 #[tokio::test(start_paused = true)]
 async fn a_subtree_shutdown_without_hooks_keeps_every_call_answered() {
     let messages = shut_down_then_resumed(false).await;
     assert_eq!(unanswered(&messages), None, "{messages:#?}");
-    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
-    assert_eq!(
-        roles,
-        [
+    assert_roles(
+        &messages,
+        &[
             Role::User,
             Role::Assistant,
             Role::Tool,
             Role::Tool,
-            Role::User
+            Role::User,
         ],
-        "{messages:#?}"
     );
     assert_eq!(messages[2].content, "slow quick");
     assert!(messages[3].is_error && messages[3].content.contains("not answered"));
@@ -308,18 +312,16 @@ async fn a_journaled_tree_shutdown_with_hooks_keeps_every_call_answered() {
             "the recovered, resumed run was sent a call without its result: {problem}: {messages:#?}"
         );
     }
-    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
-    assert_eq!(
-        roles,
-        [
+    assert_roles(
+        &messages,
+        &[
             Role::User,
             Role::Assistant,
             Role::Tool,
             Role::Tool,
             Role::User,
-            Role::User
+            Role::User,
         ],
-        "{messages:#?}"
     );
     assert_eq!(messages[2].content, "slow quick", "{messages:#?}");
 }

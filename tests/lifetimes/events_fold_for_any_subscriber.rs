@@ -4,10 +4,11 @@
 //! instant it subscribed.
 
 use agent_tree::prelude::*;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 use crate::support::lifetimes::ms;
-use crate::support::{catalog, delegator_of_all, leaf};
+use crate::support::scripts::background_spawns;
+use crate::support::{build_tree, catalog, delegator_of_all, leaf};
 
 /// The registry folds events with `apply_owned` (and writes `started` without its agent
 /// type) while nobody listens; what subscribers get still folds to the records. A
@@ -22,11 +23,7 @@ async fn late_and_leaving_subscribers_fold_to_the_records() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("flaky", "a"),
-                    Call::spawn_background("worker", "b"),
-                ])
-                .usage(Usage::tokens(5, 1)),
+                background_spawns([("flaky", "a"), ("worker", "b")]).usage(Usage::tokens(5, 1)),
                 Turn::answer("first").after(ms(30)),
                 Turn::answer("lead resumed").usage(Usage::tokens(3, 1)),
             ],
@@ -46,16 +43,15 @@ async fn late_and_leaving_subscribers_fold_to_the_records() {
                 .after(ms(20))
                 .usage(Usage::tokens(1, 1))],
         );
-    let tree = Tree::builder()
-        .catalog(catalog([
+    let tree = build_tree(
+        catalog([
             delegator_of_all("lead").with_supervision(Strategy::OneForOne, 3, 5_000),
             leaf("flaky").with_restart(RestartPolicy::Transient),
             leaf("worker"),
-        ]))
-        .model(model)
-        .build()
-        .await
-        .expect("the tree builds");
+        ]),
+        model,
+    )
+    .await;
     // Nobody listens for the first events.
     let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     tokio::time::sleep(ms(2)).await;

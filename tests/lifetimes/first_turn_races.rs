@@ -29,6 +29,16 @@ async fn worker_tree(model: &ScriptedModel, worker: AgentDefinition) -> Tree {
     build_tree(catalog([worker]), model.clone()).await
 }
 
+/// A first turn that fails (billing `U`) in even runs and panics in odd ones.
+fn failing_first_turn(run: u32) -> Turn {
+    if run.is_multiple_of(2) {
+        Turn::fail("boom").usage(U)
+    } else {
+        Turn::panic("boom")
+    }
+}
+
+/// A worker's script: `first`, then three answers billing `U` each.
 fn script(first: Turn) -> Script {
     Script::new([
         first,
@@ -136,12 +146,7 @@ async fn a_steer_right_after_spawn_with_one_turn_is_refused_never_lost_mt() {
 async fn a_delivered_steer_survives_a_first_turn_failure_mt() {
     let mut delivered = 0;
     for run in 0..120u32 {
-        let first = if run % 2 == 0 {
-            Turn::fail("boom").usage(U)
-        } else {
-            Turn::panic("boom")
-        };
-        let model = ScriptedModel::new().script("worker", script(first));
+        let model = ScriptedModel::new().script("worker", script(failing_first_turn(run)));
         let tree = worker_tree(&model, leaf("worker")).await;
         let mut all = tree.subscribe();
         let mut worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go")).await;
@@ -190,12 +195,7 @@ async fn a_delivered_steer_survives_a_first_turn_failure_mt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_right_after_spawn_never_restarts_mt() {
     for run in 0..120u32 {
-        let first = if run % 2 == 0 {
-            Turn::fail("boom").usage(U)
-        } else {
-            Turn::panic("boom")
-        };
-        let model = ScriptedModel::new().script("worker", script(first));
+        let model = ScriptedModel::new().script("worker", script(failing_first_turn(run)));
         let tree = worker_tree(
             &model,
             leaf("worker").with_restart(RestartPolicy::Transient),

@@ -12,9 +12,9 @@ use agent_tree::prelude::*;
 use agent_tree::protocol::RequestId;
 use agent_tree::testkit::{EventProbe, ScriptedModel, Turn};
 
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, spawned};
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{catalog, leaf, spawn_admitted};
+use crate::support::{catalog, leaf};
 
 /// The root's request ids move from a list to a map at the 17th; every earlier id, the one
 /// that triggered the switch and later ones each still return the existing agent (no second
@@ -95,9 +95,7 @@ async fn restarted_children_answer_their_calls_across_the_index_thresholds() {
             .with_max_total_agents(64),
     )
     .await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
     let got = outcome(&tree, lead, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed, "{got:?}");
     let results = crate::support::harness::results(&model, lead, 1);
@@ -138,17 +136,13 @@ async fn an_earlier_snapshot_never_changes() {
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let w = spawn_admitted(&tree, SpawnRequest::new("w", "hang"))
-        .await
-        .id();
+    let w = spawned(&tree, "w", "hang").await;
     events
         .expect_event("a start", crate::support::harness::started(w))
         .await;
     let before = tree.snapshot();
     let frozen = serde_json::to_string(&before).expect("json");
-    let done = spawn_admitted(&tree, SpawnRequest::new("done", "go"))
-        .await
-        .id();
+    let done = spawned(&tree, "done", "go").await;
     let got = outcome(&tree, done, GUARD).await;
     assert_eq!(got.status, AgentStatus::Completed);
     bounded(GUARD, "the shutdown", tree.shutdown()).await;

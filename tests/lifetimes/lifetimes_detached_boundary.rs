@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{hanging, ms};
+use crate::support::scripts::background_spawns;
 use crate::support::{
     CallEnd, RecordingModel, WAIT_LIMIT, build_tree, catalog, delegator, delegator_of_all, leaf,
     spawn_admitted, terminal_event, within,
@@ -25,11 +26,8 @@ use crate::support::{
 const LATER: Duration = Duration::from_secs(10);
 
 fn spawns() -> Turn {
-    Turn::calls([
-        Call::spawn_background("worker", "attached work"),
-        Call::spawn_background("drifter", "detached work"),
-    ])
-    .usage(Usage::tokens(3, 3))
+    background_spawns([("worker", "attached work"), ("drifter", "detached work")])
+        .usage(Usage::tokens(3, 3))
 }
 
 /// boss (a1) → lead (a2) → attached worker (a3) and detached worker (a4). The lead's
@@ -284,7 +282,7 @@ async fn a_resumed_detached_child_of_an_earlier_run_stays_detached() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("kid", "x")]),
+                Turn::spawn_background("kid", "x"),
                 Turn::fail("crash").after(Duration::from_millis(50)),
                 // restarted incarnation: resume the detached child, then finish
                 Turn::calls([Call::tool(

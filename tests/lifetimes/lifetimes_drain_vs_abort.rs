@@ -26,10 +26,11 @@ use serde_json::json;
 
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::{
-    hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called, terminal,
+    hanging, ms, shutdown_agent_in_a_task, spawned, spawned_with_a2_called, terminal,
 };
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, yields};
 use crate::support::run_within;
+use crate::support::scripts::background_spawns;
 use crate::support::{
     CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, terminal_event, within,
 };
@@ -40,10 +41,7 @@ fn model(lead_then: Turn) -> RecordingModel {
     let scripted = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls([
-                Call::spawn_background("worker", "w1"),
-                Call::spawn_background("worker", "w2"),
-            ]),
+            background_spawns([("worker", "w1"), ("worker", "w2")]),
             lead_then,
         ],
     );
@@ -64,6 +62,16 @@ fn model(lead_then: Turn) -> RecordingModel {
 
 fn lead(settle: SettlePolicy) -> AgentDefinition {
     delegator("lead", &["worker"]).with_settle(settle)
+}
+
+/// A tree of a [`lead`] settling by `settle` over a `worker` leaf, on a clone of `model`.
+async fn lead_and_worker_tree(model: &RecordingModel, settle: SettlePolicy) -> Tree {
+    tree(
+        model.clone(),
+        catalog([lead(settle), leaf("worker")]),
+        TreeConfig::default(),
+    )
+    .await
 }
 
 fn end_of(events: &[Event], id: AgentId) -> &Event {
@@ -91,12 +99,7 @@ async fn an_owner_whose_run_ends_aborts_its_live_children_at_once() {
     ];
     for (case, lead_then, settle, (status, reason)) in cases {
         let model = model(lead_then.after(Duration::from_secs(1)));
-        let tree = tree(
-            model.clone(),
-            catalog([lead(settle), leaf("worker")]),
-            TreeConfig::default(),
-        )
-        .await;
+        let tree = lead_and_worker_tree(&model, settle).await;
         let mut events = tree.subscribe();
         let outcome = run_within(&tree, "the lead", SpawnRequest::new("lead", "go")).await;
         assert_eq!((outcome.status, outcome.reason), (status, reason), "{case}");
@@ -170,12 +173,7 @@ async fn assert_drains(tree: &Tree, events: &mut EventProbe, lead: AgentId) {
 #[tokio::test(start_paused = true)]
 async fn drain_holds_the_owner_completing_until_its_children_settle() {
     let model = model(Turn::answer("lead done").after(Duration::from_secs(1)));
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = lead_and_worker_tree(&model, SettlePolicy::Drain).await;
     let mut events = EventProbe::new(&tree);
     spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     assert_drains(&tree, &mut events, a(1)).await;
@@ -187,12 +185,7 @@ async fn drain_holds_the_owner_completing_until_its_children_settle() {
 async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     // Top level: the request overrides the definition's default.
     let model_top = model(Turn::answer("lead done").after(Duration::from_secs(1)));
-    let tree_top = tree(
-        model_top.clone(),
-        catalog([lead(SettlePolicy::AbortChildren), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree_top = lead_and_worker_tree(&model_top, SettlePolicy::AbortChildren).await;
     let mut events = EventProbe::new(&tree_top);
     spawn_admitted(
         &tree_top,
@@ -205,20 +198,11 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
     // Nested: boss (a1) spawns the lead (a2), whose definition drains; the lead's workers
     // are a3 and a4.
     let scripted = ScriptedModel::new()
-        .script(
-            "boss",
-            [
-                Turn::calls([Call::spawn_background("lead", "go")]),
-                Turn::hang(),
-            ],
-        )
+        .script("boss", [Turn::spawn_background("lead", "go"), Turn::hang()])
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("worker", "w1"),
-                    Call::spawn_background("worker", "w2"),
-                ]),
+                background_spawns([("worker", "w1"), ("worker", "w2")]),
                 Turn::answer("lead done").after(Duration::from_secs(1)),
             ],
         )
@@ -257,12 +241,7 @@ async fn a_request_can_ask_for_drain_at_top_level_and_through_the_agent_tool() {
 #[tokio::test(start_paused = true)]
 async fn an_aborted_owner_aborts_its_children_even_under_drain() {
     let model = model(Turn::hang());
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = lead_and_worker_tree(&model, SettlePolicy::Drain).await;
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     model.until_all_calls(&[a(1), a(2), a(3)], 1).await;
     model.until_calls(a(1), 2).await;
@@ -306,12 +285,7 @@ async fn a_child_asking_its_draining_owner_is_not_left_waiting() {
             ],
         );
     let model = RecordingModel::new(scripted);
-    let tree = tree(
-        model.clone(),
-        catalog([lead(SettlePolicy::Drain), leaf("worker")]),
-        TreeConfig::default(),
-    )
-    .await;
+    let tree = lead_and_worker_tree(&model, SettlePolicy::Drain).await;
     let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
     // Far longer than anything in the scripts; virtual time, so it costs nothing.
     let settled = tokio::time::timeout(Duration::from_secs(3600), lead.outcome()).await;
@@ -480,15 +454,9 @@ fn boss_lead_worker(boss_after: Duration, lead_after: Duration) -> RecordingMode
 #[tokio::test(start_paused = true)]
 async fn owner_end_keeps_a_completing_childs_answer() {
     let model = boss_lead_worker(ms(50), Duration::ZERO);
-    let catalog = catalog([
-        delegator("boss", &["lead"]),
-        delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
-        leaf("worker"),
-    ]);
+    let catalog = boss_over_a_draining_lead();
     let tree = crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-        .await
-        .id();
+    let boss = spawned(&tree, "boss", "go").await;
     model.until_calls(a(3), 1).await;
     until_completing(&tree, &model, a(2)).await;
     let boss_out = outcome(&tree, boss, GUARD).await;
@@ -537,9 +505,7 @@ async fn abort_of_a_completing_agent_keeps_its_answer_mt() {
         let (model, catalog) = drain_tree_parts();
         let tree =
             crate::support::harness::tree(model.clone(), catalog, TreeConfig::default()).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         bounded(REAL_GUARD, "the lead to hold in completing", async {
             while tree.record(lead).map(|r| r.status) != Some(AgentStatus::Completing)
                 || model.count_of(a(2)) < 1
@@ -579,12 +545,23 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
             )
             .script("worker", hanging(1)),
     );
-    let tree = Tree::builder()
-        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
-        .catalog(catalog([
+    let tree = with_slow_worker_hooks(
+        catalog([
             delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
             leaf("worker"),
-        ]))
+        ]),
+        &model,
+    )
+    .await;
+    (tree, model)
+}
+
+/// A tree of `catalog` on a clone of `model` whose shutdown grace is 10 s and whose
+/// `worker`s' shutdown hooks take 500 ms (others' return at once).
+async fn with_slow_worker_hooks(catalog: Catalog, model: &RecordingModel) -> Arc<Tree> {
+    let tree = Tree::builder()
+        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
+        .catalog(catalog)
         .model(model.clone())
         .on_shutdown(|ctx: HookContext| async move {
             if ctx.agent_type == "worker" {
@@ -595,7 +572,16 @@ async fn completing_lead_with_a_stopping_worker() -> (Arc<Tree>, RecordingModel)
         .build()
         .await
         .expect("the tree builds");
-    (Arc::new(tree), model)
+    Arc::new(tree)
+}
+
+/// A `boss` over a `lead` that drains, over a `worker` leaf.
+fn boss_over_a_draining_lead() -> Catalog {
+    catalog([
+        delegator("boss", &["lead"]),
+        delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
+        leaf("worker"),
+    ])
 }
 
 /// Deterministic: `Tree::abort` of a completing lead whose worker is still in its
@@ -629,33 +615,10 @@ async fn abort_of_a_completing_agent_keeps_its_answer_while_its_child_stops() {
 #[tokio::test(start_paused = true)]
 async fn owner_end_keeps_a_completing_childs_answer_while_its_child_stops() {
     let model = boss_lead_worker(ms(200), ms(10));
-    let tree = Arc::new(
-        Tree::builder()
-            .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(10)))
-            .catalog(catalog([
-                delegator("boss", &["lead"]),
-                delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
-                leaf("worker"),
-            ]))
-            .model(model.clone())
-            .on_shutdown(|ctx: HookContext| async move {
-                if ctx.agent_type == "worker" {
-                    tokio::time::sleep(ms(500)).await;
-                }
-                Ok::<(), HookError>(())
-            })
-            .build()
-            .await
-            .expect("the tree builds"),
-    );
-    let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-        .await
-        .id();
+    let tree = with_slow_worker_hooks(boss_over_a_draining_lead(), &model).await;
+    let boss = spawned(&tree, "boss", "go").await;
     model.until_calls(a(3), 1).await;
-    let stopping = {
-        let tree = tree.clone();
-        tokio::spawn(async move { tree.shutdown_agent(a(3)).await })
-    };
+    let stopping = shutdown_agent_in_a_task(&tree, a(3));
     until_completing(&tree, &model, a(2)).await;
     let boss_out = outcome(&tree, boss, GUARD).await;
     let got = outcome(&tree, a(2), GUARD).await;
@@ -679,18 +642,12 @@ async fn owner_end_keeps_a_completing_childs_answer_mt() {
         let model = boss_lead_worker(ms(3 + run % 2), Duration::ZERO);
         let tree = crate::support::harness::tree(
             model.clone(),
-            catalog([
-                delegator("boss", &["lead"]),
-                delegator("lead", &["worker"]).with_settle(SettlePolicy::Drain),
-                leaf("worker"),
-            ]),
+            boss_over_a_draining_lead(),
             TreeConfig::default(),
         )
         .await;
         let mut events = tree.subscribe();
-        let boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go"))
-            .await
-            .id();
+        let boss = spawned(&tree, "boss", "go").await;
         let _ = outcome(&tree, boss, REAL_GUARD).await;
         let got = outcome(&tree, a(2), REAL_GUARD).await;
         // Only runs where the lead had decided its answer (it entered `completing`) before

@@ -53,6 +53,77 @@ fn result_of<'m>(messages: &'m [Message], id: &str) -> Option<&'m Message> {
         .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id))
 }
 
+/// The first result of call `id` any model call of `agent` on `model` received.
+fn result_in(model: &FnModel, agent: AgentId, id: &str) -> Option<Message> {
+    model
+        .of(agent)
+        .iter()
+        .find_map(|l| result_of(&l.messages, id).cloned())
+}
+
+/// The lead's call `spawn`: a background `kid` working on `work`.
+fn spawn_kid_in_background() -> ModelResponse {
+    call(
+        "spawn",
+        "Agent",
+        json!({ "agent_type": "kid", "prompt": "work", "background": true }),
+    )
+}
+
+/// The kid's call `ask`: the question `which?` to its owner.
+fn ask_which() -> ModelResponse {
+    call("ask", "ask_owner", json!({ "question": "which?" }))
+}
+
+/// The lead's call `read`: a `wait_subagents` on the kid (a2).
+fn wait_on_kid() -> ModelResponse {
+    call("read", "wait_subagents", json!({ "agent_ids": ["a2"] }))
+}
+
+/// The conversation the lead's (a1's) second run first sent its model.
+fn second_run_of_the_lead(model: &FnModel) -> Vec<Message> {
+    model
+        .of(a(1))
+        .into_iter()
+        .find(|l| l.run == 2)
+        .map(|l| l.messages.to_vec())
+        .expect("a second run")
+}
+
+/// How many `steered` events of the lead (a1) `events` holds.
+fn steers_of_the_lead(events: &[agent_tree::protocol::Event]) -> usize {
+    crate::support::lifetimes::steers_of(events, a(1))
+}
+
+/// Checks that a kept steer was announced once (`steered`) and that every call of `messages`
+/// (the resumed run's first conversation) is answered; returns how many times the
+/// conversation holds the steer, unless exactly once.
+fn kept_steer_read_wrongly(messages: &[Message], steered: usize, trial: u32) -> Option<usize> {
+    assert_eq!(steered, 1, "trial {trial}: announced once");
+    if let Some(problem) = unanswered(messages) {
+        panic!("trial {trial}: {problem}: {messages:#?}");
+    }
+    let read = messages.iter().filter(|m| m.content == STEER).count();
+    (read != 1).then_some(read)
+}
+
+/// Waits (under [`REAL_GUARD`], `what` naming it) for the first event of `events` that
+/// `matches`.
+async fn until_event(
+    events: &mut agent_tree::EventStream,
+    what: &str,
+    mut matches: impl FnMut(&agent_tree::protocol::Event) -> bool,
+) {
+    bounded(REAL_GUARD, what, async {
+        while let Some(e) = events.next().await {
+            if matches(&e) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 /// Checks the invariants every trial ends with: after `shutdown`, nothing alive, every
 /// record terminal, and the stream folds to the snapshot.
 async fn shut_down_and_check(tree: Tree, events: &mut agent_tree::EventStream, trial: u32) {
@@ -96,16 +167,12 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
             let messages = request.messages.clone();
             if request.agent == AgentId::new(2) {
                 if messages.len() == 1 {
-                    return Ok(call("ask", "ask_owner", json!({ "question": "which?" })));
+                    return Ok(ask_which());
                 }
                 return Ok(ModelResponse::text("kid done"));
             }
             if messages.len() == 1 {
-                return Ok(call(
-                    "spawn",
-                    "Agent",
-                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
-                ));
+                return Ok(spawn_kid_in_background());
             }
             if result_of(&messages, "read").is_some() {
                 return Ok(ModelResponse::text("lead done"));
@@ -124,11 +191,7 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
             }
             let mut gated = gated;
             let _ = gated.wait_for(|open| *open).await;
-            Ok(call(
-                "read",
-                "wait_subagents",
-                json!({ "agent_ids": ["a2"] }),
-            ))
+            Ok(wait_on_kid())
         })
     });
     let tree = Arc::new(
@@ -162,11 +225,7 @@ async fn killed_asker_then_wait(delay: u64, trial: u32) -> serde_json::Value {
     gate.send_replace(true);
     let out = bounded(REAL_GUARD, "the lead", lead.outcome()).await;
     assert!(out.is_completed(), "trial {trial}: {out:?}");
-    let read = model
-        .of(a(1))
-        .iter()
-        .find_map(|l| result_of(&l.messages, "read").cloned())
-        .expect("the lead read the kid's result");
+    let read = result_in(&model, a(1), "read").expect("the lead read the kid's result");
     for logged in model.of(a(1)) {
         if let Some(problem) = unanswered(&logged.messages) {
             panic!("trial {trial}: {problem}");
@@ -261,11 +320,7 @@ async fn steer_kept_then_killed(
                 return Ok(ModelResponse::text("lead done"));
             }
             if request.messages.len() == 1 {
-                return Ok(call(
-                    "spawn",
-                    "Agent",
-                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
-                ));
+                return Ok(spawn_kid_in_background());
             }
             let _ = failing.wait_for(|f| *f).await;
             Err(ModelError::new("boom"))
@@ -282,12 +337,8 @@ async fn steer_kept_then_killed(
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
     steer_at_the_leads_second_turn(&tree, &model, trial).await;
     fail.send_replace(true);
-    bounded(REAL_GUARD, "the lead's kept steer", async {
-        while let Some(e) = watch_events.next().await {
-            if e.agent == a(1) && matches!(e.kind, EventKind::Steered) {
-                break;
-            }
-        }
+    until_event(&mut watch_events, "the lead's kept steer", |e| {
+        e.agent == a(1) && matches!(e.kind, EventKind::Steered)
     })
     .await;
     yields(delay).await;
@@ -313,16 +364,8 @@ async fn steer_kept_then_killed(
         return None;
     }
     assert!(later.is_completed(), "trial {trial}: {later:?}");
-    let second = model
-        .of(a(1))
-        .into_iter()
-        .find(|l| l.run == 2)
-        .map(|l| l.messages.to_vec())
-        .expect("a second run");
-    let steered = all
-        .iter()
-        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
-        .count();
+    let second = second_run_of_the_lead(&model);
+    let steered = steers_of_the_lead(&all);
     Some((second, steered))
 }
 
@@ -341,12 +384,7 @@ async fn a_kept_steer_survives_a_kill_while_children_settle_then_a_resume_mt() {
             continue;
         };
         counted += 1;
-        assert_eq!(steered, 1, "trial {trial}: announced once");
-        if let Some(problem) = unanswered(&messages) {
-            panic!("trial {trial}: {problem}: {messages:#?}");
-        }
-        let read = messages.iter().filter(|m| m.content == STEER).count();
-        if read != 1 {
+        if let Some(read) = kept_steer_read_wrongly(&messages, steered, trial) {
             lost.push((trial, read));
         }
     }
@@ -399,27 +437,19 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
             let messages = request.messages.clone();
             if request.agent == AgentId::new(2) {
                 if messages.len() == 1 {
-                    return Ok(call("ask", "ask_owner", json!({ "question": "which?" })));
+                    return Ok(ask_which());
                 }
                 let _ = finishing.wait_for(|f| *f).await;
                 return Ok(ModelResponse::text("kid done"));
             }
             if messages.len() == 1 {
-                return Ok(call(
-                    "spawn",
-                    "Agent",
-                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
-                ));
+                return Ok(spawn_kid_in_background());
             }
             if result_of(&messages, "read").is_some() {
                 return Ok(ModelResponse::text("lead done"));
             }
             let _ = gated.wait_for(|open| *open).await;
-            Ok(call(
-                "read",
-                "wait_subagents",
-                json!({ "agent_ids": ["a2"] }),
-            ))
+            Ok(wait_on_kid())
         })
     });
     let tree = build_tree(
@@ -430,12 +460,8 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
     let mut events = tree.subscribe();
     let mut watch_events = tree.subscribe();
     let mut lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
-    bounded(REAL_GUARD, "the kid's question", async {
-        while let Some(e) = watch_events.next().await {
-            if matches!(e.kind, EventKind::Asked { .. }) {
-                break;
-            }
-        }
+    until_event(&mut watch_events, "the kid's question", |e| {
+        matches!(e.kind, EventKind::Asked { .. })
     })
     .await;
     yields(delay).await;
@@ -449,15 +475,8 @@ async fn app_answered_then_owner_waits(delay: u64, trial: u32) -> (serde_json::V
     finish.send_replace(true);
     let out = bounded(REAL_GUARD, "the lead", lead.outcome()).await;
     assert!(out.is_completed(), "trial {trial}: {out:?}");
-    let read = model
-        .of(a(1))
-        .iter()
-        .find_map(|l| result_of(&l.messages, "read").cloned())
-        .expect("the lead waited on the kid");
-    let answer = model
-        .of(a(2))
-        .iter()
-        .find_map(|l| result_of(&l.messages, "ask").cloned())
+    let read = result_in(&model, a(1), "read").expect("the lead waited on the kid");
+    let answer = result_in(&model, a(2), "ask")
         .map(|m| m.content)
         .unwrap_or_default();
     shut_down_and_check(tree, &mut events, trial).await;
@@ -510,11 +529,7 @@ async fn steer_kept_then_shutdown_deadline(
                 return Ok(ModelResponse::text("lead done"));
             }
             if request.agent == AgentId::new(1) && request.messages.len() == 1 {
-                return Ok(call(
-                    "spawn",
-                    "Agent",
-                    json!({ "agent_type": "kid", "prompt": "work", "background": true }),
-                ));
+                return Ok(spawn_kid_in_background());
             }
             std::future::pending::<()>().await;
             unreachable!()
@@ -548,20 +563,12 @@ async fn steer_kept_then_shutdown_deadline(
     let mut again = tree.resume(a(1), "again").await.expect("resumes");
     let later = bounded(REAL_GUARD, "the resumed lead", again.outcome()).await;
     assert!(later.is_completed(), "trial {trial}: {later:?}");
-    let second = model
-        .of(a(1))
-        .into_iter()
-        .find(|l| l.run == 2)
-        .map(|l| l.messages.to_vec())
-        .expect("a second run");
+    let second = second_run_of_the_lead(&model);
     bounded(REAL_GUARD, "the shutdown", tree.shutdown()).await;
     assert!(tree.alive_actors().is_empty(), "trial {trial}");
     let all = events.drain();
     assert_folds(&tree, &all, trial);
-    let steered = all
-        .iter()
-        .filter(|e| e.agent == a(1) && matches!(e.kind, EventKind::Steered))
-        .count();
+    let steered = steers_of_the_lead(&all);
     (report.killed, second, steered)
 }
 
@@ -580,12 +587,7 @@ async fn a_kept_steer_survives_a_shutdown_deadline_then_a_resume_mt() {
             continue;
         }
         counted += 1;
-        assert_eq!(steered, 1, "trial {trial}: announced once");
-        if let Some(problem) = unanswered(&messages) {
-            panic!("trial {trial}: {problem}: {messages:#?}");
-        }
-        let read = messages.iter().filter(|m| m.content == STEER).count();
-        if read != 1 {
+        if let Some(read) = kept_steer_read_wrongly(&messages, steered, trial) {
             lost.push((trial, read));
         }
     }
@@ -649,7 +651,7 @@ async fn mixed_trial(seed: u64, trial: u32, detached: bool) {
                 let draw = mix(seed, agent.get(), u64::from(run), u64::from(turn));
                 yields(draw % 7).await;
                 return match (turn, draw % 10) {
-                    (1, 0..=4) => Ok(call("ask", "ask_owner", json!({ "question": "which?" }))),
+                    (1, 0..=4) => Ok(ask_which()),
                     (1..=2, 5..=6) => Err(ModelError::new("flaky")),
                     _ => Ok(ModelResponse::text("kid ok")),
                 };

@@ -18,9 +18,9 @@ use agent_tree::testkit::{EventProbe, ScriptedModel, Target, Turn};
 use serde_json::json;
 
 use crate::support::harness::a;
-use crate::support::lifetimes::ms;
+use crate::support::lifetimes::{ms, spawned};
 use crate::support::races::{GUARD, bounded, outcome};
-use crate::support::{RecordingModel, catalog, leaf, spawn_admitted};
+use crate::support::{RecordingModel, catalog, leaf};
 
 // ---------------------------------------------------------------------------------------
 // wait_subagents over the owner's child table: sets a model can write.
@@ -53,9 +53,7 @@ async fn lead_waits_on(set: serde_json::Value) -> (Tree, RecordingModel) {
 async fn wait_subagents_with_a_repeated_id_or_an_empty_set_does_not_hang() {
     for ids in [json!(["a2", "a2"]), json!([])] {
         let (tree, model) = lead_waits_on(json!({ "agent_ids": ids })).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         let got = outcome(&tree, lead, GUARD).await;
         assert!(got.is_completed(), "{ids}: {got:?}");
         assert_eq!(
@@ -65,6 +63,16 @@ async fn wait_subagents_with_a_repeated_id_or_an_empty_set_does_not_hang() {
         );
         tree.shutdown().await;
     }
+}
+
+/// Runs `lead` (task `go`) on a [`crate::support::lead_and_worker_tree`] of `model`, checks
+/// that it completes (no hang), then shuts the tree down.
+async fn lead_completes(model: &RecordingModel) {
+    let tree = crate::support::lead_and_worker_tree(model).await;
+    let lead = spawned(&tree, "lead", "go").await;
+    let got = outcome(&tree, lead, GUARD).await;
+    assert!(got.is_completed(), "{got:?}");
+    tree.shutdown().await;
 }
 
 /// The same with the repeated child already settled when the wait starts (answered from the
@@ -87,13 +95,7 @@ async fn wait_subagents_with_a_repeated_settled_id_does_not_hang() {
             )
             .script("worker", [Turn::answer("worker done")]),
     );
-    let tree = crate::support::lead_and_worker_tree(&model).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    tree.shutdown().await;
+    lead_completes(&model).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -127,13 +129,7 @@ async fn a_wait_on_a_child_with_an_open_question_does_not_deadlock() {
                 ],
             ),
     );
-    let tree = crate::support::lead_and_worker_tree(&model).await;
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let got = outcome(&tree, lead, GUARD).await;
-    assert!(got.is_completed(), "{got:?}");
-    tree.shutdown().await;
+    lead_completes(&model).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -161,9 +157,7 @@ async fn a_steer_answering_a_question_on_the_last_turn_is_not_receipted_delivere
     )
     .await;
     let mut events = EventProbe::new(&tree);
-    let worker = spawn_admitted(&tree, SpawnRequest::new("worker", "go"))
-        .await
-        .id();
+    let worker = spawned(&tree, "worker", "go").await;
     // The runtime refuses the question itself: an `ask_owner` on the last turn `max_turns`
     // allows is an error result at once (its answer could only be read by a next turn), so
     // no steer is ever receipted for it. Either the question is refused, or it is asked and

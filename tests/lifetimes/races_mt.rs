@@ -35,6 +35,42 @@ pub(crate) fn assert_folds(tree: &Tree, events: &[Event], run: u32) {
     assert_eq!(fold.records(), &recorded[..], "run {run}");
 }
 
+/// A tree on `model` of a `sup` (one-for-one, at most `max_restarts` in 5 s) over a
+/// transient `child`.
+async fn supervisor_of_a_transient_child(model: ScriptedModel, max_restarts: u32) -> Tree {
+    build_tree(
+        catalog([
+            delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, max_restarts, 5_000),
+            leaf("child").with_restart(RestartPolicy::Transient),
+        ]),
+        model,
+    )
+    .await
+}
+
+/// `sup` run on `tree` with the task `go`, to its end (bounded, `what` naming it).
+async fn run_sup(tree: &Tree, what: &str) -> Outcome {
+    bounded(what, run_admitted(tree, SpawnRequest::new("sup", "go"))).await
+}
+
+/// A tree of a `boss` over a `worker` leaf on `recorder`, and its event stream, where `boss`
+/// ran with the task `go` and completed (checked, naming `run`): its handle and outcome.
+async fn boss_run_to_completion(
+    recorder: &RecordingModel,
+    run: u32,
+) -> (Tree, agent_tree::EventStream, AgentHandle, Outcome) {
+    let tree = build_tree(
+        catalog([delegator("boss", &["worker"]), leaf("worker")]),
+        recorder.clone(),
+    )
+    .await;
+    let all = tree.subscribe();
+    let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
+    let outcome = bounded("the boss", boss.outcome()).await;
+    assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+    (tree, all, boss, outcome)
+}
+
 /// A transient child fails twice and then completes: two restarts, whatever the order of
 /// its notices, its owner's wait and ractor's termination events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,21 +89,9 @@ async fn restarts_on_worker_threads() {
                     Turn::answer("third time"),
                 ],
             );
-        let tree = Tree::builder()
-            .catalog(catalog([
-                delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 5, 5_000),
-                leaf("child").with_restart(RestartPolicy::Transient),
-            ]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds");
+        let tree = supervisor_of_a_transient_child(model, 5).await;
         let mut events = tree.subscribe();
-        let outcome = bounded(
-            "the supervisor",
-            run_admitted(&tree, SpawnRequest::new("sup", "go")),
-        )
-        .await;
+        let outcome = run_sup(&tree, "the supervisor").await;
         assert!(outcome.is_completed(), "run {run}: {outcome:?}");
         bounded("idle", tree.idle()).await;
         let child = tree.record(AgentId::new(2)).expect("child");
@@ -102,15 +126,14 @@ async fn a_killed_transient_child_restarts_on_worker_threads() {
                 .then(|| Ok(agent_tree::ModelResponse::text("back again")))
         });
         let tree = Arc::new(
-            Tree::builder()
-                .catalog(catalog([
+            build_tree(
+                catalog([
                     delegator("sup", &["child"]),
                     leaf("child").with_restart(RestartPolicy::Transient),
-                ]))
-                .model(model.clone())
-                .build()
-                .await
-                .expect("builds"),
+                ]),
+                model.clone(),
+            )
+            .await,
         );
         let mut all = tree.subscribe();
         let mut sup = spawn_admitted(&tree, SpawnRequest::new("sup", "go")).await;
@@ -283,15 +306,7 @@ async fn a_childs_end_around_its_owners_last_turn_on_worker_threads() {
             )
             .script("worker", [Turn::answer("worked")]);
         let recorder = RecordingModel::new(scripted);
-        let tree = build_tree(
-            catalog([delegator("boss", &["worker"]), leaf("worker")]),
-            recorder.clone(),
-        )
-        .await;
-        let mut all = tree.subscribe();
-        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
-        let outcome = bounded("the boss", boss.outcome()).await;
-        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        let (tree, mut all, boss, outcome) = boss_run_to_completion(&recorder, run).await;
         let calls = recorder.calls_of(boss.id());
         assert!(
             (2..=3).contains(&calls.len()),
@@ -345,15 +360,7 @@ async fn a_childs_result_reaches_its_owner_once_whatever_comes_first_on_worker_t
                     .after(Duration::from_micros(u64::from(run / 10 % 3) * 400))],
             );
         let recorder = RecordingModel::new(scripted);
-        let tree = build_tree(
-            catalog([delegator("boss", &["worker"]), leaf("worker")]),
-            recorder.clone(),
-        )
-        .await;
-        let mut all = tree.subscribe();
-        let mut boss = spawn_admitted(&tree, SpawnRequest::new("boss", "go")).await;
-        let outcome = bounded("the boss", boss.outcome()).await;
-        assert!(outcome.is_completed(), "run {run}: {outcome:?}");
+        let (tree, mut all, boss, _) = boss_run_to_completion(&recorder, run).await;
         bounded("idle", tree.idle()).await;
         let calls = recorder.calls_of(boss.id());
         let last = calls.last().expect("the boss called its model");
@@ -422,22 +429,10 @@ async fn an_escalation_races_the_owners_own_turn_on_worker_threads() {
                 ],
             )
             .script("child", [Turn::fail("boom")]);
-        let tree = Tree::builder()
-            .catalog(catalog([
-                // No restart allowed: the child's first failure escalates.
-                delegator("sup", &["child"]).with_supervision(Strategy::OneForOne, 0, 5_000),
-                leaf("child").with_restart(RestartPolicy::Transient),
-            ]))
-            .model(model)
-            .build()
-            .await
-            .expect("builds");
+        // No restart allowed: the child's first failure escalates.
+        let tree = supervisor_of_a_transient_child(model, 0).await;
         let mut events = tree.subscribe();
-        let outcome = bounded(
-            "the owner",
-            run_admitted(&tree, SpawnRequest::new("sup", "go")),
-        )
-        .await;
+        let outcome = run_sup(&tree, "the owner").await;
         match (outcome.status, outcome.reason) {
             (AgentStatus::Failed, agent_tree::protocol::EndReason::Escalated) => escalated += 1,
             (AgentStatus::Completed, _) => completed += 1,

@@ -23,7 +23,7 @@ use agent_tree::{HookContext, HookError};
 use parking_lot::Mutex;
 
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms};
+use crate::support::lifetimes::{hanging, ms, spawned};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome};
 use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
@@ -58,12 +58,8 @@ async fn overlapping_shutdowns_both_return_when_the_agents_settle() {
             .await
             .expect("builds"),
     );
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let other = spawn_admitted(&tree, SpawnRequest::new("other", "go"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
+    let other = spawned(&tree, "other", "go").await;
     tokio::time::sleep(ms(10)).await;
     assert_eq!(tree.live(), 4, "{}", tree.snapshot().render_text());
     let t = tree.clone();
@@ -182,9 +178,7 @@ async fn an_owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt() 
         let grace = 20;
         let hook = 19 + run % 3;
         let (tree, model) = lead_waiting_on_a_stopping_worker(grace, hook).await;
-        let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-            .await
-            .id();
+        let lead = spawned(&tree, "lead", "go").await;
         bounded(
             REAL_GUARD,
             "the worker's first call",
@@ -219,6 +213,29 @@ async fn an_owner_hears_of_a_child_killed_at_the_deadline_while_it_settles_mt() 
 // A shutdown dropped before its deadline: the backstop still ends its agents.
 // ---------------------------------------------------------------------------------------
 
+/// A tree builder of one `w` leaf whose model turn hangs, with a 100 ms shutdown grace.
+fn hanging_w_tree() -> agent_tree::TreeBuilder {
+    Tree::builder()
+        .config(TreeConfig::default().with_shutdown_grace(ms(100)))
+        .catalog(catalog([leaf("w")]))
+        .model(ScriptedModel::new().script("w", hanging(1)))
+}
+
+/// `w` spawned on `tree` and started, then a `shutdown_agent` of it given up on (dropped)
+/// after 20 ms, before its deadline: `w`'s id.
+async fn w_whose_shutdown_was_dropped(tree: &Tree) -> AgentId {
+    let mut events = EventProbe::new(tree);
+    let w = spawn_admitted(tree, SpawnRequest::new("w", "go"))
+        .await
+        .id();
+    events
+        .expect_event("a start", crate::support::harness::started(w))
+        .await;
+    let gave_up = tokio::time::timeout(ms(20), tree.shutdown_agent(w)).await;
+    assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
+    w
+}
+
 /// A real multi-thread runtime of two workers; `a1` hangs in its model turn and its shutdown
 /// hook blocks its thread (`std::thread::sleep`) for `block`. A `shutdown_agent(a1)` with a
 /// 100 ms grace is dropped after 20 ms (the caller gave up, e.g. under its own timeout).
@@ -230,10 +247,7 @@ fn dropped_shutdown_with_blocking_hook(
 ) -> (Duration, Option<Outcome>) {
     let runtime = crate::support::races::runtime_on(2);
     let result = runtime.block_on(async move {
-        let tree = Tree::builder()
-            .config(TreeConfig::default().with_shutdown_grace(ms(100)))
-            .catalog(catalog([leaf("w")]))
-            .model(ScriptedModel::new().script("w", hanging(1)))
+        let tree = hanging_w_tree()
             .on_shutdown(move |_ctx: HookContext| async move {
                 std::thread::sleep(block);
                 Ok::<(), HookError>(())
@@ -241,16 +255,7 @@ fn dropped_shutdown_with_blocking_hook(
             .build()
             .await
             .expect("the tree builds");
-        let mut events = EventProbe::new(&tree);
-        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
-            .await
-            .id();
-        events
-            .expect_event("a start", crate::support::harness::started(w))
-            .await;
-        // The caller gives up on the shutdown before its deadline: the future is dropped.
-        let gave_up = tokio::time::timeout(ms(20), tree.shutdown_agent(w)).await;
-        assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
+        let w = w_whose_shutdown_was_dropped(&tree).await;
         let dropped = std::time::Instant::now();
         let mut handle = tree.handle(w).expect("w exists");
         let got = tokio::time::timeout(limit, handle.outcome()).await.ok();
@@ -304,10 +309,7 @@ fn dropped_shutdown_ends_its_hook_task() -> bool {
     let (signal, hook_dropped) = tokio::sync::oneshot::channel::<()>();
     let signal = Arc::new(Mutex::new(Some(signal)));
     let ended = runtime.block_on(async move {
-        let tree = Tree::builder()
-            .config(TreeConfig::default().with_shutdown_grace(ms(100)))
-            .catalog(catalog([leaf("w")]))
-            .model(ScriptedModel::new().script("w", hanging(1)))
+        let tree = hanging_w_tree()
             .on_shutdown(move |_ctx: HookContext| {
                 let guard = signal.lock().take().map(DropSignal);
                 async move {
@@ -319,15 +321,7 @@ fn dropped_shutdown_ends_its_hook_task() -> bool {
             .build()
             .await
             .expect("the tree builds");
-        let mut events = EventProbe::new(&tree);
-        let w = spawn_admitted(&tree, SpawnRequest::new("w", "go"))
-            .await
-            .id();
-        events
-            .expect_event("a start", crate::support::harness::started(w))
-            .await;
-        let gave_up = tokio::time::timeout(ms(20), tree.shutdown_agent(w)).await;
-        assert!(gave_up.is_err(), "the shutdown cannot be over after 20 ms");
+        let w = w_whose_shutdown_was_dropped(&tree).await;
         let got = outcome(&tree, w, Duration::from_secs(2)).await;
         assert_eq!(got.status, AgentStatus::Aborted, "{got:?}");
         // The hook's future is dropped with its task: the sender goes, the receiver hears.

@@ -13,6 +13,7 @@ use agent_tree::{HookContext, HookError};
 use crate::support::harness::a;
 use crate::support::lifetimes::{hanging, ms};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, yields};
+use crate::support::scripts::spawns_n_in_background;
 use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
 
 /// One random tree: `leads` leads, each with background workers; models that answer soon,
@@ -37,9 +38,7 @@ async fn random_tree(rng: &mut crate::support::harness::Rng) -> (Tree, Recording
             .script(
                 "lead",
                 [
-                    Turn::calls(
-                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
-                    ),
+                    spawns_n_in_background("worker", "w", workers),
                     lead_then,
                     Turn::answer("lead done"),
                 ],
@@ -81,6 +80,17 @@ async fn random_tree(rng: &mut crate::support::harness::Rng) -> (Tree, Recording
     (tree, model)
 }
 
+/// Fails naming `what`, how many of `runs` it was and the first of `bad`, unless `bad` is
+/// empty.
+fn assert_none_bad(bad: &[String], runs: u64, what: &str) {
+    assert!(
+        bad.is_empty(),
+        "{} of {runs} {what}; first: {}",
+        bad.len(),
+        bad.first().map(String::as_str).unwrap_or_default()
+    );
+}
+
 /// right after `tree.shutdown().await` returns, `tree.alive_actors()` must be
 /// empty: shutdown returns only when every actor of the tree has exited. Worker threads, many
 /// trees of varied shape, some with hanging models and hooks, some agents settling just
@@ -120,12 +130,7 @@ async fn no_actor_is_alive_when_shutdown_returns_mt() {
             ));
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} of {TREES} shutdowns returned with actors still alive; first: {}",
-        bad.len(),
-        bad.first().map(String::as_str).unwrap_or_default()
-    );
+    assert_none_bad(&bad, TREES, "shutdowns returned with actors still alive");
 }
 
 /// The simplest shape: an agent that settled an instant ago (its actor still
@@ -171,9 +176,7 @@ async fn agents_settling_as_the_shutdown_begins_are_not_alive_after_it() {
             .script(
                 "lead",
                 [
-                    Turn::calls(
-                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
-                    ),
+                    spawns_n_in_background("worker", "w", workers),
                     Turn::answer("lead done").after(ms(10)),
                 ],
             )
@@ -220,38 +223,26 @@ async fn killable_team(workers: usize, subs: usize) -> (Tree, RecordingModel) {
         ScriptedModel::new()
             .script(
                 "lead",
-                [
-                    Turn::calls(
-                        (0..workers).map(|i| Call::spawn_background("worker", format!("w{i}"))),
-                    ),
-                    Turn::hang(),
-                ],
+                [spawns_n_in_background("worker", "w", workers), Turn::hang()],
             )
             .script(
                 "worker",
-                [
-                    Turn::calls((0..subs).map(|i| Call::spawn_background("sub", format!("s{i}")))),
-                    Turn::hang(),
-                ],
+                [spawns_n_in_background("sub", "s", subs), Turn::hang()],
             )
             .script("sub", hanging(1)),
     );
-    let tree = Tree::builder()
-        .config(
-            TreeConfig::default()
-                .with_max_total_agents(512)
-                .with_max_children_per_agent(64),
-        )
-        .catalog(catalog([
-            delegator("lead", &["worker"]),
-            delegator("worker", &["sub"]),
-            leaf("sub"),
-        ]))
-        .model(model.clone())
-        .build()
-        .await
-        .expect("the tree builds");
-    (tree, model)
+    let config = TreeConfig::default()
+        .with_max_total_agents(512)
+        .with_max_children_per_agent(64);
+    let team = catalog([
+        delegator("lead", &["worker"]),
+        delegator("worker", &["sub"]),
+        leaf("sub"),
+    ]);
+    (
+        crate::support::harness::tree(model.clone(), team, config).await,
+        model,
+    )
 }
 
 /// No actor is alive when `shutdown` returns, also when it starts right after
@@ -283,12 +274,10 @@ async fn descendants_of_a_killed_agent_are_not_alive_after_shutdown_mt() {
             bad.push(format!("run {run}: alive {alive:?} (report {report:?})"));
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} of {RUNS} shutdowns returned with actors of a killed subtree alive; \
-         first: {}",
-        bad.len(),
-        bad.first().map(String::as_str).unwrap_or_default()
+    assert_none_bad(
+        &bad,
+        RUNS,
+        "shutdowns returned with actors of a killed subtree alive",
     );
 }
 
@@ -343,12 +332,7 @@ fn blocking_hook_shutdown(
             ScriptedModel::new()
                 .script(
                     "lead",
-                    [
-                        Turn::calls(
-                            (0..4).map(|i| Call::spawn_background("worker", format!("w{i}"))),
-                        ),
-                        Turn::hang(),
-                    ],
+                    [spawns_n_in_background("worker", "w", 4), Turn::hang()],
                 )
                 .script("worker", hanging(1)),
         );

@@ -15,8 +15,11 @@ use parking_lot::Mutex;
 
 use crate::shutdown_one_deadline::fan_out;
 use crate::support::harness::a;
-use crate::support::lifetimes::{hanging, ms, shutdown_agent_in_a_task, spawned_with_a2_called};
+use crate::support::lifetimes::{
+    hanging, ms, shutdown_agent_in_a_task, spawned, spawned_with_a2_called,
+};
 use crate::support::races::{GUARD, REAL_GUARD, bounded, outcome, slow, slow_tool, yields};
+use crate::support::run_within;
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
 #[tokio::test(start_paused = true)]
@@ -108,12 +111,7 @@ async fn shutdown_agent_stops_only_that_subtree() {
         "{events:?}"
     );
     // The tree itself still runs.
-    let again = within(
-        "another agent",
-        tree.run(SpawnRequest::new("helper", "again")),
-    )
-    .await
-    .expect("the root still admits");
+    let again = run_within(&tree, "another agent", SpawnRequest::new("helper", "again")).await;
     assert_eq!(again.text.as_deref(), Some("helped"));
     // Only agents can be shut down one by one.
     assert_eq!(
@@ -128,6 +126,14 @@ async fn shutdown_agent_stops_only_that_subtree() {
 /// owner (a1) spawns child (a2) in the foreground; the child's model hangs and its shutdown
 /// hook never returns, so `shutdown_agent(a2)` kills it at the deadline (1 s).
 async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
+    let (tree, model) = owners_of_stuck_children(Duration::from_secs(1)).await;
+    (Arc::new(tree), model)
+}
+
+/// A tree of `owner`s that each spawn a `child` in the foreground, then answer; a child's
+/// model hangs and its shutdown hook never returns, so a shutdown kills it at the deadline
+/// (`grace`).
+async fn owners_of_stuck_children(grace: Duration) -> (Tree, RecordingModel) {
     let model = RecordingModel::new(
         ScriptedModel::new()
             .script(
@@ -137,19 +143,22 @@ async fn owner_waiting_on_a_stuck_child() -> (Arc<Tree>, RecordingModel) {
             .script("child", hanging(1)),
     );
     let tree = Tree::builder()
-        .config(TreeConfig::default().with_shutdown_grace(Duration::from_secs(1)))
+        .config(TreeConfig::default().with_shutdown_grace(grace))
         .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
         .model(model.clone())
-        .on_shutdown(|ctx: HookContext| async move {
-            if ctx.agent_type == "child" {
-                std::future::pending::<()>().await;
-            }
-            Ok::<(), HookError>(())
-        })
+        .on_shutdown(a_childs_hook_never_returns)
         .build()
         .await
         .expect("the tree builds");
-    (Arc::new(tree), model)
+    (tree, model)
+}
+
+/// A shutdown hook that never returns for a `child`, and returns at once for anyone else.
+async fn a_childs_hook_never_returns(ctx: HookContext) -> Result<(), HookError> {
+    if ctx.agent_type == "child" {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
 }
 
 /// The owner, aborted while its child's shutdown ran, settles, and the tree goes idle.
@@ -269,34 +278,10 @@ async fn shutdown_agent_never_strands_a_waiting_owner_mt() {
     let mut first: Option<String> = None;
     for run in 0..RUNS {
         let kind = (run % 2) as usize;
-        let model = RecordingModel::new(
-            ScriptedModel::new()
-                .script(
-                    "owner",
-                    [Turn::spawn("child", "hang"), Turn::answer("owner done")],
-                )
-                .script("child", hanging(1)),
-        );
-        let tree = Tree::builder()
-            .config(TreeConfig::default().with_shutdown_grace(ms(5)))
-            .catalog(catalog([delegator("owner", &["child"]), leaf("child")]))
-            .model(model.clone())
-            .on_shutdown(|ctx: HookContext| async move {
-                if ctx.agent_type == "child" {
-                    std::future::pending::<()>().await;
-                }
-                Ok::<(), HookError>(())
-            })
-            .build()
-            .await
-            .expect("the tree builds");
+        let (tree, model) = owners_of_stuck_children(ms(5)).await;
         let mut owners = Vec::new();
         for _ in 0..PAIRS {
-            owners.push(
-                spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-                    .await
-                    .id(),
-            );
+            owners.push(spawned(&tree, "owner", "delegate").await);
         }
         bounded(
             REAL_GUARD,
@@ -403,18 +388,11 @@ async fn a_background_child_killed_by_shutdown_agent_is_noticed_by_its_owner_mt(
             .model(recorder.clone())
             .tool(slow_tool())
             .expect("the name is free")
-            .on_shutdown(|ctx: HookContext| async move {
-                if ctx.agent_type == "child" {
-                    std::future::pending::<()>().await;
-                }
-                Ok::<(), HookError>(())
-            })
+            .on_shutdown(a_childs_hook_never_returns)
             .build()
             .await
             .expect("the tree builds");
-        let owner = spawn_admitted(&tree, SpawnRequest::new("owner", "delegate"))
-            .await
-            .id();
+        let owner = spawned(&tree, "owner", "delegate").await;
         bounded(REAL_GUARD, "the child's model call", async {
             while recorder.calls_of(a(2)).is_empty() {
                 tokio::task::yield_now().await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::{RestartPolicy, Strategy};
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 use agent_tree::{HookContext, HookError};
 
 use crate::support::harness::{a, tree};
@@ -53,10 +53,10 @@ async fn a_shutdown_deadline_does_not_kill_a_run_resumed_after_it() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("slow", "x")]),
+                Turn::spawn_background("slow", "x"),
                 Turn::hang(),
                 // the resumed run: a child, then it works on
-                Turn::calls([Call::spawn_background("kid", "y")]),
+                Turn::spawn_background("kid", "y"),
                 Turn::hang(),
             ],
         )
@@ -187,7 +187,7 @@ async fn shutting_down_a_permanent_child_lets_its_running_owner_settle() {
         .script(
             "boss",
             [
-                Turn::calls([Call::spawn_background("kid", "x")]),
+                Turn::spawn_background("kid", "x"),
                 Turn::answer("mid").after(Duration::from_millis(0)),
             ],
         )

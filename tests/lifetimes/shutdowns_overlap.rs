@@ -4,11 +4,13 @@
 
 use agent_tree::prelude::*;
 use agent_tree::protocol::EndReason;
-use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use agent_tree::testkit::{ScriptedModel, Turn};
 
 use crate::races_mt::{assert_folds, bounded};
 use crate::support::harness::{a, tree};
-use crate::support::{RecordingModel, catalog, delegator, leaf, spawn_admitted};
+use crate::support::lifetimes::spawned;
+use crate::support::scripts::background_spawns;
+use crate::support::{RecordingModel, catalog, delegator, leaf};
 
 /// A subtree shutdown and the tree's shutdown overlap (both begin before any agent acts):
 /// the subtree's agents wait under two countdowns (the inline one and the boxed rest); both
@@ -19,10 +21,7 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
         .script(
             "lead",
             [
-                Turn::calls([
-                    Call::spawn_background("kid", "one"),
-                    Call::spawn_background("kid", "two"),
-                ]),
+                background_spawns([("kid", "one"), ("kid", "two")]),
                 Turn::hang(),
             ],
         )
@@ -35,12 +34,8 @@ async fn overlapping_subtree_and_tree_shutdowns_both_return() {
     )
     .await;
     let mut all = tree.subscribe();
-    let lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go"))
-        .await
-        .id();
-    let other = spawn_admitted(&tree, SpawnRequest::new("kid", "alone"))
-        .await
-        .id();
+    let lead = spawned(&tree, "lead", "go").await;
+    let other = spawned(&tree, "kid", "alone").await;
     bounded("kids", model.until_all_calls(&[a(3), a(4), other], 1)).await;
     let (subtree, whole) = bounded("both shutdowns", async {
         tokio::join!(tree.shutdown_agent(lead), tree.shutdown())

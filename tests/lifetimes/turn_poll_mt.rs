@@ -18,6 +18,7 @@ use agent_tree::testkit::{Script, ScriptedModel, Turn};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::races_mt::{assert_folds, bounded};
+use crate::support::scripts::foreground_spawns_of;
 use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 
 /// Characters a streamed turn sends before it answers.
@@ -234,11 +235,7 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
     for run in 0..100u32 {
         let before = 1 + u64::from(run) % (CHUNKS - 1);
         let mut model = Streamer::new(Script::new([
-            Turn::calls([
-                agent_tree::testkit::Call::spawn("worker", "one"),
-                agent_tree::testkit::Call::spawn("worker", "two"),
-                agent_tree::testkit::Call::spawn("worker", "three"),
-            ]),
+            foreground_spawns_of("worker", ["one", "two", "three"]),
             Turn::answer("lead done"),
         ]))
         .holding_at(before);
@@ -289,11 +286,7 @@ async fn a_kill_cascade_meets_streaming_turns_on_worker_threads() {
 async fn a_shutdown_meets_streaming_turns_on_worker_threads() {
     for run in 0..100u32 {
         let model = Streamer::new(Script::new([
-            Turn::calls([
-                agent_tree::testkit::Call::spawn("worker", "one"),
-                agent_tree::testkit::Call::spawn("worker", "two"),
-                agent_tree::testkit::Call::spawn("worker", "three"),
-            ]),
+            foreground_spawns_of("worker", ["one", "two", "three"]),
             Turn::answer("lead done"),
         ]));
         let tree = build_tree(
@@ -338,15 +331,14 @@ async fn a_restart_after_a_cut_off_turn_on_worker_threads() {
             Turn::answer("lead done"),
         ]))
         .holding_at(before);
-        let tree = Tree::builder()
-            .catalog(catalog([
+        let tree = build_tree(
+            catalog([
                 delegator("lead", &["worker"]),
                 leaf("worker").with_restart(RestartPolicy::Transient),
-            ]))
-            .model(model.clone())
-            .build()
-            .await
-            .expect("builds");
+            ]),
+            model.clone(),
+        )
+        .await;
         let mut all = tree.subscribe();
         let mut lead = spawn_admitted(&tree, SpawnRequest::new("lead", "go")).await;
         let worker = AgentId::new(2);

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::support::harness::{a, tree};
 use crate::support::lifetimes::ms;
 use crate::support::run_within;
+use crate::support::scripts::spawns_n_in_background;
 use crate::support::{CallEnd, RecordingModel, catalog, delegator, leaf, spawn_admitted, within};
 
 fn answer_after(text: &str, delay: u64) -> Script {
@@ -55,7 +56,7 @@ async fn fail_fast_through_the_tool_aborts_only_the_rest_of_the_set() {
     let scripted = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls((0..5).map(|i| Call::spawn_background("worker", format!("job {i}")))),
+            spawns_n_in_background("worker", "job ", 5),
             Turn::calls([Call::wait(
                 (0..4).map(Target::Spawned),
                 WaitPolicy::FailFast,
@@ -130,7 +131,7 @@ async fn all_settled_through_the_tool_returns_every_outcome_in_the_order_asked()
     let scripted = ScriptedModel::new().script(
         "lead",
         [
-            Turn::calls((0..4).map(|i| Call::spawn_background("worker", format!("probe {i}")))),
+            spawns_n_in_background("worker", "probe ", 4),
             Turn::calls([Call::wait(
                 order.iter().map(|&i| Target::Spawned(i)),
                 WaitPolicy::AllSettled,

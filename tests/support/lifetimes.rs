@@ -90,3 +90,18 @@ pub fn shutdown_agent_in_a_task(
     let tree = tree.clone();
     tokio::spawn(async move { tree.shutdown_agent(id).await })
 }
+
+/// How many `steered` events of `agent` `events` holds.
+pub fn steers_of(events: &[Event], agent: AgentId) -> usize {
+    events
+        .iter()
+        .filter(|e| e.agent == agent && matches!(e.kind, EventKind::Steered))
+        .count()
+}
+
+/// The id of a `agent_type` spawned on `tree` with `task` (failing the test if refused).
+pub async fn spawned(tree: &Tree, agent_type: &str, task: &str) -> AgentId {
+    crate::support::spawn_admitted(tree, SpawnRequest::new(agent_type, task))
+        .await
+        .id()
+}

@@ -300,4 +300,6 @@ pub(crate) fn noop_tool() -> impl agent_tree::Tool {
 pub(crate) async fn run_within(tree: &Tree, what: &str, request: SpawnRequest) -> Outcome {
     within(what, run_admitted(tree, request)).await
 }
+
+/// Scripted-model turns and scripts many tests write the same way.
 pub mod scripts;

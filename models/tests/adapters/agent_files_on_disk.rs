@@ -7,36 +7,48 @@ use agent_tree_actors::Catalog;
 use crate::common::scratch;
 use crate::desk::{ANALYST, WEB};
 
+/// The agent files `files` (`(file name, text)`), written to a fresh directory named
+/// `name`, loaded.
+fn loaded_from(name: &str, files: &[(&str, &str)]) -> agent_tree_actors::LoadedCatalog {
+    let dir = scratch(name);
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    Catalog::load_dir(&dir)
+}
+
 /// Loading malformed agent files: each error names the file and the field.
 #[test]
 fn each_malformed_agent_file_is_reported_naming_the_file_and_the_field() {
-    let dir = scratch("malformed");
-    let w = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
-    w(
-        "bad-yaml.md",
-        "---\nname: bad-yaml\ndescription: [unclosed\n---\nx\n",
+    let loaded = loaded_from(
+        "malformed",
+        &[
+            (
+                "bad-yaml.md",
+                "---\nname: bad-yaml\ndescription: [unclosed\n---\nx\n",
+            ),
+            ("no-name.md", "---\ndescription: Has no name\n---\nx\n"),
+            (
+                "tools-number.md",
+                "---\nname: tools-number\ntools: 5\n---\nx\n",
+            ),
+            (
+                "tools-map.md",
+                "---\nname: tools-map\ntools:\n  read: true\n---\nx\n",
+            ),
+            (
+                "tools-list-mixed.md",
+                "---\nname: tools-list-mixed\ntools: [Read, 7]\n---\nx\n",
+            ),
+            ("dup-1.md", "---\nname: twin\n---\nx\n"),
+            ("dup-2.md", "---\nname: twin\n---\ny\n"),
+            ("name-number.md", "---\nname: 42\n---\nx\n"),
+            (
+                "desc-list.md",
+                "---\nname: desc-list\ndescription: [a, b]\n---\nx\n",
+            ),
+        ],
     );
-    w("no-name.md", "---\ndescription: Has no name\n---\nx\n");
-    w(
-        "tools-number.md",
-        "---\nname: tools-number\ntools: 5\n---\nx\n",
-    );
-    w(
-        "tools-map.md",
-        "---\nname: tools-map\ntools:\n  read: true\n---\nx\n",
-    );
-    w(
-        "tools-list-mixed.md",
-        "---\nname: tools-list-mixed\ntools: [Read, 7]\n---\nx\n",
-    );
-    w("dup-1.md", "---\nname: twin\n---\nx\n");
-    w("dup-2.md", "---\nname: twin\n---\ny\n");
-    w("name-number.md", "---\nname: 42\n---\nx\n");
-    w(
-        "desc-list.md",
-        "---\nname: desc-list\ndescription: [a, b]\n---\nx\n",
-    );
-    let loaded = Catalog::load_dir(&dir);
     for p in &loaded.problems {
         eprintln!("problem: {p}");
     }
@@ -63,13 +75,13 @@ fn each_malformed_agent_file_is_reported_naming_the_file_and_the_field() {
 /// the foreground.
 #[test]
 fn claude_codes_background_field_is_never_silently_dropped() {
-    let dir = scratch("background");
-    std::fs::write(
-        dir.join("watcher.md"),
-        "---\nname: watcher\ndescription: Watches the deploy in the background\ntools: Read, Bash\nbackground: true\n---\nYou watch.\n",
-    )
-    .unwrap();
-    let loaded = Catalog::load_dir(&dir);
+    let loaded = loaded_from(
+        "background",
+        &[(
+            "watcher.md",
+            "---\nname: watcher\ndescription: Watches the deploy in the background\ntools: Read, Bash\nbackground: true\n---\nYou watch.\n",
+        )],
+    );
     let watcher = loaded.catalog.resolve("watcher").unwrap();
     assert!(
         watcher.run_in_background || !loaded.problems.is_empty(),
@@ -85,15 +97,17 @@ fn claude_codes_background_field_is_never_silently_dropped() {
 /// single agent.
 #[test]
 fn claude_codes_agent_tool_syntax_delegates_or_is_explained() {
-    let dir = scratch("agent-syntax");
-    std::fs::write(
-        dir.join("lead.md"),
-        "---\nname: lead\ndescription: Runs the desk\ntools: Agent(web-researcher, analyst), Read\nmodel: opus\n---\nYou lead.\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("web-researcher.md"), WEB).unwrap();
-    std::fs::write(dir.join("analyst.md"), ANALYST).unwrap();
-    let loaded = Catalog::load_dir(&dir);
+    let loaded = loaded_from(
+        "agent-syntax",
+        &[
+            (
+                "lead.md",
+                "---\nname: lead\ndescription: Runs the desk\ntools: Agent(web-researcher, analyst), Read\nmodel: opus\n---\nYou lead.\n",
+            ),
+            ("web-researcher.md", WEB),
+            ("analyst.md", ANALYST),
+        ],
+    );
     let lead = loaded.catalog.resolve("lead").unwrap().clone();
     let delegates = lead.allowed_subagents != agent_tree_protocol::SubagentAllowance::default();
     let hints: Vec<String> = loaded

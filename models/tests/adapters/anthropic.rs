@@ -9,10 +9,13 @@ use agent_tree_protocol::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{first_turn, later_turn, read_tool, times_out_transient, turns_fail_as};
+use crate::common::{
+    first_turn, later_turn, read_of, read_tool, times_out_transient, turns_fail_as,
+};
 use crate::server::{Reply, Server};
 
-fn adapter(server: &Server) -> Anthropic {
+/// The non-streaming adapter, with the key `sk-ant-test-key`, for the model `claude-test`.
+pub(crate) fn adapter(server: &Server) -> Anthropic {
     Anthropic::builder()
         .base_url(&server.base)
         .api_key("sk-ant-test-key")
@@ -367,14 +370,7 @@ async fn anthropic_one_and_several_tool_calls() {
     let one = model.turn(first_turn()).await.unwrap();
     assert_eq!(one.text, "Let me read it.");
     assert_eq!(one.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(
-        one.tool_calls,
-        vec![ToolCall::new(
-            "toolu_01",
-            "read_file",
-            json!({"path": "a.txt"})
-        )]
-    );
+    assert_eq!(one.tool_calls, read_of("toolu_01", "a.txt"));
     let several = model.turn(first_turn()).await.unwrap();
     assert_eq!(
         several.tool_calls,

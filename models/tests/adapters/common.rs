@@ -104,3 +104,17 @@ pub(crate) async fn times_out_transient(model: &impl Model) {
     );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// The two calls a streamed tool-call test expects, with the ids `ids`: `read_file` of `a`,
+/// then `write_file` of `b`.
+pub(crate) fn read_a_then_write_b(ids: [&str; 2]) -> Vec<ToolCall> {
+    vec![
+        ToolCall::new(ids[0], "read_file", json!({"path": "a"})),
+        ToolCall::new(ids[1], "write_file", json!({"path": "b"})),
+    ]
+}
+
+/// One `read_file` call, its id `id`, of `path`.
+pub(crate) fn read_of(id: &str, path: &str) -> Vec<ToolCall> {
+    vec![ToolCall::new(id, "read_file", json!({ "path": path }))]
+}

@@ -11,7 +11,9 @@ use agent_tree_protocol::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{first_turn, later_turn, read_tool, times_out_transient, turns_fail_as};
+use crate::common::{
+    first_turn, later_turn, read_of, read_tool, times_out_transient, turns_fail_as,
+};
 use crate::server::{Reply, Server};
 
 fn adapter(server: &Server) -> OpenAiCompat {
@@ -304,14 +306,7 @@ async fn openai_one_and_several_tool_calls() {
         .turn(first_turn().with_tools(vec![read_tool()]))
         .await
         .unwrap();
-    assert_eq!(
-        one.tool_calls,
-        vec![ToolCall::new(
-            "call_1",
-            "read_file",
-            json!({"path": "a.txt"})
-        )]
-    );
+    assert_eq!(one.tool_calls, read_of("call_1", "a.txt"));
     assert_eq!(one.finish_reason, FinishReason::ToolCalls);
     assert_eq!(one.text, "");
 

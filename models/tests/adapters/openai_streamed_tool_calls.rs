@@ -2,22 +2,14 @@
 //! format send them: calls sharing `index: 0` but carrying distinct ids stay apart (Ollama),
 //! and the calls come back in `index` order whichever index arrived first.
 
-use agent_tree_actors::{Model, TurnSink};
+use agent_tree_actors::{Model, ModelRequest, TurnSink};
 use agent_tree_protocol::ToolCall;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::common::{first_turn, read_tool};
+use crate::common::{first_turn, read_a_then_write_b, read_tool};
 use crate::openai::streaming;
 use crate::server::{Reply, Server};
-
-fn chunk(delta: Value, finish: Option<&str>) -> String {
-    let body = json!({
-        "id": "chatcmpl-S1", "object": "chat.completion.chunk", "created": 1_735_689_600,
-        "model": "gpt-test",
-        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
-    });
-    format!("data: {body}\n\n")
-}
+use crate::streams_as_servers_send_them::oa_chunk as chunk;
 
 fn call_delta(index: u64, id: &str, name: &str, arguments: &str) -> String {
     chunk(
@@ -25,6 +17,20 @@ fn call_delta(index: u64, id: &str, name: &str, arguments: &str) -> String {
                                  "function": { "name": name, "arguments": arguments } }] }),
         None,
     )
+}
+
+/// The tool calls the streaming adapter assembles for `request` from a server answering one
+/// stream of `deltas`, then the `tool_calls` finish and `[DONE]`.
+async fn calls_streamed(
+    deltas: impl IntoIterator<Item = String>,
+    request: ModelRequest,
+) -> Vec<ToolCall> {
+    let mut events: Vec<String> = deltas.into_iter().collect();
+    events.push(chunk(json!({}), Some("tool_calls")));
+    events.push("data: [DONE]\n\n".to_owned());
+    let server = Server::start(vec![Reply::sse(events)]).await;
+    let response = streaming(&server).turn(request).await.expect("assembled");
+    response.tool_calls
 }
 
 /// Ollama's OpenAI-compatible stream gives every tool call of a turn `index: 0` (each whole,
@@ -35,25 +41,12 @@ async fn openai_streamed_calls_reusing_index_zero_with_distinct_ids_stay_apart()
     let events = [
         call_delta(0, "call_a", "read_file", "{\"path\":\"a\"}"),
         call_delta(0, "call_b", "write_file", "{\"path\":\"b\"}"),
-        chunk(json!({}), Some("tool_calls")),
-        "data: [DONE]\n\n".to_owned(),
     ];
-    let server = Server::start(vec![Reply::sse(events)]).await;
-    let response = streaming(&server)
-        .turn(
-            first_turn()
-                .with_tools(vec![read_tool()])
-                .with_sink(TurnSink::recording()),
-        )
-        .await
-        .expect("assembled");
-    assert_eq!(
-        response.tool_calls,
-        vec![
-            ToolCall::new("call_a", "read_file", json!({"path": "a"})),
-            ToolCall::new("call_b", "write_file", json!({"path": "b"})),
-        ]
-    );
+    let request = first_turn()
+        .with_tools(vec![read_tool()])
+        .with_sink(TurnSink::recording());
+    let calls = calls_streamed(events, request).await;
+    assert_eq!(calls, read_a_then_write_b(["call_a", "call_b"]));
 }
 
 /// Streamed tool calls are the message's calls in `index` order, whichever index the
@@ -63,14 +56,8 @@ async fn openai_streamed_tool_calls_come_back_in_index_order() {
     let events = [
         call_delta(1, "call_b", "read_file", "{\"path\":\"b\"}"),
         call_delta(0, "call_a", "read_file", "{\"path\":\"a\"}"),
-        chunk(json!({}), Some("tool_calls")),
-        "data: [DONE]\n\n".to_owned(),
     ];
-    let server = Server::start(vec![Reply::sse(events)]).await;
-    let response = streaming(&server)
-        .turn(first_turn().with_tools(vec![read_tool()]))
-        .await
-        .expect("assembled");
-    let ids: Vec<&str> = response.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    let calls = calls_streamed(events, first_turn().with_tools(vec![read_tool()])).await;
+    let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["call_a", "call_b"]);
 }

@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use agent_tree_actors::Model;
-use agent_tree_models::{Anthropic, OpenAiCompat};
+use agent_tree_models::OpenAiCompat;
 use agent_tree_protocol::ModelErrorKind;
 use serde_json::json;
 
+use crate::anthropic::adapter as anthropic;
 use crate::common::first_turn;
 use crate::server::{Reply, Server};
 
@@ -19,15 +20,6 @@ fn openai(server: &Server) -> OpenAiCompat {
         .base_url(&server.base)
         .model("gpt-test")
         .streaming(false)
-        .build()
-        .expect("adapter builds")
-}
-
-fn anthropic(server: &Server) -> Anthropic {
-    Anthropic::builder()
-        .base_url(&server.base)
-        .api_key("sk-ant-test-key")
-        .model("claude-test")
         .build()
         .expect("adapter builds")
 }

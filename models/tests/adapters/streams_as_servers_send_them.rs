@@ -10,7 +10,7 @@ use agent_tree_protocol::{FinishReason, ModelErrorKind, ToolCall, Usage};
 use serde_json::{Value, json};
 
 use crate::anthropic::streaming as anthropic;
-use crate::common::{first_turn, read_tool};
+use crate::common::{first_turn, read_a_then_write_b, read_of, read_tool};
 use crate::openai::streaming as openai;
 use crate::server::{Reply, Server};
 
@@ -49,7 +49,8 @@ async fn reads_hello(model: &impl Model) {
     assert_eq!(response.usage, Usage::tokens(9, 1));
 }
 
-fn oa_chunk(delta: Value, finish: Option<&str>) -> String {
+/// An OpenAI-compatible stream chunk carrying `delta`, finished by `finish` if given.
+pub(crate) fn oa_chunk(delta: Value, finish: Option<&str>) -> String {
     let body = json!({
         "id": "chatcmpl-R23", "object": "chat.completion.chunk", "created": 1_735_689_600,
         "model": "gpt-test",
@@ -250,10 +251,7 @@ async fn openai_two_calls_without_index_or_id_stay_two_calls() {
     let response = result.expect("complete");
     assert_eq!(
         response.tool_calls,
-        vec![
-            ToolCall::new("call_0", "read_file", json!({"path": "a"})),
-            ToolCall::new("call_1", "write_file", json!({"path": "b"})),
-        ]
+        read_a_then_write_b(["call_0", "call_1"])
     );
 }
 
@@ -402,14 +400,7 @@ async fn anthropic_thinking_ping_and_split_json_are_read_exactly() {
     let response = result.expect("complete");
     assert_eq!(response.text, "Reading \u{e9}.");
     assert_eq!(sink.streamed_text(), "Reading \u{e9}.");
-    assert_eq!(
-        response.tool_calls,
-        vec![ToolCall::new(
-            "toolu_1",
-            "read_file",
-            json!({"path": "\u{e9}\u{1f600}"})
-        )]
-    );
+    assert_eq!(response.tool_calls, read_of("toolu_1", "\u{e9}\u{1f600}"));
     assert_eq!(response.usage, Usage::tokens(40, 77));
     assert_eq!(sink.reported_usage(), Usage::tokens(40, 77));
 }

@@ -189,37 +189,42 @@ async fn abort_closes_the_connection(model: impl Model, server: &Server) {
     tree.shutdown().await;
 }
 
+/// [`abort_closes_the_connection`] of the adapter `adapter` builds for a hanging server, not
+/// streaming, then streaming.
+async fn abort_closes_the_connection_streaming_or_not<M: Model + 'static>(
+    adapter: impl Fn(&Server, bool) -> M,
+) {
+    for streaming in [false, true] {
+        let server = Server::start(vec![Reply::hang()]).await;
+        abort_closes_the_connection(adapter(&server, streaming), &server).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_abort_drops_the_http_request() {
-    let server = Server::start(vec![Reply::hang()]).await;
-    abort_closes_the_connection(openai(&server, false), &server).await;
-    let server = Server::start(vec![Reply::hang()]).await;
-    abort_closes_the_connection(openai(&server, true), &server).await;
+    abort_closes_the_connection_streaming_or_not(openai).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_abort_drops_the_http_request() {
-    let server = Server::start(vec![Reply::hang()]).await;
-    abort_closes_the_connection(anthropic(&server, false), &server).await;
-    let server = Server::start(vec![Reply::hang()]).await;
-    abort_closes_the_connection(anthropic(&server, true), &server).await;
+    abort_closes_the_connection_streaming_or_not(anthropic).await;
 }
 
 #[tokio::test]
 async fn dropping_the_turn_future_closes_the_connection() {
     for streaming in [false, true] {
         let server = Server::start(vec![Reply::hang()]).await;
-        let model = openai(&server, streaming);
-        let call = tokio::spawn(async move { model.turn(first_turn()).await });
-        server.until_received(1).await;
-        call.abort();
-        assert!(server.until_closed(Duration::from_secs(5)).await);
-
+        dropped_turn_closes_the_connection(openai(&server, streaming), &server).await;
         let server = Server::start(vec![Reply::hang()]).await;
-        let model = anthropic(&server, streaming);
-        let call = tokio::spawn(async move { model.turn(first_turn()).await });
-        server.until_received(1).await;
-        call.abort();
-        assert!(server.until_closed(Duration::from_secs(5)).await);
+        dropped_turn_closes_the_connection(anthropic(&server, streaming), &server).await;
     }
+}
+
+/// A turn of `model`, whose server `server` never answers, dropped once the server has the
+/// request: the server sees the connection closed within 5 s.
+async fn dropped_turn_closes_the_connection<M: Model + 'static>(model: M, server: &Server) {
+    let call = tokio::spawn(async move { model.turn(first_turn()).await });
+    server.until_received(1).await;
+    call.abort();
+    assert!(server.until_closed(Duration::from_secs(5)).await);
 }
