@@ -255,8 +255,6 @@ async fn draw_fails(seed: u64, turn: u32) -> bool {
 /// field hashed on its own, so the trials of `experiment::run_trials` (seeds `seed + i`) are
 /// independent: turn 2 under seed `s` and turn 1 under seed `s ^ 3` agree about half the
 /// time (p = 0.5 each), not always.
-// regression: the fields were XORed into one word before one hash, so (seed, turn) pairs
-// with the same XOR drew the same.
 #[tokio::test(start_paused = true)]
 async fn seeded_draws_of_different_seeds_and_turns_are_independent() {
     let mut agree = 0;
