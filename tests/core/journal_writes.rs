@@ -168,9 +168,9 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 }
 
 /// A flush that the writer answers in the middle of a batch counts what it wrote out of the
-/// backlog before it answers (it used to be counted out only at the batch's end, which may
-/// wait on the disk for the entries after the flush, so a tree just shut down said it was
-/// behind).
+/// backlog before it answers, not at the batch's end (which may wait on the disk for the
+/// entries after the flush): once the flush returns, the backlog is exactly what is still
+/// unwritten, and a tree just shut down has none.
 #[tokio::test(start_paused = true)]
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     let store = MemoryJournal::new();

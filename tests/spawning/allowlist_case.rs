@@ -1,7 +1,7 @@
 //! Allowlist entries name catalog types by the rule requested type names follow (the exact
 //! name, else one case-insensitive match), in a running tree: `allowed_subagents: [Reviewer]`
-//! with a catalog type `reviewer` offers the `Agent` tool, and the spawn it offers succeeds.
-//! (It used to offer the tool and then refuse every spawn with "allowed: none".)
+//! with a catalog type `reviewer` offers the `Agent` tool, and the spawn it offers succeeds
+//! (a tool offered is never one that refuses every spawn with "allowed: none").
 
 use std::future::Future;
 use std::path::Path;
