@@ -57,6 +57,10 @@ fn scripted() -> ScriptedModel {
         .script("hanger", [Turn::hang()])
 }
 
+/// Every event carries its agent's parent and depth as the record has them and a sequence
+/// number dense from 1; each agent has one `started` after its admission and one terminal
+/// event last, the tally counts exactly what was emitted, and events survive a JSON round
+/// trip.
 #[tokio::test(start_paused = true)]
 async fn events_carry_parent_and_depth_with_dense_sequence_numbers() {
     let tree = tree_with_tool(

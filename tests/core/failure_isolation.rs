@@ -56,6 +56,9 @@ fn scripted() -> ScriptedModel {
         )
 }
 
+/// A panic or a model error fails that one agent and nothing else: its owner gets the
+/// failure as a tool result and completes, its siblings complete, and a failure two levels
+/// down is contained by its own owner.
 #[tokio::test(start_paused = true)]
 async fn a_failing_agent_fails_alone() {
     let model = RecordingModel::new(scripted());

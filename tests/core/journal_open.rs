@@ -32,8 +32,6 @@ fn crafted(path: &Path, records: Vec<AgentRecord>) {
 /// Building a tree on a checksum-valid journal whose checkpoint is inconsistent (two live
 /// records with the same id) fails with a `TreeError`; it does not panic ("Any other bad
 /// line ... fail[s] with the file and the line named"; nothing panics on any file content).
-// regression: replay checked a checkpoint only for its root record, and recovery trusted
-// records to be dense by id: the fold refused an event and the build panicked.
 #[tokio::test(start_paused = true)]
 async fn a_checkpoint_with_a_repeated_id_fails_the_build_without_panicking() {
     let dir = TempDir::new("crafted");
@@ -82,8 +80,6 @@ fn nested(depth: usize) -> serde_json::Value {
 /// deeper than a journal line may be parsed ("a tree built on a journal that holds one
 /// rebuilds every record"; a call's input is "any JSON value", and `ToolInput` keeps inputs
 /// deeper than the parser's limit): what the writer writes, recovery reads back.
-// regression: a 300-deep input (a model that is not an HTTP adapter may return one) was
-// written as is, and every later build refused the journal.
 #[tokio::test(start_paused = true)]
 async fn a_journal_holding_a_deep_tool_input_still_recovers() {
     let dir = TempDir::new("deep-input");

@@ -345,8 +345,6 @@ fn the_writers_call_back_after_the_tree_and_its_runtime_are_gone_is_harmless() {
 /// either, the oldest read go first". A resumed agent's earlier output is no longer in
 /// memory (the `resumed` fold clears its outcome), so it takes none of the budget: two
 /// outputs that fit the budget stay, whichever runs they come from.
-// regression: the resumed agent's earlier read once stayed counted in the budget
-// (registry.rs `Inner::read_outputs`, `read_bytes`), so an output that fit was released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_agents_earlier_output_takes_none_of_the_budget() {
     let dir = TempDir::new("journal-budget");

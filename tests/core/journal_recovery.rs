@@ -66,6 +66,8 @@ async fn resumed_writer_read(
     tree
 }
 
+/// A tree recovered from a journal has every record back with its status by the same fold,
+/// and the agents that were live at the crash come back interrupted.
 #[tokio::test(start_paused = true)]
 async fn every_status_comes_back_and_live_agents_come_back_interrupted() {
     every_status_comes_back().await;
@@ -269,6 +271,8 @@ async fn reissued_spawn_after_recovery() {
     tree.shutdown().await;
 }
 
+/// A write cut off mid-line at the journal's end is dropped and the rest recovers; a
+/// corrupt line anywhere else refuses the build, naming the file and the line.
 #[tokio::test(start_paused = true)]
 async fn a_torn_journal_recovers_and_a_corrupt_one_is_refused_naming_file_and_line() {
     let dir = TempDir::new("bad");

@@ -23,9 +23,6 @@ use crate::support::{catalog, delegator, leaf, resume_call};
 /// when it is resumed. Whatever happens to a resumed run — here it is killed during its start
 /// hook, before its first turn boundary — the agent's earlier runs stay part of its
 /// conversation, and the next resume runs on them.
-// regression: with the default `retain_conversations(false)`, a resumed run settled
-// through `Inner::lose` before its first turn boundary once left the conversation cell
-// empty, and the next resume ran on an empty conversation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_run_killed_before_its_first_turn_keeps_the_earlier_conversation() {
     killed_before_its_first_turn(JournalConfig::new).await;

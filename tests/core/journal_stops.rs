@@ -43,10 +43,8 @@ impl JournalStore for PanickingStore {
 
 /// A journal writer that is gone (its store panicked) never holds new work back: with a queue
 /// bound of 1 the run still ends, whatever `journal_error` says.
-// regression: the dead writer never released the entries it took, and `Tree::spawn` waited
-// for room in its queue forever.
-// Real time: the writer is a thread of its own, so a paused clock would time the wait out
-// before the thread has even run.
+/// The test runs on real time: the writer is a thread of its own, so a paused clock would
+/// time the wait out before the thread has even run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_journal_writer_never_holds_work_back() {
     let model = ScriptedModel::new().script("w", [Turn::answer("ok")]);
@@ -69,8 +67,6 @@ async fn a_dead_journal_writer_never_holds_work_back() {
 /// settled: with `retain_conversations(false)` a settled agent's conversation "is read back
 /// ... when the agent is resumed", and an I/O error that stopped the journal since ("the tree
 /// goes on") still leaves what the store holds readable.
-// regression: once an append failed, the writer dropped its channel, the read-back could not
-// even be asked, and the resume ran on an empty conversation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_after_the_journal_failed_keeps_the_conversation() {
     let model = answering_twice();

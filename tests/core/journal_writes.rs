@@ -32,6 +32,9 @@ fn team() -> (ScriptedModel, Catalog) {
     (model, lead_and_worker())
 }
 
+/// The journal's fold is the tree's own records; it holds each agent's request and
+/// definition (each definition once) and each conversation, written a turn's addition at a
+/// time, not whole again at every turn.
 #[tokio::test(start_paused = true)]
 async fn the_journal_folds_to_the_trees_own_records() {
     let dir = TempDir::new("fold");
@@ -83,6 +86,9 @@ async fn run_team_on(store: MemoryJournal, config: JournalConfig) -> Tree {
     tree
 }
 
+/// Each durability policy syncs as it says: `EveryEntry` once per entry, `Group` once per
+/// batch of entries, `None` only for the header and the shutdown's flush; all of them
+/// journal the same records.
 #[tokio::test(start_paused = true)]
 async fn each_policy_syncs_as_it_says() {
     let every = MemoryJournal::new();
@@ -124,6 +130,8 @@ async fn each_policy_syncs_as_it_says() {
     assert_eq!(none.replay().records, every.replay().records);
 }
 
+/// A disk slower than the tree holds new admissions back once the writer's backlog reaches
+/// its bound, and loses no entry: when the disk answers again everything is written.
 #[tokio::test(start_paused = true)]
 async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
     let store = MemoryJournal::new();
@@ -160,9 +168,9 @@ async fn a_slow_disk_holds_new_work_back_and_loses_nothing() {
 }
 
 /// A flush that the writer answers in the middle of a batch counts what it wrote out of the
-/// backlog before it answers (it used to be counted out only at the batch's end, which may
-/// wait on the disk for the entries after the flush, so a tree just shut down said it was
-/// behind).
+/// backlog before it answers, not at the batch's end (which may wait on the disk for the
+/// entries after the flush): once the flush returns, the backlog is exactly what is still
+/// unwritten, and a tree just shut down has none.
 #[tokio::test(start_paused = true)]
 async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     let store = MemoryJournal::new();
@@ -209,6 +217,8 @@ async fn a_flush_takes_what_it_wrote_out_of_the_backlog_before_it_returns() {
     assert_eq!(tree.journal_backlog(), 0);
 }
 
+/// A disk that cannot take the header fails the build; one that fails later stops the
+/// journal, with its error kept in `journal_error`, while the tree goes on.
 #[tokio::test(start_paused = true)]
 async fn a_failing_disk_stops_the_journal_not_the_tree() {
     // A disk that fails at once fails the build (the header cannot be written).
@@ -237,6 +247,8 @@ async fn a_failing_disk_stops_the_journal_not_the_tree() {
     assert_eq!(tree.snapshot().agents().count(), 3);
 }
 
+/// A journal past `rotate_at` is compacted to a checkpoint whose fold is the same records,
+/// with every agent's request kept.
 #[tokio::test(start_paused = true)]
 async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     let dir = TempDir::new("rotate");
@@ -257,6 +269,8 @@ async fn rotation_compacts_to_a_checkpoint_that_folds_the_same() {
     assert_eq!(replay.spawns.len(), 40);
 }
 
+/// A tree built on an existing journal recovers from it, one on a header-only journal takes
+/// over its session, and a path that cannot be opened is refused naming the file.
 #[tokio::test(start_paused = true)]
 async fn an_existing_journal_is_taken_over_and_a_bad_path_refused_naming_the_file() {
     let dir = TempDir::new("existing");

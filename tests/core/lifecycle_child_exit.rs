@@ -44,6 +44,9 @@ fn scripted() -> ScriptedModel {
         )
 }
 
+/// A child's normal exit never stops its owner: the owner keeps taking turns after its
+/// foreground and background children complete, spawns more afterwards, and settles only
+/// with its own final answer.
 #[tokio::test(start_paused = true)]
 async fn owner_keeps_running_after_children_exit() {
     let probe = TreeCell::new();

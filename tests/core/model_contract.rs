@@ -62,6 +62,9 @@ pub(crate) fn retries_in(
         .collect()
 }
 
+/// Rate-limited and transient model errors are retried under the same turn, waiting a
+/// retry-after exactly and otherwise backing off with jitter, and every failed attempt is
+/// billed its usage.
 #[tokio::test(start_paused = true)]
 async fn rate_limits_and_transient_failures_are_retried_and_every_attempt_is_billed() {
     let model = Steps::new([
@@ -102,6 +105,8 @@ async fn rate_limits_and_transient_failures_are_retried_and_every_attempt_is_bil
     assert!(tree.snapshot().check_usage().is_ok());
 }
 
+/// A model error of a kind that is not retryable fails the agent at once (`model_error`,
+/// its kind and HTTP status in the error text) and is billed its usage.
 #[tokio::test(start_paused = true)]
 async fn an_error_that_is_not_retryable_fails_at_once_with_its_kind_and_usage() {
     let model = Steps::new([Step::Fail(
@@ -123,6 +128,8 @@ async fn an_error_that_is_not_retryable_fails_at_once_with_its_kind_and_usage() 
     );
 }
 
+/// Retries stop at the policy's `max_attempts`, and a retry-after longer than `max_wait` is
+/// not waited at all; either way the error says why it was not retried further.
 #[tokio::test(start_paused = true)]
 async fn retries_stop_after_max_attempts_and_a_long_retry_after_is_not_waited() {
     let always = || Step::Fail(ModelError::transient("overloaded").with_status(529));
@@ -166,6 +173,8 @@ async fn retries_stop_after_max_attempts_and_a_long_retry_after_is_not_waited() 
     assert_eq!(model.calls(), 1);
 }
 
+/// A turn cut off by the length limit is continued (the model is told it was cut off), and
+/// the pieces are joined into the answer.
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_turn_is_continued_and_its_pieces_joined_into_the_answer() {
     let cut = |text: &'static str| {
@@ -237,6 +246,8 @@ async fn a_cut_off_piece_is_not_spliced_onto_a_later_answer() {
     tree.shutdown().await;
 }
 
+/// A turn still cut off after its allowed continuations fails with reason `length_limit`,
+/// its pieces kept as partial output; with no continuations the first cut-off fails.
 #[tokio::test(start_paused = true)]
 async fn a_turn_cut_off_past_the_continuations_fails_with_length_limit() {
     let cut = |text: &'static str| {
@@ -413,6 +424,8 @@ async fn abort_mid_stream() -> (Outcome, Usage) {
     (outcome, own)
 }
 
+/// A streaming turn that is aborted keeps the text it streamed as partial output and is
+/// billed the usage it reported.
 #[tokio::test(start_paused = true)]
 async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported() {
     let (outcome, own) = abort_mid_stream().await;
@@ -421,6 +434,8 @@ async fn an_aborted_streaming_turn_keeps_its_text_and_is_billed_what_it_reported
     assert_eq!(own, Usage::tokens(7, 3));
 }
 
+/// With stream events on, a turn's text reaches subscribers as `text_delta` events in
+/// batched pieces and the response is billed once; stream events are off by default.
 #[tokio::test(start_paused = true)]
 async fn stream_events_carry_the_deltas_in_pieces_and_the_response_bills_once() {
     let long: &'static str = Box::leak("x".repeat(200).into_boxed_str());
@@ -463,6 +478,8 @@ async fn stream_events_carry_the_deltas_in_pieces_and_the_response_bills_once() 
     );
 }
 
+/// Tool calls of one turn past `max_tool_calls_per_turn` never run: each gets an error
+/// result, while the calls within the cap run.
 #[tokio::test(start_paused = true)]
 async fn tool_calls_past_the_per_turn_cap_get_an_error_result_and_never_run() {
     let call = |id: &str| agent_tree::protocol::ToolCall::new(id, "read", serde_json::json!({}));

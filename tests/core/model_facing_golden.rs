@@ -61,6 +61,8 @@ async fn planner_tools() -> Vec<ToolSpec> {
     tools.expect("the planner took a turn")
 }
 
+/// A delegating model sees every orchestration tool, and `ask_owner`, exactly as the
+/// fixtures in `tests/fixtures/model_facing` spell them.
 #[tokio::test(start_paused = true)]
 async fn every_orchestration_tool_as_a_delegating_model_sees_it() {
     let tools = planner_tools().await;

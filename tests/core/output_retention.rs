@@ -89,6 +89,9 @@ async fn growth(journal: Option<JournalConfig>, pairs: usize) -> (isize, Tree) {
     (after - before, tree)
 }
 
+/// A long-lived tree with a journal holds read outputs within its budget: its heap grows by
+/// the budget and a little slack, not by every answer, and every released answer reads back
+/// exact. (The memory test's body, run in a process of its own.)
 #[test]
 #[ignore = "run by a_long_lived_tree_holds_read_outputs_within_its_budget in a process of its own"]
 fn measured_in_a_process_of_its_own() {
@@ -160,6 +163,8 @@ fn journaled(dir: &TempDir, name: &str) -> JournalConfig {
     JournalConfig::new(dir.file(name))
 }
 
+/// Unread outputs stay in memory whatever the budget; read ones are released to the journal
+/// past the budget, oldest read first, and read back exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     let dir = TempDir::new("retention-budget");
@@ -205,6 +210,8 @@ async fn unread_outputs_stay_and_read_ones_go_past_the_budget_oldest_first() {
     tree.shutdown().await;
 }
 
+/// An output read longer ago than `keep_read_outputs_for` is released at the next read, and
+/// still reads back exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_read_longer_ago_than_its_age_goes_at_the_next_read() {
     let dir = TempDir::new("retention-age");

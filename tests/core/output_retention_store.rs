@@ -27,8 +27,6 @@ fn unreadable() -> MemoryJournal {
 /// nothing is released ..., nor once the journal has failed"; a released output "is read
 /// back from the journal, exactly"): an output whose terminal line fails to be written is
 /// never released, and still reads back whole.
-// regression: outputs were released as soon as read, while their line was still queued;
-// when its write failed the only copy was gone and the read-back found no text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_whose_line_was_never_written_still_reads_back() {
     const MARKER: &str = "UNWRITTEN-ANSWER-0123456789";
@@ -62,8 +60,6 @@ async fn an_output_whose_line_was_never_written_still_reads_back() {
 /// owner's model is told clearly that the result is not available (its text, an error, or a
 /// mark that the output was released), never a plain `completed` with no text, which reads as
 /// a child that answered nothing.
-// regression: the second read gave `{"agent_id":"a2","status":"completed"}` and nothing
-// else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_whose_child_cannot_be_read_back_is_told_so() {
     let answer = report("child", 200);
@@ -116,8 +112,6 @@ async fn an_application_read_that_cannot_be_read_back_keeps_released_and_does_no
 /// recovers from, and nothing rewrites it any more (a tree built on the same file right after
 /// must not have the file renamed away under it), even when retained outputs keep the
 /// compacted journal past `rotate_at`.
-// regression: the writer answered the flush and then compacted after that batch, so a
-// journal past `rotate_at` was rewritten after `shutdown` returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_rewrites_the_journal_after_shutdown_returned() {
     let store = MemoryJournal::new();

@@ -152,6 +152,9 @@ fn assert_kept(before: &(String, TreeSnapshot), after: &(String, TreeSnapshot)) 
     }
 }
 
+/// No record disappears when another branch starts, finishes or is aborted: every record
+/// once seen stays in its place in the tree, and a terminal record keeps its status,
+/// outcome and usage.
 #[tokio::test(start_paused = true)]
 async fn records_survive_other_branches_starting_and_finishing() {
     let probe = TreeCell::new();

@@ -54,7 +54,6 @@ async fn recover_run_and_reread(path: &Path) -> Result<usize, String> {
 /// Only the last line may be torn; recovery drops it and "the journal goes on from there":
 /// the recovered tree cuts the torn bytes off before it appends, so its first entry starts a
 /// line of its own and the journal recovers again.
-// regression: the file was opened for appending with the torn bytes left in place.
 #[tokio::test(start_paused = true)]
 async fn a_journal_recovered_from_a_torn_last_line_recovers_again() {
     let dir = TempDir::new("torn-twice");

@@ -44,8 +44,6 @@ pub(crate) async fn build(model: ScriptedModel, catalog: Catalog, path: &Path) -
 /// process ends) admits new agents and resumes old ones (`TreeBuilder::journal`: "the
 /// journal goes on from there"; interrupted top-level agents resume with `Tree::resume`):
 /// the old root's `completing` does not carry over into the new tree.
-// regression: the recovered root stayed `completing`, and every spawn and resume was refused
-// with `OwnerClosed(a0)`.
 #[tokio::test(start_paused = true)]
 async fn a_tree_recovered_after_a_graceful_shutdown_admits_and_resumes() {
     recovered_after_a_graceful_shutdown().await;
@@ -93,7 +91,6 @@ async fn recovered_after_a_graceful_shutdown() {
 /// resumed before the crash, its own final answer included (recovery rebuilds "each agent's
 /// request, definition and conversation"; `Tree::resume`: "its conversation continues in a
 /// new run"): a run's final conversation is journaled when the run settles.
-// regression: only turn boundaries were journaled, so the final answer was lost.
 #[tokio::test(start_paused = true)]
 async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
     let dir = TempDir::new("final-answer");
@@ -135,8 +132,6 @@ async fn a_completed_agent_resumed_after_recovery_keeps_its_final_answer() {
 /// resumed without a crash is (`TreeConfig::attenuate_tools`: "a child's user tools are
 /// limited to those its owner holds", a privilege boundary): its recovered start spec keeps
 /// its owner's capabilities.
-// regression: recovered specs had no owner capabilities, so the resumed child was offered
-// `write`, which its owner never held.
 #[tokio::test(start_paused = true)]
 async fn a_child_resumed_after_recovery_stays_attenuated() {
     let dir = TempDir::new("attenuate");
@@ -178,7 +173,6 @@ async fn a_child_resumed_after_recovery_stays_attenuated() {
 /// A child with `inherit_context` restarted after recovery still gets its owner's context
 /// (a restart "re-runs the original spawn request (a fresh conversation, with the context it
 /// inherited, if any)"; recovery rebuilds each agent's request for resumes and restarts).
-// regression: recovered specs had an empty context, so the restart ran the prompt alone.
 #[tokio::test(start_paused = true)]
 async fn a_restart_after_recovery_keeps_the_inherited_context() {
     let dir = TempDir::new("inherit");
@@ -227,7 +221,6 @@ async fn a_restart_after_recovery_keeps_the_inherited_context() {
 /// running) keeps its answer after recovery ("An outcome already decided stays": the agent
 /// settles with the outcome it held; recovery rebuilds every settled outcome): the held
 /// outcome is journaled.
-// regression: recovery settled it aborted with no text, and a resume re-ran the answer.
 #[tokio::test(start_paused = true)]
 async fn a_completing_agent_keeps_its_answer_after_recovery() {
     completing_agent_after_recovery().await;
@@ -368,8 +361,6 @@ async fn an_aborted_runs_open_call_is_closed_across_recovery() {
 /// resume with an empty prompt ... continues as journaled, so the turn the crash cut off is
 /// re-run"): the re-run turn holds the task the agent was resumed with, as a spawn's line
 /// holds its prompt before its admission event.
-// regression: the prompt lived only in the run's first conversation line, so the re-run
-// turn ended on the old answer without the task.
 #[tokio::test(start_paused = true)]
 async fn a_resumes_prompt_survives_a_crash_before_its_first_turn() {
     let dir = TempDir::new("resume-prompt");

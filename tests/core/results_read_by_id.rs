@@ -72,6 +72,9 @@ fn answer_from_results(request: &ModelRequest) -> Option<Result<ModelResponse, M
     Some(Ok(ModelResponse::text(answer)))
 }
 
+/// A background child's result is read by its id: a peek while it runs says `running`, a
+/// waiting read returns when that very child settles, a later peek returns the same result,
+/// and the owner's answer is built from what it read.
 #[tokio::test(start_paused = true)]
 async fn background_result_is_read_by_id_and_shapes_the_final_answer() {
     let model = RecordingModel::new(scripted()).with_hook(answer_from_results);

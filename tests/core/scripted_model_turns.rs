@@ -26,6 +26,8 @@ async fn tree(model: &ScriptedModel) -> Tree {
     build_tree(lead_and_worker(), model.clone()).await
 }
 
+/// Tool calls of one turn run concurrently: three background spawns in one turn are three
+/// children running at once, and scripted virtual time passes exactly.
 #[tokio::test(start_paused = true)]
 async fn three_background_spawns_in_one_turn_run_at_once() {
     let model = ScriptedModel::new()
@@ -60,6 +62,8 @@ async fn three_background_spawns_in_one_turn_run_at_once() {
     tree.shutdown().await;
 }
 
+/// A hanging scripted turn keeps its agent in its model call, however long, until it is
+/// cancelled.
 #[tokio::test(start_paused = true)]
 async fn a_hanging_turn_lasts_until_cancelled() {
     let model = ScriptedModel::new().script("worker", [Turn::hang()]);
@@ -85,6 +89,8 @@ async fn a_hanging_turn_lasts_until_cancelled() {
     tree.shutdown().await;
 }
 
+/// A script that runs out, or an agent type with no script, fails the agent with a model
+/// error saying so, never an invented answer.
 #[tokio::test(start_paused = true)]
 async fn a_script_that_runs_out_fails_its_agent() {
     let model = ScriptedModel::new().script(

@@ -41,6 +41,9 @@ async fn small_tree() -> Tree {
         .expect("tree builds")
 }
 
+/// A finished tree's snapshot renders, line for line, as one indented line per agent with
+/// its own and subtree usage, the depth histogram, the event tally and the peak of live
+/// agents, and exports as Graphviz DOT.
 #[tokio::test(start_paused = true)]
 async fn text_rendering_and_dot_export_of_a_small_tree() {
     let tree = small_tree().await;
@@ -90,6 +93,8 @@ max concurrent agents: 3
     within("shutdown", tree.shutdown()).await;
 }
 
+/// The rendering of a tree with a live agent shows it `running`, in the text and in the DOT
+/// export.
 #[tokio::test(start_paused = true)]
 async fn rendering_shows_live_agents() {
     let tree = small_tree().await;
@@ -115,6 +120,7 @@ async fn rendering_shows_live_agents() {
     within("shutdown", tree.shutdown()).await;
 }
 
+/// The DOT export escapes quotes in agent type names.
 #[tokio::test(start_paused = true)]
 async fn dot_escapes_quotes_in_type_names() {
     let tree = build_tree(

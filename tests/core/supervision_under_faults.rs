@@ -346,7 +346,6 @@ async fn a_nested_escalation_names_the_original_failure_through_the_chain() {
 /// supervises a transient sup (one_for_all, 1 per 5 s) that supervises an always-failing
 /// flaky: sup escalates, lead restarts it, it escalates again, lead escalates. Two agents
 /// escalated (sup, lead), so the row counts 2, not one per run that escalated.
-// regression: the row once counted sup once per incarnation that escalated (3).
 #[test]
 fn escalations_in_an_experiment_row_count_agents_not_runs() {
     let rows = experiment::run_trials(1, 5, |_| {

@@ -14,7 +14,6 @@ use crate::support::{build_tree, catalog, delegator, leaf, spawn_admitted};
 /// Rule (children.rs, `SpawnedChild::prompt`): "The task it was given". A child with
 /// `inherit_context` starts with its owner's conversation (agent.rs: context, then the
 /// prompt), and `prompt()` still returns the child's own task, not the owner's.
-// regression: `prompt()` once returned the conversation's first user message.
 #[tokio::test(start_paused = true)]
 async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
     let lead =
@@ -38,7 +37,6 @@ async fn a_probe_childs_prompt_is_its_own_task_when_it_inherits_context() {
 /// turn is retried by the tree under the same run and turn number; `expect_spawn` refuses
 /// that retry rather than handing it over as if the child had started again, so a test can
 /// tell a retry from a restart or a second child.
-// regression: `expect_spawn` once checked only `turn() == 1`.
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start")]
 async fn expect_spawn_refuses_a_retry_of_the_same_turn() {

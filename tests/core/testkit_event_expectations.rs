@@ -11,7 +11,6 @@ use crate::support::{build_tree, catalog, leaf};
 /// (docs/semantics.md: "recorded (status, terminal event) but not final"); for a transient
 /// agent that crashes once and then completes, `expect_terminated` returns the final
 /// outcome `completed: ok`, not the crash.
-// regression: it once matched the first event with an outcome.
 #[tokio::test(start_paused = true)]
 async fn expect_terminated_returns_the_final_outcome_not_a_restarted_runs() {
     let script = ScriptedModel::new().script("w", [Turn::fail("crash"), Turn::answer("ok")]);

@@ -46,6 +46,9 @@ fn setup(
     }
 }
 
+/// An experiment's rows count a worker failing every run exactly: restarts up to the
+/// intensity (per agent too), then one escalation, the top agent failed `escalated` and no
+/// recovery time; every trial gives the same row.
 #[test]
 fn a_worker_failing_every_run_escalates_past_the_intensity() {
     let rows = experiment::run_trials(3, 9, setup(2, true));
@@ -64,6 +67,7 @@ fn a_worker_failing_every_run_escalates_past_the_intensity() {
     assert!(csv.lines().nth(1).unwrap().contains(",2,a2:2,1,,"), "{csv}");
 }
 
+/// A trial with no fault injected completes with no restart and no escalation in its row.
 #[test]
 fn a_tree_without_faults_completes_without_restarts() {
     let rows = experiment::run_trials(2, 1, setup(2, false));

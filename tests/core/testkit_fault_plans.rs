@@ -18,8 +18,6 @@ use crate::support::{build_tree, catalog, leaf};
 /// is another model call with its own draw, so a transient fault injected with p = 0.5
 /// fails all 4 attempts of the retry policy for about 1 agent in 16, not half of them: the
 /// retry path can be exercised with a seeded flaky model.
-// regression: the draw was once keyed by (seed, agent, run, turn) only, so every retry
-// drew the same number.
 #[test]
 fn a_flaky_transient_fault_is_drawn_per_call_so_retries_can_succeed() {
     let rows = experiment::run_trials(64, 1_000, |seed| {
@@ -150,8 +148,6 @@ async fn a_dropped_kill_switch_is_disarmed() {
 /// turn `turn` of every run with `error`"; the `FaultyModel` example chains
 /// `.fail_at_turn(..).only_for(..).fail_with_probability(..).slow(..)`): `.slow(1 s)` placed
 /// before `.fail_at_turn(1, e)` delays turn 1 by 1 s, then fails it.
-// regression: only the first fault that applied once acted, so a `Slow` shadowed every
-// fault after it and the agent completed.
 #[tokio::test(start_paused = true)]
 async fn a_slow_fault_planned_before_a_failure_delays_and_still_fails() {
     let model = FaultyModel::new(ScriptedModel::new().script("w", [Turn::answer("ok")]))

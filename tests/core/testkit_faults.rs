@@ -37,6 +37,9 @@ async fn run(model: impl Model, agent_type: &str) -> Outcome {
     tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap()
 }
 
+/// A `FaultyModel` fails, panics, hangs or delays calls exactly as planned, and only for
+/// the agents its plan names: a failure or a panic settles the agent with that reason, a
+/// hang lasts until an abort, a delay takes that much virtual time.
 #[tokio::test(start_paused = true)]
 async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     let failing = FaultyModel::new(answers())
@@ -67,6 +70,8 @@ async fn a_model_fails_panics_hangs_or_is_slow_by_its_plan() {
     assert_eq!(hung.outcome().await.status, AgentStatus::Aborted);
 }
 
+/// A fault injected with a seeded probability fails about that share of calls, and the same
+/// seed fails the same calls every time.
 #[tokio::test(start_paused = true)]
 async fn a_seeded_probability_fails_about_that_share_and_the_same_calls_every_time() {
     let fails = |seed: u64| async move {
@@ -87,6 +92,9 @@ async fn a_seeded_probability_fails_about_that_share_and_the_same_calls_every_ti
     }
 }
 
+/// Faulty tools and hooks fail as planned: a failing tool is an error result the model
+/// sees, a failing start hook fails the agent with `hook_failed`, and a hanging shutdown
+/// hook gets its agent killed at the deadline.
 #[tokio::test(start_paused = true)]
 async fn tools_and_hooks_fail_by_plan() {
     let model = ScriptedModel::new().script(
@@ -193,11 +201,15 @@ async fn sup_through_the_kill(
     killed
 }
 
+/// `kill_when` kills the agent its picker names at the event it picks; a kill is a crash,
+/// which the agent's supervisor restarts.
 #[tokio::test(start_paused = true)]
 async fn kill_when_kills_the_picked_agent_at_the_picked_event() {
     killed_in_its_first_run_and_restarted().await;
 }
 
+/// The same kill and restart on two worker threads, many times: the kill switch fires at
+/// its event however the threads interleave.
 #[test]
 fn kill_when_on_worker_threads() {
     on_worker_threads(
@@ -207,6 +219,8 @@ fn kill_when_on_worker_threads() {
     );
 }
 
+/// A kill switch that fires after its agent settled reports the refused kill
+/// (`WrongStatus`), and one whose event never comes never fires.
 #[tokio::test(start_paused = true)]
 async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
     let tree = build_tree(w_and_v(), answers()).await;
@@ -229,6 +243,8 @@ async fn a_kill_switch_reports_a_late_kill_and_never_fires_without_its_event() {
     assert_eq!(never.fired().await, None);
 }
 
+/// A fault limited to run 1 fails the first run only: the restarted run (incarnation 2)
+/// completes.
 #[tokio::test(start_paused = true)]
 async fn a_fault_only_in_run_one_fails_once_and_the_restart_recovers() {
     let model = FaultyModel::new(answers())
@@ -255,8 +271,6 @@ async fn draw_fails(seed: u64, turn: u32) -> bool {
 /// field hashed on its own, so the trials of `experiment::run_trials` (seeds `seed + i`) are
 /// independent: turn 2 under seed `s` and turn 1 under seed `s ^ 3` agree about half the
 /// time (p = 0.5 each), not always.
-// regression: the fields were XORed into one word before one hash, so (seed, turn) pairs
-// with the same XOR drew the same.
 #[tokio::test(start_paused = true)]
 async fn seeded_draws_of_different_seeds_and_turns_are_independent() {
     let mut agree = 0;

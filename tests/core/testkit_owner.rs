@@ -68,16 +68,23 @@ async fn reviewer_story() {
     assert_eq!(tree.record(reviewer).unwrap().subtree, Usage::tokens(40, 8));
 }
 
+/// A probe owner and a probe child drive the agent under test through the guide's story:
+/// the child's spawn and prompt, its usage passed up, the agent's question to its owner,
+/// and its final answer, each seen in order.
 #[tokio::test(start_paused = true)]
 async fn the_reviewer_story_with_a_probe_owner_and_a_probe_child() {
     reviewer_story().await;
 }
 
+/// The same story on two worker threads, many times: the probes see the same messages
+/// however the threads interleave.
 #[test]
 fn the_reviewer_story_on_worker_threads() {
     on_worker_threads(25, Duration::from_secs(30), reviewer_story);
 }
 
+/// The owner probe sees the usage of its agent's whole subtree, billed up its edge, and a
+/// question it refuses is an error result for the agent, which carries on.
 #[tokio::test(start_paused = true)]
 async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
     let script = ScriptedModel::new()
@@ -114,6 +121,9 @@ async fn the_owner_sees_its_descendants_usage_restarts_and_a_refusal() {
     owner.expect_no_message(Duration::from_secs(60)).await;
 }
 
+/// A question the owner probe passes over is refused for the agent (the error says it was
+/// passed over), and a restart reaches the owner as a `Restarted` message naming the new
+/// run.
 #[tokio::test(start_paused = true)]
 async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     let script = ScriptedModel::new().script(
@@ -156,6 +166,8 @@ async fn a_question_passed_over_is_refused_and_restarts_are_messages() {
     );
 }
 
+/// A failed owner expectation panics saying what was expected and listing every message
+/// that came instead.
 #[tokio::test(start_paused = true)]
 #[should_panic(
     expected = "owner probe of a1: expected a question as the next message; seen 1 message:\n  usage 12 tokens from a1"
@@ -168,6 +180,9 @@ async fn a_failed_owner_expectation_lists_what_came() {
     owner.expect_question().await;
 }
 
+/// Probe children take their prompt, depth and run from the tree and do what the test says:
+/// hang, fail, or ask their owner, whose steer reaches the next turn; a hanging child ends
+/// when its owner does.
 #[tokio::test(start_paused = true)]
 async fn probe_children_fail_hang_and_ask_their_owner() {
     let script = ScriptedModel::new().script(
@@ -210,6 +225,8 @@ async fn probe_children_fail_hang_and_ask_their_owner() {
     checkers.expect_no_spawn();
 }
 
+/// `expect_spawn` accepts only a child's first turn of a run: a later turn of a known child
+/// fails the test, naming the agent, run and turn.
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a probed child to start, got a2 (checker) run 1 turn 2")]
 async fn expect_spawn_refuses_a_later_turn() {

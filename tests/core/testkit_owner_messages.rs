@@ -21,8 +21,6 @@ use crate::support::{catalog, delegator, leaf, spawn_admitted};
 /// bystander top-level agent that asked first, the probe still hands over the question of
 /// the agent under test (its text, and answering it answers that agent), never the
 /// bystander's.
-// regression: `OwnerProbe::question` once took whatever question came first in its
-// channel without checking `question.agent`.
 #[tokio::test(start_paused = true)]
 async fn the_owner_probe_hands_over_only_its_own_agents_questions() {
     let script = ScriptedModel::new()
@@ -401,8 +399,6 @@ async fn a_question_fished_past_is_refused() {
 /// request's `incarnation` counts restarts only; its `run` counts restarts and resumes".
 /// After run 1, a resume (run 2) that fails and is restarted is `Restarted { run: 3 }`, as
 /// the model's next call says run 3.
-// regression: the probe once reported the incarnation (`run: 2`), equal to the run only
-// while nothing was resumed.
 #[tokio::test(start_paused = true)]
 async fn the_owner_probes_restart_after_a_resume_names_the_run() {
     let model = ScriptedModel::new().script(

@@ -29,6 +29,9 @@ fn spawn_call(prompt: &str) -> ToolCall {
     )
 }
 
+/// With the driven model a test awaits each model call, inspects it (agent, depth, turn,
+/// tools, messages) and answers it, and the tree goes on exactly as the answers say, usage
+/// included.
 #[tokio::test(start_paused = true)]
 async fn a_test_drives_a_delegation_turn_by_turn() {
     let (model, mut handle) = testkit::pair();
@@ -66,6 +69,9 @@ async fn a_test_drives_a_delegation_turn_by_turn() {
     handle.expect_no_turn();
 }
 
+/// An answer of the driven model may be any error kind, a panic or a hang, and the tree
+/// treats each as from a real model: a rate limit is retried under the same turn, a panic
+/// fails the agent, a hang lasts until an abort.
 #[tokio::test(start_paused = true)]
 async fn errors_of_any_kind_hangs_and_panics_reach_the_tree() {
     let (model, mut handle) = testkit::pair();
@@ -96,6 +102,8 @@ async fn errors_of_any_kind_hangs_and_panics_reach_the_tree() {
     assert_eq!(c.outcome().await.status, AgentStatus::Aborted);
 }
 
+/// A model call the test takes and drops without an answer fails the test, naming the
+/// agent, run and turn.
 #[tokio::test(start_paused = true)]
 #[should_panic(
     expected = "the model call of a1 (worker) run 1 turn 1 was dropped without an answer"
@@ -108,6 +116,8 @@ async fn a_call_dropped_unanswered_fails_the_test_naming_it() {
     drop(turn);
 }
 
+/// Model calls the test never took fail it when the handle is dropped, each named by agent,
+/// run and turn.
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "model calls the test never took: a1 (worker) run 1 turn 1")]
 async fn calls_the_test_never_took_fail_it_when_the_handle_goes() {
@@ -118,6 +128,8 @@ async fn calls_the_test_never_took_fail_it_when_the_handle_goes() {
     drop(handle);
 }
 
+/// Waiting for a model call that never comes fails the test after an hour of virtual time,
+/// saying how many calls came.
 #[tokio::test(start_paused = true)]
 #[should_panic(expected = "expected a model call within 3600s, none came (after 0 calls)")]
 async fn waiting_for_a_call_that_never_comes_fails_in_virtual_time() {
@@ -126,6 +138,8 @@ async fn waiting_for_a_call_that_never_comes_fails_in_virtual_time() {
     let _ = handle.expect_turn().await;
 }
 
+/// The driven model's call log records each call's agent, turn and run and how it ended:
+/// returned, failed, dropped, or still in flight.
 #[tokio::test(start_paused = true)]
 async fn the_call_log_says_how_each_call_ended() {
     use agent_tree::testkit::CallEnd;

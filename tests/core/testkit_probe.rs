@@ -24,6 +24,8 @@ async fn tree() -> Tree {
     build_tree(catalog, model).await
 }
 
+/// The event probe's expectations wait in virtual time: for a number of matching events,
+/// for the absence of one over a span, and for an agent's final outcome.
 #[tokio::test(start_paused = true)]
 async fn expectations_follow_a_run_in_virtual_time() {
     let tree = tree().await;
@@ -54,6 +56,8 @@ async fn panic_text(task: impl std::future::Future<Output = ()> + Send + 'static
         .unwrap_or_else(|| payload.downcast_ref::<&str>().unwrap().to_string())
 }
 
+/// A failed probe expectation panics saying what was expected and listing every event seen,
+/// one line each, as docs/testing.md shows it.
 #[tokio::test(start_paused = true)]
 async fn a_failed_expectation_says_what_was_expected_and_lists_what_was_seen() {
     let tree = tree().await;
@@ -104,6 +108,8 @@ async fn a_failed_expectation_says_what_was_expected_and_lists_what_was_seen() {
     );
 }
 
+/// `fish` skips the events its picker skips and returns the first it catches; an event it
+/// marks as a failure fails the test, naming the event.
 #[tokio::test(start_paused = true)]
 async fn fishing_skips_what_it_skips_and_fails_on_what_it_fails() {
     use agent_tree::testkit::Fish;

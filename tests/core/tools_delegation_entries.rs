@@ -77,9 +77,6 @@ async fn run_lead(lead: AgentDefinition, spawn: Option<&str>) -> (ScriptedModel,
 /// grants every type, as it does in an agent file with `allowed_subagents: ~` and in JSON
 /// without the field; end to end, the lead is offered `Agent` and may spawn `writer`. The
 /// same text means the same delegation in a file and through serde.
-// regression: serde's null once read as a *written* `none` (protocol/src/words.rs
-// `WordsVisitor::visit_unit`/`visit_none` returned the default, not the
-// `unwritten_allowance` sentinel).
 #[tokio::test(start_paused = true)]
 async fn a_null_allowed_subagents_beside_a_bare_agent_is_left_out() {
     let left_out = json(r#"{"name": "lead", "tools": ["Agent", "Read"]}"#);
@@ -128,8 +125,6 @@ async fn a_null_allowed_subagents_beside_a_bare_agent_is_left_out() {
 /// `AgentDefinition::deserialize(d)` inside its own `Deserialize` impl — gets the same
 /// definition as `serde_json::from_str::<AgentDefinition>`: the bare `Agent` grants every
 /// type, and the internal `unwritten_allowance` sentinel never leaks.
-// regression: the path once resolved to the inherent `pub fn` the `remote = "Self"` derive
-// wrote (inherent functions shadow trait ones), skipping the wrapper.
 #[test]
 fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
     #[derive(serde::Deserialize)]
@@ -156,8 +151,6 @@ fn the_public_deserialize_path_applies_the_entries_and_hides_the_sentinel() {
 /// entry granting delegation by its older name, the deny taking it away by the same name —
 /// gives an agent no `Agent` tool, and `tool_problems` stays quiet about the deny (`Task`
 /// names delegation in `tools`, so it names it in `disallowed_tools`).
-// regression: the deny was once compared with `Agent` only (actors/src/policy/capability.rs)
-// and `Task` in `disallowed_tools` reported as an unknown tool.
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_task_denies_the_delegation_task_grants() {
     let lead = parse("tools: Task, Read\ndisallowed_tools: Task").unwrap();
@@ -182,8 +175,6 @@ async fn a_deny_of_task_denies_the_delegation_task_grants() {
 /// Rule: `tools: Agent(writer), Read` with a malformed `allowed_subagents: 5` is one error,
 /// of `allowed_subagents` (expected names, found 5): `tools` is fine, and nothing was written
 /// the entries could disagree with. An unread field's default is never judged as if written.
-// regression: actors/src/catalog/frontmatter.rs `parse` once checked the entries against
-// the unread field's default (`none`) and blamed `tools`.
 #[test]
 fn an_unreadable_allowed_subagents_does_not_make_tools_an_error() {
     let err = parse("tools: Agent(writer), Read\nallowed_subagents: 5").unwrap_err();
@@ -209,8 +200,6 @@ fn field_of(err: &CatalogError) -> String {
 /// Rule: `tools: Agent(Writer), Read` beside `allowed_subagents: [writer]` names the type
 /// `writer`, which the allowance allows (by the rule every type name follows, `Writer` and
 /// `writer` are the one type `writer`): the file loads, and the lead may spawn `writer`.
-// regression: `apply_delegation_entries_beside` once compared entries with the allowance by
-// exact string, not by the rule agent type names are matched with (`Catalog::resolve_for`).
 #[tokio::test(start_paused = true)]
 async fn entries_and_allowance_naming_one_type_in_two_cases_agree() {
     let lead = parse("tools: Agent(Writer), Read\nallowed_subagents: [writer]")
@@ -282,8 +271,6 @@ async fn a_deny_and_isolation_win_over_delegation_entries() {
 /// written) and `max_turns: 0` is refused for both fields: `tools` (the entry names a type the
 /// allowance does not allow) and `max_turns` (at least 1), as a file with the same two faults
 /// reports both.
-// regression: `Catalog::new` once skipped the definition check after the entries' error, so
-// the `max_turns` fault showed up only once `tools` was fixed.
 #[test]
 fn a_catalog_reports_every_refused_field_beside_a_disagreeing_entry() {
     let lead = AgentDefinition::new("lead", "You lead.")

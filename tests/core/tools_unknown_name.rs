@@ -42,6 +42,9 @@ fn scripted() -> ScriptedModel {
         )
 }
 
+/// A tool call the agent cannot make (an unknown name, a tool outside its allowlist, an
+/// orchestration tool without delegation, a tool that panics) is an error result, never a
+/// crash: the turn's other calls run and the agent completes.
 #[tokio::test(start_paused = true)]
 async fn calls_the_agent_cannot_make_are_error_results() {
     let model = RecordingModel::new(scripted());

@@ -54,6 +54,8 @@ fn logs_inside_model_calls_and_tools_name_their_agent_under_its_owner() {
     );
 }
 
+/// What a model call or a tool logs carries its agent's id and type in the agent's span,
+/// nested under its owner's span. (The span test's body, run in a process of its own.)
 #[tokio::test(start_paused = true)]
 #[ignore = "run by logs_inside_model_calls_and_tools_name_their_agent_under_its_owner in a process of its own"]
 async fn spans_in_a_process_of_their_own() {

@@ -62,6 +62,9 @@ fn ancestry(snapshot: &agent_tree::protocol::TreeSnapshot, id: AgentId) -> Vec<A
     chain
 }
 
+/// Depth, parent and root are right at every level of a four-deep tree, in two independent
+/// branches: in the records, the lifecycle events, the model requests and the tool contexts
+/// alike.
 #[tokio::test(start_paused = true)]
 async fn depth_parent_and_root_are_right_at_every_level() {
     let contexts: Arc<Mutex<Vec<(AgentId, String, u32)>>> = Arc::default();

@@ -85,6 +85,9 @@ fn lead_and_victim() -> Catalog {
     catalog([delegator("lead", &["victim"]), leaf("victim")])
 }
 
+/// A child's usage is recorded before its terminal event, and whenever an owner hears of a
+/// child's end its own subtree already holds the child's whole usage; the snapshot equals
+/// the sum of the usage events.
 #[tokio::test(start_paused = true)]
 async fn usage_is_in_before_the_owner_hears_of_the_end() {
     let probe = TreeCell::new();

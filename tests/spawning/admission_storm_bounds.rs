@@ -253,6 +253,9 @@ async fn storm(seed: u64) -> Tally {
     tally
 }
 
+/// However many spawns race, no agent ever has more than `max_children_per_agent` live
+/// children, the tree more than `max_total_agents` live agents or the pool more than
+/// `max_concurrent` running, and every refusal names the limit it hit.
 #[tokio::test(start_paused = true)]
 async fn a_spawn_storm_never_exceeds_any_limit_and_every_refusal_names_its_limit() {
     let mut attempts = 0;

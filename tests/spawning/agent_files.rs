@@ -249,6 +249,9 @@ fn pi_files_load_as_pi_means_them_and_each_difference_is_noted() {
     assert_eq!(file_name(&loaded.skipped[0].file), "README.md");
 }
 
+/// A strict load fails on the first problem (file and field) and never on a note or a
+/// README; a lenient load of several directories keeps every valid file, a later
+/// directory's type overriding an earlier one of the same name.
 #[test]
 fn strict_mode_fails_on_problems_and_never_on_notes() {
     // The Claude Code directory has notes and no problem.
@@ -525,6 +528,9 @@ async fn tree_with(model: ScriptedModel, catalog: Catalog, registered: &[&'stati
     builder.build().await.expect("the tree builds")
 }
 
+/// Tool names as Claude Code files write them (`Read`, `Bash`) reach the tools the
+/// application registered in lower case, and names no registration matches are reported
+/// with their agent type and field, not offered.
 #[tokio::test(start_paused = true)]
 async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_reported() {
     let catalog = Catalog::load_dir(fixture("claude")).catalog;
@@ -593,6 +599,8 @@ async fn claude_tool_names_reach_lower_case_registrations_and_unknown_ones_are_r
     tree.shutdown().await;
 }
 
+/// A tool name that matches two registrations differing only in case is offered as neither:
+/// a call to either is an error result, and the ambiguity is reported with its candidates.
 #[tokio::test(start_paused = true)]
 async fn a_name_matching_two_registrations_by_case_is_refused() {
     let catalog = Catalog::load_dir(fixture("claude")).catalog;
@@ -633,6 +641,9 @@ async fn a_name_matching_two_registrations_by_case_is_refused() {
     tree.shutdown().await;
 }
 
+/// pi's `*` (with `ext:` selectors) grants every registered tool, less the file's
+/// `disallowed_tools`; an isolated agent drops its extension tools as pi does, and unknown
+/// names are reported.
 #[tokio::test(start_paused = true)]
 async fn pi_star_with_extension_selectors_gets_every_registered_tool() {
     let catalog = Catalog::load_dir(fixture("pi")).catalog;
@@ -690,6 +701,8 @@ async fn pi_star_with_extension_selectors_gets_every_registered_tool() {
     tree.shutdown().await;
 }
 
+/// Frontmatter whose YAML aliases expand past a bounded number of nodes is refused, naming
+/// its file, in bounded time, and the directory's other files still load.
 #[test]
 fn an_alias_bomb_is_refused_naming_its_file_in_bounded_time() {
     let scratch = Scratch::new("alias-bomb");
@@ -725,6 +738,8 @@ fn an_alias_bomb_is_refused_naming_its_file_in_bounded_time() {
     );
 }
 
+/// A link to something other than a regular file (`/dev/zero`) is refused as not a file,
+/// without being read, while a link to a regular file is followed and loads.
 #[cfg(unix)]
 #[test]
 fn a_link_to_dev_zero_is_refused_without_reading_and_a_link_to_a_file_is_followed() {
@@ -756,6 +771,8 @@ fn a_link_to_dev_zero_is_refused_without_reading_and_a_link_to_a_file_is_followe
     );
 }
 
+/// A FIFO among agent files is refused as not a file without ever being opened, so loading
+/// never blocks on it.
 #[cfg(unix)]
 #[test]
 fn a_fifo_is_refused_without_hanging() {
@@ -779,6 +796,8 @@ fn a_fifo_is_refused_without_hanging() {
     );
 }
 
+/// An agent file larger than `MAX_AGENT_FILE_BYTES` is refused naming the limit, while one
+/// of exactly that size loads.
 #[test]
 fn an_oversize_file_is_refused_and_one_at_the_limit_loads() {
     let scratch = Scratch::new("oversize");

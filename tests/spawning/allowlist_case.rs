@@ -1,7 +1,7 @@
 //! Allowlist entries name catalog types by the rule requested type names follow (the exact
 //! name, else one case-insensitive match), in a running tree: `allowed_subagents: [Reviewer]`
-//! with a catalog type `reviewer` offers the `Agent` tool, and the spawn it offers succeeds.
-//! (It used to offer the tool and then refuse every spawn with "allowed: none".)
+//! with a catalog type `reviewer` offers the `Agent` tool, and the spawn it offers succeeds
+//! (a tool offered is never one that refuses every spawn with "allowed: none").
 
 use std::future::Future;
 use std::path::Path;
@@ -57,6 +57,8 @@ async fn lead_spawns(lead_allows: &str, requested: &str) -> (Tree, ScriptedModel
     (tree, model, result.content.clone(), result.is_error)
 }
 
+/// An allowlist entry resolves to a catalog type as a requested name does,
+/// case-insensitively when unambiguous: the `Agent` tool it offers spawns that type.
 #[tokio::test(start_paused = true)]
 async fn an_allowlist_entry_in_another_case_permits_the_type() {
     for (allows, requested) in [
@@ -77,6 +79,8 @@ async fn an_allowlist_entry_in_another_case_permits_the_type() {
     }
 }
 
+/// An allowlist entry that names no catalog type permits nothing: the spawn is refused with
+/// "allowed: none" and no child is made.
 #[tokio::test(start_paused = true)]
 async fn an_entry_naming_no_type_still_permits_none() {
     let (tree, _model, result, is_error) = lead_spawns("[Reviewr]", "reviewer").await;

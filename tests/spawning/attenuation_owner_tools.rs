@@ -65,6 +65,8 @@ async fn run(config: TreeConfig) -> (Tree, ScriptedModel) {
     (tree, model)
 }
 
+/// Without attenuation (the default) every child runs with its own definition's user tools,
+/// whatever its owner holds.
 #[tokio::test(start_paused = true)]
 async fn off_by_default_children_run_with_their_own_tools() {
     assert!(!TreeConfig::default().attenuate_tools);
@@ -82,6 +84,9 @@ async fn off_by_default_children_run_with_their_own_tools() {
     tree.shutdown().await;
 }
 
+/// With attenuation a child gets only the user tools its owner also holds, transitively
+/// down the tree, and a call to a tool it lost is an error result; orchestration tools are
+/// not attenuated.
 #[tokio::test(start_paused = true)]
 async fn attenuated_children_get_only_tools_their_owner_holds() {
     let (tree, model) = run(TreeConfig::default().with_attenuated_tools(true)).await;

@@ -44,6 +44,8 @@ fn assert_spawned_a_leaf(tree: &Tree, model: &ScriptedModel) {
 
 const NOT_AVAILABLE: &str = "tool \"Agent\" is not available to this agent";
 
+/// An agent whose definition opts in with `allowed_subagents` and that sits below the depth
+/// cap is offered every orchestration tool, and its spawn succeeds.
 #[tokio::test(start_paused = true)]
 async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
     let model = model(&["boss"]);
@@ -62,6 +64,8 @@ async fn an_opted_in_agent_below_the_cap_gets_every_orchestration_tool() {
     tree.shutdown().await;
 }
 
+/// An agent at its branch's depth cap is offered no orchestration tool, even when its
+/// definition opts in, and its spawn attempt is refused.
 #[tokio::test(start_paused = true)]
 async fn none_at_the_depth_cap() {
     // max_depth 2: the top-level delegator (depth 1) may delegate; its delegating child at
@@ -96,6 +100,8 @@ async fn none_at_the_depth_cap() {
     tree.shutdown().await;
 }
 
+/// An isolated agent, one whose tool policy denies `Agent`, and one without
+/// `allowed_subagents` (or with an empty list) are offered no orchestration tool.
 #[tokio::test(start_paused = true)]
 async fn none_for_isolated_denied_or_not_opted_in_agents() {
     let model = model(&["isolated", "denied", "plain", "empty-list"]);
@@ -141,6 +147,7 @@ async fn none_for_isolated_denied_or_not_opted_in_agents() {
     tree.shutdown().await;
 }
 
+/// Denying one orchestration tool by name removes that tool alone; the others stay offered.
 #[tokio::test(start_paused = true)]
 async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
     let model = model(&["boss"]);
@@ -165,6 +172,8 @@ async fn a_deny_of_one_orchestration_tool_removes_only_that_one() {
     tree.shutdown().await;
 }
 
+/// An agent with an explicit tool allowlist and `allowed_subagents` gets the orchestration
+/// tools without listing `Agent`, and only the user tools it lists.
 #[tokio::test(start_paused = true)]
 async fn agent_is_inferred_into_an_explicit_tool_allowlist() {
     let model = model(&["reader"]);
@@ -185,6 +194,8 @@ async fn agent_is_inferred_into_an_explicit_tool_allowlist() {
     tree.shutdown().await;
 }
 
+/// `allowed_subagents` is never inherited: a child whose own definition does not opt in
+/// cannot spawn, whatever its owner may do.
 #[tokio::test(start_paused = true)]
 async fn allowed_subagents_is_not_inherited_by_children() {
     // boss (allowed: all) → plain (no allowed_subagents of its own): plain cannot spawn,

@@ -33,6 +33,8 @@ fn offers_agent(model: &ScriptedModel, id: AgentId) -> bool {
     tools(model, id, 0).iter().any(|t| t == "Agent")
 }
 
+/// The default `max_depth` is 5: a chain of delegations reaches depth 5, each agent's
+/// parent the one above, and the depth-5 agent is not offered `Agent`.
 #[tokio::test(start_paused = true)]
 async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     assert_eq!(DEFAULT_MAX_DEPTH, 5);
@@ -60,6 +62,8 @@ async fn the_default_cap_is_five_and_the_depth_five_agent_cannot_delegate() {
     tree.shutdown().await;
 }
 
+/// A `max_depth` of 0 or 1 disables nesting: top-level agents still run at depth 1, but
+/// none is offered `Agent` and an attempt to spawn is refused.
 #[tokio::test(start_paused = true)]
 async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     for cap in [0, 1] {
@@ -79,6 +83,8 @@ async fn max_depth_zero_or_one_disables_nesting_but_top_level_runs() {
     }
 }
 
+/// A branch keeps the depth cap and catalog it started with when the tree's defaults change
+/// while it runs; only a new top-level branch gets the new ones.
 #[tokio::test(start_paused = true)]
 async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     let scripted = chain_model();
@@ -147,6 +153,8 @@ async fn a_running_branch_keeps_the_cap_and_catalog_it_started_with() {
     tree.shutdown().await;
 }
 
+/// Depth, parent, owner and root fields forged into an `Agent` tool input are ignored: the
+/// child sits under its caller at the caller's depth + 1, and the cap still holds for it.
 #[tokio::test(start_paused = true)]
 async fn forged_depth_parent_and_root_fields_are_ignored() {
     // max_depth 2: a forged `depth: 0` must not lift the child under the cap, and forged

@@ -36,6 +36,8 @@ impl TempSettings {
     }
 }
 
+/// A settings file sets every limit it names, and the fields it leaves out keep their
+/// defaults.
 #[test]
 fn a_settings_file_sets_every_limit_and_keeps_defaults_for_the_rest() {
     let file = TempSettings::new(
@@ -67,6 +69,8 @@ fn a_settings_file_sets_every_limit_and_keeps_defaults_for_the_rest() {
     assert_eq!(config, TreeConfig::default().with_max_depth(2));
 }
 
+/// An invalid value in a settings file is refused with an error naming the file and the
+/// field.
 #[test]
 fn settings_file_errors_name_the_file_and_the_field() {
     for (text, field) in [
@@ -103,6 +107,8 @@ fn settings_file_errors_name_the_file_and_the_field() {
     assert!(err.starts_with(&missing.display().to_string()), "{err}");
 }
 
+/// A config built in code is validated too: the tree builder refuses an invalid one with an
+/// error naming the field.
 #[tokio::test]
 async fn an_invalid_config_built_in_code_is_refused_by_the_builder() {
     let err = Tree::builder()
@@ -118,6 +124,9 @@ async fn an_invalid_config_built_in_code_is_refused_by_the_builder() {
     );
 }
 
+/// `max_spawns_per_agent` is a lifetime budget: a spawn past it is refused with a message
+/// naming the limit even when earlier children are gone, and a resume does not count as a
+/// spawn.
 #[tokio::test(start_paused = true)]
 async fn the_lifetime_spawn_budget_refuses_with_a_message_naming_it() {
     let file = TempSettings::new(r#"{"max_spawns_per_agent": 2}"#);
@@ -170,6 +179,9 @@ fn never_answers() -> Script {
     Script::new((0..40).map(|_| Turn::calls([Call::tool("noop", json!({}))])))
 }
 
+/// The default `max_turns` is `max(6, 30 − 5·(depth − 1))`; an agent that never answers
+/// within it fails with reason `max_turns`, which is a result for its owner, not the
+/// owner's failure.
 #[tokio::test(start_paused = true)]
 async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
     // spinner at depth 1 (30 turns); boss → spinner at depth 2 (25); boss → mid → spinner at
@@ -213,6 +225,9 @@ async fn default_max_turns_shrinks_with_depth_and_ends_in_max_turns() {
     tree.shutdown().await;
 }
 
+/// `inherit_context` gives a depth-2 child its owner's conversation before its own task; at
+/// depth 3 it is dropped, announced by a `context_dropped` event, and the child sees its
+/// task alone.
 #[tokio::test(start_paused = true)]
 async fn inherit_context_is_honoured_at_depth_two_and_dropped_at_depth_three() {
     let scripted = ScriptedModel::new()

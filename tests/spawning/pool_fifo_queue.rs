@@ -37,6 +37,8 @@ fn is_queued(e: &Event) -> bool {
     matches!(e.kind, EventKind::Queued { .. })
 }
 
+/// Top-level background agents beyond `max_concurrent` are `queued` and start in FIFO order
+/// as slots free.
 #[tokio::test(start_paused = true)]
 async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     let model = ScriptedModel::new();
@@ -96,6 +98,8 @@ async fn agents_beyond_the_pool_queue_and_start_fifo_as_slots_free() {
     tree.shutdown().await;
 }
 
+/// Raising the pool's limit starts queued agents at once, in FIFO order, up to the new limit;
+/// the rest stay queued.
 #[tokio::test(start_paused = true)]
 async fn raising_the_limit_drains_the_queue() {
     let model = ScriptedModel::new().script("worker", [Turn::hang()]);
@@ -126,6 +130,8 @@ async fn raising_the_limit_drains_the_queue() {
     tree.shutdown().await;
 }
 
+/// An agent aborted while queued settles `aborted` and never starts: the freed slot goes to
+/// the next queued agent.
 #[tokio::test(start_paused = true)]
 async fn an_aborted_queued_agent_never_starts() {
     let model = ScriptedModel::new()
@@ -172,6 +178,8 @@ async fn an_aborted_queued_agent_never_starts() {
     tree.shutdown().await;
 }
 
+/// Nested children bypass the pool, so a pooled agent can spawn and wait on children while
+/// the pool is full and others are queued.
 #[tokio::test(start_paused = true)]
 async fn nested_children_bypass_a_full_pool() {
     // Pool of one, held by the pooled boss; a second pooled agent waits. The boss still

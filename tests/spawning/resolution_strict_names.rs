@@ -80,6 +80,8 @@ fn no_fallback(tree: &Tree, model: &ScriptedModel) {
     );
 }
 
+/// A requested type name resolves to the type of exactly that name, else to the one type it
+/// matches case-insensitively.
 #[tokio::test(start_paused = true)]
 async fn exact_names_win_and_a_unique_case_insensitive_match_resolves() {
     let (tree, _, r) = attempt("boss", &["Writer", "writer", "reviewer", "SECRET"]).await;
@@ -90,6 +92,8 @@ async fn exact_names_win_and_a_unique_case_insensitive_match_resolves() {
     tree.shutdown().await;
 }
 
+/// Unknown, disabled, blank and case-ambiguous type names are refused, each with its own
+/// precise error, and `general-purpose` is never substituted.
 #[tokio::test(start_paused = true)]
 async fn unknown_disabled_blank_and_ambiguous_names_are_rejected_without_fallback() {
     let (tree, model, r) = attempt("boss", &["wrtier", "old", "  ", "", "WRITER"]).await;
@@ -110,6 +114,9 @@ async fn unknown_disabled_blank_and_ambiguous_names_are_rejected_without_fallbac
     tree.shutdown().await;
 }
 
+/// The caller's allowlist is checked against the resolved type: a name that resolves
+/// case-insensitively to a type outside it is refused, listing only the types the caller
+/// may reach.
 #[tokio::test(start_paused = true)]
 async fn the_allowlist_is_checked_again_after_resolution() {
     // `lead` may spawn writer and Reviewer only. "REVIEWER" resolves to Reviewer (allowed);
@@ -135,6 +142,8 @@ async fn the_allowlist_is_checked_again_after_resolution() {
     tree.shutdown().await;
 }
 
+/// A refusal of an unknown name, or of a disabled type the caller may not reach, lists only
+/// the types the caller may reach and reveals no other.
 #[tokio::test(start_paused = true)]
 async fn unknown_and_unreachable_disabled_names_list_only_reachable_types() {
     let (tree, model, r) = attempt("lead", &["nobody", "old"]).await;
@@ -159,6 +168,8 @@ async fn unknown_and_unreachable_disabled_names_list_only_reachable_types() {
     tree.shutdown().await;
 }
 
+/// A name ambiguous across types is refused without naming the candidates the caller may
+/// not reach.
 #[tokio::test(start_paused = true)]
 async fn an_ambiguous_refusal_lists_only_reachable_types() {
     // lead may reach `writer` but not `Writer`; "WRITER" must be refused without naming the
@@ -172,6 +183,8 @@ async fn an_ambiguous_refusal_lists_only_reachable_types() {
     tree.shutdown().await;
 }
 
+/// Top-level spawns resolve type names by the same strict rule, with the same errors, and a
+/// refused spawn leaves no record.
 #[tokio::test(start_paused = true)]
 async fn top_level_spawns_resolve_strictly_too() {
     let model = model("boss", &[]);

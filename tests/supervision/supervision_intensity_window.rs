@@ -79,6 +79,9 @@ fn failure_times(events: &[Event]) -> Vec<u64> {
         .collect()
 }
 
+/// Failures closer together than the window allows escalate at the first one past the
+/// intensity: with 2 restarts per second, a third failure 0.4 s after the second fails the
+/// supervisor with reason `escalated`.
 #[tokio::test(start_paused = true)]
 async fn failures_0_4_s_apart_exceed_2_per_second_at_the_third() {
     let (outcome, events, record) = run(&[400, 400, 400, 400]).await;
@@ -89,6 +92,8 @@ async fn failures_0_4_s_apart_exceed_2_per_second_at_the_third() {
     assert_eq!(record.incarnation, 3);
 }
 
+/// The window slides: restarts that have left it no longer count, so failures spaced wider than
+/// the intensity allows are restarted for ever, however many there are.
 #[tokio::test(start_paused = true)]
 async fn failures_0_6_s_apart_never_exceed_2_per_second() {
     let (outcome, events, record) = run(&[600; 6]).await;
@@ -110,6 +115,8 @@ async fn failures_0_6_s_apart_never_exceed_2_per_second() {
     assert_eq!(record.ended_ms, Some(3610));
 }
 
+/// After a quiet window a burst of failures gets the full budget of restarts again; a failure
+/// with the budget of the last second spent escalates.
 #[tokio::test(start_paused = true)]
 async fn bursts_separated_by_a_quiet_window_each_get_the_full_budget() {
     // Restarts at 100, 200 (a burst of two), then 1300, 1400 (both older ones have left the

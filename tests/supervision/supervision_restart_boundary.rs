@@ -20,7 +20,6 @@ use crate::support::{build_tree, catalog, leaf, spawn_admitted, within};
 /// too. Only an explicit new run reopens a record, a supervisor's restart or an owner's
 /// resume, and each is counted in the agent's runs (`ModelRequest::run`), while the
 /// incarnation counts restarts only.
-// regression: a resumed run once kept the record's incarnation and read as run 1 again.
 #[tokio::test(start_paused = true)]
 async fn a_fault_limited_to_run_one_does_not_fire_in_a_resumed_second_run() {
     let scripted =

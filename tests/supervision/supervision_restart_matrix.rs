@@ -256,18 +256,24 @@ async fn run_row(owner: Owner, policy: RestartPolicy) {
     }
 }
 
+/// A permanent child is restarted after every exit (completion, model error, panic, kill)
+/// except an abort, under an agent supervisor and under the root alike.
 #[tokio::test(start_paused = true)]
 async fn permanent_restarts_every_exit_but_abort() {
     run_row(Owner::Agent, RestartPolicy::Permanent).await;
     run_row(Owner::Root, RestartPolicy::Permanent).await;
 }
 
+/// A transient child is restarted after an abnormal exit (model error, panic, kill) only: a
+/// completion and an abort are final, under an agent supervisor and under the root alike.
 #[tokio::test(start_paused = true)]
 async fn transient_restarts_abnormal_exits_only() {
     run_row(Owner::Agent, RestartPolicy::Transient).await;
     run_row(Owner::Root, RestartPolicy::Transient).await;
 }
 
+/// A temporary child is never restarted, whatever its exit, under an agent supervisor and under
+/// the root alike.
 #[tokio::test(start_paused = true)]
 async fn temporary_never_restarts() {
     run_row(Owner::Agent, RestartPolicy::Temporary).await;

@@ -163,6 +163,8 @@ async fn run_strategy(strategy: Strategy, types: &[&str], failing: usize, expect
     assert!(report.killed.is_empty(), "{name}: {report:?}");
 }
 
+/// Under `one_for_one` a failed child is restarted alone: its siblings are neither stopped nor
+/// restarted.
 #[tokio::test(start_paused = true)]
 async fn one_for_one_restarts_the_failed_child_alone() {
     // Children c0..c3 are a2..a5; c1 fails.
@@ -176,6 +178,8 @@ async fn one_for_one_restarts_the_failed_child_alone() {
     .await;
 }
 
+/// Under `one_for_all` a failure stops every live sibling in reverse start order, then restarts
+/// all of the children, the failed one included, in start order.
 #[tokio::test(start_paused = true)]
 async fn one_for_all_stops_in_reverse_and_restarts_in_start_order() {
     let (c0, c1, c2, c3) = (a(2), a(3), a(4), a(5));
@@ -197,6 +201,7 @@ async fn one_for_all_stops_in_reverse_and_restarts_in_start_order() {
     .await;
 }
 
+/// A temporary sibling in a `one_for_all` plan is stopped with the others but never restarted.
 #[tokio::test(start_paused = true)]
 async fn one_for_all_stops_a_temporary_sibling_for_good() {
     let (c0, c1, c2, c3) = (a(2), a(3), a(4), a(5));
@@ -217,6 +222,8 @@ async fn one_for_all_stops_a_temporary_sibling_for_good() {
     .await;
 }
 
+/// Under `rest_for_one` a failure stops the siblings started after the failed child (in reverse
+/// start order) and restarts it and them in start order; earlier siblings are untouched.
 #[tokio::test(start_paused = true)]
 async fn rest_for_one_restarts_the_failed_child_and_those_after_it() {
     let (c1, c2, c3) = (a(3), a(4), a(5));
@@ -236,6 +243,7 @@ async fn rest_for_one_restarts_the_failed_child_and_those_after_it() {
     .await;
 }
 
+/// Under `rest_for_one` the failure of the last-started child restarts it alone.
 #[tokio::test(start_paused = true)]
 async fn rest_for_one_of_the_last_child_restarts_it_alone() {
     // Children c0..c2 are a2..a4; the last one fails.
@@ -305,6 +313,9 @@ fn flaky_model(boss_waits: bool, sup: AgentId, flaky: AgentId, rerun: Rerun) -> 
     RecordingModel::new(scripted)
 }
 
+/// Past the restart intensity the supervisor fails with reason `escalated` and the child's
+/// original error; its other children are aborted before it settles, and its owner sees the
+/// failure as its spawn's result and carries on.
 #[tokio::test(start_paused = true)]
 async fn intensity_exceeded_escalates_with_the_original_cause() {
     let model = flaky_model(true, a(2), a(3), Rerun::Same);
@@ -460,6 +471,9 @@ async fn restarted_by_boss(rerun: Rerun) {
     assert!(tree.alive_actors().is_empty());
 }
 
+/// A permanent supervisor that escalates is restarted by the agent that owns it: the new
+/// incarnation re-runs its original request and spawns new children, and the owner, still
+/// waiting, sees no failure.
 #[tokio::test(start_paused = true)]
 async fn a_permanent_supervisor_that_escalates_is_restarted_by_its_owner() {
     restarted_by_boss(Rerun::Shifted).await;
@@ -473,6 +487,8 @@ async fn a_restarted_supervisor_rerunning_identical_calls_gets_new_children() {
     restarted_by_boss(Rerun::Same).await;
 }
 
+/// The root restarts a permanent top-level supervisor that escalates, as an agent owner would:
+/// the new incarnation starts again from its original prompt.
 #[tokio::test(start_paused = true)]
 async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
     // Ids: sup a1, flaky a2, idle a3; the restarted sup spawns a4, a5.
@@ -509,6 +525,8 @@ async fn the_root_restarts_a_permanent_top_level_supervisor_that_escalates() {
     tree.shutdown().await;
 }
 
+/// Past the root's own intensity the root fails with reason `escalated`: every agent is
+/// aborted, nothing is restarted after that, and the tree admits no new agent.
 #[tokio::test(start_paused = true)]
 async fn past_the_root_intensity_the_root_fails_and_every_agent_is_aborted() {
     let scripted = ScriptedModel::new()
