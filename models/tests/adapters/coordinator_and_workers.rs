@@ -22,8 +22,8 @@ use tokio::sync::Notify;
 
 use crate::common::scratch;
 use crate::routed::{
-    Mock, Req, Resp, an_json_calls, an_json_text, an_partial, an_start, an_text, oa_json_calls,
-    oa_json_text, oa_usage,
+    Mock, Req, Resp, an_json_calls, an_json_text, an_partial, an_text, oa_json_calls, oa_json_text,
+    oa_usage,
 };
 
 const LONG: &str = "The logs show a burst of 502s from the gateway at 14:02, all from one upstream; the retries doubled the load and the pool ran dry within a minute. Then the health checks failed and the upstream was taken out of rotation, which moved its traffic to the two others, which slowed down too. Nothing else stands out in the window.";
@@ -70,6 +70,14 @@ fn fast_retry() -> TreeConfig {
             .with_max_attempts(3)
             .with_backoff(Duration::from_millis(1), Duration::from_millis(2)),
     )
+}
+
+/// `future`, failing the test after a minute of real time instead of hanging it.
+async fn bounded<T>(future: impl std::future::Future<Output = T>, what: &str) -> T {
+    match tokio::time::timeout(Duration::from_secs(60), future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
 }
 
 async fn tree_on(model: impl Model, config: TreeConfig) -> Tree {
@@ -477,10 +485,15 @@ async fn a_steer_during_a_streamed_answer_is_read_at_one_more_turn() {
 
 /// Background child control through the model-facing tools: a timed-out wait answers
 /// `running`, an abort, then the result says `aborted`; the aborted child's streamed usage
-/// is billed to the coordinator's subtree.
+/// is billed to the coordinator's subtree. The abort is answered only once the worker's
+/// stream has reached the tree (its first `text_delta` event, after more than
+/// `TurnSink::EVENT_BYTES` of text): its usage is in hand, and its connection is open to
+/// be closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_children_are_controlled_through_the_model_facing_tools() {
-    let mock = Mock::start(|req, _| {
+    let streaming = Arc::new(Notify::new());
+    let gate = Arc::clone(&streaming);
+    let mock = Mock::start(move |req, _| {
         let id = req.spawned_ids().first().cloned().unwrap_or_default();
         match (req.agent().as_str(), req.turn()) {
             ("coordinator", 0) => oa_json_calls(
@@ -498,9 +511,12 @@ async fn background_children_are_controlled_through_the_model_facing_tools() {
                 )],
                 (10, 1),
             ),
-            ("coordinator", 2) => oa_json_calls(
-                &[("abort_subagent", json!({"agent_id": id}).to_string())],
-                (10, 1),
+            ("coordinator", 2) => Resp::Gate(
+                Arc::clone(&gate),
+                Box::new(oa_json_calls(
+                    &[("abort_subagent", json!({"agent_id": id}).to_string())],
+                    (10, 1),
+                )),
             ),
             ("coordinator", 3) => oa_json_calls(
                 &[(
@@ -510,7 +526,7 @@ async fn background_children_are_controlled_through_the_model_facing_tools() {
                 (10, 1),
             ),
             ("coordinator", _) => oa_json_text("aborted it", (10, 1)),
-            ("worker-b", _) => Resp::SseStall(vec![an_start(77)]),
+            ("worker-b", _) => Resp::SseStall(an_partial(77, LONG)),
             _ => reply_text(req, "?"),
         }
     })
@@ -519,11 +535,23 @@ async fn background_children_are_controlled_through_the_model_facing_tools() {
         coordinator: openai(&mock, false),
         workers: anthropic(&mock, true),
     };
-    let tree = tree_on(router, fast_retry()).await;
-    let outcome = tree
-        .run(SpawnRequest::new("coordinator", "check"))
-        .await
-        .unwrap();
+    let tree = tree_on(router, fast_retry().with_stream_events(true)).await;
+    let mut events = tree.subscribe();
+    let opener = tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            if event.depth == 2 && matches!(event.kind, EventKind::TextDelta { .. }) {
+                streaming.notify_one();
+                return;
+            }
+        }
+    });
+    let outcome = bounded(
+        tree.run(SpawnRequest::new("coordinator", "check")),
+        "the run",
+    )
+    .await
+    .unwrap();
+    opener.abort();
     assert_eq!(
         outcome.text.as_deref(),
         Some("aborted it"),
@@ -532,11 +560,10 @@ async fn background_children_are_controlled_through_the_model_facing_tools() {
     );
     let last = mock.of("coordinator").pop().unwrap();
     let results = last.tool_results();
-    eprintln!("{results:#?}");
     assert!(results[1].contains("running"), "{}", results[1]);
     assert!(results[3].contains("aborted"), "{}", results[3]);
-    mock.until_closed(1).await;
-    tree.idle().await;
+    bounded(mock.until_closed(1), "the worker's stream closed").await;
+    bounded(tree.idle(), "the tree idle").await;
     let worker = find(&tree, "worker-b");
     assert_eq!(worker.status, AgentStatus::Aborted);
     assert_eq!(worker.own, Usage::tokens(77, 1));
