@@ -408,7 +408,12 @@ impl Registry {
     pub(crate) fn kill_runs(&self, runs: &[(AgentId, u32)]) -> KilledRuns {
         let now = self.now_ms();
         let mut inner = self.lock();
+        // Sized once: growing these by pushes, each a larger allocation, made glibc
+        // consolidate its free lists again and again, inside the transaction that decides
+        // how late a 100,000-agent kill returns (two thirds of it, measured).
         let mut out = KilledRuns {
+            killed: Vec::with_capacity(runs.len()),
+            actors: Vec::with_capacity(runs.len()),
             ended_killed: Vec::with_capacity(runs.len()),
             ..KilledRuns::default()
         };
