@@ -65,8 +65,9 @@
 //!   reconnects, the host actor; the node's shared state (`NodeInner`).
 //! * `routes.rs`: the routing table: which stand-in or hosted edge a frame is for, the
 //!   hosted trees, the node's counts; frames sent to a peer's host.
-//! * `placed.rs`: how the cluster plugs into a tree: [`TreeBuilder::node`] attaches a node
-//!   as the tree's placement (the core's one seam), [`Tree::remote_records`].
+//! * `placed.rs`: how the cluster plugs into a tree:
+//!   [`TreeBuilder::node`](crate::TreeBuilder::node) attaches a node as the tree's
+//!   placement (the core's one seam), [`Tree::remote_records`](crate::Tree::remote_records).
 //! * `stand_in.rs`: a remote child on its owner's node (the owner's end of its edge).
 //! * `hosted.rs`: the child's side of one edge: its hosted tree, as one task.
 //! * `wire.rs`: the one message that crosses nodes, and its envelope.
