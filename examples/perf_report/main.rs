@@ -1,6 +1,7 @@
 //! The performance report: every scenario of `docs/performance.md` as agent-tree ("ours")
 //! and as raw ractor, side by side in one process, variants interleaved, medians over
-//! repetitions; each tree scenario and each memory measurement in a fresh child process.
+//! repetitions; each tree scenario, each large one and each memory measurement in a fresh
+//! child process.
 //!
 //! ```text
 //! cargo run --release --example perf_report
@@ -76,6 +77,14 @@ fn main() {
         }
         return;
     }
+    if args.get(1).map(String::as_str) == Some("--large") {
+        // One of the large scenarios, in a process of its own (`--large <name>`). Exits
+        // with the number of lines that missed their bound.
+        let mut report = Report::default();
+        let name = args.get(2).map_or("hung", String::as_str);
+        large_scenario(&runtime(), name, &mut report);
+        std::process::exit(i32::try_from(report.missed).unwrap_or(i32::MAX));
+    }
     if args.get(1).map(String::as_str) == Some("--only") {
         // One tree scenario, side by side (`--only <shape> <n> <reps>`): for measuring a
         // change to one shape without running the whole report, and how the report runs
@@ -107,7 +116,10 @@ fn main() {
         (Shape::Burst, 1_000, REPS_1K),
         (Shape::Burst, 10_000, REPS_10K),
     ] {
-        tree_child(shape, n, reps, &mut report);
+        child_lines(
+            &["--only", shape.name(), &n.to_string(), &reps.to_string()],
+            &mut report,
+        );
     }
 
     for (depth, target) in [(5, 1.0), (50, 0.2), (1000, 0.05)] {
@@ -138,55 +150,10 @@ fn main() {
         report.check(ours as f64 / raw as f64 <= 1.5);
     }
 
-    // 100k agents: the snapshot, then a graceful shutdown of the same tree.
-    let (per_record, walk, render, shutdown) = rt.block_on(async {
-        let tree = scenarios::fan4_tree(100_000).await;
-        let mut per_record: Vec<f64> = (0..5)
-            .map(|_| scenarios::snapshot_ns_per_record(&tree))
-            .collect();
-        let mut walk: Vec<f64> = (0..5)
-            .map(|_| scenarios::walk_ns_per_record(&tree))
-            .collect();
-        let mut render: Vec<f64> = (0..3)
-            .map(|_| scenarios::render_ns_per_record(&tree))
-            .collect();
-        let start = Instant::now();
-        let report = tree.shutdown().await;
-        (
-            median_f(&mut per_record),
-            median_f(&mut walk),
-            median_f(&mut render),
-            (report.killed.len(), start.elapsed()),
-        )
-    });
-    report.line(format!(
-        "perf snapshot_per_record ours={per_record:.0} raw=200 ratio={:.2} target=1.00",
-        per_record / 200.0
-    ));
-    report.check(per_record <= 200.0);
-    report.info(format!("info depth_first_per_record ours={walk:.0}ns"));
-    report.info(format!("info render_text_per_record ours={render:.0}ns"));
-    report.line(format!(
-        "perf graceful_shutdown_100k_fan4 killed={} elapsed_ms={} grace_ms=3000",
-        shutdown.0,
-        shutdown.1.as_millis()
-    ));
-    report.check(shutdown.0 == 0);
-
-    let chain = rt.block_on(scenarios::ours_tree_run(Shape::Chain, 10_000, false));
-    report.line(format!(
-        "perf graceful_shutdown_10k_chain killed={} elapsed_ms={} grace_ms=3000",
-        chain.killed,
-        chain.shutdown.as_millis()
-    ));
-    report.check(chain.killed == 0);
-
-    let hung = rt.block_on(scenarios::ours_tree_run(Shape::Fan4, 100_000, true));
-    report.line(format!(
-        "perf hung_shutdown_100k elapsed_ms={} grace_ms=3000 target_ms=3200",
-        hung.shutdown.as_millis()
-    ));
-    report.check(hung.shutdown <= Duration::from_millis(3200));
+    // The large trees, each in a process of its own too.
+    for scenario in LARGE_SCENARIOS {
+        child_lines(&["--large", scenario], &mut report);
+    }
 
     report.info(format!(
         "info total_seconds={:.1}",
@@ -274,6 +241,69 @@ fn micros(d: Duration) -> String {
 }
 
 /// Resident bytes per idle node, measured in a fresh process.
+/// The scenarios of 100,000 agents (and a 10,000-deep chain), run by `--large <name>`.
+const LARGE_SCENARIOS: [&str; 3] = ["snapshot_and_graceful", "chain_10k", "hung"];
+
+/// One of [`LARGE_SCENARIOS`], its lines in `report`.
+fn large_scenario(rt: &tokio::runtime::Runtime, name: &str, report: &mut Report) {
+    match name {
+        "snapshot_and_graceful" => {
+            // 100k agents: the snapshot, then a graceful shutdown of the same tree.
+            let (per_record, walk, render, shutdown) = rt.block_on(async {
+                let tree = scenarios::fan4_tree(100_000).await;
+                let mut per_record: Vec<f64> = (0..5)
+                    .map(|_| scenarios::snapshot_ns_per_record(&tree))
+                    .collect();
+                let mut walk: Vec<f64> = (0..5)
+                    .map(|_| scenarios::walk_ns_per_record(&tree))
+                    .collect();
+                let mut render: Vec<f64> = (0..3)
+                    .map(|_| scenarios::render_ns_per_record(&tree))
+                    .collect();
+                let start = Instant::now();
+                let report = tree.shutdown().await;
+                (
+                    median_f(&mut per_record),
+                    median_f(&mut walk),
+                    median_f(&mut render),
+                    (report.killed.len(), start.elapsed()),
+                )
+            });
+            report.line(format!(
+                "perf snapshot_per_record ours={per_record:.0} raw=200 ratio={:.2} target=1.00",
+                per_record / 200.0
+            ));
+            report.check(per_record <= 200.0);
+            report.info(format!("info depth_first_per_record ours={walk:.0}ns"));
+            report.info(format!("info render_text_per_record ours={render:.0}ns"));
+            report.line(format!(
+                "perf graceful_shutdown_100k_fan4 killed={} elapsed_ms={} grace_ms=3000",
+                shutdown.0,
+                shutdown.1.as_millis()
+            ));
+            report.check(shutdown.0 == 0);
+        }
+        "chain_10k" => {
+            let chain = rt.block_on(scenarios::ours_tree_run(Shape::Chain, 10_000, false));
+            report.line(format!(
+                "perf graceful_shutdown_10k_chain killed={} elapsed_ms={} grace_ms=3000",
+                chain.killed,
+                chain.shutdown.as_millis()
+            ));
+            report.check(chain.killed == 0);
+        }
+        "hung" => {
+            let hung = rt.block_on(scenarios::ours_tree_run(Shape::Fan4, 100_000, true));
+            report.line(format!(
+                "perf hung_shutdown_100k elapsed_ms={} grace_ms=3000 target_ms=3200",
+                hung.shutdown.as_millis()
+            ));
+            report.check(hung.shutdown <= Duration::from_millis(3200));
+        }
+        other => panic!("no large scenario {other:?}"),
+    }
+}
+
 /// One tree scenario's spawn and shutdown, ours and raw interleaved, as two lines of
 /// `report`; its graceful shutdowns must kill nobody.
 fn tree_scenario(
@@ -304,15 +334,15 @@ fn tree_scenario(
     );
 }
 
-/// [`tree_scenario`] in a child process of its own (`--only`): each scenario starts on a
-/// fresh heap, so what an earlier scenario left in the allocator does not tax the next
-/// (agent-tree's side makes about four times raw ractor's allocations, so a fragmented
-/// heap moved its ratios, the chain's most, by up to 0.8). Its lines are printed here and
-/// its misses counted.
-fn tree_child(shape: Shape, n: usize, reps: usize, report: &mut Report) {
+/// Runs this program with `args` as a child process (a scenario of its own, `--only` or
+/// `--large`): each scenario starts on a fresh heap, so what an earlier one left in the
+/// allocator does not tax the next (agent-tree's side makes about four times raw ractor's
+/// allocations, so a fragmented heap moved its ratios, the chain's most, by up to 0.8).
+/// Its lines are printed here and its misses (its exit status) counted.
+fn child_lines(args: &[&str], report: &mut Report) {
     let exe = std::env::current_exe().expect("this program's path");
     let output = Command::new(exe)
-        .args(["--only", shape.name(), &n.to_string(), &reps.to_string()])
+        .args(args)
         .output()
         .expect("the scenario's child runs");
     print!("{}", String::from_utf8_lossy(&output.stdout));
@@ -321,8 +351,7 @@ fn tree_child(shape: Shape, n: usize, reps: usize, report: &mut Report) {
             report.missed += usize::try_from(missed).unwrap_or(1);
         }
         _ => panic!(
-            "the {} {n} scenario's child failed: {}",
-            shape.name(),
+            "the child {args:?} failed: {}",
             String::from_utf8_lossy(&output.stderr)
         ),
     }
