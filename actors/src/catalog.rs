@@ -269,7 +269,7 @@ fn tool_problems_of(definition: &AgentDefinition, registered: &[&str]) -> Vec<To
     if let ToolSet::Only(names) = &definition.tools {
         for name in names {
             match match_tool_name(name, registered) {
-                ToolMatch::Tool(_) | ToolMatch::Orchestration => {}
+                ToolMatch::Tool(_) | ToolMatch::Orchestration | ToolMatch::Server(_) => {}
                 ToolMatch::Unknown => problems.push(ToolProblem::Unknown {
                     agent_type: definition.name.clone(),
                     field: ListField::Tools,

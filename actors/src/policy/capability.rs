@@ -17,6 +17,9 @@
 //!   registered as `read`); a name matching several tools ignoring case, none exactly, gives
 //!   none of them. A deny (`disallowed_tools`) is wider: it names every tool equal to it
 //!   ignoring ASCII case, orchestration tools included, so a deny never misses by case.
+//! * Claude Code's whole-server entry `mcp__<server>` (no tool after it) names every
+//!   registered tool `mcp__<server>__<tool>`, in a grant and in a deny alike; an exact tool
+//!   of that name wins.
 
 use agent_tree_protocol::runtime::is_delegation_entry;
 use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
@@ -34,6 +37,9 @@ pub(crate) enum ToolMatch<'a> {
     /// Several registered tools equal it ignoring ASCII case and none exactly: none is meant
     /// more than another, so none is given.
     Ambiguous(Vec<&'a str>),
+    /// A whole server's tools (`mcp__<server>`): every registered `mcp__<server>__<tool>`,
+    /// the server's name matched ignoring ASCII case. Never empty.
+    Server(Vec<&'a str>),
     /// No registered tool.
     Unknown,
 }
@@ -101,8 +107,40 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
         NameMatch::None if RESERVED_TOOLS.iter().any(|t| t.eq_ignore_ascii_case(name)) => {
             ToolMatch::Orchestration
         }
-        NameMatch::None => ToolMatch::Unknown,
+        NameMatch::None => {
+            let server: Vec<&str> = registered
+                .iter()
+                .copied()
+                .filter(|tool| in_server(name, tool))
+                .collect();
+            if server.is_empty() {
+                ToolMatch::Unknown
+            } else {
+                ToolMatch::Server(server)
+            }
+        }
     }
+}
+
+/// What every MCP tool's name starts with (`mcp__<server>__<tool>`).
+const MCP_PREFIX: &str = "mcp__";
+
+/// Whether `tool` is one of the tools of the whole-server entry `entry` (`mcp__<server>`):
+/// named `mcp__<server>__<tool>`, the server's name equal ignoring ASCII case.
+fn in_server(entry: &str, tool: &str) -> bool {
+    let server = match entry.get(..MCP_PREFIX.len()) {
+        Some(prefix) if prefix.eq_ignore_ascii_case(MCP_PREFIX) => &entry[MCP_PREFIX.len()..],
+        _ => return false,
+    };
+    if server.is_empty() || server.contains("__") {
+        return false;
+    }
+    let len = MCP_PREFIX.len() + server.len();
+    tool.get(..len)
+        .is_some_and(|p| p.eq_ignore_ascii_case(entry))
+        && tool[len..]
+            .strip_prefix("__")
+            .is_some_and(|t| !t.is_empty())
 }
 
 /// Whether the deny name `denied` denies the tool `tool`: equal ignoring ASCII case (pi's
@@ -119,7 +157,7 @@ pub(crate) fn deny_names(denied: &str, tool: &str) -> bool {
         }) => tool,
         _ => denied,
     };
-    denied.eq_ignore_ascii_case(tool)
+    denied.eq_ignore_ascii_case(tool) || in_server(denied, tool)
 }
 
 /// The registered user tools `tools` grants, by [`match_tool_name`], in registration order.
@@ -130,9 +168,10 @@ fn granted<'a>(tools: &ToolSet, registered: &[&'a str]) -> Vec<&'a str> {
         ToolSet::Only(names) => {
             let named: Vec<&str> = names
                 .iter()
-                .filter_map(|n| match match_tool_name(n, registered) {
-                    ToolMatch::Tool(tool) => Some(tool),
-                    _ => None,
+                .flat_map(|n| match match_tool_name(n, registered) {
+                    ToolMatch::Tool(tool) => vec![tool],
+                    ToolMatch::Server(tools) => tools,
+                    _ => Vec::new(),
                 })
                 .collect();
             registered
@@ -241,6 +280,46 @@ mod tests {
 
     fn delegator() -> AgentDefinition {
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All)
+    }
+
+    /// Claude Code's whole-server entry `mcp__<server>` grants (and denies) every tool of
+    /// that server, and only its; an unregistered server names nothing.
+    #[test]
+    fn a_whole_mcp_server_entry_names_every_tool_of_that_server() {
+        let registered = [
+            "mcp__fs__read",
+            "mcp__fs__write",
+            "mcp__fsx__read",
+            "mcp__web__get",
+        ];
+        assert_eq!(
+            match_tool_name("mcp__fs", &registered),
+            ToolMatch::Server(vec!["mcp__fs__read", "mcp__fs__write"])
+        );
+        assert_eq!(
+            match_tool_name("MCP__FS", &registered),
+            ToolMatch::Server(vec!["mcp__fs__read", "mcp__fs__write"])
+        );
+        assert_eq!(
+            match_tool_name("mcp__none", &registered),
+            ToolMatch::Unknown
+        );
+        assert_eq!(match_tool_name("mcp__", &registered), ToolMatch::Unknown);
+        assert_eq!(
+            match_tool_name("mcp__web__get", &registered),
+            ToolMatch::Tool("mcp__web__get")
+        );
+        let only =
+            AgentDefinition::new("w", "").with_tools(ToolSet::only(["mcp__fs", "mcp__web__get"]));
+        assert_eq!(
+            capabilities(&only, 1, 5, registered, None, true).user_tools,
+            ["mcp__fs__read", "mcp__fs__write", "mcp__web__get"]
+        );
+        let denied = AgentDefinition::new("w", "").with_disallowed_tools(["mcp__fs"]);
+        assert_eq!(
+            capabilities(&denied, 1, 5, registered, None, true).user_tools,
+            ["mcp__fsx__read", "mcp__web__get"]
+        );
     }
 
     #[test]
