@@ -54,6 +54,27 @@ pub struct ToolContext {
     pub depth: u32,
     /// The model's id for this call.
     pub call_id: String,
+    /// Where [`ToolContext::report_progress`] goes: the calling run, while it runs.
+    progress: Option<ProgressSink>,
+}
+
+/// The run a tool call belongs to, for its progress events. Holds the tree weakly: a
+/// context a tool keeps past its call keeps nothing of the tree alive.
+#[derive(Clone)]
+pub(crate) struct ProgressSink {
+    pub(crate) shared: std::sync::Weak<crate::shared::Shared>,
+    pub(crate) run: u32,
+    /// The tool, by the name the model called it.
+    pub(crate) tool: String,
+}
+
+impl fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProgressSink")
+            .field("run", &self.run)
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolContext {
@@ -86,7 +107,61 @@ impl ToolContext {
             agent_type: agent_type.into(),
             depth,
             call_id: call_id.into(),
+            progress: None,
         }
+    }
+
+    /// The context of an agent's call, whose progress reports reach its tree's events.
+    pub(crate) fn for_run(
+        agent: AgentId,
+        agent_type: String,
+        depth: u32,
+        call_id: String,
+        progress: ProgressSink,
+    ) -> Self {
+        ToolContext {
+            agent,
+            agent_type,
+            depth,
+            call_id,
+            progress: Some(progress),
+        }
+    }
+
+    /// Reports how far the call is: a `tool_progress` event of the calling agent, with
+    /// `progress` of `total` (when known) and what it is doing. Dropped once the calling
+    /// run has ended, for a context made with [`ToolContext::new`], and for a value that
+    /// is not a finite number.
+    ///
+    /// ```
+    /// use agent_tree_actors::{FnTool, ToolContext};
+    /// let slow = FnTool::new("slow", "counts to three", |ctx: ToolContext, _input| async move {
+    ///     for step in 1..=3 {
+    ///         ctx.report_progress(f64::from(step), Some(3.0), Some(format!("step {step}")));
+    ///     }
+    ///     Ok("done".to_owned())
+    /// });
+    /// # let _ = slow;
+    /// ```
+    pub fn report_progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some(sink) = &self.progress else {
+            return;
+        };
+        let Some(progress) = number(progress) else {
+            return;
+        };
+        let total = total.and_then(number);
+        let Some(shared) = sink.shared.upgrade() else {
+            return;
+        };
+        let kind = agent_tree_protocol::EventKind::ToolProgress {
+            call_id: self.call_id.clone(),
+            tool: sink.tool.clone(),
+            progress,
+            total,
+            message,
+        };
+        shared.registry.announce_run(self.agent, sink.run, kind);
     }
 }
 
@@ -268,3 +343,17 @@ impl Toolbox {
         self.tools.keys().map(String::as_str)
     }
 }
+
+/// `value` as a JSON number: a whole one as an integer (`3`, not `3.0`); `None` when it is
+/// not finite.
+fn number(value: f64) -> Option<serde_json::Number> {
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        // Exact: a whole number below 2^53 converts without loss.
+        #[allow(clippy::cast_possible_truncation, reason = "whole and within 2^53")]
+        return Some(serde_json::Number::from(value as i64));
+    }
+    serde_json::Number::from_f64(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -125,6 +125,37 @@ pub enum EventKind {
         /// The text since the last delta.
         text: String,
     },
+    /// A tool the agent called reported how far it is (an MCP server's progress
+    /// notification): `progress` of `total` when the tool knows the whole, with what it is
+    /// doing. Changes no record; a view shows it beside the call.
+    ///
+    /// ```
+    /// use agent_tree_protocol::EventKind;
+    /// let progress = EventKind::ToolProgress {
+    ///     call_id: "call_1".into(),
+    ///     tool: "mcp__files__copy".into(),
+    ///     progress: 3.into(),
+    ///     total: Some(10.into()),
+    ///     message: None,
+    /// };
+    /// let json = serde_json::to_value(&progress).unwrap();
+    /// assert_eq!(json, serde_json::json!({"event": "tool_progress", "call_id": "call_1",
+    ///     "tool": "mcp__files__copy", "progress": 3, "total": 10}));
+    /// ```
+    ToolProgress {
+        /// The model's id of the call.
+        call_id: String,
+        /// The tool, by the name the model called it.
+        tool: String,
+        /// How far it is: increasing with each report of one call.
+        progress: serde_json::Number,
+        /// The whole, when the tool knows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<serde_json::Number>,
+        /// What it is doing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// A steer reached the agent's conversation at a turn boundary.
     Steered,
     /// The agent asked its owner a question (`ask_owner`) and waits for the answer.
@@ -243,6 +274,7 @@ impl EventKind {
             EventKind::UsageReported { .. } => "usage_reported",
             EventKind::Retrying { .. } => "retrying",
             EventKind::TextDelta { .. } => "text_delta",
+            EventKind::ToolProgress { .. } => "tool_progress",
             EventKind::Steered => "steered",
             EventKind::Asked { .. } => "asked",
             EventKind::Completing => "completing",
@@ -329,6 +361,9 @@ pub struct EventTally {
     pub retrying: u64,
     /// `text_delta` events.
     pub text_delta: u64,
+    /// `tool_progress` events.
+    #[serde(default)]
+    pub tool_progress: u64,
     /// `steered` events.
     pub steered: u64,
     /// `asked` events.
@@ -365,6 +400,7 @@ impl EventTally {
             EventKind::UsageReported { .. } => &mut self.usage_reported,
             EventKind::Retrying { .. } => &mut self.retrying,
             EventKind::TextDelta { .. } => &mut self.text_delta,
+            EventKind::ToolProgress { .. } => &mut self.tool_progress,
             EventKind::Steered => &mut self.steered,
             EventKind::Asked { .. } => &mut self.asked,
             EventKind::Completing => &mut self.completing,
@@ -390,6 +426,7 @@ impl EventTally {
             self.usage_reported,
             self.retrying,
             self.text_delta,
+            self.tool_progress,
             self.steered,
             self.asked,
             self.completing,

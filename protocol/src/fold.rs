@@ -293,7 +293,8 @@ fn fold_in<S: RecordStore + ?Sized>(
         | EventKind::Asked { .. }
         | EventKind::ContextDropped
         | EventKind::Retrying { .. }
-        | EventKind::TextDelta { .. } => record_mut(records, seq, agent).map(|_| ()),
+        | EventKind::TextDelta { .. }
+        | EventKind::ToolProgress { .. } => record_mut(records, seq, agent).map(|_| ()),
     }
 }
 

@@ -434,12 +434,17 @@ impl AgentState {
             self.answer_call(turn, index, text, true);
             return;
         }
-        let context = ToolContext {
-            agent: self.id,
-            agent_type: self.definition.name.clone(),
-            depth: self.depth,
-            call_id: call.id.clone(),
-        };
+        let context = ToolContext::for_run(
+            self.id,
+            self.definition.name.clone(),
+            self.depth,
+            call.id.clone(),
+            crate::tool::ProgressSink {
+                shared: std::sync::Arc::downgrade(&self.shared),
+                run: self.run,
+                tool: call.name.clone(),
+            },
+        );
         let token = self.token.clone();
         let reply_to = myself.clone();
         let span = tracing::info_span!(

@@ -49,6 +49,7 @@ const FIXTURES: &[&str] = &[
     "event_failed.json",
     "event_aborted.json",
     "event_released.json",
+    "event_tool_progress.json",
     "event_tally.json",
     "agent_record.json",
     "tree_snapshot.json",
@@ -238,6 +239,22 @@ fn golden_events() -> Vec<(&'static str, Event)> {
         (
             "event_released.json",
             event(12, 2, Some(1), 2, EventKind::Released { bytes: 1_048_576 }),
+        ),
+        (
+            "event_tool_progress.json",
+            event(
+                5,
+                2,
+                Some(1),
+                2,
+                EventKind::ToolProgress {
+                    call_id: "call_7".to_owned(),
+                    tool: "mcp__files__copy".to_owned(),
+                    progress: 3.into(),
+                    total: Some(10.into()),
+                    message: Some("copied 3 of 10 files".to_owned()),
+                },
+            ),
         ),
         (
             "event_usage_reported.json",
@@ -627,6 +644,7 @@ fn event_tally_golden() {
             killed: 1,
             retrying: 0,
             text_delta: 0,
+            tool_progress: 1,
             released: 1,
         }
     );

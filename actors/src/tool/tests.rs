@@ -1,0 +1,77 @@
+//! A tool's progress reports: events of the calling agent while its run is on.
+
+use std::sync::Arc;
+
+use agent_tree_protocol::{AgentDefinition, EventKind, SpawnRequest};
+
+use crate::testkit::{Call, Script, ScriptedModel, Turn};
+use crate::{Catalog, FnTool, ToolContext, Tree};
+
+/// A tool's `report_progress` is a `tool_progress` event of the calling agent, naming the
+/// call and the tool; non-finite values are dropped, and a report after the run ended is
+/// dropped too (nothing of an agent follows its terminal event).
+#[tokio::test(start_paused = true)]
+async fn a_tools_progress_reports_are_events_of_the_calling_run() {
+    let kept: Arc<parking_lot::Mutex<Option<ToolContext>>> = Arc::default();
+    let keep = Arc::clone(&kept);
+    let tool = FnTool::new("copy", "copies", move |ctx: ToolContext, _input| {
+        let keep = Arc::clone(&keep);
+        async move {
+            ctx.report_progress(1.0, Some(4.0), Some("started".into()));
+            ctx.report_progress(f64::NAN, None, None);
+            ctx.report_progress(2.5, None, None);
+            *keep.lock() = Some(ctx);
+            Ok("copied".to_owned())
+        }
+    });
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::calls([Call::tool("copy", serde_json::json!({}))]),
+            Turn::answer("done"),
+        ]),
+    );
+    let tree = Tree::builder()
+        .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+        .model(model)
+        .tool(tool)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let mut events = tree.subscribe();
+    let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let late = kept.lock().take().expect("the tool ran");
+    late.report_progress(3.0, Some(4.0), None);
+    let mut ended = false;
+    let mut progress = Vec::new();
+    for event in events.drain() {
+        ended |= event.kind.terminal_status().is_some() && event.agent.get() == 1;
+        if let EventKind::ToolProgress {
+            call_id,
+            tool,
+            progress: p,
+            total,
+            message,
+        } = event.kind
+        {
+            assert!(!ended, "a report after the terminal event");
+            assert_eq!((event.agent.get(), tool.as_str()), (1, "copy"));
+            assert_eq!(call_id, late.call_id);
+            progress.push((p.to_string(), total.map(|t| t.to_string()), message));
+        }
+    }
+    assert_eq!(
+        progress,
+        [
+            (
+                "1".to_owned(),
+                Some("4".to_owned()),
+                Some("started".to_owned())
+            ),
+            ("2.5".to_owned(), None, None),
+        ]
+    );
+    tree.shutdown().await;
+}
