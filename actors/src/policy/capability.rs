@@ -17,9 +17,9 @@
 //!   registered as `read`); a name matching several tools ignoring case, none exactly, gives
 //!   none of them. A deny (`disallowed_tools`) is wider: it names every tool equal to it
 //!   ignoring ASCII case, orchestration tools included, so a deny never misses by case.
-//! * Claude Code's whole-server entry `mcp__<server>` (no tool after it) names every
-//!   registered tool `mcp__<server>__<tool>`, in a grant and in a deny alike; an exact tool
-//!   of that name wins.
+//! * Claude Code's whole-server entries `mcp__<server>` and `mcp__<server>__*` name every
+//!   registered tool `mcp__<server>__<tool>`, and `mcp__*` every MCP tool, in a grant and in
+//!   a deny alike; an exact tool of that name wins.
 
 use agent_tree_protocol::runtime::is_delegation_entry;
 use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
@@ -37,8 +37,9 @@ pub(crate) enum ToolMatch<'a> {
     /// Several registered tools equal it ignoring ASCII case and none exactly: none is meant
     /// more than another, so none is given.
     Ambiguous(Vec<&'a str>),
-    /// A whole server's tools (`mcp__<server>`): every registered `mcp__<server>__<tool>`,
-    /// the server's name matched ignoring ASCII case. Never empty.
+    /// A whole server's tools (`mcp__<server>`, `mcp__<server>__*`): every registered
+    /// `mcp__<server>__<tool>`, the server's name matched ignoring ASCII case; `mcp__*`:
+    /// every MCP tool. Never empty.
     Server(Vec<&'a str>),
     /// No registered tool.
     Unknown,
@@ -125,19 +126,32 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
 /// What every MCP tool's name starts with (`mcp__<server>__<tool>`).
 const MCP_PREFIX: &str = "mcp__";
 
-/// Whether `tool` is one of the tools of the whole-server entry `entry` (`mcp__<server>`):
-/// named `mcp__<server>__<tool>`, the server's name equal ignoring ASCII case.
+/// Whether `tool` is one of the tools a whole-server entry names: `mcp__<server>` or
+/// `mcp__<server>__*` every `mcp__<server>__<tool>` (the server's name equal ignoring ASCII
+/// case), `mcp__*` every MCP tool.
 fn in_server(entry: &str, tool: &str) -> bool {
     let server = match entry.get(..MCP_PREFIX.len()) {
         Some(prefix) if prefix.eq_ignore_ascii_case(MCP_PREFIX) => &entry[MCP_PREFIX.len()..],
         _ => return false,
     };
-    if server.is_empty() || server.contains("__") {
+    let is_mcp_tool = |name: &str| {
+        name.get(..MCP_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(MCP_PREFIX))
+            && name[MCP_PREFIX.len()..]
+                .split_once("__")
+                .is_some_and(|(server, tool)| !server.is_empty() && !tool.is_empty())
+    };
+    if server == "*" {
+        return is_mcp_tool(tool);
+    }
+    let server = server.strip_suffix("__*").unwrap_or(server);
+    if server.is_empty() || server.contains("__") || server.contains('*') {
         return false;
     }
     let len = MCP_PREFIX.len() + server.len();
-    tool.get(..len)
-        .is_some_and(|p| p.eq_ignore_ascii_case(entry))
+    tool.get(MCP_PREFIX.len()..len)
+        .is_some_and(|s| s.eq_ignore_ascii_case(server))
+        && is_mcp_tool(tool)
         && tool[len..]
             .strip_prefix("__")
             .is_some_and(|t| !t.is_empty())
@@ -282,8 +296,9 @@ mod tests {
         AgentDefinition::new("boss", "").with_allowed_subagents(SubagentAllowance::All)
     }
 
-    /// Claude Code's whole-server entry `mcp__<server>` grants (and denies) every tool of
-    /// that server, and only its; an unregistered server names nothing.
+    /// Claude Code's whole-server entries `mcp__<server>` and `mcp__<server>__*` grant (and
+    /// deny) every tool of that server, and only its, `mcp__*` every MCP tool; an
+    /// unregistered server names nothing.
     #[test]
     fn a_whole_mcp_server_entry_names_every_tool_of_that_server() {
         let registered = [
