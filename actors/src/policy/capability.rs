@@ -126,35 +126,34 @@ pub(crate) fn match_tool_name<'a>(name: &str, registered: &[&'a str]) -> ToolMat
 /// What every MCP tool's name starts with (`mcp__<server>__<tool>`).
 const MCP_PREFIX: &str = "mcp__";
 
+/// `name` after `prefix`, the prefix matched ignoring ASCII case.
+fn after_prefix<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = name.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &name[prefix.len()..])
+}
+
+/// The server of an MCP tool's name (`mcp__<server>__<tool>`, neither part empty).
+fn mcp_server(name: &str) -> Option<&str> {
+    let (server, tool) = after_prefix(name, MCP_PREFIX)?.split_once("__")?;
+    (!server.is_empty() && !tool.is_empty()).then_some(server)
+}
+
 /// Whether `tool` is one of the tools a whole-server entry names: `mcp__<server>` or
 /// `mcp__<server>__*` every `mcp__<server>__<tool>` (the server's name equal ignoring ASCII
 /// case), `mcp__*` every MCP tool.
 fn in_server(entry: &str, tool: &str) -> bool {
-    let server = match entry.get(..MCP_PREFIX.len()) {
-        Some(prefix) if prefix.eq_ignore_ascii_case(MCP_PREFIX) => &entry[MCP_PREFIX.len()..],
-        _ => return false,
-    };
-    let is_mcp_tool = |name: &str| {
-        name.get(..MCP_PREFIX.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(MCP_PREFIX))
-            && name[MCP_PREFIX.len()..]
-                .split_once("__")
-                .is_some_and(|(server, tool)| !server.is_empty() && !tool.is_empty())
-    };
-    if server == "*" {
-        return is_mcp_tool(tool);
-    }
-    let server = server.strip_suffix("__*").unwrap_or(server);
-    if server.is_empty() || server.contains("__") || server.contains('*') {
+    let (Some(named), Some(server)) = (after_prefix(entry, MCP_PREFIX), mcp_server(tool)) else {
         return false;
+    };
+    if named == "*" {
+        return true;
     }
-    let len = MCP_PREFIX.len() + server.len();
-    tool.get(MCP_PREFIX.len()..len)
-        .is_some_and(|s| s.eq_ignore_ascii_case(server))
-        && is_mcp_tool(tool)
-        && tool[len..]
-            .strip_prefix("__")
-            .is_some_and(|t| !t.is_empty())
+    let named = named.strip_suffix("__*").unwrap_or(named);
+    !named.is_empty()
+        && !named.contains("__")
+        && !named.contains('*')
+        && named.eq_ignore_ascii_case(server)
 }
 
 /// Whether the deny name `denied` denies the tool `tool`: equal ignoring ASCII case (pi's
