@@ -75,3 +75,66 @@ async fn a_tools_progress_reports_are_events_of_the_calling_run() {
     );
     tree.shutdown().await;
 }
+
+/// On worker threads, a tool reporting progress as fast as it can while its agent is
+/// killed: no `tool_progress` event of the agent follows its terminal event, whichever
+/// thread gets there first. Forty rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_progress_report_follows_a_kill_on_worker_threads() {
+    for round in 0..40 {
+        let tool = FnTool::new(
+            "spin",
+            "reports forever",
+            |ctx: ToolContext, _input| async move {
+                for step in 0u32.. {
+                    ctx.report_progress(f64::from(step), None, None);
+                    tokio::task::yield_now().await;
+                }
+                Ok("never".to_owned())
+            },
+        );
+        let model = ScriptedModel::new().script(
+            "w",
+            Script::new([Turn::calls([Call::tool("spin", serde_json::json!({}))])]),
+        );
+        let tree = Tree::builder()
+            .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+            .model(model)
+            .tool(tool)
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        let mut events = tree.subscribe();
+        let mut handle = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        let id = handle.id();
+        // Killed once the tool has reported at least once.
+        loop {
+            let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+                .await
+                .expect("the tool reports")
+                .expect("the stream is open");
+            if matches!(event.kind, EventKind::ToolProgress { .. }) {
+                break;
+            }
+        }
+        tree.kill(id).unwrap();
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), handle.outcome())
+            .await
+            .expect("the kill settles the agent");
+        assert!(outcome.status.is_terminal(), "round {round}: {outcome:?}");
+        tree.shutdown().await;
+        let mut ended = false;
+        for event in events.drain().into_iter().filter(|e| e.agent == id) {
+            assert!(
+                !(ended && matches!(event.kind, EventKind::ToolProgress { .. })),
+                "round {round}: a progress report after the terminal event"
+            );
+            ended |= event.kind.terminal_status().is_some();
+        }
+        assert!(
+            ended,
+            "round {round}: the agent's terminal event was streamed"
+        );
+    }
+}
