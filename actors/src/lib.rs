@@ -56,10 +56,11 @@ pub use journal::{
 };
 pub use model::{Model, ModelRequest, ModelResponse, TurnSink};
 pub use msg::SteerReceipt;
+pub use policy::restart::{Intensity, RestartBudget};
 pub use shutdown::ShutdownReport;
 pub use tool::{
     ABORT_TOOL, AGENT_TOOL, ASK_OWNER_TOOL, FnTool, GET_RESULT_TOOL, ORCHESTRATION_TOOLS,
-    RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, Toolbox, WAIT_TOOL,
+    RESERVED_TOOLS, STEER_TOOL, Tool, ToolContext, ToolNameError, ToolSource, Toolbox, WAIT_TOOL,
 };
 pub use tree::{AgentHandle, Tree, TreeBuilder};
 pub use util::BoxFuture;

@@ -10,6 +10,10 @@ use agent_tree_protocol::{AgentId, ToolSpec};
 use crate::error::ToolError;
 use crate::util::BoxFuture;
 
+mod source;
+pub use source::ToolSource;
+pub(crate) use source::ToolSources;
+
 /// Names of the delegation tools the tree injects into agents that may delegate.
 pub const ORCHESTRATION_TOOLS: [&str; 5] = [
     AGENT_TOOL,
@@ -183,6 +187,12 @@ pub trait Tool: Send + Sync + 'static {
         context: ToolContext,
         input: serde_json::Value,
     ) -> BoxFuture<'_, Result<String, ToolError>>;
+
+    /// The server that runs the tool, for a tool that calls one (an MCP tool's server):
+    /// recorded as `server` on the call's `execute_tool` span. `None` by default.
+    fn server(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A tool made from a closure.
@@ -306,6 +316,11 @@ impl Toolbox {
     /// [`ToolNameError`] if the name is an orchestration tool's, already taken, or not one
     /// the providers accept (1 to 64 of `A-Z a-z 0-9 _ -`).
     pub fn insert(&mut self, tool: impl Tool) -> Result<(), ToolNameError> {
+        self.insert_shared(Arc::new(tool))
+    }
+
+    /// As [`Toolbox::insert`], for a tool already shared (a [`ToolSource`]'s).
+    pub(crate) fn insert_shared(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolNameError> {
         let spec = tool.spec();
         let reason = if RESERVED_TOOLS.contains(&spec.name.as_str()) {
             "is an orchestration tool's"
@@ -324,7 +339,7 @@ impl Toolbox {
                 reason,
             });
         }
-        self.tools.insert(spec.name.clone(), (Arc::new(tool), spec));
+        self.tools.insert(spec.name.clone(), (tool, spec));
         Ok(())
     }
 

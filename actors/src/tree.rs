@@ -70,6 +70,9 @@ pub struct Tree {
     root_token: CancellationToken,
     /// What new top-level branches start with; existing branches keep their own.
     branch: RwLock<Arc<Branch>>,
+    /// What serves the tools of the tree's [`ToolSource`](crate::ToolSource)s: ended by the
+    /// shutdown, beside the agents, or killed when the tree is dropped.
+    sources: crate::tool::ToolSources,
     /// Set once a shutdown has run; dropping the tree then has nothing left to do.
     stopped: std::sync::atomic::AtomicBool,
 }
@@ -403,7 +406,10 @@ impl Tree {
     /// grace (a hosted tree shuts down by its remote owner's deadline).
     pub(crate) async fn shutdown_within(&self, within: std::time::Duration) -> ShutdownReport {
         let deadline = deadline_in(within);
-        let report = shutdown::run(&self.shared.registry, AgentId::ROOT, deadline).await;
+        let (report, ()) = tokio::join!(
+            shutdown::run(&self.shared.registry, AgentId::ROOT, deadline),
+            self.sources.shutdown(deadline),
+        );
         let report = self.with_unreachable_nodes(report);
         // The root's stop shares the one small bound after the deadline.
         let _ = tokio::time::timeout_at(deadline + KILL_WAIT, self.root.stop_and_wait(None, None))
@@ -593,6 +599,7 @@ impl Drop for Tree {
         if !self.stopped.load(std::sync::atomic::Ordering::Acquire) {
             self.root_token.cancel();
             self.root.stop(None);
+            self.sources.kill();
             // The journal file is free once the drop returns: what was handed over is
             // written and synced, the rest (what the dying agents emit) is dropped, as a
             // crash would, and the lock released.

@@ -453,6 +453,7 @@ impl AgentState {
             "gen_ai.operation.name" = "execute_tool",
             "gen_ai.tool.name" = %call.name,
             "gen_ai.tool.call.id" = %call.id,
+            server = tool.server(),
         );
         let task = self.shared.spawn_in(span, async move {
             let result = tokio::select! {

@@ -20,6 +20,8 @@
 //! * Claude Code's whole-server entries `mcp__<server>` and `mcp__<server>__*` name every
 //!   registered tool `mcp__<server>__<tool>`, and `mcp__*` every MCP tool, in a grant and in
 //!   a deny alike; an exact tool of that name wins.
+//! * MCP tools (`mcp__<server>__<tool>`) are held only when named: a definition without a
+//!   tool list (every user tool) holds none of them.
 
 use agent_tree_protocol::runtime::is_delegation_entry;
 use agent_tree_protocol::{AgentDefinition, ExtensionSelector, ToolSet};
@@ -176,7 +178,13 @@ pub(crate) fn deny_names(denied: &str, tool: &str) -> bool {
 /// The registered user tools `tools` grants, by [`match_tool_name`], in registration order.
 fn granted<'a>(tools: &ToolSet, registered: &[&'a str]) -> Vec<&'a str> {
     match tools {
-        ToolSet::All => registered.to_vec(),
+        // MCP tools only by name: a server's tools are whatever it lists, so no definition
+        // gets them without asking.
+        ToolSet::All => registered
+            .iter()
+            .copied()
+            .filter(|tool| mcp_server(tool).is_none())
+            .collect(),
         ToolSet::None => Vec::new(),
         ToolSet::Only(names) => {
             let named: Vec<&str> = names
@@ -329,10 +337,29 @@ mod tests {
             capabilities(&only, 1, 5, registered, None, true).user_tools,
             ["mcp__fs__read", "mcp__fs__write", "mcp__web__get"]
         );
-        let denied = AgentDefinition::new("w", "").with_disallowed_tools(["mcp__fs"]);
+        let denied = AgentDefinition::new("w", "")
+            .with_tools(ToolSet::only(["mcp__*"]))
+            .with_disallowed_tools(["mcp__fs"]);
         assert_eq!(
             capabilities(&denied, 1, 5, registered, None, true).user_tools,
             ["mcp__fsx__read", "mcp__web__get"]
+        );
+    }
+
+    /// An agent holds an MCP tool only when its definition names it (or its server): a
+    /// definition without a tool list holds every other user tool and no MCP tool.
+    #[test]
+    fn mcp_tools_are_held_only_when_named() {
+        let registered = ["read", "mcp__fs__read", "mcp__web__get"];
+        let every = AgentDefinition::new("w", "");
+        assert_eq!(
+            capabilities(&every, 1, 5, registered, None, true).user_tools,
+            ["read"]
+        );
+        let named = AgentDefinition::new("w", "").with_tools(ToolSet::only(["read", "mcp__web"]));
+        assert_eq!(
+            capabilities(&named, 1, 5, registered, None, true).user_tools,
+            ["read", "mcp__web__get"]
         );
     }
 

@@ -85,7 +85,7 @@ pub(crate) fn deferred(exit: &Exit<'_>) -> bool {
 /// Whether one more restart fits the restart intensity.
 #[must_use = "`Exceeded` means the owner escalates instead of restarting"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Intensity {
+pub enum Intensity {
     /// The restart is recorded: go ahead.
     Within,
     /// `max_restarts` restarts already fall within the last `period`: nothing is recorded,
@@ -96,9 +96,20 @@ pub(crate) enum Intensity {
 /// The restart intensity of one owner: a sliding window of its children's restart times
 /// (OTP's `restarts` list), at most `max_restarts` within any `period`.
 ///
-/// Times are `Duration`s since an epoch the caller picks; they must not go backwards.
+/// Times are `Duration`s since an epoch the caller picks; they must not go backwards. The
+/// tree's owners use it for their children; a plug-in supervising something of its own (the
+/// MCP plug-in's server connections) uses the same window.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_tree_actors::{Intensity, RestartBudget};
+/// let mut budget = RestartBudget::new(1, Duration::from_secs(5));
+/// assert_eq!(budget.try_add(Duration::from_secs(0)), Intensity::Within);
+/// assert_eq!(budget.try_add(Duration::from_secs(3)), Intensity::Exceeded);
+/// assert_eq!(budget.try_add(Duration::from_secs(6)), Intensity::Within);
+/// ```
 #[derive(Clone, Debug)]
-pub(crate) struct RestartBudget {
+pub struct RestartBudget {
     max_restarts: u32,
     period: Duration,
     /// When each restart still inside the window happened, oldest first.
@@ -107,7 +118,7 @@ pub(crate) struct RestartBudget {
 
 impl RestartBudget {
     /// A budget of `max_restarts` restarts within any `period`.
-    pub(crate) fn new(max_restarts: u32, period: Duration) -> Self {
+    pub fn new(max_restarts: u32, period: Duration) -> Self {
         RestartBudget {
             max_restarts,
             period,
@@ -116,7 +127,7 @@ impl RestartBudget {
     }
 
     /// Records a restart at `now` if the intensity allows it.
-    pub(crate) fn try_add(&mut self, now: Duration) -> Intensity {
+    pub fn try_add(&mut self, now: Duration) -> Intensity {
         // As OTP's `add_restart`: a restart exactly one period old still counts.
         while let Some(&oldest) = self.restarts.front() {
             if now.saturating_sub(oldest) > self.period {

@@ -1,4 +1,5 @@
-//! A tool's progress reports: events of the calling agent while its run is on.
+//! A tool's progress reports (events of the calling agent while its run is on), and tool
+//! sources: their tools offered, what serves them ended with the tree.
 
 use std::sync::Arc;
 
@@ -137,4 +138,84 @@ async fn no_progress_report_follows_a_kill_on_worker_threads() {
             "round {round}: the agent's terminal event was streamed"
         );
     }
+}
+
+/// A tool source that records what the tree asks of it.
+#[derive(Default)]
+struct Recorder {
+    name: &'static str,
+    asked: parking_lot::Mutex<Vec<String>>,
+}
+
+impl crate::ToolSource for Recorder {
+    fn tools(&self) -> Vec<Arc<dyn crate::Tool>> {
+        let tool = FnTool::new(self.name, "served", |_ctx, _input| async {
+            Ok("served".to_owned())
+        });
+        vec![Arc::new(tool)]
+    }
+
+    fn shutdown(&self, deadline: tokio::time::Instant) -> crate::BoxFuture<'_, ()> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.asked.lock().push(format!("shutdown within {left:?}"));
+        Box::pin(async {})
+    }
+
+    fn kill(&self) {
+        self.asked.lock().push("kill".to_owned());
+    }
+}
+
+/// A source's tools are offered like user tools; the tree's shutdown ends the source under
+/// its one deadline (the config's grace), and dropping a tree that was not shut down kills
+/// it.
+#[tokio::test(start_paused = true)]
+async fn a_tool_source_is_offered_and_ended_with_the_tree() {
+    let source = Arc::new(Recorder {
+        name: "served_tool",
+        ..Recorder::default()
+    });
+    let model = ScriptedModel::new().script(
+        "w",
+        Script::new([
+            Turn::calls([Call::tool("served_tool", serde_json::json!({}))]),
+            Turn::answer("done"),
+        ]),
+    );
+    let build = || {
+        Tree::builder()
+            .catalog(Catalog::new([AgentDefinition::new("w", "")]).unwrap())
+            .model(model.clone())
+            .tool_source(source.clone())
+            .unwrap()
+    };
+    let tree = build().build().await.unwrap();
+    let outcome = tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(outcome.text.as_deref(), Some("done"));
+    let answered = model.log()[1].answered_calls();
+    assert_eq!(answered[0].1.content, "served");
+    tree.shutdown().await;
+    assert_eq!(*source.asked.lock(), ["shutdown within 3s"]);
+    drop(tree);
+    assert_eq!(
+        source.asked.lock().len(),
+        1,
+        "a tree shut down has nothing to kill"
+    );
+    let dropped = build().build().await.unwrap();
+    drop(dropped);
+    assert_eq!(source.asked.lock().last().map(String::as_str), Some("kill"));
+}
+
+/// A source whose tool takes an orchestration tool's name is refused, and killed: nothing
+/// it started outlives the refusal.
+#[test]
+fn a_tool_source_cannot_take_a_reserved_name() {
+    let source = Arc::new(Recorder {
+        name: crate::AGENT_TOOL,
+        ..Recorder::default()
+    });
+    let refused = Tree::builder().tool_source(source.clone());
+    assert!(refused.is_err());
+    assert_eq!(*source.asked.lock(), ["kill"]);
 }

@@ -22,7 +22,7 @@ use crate::registry::Registry;
 use crate::root::RootActor;
 use crate::shared::{Branch, Shared, SharedRef};
 use crate::spawn;
-use crate::tool::{Tool, ToolNameError, Toolbox};
+use crate::tool::{Tool, ToolNameError, ToolSource, ToolSources, Toolbox};
 
 /// Builds a [`Tree`].
 #[derive(Default)]
@@ -31,6 +31,7 @@ pub struct TreeBuilder {
     catalog: Catalog,
     model: Option<Arc<dyn Model>>,
     toolbox: Toolbox,
+    sources: ToolSources,
     session: Option<SessionId>,
     hooks: Hooks,
     journal: Option<(JournalConfig, Option<Box<dyn JournalStore>>)>,
@@ -82,6 +83,27 @@ impl TreeBuilder {
     /// (1 to 64 of `A-Z a-z 0-9 _ -`).
     pub fn tool(mut self, tool: impl Tool) -> Result<Self, ToolNameError> {
         self.toolbox.insert(tool)?;
+        Ok(self)
+    }
+
+    /// Adds a [`ToolSource`]'s tools, and hands the tree what serves them (the MCP plug-in's
+    /// servers): the tree ends it with itself. Its tools' names follow the rules of
+    /// [`TreeBuilder::tool`]; like any user tool, an agent holds one only when its
+    /// definition grants it.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolNameError`] for the first of its tools whose name is reserved, taken, or not
+    /// one the providers accept; the source is ended then.
+    pub fn tool_source(mut self, source: impl ToolSource) -> Result<Self, ToolNameError> {
+        let source: std::sync::Arc<dyn ToolSource> = std::sync::Arc::new(source);
+        for tool in source.tools() {
+            if let Err(error) = self.toolbox.insert_shared(tool) {
+                source.kill();
+                return Err(error);
+            }
+        }
+        self.sources.0.push(source);
         Ok(self)
     }
 
@@ -224,6 +246,7 @@ impl TreeBuilder {
             root,
             root_token,
             branch,
+            sources: self.sources,
             stopped: std::sync::atomic::AtomicBool::new(false),
         })
     }
