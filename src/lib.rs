@@ -10,6 +10,11 @@ pub use agent_tree_actors::*;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use agent_tree_models as models;
 
+/// Tools from MCP servers (feature `mcp`): [`mcp::McpServers`], given to a tree with
+/// [`TreeBuilder::tool_source`].
+#[cfg(feature = "mcp")]
+pub use agent_tree_mcp as mcp;
+
 /// The names most programs need.
 pub mod prelude {
     pub use agent_tree_actors::{
