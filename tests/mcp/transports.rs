@@ -1,0 +1,95 @@
+//! The streamable-HTTP transport, against the reference server started on 127.0.0.1, and
+//! `.mcp.json` read as Claude Code writes it.
+
+use std::time::Duration;
+
+use agent_tree::mcp::{McpConfig, McpServers, ServerConfig};
+use agent_tree::protocol::SpawnRequest;
+use agent_tree::testkit::{Call, ScriptedModel, Turn};
+use serde_json::json;
+
+use crate::support::{agent, everything_http_command, temp_dir, tool_results, tree};
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until something accepts connections on `port` (the server is listening).
+async fn listening(port: u16) {
+    let up = async {
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), up)
+        .await
+        .expect("the HTTP server did not start listening");
+}
+
+/// A server over streamable HTTP, its headers sent: its tools are listed and called like a
+/// stdio server's, and the tree's shutdown ends the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_is_listed_and_called() {
+    let port = free_port();
+    let _server = everything_http_command(port)
+        .spawn()
+        .expect("node runs the server");
+    listening(port).await;
+    let config = McpConfig::new()
+        .server(
+            "web",
+            ServerConfig::http(format!("http://127.0.0.1:{port}/mcp"))
+                .header("x-agent-tree", "test"),
+        )
+        .unwrap();
+    let servers = McpServers::start(config).await.unwrap();
+    assert!(servers.tool_names().any(|t| t == "mcp__web__echo"));
+    assert_eq!(servers.pid("web"), None, "no process of ours");
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool(
+                "mcp__web__echo",
+                json!({"message": "over http"}),
+            )]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__web__echo"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    assert_eq!(tool_results(&model)[0].content, "Echo: over http");
+    tree.shutdown().await;
+}
+
+/// A `.mcp.json` as Claude Code writes it starts its servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_mcp_json_starts_its_servers() {
+    let dir = temp_dir("mcp-json");
+    let bin = crate::support::everything_bin();
+    let file = dir.join(".mcp.json");
+    let text = json!({"mcpServers": {"everything": {"type": "stdio", "command": bin, "args": ["stdio"], "env": {}}}});
+    std::fs::write(&file, text.to_string()).unwrap();
+    let servers = McpServers::start(McpConfig::from_mcp_json(&file).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        servers
+            .tool_names()
+            .any(|t| t == "mcp__everything__get-sum")
+    );
+    servers
+        .shutdown(tokio::time::Instant::now() + Duration::from_secs(3))
+        .await;
+    assert_eq!(servers.live_processes(), 0);
+}
