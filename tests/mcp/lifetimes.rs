@@ -176,3 +176,56 @@ async fn dropping_the_tree_kills_its_servers() {
         .expect("processes left after the drop");
     assert!(pids.iter().all(|&p| !alive(p)));
 }
+
+/// Aborts and kills racing a call's progress and reply, many rounds on worker threads:
+/// every agent settles at once, no progress of a call follows its agent's end, and the
+/// server serves on and ends with the tree, no process left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborts_and_kills_racing_a_reply_never_hang_or_leak() {
+    let servers = start([("h", hostile("well"))]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__h__progress", json!({}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    for round in 0..20 {
+        let mut events = tree.subscribe();
+        let mut worker = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        call_is_out(&mut events, &worker).await;
+        if round % 2 == 0 {
+            tree.abort(worker.id()).unwrap();
+        } else {
+            tree.kill(worker.id()).unwrap();
+        }
+        let outcome = tokio::time::timeout(Duration::from_secs(5), worker.outcome())
+            .await
+            .expect("the agent settles");
+        let expected = if round % 2 == 0 {
+            AgentStatus::Aborted
+        } else {
+            AgentStatus::Killed
+        };
+        assert_eq!(outcome.status, expected, "round {round}");
+        // The call's remaining progress (it answers 100 ms on) reaches no event of the
+        // ended agent: read past where it would have.
+        let later = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+        let mut ended = false;
+        while let Some(event) = events.next().await {
+            if event.agent == worker.id() {
+                assert!(
+                    !(ended && matches!(event.kind, EventKind::ToolProgress { .. })),
+                    "round {round}: progress after the end"
+                );
+                ended |= event.kind.terminal_status().is_some();
+            }
+            if event.agent == later.id() && event.kind.terminal_status().is_some() {
+                break;
+            }
+        }
+    }
+    tree.shutdown().await;
+    assert_eq!(servers.live_processes(), 0);
+}
