@@ -1,6 +1,6 @@
 //! One span per agent, parented like the tree: what a model call, a tool or a hook logs
 //! carries its agent's id and type (OpenTelemetry GenAI field names), nested under its
-//! owner's span.
+//! owner's span; a tool that calls a server names it on its `execute_tool` span.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -35,6 +35,34 @@ impl Model for Logging {
     fn turn(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
         tracing::info!("POST /v1/chat/completions");
         self.0.turn(request)
+    }
+}
+
+/// A tool that calls a server (as an MCP tool does): its calls' spans name the server.
+struct Fetch;
+
+impl Tool for Fetch {
+    fn spec(&self) -> agent_tree::protocol::ToolSpec {
+        agent_tree::protocol::ToolSpec::new(
+            "fetch",
+            "fetches",
+            serde_json::json!({"type": "object"}),
+        )
+    }
+
+    fn call(
+        &self,
+        _: ToolContext,
+        _: serde_json::Value,
+    ) -> BoxFuture<'_, Result<String, ToolError>> {
+        Box::pin(async {
+            tracing::info!("fetching a page");
+            Ok("page".to_owned())
+        })
+    }
+
+    fn server(&self) -> Option<&str> {
+        Some("web")
     }
 }
 
@@ -76,7 +104,10 @@ async fn spans_in_a_process_of_their_own() {
         .script(
             "worker",
             [
-                Turn::calls([Call::tool("read", serde_json::json!({}))]),
+                Turn::calls([
+                    Call::tool("read", serde_json::json!({})),
+                    Call::tool("fetch", serde_json::json!({})),
+                ]),
                 Turn::answer("ok"),
             ],
         );
@@ -92,6 +123,8 @@ async fn spans_in_a_process_of_their_own() {
             tracing::info!("reading a file");
             Ok("contents".to_owned())
         }))
+        .unwrap()
+        .tool(Fetch)
         .unwrap()
         .build()
         .await
@@ -125,4 +158,16 @@ async fn spans_in_a_process_of_their_own() {
         .expect("the tool logged");
     assert!(tool_line.contains("gen_ai.agent.id=a2"), "{tool_line}");
     assert!(tool_line.contains("gen_ai.tool.name=read"), "{tool_line}");
+    assert!(!tool_line.contains("server="), "{tool_line}");
+    // A tool that calls a server: its `execute_tool` span names the server.
+    let served = text
+        .lines()
+        .find(|l| l.contains("fetching a page"))
+        .expect("the served tool logged");
+    assert!(served.contains("execute_tool{"), "{served}");
+    assert!(served.contains("gen_ai.tool.name=fetch"), "{served}");
+    assert!(
+        served.contains("server=\"web\"") || served.contains("server=web"),
+        "{served}"
+    );
 }
