@@ -203,11 +203,21 @@ impl Server {
 
     /// How many processes of the groups this server started are alive.
     pub(crate) fn live_processes(&self) -> usize {
-        self.groups
-            .lock()
-            .iter()
-            .map(|&g| crate::process::live_in_group(g))
-            .sum()
+        let groups = self.groups.lock().clone();
+        groups.into_iter().map(crate::process::live_in_group).sum()
+    }
+
+    /// Adds a new process's group, forgetting those of earlier processes that are empty
+    /// now (so a server restarted for days keeps a short list).
+    fn add_group(&self, group: u32) {
+        let known = self.groups.lock().clone();
+        let empty: Vec<u32> = known
+            .into_iter()
+            .filter(|&g| crate::process::live_in_group(g) == 0)
+            .collect();
+        let mut groups = self.groups.lock();
+        groups.retain(|g| !empty.contains(g));
+        groups.push(group);
     }
 
     /// The pid of the server's current process (its group's leader), if it runs one.
@@ -401,7 +411,7 @@ async fn connect(server: &Server, first: bool) -> Result<(Link, Vec<rmcp::model:
             Transport::Stdio { .. } => {
                 let (spawned, pipes) = ServerProcess::spawn(&server.name, &config.transport)?;
                 if let Some(group) = spawned.group() {
-                    server.groups.lock().push(group);
+                    server.add_group(group);
                 }
                 process = Some(spawned);
                 handler.serve(pipes).await.map_err(|e| e.to_string())?
