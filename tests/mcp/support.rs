@@ -44,14 +44,15 @@ pub(crate) fn everything() -> ServerConfig {
     ServerConfig::stdio(everything_bin(), ["stdio"])
 }
 
-/// `@modelcontextprotocol/server-everything` over streamable HTTP on `port`, as a command.
+/// `@modelcontextprotocol/server-everything` over streamable HTTP on `port`, as a command
+/// (its standard error piped: it says there when it listens).
 pub(crate) fn everything_http_command(port: u16) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(bin("mcp-server-everything"));
     command
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     command
 }

@@ -19,22 +19,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Waits until something accepts connections on `port` (the server is listening).
-async fn listening(port: u16) {
-    let up = async {
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
+/// Starts the reference server over streamable HTTP on `port` and waits for its own word
+/// that it listens (`... listening on port <port>` on its standard error).
+async fn serving(port: u16) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt;
+    let mut server = everything_http_command(port)
+        .spawn()
+        .expect("node runs the server");
+    let stderr = server.stderr.take().expect("piped");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let listening = async {
+        while let Some(line) = lines.next_line().await.expect("the server's output") {
+            if line.contains(&format!("listening on port {port}")) {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        panic!("the HTTP server ended before it listened");
     };
-    tokio::time::timeout(Duration::from_secs(20), up)
+    tokio::time::timeout(Duration::from_secs(20), listening)
         .await
         .expect("the HTTP server did not start listening");
+    // The rest of its output is read too: a closed pipe would end it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    server
 }
 
 /// A server over streamable HTTP, its headers sent: its tools are listed and called like a
@@ -42,10 +49,7 @@ async fn listening(port: u16) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamable_http_server_is_listed_and_called() {
     let port = free_port();
-    let _server = everything_http_command(port)
-        .spawn()
-        .expect("node runs the server");
-    listening(port).await;
+    let _server = serving(port).await;
     let config = McpConfig::new()
         .server(
             "web",
