@@ -259,3 +259,30 @@ async fn a_shutdown_while_a_server_restarts_leaves_no_process() {
     assert_eq!(servers.live_processes(), 0);
     all_gone(&mark).await;
 }
+
+/// Servers given to two trees end with the first tree's shutdown: the other tree's calls
+/// then fail at once, saying the server has been shut down, never hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_shared_by_two_trees_end_with_the_first_saying_so() {
+    let servers = start([("h", hostile("well"))]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__h__echo", json!({"text": "x"}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let first = tree(&servers, &ScriptedModel::new(), vec![]).await;
+    let second = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    first.shutdown().await;
+    assert_eq!(servers.live_processes(), 0);
+    let run = second.run(SpawnRequest::new("w", "go"));
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the call did not hang")
+        .unwrap();
+    let result = crate::support::tool_results(&model).pop().unwrap();
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(result.content, "MCP server `h` has been shut down");
+    second.shutdown().await;
+}

@@ -231,3 +231,36 @@ async fn a_call_racing_a_restart_reaches_the_new_process() {
     tree.shutdown().await;
     assert_eq!(servers.live_processes(), 0);
 }
+
+/// A server busy with a call (it answers nothing meanwhile, as a single-threaded server
+/// does) is not restarted for the pings it misses while the call is within its timeout:
+/// the call gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_busy_with_a_call_within_its_timeout_is_not_restarted_for_missed_pings() {
+    let server = hostile("well")
+        .ping_interval(Some(Duration::from_millis(100)))
+        .tool_timeout("freeze", Duration::from_secs(30));
+    let servers = start([("h", server)]).await;
+    let first = servers.pid("h").unwrap();
+    let busy = agent_tree::mcp::PING_TIMEOUT + Duration::from_secs(2);
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool(
+                "mcp__h__freeze",
+                json!({"ms": busy.as_millis() as u64}),
+            )]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    let result = tool_results(&model).pop().unwrap();
+    assert_eq!(result.content, "thawed", "{result:?}");
+    assert_eq!(
+        servers.pid("h"),
+        Some(first),
+        "the server was not restarted"
+    );
+    tree.shutdown().await;
+}
