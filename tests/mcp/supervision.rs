@@ -264,3 +264,24 @@ async fn a_server_busy_with_a_call_within_its_timeout_is_not_restarted_for_misse
     );
     tree.shutdown().await;
 }
+
+/// A start that fails for one server (under `StartFailure::Fail`) ends the servers that
+/// did come up: no process of theirs is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_ends_the_servers_that_came_up() {
+    let mark = crate::support::mark("failed-start");
+    let config = McpConfig::new()
+        .server(
+            "ghost",
+            agent_tree::mcp::ServerConfig::stdio("/nonexistent/mcp-server", Vec::<String>::new()),
+        )
+        .unwrap()
+        .server("well", hostile("well").env(crate::support::MARK, &mark))
+        .unwrap();
+    let error = McpServers::start(config).await.unwrap_err();
+    assert!(
+        matches!(&error, McpError::Start { server, .. } if server == "ghost"),
+        "{error}"
+    );
+    crate::support::all_gone(&mark).await;
+}
