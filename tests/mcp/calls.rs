@@ -362,3 +362,70 @@ async fn an_abort_racing_a_calls_reply_ends_the_agent_and_its_progress() {
     tree.shutdown().await;
     assert_eq!(servers.live_processes(), 0);
 }
+
+/// Each MCP call runs in the calling agent's `execute_tool` span, its `server` field the
+/// server's name beside the tool's offered name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_calls_execute_tool_span_names_its_server() {
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    /// Records each `execute_tool` span's tool name and server.
+    struct Spans(Seen);
+    #[derive(Default)]
+    struct Fields {
+        tool: String,
+        server: Option<String>,
+    }
+    impl Visit for Fields {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            match field.name() {
+                "server" => self.server = Some(value.to_owned()),
+                "gen_ai.tool.name" => self.tool = value.to_owned(),
+                _ => {}
+            }
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let text = format!("{value:?}");
+            self.record_str(field, text.trim_matches('"'));
+        }
+    }
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _id: &tracing::span::Id,
+            _ctx: Context<'_, S>,
+        ) {
+            if attrs.metadata().name() == "execute_tool" {
+                let mut fields = Fields::default();
+                attrs.record(&mut fields);
+                self.0.lock().unwrap().push((fields.tool, fields.server));
+            }
+        }
+    }
+    let seen = Seen::default();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(Spans(seen.clone())),
+    )
+    .expect("no other test sets the global subscriber");
+
+    let servers = start([("spanned", hostile("well"))]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__spanned__echo", json!({"text": "x"}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__spanned"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    tree.shutdown().await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.contains(&("mcp__spanned__echo".to_owned(), Some("spanned".to_owned()))),
+        "{seen:?}"
+    );
+}
