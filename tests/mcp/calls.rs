@@ -429,3 +429,42 @@ async fn an_mcp_calls_execute_tool_span_names_its_server() {
         "{seen:?}"
     );
 }
+
+/// Every progress notification a server sends before its result is an event of the
+/// calling agent, also the one sent just before the result: four calls at a time, turn
+/// after turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_progress_sent_before_the_result_is_an_event() {
+    const ROUNDS: usize = 8;
+    let servers = start([("h", hostile("well"))]).await;
+    let progress = || Call::tool("mcp__h__progress", json!({}));
+    let turns: [Turn; ROUNDS + 1] = std::array::from_fn(|i| {
+        if i < ROUNDS {
+            Turn::calls([progress(), progress(), progress(), progress()])
+        } else {
+            Turn::answer("done")
+        }
+    });
+    let model = ScriptedModel::new().script("w", turns);
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    let mut events = tree.subscribe();
+    let mut worker = tree.spawn(SpawnRequest::new("w", "go")).await.unwrap();
+    let outcome = worker.outcome().await;
+    assert_eq!(outcome.text.as_deref(), Some("done"), "{outcome:?}");
+    tree.shutdown().await;
+    let mut steps = Vec::new();
+    while let Some(event) = events.try_next() {
+        if event.agent == worker.id()
+            && let EventKind::ToolProgress { progress, .. } = event.kind
+        {
+            steps.push(progress.to_string());
+        }
+    }
+    assert_eq!(
+        steps.len(),
+        12 * ROUNDS,
+        "progress events lost: {} of {}",
+        12 * ROUNDS - steps.len(),
+        12 * ROUNDS
+    );
+}
