@@ -598,4 +598,76 @@ mod tests {
             }
         );
     }
+
+    /// `${VAR}` and `${VAR:-default}` are expanded in an HTTP server's url and headers as
+    /// in a stdio server's command, args and env; an unset variable without a default is
+    /// refused naming the field it is in.
+    #[test]
+    fn variables_are_expanded_in_every_field_claude_code_expands() {
+        let home = std::env::var("HOME").expect("HOME is set");
+        let config = McpConfig::parse_mcp_json(
+            r#"{"mcpServers": {
+                "fs": {"command": "${HOME}/bin/srv", "args": ["${AGENT_TREE_UNSET_X:-a}"],
+                       "env": {"K": "${HOME}"}},
+                "web": {"type": "http", "url": "${AGENT_TREE_UNSET_X:-http://h}/mcp",
+                        "headers": {"Authorization": "Bearer ${AGENT_TREE_UNSET_X:-t}", "x-home": "${HOME}"}}
+            }}"#,
+            "f",
+        )
+        .unwrap();
+        let servers: Vec<_> = config.servers().collect();
+        assert_eq!(
+            servers[0].1.transport,
+            Transport::Stdio {
+                command: format!("{home}/bin/srv"),
+                args: vec!["a".into()],
+                env: BTreeMap::from([("K".into(), home.clone())]),
+                cwd: None,
+            }
+        );
+        assert_eq!(
+            servers[1].1.transport,
+            Transport::Http {
+                url: "http://h/mcp".into(),
+                headers: BTreeMap::from([
+                    ("Authorization".into(), "Bearer t".into()),
+                    ("x-home".into(), home),
+                ]),
+            }
+        );
+        let unset = McpConfig::parse_mcp_json(
+            r#"{"mcpServers": {"web": {"type": "http", "url": "http://h",
+                "headers": {"Authorization": "Bearer ${AGENT_TREE_UNSET_X}"}}}}"#,
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            unset.starts_with("f: mcpServers.web.headers.Authorization: the environment variable AGENT_TREE_UNSET_X is not set"),
+            "{unset}"
+        );
+    }
+
+    /// A header that HTTP cannot carry (a name with a space, a value with a line break) is
+    /// refused when the configuration is read, naming its field, not when the server
+    /// starts.
+    #[test]
+    fn a_header_http_cannot_carry_is_refused_naming_its_field() {
+        for (headers, field) in [
+            (
+                r#"{"bad name": "v"}"#,
+                "f: mcpServers.web.headers.bad name: ",
+            ),
+            (r#"{"x-ok": "a\nb"}"#, "f: mcpServers.web.headers.x-ok: "),
+        ] {
+            let text = format!(
+                r#"{{"mcpServers": {{"web": {{"type": "http", "url": "http://h", "headers": {headers}}}}}}}"#
+            );
+            let error = McpConfig::parse_mcp_json(&text, "f").map(|_| ());
+            assert!(
+                matches!(&error, Err(e) if e.to_string().starts_with(field)),
+                "{headers}: {error:?}"
+            );
+        }
+    }
 }

@@ -10,7 +10,9 @@ use agent_tree::testkit::{Call, ScriptedModel, Turn};
 use agent_tree::{AgentHandle, EventStream};
 use serde_json::json;
 
-use crate::support::{agent, alive, everything, hostile, start, temp_dir, tree};
+use crate::support::{
+    MARK, agent, alive, all_gone, everything, hostile, mark, marked, start, temp_dir, tree,
+};
 
 /// Waits for `agent`'s first `tool_progress` event: its call is out at the server.
 async fn call_is_out(events: &mut EventStream, agent: &AgentHandle) {
@@ -175,6 +177,114 @@ async fn dropping_the_tree_kills_its_servers() {
         .await
         .expect("processes left after the drop");
     assert!(pids.iter().all(|&p| !alive(p)));
+}
+
+/// A start given up on (its future dropped, as under a timeout) while one server is up and
+/// another is still coming up leaves no process of either behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_given_up_on_leaves_no_server_process() {
+    let mark = mark("given-up");
+    let config = agent_tree::mcp::McpConfig::new()
+        .server("well", hostile("well").env(MARK, &mark))
+        .unwrap()
+        .server(
+            "mute",
+            hostile("mute")
+                .env(MARK, &mark)
+                .start_timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
+    let start = agent_tree::mcp::McpServers::start(config);
+    let given_up = tokio::time::timeout(Duration::from_secs(3), start).await;
+    assert!(given_up.is_err(), "the mute server cannot come up");
+    all_gone(&mark).await;
+}
+
+/// `McpServers` dropped without ever being given to a tree kills its servers' processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_servers_without_a_tree_kills_them() {
+    let mark = mark("dropped");
+    let servers = start([
+        ("stubborn", hostile("stubborn").env(MARK, &mark)),
+        ("well", hostile("well").env(MARK, &mark)),
+    ])
+    .await;
+    assert_eq!(
+        marked(&mark).len(),
+        3,
+        "two servers and the stubborn one's child"
+    );
+    drop(servers);
+    all_gone(&mark).await;
+}
+
+/// A shutdown while a server is restarting (its new process not answering yet) returns
+/// within the one deadline and leaves no process of the old or the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_while_a_server_restarts_leaves_no_process() {
+    let dir = temp_dir("restarting");
+    let flag = dir.join("started-once");
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/fixtures/hostile.js");
+    // The first process crashes on `echo`; every later one never answers its handshake.
+    let sh = format!(
+        "if [ -e '{flag}' ]; then exec node '{script}' mute; else touch '{flag}'; exec node '{script}' crash; fi",
+        flag = flag.display(),
+        script = script.display()
+    );
+    let mark = mark("restarting");
+    let server = agent_tree::mcp::ServerConfig::stdio("sh", ["-c".to_owned(), sh])
+        .env(MARK, &mark)
+        .start_timeout(Duration::from_secs(60));
+    let servers = start([("h", server)]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__h__echo", json!({"text": "dies"}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    // The restart has begun: the call above saw the server go away, and waited for the
+    // supervisor to take that connection down.
+    assert_eq!(servers.pid("h"), None, "the server is not up");
+    let started = tokio::time::Instant::now();
+    tree.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took <= tree.config().shutdown_grace + Duration::from_millis(500),
+        "{took:?}"
+    );
+    assert_eq!(servers.live_processes(), 0);
+    all_gone(&mark).await;
+}
+
+/// Servers given to two trees end with the first tree's shutdown: the other tree's calls
+/// then fail at once, saying the server has been shut down, never hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_shared_by_two_trees_end_with_the_first_saying_so() {
+    let servers = start([("h", hostile("well"))]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__h__echo", json!({"text": "x"}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let first = tree(&servers, &ScriptedModel::new(), vec![]).await;
+    let second = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    first.shutdown().await;
+    assert_eq!(servers.live_processes(), 0);
+    let run = second.run(SpawnRequest::new("w", "go"));
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the call did not hang")
+        .unwrap();
+    let result = crate::support::tool_results(&model).pop().unwrap();
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(result.content, "MCP server `h` has been shut down");
+    second.shutdown().await;
 }
 
 /// Aborts and kills racing a call's progress and reply, many rounds on worker threads:

@@ -154,3 +154,134 @@ async fn hostile_output_is_bounded_and_never_hangs_a_call() {
     tree.shutdown().await;
     assert_eq!(servers.live_processes(), 0);
 }
+
+/// A stop arriving while the supervisor waits on a ping the server does not answer (it is
+/// busy) still ends the server by the shutdown's deadline: the tree's shutdown returns
+/// within its grace, not when the ping gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_unanswered_ping_ends_the_server_by_its_deadline() {
+    let server = hostile("well")
+        .ping_interval(Some(Duration::from_millis(100)))
+        .tool_timeout("freeze", Duration::from_millis(500));
+    let servers = start([("h", server)]).await;
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool("mcp__h__freeze", json!({"ms": 8000}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    // The call timed out after 500ms; pings every 100ms meanwhile: one is out, unanswered.
+    assert!(tool_results(&model)[0].is_error);
+    let started = tokio::time::Instant::now();
+    tree.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took <= tree.config().shutdown_grace + Duration::from_millis(500),
+        "the shutdown took {took:?}"
+    );
+    assert_eq!(servers.live_processes(), 0);
+}
+
+/// A call made after the server's process died, before the supervisor saw it go, is not
+/// lost on the dead connection: it reaches the restarted process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_racing_a_restart_reaches_the_new_process() {
+    const ROUNDS: usize = 5;
+    let servers = start([("h", hostile("well").restarts(20, Duration::from_secs(60)))]).await;
+    let types: Vec<String> = (0..ROUNDS).map(|i| format!("w{i}")).collect();
+    let mut model = ScriptedModel::new();
+    for agent_type in &types {
+        model = model.script(
+            agent_type,
+            [
+                Turn::calls([Call::tool("mcp__h__pid", json!({}))]),
+                Turn::answer("done"),
+            ],
+        );
+    }
+    let definitions = types.iter().map(|t| agent(t, &["mcp__h"])).collect();
+    let tree = tree(&servers, &model, definitions).await;
+    let mut failures = Vec::new();
+    for agent_type in &types {
+        let pid = loop {
+            // Up again after the previous round's kill.
+            if let Some(pid) = servers.pid("h") {
+                break pid;
+            }
+            tokio::task::yield_now().await;
+        };
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap();
+        let result = tool_results(&model).pop().unwrap();
+        if result.is_error || result.content.trim() == pid.to_string() {
+            failures.push(result.content);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "calls lost on a dead connection: {failures:?}"
+    );
+    tree.shutdown().await;
+    assert_eq!(servers.live_processes(), 0);
+}
+
+/// A server busy with a call (it answers nothing meanwhile, as a single-threaded server
+/// does) is not restarted for the pings it misses while the call is within its timeout:
+/// the call gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_busy_with_a_call_within_its_timeout_is_not_restarted_for_missed_pings() {
+    let server = hostile("well")
+        .ping_interval(Some(Duration::from_millis(100)))
+        .tool_timeout("freeze", Duration::from_secs(30));
+    let servers = start([("h", server)]).await;
+    let first = servers.pid("h").unwrap();
+    let busy = agent_tree::mcp::PING_TIMEOUT + Duration::from_secs(2);
+    let model = ScriptedModel::new().script(
+        "w",
+        [
+            Turn::calls([Call::tool(
+                "mcp__h__freeze",
+                json!({"ms": busy.as_millis() as u64}),
+            )]),
+            Turn::answer("done"),
+        ],
+    );
+    let tree = tree(&servers, &model, vec![agent("w", &["mcp__h"])]).await;
+    tree.run(SpawnRequest::new("w", "go")).await.unwrap();
+    let result = tool_results(&model).pop().unwrap();
+    assert_eq!(result.content, "thawed", "{result:?}");
+    assert_eq!(
+        servers.pid("h"),
+        Some(first),
+        "the server was not restarted"
+    );
+    tree.shutdown().await;
+}
+
+/// A start that fails for one server (under `StartFailure::Fail`) ends the servers that
+/// did come up: no process of theirs is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_ends_the_servers_that_came_up() {
+    let mark = crate::support::mark("failed-start");
+    let config = McpConfig::new()
+        .server(
+            "ghost",
+            agent_tree::mcp::ServerConfig::stdio("/nonexistent/mcp-server", Vec::<String>::new()),
+        )
+        .unwrap()
+        .server("well", hostile("well").env(crate::support::MARK, &mark))
+        .unwrap();
+    let error = McpServers::start(config).await.unwrap_err();
+    assert!(
+        matches!(&error, McpError::Start { server, .. } if server == "ghost"),
+        "{error}"
+    );
+    crate::support::all_gone(&mark).await;
+}

@@ -63,7 +63,7 @@ pub(crate) fn filesystem(dir: &std::path::Path) -> ServerConfig {
 }
 
 /// The hostile fixture server in `mode` (`well`, `stubborn`, `flood`, `garbage`, `mute`,
-/// `crash`), run by node.
+/// `crash`, `odd`), run by node.
 pub(crate) fn hostile(mode: &str) -> ServerConfig {
     installed();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/fixtures/hostile.js");
@@ -150,4 +150,52 @@ pub(crate) fn alive(pid: u32) -> bool {
                 .map(|(_, rest)| rest.trim_start().to_owned())
         })
         .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+/// A mark of its own, to find the processes started with it in their environment
+/// ([`marked`]).
+pub(crate) fn mark(name: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{name}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The environment variable [`marked`] looks for.
+pub(crate) const MARK: &str = "AGENT_TREE_TEST_MARK";
+
+/// The live processes whose environment holds `MARK=mark` (zombies are not).
+pub(crate) fn marked(mark: &str) -> Vec<u32> {
+    let needle = format!("{MARK}={mark}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// Waits (within a bound) until no process marked `mark` is alive: nothing tells a
+/// process that isn't their parent when killed processes are gone.
+pub(crate) async fn all_gone(mark: &str) {
+    let gone = async {
+        while !marked(mark).is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(5), gone)
+        .await
+        .is_err()
+    {
+        panic!("processes {:?} were left behind", marked(mark));
+    }
 }

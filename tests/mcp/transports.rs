@@ -97,3 +97,59 @@ async fn a_claude_code_mcp_json_starts_its_servers() {
         .await;
     assert_eq!(servers.live_processes(), 0);
 }
+
+/// A streamable-HTTP server that goes away mid-session: a call meanwhile fails at once,
+/// clearly, instead of waiting out its timeout; once the server is back on its address,
+/// calls reach it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_that_goes_away_is_reached_again_when_back() {
+    let port = free_port();
+    let mut server = everything_http_command(port)
+        .spawn()
+        .expect("node runs the server");
+    listening(port).await;
+    let config = McpConfig::new()
+        .server(
+            "web",
+            ServerConfig::http(format!("http://127.0.0.1:{port}/mcp"))
+                .call_timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    let servers = McpServers::start(config).await.unwrap();
+    let echo = |text: &str| Turn::calls([Call::tool("mcp__web__echo", json!({"message": text}))]);
+    let model = ScriptedModel::new()
+        .script("before", [echo("before"), Turn::answer("done")])
+        .script("gone", [echo("gone"), Turn::answer("done")])
+        .script("back", [echo("back"), Turn::answer("done")]);
+    let definitions = ["before", "gone", "back"]
+        .iter()
+        .map(|t| agent(t, &["mcp__web__echo"]))
+        .collect();
+    let tree = tree(&servers, &model, definitions).await;
+    tree.run(SpawnRequest::new("before", "go")).await.unwrap();
+    assert_eq!(tool_results(&model)[0].content, "Echo: before");
+
+    server.kill().await.unwrap();
+    let started = tokio::time::Instant::now();
+    tree.run(SpawnRequest::new("gone", "go")).await.unwrap();
+    let gone = tool_results(&model)[1].clone();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call waited {:?}: {gone:?}",
+        started.elapsed()
+    );
+    assert!(gone.is_error, "{gone:?}");
+
+    let _server = everything_http_command(port)
+        .spawn()
+        .expect("node runs the server");
+    listening(port).await;
+    tree.run(SpawnRequest::new("back", "go")).await.unwrap();
+    let results = tool_results(&model);
+    assert_eq!(
+        results[2].content, "Echo: back",
+        "while it was gone: {:?}",
+        results[1].content
+    );
+    tree.shutdown().await;
+}
