@@ -59,8 +59,9 @@ pub trait ToolSource: Send + Sync + 'static {
     fn tools(&self) -> Vec<Arc<dyn Tool>>;
 
     /// Ends what serves the tools by `deadline`: asked to stop, then forced. The tree runs
-    /// it beside its agents' shutdown and waits for it (a small constant past `deadline` at
-    /// most).
+    /// it beside its agents' shutdown and waits for it until
+    /// [`SHUTDOWN_KILL_WAIT`](crate::SHUTDOWN_KILL_WAIT) past `deadline`, then calls
+    /// [`ToolSource::kill`].
     fn shutdown(&self, deadline: Instant) -> BoxFuture<'_, ()>;
 
     /// Ends what serves the tools now, without waiting: the tree was dropped without a
@@ -93,14 +94,20 @@ impl std::fmt::Debug for ToolSources {
 }
 
 impl ToolSources {
-    /// Ends every source by `deadline`, all at once.
+    /// Ends every source by `deadline`, all at once, waiting for them no longer than the
+    /// small constant past it a shutdown allows; a source still ending then is killed.
     pub(crate) async fn shutdown(&self, deadline: Instant) {
         let mut ending = tokio::task::JoinSet::new();
         for source in &self.0 {
             let source = source.clone();
             ending.spawn(async move { source.shutdown(deadline).await });
         }
-        while ending.join_next().await.is_some() {}
+        let all = async { while ending.join_next().await.is_some() {} };
+        let bound = deadline + crate::config::SHUTDOWN_KILL_WAIT;
+        if tokio::time::timeout_at(bound, all).await.is_err() {
+            tracing::warn!("a tool source did not end by the shutdown's deadline: killed");
+            self.kill();
+        }
     }
 
     /// Ends every source now.
