@@ -183,7 +183,8 @@ impl ServerConfig {
         self
     }
 
-    /// Sets the timeout of the calls of one tool, by the server's own name for it.
+    /// Sets the timeout of the calls of one tool, by the server's own name for it (`read`)
+    /// or the name it is offered under (`mcp__fs__read`).
     #[must_use]
     pub fn tool_timeout(mut self, tool: impl Into<String>, timeout: Duration) -> Self {
         self.tool_timeouts.insert(tool.into(), timeout);
@@ -219,10 +220,11 @@ impl ServerConfig {
         self
     }
 
-    /// The timeout of a call of the server's tool `tool`.
-    pub(crate) fn timeout_of(&self, tool: &str) -> Duration {
+    /// The timeout of a call of the server's tool `tool`, offered as `offered`.
+    pub(crate) fn timeout_of(&self, tool: &str, offered: &str) -> Duration {
         self.tool_timeouts
             .get(tool)
+            .or_else(|| self.tool_timeouts.get(offered))
             .copied()
             .unwrap_or(self.call_timeout)
     }
@@ -239,7 +241,8 @@ impl McpConfig {
     /// # Errors
     ///
     /// [`McpError::Config`] for a name that is empty, not of `A-Z a-z 0-9 _ -`, or holds
-    /// `__` (which would blur it into its tools' names `mcp__<server>__<tool>`).
+    /// `__` (which would blur it into its tools' names `mcp__<server>__<tool>`), and for a
+    /// header HTTP cannot carry.
     pub fn server(
         mut self,
         name: impl Into<String>,
@@ -252,6 +255,17 @@ impl McpConfig {
                 format!("mcpServers.{name}"),
                 problem,
             ));
+        }
+        if let Transport::Http { headers, .. } = &server.transport {
+            for (key, value) in headers {
+                if let Some(problem) = header_problem(key, value) {
+                    return Err(McpError::config(
+                        "code",
+                        format!("mcpServers.{name}.headers.{key}"),
+                        problem,
+                    ));
+                }
+            }
         }
         self.servers.insert(name, server);
         Ok(self)
@@ -375,6 +389,9 @@ impl Entry<'_> {
                     .ok_or_else(|| self.error("url", "an HTTP server needs a url"))?;
                 let mut server = ServerConfig::http(url);
                 for (key, value) in self.map("headers")? {
+                    if let Some(problem) = header_problem(&key, &value) {
+                        return Err(self.error(&format!("headers.{key}"), problem));
+                    }
                     server = server.header(key, value);
                 }
                 Ok(server)
@@ -457,6 +474,17 @@ impl Entry<'_> {
             })
             .collect()
     }
+}
+
+/// Why an HTTP request cannot carry header `name: value`, if it cannot.
+fn header_problem(name: &str, value: &str) -> Option<String> {
+    if let Err(e) = http::HeaderName::try_from(name) {
+        return Some(format!("not a header name HTTP can carry: {e}"));
+    }
+    if let Err(e) = http::HeaderValue::try_from(value) {
+        return Some(format!("not a header value HTTP can carry: {e}"));
+    }
+    None
 }
 
 /// A JSON value's kind, for errors.

@@ -94,6 +94,21 @@ fn decoded_size(data: &str) -> String {
     )
 }
 
+/// `text` cut to at most `cap` bytes at a character boundary, ending in `…` when cut (for
+/// text that is no tool output: a tool's description).
+pub(crate) fn shortened(mut text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let mut end = cap.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
 /// `text` cut to at most `cap` bytes at a character boundary, with a note of what was cut.
 pub(crate) fn cut(mut text: String, cap: usize) -> String {
     if text.len() <= cap {

@@ -21,8 +21,9 @@ use crate::config::Transport;
 const KEPT_LINES: usize = 8;
 /// How much of one standard-error line is kept.
 const KEPT_LINE_BYTES: usize = 400;
-/// How long reaping a killed process may take before the end gives up on it.
-const REAP_WAIT: Duration = Duration::from_millis(200);
+/// How long a killed group may take to be gone before the end gives up waiting for it
+/// (within the shutdown's allowance past its deadline).
+const REAP_WAIT: Duration = Duration::from_millis(80);
 
 /// A running server process.
 #[derive(Debug)]
@@ -119,16 +120,19 @@ impl ServerProcess {
             .is_err()
         {
             self.signal(Signal::Term);
-            if tokio::time::timeout_at(deadline, self.child.wait())
-                .await
-                .is_err()
-            {
-                self.signal(Signal::Kill);
-                let _ = tokio::time::timeout(REAP_WAIT, self.child.wait()).await;
+            let _ = tokio::time::timeout_at(deadline, self.child.wait()).await;
+        }
+        // Whatever is left of the group now (the process, or children it left behind) is
+        // killed, and given a moment to be gone: a killed process ends when the kernel gets
+        // to it, and only the leader is ours to wait for.
+        self.signal(Signal::Kill);
+        let until = Instant::now() + REAP_WAIT;
+        let _ = tokio::time::timeout_at(until, self.child.wait()).await;
+        if let Some(group) = self.group.take() {
+            while live_in_group(group) > 0 && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
-        self.signal(Signal::Kill);
-        self.group = None;
     }
 
     /// Kills the whole group now.
@@ -174,6 +178,26 @@ pub(crate) fn signal_group(group: u32, signal: Signal) {
     }
     #[cfg(not(unix))]
     let _ = (group, signal);
+}
+
+/// Whether process `pid` is alive: it exists and has not exited (a zombie has). Read from
+/// `/proc` on Linux; elsewhere always `true` (nothing is known).
+pub(crate) fn alive(pid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_owned())
+            })
+            .is_some_and(|rest| !rest.starts_with(['Z', 'X']))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 /// How many processes of `group` are alive (zombies, which only wait to be reaped by their

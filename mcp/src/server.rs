@@ -37,6 +37,9 @@ pub(crate) enum State {
     },
     /// Down for good: restarted too often, or it never came up. Calls fail with the reason.
     Failed(String),
+    /// An HTTP server that cannot be reached: tried again with backoff, and at once when a
+    /// call asks. Calls fail with the reason if that attempt fails too.
+    Unreachable(String),
     /// Ended by the tree.
     Stopped,
 }
@@ -45,6 +48,8 @@ pub(crate) enum State {
 enum Control {
     /// A call saw connection `generation` close under it.
     Lost { generation: u64, why: String },
+    /// A call wants an unreachable HTTP server tried again now.
+    Retry,
     /// End the server by `deadline`, then answer.
     Stop {
         deadline: Instant,
@@ -65,6 +70,8 @@ pub(crate) struct Server {
     groups: Mutex<Vec<u32>>,
     /// Where the progress notifications of the calls out go, by progress token. A leaf lock.
     pub(crate) progress: Progress,
+    /// Calls out now: a server busy with one is not pinged.
+    pub(crate) calls_out: std::sync::atomic::AtomicUsize,
     /// Calls made, and how many of them failed (a server's `isError` included).
     pub(crate) calls: AtomicU64,
     pub(crate) errors: AtomicU64,
@@ -78,8 +85,56 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// The calls out that asked for progress, by the token their requests carry.
-pub(crate) type Progress = Arc<Mutex<HashMap<ProgressToken, ToolContext>>>;
+/// The calls out, by the progress token their requests carry, for their progress
+/// notifications. A leaf lock, never held across an await.
+#[derive(Clone, Default)]
+pub(crate) struct Progress(Arc<Mutex<HashMap<ProgressToken, Route>>>);
+
+/// Where one call's progress goes, and when the call was answered.
+struct Route {
+    call: ToolContext,
+    answered: Option<Instant>,
+}
+
+/// How long an answered call's route stays: rmcp hands each notification to a task of its
+/// own, so one the server sent just before its answer may be handled just after.
+const PROGRESS_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Progress {
+    /// Routes `token`'s progress to `call`, forgetting routes answered a while ago.
+    pub(crate) fn route(&self, token: ProgressToken, call: ToolContext) {
+        let now = Instant::now();
+        let mut routes = self.0.lock();
+        routes.retain(|_, r| {
+            r.answered
+                .is_none_or(|at| now.duration_since(at) < PROGRESS_GRACE)
+        });
+        routes.insert(
+            token,
+            Route {
+                call,
+                answered: None,
+            },
+        );
+    }
+
+    /// Ends `token`'s route: at once for a call cancelled, after a grace for one answered.
+    pub(crate) fn unroute(&self, token: &ProgressToken, answered: bool) {
+        let mut routes = self.0.lock();
+        if answered {
+            if let Some(route) = routes.get_mut(token) {
+                route.answered = Some(Instant::now());
+            }
+        } else {
+            routes.remove(token);
+        }
+    }
+
+    /// The call `token`'s progress goes to.
+    fn call(&self, token: &ProgressToken) -> Option<ToolContext> {
+        self.0.lock().get(token).map(|r| r.call.clone())
+    }
+}
 
 /// The client side of a connection: it routes progress notifications to the calls that
 /// asked for them.
@@ -101,7 +156,7 @@ impl ClientHandler for Handler {
         params: rmcp::model::ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
-        let call = self.progress.lock().get(&params.progress_token).cloned();
+        let call = self.progress.call(&params.progress_token);
         if let Some(call) = call {
             call.report_progress(params.progress, params.total, params.message);
         }
@@ -135,6 +190,7 @@ impl Server {
             killed: CancellationToken::new(),
             groups: Mutex::new(Vec::new()),
             progress: Progress::default(),
+            calls_out: std::sync::atomic::AtomicUsize::new(0),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         });
@@ -151,10 +207,16 @@ impl Server {
     /// The connection to call on, waiting (until `deadline`) while the server is starting.
     pub(crate) async fn link(&self, deadline: Instant) -> Result<(Peer<RoleClient>, u64), String> {
         let mut state = self.state.clone();
+        let mut asked = false;
         loop {
             match &*state.borrow_and_update() {
                 State::Up { peer, generation } => return Ok((peer.clone(), *generation)),
                 State::Failed(why) => return Err(why.clone()),
+                State::Unreachable(why) if asked => return Err(why.clone()),
+                State::Unreachable(_) => {
+                    asked = true;
+                    let _ = self.control.send(Control::Retry);
+                }
                 State::Stopped => {
                     return Err(format!("MCP server `{}` has been shut down", self.name));
                 }
@@ -220,6 +282,13 @@ impl Server {
         groups.push(group);
     }
 
+    /// Whether the server's current process has exited (before its supervisor may have
+    /// seen it go): a request written now would be lost. `false` for an HTTP server.
+    pub(crate) fn process_gone(&self) -> bool {
+        let leader = self.groups.lock().last().copied();
+        leader.is_some_and(|pid| !crate::process::alive(pid))
+    }
+
     /// The pid of the server's current process (its group's leader), if it runs one.
     pub(crate) fn pid(&self) -> Option<u32> {
         matches!(&*self.state.borrow(), State::Up { .. })
@@ -260,22 +329,38 @@ impl Supervisor {
         );
         let mut first = Some(first);
         let mut generation = 0u64;
+        let http = matches!(self.server.config.transport, Transport::Http { .. });
+        let mut backoff = FIRST_BACKOFF;
         loop {
             generation += 1;
             let _ = self.state.send(State::Starting);
             let server = self.server.clone();
-            let connected = tokio::select! {
+            // The process being started, owned here so a stop meanwhile ends it by its
+            // deadline (a kill, or dropping it, kills its group).
+            let mut spawned = None;
+            let starting = tokio::select! {
                 biased;
-                () = server.killed.cancelled() => return self.ended(),
-                stop = next_stop(&mut self.mailbox) => {
+                () = server.killed.cancelled() => None,
+                stop = next_stop(&mut self.mailbox) => Some(Err(stop)),
+                connected = connect(&server, first.is_some(), &mut spawned) => Some(Ok(connected)),
+            };
+            let connected = match starting {
+                None => return self.ended(),
+                Some(Err(stop)) => {
                     let _ = self.state.send(State::Stopped);
-                    if let Some(done) = stop { let _ = done.send(()); }
+                    if let Some((deadline, done)) = stop {
+                        if let Some(process) = spawned {
+                            process.end(deadline).await;
+                        }
+                        let _ = done.send(());
+                    }
                     return;
                 }
-                connected = connect(&server, first.is_some()) => connected,
+                Some(Ok(connected)) => connected,
             };
             let why = match connected {
                 Ok((link, tools)) => {
+                    backoff = FIRST_BACKOFF;
                     tracing::info!(server = %name, generation, "MCP server up");
                     let _ = self.state.send(State::Up {
                         peer: link.service.peer().clone(),
@@ -301,6 +386,18 @@ impl Supervisor {
                     why
                 }
             };
+            if http {
+                // Not a process of ours to restart: reached again when it is back.
+                let message =
+                    format!("MCP server `{name}` cannot be reached (trying again): {why}");
+                tracing::warn!(server = %name, "{message}");
+                let _ = self.state.send(State::Unreachable(message));
+                if self.wait_to_retry(backoff).await.is_break() {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
             let now = Instant::now().saturating_duration_since(epoch);
             if budget.try_add(now) == agent_tree_actors::Intensity::Exceeded {
                 let message = format!(
@@ -316,12 +413,38 @@ impl Supervisor {
         }
     }
 
+    /// Waits `backoff` before trying an unreachable server again, or less if a call asks;
+    /// `Break` when the tree ended it meanwhile.
+    async fn wait_to_retry(&mut self, backoff: std::time::Duration) -> std::ops::ControlFlow<()> {
+        let until = Instant::now() + backoff;
+        loop {
+            tokio::select! {
+                biased;
+                () = self.server.killed.cancelled() => {
+                    self.ended();
+                    return std::ops::ControlFlow::Break(());
+                }
+                control = self.mailbox.recv() => match control {
+                    Some(Control::Stop { done, .. }) => {
+                        let _ = self.state.send(State::Stopped);
+                        let _ = done.send(());
+                        return std::ops::ControlFlow::Break(());
+                    }
+                    Some(Control::Retry) => return std::ops::ControlFlow::Continue(()),
+                    Some(Control::Lost { .. }) => {}
+                    None => return std::ops::ControlFlow::Break(()),
+                },
+                () = tokio::time::sleep_until(until) => return std::ops::ControlFlow::Continue(()),
+            }
+        }
+    }
+
     /// Down for good: answers the stop (or the kill) when it comes.
     async fn down_for_good(mut self) {
         tokio::select! {
             () = self.server.killed.cancelled() => {}
             stop = next_stop(&mut self.mailbox) => {
-                if let Some(done) = stop { let _ = done.send(()); }
+                if let Some((_, done)) = stop { let _ = done.send(()); }
             }
         }
     }
@@ -343,10 +466,20 @@ impl Supervisor {
         tokio::pin!(waiting);
         let ping_every = self.server.config.ping_interval;
         let mut next_ping = ping_every.map(|every| Instant::now() + every);
+        // A ping out: answered (with anything) or not within its timeout. Polled beside the
+        // mailbox, so a stop or a kill is never held up by it.
+        let mut ping: Option<std::pin::Pin<Box<dyn Future<Output = bool> + Send>>> = None;
         let ended = loop {
+            let pinging = ping.is_some();
             let ping_due = async {
                 match next_ping {
-                    Some(at) => tokio::time::sleep_until(at).await,
+                    Some(at) if !pinging => tokio::time::sleep_until(at).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            let ping_answered = async {
+                match &mut ping {
+                    Some(ping) => ping.await,
                     None => std::future::pending().await,
                 }
             };
@@ -368,7 +501,7 @@ impl Supervisor {
                         return Ended::Stopped;
                     }
                     Some(Control::Lost { generation: lost, why }) if lost == generation => break why,
-                    Some(Control::Lost { .. }) => {}
+                    Some(Control::Lost { .. } | Control::Retry) => {}
                     None => {
                         cancel.cancel();
                         if let Some(process) = &mut process { process.kill(); }
@@ -376,11 +509,22 @@ impl Supervisor {
                     }
                 },
                 quit = &mut waiting => break format!("the connection closed ({quit:?})"),
+                answered = ping_answered => {
+                    ping = None;
+                    // A server busy with a call is judged by the call's timeout, not a ping.
+                    let busy = self.server.calls_out.load(Ordering::Relaxed) > 0;
+                    if !answered && !busy {
+                        break format!("it did not answer a ping within {PING_TIMEOUT:?}");
+                    }
+                }
                 () = ping_due => {
                     next_ping = ping_every.map(|every| Instant::now() + every);
-                    let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
-                    if tokio::time::timeout(PING_TIMEOUT, ping).await.is_err() {
-                        break format!("it did not answer a ping within {PING_TIMEOUT:?}");
+                    if self.server.calls_out.load(Ordering::Relaxed) == 0 {
+                        let peer = peer.clone();
+                        ping = Some(Box::pin(async move {
+                            let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
+                            tokio::time::timeout(PING_TIMEOUT, ping).await.is_ok()
+                        }));
                     }
                 }
             }
@@ -399,13 +543,17 @@ impl Supervisor {
     }
 }
 
-/// Starts the server and lists its tools, within its start timeout.
-async fn connect(server: &Server, first: bool) -> Result<(Link, Vec<rmcp::model::Tool>), String> {
+/// Starts the server and lists its tools, within its start timeout; a stdio server's
+/// process is kept in `process` while it starts.
+async fn connect(
+    server: &Server,
+    first: bool,
+    process: &mut Option<ServerProcess>,
+) -> Result<(Link, Vec<rmcp::model::Tool>), String> {
     let config = &server.config;
     let handler = Handler {
         progress: server.progress.clone(),
     };
-    let mut process = None;
     let started = tokio::time::timeout(config.start_timeout, async {
         let service = match &config.transport {
             Transport::Stdio { .. } => {
@@ -413,7 +561,7 @@ async fn connect(server: &Server, first: bool) -> Result<(Link, Vec<rmcp::model:
                 if let Some(group) = spawned.group() {
                     server.add_group(group);
                 }
-                process = Some(spawned);
+                *process = Some(spawned);
                 handler.serve(pipes).await.map_err(|e| e.to_string())?
             }
             Transport::Http { url, headers } => {
@@ -430,12 +578,15 @@ async fn connect(server: &Server, first: bool) -> Result<(Link, Vec<rmcp::model:
     })
     .await;
     let result = match started {
-        Ok(Ok((service, tools))) => return Ok((Link { service, process }, tools)),
+        Ok(Ok((service, tools))) => {
+            let process = process.take();
+            return Ok((Link { service, process }, tools));
+        }
         Ok(Err(why)) => why,
         Err(_) => format!("it did not come up within {:?}", config.start_timeout),
     };
     let mut why = result;
-    if let Some(mut process) = process {
+    if let Some(mut process) = process.take() {
         if let Some(status) = process.exited() {
             why = format!("{why} (the process exited: {status})");
         }
@@ -448,12 +599,19 @@ async fn connect(server: &Server, first: bool) -> Result<(Link, Vec<rmcp::model:
     Err(why)
 }
 
+/// The first wait before an unreachable HTTP server is tried again.
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest.
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The next stop in `mailbox` (`None` when the mailbox closed), skipping other messages.
-async fn next_stop(mailbox: &mut mpsc::UnboundedReceiver<Control>) -> Option<oneshot::Sender<()>> {
+async fn next_stop(
+    mailbox: &mut mpsc::UnboundedReceiver<Control>,
+) -> Option<(Instant, oneshot::Sender<()>)> {
     loop {
         match mailbox.recv().await? {
-            Control::Stop { done, .. } => return Some(done),
-            Control::Lost { .. } => {}
+            Control::Stop { deadline, done } => return Some((deadline, done)),
+            Control::Lost { .. } | Control::Retry => {}
         }
     }
 }

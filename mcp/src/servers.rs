@@ -66,7 +66,7 @@ pub struct FailedServer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct McpStats {
-    /// Servers that came up.
+    /// Servers that came up at the start (one down for good later still counts).
     pub servers: usize,
     /// Tool calls made.
     pub calls: u64,
@@ -87,6 +87,8 @@ impl McpServers {
             .servers()
             .map(|(name, server)| Server::start(name, server.clone()))
             .collect();
+        // A start given up on (its future dropped) kills what it started.
+        let mut starting = Starting(started.iter().map(|(s, _)| s.clone()).collect());
         let mut servers = Vec::new();
         let mut tools = Vec::new();
         let mut failed = Vec::new();
@@ -116,6 +118,7 @@ impl McpServers {
                 }
             }
         }
+        starting.0.clear();
         let started = McpServers {
             inner: Arc::new(Inner {
                 servers,
@@ -195,6 +198,17 @@ impl McpServers {
     }
 }
 
+/// The servers of a start in progress, killed if the start is dropped.
+struct Starting(Vec<Arc<Server>>);
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        for server in &self.0 {
+            server.kill();
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         for server in &self.servers {
@@ -239,7 +253,7 @@ fn offered(
             continue;
         }
         let description = tool.description.as_deref().unwrap_or_default().to_owned();
-        let description = crate::content::cut(description, MAX_DESCRIPTION_BYTES);
+        let description = crate::content::shortened(description, MAX_DESCRIPTION_BYTES);
         let schema = serde_json::Value::Object((*tool.input_schema).clone());
         tools.push(Arc::new(McpTool {
             server: server.clone(),

@@ -218,6 +218,16 @@ async fn a_call_racing_a_restart_reaches_the_new_process() {
             .status()
             .unwrap();
         assert!(killed.success());
+        // Dead (the kernel ends a killed process a moment after the signal), but maybe not
+        // yet seen by the supervisor.
+        let dead = async {
+            while alive(pid) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), dead)
+            .await
+            .expect("the killed process ends");
         tree.run(SpawnRequest::new(agent_type, "go")).await.unwrap();
         let result = tool_results(&model).pop().unwrap();
         if result.is_error || result.content.trim() == pid.to_string() {

@@ -104,10 +104,7 @@ async fn a_claude_code_mcp_json_starts_its_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_server_that_goes_away_is_reached_again_when_back() {
     let port = free_port();
-    let mut server = everything_http_command(port)
-        .spawn()
-        .expect("node runs the server");
-    listening(port).await;
+    let mut server = serving(port).await;
     let config = McpConfig::new()
         .server(
             "web",
@@ -140,10 +137,7 @@ async fn an_http_server_that_goes_away_is_reached_again_when_back() {
     );
     assert!(gone.is_error, "{gone:?}");
 
-    let _server = everything_http_command(port)
-        .spawn()
-        .expect("node runs the server");
-    listening(port).await;
+    let _server = serving(port).await;
     tree.run(SpawnRequest::new("back", "go")).await.unwrap();
     let results = tool_results(&model);
     assert_eq!(
