@@ -15,6 +15,11 @@ pub use agent_tree_models as models;
 #[cfg(feature = "mcp")]
 pub use agent_tree_mcp as mcp;
 
+/// The live inspector (feature `inspector`): [`inspector::Inspector`] serves a running tree
+/// to a browser.
+#[cfg(feature = "inspector")]
+pub use agent_tree_inspector as inspector;
+
 /// The names most programs need.
 pub mod prelude {
     pub use agent_tree_actors::{
