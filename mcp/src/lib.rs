@@ -7,9 +7,11 @@
 //! unchanged (`mcp__<server>` names every tool of a server). The tree owns them through its
 //! one seam for such plug-ins, [`ToolSource`](agent_tree_actors::ToolSource):
 //!
-//! * **Supervised.** A server that exits, closes its connection or stops answering pings is
-//!   restarted within its restart intensity; past it, its tools fail at once saying why. A
-//!   server that never comes up fails the start or is reported ([`StartFailure`]).
+//! * **Supervised.** A stdio server that exits, closes its connection or stops answering
+//!   pings (never pinged while a call is out) is restarted within its restart intensity;
+//!   past it, its tools fail at once saying why. An HTTP server that cannot be reached is
+//!   tried again with backoff, and at once when a call asks. A server that never comes up
+//!   fails the start or is reported ([`StartFailure`]).
 //! * **Never left behind.** A stdio server runs in a process group of its own.
 //!   `Tree::shutdown` ends every server within its one deadline (stdin closed, SIGTERM to
 //!   the group halfway, SIGKILL at the deadline); dropping the tree kills them.

@@ -1,7 +1,8 @@
 //! One server's connection, owned by a supervisor task the OTP way: the task starts the
 //! server, watches it (its process, its connection, its answers to pings), restarts it when
 //! it exits or stops answering, within the server's restart intensity, and past it keeps it
-//! down so its tools fail at once, saying why. Calls find the live connection through
+//! down so its tools fail at once, saying why. An HTTP server, not a process of the tree's,
+//! is tried again with backoff instead, and at once when a call asks. Calls find the live connection through
 //! [`Server::link`]; the tree's shutdown ends the server through [`Server::stop`], dropping
 //! the tree through [`Server::kill`].
 //!
