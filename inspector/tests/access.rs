@@ -146,3 +146,143 @@ async fn a_token_that_cannot_travel_is_refused() {
     let refused = Inspector::serve(tree, InspectorConfig::default().token("two words")).await;
     assert!(refused.is_err());
 }
+
+/// The token is a secret: printing the inspector or its configuration (`{:?}`, as a log
+/// line or a panic message would) never shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_output_never_shows_the_token() {
+    let secret = "do-not-print-me-0123456789";
+    let config = InspectorConfig::default().token(secret);
+    assert!(!format!("{config:?}").contains(secret), "{config:?}");
+    let (_tree, inspector) = inspector(config).await;
+    let printed = format!("{inspector:?}");
+    assert!(!printed.contains(secret), "{printed}");
+}
+
+/// Refusals never echo the token, right or wrong, nor any header of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_never_echo_a_token() {
+    let (_tree, inspector) = inspector(InspectorConfig::default().token("s3cret")).await;
+    let addr = inspector.addr();
+    let (name, wrong) = bearer("guessed-token");
+    for (path, headers) in [
+        ("/api/snapshot", vec![(name, wrong.as_str())]),
+        ("/?token=guessed-token", vec![]),
+        (
+            "/api/snapshot",
+            vec![(name, "Bearer s3cret"), ("Origin", "http://evil.example")],
+        ),
+    ] {
+        let refused = request(addr, "GET", path, &headers, None).await;
+        assert!(refused.status == 401 || refused.status == 403, "{path}");
+        assert!(!refused.body.contains("guessed"), "{}", refused.body);
+        assert!(!refused.body.contains("s3cret"), "{}", refused.body);
+    }
+}
+
+/// Every route needs the token, the stream of changes and a 404 included: without it the
+/// answer is 401, never the route's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_needs_the_token() {
+    let (_tree, inspector) = inspector(InspectorConfig::default()).await;
+    let addr = inspector.addr();
+    for (method, path) in [
+        ("GET", "/api/events"),
+        ("GET", "/api/agents/a0"),
+        ("GET", "/api/agents/nonsense"),
+        ("POST", "/api/agents/a1/steer"),
+        ("POST", "/api/agents/a1/resume"),
+        ("POST", "/api/agents/a1/kill"),
+        ("GET", "/no/such/route"),
+    ] {
+        let refused = request(addr, method, path, &[], Some("{\"text\": \"x\"}")).await;
+        assert_eq!(refused.status, 401, "{method} {path}");
+    }
+}
+
+/// Malformed input is refused with a client error, never a crash or a control: an id
+/// that is no number, an id past `u64`, a body that is not JSON, a steer without text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_client_errors() {
+    let (tree, inspector) = inspector(InspectorConfig::default()).await;
+    let addr = inspector.addr();
+    let (name, token) = bearer(inspector.token());
+    for (method, path, body) in [
+        ("GET", "/api/agents/abc", None),
+        ("GET", "/api/agents/a99999999999999999999999", None),
+        ("POST", "/api/agents/a-1/abort", None),
+        ("POST", "/api/agents/a1/steer", Some("not json")),
+        ("POST", "/api/agents/a1/steer", Some("{\"words\": 1}")),
+        ("POST", "/api/agents/a1/resume", Some("[")),
+    ] {
+        let refused = request(addr, method, path, &[(name, &token)], body).await;
+        assert!(
+            (400..500).contains(&refused.status),
+            "{method} {path}: {} {}",
+            refused.status,
+            refused.body
+        );
+    }
+    let unknown = request(addr, "GET", "/api/agents/a42", &[(name, &token)], None).await;
+    assert_eq!(unknown.status, 404);
+    // A steer far larger than any a page sends is refused before it reaches the tree (the
+    // server may answer before it read the body, so the body's write may fail).
+    let huge = format!("{{\"text\": \"{}\"}}", "x".repeat(8 << 20));
+    let refused = huge_request(addr, &token, "/api/agents/a1/steer", &huge).await;
+    assert!(refused.starts_with("HTTP/1.1 413"), "{refused}");
+    assert_eq!(tree.live(), 0);
+}
+
+/// Stopping the inspector is bounded: a client that opened a connection and never
+/// finished its request does not hold `stop` up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_does_not_hold_up_stop() {
+    use tokio::io::AsyncWriteExt;
+    let (_tree, inspector) = inspector(InspectorConfig::default()).await;
+    let addr = inspector.addr();
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(format!("GET /api/snapshot HTTP/1.1\r\nHost: {addr}\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(5), inspector.stop()).await;
+    assert!(stopped.is_ok(), "stop waited on a stalled client");
+    drop(stalled);
+}
+
+/// The token does not open the API to another page: an `Origin` of `null` (a sandboxed or
+/// file page), a look-alike name, or another scheme is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_from_a_foreign_page_is_still_refused() {
+    let (_tree, inspector) = inspector(InspectorConfig::default()).await;
+    let addr = inspector.addr();
+    let (name, token) = bearer(inspector.token());
+    for origin in ["null", "http://localhost.evil.example", "https://127.0.0.1"] {
+        let refused = request(
+            addr,
+            "POST",
+            "/api/shutdown",
+            &[(name, &token), ("Origin", origin)],
+            None,
+        )
+        .await;
+        assert_eq!(refused.status, 403, "{origin}");
+    }
+}
+
+/// Posts `body` to `path` with `bearer`, ignoring a write the server cut short; the
+/// response's status line.
+async fn huge_request(addr: std::net::SocketAddr, bearer: &str, path: &str, body: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {bearer}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(body.as_bytes()).await;
+    let mut line = String::new();
+    let _ = tokio::io::BufReader::new(stream).read_line(&mut line).await;
+    line
+}

@@ -483,3 +483,85 @@ async fn the_page_rewinds_a_journal_to_a_chosen_event() {
     browser.click(".row[data-id='a2']").await;
     browser.screenshot("inspector-rewind").await;
 }
+
+/// A steer being typed survives the stream: batches about other agents, arriving while
+/// the user types, leave the steer box focused and its text whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_a_steer_survives_the_stream() {
+    let browser = Browser::start().await;
+    let catalog = Catalog::new([
+        AgentDefinition::new("sleeper", ""),
+        AgentDefinition::new("busy", ""),
+    ])
+    .unwrap();
+    let model = ScriptedModel::new()
+        .script(
+            "sleeper",
+            [Turn::answer("x").after(Duration::from_secs(60))],
+        )
+        .script("busy", [Turn::answer("done")]);
+    let tree = Arc::new(
+        Tree::builder()
+            .catalog(catalog)
+            .model(model)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let inspector = Inspector::serve(tree.clone(), InspectorConfig::default())
+        .await
+        .unwrap();
+    let sleeper = tree
+        .spawn(SpawnRequest::new("sleeper", "sleep"))
+        .await
+        .unwrap();
+    browser.open(&inspector.url()).await;
+    browser
+        .until(
+            "the page ready",
+            "return document.body.dataset.ready === 'yes'",
+        )
+        .await;
+    let row = format!(".row[data-id='{}']", sleeper.id());
+    browser
+        .until(
+            "the sleeper",
+            &format!("return !!document.querySelector(\"{row}\")"),
+        )
+        .await;
+    browser.click(&row).await;
+    browser
+        .until(
+            "the steer box",
+            "return !!document.getElementById('steer-text')",
+        )
+        .await;
+    browser.type_into("#steer-text", "look at the").await;
+    assert_eq!(
+        browser
+            .run("return document.activeElement && document.activeElement.id")
+            .await,
+        "steer-text",
+        "typing focuses the steer box"
+    );
+    // Other agents come and go while the user types on.
+    for _ in 0..5 {
+        tree.run(SpawnRequest::new("busy", "b")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    browser
+        .until("all six agents", "return rows.size === 7")
+        .await;
+    let focused = browser
+        .run("return document.activeElement && document.activeElement.id")
+        .await;
+    assert_eq!(focused, "steer-text", "the steer box lost the focus");
+    assert_eq!(
+        browser
+            .run("return document.getElementById('steer-text').value")
+            .await,
+        "look at the"
+    );
+    inspector.stop().await;
+    tree.shutdown().await;
+}

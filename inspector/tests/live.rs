@@ -166,3 +166,213 @@ async fn a_shutdown_answers_the_trees_report() {
     assert_eq!(report["graceful"][0], lead.id().to_string());
     assert_eq!(tree.live(), 0);
 }
+
+/// Inspectors of one tree with the usual catalog and `model`.
+async fn served(model: ScriptedModel) -> (Arc<Tree>, Inspector) {
+    let tree = Arc::new(
+        Tree::builder()
+            .catalog(catalog())
+            .model(model)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let inspector = Inspector::serve(tree.clone(), InspectorConfig::default())
+        .await
+        .unwrap();
+    (tree, inspector)
+}
+
+/// The tokens of a row's usage.
+fn tokens(usage: &serde_json::Value) -> u64 {
+    usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0)
+}
+
+/// A batch that carries an agent's new usage carries its ancestors' rows too, their
+/// subtree usage already counting it (the root's included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_carries_the_ancestors_subtree_usage() {
+    let model = ScriptedModel::new()
+        .script(
+            "lead",
+            [
+                Turn::spawn("worker", "dig"),
+                Turn::answer("done").after(Duration::from_secs(2)),
+            ],
+        )
+        .script(
+            "worker",
+            [Turn::answer("dug")
+                .usage(agent_tree_protocol::Usage::tokens(100, 5))
+                .after(Duration::from_millis(300))],
+        );
+    let (tree, inspector) = served(model).await;
+    let mut events = Events::open(inspector.addr(), inspector.token()).await;
+    let lead = tree.spawn(SpawnRequest::new("lead", "go")).await.unwrap();
+    let batch = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let batch = events.next().await;
+            let rows = batch["rows"].as_array().unwrap().clone();
+            if rows
+                .iter()
+                .any(|r| r["agent_type"] == "worker" && tokens(&r["own"]) == 105)
+            {
+                return rows;
+            }
+        }
+    })
+    .await
+    .expect("a batch with the worker's usage");
+    let row = |id: String| batch.iter().find(|r| r["id"] == id.as_str()).cloned();
+    let lead_row = row(lead.id().to_string()).expect("the lead's row is in the batch");
+    assert_eq!(tokens(&lead_row["subtree"]), 105, "{lead_row}");
+    let root = row(agent_tree_protocol::AgentId::ROOT.to_string()).expect("the root's row");
+    assert_eq!(tokens(&root["subtree"]), 105, "{root}");
+    inspector.stop().await;
+    tree.shutdown().await;
+}
+
+/// A page reads the snapshot, then opens the stream: a change made between the two
+/// reaches it (as a batch with the changed row, or a reset to read the tree again), even
+/// when nobody else was watching.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_between_the_snapshot_and_the_stream_reaches_the_watcher() {
+    let model = ScriptedModel::new().script("worker", [Turn::answer("dug")]);
+    let (tree, inspector) = served(model).await;
+    let (name, token) = bearer(inspector.token());
+    let whole = request(
+        inspector.addr(),
+        "GET",
+        "/api/snapshot",
+        &[(name, &token)],
+        None,
+    )
+    .await;
+    assert_eq!(whole.status, 200);
+    tree.run(SpawnRequest::new("worker", "dig")).await.unwrap();
+    // The page's script opens its stream a moment later.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut events = Events::open(inspector.addr(), inspector.token()).await;
+    let seen = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            // A reset is as good as the row: the page then reads the tree whole.
+            let batch = events.next().await;
+            if batch.get("rows").is_none()
+                || batch["rows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["agent_type"] == "worker" && r["status"] == "completed")
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        seen.is_ok(),
+        "the worker's completion never reached the watcher"
+    );
+    inspector.stop().await;
+}
+
+/// Stopping the inspector ends the streams open on it, promptly, and closes its port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_inspector_ends_open_streams() {
+    let (tree, inspector) = served(ScriptedModel::new()).await;
+    let addr = inspector.addr();
+    let first = Events::open(addr, inspector.token()).await;
+    let second = Events::open(addr, inspector.token()).await;
+    tokio::time::timeout(Duration::from_secs(5), inspector.stop())
+        .await
+        .expect("stop is bounded with streams open");
+    for mut events in [first, second] {
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            events.end().await;
+        })
+        .await;
+        assert!(end.is_ok(), "a stream outlived the inspector");
+    }
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    tree.shutdown().await;
+}
+
+/// Dropping the inspector stops it as `stop` does: its streams end and its port closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_inspector_stops_it() {
+    let (tree, inspector) = served(ScriptedModel::new()).await;
+    let addr = inspector.addr();
+    let mut events = Events::open(addr, inspector.token()).await;
+    drop(inspector);
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        events.end().await;
+    })
+    .await;
+    assert!(end.is_ok(), "a stream outlived the dropped inspector");
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the port stayed open");
+    tree.shutdown().await;
+}
+
+/// A watcher that goes away mid-stream costs nothing: the others keep their batches and
+/// the tree runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_leaves_mid_stream_does_not_disturb_the_rest() {
+    let model = ScriptedModel::new()
+        .script("worker", [Turn::answer("one")])
+        .script(
+            "lead",
+            [Turn::answer("two").after(Duration::from_millis(200))],
+        );
+    let (tree, inspector) = served(model).await;
+    let addr = inspector.addr();
+    let mut staying = Events::open(addr, inspector.token()).await;
+    let mut leaving = Events::open(addr, inspector.token()).await;
+    tree.run(SpawnRequest::new("worker", "w")).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        leaving.until(|r| r["agent_type"] == "worker" && r["status"] == "completed"),
+    )
+    .await
+    .unwrap();
+    drop(leaving);
+    tree.run(SpawnRequest::new("lead", "l")).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        staying.until(|r| r["agent_type"] == "lead" && r["status"] == "completed"),
+    )
+    .await
+    .expect("the staying watcher is still sent batches");
+    tokio::time::timeout(Duration::from_secs(5), inspector.stop())
+        .await
+        .unwrap();
+    tree.shutdown().await;
+}
+
+/// A tree shut down while a watcher streams: the watcher is sent the agents' final
+/// statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_sees_the_tree_shut_down() {
+    let model = ScriptedModel::new().script(
+        "lead",
+        [Turn::answer("never").after(Duration::from_secs(60))],
+    );
+    let (tree, inspector) = served(model).await;
+    let mut events = Events::open(inspector.addr(), inspector.token()).await;
+    let lead = tree.spawn(SpawnRequest::new("lead", "wait")).await.unwrap();
+    tree.shutdown().await;
+    let id = lead.id().to_string();
+    let row = tokio::time::timeout(
+        Duration::from_secs(5),
+        events.until(|r| r["id"] == id.as_str() && r["ended"].is_string()),
+    )
+    .await
+    .expect("the lead's end reached the watcher");
+    assert_ne!(row["status"], "running");
+    inspector.stop().await;
+}

@@ -132,4 +132,9 @@ impl Events {
             }
         }
     }
+
+    /// Reads to the stream's end (or an error of its connection).
+    pub(crate) async fn end(&mut self) {
+        while let Ok(Some(_)) = self.lines.next_line().await {}
+    }
 }
