@@ -41,12 +41,17 @@ impl Guard {
         query_token: Option<&str>,
     ) -> Result<(), Refusal> {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        if !host.is_some_and(|h| self.hosts.iter().any(|ours| ours == h)) {
+        if !host.is_some_and(|h| self.hosts.iter().any(|ours| ours.eq_ignore_ascii_case(h))) {
             return Err(Refusal::Origin);
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let ours = host.map(|h| format!("http://{h}"));
-            if origin.to_str().ok() != ours.as_deref() {
+            let same_origin = origin
+                .to_str()
+                .ok()
+                .zip(ours.as_deref())
+                .is_some_and(|(origin, ours)| origin.eq_ignore_ascii_case(ours));
+            if !same_origin {
                 return Err(Refusal::Origin);
             }
         }

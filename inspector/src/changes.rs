@@ -5,7 +5,8 @@
 //! waits for a browser: it keeps the events for the log (at most a batch's worth, the rest
 //! counted as skipped) and the ids of the agents they changed (one entry per agent, however
 //! many events), and every batch interval, while anyone watches, makes one batch that every
-//! watcher is sent: ten watchers cost the tree what one does.
+//! watcher is sent: ten watchers cost the tree what one does. Each batch and snapshot says
+//! how many events its rows hold (`seq`), so a page never takes rows older than its own.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -91,6 +92,8 @@ pub(crate) struct Whole {
     pub(crate) rows: Vec<Row>,
     pub(crate) tally: agent_tree_protocol::EventTally,
     pub(crate) peak_live: usize,
+    /// How many events the rows hold: batches of no later `seq` are older than them.
+    pub(crate) seq: u64,
     /// For a rewind: how many events the journal holds (the page's scrubber).
     pub(crate) rewind: Option<usize>,
 }
@@ -104,6 +107,7 @@ impl Whole {
             rows: snapshot.records.iter().map(|r| Row::of(r)).collect(),
             tally: snapshot.tally.clone(),
             peak_live: snapshot.peak_live,
+            seq: snapshot.tally.total(),
             rewind: None,
         }
     }
@@ -124,6 +128,7 @@ impl Whole {
                 .unwrap_or(0),
             read_only: true,
             rows: records.iter().map(Row::of).collect(),
+            seq: tally.total(),
             tally,
             peak_live: 0,
             rewind: Some(len),
@@ -136,6 +141,8 @@ impl Whole {
 /// and children changed with them).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct Batch {
+    /// How many events the rows hold (the page skips rows older than its snapshot's).
+    pub(crate) seq: u64,
     pub(crate) events: Vec<Event>,
     pub(crate) skipped: u64,
     pub(crate) rows: Vec<Row>,
@@ -194,6 +201,7 @@ pub(crate) fn changed_rows(snapshot: &TreeSnapshot, changed: &BTreeSet<AgentId>)
 /// of what it missed.
 #[derive(Clone, Debug)]
 pub(crate) struct Hub {
+    tree: Arc<Tree>,
     batches: tokio::sync::broadcast::Sender<Arc<str>>,
     stop: CancellationToken,
 }
@@ -211,6 +219,7 @@ impl Hub {
     ) -> Hub {
         let (batches, _) = tokio::sync::broadcast::channel(BACKLOG);
         let hub = Hub {
+            tree: tree.clone(),
             batches: batches.clone(),
             stop: stop.clone(),
         };
@@ -237,6 +246,7 @@ impl Hub {
                         }
                         let snapshot = tree.snapshot();
                         let batch = Batch {
+                            seq: snapshot.tally.total(),
                             rows: changed_rows(&snapshot, &taken.changed),
                             events: taken.events,
                             skipped: taken.skipped,
@@ -251,13 +261,22 @@ impl Hub {
         hub
     }
 
-    /// One watcher's stream of batches, until the inspector stops.
+    /// One watcher's stream of batches, until the inspector stops. A page that read the
+    /// snapshot at `since` (its `seq`) and has missed a change since (made before this
+    /// stream began, so in no batch it will get) is first sent a `reset`.
     pub(crate) fn watch(
         &self,
+        since: Option<u64>,
     ) -> impl Stream<Item = Result<sse::Event, Infallible>> + Send + use<> {
         let receiver = self.batches.subscribe();
+        let missed = since.is_none_or(|seq| self.tree.snapshot().tally.total() > seq);
         let stop = self.stop.clone();
-        futures_util::stream::unfold((receiver, stop), |(mut receiver, stop)| async move {
+        let state = (receiver, stop, missed);
+        futures_util::stream::unfold(state, |(mut receiver, stop, missed)| async move {
+            if missed {
+                let reset = sse::Event::default().event("reset").data("{}");
+                return Some((Ok(reset), (receiver, stop, false)));
+            }
             let event = tokio::select! {
                 () = stop.cancelled() => return None,
                 batch = receiver.recv() => match batch {
@@ -268,7 +287,7 @@ impl Hub {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 },
             };
-            Some((Ok(event), (receiver, stop)))
+            Some((Ok(event), (receiver, stop, false)))
         })
     }
 }

@@ -46,10 +46,12 @@ use agent_tree_actors::Tree;
 use tokio_util::sync::CancellationToken;
 
 /// How an inspector is served.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InspectorConfig {
-    /// Where it listens: 127.0.0.1 on a free port by default.
+    /// Where it listens: 127.0.0.1 on a free port by default. Requests must name this
+    /// address (or `localhost` on its port, for a loopback one) as their `Host`, so bind a
+    /// specific address: on 0.0.0.0 only requests naming `0.0.0.0:<port>` are served.
     pub addr: SocketAddr,
     /// The bearer token every request must carry; one is made when `None`.
     pub token: Option<String>,
@@ -74,7 +76,34 @@ impl Default for InspectorConfig {
     }
 }
 
+/// Never shows the token.
+impl std::fmt::Debug for InspectorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InspectorConfig")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "(hidden)"))
+            .field("read_only", &self.read_only)
+            .field("batch", &self.batch)
+            .field("max_batch_events", &self.max_batch_events)
+            .finish()
+    }
+}
+
 impl InspectorConfig {
+    /// Gathers changes for `every` into one message to a watcher.
+    #[must_use]
+    pub fn batch(mut self, every: Duration) -> Self {
+        self.batch = every;
+        self
+    }
+
+    /// Sends at most `max` events of a batch for the event log.
+    #[must_use]
+    pub fn max_batch_events(mut self, max: usize) -> Self {
+        self.max_batch_events = max;
+        self
+    }
+
     /// Listens on `addr`.
     #[must_use]
     pub fn addr(mut self, addr: SocketAddr) -> Self {
@@ -116,7 +145,6 @@ pub enum InspectorError {
 }
 
 /// A running inspector. Stop it with [`Inspector::stop`]; dropping it stops it too.
-#[derive(Debug)]
 pub struct Inspector {
     addr: SocketAddr,
     token: String,
@@ -227,14 +255,31 @@ impl Inspector {
         format!("http://{}/?token={}", self.addr, self.token)
     }
 
-    /// Stops serving: open streams end, the listener closes.
+    /// Stops serving: open streams end, the listener closes, and connections still open
+    /// after [`STOP_WAIT`] (a client that never finishes its request) are dropped.
     pub async fn stop(mut self) {
         self.stop.cancel();
-        if let Some(served) = self.served.take() {
-            let _ = served.await;
+        if let Some(mut served) = self.served.take() {
+            if tokio::time::timeout(STOP_WAIT, &mut served).await.is_err() {
+                served.abort();
+                let _ = served.await;
+            }
         }
     }
 }
+
+/// Never shows the token.
+impl std::fmt::Debug for Inspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inspector")
+            .field("addr", &self.addr)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long [`Inspector::stop`] waits for open connections to finish before it drops them.
+pub const STOP_WAIT: Duration = Duration::from_secs(1);
 
 impl Drop for Inspector {
     fn drop(&mut self) {

@@ -150,8 +150,14 @@ fn rewound(timeline: &Timeline, n: usize) -> Response {
     }
 }
 
-async fn events(Extract(state): Extract<State>) -> impl IntoResponse {
-    Sse::new(state.hub.watch()).keep_alive(axum::response::sse::KeepAlive::default())
+/// The stream's `?since=`: the `seq` of the snapshot the page holds.
+#[derive(Deserialize)]
+struct Since {
+    since: Option<u64>,
+}
+
+async fn events(Extract(state): Extract<State>, Query(since): Query<Since>) -> impl IntoResponse {
+    Sse::new(state.hub.watch(since.since)).keep_alive(axum::response::sse::KeepAlive::default())
 }
 
 /// An agent id from the path (`a7` or `7`).

@@ -62,7 +62,7 @@ impl Timeline {
             path: path.to_owned(),
             source,
         })?;
-        let mut lines = std::io::BufReader::new(file).lines().enumerate().peekable();
+        let mut reader = std::io::BufReader::new(file);
         let mut timeline = Timeline {
             session: String::new(),
             base: (vec![AgentRecord::root()], EventTally::default()),
@@ -71,19 +71,31 @@ impl Timeline {
         };
         let bad = |line: usize, message: String| RewindError::Line {
             path: path.to_owned(),
-            line: line + 1,
+            line,
             message,
         };
-        while let Some((index, line)) = lines.next() {
-            let line = line.map_err(|source| RewindError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            let last = lines.peek().is_none();
-            let entry = match JournalEntry::from_line(&line) {
+        let read = |reader: &mut std::io::BufReader<std::fs::File>, line: &mut Vec<u8>| {
+            line.clear();
+            reader
+                .read_until(b'\n', line)
+                .map_err(|source| RewindError::Read {
+                    path: path.to_owned(),
+                    source,
+                })
+        };
+        // Lines as bytes: a crash may tear the last one anywhere, inside a character too.
+        let (mut line, mut next) = (Vec::new(), Vec::new());
+        read(&mut reader, &mut line)?;
+        let mut number = 0;
+        while !line.is_empty() {
+            number += 1;
+            read(&mut reader, &mut next)?;
+            let last = next.is_empty();
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            let entry = match JournalEntry::from_line_bytes(text) {
                 Ok(entry) => entry,
                 Err(_) if last => break,
-                Err(error) => return Err(bad(index, error.to_string())),
+                Err(error) => return Err(bad(number, error.to_string())),
             };
             match entry {
                 JournalEntry::Header { session, .. } => timeline.session = session.to_string(),
@@ -96,12 +108,13 @@ impl Timeline {
                     timeline.events.push(event);
                     if timeline.events.len().is_multiple_of(MARK_EVERY) {
                         let n = timeline.events.len();
-                        let mark = timeline.fold(n).map_err(|m| bad(index, m))?;
+                        let mark = timeline.fold(n).map_err(|m| bad(number, m))?;
                         timeline.marks.push(mark);
                     }
                 }
                 _ => {}
             }
+            std::mem::swap(&mut line, &mut next);
         }
         Ok(timeline)
     }

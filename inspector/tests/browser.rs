@@ -121,22 +121,37 @@ impl Browser {
             .unwrap_or_else(|_| panic!("the page never showed {what}"));
     }
 
+    /// Clicks the element `css` names; found again if the page redrew it in between (the
+    /// tree's rows are redrawn with every batch).
     async fn click(&self, css: &str) {
-        let found = self
-            .command(
-                "POST",
-                "/element",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        let id = found
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned();
-        self.command("POST", &format!("/element/{id}/click"), Some(json!({})))
-            .await;
+        for _ in 0..10 {
+            let found = self
+                .command(
+                    "POST",
+                    "/element",
+                    Some(json!({"using": "css selector", "value": css})),
+                )
+                .await;
+            let id = found
+                .as_object()
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| panic!("no element {css}: {found}"))
+                .to_owned();
+            let path = format!("/session/{}/element/{id}/click", self.session);
+            let body = json!({}).to_string();
+            let clicked = request(self.driver, "POST", &path, &[], Some(&body)).await;
+            if clicked.status == 200 {
+                return;
+            }
+            assert!(
+                clicked.body.contains("stale element"),
+                "click {css}: {} {}",
+                clicked.status,
+                clicked.body
+            );
+        }
+        panic!("{css} was redrawn under every click");
     }
 
     async fn type_into(&self, css: &str, text: &str) {

@@ -111,6 +111,7 @@ impl Events {
     }
 
     /// The next batch.
+    /// (A `reset`, which tells the page to read the snapshot again, is `{}`.)
     pub(crate) async fn next(&mut self) -> serde_json::Value {
         while let Some(line) = self.lines.next_line().await.unwrap() {
             if let Some(data) = line.strip_prefix("data: ") {
@@ -127,7 +128,8 @@ impl Events {
     ) -> serde_json::Value {
         loop {
             let batch = self.next().await;
-            if let Some(row) = batch["rows"].as_array().unwrap().iter().find(|r| found(r)) {
+            let rows = batch["rows"].as_array().into_iter().flatten();
+            if let Some(row) = rows.into_iter().find(|r| found(r)) {
                 return row.clone();
             }
         }
