@@ -121,23 +121,23 @@ impl Browser {
             .unwrap_or_else(|_| panic!("the page never showed {what}"));
     }
 
+    /// The WebDriver id of the element `css` names.
+    async fn find(&self, css: &str) -> String {
+        let using = json!({"using": "css selector", "value": css});
+        let found = self.command("POST", "/element", Some(using)).await;
+        found
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {found}"))
+            .to_owned()
+    }
+
     /// Clicks the element `css` names; found again if the page redrew it in between (the
     /// tree's rows are redrawn with every batch).
     async fn click(&self, css: &str) {
         for _ in 0..10 {
-            let found = self
-                .command(
-                    "POST",
-                    "/element",
-                    Some(json!({"using": "css selector", "value": css})),
-                )
-                .await;
-            let id = found
-                .as_object()
-                .and_then(|o| o.values().next())
-                .and_then(Value::as_str)
-                .unwrap_or_else(|| panic!("no element {css}: {found}"))
-                .to_owned();
+            let id = self.find(css).await;
             let path = format!("/session/{}/element/{id}/click", self.session);
             let body = json!({}).to_string();
             let clicked = request(self.driver, "POST", &path, &[], Some(&body)).await;
@@ -155,19 +155,7 @@ impl Browser {
     }
 
     async fn type_into(&self, css: &str, text: &str) {
-        let found = self
-            .command(
-                "POST",
-                "/element",
-                Some(json!({"using": "css selector", "value": css})),
-            )
-            .await;
-        let id = found
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned();
+        let id = self.find(css).await;
         self.command(
             "POST",
             &format!("/element/{id}/value"),

@@ -21,13 +21,8 @@ fn catalog() -> Catalog {
     .unwrap()
 }
 
-/// A watcher sees agents appear and settle: batches carry the rows that changed, the
-/// owner's among them (its children and subtree usage changed too).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stream_sends_the_rows_each_change_touched() {
-    let model = ScriptedModel::new()
-        .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
-        .script("worker", [Turn::answer("dug")]);
+/// Inspectors of one tree with the usual catalog and `model`.
+async fn served(model: ScriptedModel) -> (Arc<Tree>, Inspector) {
     let tree = Arc::new(
         Tree::builder()
             .catalog(catalog())
@@ -39,6 +34,17 @@ async fn the_stream_sends_the_rows_each_change_touched() {
     let inspector = Inspector::serve(tree.clone(), InspectorConfig::default())
         .await
         .unwrap();
+    (tree, inspector)
+}
+
+/// A watcher sees agents appear and settle: batches carry the rows that changed, the
+/// owner's among them (its children and subtree usage changed too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_sends_the_rows_each_change_touched() {
+    let model = ScriptedModel::new()
+        .script("lead", [Turn::spawn("worker", "dig"), Turn::answer("done")])
+        .script("worker", [Turn::answer("dug")]);
+    let (tree, inspector) = served(model).await;
     let mut events = Events::open(inspector.addr(), inspector.token()).await;
     tree.run(SpawnRequest::new("lead", "go")).await.unwrap();
     let lead = events
@@ -141,17 +147,7 @@ async fn a_shutdown_answers_the_trees_report() {
         "lead",
         [Turn::answer("never").after(Duration::from_secs(60))],
     );
-    let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog())
-            .model(model)
-            .build()
-            .await
-            .unwrap(),
-    );
-    let inspector = Inspector::serve(tree.clone(), InspectorConfig::default())
-        .await
-        .unwrap();
+    let (tree, inspector) = served(model).await;
     let lead = tree.spawn(SpawnRequest::new("lead", "wait")).await.unwrap();
     let (name, token) = bearer(inspector.token());
     let report = request(
@@ -165,22 +161,6 @@ async fn a_shutdown_answers_the_trees_report() {
     let report: serde_json::Value = serde_json::from_str(&report.body).unwrap();
     assert_eq!(report["graceful"][0], lead.id().to_string());
     assert_eq!(tree.live(), 0);
-}
-
-/// Inspectors of one tree with the usual catalog and `model`.
-async fn served(model: ScriptedModel) -> (Arc<Tree>, Inspector) {
-    let tree = Arc::new(
-        Tree::builder()
-            .catalog(catalog())
-            .model(model)
-            .build()
-            .await
-            .unwrap(),
-    );
-    let inspector = Inspector::serve(tree.clone(), InspectorConfig::default())
-        .await
-        .unwrap();
-    (tree, inspector)
 }
 
 /// The tokens of a row's usage.
