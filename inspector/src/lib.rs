@@ -1,6 +1,6 @@
 //! A live inspector for agent-tree: a web page on 127.0.0.1 that shows a running tree as it
 //! changes and, unless it is read-only, steers, aborts, kills and resumes its agents and
-//! shuts it down, through the same [`Tree`](agent_tree_actors::Tree) methods and rules a
+//! shuts it down, through the same [`Tree`] methods and rules a
 //! program uses.
 //!
 //! ```no_run
