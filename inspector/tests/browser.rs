@@ -179,13 +179,24 @@ impl Browser {
     }
 }
 
+/// Ends the session, so chromedriver closes Chromium (killing chromedriver alone would
+/// leave the browser's processes behind): blocking, as a drop must be, and also when the
+/// test failed.
 impl Drop for Browser {
     fn drop(&mut self) {
-        let (driver, session) = (self.driver, self.session.clone());
-        // Best effort: chromedriver is killed with the test anyway.
-        tokio::spawn(
-            async move { call(driver, "DELETE", &format!("/session/{session}"), None).await },
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(self.driver) else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let head = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            self.session, self.driver
         );
+        if stream.write_all(head.as_bytes()).is_ok() {
+            // The answer comes once the browser is closed.
+            let _ = stream.read(&mut [0u8; 1024]);
+        }
     }
 }
 
