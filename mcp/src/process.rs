@@ -187,17 +187,26 @@ pub(crate) fn alive(pid: u32) -> bool {
     {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(')')
-                    .map(|(_, rest)| rest.trim_start().to_owned())
-            })
-            .is_some_and(|rest| !rest.starts_with(['Z', 'X']))
+            .and_then(|stat| live_group(&stat))
+            .is_some()
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = pid;
         true
     }
+}
+
+/// The process group of the process a `/proc/<pid>/stat` line describes, if it is alive
+/// (not a zombie, not dead): `pid (comm) state ppid pgrp ...`, where comm may hold spaces
+/// and parentheses.
+#[cfg(target_os = "linux")]
+fn live_group(stat: &str) -> Option<u32> {
+    let (_, after) = stat.rsplit_once(')')?;
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    (state != "Z" && state != "X").then_some(pgrp)
 }
 
 /// How many processes of `group` are alive (zombies, which only wait to be reaped by their
@@ -217,16 +226,7 @@ pub(crate) fn live_in_group(group: u32) -> usize {
                     .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
             })
             .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-            .filter(|stat| {
-                // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-                let Some((_, after)) = stat.rsplit_once(')') else {
-                    return false;
-                };
-                let mut fields = after.split_whitespace();
-                let state = fields.next();
-                let pgrp = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
-                pgrp == Some(group) && state != Some("Z") && state != Some("X")
-            })
+            .filter(|stat| live_group(stat) == Some(group))
             .count()
     }
     #[cfg(all(unix, not(target_os = "linux")))]
